@@ -1,0 +1,341 @@
+//! Element-by-element comparison of two products of one type, and the `compare` step that
+//! checks two implementations of a step against each other in one job.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrowPrimitiveType, PrimitiveArray};
+use arrow_schema::{DataType, SortOptions};
+
+use crate::error::{Error, Result};
+use crate::params::ParamSpec;
+use crate::product::{Product, ProductKey};
+use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, StepType};
+
+/// Allowed difference for floating-point columns: `|a − b| ≤ absolute + relative·max(|a|,|b|)`.
+/// With both zero, floats must be bit-identical.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Tolerance {
+    pub absolute: f64,
+    pub relative: f64,
+}
+
+/// One differing element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Difference {
+    /// Absolute event number.
+    pub event: u64,
+    /// Row within the event.
+    pub row: usize,
+    /// Column name, or `<rows>` when the events have different row counts.
+    pub column: String,
+    pub a: String,
+    pub b: String,
+}
+
+/// The outcome of comparing two products.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Comparison {
+    /// Differences per column (only columns with differences).
+    pub per_column: BTreeMap<String, u64>,
+    /// The first difference in (event, row, column) order.
+    pub first: Option<Difference>,
+    /// Rows compared.
+    pub rows: u64,
+}
+
+impl Comparison {
+    /// Total differences.
+    pub fn total(&self) -> u64 {
+        self.per_column.values().sum()
+    }
+}
+
+fn float_eq(a: f64, b: f64, tol: Tolerance) -> bool {
+    if tol.absolute == 0.0 && tol.relative == 0.0 {
+        return a.to_bits() == b.to_bits();
+    }
+    if a.is_nan() || b.is_nan() {
+        return a.is_nan() && b.is_nan();
+    }
+    (a - b).abs() <= tol.absolute + tol.relative * a.abs().max(b.abs())
+}
+
+/// Indices (rows) where two equally long primitive arrays differ.
+fn diff_primitive<T: ArrowPrimitiveType>(a: &PrimitiveArray<T>, b: &PrimitiveArray<T>, eq: impl Fn(T::Native, T::Native) -> bool) -> Vec<usize> {
+    (0..a.len()).filter(|&i| !eq(a.value(i), b.value(i))).collect()
+}
+
+fn fmt_value(a: &dyn Array, i: usize) -> String {
+    macro_rules! prim {
+        ($t:ty) => {
+            format!("{:?}", a.as_primitive::<$t>().value(i))
+        };
+    }
+    if a.is_null(i) {
+        return "null".into();
+    }
+    match a.data_type() {
+        DataType::Float32 => prim!(Float32Type),
+        DataType::Float64 => prim!(Float64Type),
+        DataType::Int8 => prim!(Int8Type),
+        DataType::Int16 => prim!(Int16Type),
+        DataType::Int32 => prim!(Int32Type),
+        DataType::Int64 => prim!(Int64Type),
+        DataType::UInt8 => prim!(UInt8Type),
+        DataType::UInt16 => prim!(UInt16Type),
+        DataType::UInt32 => prim!(UInt32Type),
+        DataType::UInt64 => prim!(UInt64Type),
+        _ => format!("{:?}", a.slice(i, 1)),
+    }
+}
+
+/// Rows where two columns of equal length and type differ.
+fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance) -> Result<Vec<usize>> {
+    macro_rules! exact {
+        ($t:ty) => {
+            diff_primitive(a.as_primitive::<$t>(), b.as_primitive::<$t>(), |x, y| x == y)
+        };
+    }
+    if a.null_count() == 0 && b.null_count() == 0 {
+        let rows = match a.data_type() {
+            DataType::Float32 => diff_primitive(a.as_primitive::<Float32Type>(), b.as_primitive::<Float32Type>(), |x, y| {
+                if tol == Tolerance::default() { x.to_bits() == y.to_bits() } else { float_eq(x as f64, y as f64, tol) }
+            }),
+            DataType::Float64 => diff_primitive(a.as_primitive::<Float64Type>(), b.as_primitive::<Float64Type>(), |x, y| float_eq(x, y, tol)),
+            DataType::Int8 => exact!(Int8Type),
+            DataType::Int16 => exact!(Int16Type),
+            DataType::Int32 => exact!(Int32Type),
+            DataType::Int64 => exact!(Int64Type),
+            DataType::UInt8 => exact!(UInt8Type),
+            DataType::UInt16 => exact!(UInt16Type),
+            DataType::UInt32 => exact!(UInt32Type),
+            DataType::UInt64 => exact!(UInt64Type),
+            _ => return diff_generic(a, b),
+        };
+        return Ok(rows);
+    }
+    diff_generic(a, b)
+}
+
+fn diff_generic(a: &dyn Array, b: &dyn Array) -> Result<Vec<usize>> {
+    let cmp = arrow_ord::ord::make_comparator(a, b, SortOptions::default())?;
+    Ok((0..a.len()).filter(|&i| cmp(i, i) != std::cmp::Ordering::Equal).collect())
+}
+
+/// Compares products `a` and `b` of one batch starting at `first_event`, column by column.
+/// The schemas must have the same columns and types; events with different row counts are
+/// reported under the column `<rows>` and their rows are not compared further.
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_array::{Float32Array, RecordBatch};
+/// use quiver_columnar::compare::{compare_products, Tolerance};
+/// use quiver_columnar::product::Product;
+/// use quiver_columnar::toy::floats_schema;
+/// let p = |v: Vec<f32>| Product::from_lengths(
+///     RecordBatch::try_new(floats_schema(), vec![Arc::new(Float32Array::from(v))]).unwrap(), [1, 2]).unwrap();
+/// let c = compare_products(&p(vec![1.0, 2.0, 3.0]), &p(vec![1.0, 2.5, 3.0]), 10, Tolerance::default()).unwrap();
+/// let d = c.first.unwrap();
+/// assert_eq!((d.event, d.row, d.column.as_str(), d.a.as_str(), d.b.as_str()), (11, 0, "value", "2.0", "2.5"));
+/// let c = compare_products(&p(vec![1.0, 2.0, 3.0]), &p(vec![1.0, 2.5, 3.0]), 10, Tolerance { absolute: 0.5, relative: 0.0 }).unwrap();
+/// assert_eq!(c.total(), 0);
+/// ```
+pub fn compare_products(a: &Product, b: &Product, first_event: u64, tol: Tolerance) -> Result<Comparison> {
+    let (sa, sb) = (a.batch().schema(), b.batch().schema());
+    if sa.fields().len() != sb.fields().len() {
+        return Err(Error::data(format!("products have {} and {} columns", sa.fields().len(), sb.fields().len())));
+    }
+    for (fa, fb) in sa.fields().iter().zip(sb.fields()) {
+        if fa.name() != fb.name() || fa.data_type() != fb.data_type() {
+            return Err(Error::data(format!(
+                "column '{}' ({}) does not match column '{}' ({})",
+                fa.name(),
+                fa.data_type(),
+                fb.name(),
+                fb.data_type()
+            )));
+        }
+    }
+    if a.n_events() != b.n_events() {
+        return Err(Error::data(format!("products cover {} and {} events", a.n_events(), b.n_events())));
+    }
+    let mut out = Comparison::default();
+    let mut first: Option<(u64, usize, usize, Difference)> = None;
+    let mut note = |d: Difference, col_index: usize, out: &mut Comparison| {
+        *out.per_column.entry(d.column.clone()).or_default() += 1;
+        let key = (d.event, d.row, col_index);
+        if first.as_ref().is_none_or(|(e, r, c, _)| key < (*e, *r, *c)) {
+            first = Some((key.0, key.1, key.2, d));
+        }
+    };
+    // Events with equal row counts are compared as whole-column runs.
+    let mut same: Vec<std::ops::Range<usize>> = Vec::new();
+    for e in 0..a.n_events() {
+        let (ra, rb) = (a.event_rows(e), b.event_rows(e));
+        if ra.len() != rb.len() {
+            let d = Difference { event: first_event + e as u64, row: 0, column: "<rows>".into(), a: ra.len().to_string(), b: rb.len().to_string() };
+            note(d, 0, &mut out);
+        } else {
+            out.rows += ra.len() as u64;
+            same.push(e..e + 1);
+        }
+    }
+    for (ci, (ca, cb)) in a.batch().columns().iter().zip(b.batch().columns()).enumerate() {
+        let name = sa.field(ci).name();
+        for ev in &same {
+            let e = ev.start;
+            let (ra, rb) = (a.event_rows(e), b.event_rows(e));
+            if ra.is_empty() {
+                continue;
+            }
+            let (xa, xb) = (ca.slice(ra.start, ra.len()), cb.slice(rb.start, rb.len()));
+            for row in diff_column(&xa, &xb, tol)? {
+                let d = Difference {
+                    event: first_event + e as u64,
+                    row,
+                    column: name.clone(),
+                    a: fmt_value(&xa, row),
+                    b: fmt_value(&xb, row),
+                };
+                note(d, ci + 1, &mut out);
+            }
+        }
+    }
+    out.first = first.map(|f| f.3);
+    Ok(out)
+}
+
+struct CompareStep {
+    a: ProductKey,
+    b: ProductKey,
+    tol: Tolerance,
+    strict: bool,
+    totals: Mutex<(u64, BTreeMap<String, u64>, Option<Difference>)>,
+}
+
+impl Step for CompareStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (pa, pb) = (batch.get(&self.a)?, batch.get(&self.b)?);
+        if pa.type_name() != pb.type_name() {
+            return Err(Error::data(format!("cannot compare {} with {}: different product types", self.a, self.b)));
+        }
+        let c = compare_products(&pa, &pb, batch.first_event(), self.tol)
+            .map_err(|e| Error::data(format!("comparing {} with {}: {e}", self.a, self.b)))?;
+        if let (true, Some(d)) = (self.strict, &c.first) {
+            return Err(Error::data(format!(
+                "{} and {} differ at event {}, row {}, column '{}': {} vs {}",
+                self.a, self.b, d.event, d.row, d.column, d.a, d.b
+            )));
+        }
+        let mut t = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        t.0 += c.rows;
+        for (k, v) in c.per_column {
+            *t.1.entry(k).or_default() += v;
+        }
+        if let Some(d) = c.first {
+            if t.2.as_ref().is_none_or(|f| (d.event, d.row) < (f.event, f.row)) {
+                t.2 = Some(d);
+            }
+        }
+        Ok(())
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        let t = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        let total: u64 = t.1.values().sum();
+        let mut s = format!("compared {} with {}: {} rows, {} differences", self.a, self.b, t.0, total);
+        for (col, n) in &t.1 {
+            s.push_str(&format!("\n  {col}: {n}"));
+        }
+        if let Some(d) = &t.2 {
+            s.push_str(&format!("\n  first: event {}, row {}, column '{}': {} vs {}", d.event, d.row, d.column, d.a, d.b));
+        }
+        Ok(Some(s))
+    }
+}
+
+/// Registers `compare`.
+pub fn register(r: &mut Registry) {
+    r.add(StepType {
+        name: "compare",
+        doc: "Compares two products of one type element by element",
+        params: vec![
+            ParamSpec::float("tolerance", 0.0, "absolute tolerance for float columns (0 with relative 0: bit-identical)"),
+            ParamSpec::float("relative_tolerance", 0.0, "relative tolerance for float columns"),
+            ParamSpec::bool("strict", true, "fail the job at the first difference; otherwise count and report"),
+        ],
+        signature: Signature {
+            inputs: vec![InputSpec::any("a", "first product (label or label:type)"), InputSpec::any("b", "second product")],
+            outputs: vec![],
+        },
+        backends: vec![Backend::Cpu],
+        build: |cfg| {
+            let tol = Tolerance { absolute: cfg.params.float("tolerance"), relative: cfg.params.float("relative_tolerance") };
+            if !(tol.absolute >= 0.0 && tol.relative >= 0.0) {
+                return Err(cfg.param_error("tolerance", "tolerances must be ≥ 0"));
+            }
+            let (a, b) = (cfg.input("a")?, cfg.input("b")?);
+            if a.type_name != b.type_name {
+                return Err(Error::plan(&cfg.label, format!("inputs 'a' ({a}) and 'b' ({b}) have different product types")));
+            }
+            Ok(Box::new(CompareStep { a, b, tol, strict: cfg.params.bool("strict"), totals: Mutex::new(Default::default()) }))
+        },
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int32Array, ListArray, RecordBatch};
+    use arrow_schema::Field;
+    use std::sync::Arc;
+
+    fn product(values: Vec<i32>, lists: Vec<Option<Vec<Option<i32>>>>, lengths: &[usize]) -> Product {
+        let schema = crate::product::product_schema(
+            "thing",
+            1,
+            vec![
+                Field::new("n", DataType::Int32, false),
+                Field::new("hits", DataType::List(Arc::new(Field::new("item", DataType::Int32, true))), true),
+            ],
+        );
+        let l = ListArray::from_iter_primitive::<Int32Type, _, _>(lists);
+        let rb = RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(values)), Arc::new(l)]).unwrap();
+        Product::from_lengths(rb, lengths.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn integers_and_lists_are_compared_exactly() {
+        let a = product(vec![1, 2, 3], vec![Some(vec![Some(1)]), None, Some(vec![Some(2), Some(3)])], &[2, 1]);
+        let b = product(vec![1, 2, 4], vec![Some(vec![Some(1)]), None, Some(vec![Some(2), Some(4)])], &[2, 1]);
+        let c = compare_products(&a, &b, 0, Tolerance::default()).unwrap();
+        assert_eq!(c.total(), 2);
+        assert_eq!(c.per_column["n"], 1);
+        assert_eq!(c.per_column["hits"], 1);
+        let d = c.first.unwrap();
+        assert_eq!((d.event, d.row, d.column.as_str(), d.a.as_str(), d.b.as_str()), (1, 0, "n", "3", "4"));
+        assert_eq!(compare_products(&a, &a, 0, Tolerance::default()).unwrap().total(), 0);
+    }
+
+    #[test]
+    fn different_row_counts_are_reported() {
+        let a = product(vec![1, 2, 3], vec![None, None, None], &[2, 1]);
+        let b = product(vec![1, 2, 3], vec![None, None, None], &[1, 2]);
+        let c = compare_products(&a, &b, 5, Tolerance::default()).unwrap();
+        let d = c.first.unwrap();
+        assert_eq!((d.event, d.column.as_str(), d.a.as_str(), d.b.as_str()), (5, "<rows>", "2", "1"));
+        assert_eq!(c.per_column["<rows>"], 2);
+    }
+
+    #[test]
+    fn zero_tolerance_is_bitwise_and_tolerances_apply() {
+        assert!(!float_eq(0.0, -0.0, Tolerance::default()));
+        assert!(float_eq(f64::NAN, f64::NAN, Tolerance::default()));
+        assert!(float_eq(100.0, 101.0, Tolerance { absolute: 0.0, relative: 0.01 }));
+        assert!(!float_eq(100.0, 102.0, Tolerance { absolute: 0.0, relative: 0.01 }));
+        assert!(!float_eq(1.0, f64::NAN, Tolerance { absolute: 1.0, relative: 0.0 }));
+    }
+}

@@ -1,0 +1,67 @@
+//! Conditions: per-dataset constants, loaded once, shared read-only by all workers and
+//! reachable by their Rust type. The framework knows no detector: any `Send + Sync` type can
+//! be a condition.
+
+use std::any::{Any, TypeId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// A read-only store of conditions keyed by type.
+#[derive(Clone, Default)]
+pub struct Conditions {
+    map: BTreeMap<TypeId, (&'static str, Arc<dyn Any + Send + Sync>)>,
+}
+
+impl std::fmt::Debug for Conditions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+fn short_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
+}
+
+impl Conditions {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds (or replaces) the condition of type `T`.
+    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+        self.insert_arc(Arc::new(value));
+    }
+    /// Adds a shared condition.
+    pub fn insert_arc<T: Any + Send + Sync>(&mut self, value: Arc<T>) {
+        self.map.insert(TypeId::of::<T>(), (short_name::<T>(), value));
+    }
+    /// The condition of type `T`, or an error naming the type and what is available.
+    ///
+    /// ```
+    /// use quiver_columnar::Conditions;
+    /// struct BeamSpot { z: f32 }
+    /// let mut c = Conditions::new();
+    /// c.insert(BeamSpot { z: 0.1 });
+    /// assert_eq!(c.get::<BeamSpot>().unwrap().z, 0.1);
+    /// assert!(c.get::<u32>().unwrap_err().to_string().contains("no condition 'u32'"));
+    /// ```
+    pub fn get<T: Any + Send + Sync>(&self) -> Result<Arc<T>> {
+        match self.map.get(&TypeId::of::<T>()) {
+            Some((_, v)) => Ok(v.clone().downcast::<T>().expect("keyed by TypeId")),
+            None => Err(Error::data(format!(
+                "no condition '{}' is loaded (available: {}); give a dataset with --input",
+                short_name::<T>(),
+                if self.map.is_empty() { "none".to_string() } else { self.names().join(", ") }
+            ))),
+        }
+    }
+    /// Names of the loaded conditions.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut n: Vec<_> = self.map.values().map(|(n, _)| *n).collect();
+        n.sort_unstable();
+        n
+    }
+}

@@ -1,0 +1,296 @@
+//! The executor: event batches run concurrently on a pool of workers; each batch goes
+//! through the steps in plan order. Products depend only on the events, never on which
+//! worker ran a batch or how events were batched, so results are bit-identical for any
+//! thread count and batch size.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::plan::ResolvedPlan;
+use crate::pool::{self, PoolStats};
+use crate::product::ProductKey;
+use crate::step::{EventBatch, Step};
+
+/// Default events per batch (see docs/performance.md for the scan behind it).
+pub const DEFAULT_BATCH_SIZE: usize = 16;
+
+/// How to run a job.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Worker threads (also the size of the rayon pool steps use inside).
+    pub threads: usize,
+    /// Events per batch.
+    pub batch_size: usize,
+    /// Events to process; `None` means all the input steps provide.
+    pub events: Option<u64>,
+    /// Show a progress bar (only drawn when stderr is a terminal).
+    pub progress: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { threads: default_threads(), batch_size: DEFAULT_BATCH_SIZE, events: None, progress: true }
+    }
+}
+
+/// The available cores.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Time spent in one step, summed over batches and workers.
+#[derive(Clone, Debug)]
+pub struct StepTiming {
+    pub label: String,
+    pub type_name: String,
+    pub backend: String,
+    pub time: Duration,
+}
+
+/// What a job did.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub events: u64,
+    pub batches: u64,
+    pub threads: usize,
+    pub batch_size: usize,
+    pub wall: Duration,
+    pub steps: Vec<StepTiming>,
+    /// Bytes published per product, summed over the job.
+    pub product_bytes: Vec<(ProductKey, u64)>,
+    /// Rows published per product, summed over the job.
+    pub product_rows: Vec<(ProductKey, u64)>,
+    /// Pool activity during the job.
+    pub pool: PoolStats,
+    /// Reports returned by steps' end-of-job hooks, by label.
+    pub reports: Vec<(String, String)>,
+}
+
+impl Summary {
+    /// Events per second of wall time.
+    pub fn throughput(&self) -> f64 {
+        self.events as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// The summary as printed at the end of `quiver run`.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "events {}  batches {} (size {})  threads {}  wall {:.3} s  throughput {:.1} events/s",
+            self.events,
+            self.batches,
+            self.batch_size,
+            self.threads,
+            self.wall.as_secs_f64(),
+            self.throughput()
+        );
+        let total: f64 = self.steps.iter().map(|t| t.time.as_secs_f64()).sum();
+        let _ = writeln!(s, "\n{:<20} {:<20} {:<8} {:>12} {:>7}", "step", "type", "backend", "ms/event", "share");
+        for t in &self.steps {
+            let secs = t.time.as_secs_f64();
+            let _ = writeln!(
+                s,
+                "{:<20} {:<20} {:<8} {:>12.3} {:>6.1}%",
+                t.label,
+                t.type_name,
+                t.backend,
+                1e3 * secs / self.events.max(1) as f64,
+                100.0 * secs / total.max(1e-12)
+            );
+        }
+        let _ = writeln!(s, "\n{:<32} {:>14} {:>14}", "product", "rows/event", "bytes/event");
+        for ((k, bytes), (_, rows)) in self.product_bytes.iter().zip(&self.product_rows) {
+            let n = self.events.max(1) as f64;
+            let _ = writeln!(s, "{:<32} {:>14.1} {:>14.0}", k.to_string(), *rows as f64 / n, *bytes as f64 / n);
+        }
+        let p = &self.pool;
+        let _ = writeln!(
+            s,
+            "\npool: {} requests, {} from the pool, {} from the system (hit rate {:.2}%), {:.1} MiB held, peak {:.1} MiB",
+            p.requests,
+            p.hits,
+            p.system_allocations,
+            100.0 * p.hit_rate(),
+            p.bytes_held as f64 / (1 << 20) as f64,
+            p.peak_bytes_held as f64 / (1 << 20) as f64
+        );
+        for (label, r) in &self.reports {
+            let _ = writeln!(s, "\n[{label}]\n{}", r.trim_end());
+        }
+        s
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
+}
+
+/// Runs `steps` (built from `plan`, same order) over the events.
+pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> Result<Summary> {
+    if opts.threads == 0 || opts.batch_size == 0 {
+        return Err(Error::plan("", format!("threads ({}) and batch size ({}) must be at least 1", opts.threads, opts.batch_size)));
+    }
+    let available = plan.steps.iter().zip(steps).filter_map(|(_, s)| s.n_events()).min();
+    let events = match (opts.events, available) {
+        (Some(n), Some(a)) => n.min(a),
+        (Some(n), None) => n,
+        (None, Some(a)) => a,
+        (None, None) => {
+            return Err(Error::plan("", "no step knows how many events there are: give --events N (or events = N in [run])"));
+        }
+    };
+
+    // After which step each product is no longer needed.
+    let mut last_use: HashMap<ProductKey, usize> = HashMap::new();
+    for (i, st) in plan.steps.iter().enumerate() {
+        for k in &st.outputs {
+            last_use.insert(k.clone(), i);
+        }
+        for k in st.inputs.values().flatten() {
+            last_use.insert(k.clone(), i);
+        }
+    }
+    let drop_after: Vec<Vec<ProductKey>> = (0..plan.steps.len())
+        .map(|i| last_use.iter().filter(|(_, &l)| l == i).map(|(k, _)| k.clone()).collect())
+        .collect();
+
+    let n_batches = events.div_ceil(opts.batch_size as u64);
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error: Mutex<Option<(u64, Error)>> = Mutex::new(None);
+    let step_ns: Vec<AtomicU64> = plan.steps.iter().map(|_| AtomicU64::new(0)).collect();
+    let bytes: Mutex<HashMap<ProductKey, (u64, u64)>> = Mutex::new(HashMap::new());
+    let bar = if opts.progress && std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(events);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  eta {eta}") {
+            b.set_style(style);
+        }
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let pool_before = pool::global().stats();
+    let start = Instant::now();
+
+    let worker = || {
+        while !failed.load(Ordering::Relaxed) {
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            if b >= n_batches {
+                break;
+            }
+            let first = b * opts.batch_size as u64;
+            let n = (events - first).min(opts.batch_size as u64) as usize;
+            let mut batch = EventBatch::new(first, n);
+            let mut local_bytes: Vec<(ProductKey, u64, u64)> = Vec::new();
+            for (i, (st, step)) in plan.steps.iter().zip(steps).enumerate() {
+                batch.set_allowed(&st.outputs);
+                let t0 = Instant::now();
+                // A panic in a step is a bug, but it must not take the job down without a
+                // message naming the step and the events.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step.process(&mut batch)))
+                    .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(&p)))));
+                step_ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if let Err(e) = r {
+                    failed.store(true, Ordering::Relaxed);
+                    let e = match e {
+                        Error::Step { .. } => e,
+                        other => Error::Step { label: st.label.clone(), first, last: first + n as u64, msg: other.to_string() },
+                    };
+                    let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                    // Keep the error of the earliest batch, so the message does not depend on timing.
+                    if slot.as_ref().is_none_or(|(f, _)| first < *f) {
+                        *slot = Some((first, e));
+                    }
+                    return;
+                }
+                for k in &st.outputs {
+                    if let Ok(p) = batch.get(k) {
+                        local_bytes.push((k.clone(), p.nbytes() as u64, p.batch().num_rows() as u64));
+                    } else {
+                        failed.store(true, Ordering::Relaxed);
+                        let msg = format!("declared product '{}' was not published", k.type_name);
+                        *first_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some((first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg }));
+                        return;
+                    }
+                }
+                for k in &drop_after[i] {
+                    batch.remove(k);
+                }
+            }
+            let mut all = bytes.lock().unwrap_or_else(|p| p.into_inner());
+            for (k, nb, rows) in local_bytes {
+                let e = all.entry(k).or_default();
+                e.0 += nb;
+                e.1 += rows;
+            }
+            drop(all);
+            bar.inc(n as u64);
+        }
+    };
+
+    let rayon_pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .thread_name(|i| format!("quiver-worker-{i}"))
+        .build()
+        .map_err(|e| Error::data(format!("cannot start {} worker threads: {e}", opts.threads)))?;
+    rayon_pool.scope(|s| {
+        for _ in 0..opts.threads {
+            s.spawn(|_| worker());
+        }
+    });
+    bar.finish_and_clear();
+    let wall = start.elapsed();
+
+    let success = !failed.load(Ordering::Relaxed);
+    let mut reports = Vec::new();
+    let mut end_error = None;
+    for (st, step) in plan.steps.iter().zip(steps) {
+        match step.end_job(success) {
+            Ok(Some(r)) => reports.push((st.label.clone(), r)),
+            Ok(None) => {}
+            Err(e) => {
+                if end_error.is_none() {
+                    end_error = Some(Error::EndJob { label: st.label.clone(), msg: e.to_string() });
+                }
+            }
+        }
+    }
+    if let Some((_, e)) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    if let Some(e) = end_error {
+        return Err(e);
+    }
+
+    let bytes = bytes.into_inner().unwrap_or_else(|p| p.into_inner());
+    let keys: Vec<ProductKey> = plan.steps.iter().flat_map(|s| s.outputs.iter().cloned()).collect();
+    Ok(Summary {
+        events,
+        batches: n_batches,
+        threads: opts.threads,
+        batch_size: opts.batch_size,
+        wall,
+        steps: plan
+            .steps
+            .iter()
+            .zip(&step_ns)
+            .map(|(st, ns)| StepTiming {
+                label: st.label.clone(),
+                type_name: st.type_name.clone(),
+                backend: st.backend.to_string(),
+                time: Duration::from_nanos(ns.load(Ordering::Relaxed)),
+            })
+            .collect(),
+        product_bytes: keys.iter().map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.0))).collect(),
+        product_rows: keys.iter().map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.1))).collect(),
+        pool: pool::global().stats().since(&pool_before),
+        reports,
+    })
+}

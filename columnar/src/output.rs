@@ -1,0 +1,204 @@
+//! Output steps: products to Parquet or Arrow IPC files, one file per product, an `event`
+//! column first, one row group (or IPC record batch) per event batch in event order
+//! whatever the thread count, written under a temporary name and renamed when complete.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use arrow_array::RecordBatch;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+
+use crate::error::{Error, Result};
+use crate::params::ParamSpec;
+use crate::product::ProductKey;
+use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, StepConfig, StepType};
+
+/// File formats of the output steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Parquet { compression: Compression },
+    Ipc,
+}
+
+impl Format {
+    fn extension(self) -> &'static str {
+        match self {
+            Format::Parquet { .. } => "parquet",
+            Format::Ipc => "arrow",
+        }
+    }
+}
+
+/// The file name of a product: `<type>.<label>.<ext>`.
+pub fn product_file_name(key: &ProductKey, extension: &str) -> String {
+    format!("{}.{}.{extension}", key.type_name, key.label)
+}
+
+enum Sink {
+    Parquet(ArrowWriter<File>),
+    Ipc(arrow_ipc::writer::FileWriter<File>),
+}
+
+impl Sink {
+    fn write(&mut self, b: &RecordBatch) -> Result<()> {
+        match self {
+            Sink::Parquet(w) => {
+                w.write(b)?;
+                w.flush()?; // closes the row group: one per event batch
+            }
+            Sink::Ipc(w) => w.write(b)?,
+        }
+        Ok(())
+    }
+    fn finish(self) -> Result<()> {
+        match self {
+            Sink::Parquet(w) => {
+                w.close()?;
+            }
+            Sink::Ipc(mut w) => w.finish()?,
+        }
+        Ok(())
+    }
+}
+
+/// One output file being written: batches arrive in any order and are written in event order.
+struct OutputFile {
+    key: ProductKey,
+    path: PathBuf,
+    tmp: PathBuf,
+    format: Format,
+    sink: Option<Sink>,
+    next_event: u64,
+    pending: BTreeMap<u64, (u64, RecordBatch)>,
+    events_written: u64,
+}
+
+impl OutputFile {
+    fn new(dir: &Path, key: ProductKey, format: Format) -> Self {
+        let name = product_file_name(&key, format.extension());
+        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+        OutputFile { path: dir.join(name), tmp, key, format, sink: None, next_event: 0, pending: BTreeMap::new(), events_written: 0 }
+    }
+
+    fn open(&mut self, b: &RecordBatch) -> Result<Sink> {
+        let f = File::create(&self.tmp).map_err(|e| Error::io(&self.tmp, e))?;
+        Ok(match self.format {
+            Format::Parquet { compression } => {
+                // The schema's name and version also as plain Parquet key-value metadata, for
+                // readers that ignore the embedded Arrow schema.
+                let kv = b.schema().metadata().iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect();
+                let props = WriterProperties::builder()
+                    .set_key_value_metadata(Some(kv))
+                    .set_compression(compression)
+                    .set_max_row_group_row_count(None)
+                    .set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION")))
+                    .build();
+                Sink::Parquet(ArrowWriter::try_new(f, b.schema(), Some(props))?)
+            }
+            Format::Ipc => Sink::Ipc(arrow_ipc::writer::FileWriter::try_new(f, &b.schema())?),
+        })
+    }
+
+    fn add(&mut self, first_event: u64, n_events: u64, b: RecordBatch) -> Result<()> {
+        self.pending.insert(first_event, (n_events, b));
+        while let Some(entry) = self.pending.first_entry() {
+            if *entry.key() != self.next_event {
+                break;
+            }
+            let (n, b) = entry.remove();
+            if self.sink.is_none() {
+                self.sink = Some(self.open(&b)?);
+            }
+            self.sink.as_mut().expect("opened").write(&b).map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
+            self.next_event += n;
+            self.events_written += n;
+        }
+        Ok(())
+    }
+
+    /// Completes the file. On success it takes its final name; after a failed job, the
+    /// events written so far are kept under `<name>.partial`, which no reader mistakes for
+    /// a complete output.
+    fn finish(&mut self, success: bool) -> Result<Option<PathBuf>> {
+        let Some(sink) = self.sink.take() else { return Ok(None) };
+        sink.finish()?;
+        let target = if success && self.pending.is_empty() {
+            self.path.clone()
+        } else {
+            let mut p = self.path.clone().into_os_string();
+            p.push(".partial");
+            PathBuf::from(p)
+        };
+        std::fs::rename(&self.tmp, &target).map_err(|e| Error::io(&target, e))?;
+        Ok(Some(target))
+    }
+}
+
+struct WriteStep {
+    inputs: Vec<ProductKey>,
+    files: Vec<Mutex<OutputFile>>,
+}
+
+impl WriteStep {
+    fn build(cfg: &StepConfig, format: Format) -> Result<Box<dyn Step>> {
+        let dir = &cfg.job.output;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let inputs = cfg.inputs("products").to_vec();
+        let files = inputs.iter().map(|k| Mutex::new(OutputFile::new(dir, k.clone(), format))).collect();
+        Ok(Box::new(WriteStep { inputs, files }))
+    }
+}
+
+impl Step for WriteStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        for (key, file) in self.inputs.iter().zip(&self.files) {
+            let p = batch.get(key)?;
+            let rb = p.with_event_column(batch.first_event())?;
+            file.lock().unwrap_or_else(|e| e.into_inner()).add(batch.first_event(), batch.n_events() as u64, rb)?;
+        }
+        Ok(())
+    }
+
+    fn end_job(&self, success: bool) -> Result<Option<String>> {
+        let mut lines = Vec::new();
+        for f in &self.files {
+            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(path) = f.finish(success)? {
+                lines.push(format!("{} -> {} ({} events)", f.key, path.display(), f.events_written));
+            }
+        }
+        Ok(Some(lines.join("\n")))
+    }
+}
+
+/// Registers `write_parquet` and `write_ipc`.
+pub fn register(r: &mut Registry) {
+    let inputs = vec![InputSpec::many("products", "products to write, by label (all of its products) or label:type")];
+    r.add(StepType {
+        name: "write_parquet",
+        doc: "Writes products to Parquet, one file per product (<type>.<label>.parquet), one row group per batch",
+        params: vec![ParamSpec::choice("compression", &["snappy", "none"], "column compression")],
+        signature: Signature { inputs: inputs.clone(), outputs: vec![] },
+        backends: vec![Backend::Cpu],
+        build: |cfg| {
+            let compression = match cfg.params.str("compression") {
+                "none" => Compression::UNCOMPRESSED,
+                _ => Compression::SNAPPY,
+            };
+            WriteStep::build(cfg, Format::Parquet { compression })
+        },
+    });
+    r.add(StepType {
+        name: "write_ipc",
+        doc: "Writes products to Arrow IPC files (<type>.<label>.arrow), one record batch per batch",
+        params: vec![],
+        signature: Signature { inputs, outputs: vec![] },
+        backends: vec![Backend::Cpu],
+        build: |cfg| WriteStep::build(cfg, Format::Ipc),
+    });
+}

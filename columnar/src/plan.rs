@@ -1,0 +1,362 @@
+//! Plans: labelled steps read from TOML (or built in code), validated completely before
+//! any event is read, and resolved into an execution order.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::params::Params;
+use crate::product::ProductKey;
+use crate::step::{Backend, JobContext, Registry, Step, StepConfig};
+
+/// Job settings a plan may carry in `[run]`; the command line overrides them.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// Worker threads (default: available cores).
+    pub threads: Option<usize>,
+    /// Events per batch.
+    pub batch_size: Option<usize>,
+    /// Events to process (default: all the input has).
+    pub events: Option<u64>,
+    /// Input dataset directory.
+    pub input: Option<PathBuf>,
+    /// Output directory.
+    pub output: Option<PathBuf>,
+}
+
+/// One `[[step]]` as written: label, type, optional backend, and every other key (inputs
+/// and parameters, told apart by the step type's signature).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepSpec {
+    pub label: String,
+    pub type_name: String,
+    pub backend: Option<String>,
+    pub keys: BTreeMap<String, toml::Value>,
+}
+
+impl StepSpec {
+    /// A step spec built in code.
+    pub fn new(label: &str, type_name: &str) -> Self {
+        StepSpec { label: label.into(), type_name: type_name.into(), backend: None, keys: BTreeMap::new() }
+    }
+    /// Adds a key (input or parameter).
+    pub fn with(mut self, key: &str, value: impl Into<toml::Value>) -> Self {
+        self.keys.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// A plan as written, before validation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlanSpec {
+    pub run: RunSettings,
+    pub steps: Vec<StepSpec>,
+}
+
+fn is_valid_label(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl PlanSpec {
+    /// Parses a plan from TOML text; `origin` names the file in messages.
+    ///
+    /// ```
+    /// use quiver_columnar::plan::PlanSpec;
+    /// let p = PlanSpec::from_toml("[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = 10\n", "inline").unwrap();
+    /// assert_eq!(p.steps[0].label, "numbers");
+    /// assert!(PlanSpec::from_toml("[[step]]\ntype = \"square\"\n", "inline").unwrap_err().to_string().contains("step #1 has no 'label'"));
+    /// ```
+    pub fn from_toml(text: &str, origin: &str) -> Result<PlanSpec> {
+        let root: toml::Table = toml::from_str(text).map_err(|e| Error::plan("", format!("{origin}: {e}")))?;
+        let mut plan = PlanSpec::default();
+        for (key, value) in root {
+            match key.as_str() {
+                "run" => {
+                    plan.run = value.try_into().map_err(|e| Error::plan("", format!("{origin}: [run]: {e}")))?;
+                }
+                "step" => {
+                    let toml::Value::Array(steps) = value else {
+                        return Err(Error::plan("", format!("{origin}: 'step' must be an array of tables: write [[step]]")));
+                    };
+                    for (i, s) in steps.into_iter().enumerate() {
+                        let toml::Value::Table(mut t) = s else {
+                            return Err(Error::plan("", format!("{origin}: step #{} is not a table", i + 1)));
+                        };
+                        let mut take_str = |k: &str| -> Result<Option<String>> {
+                            match t.remove(k) {
+                                None => Ok(None),
+                                Some(toml::Value::String(s)) => Ok(Some(s)),
+                                Some(v) => Err(Error::plan("", format!("{origin}: step #{}: '{k}' must be a string, got {v}", i + 1))),
+                            }
+                        };
+                        let label = take_str("label")?.ok_or_else(|| Error::plan("", format!("{origin}: step #{} has no 'label'", i + 1)))?;
+                        if !is_valid_label(&label) {
+                            return Err(Error::plan(&label, "a label may hold only letters, digits, '_' and '-'"));
+                        }
+                        let type_name = take_str("type")?.ok_or_else(|| Error::plan(&label, "missing 'type'"))?;
+                        let backend = take_str("backend")?;
+                        plan.steps.push(StepSpec { label, type_name, backend, keys: t.into_iter().collect() });
+                    }
+                }
+                other => {
+                    return Err(Error::plan("", format!("{origin}: unknown top-level key '{other}' (expected [run] and [[step]])")));
+                }
+            }
+        }
+        if plan.steps.is_empty() {
+            return Err(Error::plan("", format!("{origin}: the plan has no [[step]]")));
+        }
+        Ok(plan)
+    }
+
+    /// Reads and parses a plan file.
+    pub fn from_file(path: &Path) -> Result<PlanSpec> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+}
+
+/// One step after validation.
+#[derive(Clone, Debug)]
+pub struct ResolvedStep {
+    pub label: String,
+    pub type_name: String,
+    pub backend: Backend,
+    pub params: Params,
+    pub inputs: BTreeMap<String, Vec<ProductKey>>,
+    pub outputs: Vec<ProductKey>,
+}
+
+/// A validated plan in execution order.
+#[derive(Clone, Debug)]
+pub struct ResolvedPlan {
+    pub run: RunSettings,
+    pub steps: Vec<ResolvedStep>,
+}
+
+/// Resolves one input value (`label` or `label:type`) for slot `slot` of step `label`.
+fn resolve_named(
+    label: &str,
+    slot: &str,
+    wanted: Option<&str>,
+    value: &str,
+    outputs: &HashMap<&str, Vec<ProductKey>>,
+    all_at_label: bool,
+) -> Result<Vec<ProductKey>> {
+    let (producer, ty) = match value.split_once(':') {
+        Some((l, t)) => (l, Some(t)),
+        None => (value, None),
+    };
+    let produced = outputs.get(producer).ok_or_else(|| {
+        Error::plan(label, format!("input '{slot}' = \"{value}\": no step of this plan has label '{producer}'"))
+    })?;
+    let ty = ty.or(wanted);
+    if let (Some(t), Some(w)) = (ty, wanted) {
+        if t != w {
+            return Err(Error::plan(label, format!("input '{slot}' = \"{value}\": this input takes '{w}', not '{t}'")));
+        }
+    }
+    let list = |v: &[ProductKey]| v.iter().map(|k| k.type_name.as_str()).collect::<Vec<_>>().join(", ");
+    match ty {
+        Some(t) => match produced.iter().find(|k| k.type_name == t) {
+            Some(k) => Ok(vec![k.clone()]),
+            None => Err(Error::plan(
+                label,
+                format!("input '{slot}' = \"{value}\": step '{producer}' produces no '{t}' (it produces: {})", list(produced)),
+            )),
+        },
+        None if all_at_label || produced.len() == 1 => Ok(produced.clone()),
+        None => Err(Error::plan(
+            label,
+            format!("ambiguous input '{slot}' = \"{value}\": step '{producer}' produces {}; write \"{producer}:TYPE\"", list(produced)),
+        )),
+    }
+}
+
+/// Validates a plan against the registry: step types, backends, parameters, inputs,
+/// labels and cycles. Every error names the step's label and the offending key or value.
+pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
+    // Labels, types, backends, parameters.
+    let mut seen = BTreeSet::new();
+    let mut staged = Vec::new();
+    for s in &spec.steps {
+        if !seen.insert(s.label.as_str()) {
+            return Err(Error::plan(&s.label, "duplicate label: another step of this plan has the same label"));
+        }
+        let t = registry.get(&s.type_name).ok_or_else(|| {
+            Error::plan(&s.label, format!("unknown step type '{}' (`quiver steps` lists the catalogue)", s.type_name))
+        })?;
+        let backend = match &s.backend {
+            None => Backend::Cpu,
+            Some(b) => b.parse::<Backend>().map_err(|m| Error::plan(&s.label, format!("backend: {m}")))?,
+        };
+        if !t.backends.contains(&backend) {
+            return Err(Error::plan(
+                &s.label,
+                format!(
+                    "backend '{backend}' is not implemented by step type '{}' (it has: {})",
+                    t.name,
+                    t.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        let (inputs, params): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            s.keys.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(k, _)| t.signature.inputs.iter().any(|i| &i.name == k));
+        let params = Params::resolve(&s.label, &t.params, &params)?;
+        staged.push((s, t, backend, inputs, params));
+    }
+
+    // Outputs of every label, and producers of every type.
+    let outputs: HashMap<&str, Vec<ProductKey>> = staged
+        .iter()
+        .map(|(s, t, ..)| (s.label.as_str(), t.signature.outputs.iter().map(|o| ProductKey::new(o, &s.label)).collect()))
+        .collect();
+    let mut producers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (s, t, ..) in &staged {
+        for o in &t.signature.outputs {
+            producers.entry(o.as_str()).or_default().push(s.label.as_str());
+        }
+    }
+
+    // Inputs.
+    let mut resolved = Vec::new();
+    for (s, t, backend, given, params) in staged {
+        let mut inputs = BTreeMap::new();
+        for slot in &t.signature.inputs {
+            let keys = match given.get(&slot.name) {
+                Some(toml::Value::String(v)) if !slot.many => {
+                    resolve_named(&s.label, &slot.name, slot.product_type.as_deref(), v, &outputs, false)?
+                }
+                Some(toml::Value::Array(vs)) if slot.many => {
+                    let mut keys = Vec::new();
+                    for v in vs {
+                        let v = v.as_str().ok_or_else(|| {
+                            Error::plan(&s.label, format!("input '{}' must list labels as strings, got {v}", slot.name))
+                        })?;
+                        keys.extend(resolve_named(&s.label, &slot.name, slot.product_type.as_deref(), v, &outputs, true)?);
+                    }
+                    keys
+                }
+                Some(v) => {
+                    let what = if slot.many { "a list of labels" } else { "a label (string)" };
+                    return Err(Error::plan(&s.label, format!("input '{}' must be {what}, got {v}", slot.name)));
+                }
+                None => {
+                    let candidates: Vec<&str> = match &slot.product_type {
+                        Some(ty) => producers.get(ty.as_str()).cloned().unwrap_or_default(),
+                        None => Vec::new(),
+                    };
+                    let candidates: Vec<&str> = candidates.into_iter().filter(|l| *l != s.label).collect();
+                    let ty = slot.product_type.as_deref().unwrap_or("any");
+                    match candidates.as_slice() {
+                        [one] => vec![ProductKey::new(ty, *one)],
+                        [] if slot.optional => Vec::new(),
+                        [] => {
+                            return Err(Error::plan(
+                                &s.label,
+                                if slot.product_type.is_some() {
+                                    format!("missing input '{}': no step of this plan produces '{ty}'", slot.name)
+                                } else {
+                                    format!("missing input '{}': name the producing step(s) by label", slot.name)
+                                },
+                            ))
+                        }
+                        many => {
+                            return Err(Error::plan(
+                                &s.label,
+                                format!(
+                                    "ambiguous input '{}': {} steps produce '{ty}' ({}); name one with {} = \"LABEL\"",
+                                    slot.name,
+                                    many.len(),
+                                    many.join(", "),
+                                    slot.name
+                                ),
+                            ))
+                        }
+                    }
+                }
+            };
+            inputs.insert(slot.name.clone(), keys);
+        }
+        resolved.push(ResolvedStep {
+            label: s.label.clone(),
+            type_name: t.name.to_string(),
+            backend,
+            params,
+            inputs,
+            outputs: outputs[s.label.as_str()].clone(),
+        });
+    }
+
+    // Execution order: topological, ties broken by plan order.
+    let index: HashMap<&str, usize> = resolved.iter().enumerate().map(|(i, s)| (s.label.as_str(), i)).collect();
+    let deps: Vec<BTreeSet<usize>> = resolved
+        .iter()
+        .map(|s| s.inputs.values().flatten().map(|k| index[k.label.as_str()]).collect())
+        .collect();
+    let mut done = vec![false; resolved.len()];
+    let mut order = Vec::with_capacity(resolved.len());
+    while order.len() < resolved.len() {
+        let next = (0..resolved.len()).find(|&i| !done[i] && deps[i].iter().all(|&d| done[d]));
+        match next {
+            Some(i) => {
+                done[i] = true;
+                order.push(i);
+            }
+            None => {
+                let stuck: Vec<&str> = (0..resolved.len()).filter(|&i| !done[i]).map(|i| resolved[i].label.as_str()).collect();
+                return Err(Error::plan(stuck[0], format!("cycle: steps {} consume each other's products", stuck.join(" -> "))));
+            }
+        }
+    }
+    let mut slots: Vec<Option<ResolvedStep>> = resolved.into_iter().map(Some).collect();
+    let steps = order.into_iter().map(|i| slots[i].take().expect("each once")).collect();
+    Ok(ResolvedPlan { run: spec.run.clone(), steps })
+}
+
+impl ResolvedPlan {
+    /// The resolved plan as text: order, backends, inputs, outputs, parameters.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        for (i, st) in self.steps.iter().enumerate() {
+            let _ = writeln!(s, "{:>2}. {} ({}, {})", i + 1, st.label, st.type_name, st.backend);
+            for (slot, keys) in &st.inputs {
+                let _ = writeln!(s, "      {slot} <- {}", keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "));
+            }
+            for k in &st.outputs {
+                let _ = writeln!(s, "      -> {k}");
+            }
+            let params: Vec<String> = st.params.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            if !params.is_empty() {
+                let _ = writeln!(s, "      {}", params.join(", "));
+            }
+        }
+        s
+    }
+
+    /// Builds every step for one job, in execution order.
+    pub fn build(&self, registry: &Registry, job: Arc<JobContext>) -> Result<Vec<Box<dyn Step>>> {
+        self.steps
+            .iter()
+            .map(|st| {
+                let t = registry.get(&st.type_name).expect("validated");
+                let cfg = StepConfig {
+                    label: st.label.clone(),
+                    type_name: st.type_name.clone(),
+                    backend: st.backend,
+                    params: st.params.clone(),
+                    inputs: st.inputs.clone(),
+                    outputs: st.outputs.clone(),
+                    job: job.clone(),
+                };
+                (t.build)(&cfg).map_err(|e| match e {
+                    Error::Plan { .. } => e,
+                    other => Error::plan(&st.label, other.to_string()),
+                })
+            })
+            .collect()
+    }
+}

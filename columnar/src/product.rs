@@ -1,0 +1,232 @@
+//! Products: one Arrow `RecordBatch` for all events of an event batch plus per-event offsets.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::{Array, RecordBatch, UInt32Array};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{Field, Schema, SchemaRef};
+
+use crate::error::{Error, Result};
+
+/// Schema metadata key holding the product's schema (= product type) name.
+pub const SCHEMA_NAME_KEY: &str = "quiver.schema";
+/// Schema metadata key holding the schema version.
+pub const SCHEMA_VERSION_KEY: &str = "quiver.schema_version";
+/// Name of the event-number column that outputs and Python views add.
+pub const EVENT_COLUMN: &str = "event";
+
+/// A product's identity in a job: its type (the schema name) and the label of the step
+/// that published it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProductKey {
+    pub type_name: String,
+    pub label: String,
+}
+
+impl ProductKey {
+    /// A key.
+    pub fn new(type_name: impl Into<String>, label: impl Into<String>) -> Self {
+        ProductKey { type_name: type_name.into(), label: label.into() }
+    }
+}
+
+impl fmt::Display for ProductKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.label, self.type_name)
+    }
+}
+
+/// A named, versioned product schema.
+///
+/// ```
+/// use arrow_schema::{DataType, Field};
+/// use quiver_columnar::product::{product_schema, schema_name};
+/// let s = product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)]);
+/// assert_eq!(schema_name(&s), Some("floats"));
+/// ```
+pub fn product_schema(name: &str, version: u32, fields: Vec<Field>) -> SchemaRef {
+    let metadata = HashMap::from([
+        (SCHEMA_NAME_KEY.to_string(), name.to_string()),
+        (SCHEMA_VERSION_KEY.to_string(), version.to_string()),
+    ]);
+    Arc::new(Schema::new_with_metadata(fields, metadata))
+}
+
+/// The schema name stored in a schema's metadata.
+pub fn schema_name(schema: &Schema) -> Option<&str> {
+    schema.metadata().get(SCHEMA_NAME_KEY).map(String::as_str)
+}
+
+/// An immutable product. Cloning shares the buffers (reference counted).
+#[derive(Clone, Debug)]
+pub struct Product {
+    batch: RecordBatch,
+    offsets: OffsetBuffer<i32>,
+}
+
+impl Product {
+    /// A product from a batch whose schema carries a name and version
+    /// ([`product_schema`]) and per-event offsets (`n_events + 1` entries, the last equal to
+    /// the row count).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use arrow_array::{Float32Array, RecordBatch};
+    /// use arrow_buffer::OffsetBuffer;
+    /// use arrow_schema::{DataType, Field};
+    /// use quiver_columnar::product::{product_schema, Product};
+    /// let schema = product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)]);
+    /// let batch = RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0]))]).unwrap();
+    /// let p = Product::new(batch, OffsetBuffer::from_lengths([2, 0, 1])).unwrap();
+    /// assert_eq!(p.n_events(), 3);
+    /// assert_eq!(p.event_rows(2), 2..3);
+    /// ```
+    pub fn new(batch: RecordBatch, offsets: OffsetBuffer<i32>) -> Result<Self> {
+        let name = schema_name(batch.schema_ref())
+            .ok_or_else(|| Error::data(format!("product schema has no '{SCHEMA_NAME_KEY}' metadata")))?;
+        let rows = offsets.last().copied().unwrap_or(0) as usize;
+        if rows != batch.num_rows() || offsets[0] != 0 {
+            return Err(Error::data(format!(
+                "product '{name}': offsets span rows {}..{rows} but the batch has {} rows",
+                offsets[0],
+                batch.num_rows()
+            )));
+        }
+        Ok(Product { batch, offsets })
+    }
+
+    /// A product from a batch and the row count of each event.
+    pub fn from_lengths(batch: RecordBatch, lengths: impl IntoIterator<Item = usize>) -> Result<Self> {
+        Self::new(batch, OffsetBuffer::from_lengths(lengths))
+    }
+
+    /// The product type (schema name).
+    pub fn type_name(&self) -> &str {
+        schema_name(self.batch.schema_ref()).unwrap_or_default()
+    }
+    /// The schema version.
+    pub fn schema_version(&self) -> u32 {
+        self.batch.schema_ref().metadata().get(SCHEMA_VERSION_KEY).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+    /// All rows of all events.
+    pub fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+    /// Per-event row offsets.
+    pub fn offsets(&self) -> &OffsetBuffer<i32> {
+        &self.offsets
+    }
+    /// Events covered.
+    pub fn n_events(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    /// Rows of event `i` (0-based within the batch).
+    pub fn event_rows(&self, i: usize) -> Range<usize> {
+        self.offsets[i] as usize..self.offsets[i + 1] as usize
+    }
+    /// The rows of event `i` as a zero-copy slice.
+    pub fn event(&self, i: usize) -> RecordBatch {
+        let r = self.event_rows(i);
+        self.batch.slice(r.start, r.len())
+    }
+    /// The event (index within the batch) that row `row` belongs to.
+    pub fn event_of_row(&self, row: usize) -> usize {
+        self.offsets.partition_point(|&o| o as usize <= row) - 1
+    }
+    /// Bytes of the buffers the product references.
+    pub fn nbytes(&self) -> usize {
+        self.batch.columns().iter().map(|c| c.get_buffer_memory_size()).sum::<usize>()
+            + self.offsets.inner().inner().len()
+    }
+    /// An `event` column (absolute event numbers from `first_event`), one entry per row.
+    pub fn event_column(&self, first_event: u64) -> UInt32Array {
+        let mut v = crate::pool::global().vec::<u32>(self.batch.num_rows());
+        for (i, w) in self.offsets.windows(2).enumerate() {
+            let ev = (first_event + i as u64) as u32;
+            for _ in w[0]..w[1] {
+                v.push(ev);
+            }
+        }
+        UInt32Array::new(v.into_scalar_buffer(), None)
+    }
+    /// The batch with the `event` column first: how outputs and Python see a product.
+    /// Shares every product column; only the event column is new.
+    pub fn with_event_column(&self, first_event: u64) -> Result<RecordBatch> {
+        let schema = self.batch.schema();
+        let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new(EVENT_COLUMN, arrow_schema::DataType::UInt32, false))];
+        fields.extend(schema.fields().iter().cloned());
+        let mut columns: Vec<Arc<dyn Array>> = vec![Arc::new(self.event_column(first_event))];
+        columns.extend(self.batch.columns().iter().cloned());
+        let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
+
+/// Offsets from per-event lengths, in pooled memory.
+pub fn offsets_from_lengths(lengths: impl IntoIterator<Item = usize>) -> OffsetBuffer<i32> {
+    let it = lengths.into_iter();
+    let mut v = crate::pool::global().vec::<i32>(it.size_hint().0 + 1);
+    let mut acc = 0i32;
+    v.push(0);
+    for l in it {
+        acc += l as i32;
+        v.push(acc);
+    }
+    // SAFETY: monotonically increasing from 0 by construction.
+    unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(v.into_buffer())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Float32Array;
+    use arrow_schema::DataType;
+
+    fn floats(values: Vec<f32>, lengths: &[usize]) -> Product {
+        let schema = product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)]);
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(values))]).unwrap();
+        Product::from_lengths(batch, lengths.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn event_lookup() {
+        let p = floats(vec![1.0, 2.0, 3.0, 4.0], &[2, 0, 2]);
+        assert_eq!(p.event_of_row(0), 0);
+        assert_eq!(p.event_of_row(1), 0);
+        assert_eq!(p.event_of_row(2), 2);
+        assert_eq!(p.event(2).num_rows(), 2);
+        let ev = p.event_column(10);
+        assert_eq!(ev.values().as_ref(), &[10, 10, 12, 12]);
+    }
+
+    #[test]
+    fn with_event_column_shares_buffers() {
+        let p = floats(vec![1.0, 2.0], &[1, 1]);
+        let b = p.with_event_column(0).unwrap();
+        assert_eq!(b.schema().field(0).name(), "event");
+        let before = p.batch().column(0).to_data().buffers()[0].as_ptr();
+        let after = b.column(1).to_data().buffers()[0].as_ptr();
+        assert_eq!(before, after);
+    }
+
+    #[test]
+    fn rejects_unnamed_schema_and_bad_offsets() {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Float32, false)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(vec![1.0]))]).unwrap();
+        let e = Product::from_lengths(batch, [1]).unwrap_err().to_string();
+        assert!(e.contains("quiver.schema"), "{e}");
+        let p = floats(vec![1.0], &[1]);
+        let e = Product::from_lengths(p.batch().clone(), [2]).unwrap_err().to_string();
+        assert!(e.contains("offsets span rows 0..2 but the batch has 1 rows"), "{e}");
+    }
+
+    #[test]
+    fn offsets_from_lengths_matches_arrow() {
+        let a = offsets_from_lengths([3, 0, 5]);
+        let b = OffsetBuffer::<i32>::from_lengths([3, 0, 5]);
+        assert_eq!(a.as_ref(), b.as_ref());
+    }
+}

@@ -1,0 +1,304 @@
+//! Step types, their registry, and the interface a step implements.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::conditions::Conditions;
+use crate::error::{Error, Result};
+use crate::params::{ParamSpec, Params};
+use crate::product::{Product, ProductKey};
+
+/// Where a step's implementation runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Backend {
+    /// Rust on the host, parallelised with rayon.
+    Cpu,
+    /// CUDA kernels through cudarc.
+    Gpu,
+    /// Python code in an embedded interpreter.
+    Python,
+}
+
+impl Backend {
+    /// Every backend the framework knows.
+    pub const ALL: [Backend; 3] = [Backend::Cpu, Backend::Gpu, Backend::Python];
+    /// The name used in plans.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Gpu => "gpu",
+            Backend::Python => "python",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Backend::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            format!("unknown backend '{s}' (known: {})", Backend::ALL.map(|b| b.name()).join(", "))
+        })
+    }
+}
+
+/// An input slot of a step type: the plan names the producing label(s) under `name`.
+#[derive(Clone, Debug)]
+pub struct InputSpec {
+    /// The plan key, e.g. `input`.
+    pub name: String,
+    /// The product type consumed; `None` accepts any type (compare, outputs).
+    pub product_type: Option<String>,
+    /// A list of labels rather than one.
+    pub many: bool,
+    /// May be left out when no producer exists.
+    pub optional: bool,
+    pub doc: String,
+}
+
+impl InputSpec {
+    /// One product of `product_type`; may be omitted in the plan when exactly one step
+    /// produces that type.
+    pub fn one(name: &str, product_type: &str, doc: &str) -> Self {
+        InputSpec { name: name.into(), product_type: Some(product_type.into()), many: false, optional: false, doc: doc.into() }
+    }
+    /// One product of any type, named by label (or `label:type`).
+    pub fn any(name: &str, doc: &str) -> Self {
+        InputSpec { name: name.into(), product_type: None, many: false, optional: false, doc: doc.into() }
+    }
+    /// A list of products of any type, named by label (or `label:type`).
+    pub fn many(name: &str, doc: &str) -> Self {
+        InputSpec { name: name.into(), product_type: None, many: true, optional: false, doc: doc.into() }
+    }
+}
+
+/// What a step consumes and produces, once its parameters are known.
+#[derive(Clone, Debug, Default)]
+pub struct Signature {
+    pub inputs: Vec<InputSpec>,
+    /// Product types published under the step's label.
+    pub outputs: Vec<String>,
+}
+
+/// A registered step type.
+#[derive(Clone)]
+pub struct StepType {
+    pub name: &'static str,
+    /// One line.
+    pub doc: &'static str,
+    pub params: Vec<ParamSpec>,
+    /// Consumes/produces; for most types independent of the parameters.
+    pub signature: Signature,
+    /// Backends with an implementation.
+    pub backends: Vec<Backend>,
+    /// Builds the step for one job (after the whole plan validated).
+    pub build: fn(&StepConfig) -> Result<Box<dyn Step>>,
+}
+
+impl fmt::Debug for StepType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepType").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// What every step sees of the job: directories and conditions.
+#[derive(Clone, Debug, Default)]
+pub struct JobContext {
+    /// The input dataset, if any.
+    pub input: Option<PathBuf>,
+    /// Where outputs go.
+    pub output: PathBuf,
+    pub conditions: Conditions,
+}
+
+/// Everything a step type needs to build one step: label, backend, parameters, resolved
+/// input and output keys, and the job context. One constructor signature for all steps.
+#[derive(Clone, Debug)]
+pub struct StepConfig {
+    pub label: String,
+    pub type_name: String,
+    pub backend: Backend,
+    pub params: Params,
+    /// Resolved product keys per input slot.
+    pub inputs: BTreeMap<String, Vec<ProductKey>>,
+    /// Keys this step publishes.
+    pub outputs: Vec<ProductKey>,
+    pub job: Arc<JobContext>,
+}
+
+impl StepConfig {
+    /// The single product key of input slot `name`.
+    pub fn input(&self, name: &str) -> Result<ProductKey> {
+        match self.inputs.get(name).map(Vec::as_slice) {
+            Some([k]) => Ok(k.clone()),
+            _ => Err(Error::plan(&self.label, format!("input '{name}' is not resolved to exactly one product"))),
+        }
+    }
+    /// All product keys of input slot `name` (empty when omitted and optional).
+    pub fn inputs(&self, name: &str) -> &[ProductKey] {
+        self.inputs.get(name).map(Vec::as_slice).unwrap_or(&[])
+    }
+    /// A plan error about this step's parameter `key`, for checks a type cannot express.
+    pub fn param_error(&self, key: &str, msg: impl fmt::Display) -> Error {
+        Error::plan(&self.label, format!("parameter '{key}': {msg}"))
+    }
+}
+
+/// The products of one event batch, as a step sees them.
+pub struct EventBatch {
+    first_event: u64,
+    n_events: usize,
+    products: HashMap<ProductKey, Arc<Product>>,
+    /// Keys the running step may publish (its label and declared types).
+    allowed: Vec<ProductKey>,
+}
+
+impl EventBatch {
+    /// An empty batch of events `first_event..first_event + n_events`.
+    pub fn new(first_event: u64, n_events: usize) -> Self {
+        EventBatch { first_event, n_events, products: HashMap::new(), allowed: Vec::new() }
+    }
+    /// First event number (absolute).
+    pub fn first_event(&self) -> u64 {
+        self.first_event
+    }
+    /// Events in the batch.
+    pub fn n_events(&self) -> usize {
+        self.n_events
+    }
+    /// The events of the batch, absolute.
+    pub fn events(&self) -> std::ops::Range<u64> {
+        self.first_event..self.first_event + self.n_events as u64
+    }
+    /// A product by key; shared, never copied.
+    pub fn get(&self, key: &ProductKey) -> Result<Arc<Product>> {
+        self.products.get(key).cloned().ok_or_else(|| Error::data(format!("product {key} is not in the event batch")))
+    }
+    /// All products, by key.
+    pub fn products(&self) -> impl Iterator<Item = (&ProductKey, &Arc<Product>)> {
+        self.products.iter()
+    }
+    /// Publishes a product under the running step's label. Its type must be one the step
+    /// declared, it must cover exactly this batch's events, and it cannot be replaced.
+    pub fn put(&mut self, product: Product) -> Result<()> {
+        let key = self
+            .allowed
+            .iter()
+            .find(|k| k.type_name == product.type_name())
+            .cloned()
+            .ok_or_else(|| {
+                Error::data(format!(
+                    "product of type '{}' was not declared by the step (declared: {})",
+                    product.type_name(),
+                    self.allowed.iter().map(|k| k.type_name.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+        if product.n_events() != self.n_events {
+            return Err(Error::data(format!(
+                "product {key} covers {} events but the batch has {}",
+                product.n_events(),
+                self.n_events
+            )));
+        }
+        if self.products.contains_key(&key) {
+            return Err(Error::data(format!("product {key} was already published")));
+        }
+        self.products.insert(key, Arc::new(product));
+        Ok(())
+    }
+    /// Sets the keys the next step may publish (the executor calls this).
+    pub fn set_allowed(&mut self, keys: &[ProductKey]) {
+        self.allowed.clear();
+        self.allowed.extend_from_slice(keys);
+    }
+    /// Drops a product (the executor calls this once no later step needs it).
+    pub fn remove(&mut self, key: &ProductKey) -> Option<Arc<Product>> {
+        self.products.remove(key)
+    }
+}
+
+/// A step of a plan, built once per job and shared by all workers.
+pub trait Step: Send + Sync {
+    /// Processes one event batch: reads products, publishes new ones.
+    fn process(&self, batch: &mut EventBatch) -> Result<()>;
+    /// How many events the step can provide (input sources), if it knows.
+    fn n_events(&self) -> Option<u64> {
+        None
+    }
+    /// Called once at the end of the job, after the last batch, with whether the job
+    /// succeeded. Returns an optional report for the run summary.
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(None)
+    }
+}
+
+/// The catalogue of step types.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    types: BTreeMap<&'static str, StepType>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The framework's own step types: outputs and the toy/example steps.
+    pub fn with_builtin() -> Self {
+        let mut r = Self::new();
+        crate::output::register(&mut r);
+        crate::toy::register(&mut r);
+        crate::compare::register(&mut r);
+        r
+    }
+    /// Adds a step type (replacing one of the same name).
+    pub fn add(&mut self, t: StepType) {
+        self.types.insert(t.name, t);
+    }
+    /// A step type by name.
+    pub fn get(&self, name: &str) -> Option<&StepType> {
+        self.types.get(name)
+    }
+    /// All step types in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &StepType> {
+        self.types.values()
+    }
+
+    /// The catalogue as text: every type with its backends, inputs, outputs and parameters.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        for t in self.iter() {
+            let _ = writeln!(s, "{}  [{}]\n    {}", t.name, t.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", "), t.doc);
+            for i in &t.signature.inputs {
+                let ty = i.product_type.as_deref().unwrap_or("any");
+                let _ = writeln!(
+                    s,
+                    "    input  {:<18} {}{}{}  {}",
+                    i.name,
+                    if i.many { "list of " } else { "" },
+                    ty,
+                    if i.optional { " (optional)" } else { "" },
+                    i.doc
+                );
+            }
+            for o in &t.signature.outputs {
+                let _ = writeln!(s, "    output {o}");
+            }
+            for p in &t.params {
+                let d = p.default.as_ref().map(|d| d.to_string()).unwrap_or_else(|| "(required)".into());
+                let _ = writeln!(s, "    param  {:<18} {:<10} = {:<12} {}", p.name, p.kind.to_string(), d, p.doc);
+            }
+            s.push('\n');
+        }
+        s
+    }
+}

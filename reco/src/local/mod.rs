@@ -1,0 +1,1 @@
+//! Local reconstruction: raw FED data → digis → clusters → rec hits.

@@ -1,0 +1,1 @@
+//! Pixel tracks and primary vertices: CA doublets and ntuplets, fits, quality, vertices.

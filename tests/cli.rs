@@ -1,0 +1,245 @@
+//! Command-line tests: every bad-plan case with its message, the toy workflow end to end,
+//! determinism across thread counts and batch sizes, and failed jobs' outputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use arrow_array::{Array, Float32Array, RecordBatch, UInt32Array};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+fn quiver(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quiver")).args(args).output().expect("runs quiver")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn write_plan(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("plan.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// `quiver plan check` fails with exactly this message, and so does `quiver run`.
+fn assert_plan_error(text: &str, expected: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), text);
+    for args in [vec!["plan", "check"], vec!["run", "--no-progress", "--events", "1"]] {
+        let mut a = args.clone();
+        a.push(plan.to_str().unwrap());
+        let o = quiver(&a);
+        assert!(!o.status.success(), "{a:?} should fail");
+        assert_eq!(o.status.code(), Some(1), "no panic (exit 101) for {a:?}");
+        assert_eq!(stderr(&o).trim(), format!("error: plan error: {expected}"), "for {a:?}");
+    }
+}
+
+const NUMBERS: &str = "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = 10\n";
+
+#[test]
+fn unknown_step_type() {
+    assert_plan_error(
+        "[[step]]\nlabel = \"x\"\ntype = \"sqaure\"\n",
+        "step 'x': unknown step type 'sqaure' (`quiver steps` lists the catalogue)",
+    );
+}
+
+#[test]
+fn unknown_parameter() {
+    assert_plan_error(
+        &format!("{NUMBERS}colour = \"red\"\n"),
+        "step 'numbers': unknown parameter 'colour' (known: count, seed, low, high)",
+    );
+}
+
+#[test]
+fn parameter_of_the_wrong_type() {
+    assert_plan_error(
+        "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = \"many\"\n",
+        "step 'numbers': parameter 'count' must be integer, got \"many\" (string)",
+    );
+    assert_plan_error(
+        &format!("{NUMBERS}[[step]]\nlabel = \"sq\"\ntype = \"square\"\nmethod = \"cube\"\n"),
+        "step 'sq': parameter 'method' = \"cube\" is not one of \"multiply\", \"powi\"",
+    );
+}
+
+#[test]
+fn missing_input() {
+    assert_plan_error(
+        "[[step]]\nlabel = \"sq\"\ntype = \"square\"\n",
+        "step 'sq': missing input 'input': no step of this plan produces 'floats'",
+    );
+    assert_plan_error(
+        &format!("{NUMBERS}[[step]]\nlabel = \"sq\"\ntype = \"square\"\ninput = \"nummbers\"\n"),
+        "step 'sq': input 'input' = \"nummbers\": no step of this plan has label 'nummbers'",
+    );
+}
+
+#[test]
+fn ambiguous_input() {
+    assert_plan_error(
+        &format!("{NUMBERS}[[step]]\nlabel = \"more\"\ntype = \"random_floats\"\n[[step]]\nlabel = \"sq\"\ntype = \"square\"\n"),
+        "step 'sq': ambiguous input 'input': 2 steps produce 'floats' (numbers, more); name one with input = \"LABEL\"",
+    );
+}
+
+#[test]
+fn cycle() {
+    assert_plan_error(
+        "[[step]]\nlabel = \"a\"\ntype = \"square\"\ninput = \"b\"\n[[step]]\nlabel = \"b\"\ntype = \"square\"\ninput = \"a\"\n",
+        "step 'a': cycle: steps a -> b consume each other's products",
+    );
+}
+
+#[test]
+fn duplicate_label() {
+    assert_plan_error(
+        &format!("{NUMBERS}{NUMBERS}"),
+        "step 'numbers': duplicate label: another step of this plan has the same label",
+    );
+}
+
+#[test]
+fn backend_not_implemented_and_unknown_backend() {
+    assert_plan_error(
+        &format!("{NUMBERS}[[step]]\nlabel = \"sq\"\ntype = \"square\"\nbackend = \"gpu\"\n"),
+        "step 'sq': backend 'gpu' is not implemented by step type 'square' (it has: cpu)",
+    );
+    assert_plan_error(
+        &format!("{NUMBERS}[[step]]\nlabel = \"sq\"\ntype = \"square\"\nbackend = \"tpu\"\n"),
+        "step 'sq': backend: unknown backend 'tpu' (known: cpu, gpu, python)",
+    );
+}
+
+#[test]
+fn malformed_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, expected) in [
+        ("[[step]]\ntype = \"square\"\n", "step #1 has no 'label'"),
+        ("[[step]]\nlabel = \"a b\"\ntype = \"square\"\n", "step 'a b': a label may hold only letters, digits, '_' and '-'"),
+        ("[run]\nthreds = 2\n[[step]]\nlabel = \"a\"\ntype = \"square\"\n", "unknown field `threds`"),
+        ("[run]\nthreads = 2\n", "the plan has no [[step]]"),
+        ("[[step]]\nlabel = \"a\"\ntype = \"square\"\ninput = 3\n", "step 'a': input 'input' must be a label (string), got 3"),
+        ("[[step]\n", "TOML parse error"),
+    ] {
+        let plan = write_plan(dir.path(), text);
+        let o = quiver(&["plan", "check", plan.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{text}");
+        assert!(stderr(&o).contains(expected), "{text}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn plan_check_prints_the_resolved_plan() {
+    let o = quiver(&["plan", "check", "plans/examples/square.toml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("valid, 5 steps"), "{out}");
+    assert!(out.contains(" 1. numbers (random_floats, cpu)"), "{out}");
+    assert!(out.contains("input <- numbers:floats"), "{out}");
+    assert!(out.contains("products <- numbers:floats, squared:floats"), "{out}");
+}
+
+#[test]
+fn steps_lists_the_catalogue() {
+    let o = quiver(&["steps"]);
+    let out = stdout(&o);
+    for needle in ["random_floats  [cpu]", "param  count", "= 1000", "values per event", "write_parquet", "compare", "input  input"] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+}
+
+fn read_parquet(path: &Path) -> (Vec<u32>, Vec<f32>, usize) {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    let groups = builder.metadata().num_row_groups();
+    let (mut ev, mut val) = (Vec::new(), Vec::new());
+    for b in builder.build().unwrap() {
+        let b: RecordBatch = b.unwrap();
+        ev.extend(b.column(0).as_any().downcast_ref::<UInt32Array>().unwrap().values().iter());
+        val.extend(b.column(1).as_any().downcast_ref::<Float32Array>().unwrap().values().iter());
+    }
+    (ev, val, groups)
+}
+
+#[test]
+fn toy_workflow_is_deterministic_for_any_threads_and_batch_size() {
+    let mut results = Vec::new();
+    for (threads, batch) in [(1, 16), (2, 16), (2, 7), (1, 1), (2, 100)] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let o = quiver(&[
+            "run", "plans/examples/square.toml", "--no-progress", "--events", "50",
+            "--threads", &threads.to_string(), "--batch-size", &batch.to_string(), "--output", out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains("events 50"), "{text}");
+        assert!(text.contains("compared squared:floats with squared_powi:floats: 50000 rows, 0 differences"), "{text}");
+        assert!(text.contains("pool:") && text.contains("throughput"), "{text}");
+        let (ev, sq, groups) = read_parquet(&out.join("floats.squared.parquet"));
+        let (ev2, x, _) = read_parquet(&out.join("floats.numbers.parquet"));
+        assert_eq!(groups, 50usize.div_ceil(batch), "one row group per batch");
+        assert_eq!(ev.len(), 50_000);
+        assert!(ev.windows(2).all(|w| w[0] <= w[1]), "rows ordered by event");
+        assert_eq!(ev, ev2);
+        assert!(x.iter().zip(&sq).all(|(a, b)| a * a == *b));
+        let leftovers: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+        results.push(sq.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    }
+    assert!(results.windows(2).all(|w| w[0] == w[1]), "bit-identical for every threads/batch-size");
+}
+
+#[test]
+fn strict_compare_fails_the_job_with_event_row_and_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let plan = write_plan(
+        dir.path(),
+        &format!(
+            "{NUMBERS}[[step]]\nlabel = \"sq\"\ntype = \"square\"\n[[step]]\nlabel = \"w\"\ntype = \"write_parquet\"\nproducts = [\"numbers\"]\n\
+             [[step]]\nlabel = \"check\"\ntype = \"compare\"\na = \"numbers\"\nb = \"sq\"\n"
+        ),
+    );
+    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "20", "--threads", "2", "--batch-size", "4", "--output", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: step 'check' failed on events 0..4: numbers:floats and sq:floats differ at event 0, row 0, column 'value': "),
+        "{err}"
+    );
+    // The output of the failed job is kept, but never under the name of a complete file.
+    assert!(!out.join("floats.numbers.parquet").exists());
+    // The writer ran before the failing compare on batch 0, so that batch is kept.
+    let (ev, _, _) = read_parquet(&out.join("floats.numbers.parquet.partial"));
+    assert_eq!(&ev[..40], &[0u32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]);
+
+    // Non-strict: the job succeeds and reports the count per column.
+    std::fs::write(&plan, std::fs::read_to_string(&plan).unwrap() + "strict = false\ntolerance = 2.0\n").unwrap();
+    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "20", "--output", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("compared numbers:floats with sq:floats: 200 rows, 0 differences"), "{}", stdout(&o));
+}
+
+#[test]
+fn events_are_required_without_a_source_that_knows() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), NUMBERS);
+    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no step knows how many events there are: give --events N"), "{}", stderr(&o));
+}
+
+#[test]
+fn missing_plan_file_is_named() {
+    let o = quiver(&["plan", "check", "no/such/plan.toml"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("error: no/such/plan.toml: "), "{}", stderr(&o));
+}

@@ -1,0 +1,29 @@
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def quiver_bin():
+    """The quiver binary built by `cargo test` (scripts/test.sh passes its path)."""
+    path = os.environ.get("QUIVER_BIN") or shutil.which("quiver")
+    if not path or not pathlib.Path(path).exists():
+        pytest.fail("set QUIVER_BIN to the quiver binary (scripts/test.sh does)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def square_run(quiver_bin, tmp_path_factory):
+    """Output directory of the toy plan run over 40 events in batches of 16."""
+    out = tmp_path_factory.mktemp("square")
+    subprocess.run(
+        [quiver_bin, "run", str(ROOT / "plans/examples/square.toml"), "--events", "40",
+         "--batch-size", "16", "--threads", "2", "--no-progress", "--output", str(out)],
+        check=True, capture_output=True, text=True,
+    )
+    return out
