@@ -1,0 +1,878 @@
+//! FED framing and raw-word unpacking (spec §B.0–B.1; reference `SiPixelRawToClusterCUDA.cc`,
+//! `ErrorChecker.cc`, `RawToDigi_kernel`).
+//!
+//! Two phases, as in the reference: first every FED's 64-bit framing is checked and its
+//! payload appended to one word stream; then every 32-bit word is decoded into one digi slot.
+//! Framing errors therefore precede word errors in [`RawDigis::errors`].
+//!
+//! The reference trusts its input; this port never reads out of bounds. Where the reference
+//! would read outside its buffers or tables we stop and report, with the extension codes of
+//! [`error_type`] (≥ 100) or the CMSSW codes 35/36 for impossible link/ROC fields.
+
+use quiver_datasets::conditions::{CablingMap, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
+
+use super::{LocalError, INVALID_MODULE, MAX_FED_WORDS, MAX_NUM_MODULES};
+
+/// Error codes stored in [`PixelError::error_type`]. 25–40 are the CMSSW codes the reference
+/// produces; 100+ are our extensions for damage the reference cannot survive.
+pub mod error_type {
+    /// Invalid ROC (ROC field 25), counted only if the link's ROC 1 is cabled.
+    pub const INVALID_ROC: u8 = 25;
+    /// Gap word.
+    pub const GAP: u8 = 26;
+    /// Dummy word.
+    pub const DUMMY: u8 = 27;
+    /// FIFO nearly full.
+    pub const FIFO_NEARLY_FULL: u8 = 28;
+    /// Channel timeout.
+    pub const TIMEOUT: u8 = 29;
+    /// TBM error trailer (state bits ≠ 1).
+    pub const TBM_TRAILER: u8 = 30;
+    /// Event number error.
+    pub const EVENT_NUMBER: u8 = 31;
+    /// Header source id differs from the FED id (processing continues).
+    pub const SOURCE_ID: u8 = 32;
+    /// A trailer lacks the 0xA marker (the trailer scan stops there).
+    pub const TRAILER_MARKER: u8 = 33;
+    /// Trailer fragment length ≠ buffer length (processing continues).
+    pub const FRAGMENT_LENGTH: u8 = 34;
+    /// Link (channel) field outside 1..48 (extension of the reference, which reads garbage).
+    pub const INVALID_CHANNEL: u8 = 35;
+    /// ROC field 0 or 9..24, or an uncounted 25 (extension; the reference reads garbage).
+    pub const INVALID_ROC_ID: u8 = 36;
+    /// Invalid dcol/pxid or row/col.
+    pub const INVALID_PIXEL: u8 = 37;
+    /// CRC-modified bit set in the last word: the whole FED is dropped.
+    pub const CRC_MODIFIED: u8 = 39;
+    /// TBM trailer with overflow state bits.
+    pub const TBM_OVERFLOW: u8 = 40;
+    /// A header lacks the 0x5 marker (the reference silently skips the word as a header).
+    pub const HEADER_MARKER: u8 = 101;
+    /// Buffer size not a multiple of 8: the trailing bytes are ignored.
+    pub const SIZE_NOT_MULTIPLE_OF_8: u8 = 102;
+    /// FED id outside 1200..1349: the FED is skipped.
+    pub const FED_ID_OUT_OF_RANGE: u8 = 103;
+    /// Headers and trailers overlap or run off the buffer: the FED is skipped.
+    pub const FRAMING_OVERLAP: u8 = 104;
+    /// The payload would exceed the event's word capacity: the FED is skipped.
+    pub const WORD_CAPACITY: u8 = 105;
+}
+
+/// The reference's `dummyDetId` for errors not attributable to a module.
+pub const DUMMY_DET_ID: u32 = 0xffff_ffff;
+
+/// Parameters of the raw-to-digi step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawToDigiConfig {
+    /// Skip ROCs flagged in `CablingMap::bad_rocs` (`useQuality`). Default `true`.
+    pub use_quality: bool,
+    /// Capacity of the event's word stream, in 32-bit words (`MAX_FED_WORDS`). A FED whose
+    /// payload would overflow it is skipped with error 105. Default 300 000.
+    pub max_words: usize,
+}
+
+impl Default for RawToDigiConfig {
+    fn default() -> Self {
+        Self { use_quality: true, max_words: MAX_FED_WORDS }
+    }
+}
+
+/// One decoding error (`PixelErrorCompact` plus the FED-level errors of `ErrorChecker`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PixelError {
+    /// Full FED id (e.g. 1200), also for word errors (the reference stores `fed − 1200`).
+    pub fed: u32,
+    /// The offending word: the 32-bit data word, or the 64-bit framing word for FED-level
+    /// errors (0 when the damage is not a word, e.g. a bad size).
+    pub word: u64,
+    /// DetId of the module, or [`DUMMY_DET_ID`].
+    pub raw_id: u32,
+    /// One of [`error_type`].
+    pub error_type: u8,
+}
+
+/// Unpacked digis of one event: one entry per 32-bit payload word.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RawDigis {
+    /// Module row 0..159 (0 for invalid words).
+    pub xx: Vec<u16>,
+    /// Module column 0..415.
+    pub yy: Vec<u16>,
+    /// Raw ADC (8 bit).
+    pub adc: Vec<u16>,
+    /// detIndex, or [`INVALID_MODULE`] for zero, error, skipped and undecodable words.
+    pub module_ind: Vec<u16>,
+    /// DetId (0 for invalid words).
+    pub raw_id: Vec<u32>,
+    /// `row | col << 11 | min(adc, 1023) << 22` (0 for invalid words).
+    pub pdigi: Vec<u32>,
+    /// Payload word count (`nDigis`): includes error and padding words.
+    pub n_digis: u32,
+    /// Framing errors (FED order) followed by word errors (word order).
+    pub errors: Vec<PixelError>,
+}
+
+// Raw data word layout (spec §B.1).
+const ADC_MASK: u32 = 0xff;
+const PXID_SHIFT: u32 = 8;
+const PXID_MASK: u32 = 0xff;
+const DCOL_SHIFT: u32 = 16;
+const DCOL_MASK: u32 = 0x1f;
+const ROC_SHIFT: u32 = 21;
+const ROC_MASK: u32 = 0x1f;
+const LINK_SHIFT: u32 = 26;
+const LINK_MASK: u32 = 0x3f;
+const L1_ROW_SHIFT: u32 = 8;
+const L1_ROW_MASK: u32 = 0x7f;
+const L1_COL_SHIFT: u32 = 15;
+const L1_COL_MASK: u32 = 0x3f;
+/// ROC fields below this are pixel data (the reference's `maxROCIndex`).
+const MAX_ROC_INDEX: u32 = 8;
+
+/// Unpack the FED buffers of one event (`(fed id, bytes)` in processing order, normally
+/// ascending fed id) into digis.
+///
+/// Never panics and never reads outside its inputs: damaged FEDs are reported in
+/// [`RawDigis::errors`] and the other FEDs are still unpacked. Returns an error only if the
+/// cabling map itself is inconsistent (wrong table sizes, or a connected entry reached by the
+/// data with a module id ≥ 2000 other than 9999, or a ROC position ≥ 16).
+///
+/// ```
+/// use quiver_reco::local::raw_to_digis::{raw_to_digis, RawToDigiConfig, error_type};
+/// use quiver_datasets::conditions::{CablingMap, CABLING_MAX_SIZE};
+/// let n = CABLING_MAX_SIZE;
+/// let cabling = CablingMap {
+///     fed: vec![0; n], link: vec![0; n], roc: vec![0; n], raw_id: vec![9999; n],
+///     roc_in_det: vec![0; n], module_id: vec![9999; n], bad_rocs: vec![1; n],
+///     mod_to_unp: vec![1; n], size: 0,
+/// };
+/// // A FED of 3 bytes: not even one 64-bit word.
+/// let out = raw_to_digis(&[(1200, &[1u8, 2, 3][..])], &cabling, &RawToDigiConfig::default()).unwrap();
+/// assert_eq!(out.n_digis, 0);
+/// assert_eq!(out.errors[0].error_type, error_type::SIZE_NOT_MULTIPLE_OF_8);
+/// ```
+pub fn raw_to_digis(
+    feds: &[(u32, &[u8])],
+    cabling: &CablingMap,
+    cfg: &RawToDigiConfig,
+) -> Result<RawDigis, LocalError> {
+    check_cabling(cabling)?;
+    let mut errors = Vec::new();
+
+    // Phase 1: framing. Each accepted FED contributes (fed, first payload byte, n words).
+    let mut payloads: Vec<(u32, usize, usize, &[u8])> = Vec::with_capacity(feds.len());
+    let mut n_words_total = 0usize;
+    for &(fed, bytes) in feds {
+        if let Some((start, n32)) = frame_fed(fed, bytes, &mut errors) {
+            if n32 > cfg.max_words.saturating_sub(n_words_total) {
+                errors.push(fed_error(fed, 0, error_type::WORD_CAPACITY));
+                continue;
+            }
+            payloads.push((fed, start, n32, bytes));
+            n_words_total += n32;
+        }
+    }
+
+    // Phase 2: word decoding.
+    let mut out = RawDigis {
+        xx: Vec::with_capacity(n_words_total),
+        yy: Vec::with_capacity(n_words_total),
+        adc: Vec::with_capacity(n_words_total),
+        module_ind: Vec::with_capacity(n_words_total),
+        raw_id: Vec::with_capacity(n_words_total),
+        pdigi: Vec::with_capacity(n_words_total),
+        n_digis: n_words_total as u32,
+        errors,
+    };
+    for &(fed, start, n32, bytes) in &payloads {
+        let fed_idx = fed - FED_ID_MIN; // range-checked by frame_fed
+        for w in bytes[start..start + 4 * n32].chunks_exact(4) {
+            let ww = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            let d = decode_word(fed, fed_idx, ww, cabling, cfg, &mut out.errors)?;
+            out.xx.push(d.row);
+            out.yy.push(d.col);
+            out.adc.push(d.adc);
+            out.module_ind.push(d.module);
+            out.raw_id.push(d.raw_id);
+            out.pdigi.push(d.pdigi);
+        }
+    }
+    Ok(out)
+}
+
+fn check_cabling(c: &CablingMap) -> Result<(), LocalError> {
+    let lens = [
+        ("cabling.fed", c.fed.len()),
+        ("cabling.link", c.link.len()),
+        ("cabling.roc", c.roc.len()),
+        ("cabling.raw_id", c.raw_id.len()),
+        ("cabling.roc_in_det", c.roc_in_det.len()),
+        ("cabling.module_id", c.module_id.len()),
+        ("cabling.bad_rocs", c.bad_rocs.len()),
+        ("cabling.mod_to_unp", c.mod_to_unp.len()),
+    ];
+    for (name, got) in lens {
+        if got != CABLING_MAX_SIZE {
+            return Err(LocalError::ConditionsSize { name, got, expected: CABLING_MAX_SIZE });
+        }
+    }
+    Ok(())
+}
+
+fn fed_error(fed: u32, word: u64, t: u8) -> PixelError {
+    PixelError { fed, word, raw_id: DUMMY_DET_ID, error_type: t }
+}
+
+fn word64(bytes: &[u8], i: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Checks one FED's framing (spec §B.0). Returns the payload's first byte and its length in
+/// 32-bit words, or `None` if the FED contributes nothing.
+fn frame_fed(fed: u32, bytes: &[u8], errors: &mut Vec<PixelError>) -> Option<(usize, usize)> {
+    // The pilot-blade FED is skipped silently, as in the reference.
+    if fed == 40 {
+        return None;
+    }
+    if !(FED_ID_MIN..FED_ID_MIN + MAX_FED).contains(&fed) {
+        errors.push(fed_error(fed, 0, error_type::FED_ID_OUT_OF_RANGE));
+        return None;
+    }
+    if !bytes.len().is_multiple_of(8) {
+        errors.push(fed_error(fed, bytes.len() as u64, error_type::SIZE_NOT_MULTIPLE_OF_8));
+    }
+    let n_words = bytes.len() / 8;
+    if n_words == 0 {
+        return None;
+    }
+
+    // CRC-modified bit of the last word drops the whole FED.
+    let last = word64(bytes, n_words - 1);
+    if (last >> 2) & 1 != 0 {
+        errors.push(fed_error(fed, last, error_type::CRC_MODIFIED));
+        return None;
+    }
+
+    // Headers, from the front, while "more headers" is set. A word without the start marker
+    // still counts as a header and ends the scan (reference behaviour), reported here.
+    let mut header = 0usize;
+    loop {
+        let h = word64(bytes, header);
+        let sourceid = h as u32;
+        let eventid = (h >> 32) as u32;
+        if (eventid >> 28) & 0xf != 0x5 {
+            errors.push(fed_error(fed, h, error_type::HEADER_MARKER));
+            break;
+        }
+        if (sourceid >> 8) & 0xfff != fed {
+            errors.push(fed_error(fed, h, error_type::SOURCE_ID));
+        }
+        if (sourceid >> 3) & 1 == 0 {
+            break;
+        }
+        if header + 1 >= n_words {
+            errors.push(fed_error(fed, h, error_type::FRAMING_OVERLAP));
+            return None;
+        }
+        header += 1;
+    }
+
+    // Trailers, from the back, while "more trailers" is set; a bad marker stops the scan and
+    // the failing word bounds the payload.
+    let mut trailer = n_words - 1;
+    loop {
+        let t = word64(bytes, trailer);
+        let conscheck = t as u32;
+        let eventsize = (t >> 32) as u32;
+        if (eventsize >> 28) & 0xf != 0xa {
+            errors.push(fed_error(fed, t, error_type::TRAILER_MARKER));
+            break;
+        }
+        if (eventsize & 0x00ff_ffff) as usize != n_words {
+            errors.push(fed_error(fed, t, error_type::FRAGMENT_LENGTH));
+        }
+        if (conscheck >> 3) & 1 == 0 {
+            break;
+        }
+        if trailer == 0 {
+            errors.push(fed_error(fed, t, error_type::FRAMING_OVERLAP));
+            return None;
+        }
+        trailer -= 1;
+    }
+
+    if trailer <= header {
+        // Header and trailer are the same word or cross: no payload to read.
+        errors.push(fed_error(fed, 0, error_type::FRAMING_OVERLAP));
+        return None;
+    }
+    // Payload in whole 64-bit words, so its 32-bit length is always even.
+    Some((8 * (header + 1), 2 * (trailer - header - 1)))
+}
+
+struct Decoded {
+    row: u16,
+    col: u16,
+    adc: u16,
+    module: u16,
+    raw_id: u32,
+    pdigi: u32,
+}
+
+const INVALID: Decoded = Decoded { row: 0, col: 0, adc: 0, module: INVALID_MODULE, raw_id: 0, pdigi: 0 };
+
+/// Cabling index for a fed byte, link 1..48 and ROC 1..8 (`conditions::cabling_index`).
+fn cab_index(fed_idx: u32, link: u32, roc: u32) -> Option<usize> {
+    if (1..=MAX_LINK).contains(&link) && (1..=MAX_ROC).contains(&roc) && fed_idx < MAX_FED {
+        Some((fed_idx * MAX_LINK * MAX_ROC + (link - 1) * MAX_ROC + (roc - 1)) as usize)
+    } else {
+        None
+    }
+}
+
+/// `checkROC`: the error type of an error word (ROC field ≥ 25), or 0 for data.
+fn check_roc(ww: u32, fed_idx: u32, link: u32, cabling: &CablingMap) -> u8 {
+    let t = (ww >> ROC_SHIFT) & ROC_MASK;
+    match t {
+        25 => {
+            // Counted only when the cabling knows ROC 1 of this link (as the reference,
+            // the test is skipped for the very first entry and for entries past `size`).
+            if let Some(i) = cab_index(fed_idx, link, 1) {
+                if i > 0 && i < cabling.size as usize && !(cabling.link[i] == link && cabling.roc[i] == 1) {
+                    return 0;
+                }
+            }
+            25
+        }
+        26..=29 | 31 => t as u8,
+        30 => {
+            // TBM trailer: state bits 1 mean overflow (40), 8 the ROC count (30).
+            if (ww >> 8) & 0xf == 1 {
+                error_type::TBM_OVERFLOW
+            } else {
+                error_type::TBM_TRAILER
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// `getErrRawID`: the module an error word belongs to, or [`DUMMY_DET_ID`].
+fn err_raw_id(fed_idx: u32, ww: u32, t: u8, cabling: &CablingMap) -> u32 {
+    let lookup = |link: u32, roc: u32| -> u32 {
+        match cab_index(fed_idx, link, roc) {
+            Some(i) if cabling.raw_id[i] != 9999 => cabling.raw_id[i],
+            _ => DUMMY_DET_ID,
+        }
+    };
+    let link = (ww >> LINK_SHIFT) & LINK_MASK;
+    match t {
+        25 | 30 | 31 | 36 | 40 => lookup(link, 1),
+        29 => {
+            // Timeout: the channel is encoded as one-hot-ish data bits and a block number.
+            let bit = |s: u32| ((ww >> s) & 1) as i32;
+            let local_ch = bit(0) + 2 * bit(1) + 3 * bit(2) + 4 * bit(3) + 5 * bit(4);
+            let block = ((ww >> 8) & 0x7) as i32;
+            let chan = if block % 2 == 0 { (block / 2) * 9 + local_ch } else { ((block - 1) / 2) * 9 + 4 + local_ch };
+            if !(1..=36).contains(&chan) {
+                return DUMMY_DET_ID;
+            }
+            lookup(chan as u32, 1)
+        }
+        37 | 38 => lookup(link, (ww >> ROC_SHIFT) & ROC_MASK),
+        _ => DUMMY_DET_ID,
+    }
+}
+
+/// Decodes one 32-bit word (`RawToDigi_kernel` body).
+fn decode_word(
+    fed: u32,
+    fed_idx: u32,
+    ww: u32,
+    cabling: &CablingMap,
+    cfg: &RawToDigiConfig,
+    errors: &mut Vec<PixelError>,
+) -> Result<Decoded, LocalError> {
+    if ww == 0 {
+        return Ok(INVALID); // padding / noise marker
+    }
+    let link = (ww >> LINK_SHIFT) & LINK_MASK;
+    let roc = (ww >> ROC_SHIFT) & ROC_MASK;
+    let mut push = |raw_id: u32, t: u8| errors.push(PixelError { fed, word: ww as u64, raw_id, error_type: t });
+
+    let etype = check_roc(ww, fed_idx, link, cabling);
+    if roc >= MAX_ROC_INDEX && etype != 0 {
+        push(err_raw_id(fed_idx, ww, etype, cabling), etype);
+        return Ok(INVALID);
+    }
+    // Fields the reference would use to index outside the link's 8 ROCs.
+    if !(1..=MAX_LINK).contains(&link) {
+        push(DUMMY_DET_ID, error_type::INVALID_CHANNEL);
+        return Ok(INVALID);
+    }
+    let Some(index) = cab_index(fed_idx, link, roc) else {
+        if roc == 25 {
+            // An invalid-ROC word on an uncabled link: the reference does not count it.
+            return Ok(INVALID);
+        }
+        push(err_raw_id(fed_idx, ww, error_type::INVALID_ROC_ID, cabling), error_type::INVALID_ROC_ID);
+        return Ok(INVALID);
+    };
+
+    if cfg.use_quality && cabling.bad_rocs[index] != 0 {
+        return Ok(INVALID);
+    }
+    if cabling.mod_to_unp[index] != 0 {
+        return Ok(INVALID);
+    }
+    let raw_id = cabling.raw_id[index];
+    let roc_in_det = cabling.roc_in_det[index];
+    let module_id = cabling.module_id[index];
+    if roc_in_det >= 16 || (module_id as usize >= MAX_NUM_MODULES && module_id != INVALID_MODULE as u32) {
+        return Err(LocalError::BadCabling { index, module_id, roc_in_det });
+    }
+
+    let barrel = (raw_id >> 25) & 0x7 == 1;
+    let (layer, side) = if barrel {
+        let module = (raw_id >> 2) & 0x3ff;
+        ((raw_id >> 20) & 0xf, if module < 5 { -1 } else { 1 })
+    } else {
+        let panel = (raw_id >> 10) & 0x3;
+        (0, if panel == 1 { -1 } else { 1 })
+    };
+
+    let (lr, lc) = if layer == 1 {
+        let col = (ww >> L1_COL_SHIFT) & L1_COL_MASK;
+        let row = (ww >> L1_ROW_SHIFT) & L1_ROW_MASK;
+        if !(row < 80 && col < 52) {
+            push(raw_id, error_type::INVALID_PIXEL);
+            return Ok(INVALID);
+        }
+        (row, col)
+    } else {
+        let dcol = (ww >> DCOL_SHIFT) & DCOL_MASK;
+        let pxid = (ww >> PXID_SHIFT) & PXID_MASK;
+        if !(dcol < 26 && (2..162).contains(&pxid)) {
+            push(raw_id, error_type::INVALID_PIXEL);
+            return Ok(INVALID);
+        }
+        (80 - pxid / 2, dcol * 2 + pxid % 2)
+    };
+
+    let (row, col) = frame_conversion(barrel, side, layer, roc_in_det, lr, lc);
+    let adc = ww & ADC_MASK;
+    Ok(Decoded {
+        row: row as u16,
+        col: col as u16,
+        adc: adc as u16,
+        module: module_id as u16,
+        raw_id,
+        pdigi: row | (col << 11) | (adc.min(1023) << 22),
+    })
+}
+
+/// ROC-local (row < 80, col < 52) → module pixel, for `roc_in_det` < 16 (checked with the
+/// cabling). Orientation B: barrel −z outside layer 1, and all FPix; A otherwise.
+fn frame_conversion(barrel: bool, side: i32, layer: u32, roc_in_det: u32, lr: u32, lc: u32) -> (u32, u32) {
+    let orientation_b = !barrel || (side == -1 && layer != 1);
+    if orientation_b {
+        if roc_in_det < 8 {
+            (lr, (8 - roc_in_det) * 52 - 1 - lc)
+        } else {
+            (159 - lr, (roc_in_det - 8) * 52 + lc)
+        }
+    } else if roc_in_det < 8 {
+        (159 - lr, roc_in_det * 52 + lc)
+    } else {
+        (lr, (16 - roc_in_det) * 52 - 1 - lc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_type as et;
+    use super::*;
+    use crate::local::test_support::*;
+    use proptest::prelude::*;
+
+    fn run(feds: &[(u32, Vec<u8>)]) -> RawDigis {
+        let refs: Vec<(u32, &[u8])> = feds.iter().map(|(f, b)| (*f, b.as_slice())).collect();
+        raw_to_digis(&refs, test_cabling(), &RawToDigiConfig::default()).unwrap()
+    }
+
+    fn types(d: &RawDigis) -> Vec<u8> {
+        d.errors.iter().map(|e| e.error_type).collect()
+    }
+
+    /// Random pixels on every test module (L1 ±z, L2 ±z, L4, FPix panels) survive
+    /// encode → decode, which checks the frame conversion in both orientations.
+    #[test]
+    fn round_trip_all_orientations() {
+        let mut rng = SplitMix(7);
+        let mut pixels = Vec::new();
+        for m in test_modules() {
+            for _ in 0..300 {
+                let (row, col, adc) = (rng.below(160) as u32, rng.below(416) as u32, 1 + rng.below(255) as u32);
+                pixels.push((m.det_index, row, col, adc));
+            }
+        }
+        // Corner pixels of every ROC quadrant.
+        for m in test_modules() {
+            for &(r, c) in &[(0, 0), (159, 415), (79, 51), (80, 52), (0, 415), (159, 0), (79, 208), (80, 207)] {
+                pixels.push((m.det_index, r, c, 9));
+            }
+        }
+        let feds = encode_event(&pixels);
+        let d = run(&feds);
+        assert!(d.errors.is_empty(), "{:?}", d.errors);
+        let valid: Vec<(u16, u32, u32, u32)> = (0..d.n_digis as usize)
+            .filter(|&i| d.module_ind[i] != INVALID_MODULE)
+            .map(|i| (d.module_ind[i], d.xx[i] as u32, d.yy[i] as u32, d.adc[i] as u32))
+            .collect();
+        // encode_event keeps the pixel order within a FED and FEDs ascending.
+        let mut expected = pixels.clone();
+        expected.sort_by_key(|p| module(p.0).fed);
+        assert_eq!(valid, expected);
+        for i in 0..d.n_digis as usize {
+            if d.module_ind[i] != INVALID_MODULE {
+                let m = module(d.module_ind[i]);
+                assert_eq!(d.raw_id[i], m.raw_id);
+                assert_eq!(d.pdigi[i], d.xx[i] as u32 | (d.yy[i] as u32) << 11 | (d.adc[i] as u32) << 22);
+            }
+        }
+        let n: usize = feds.iter().map(|(_, b)| b.len() / 4 - 4).sum();
+        assert_eq!(d.n_digis as usize, n);
+        assert_eq!(d.xx.len(), n);
+    }
+
+    fn err_word(link: u32, roc: u32, low: u32) -> u32 {
+        (link << 26) | (roc << 21) | low
+    }
+
+    #[test]
+    fn every_error_word_type() {
+        let m3 = module(3); // FED 1200, links 1-2, L1
+        let m100 = module(100); // FED 1200, links 5-6, L2
+        let words = vec![
+            err_word(m3.base_link, 25, 0),
+            err_word(m3.base_link, 26, 0),
+            err_word(m3.base_link, 27, 0),
+            err_word(m3.base_link, 28, 0),
+            err_word(0, 29, 0b1), // timeout: block 0, channel 1
+            err_word(m100.base_link, 30, 8 << 8),
+            err_word(m100.base_link, 30, 1 << 8), // overflow → 40
+            err_word(m100.base_link, 31, 0),
+            err_word(m100.base_link, 1, 0 << 8),          // pxid 0 → 37
+            err_word(m100.base_link, 1, (26 << 16) | (4 << 8)), // dcol 26 → 37
+            err_word(m3.base_link, 1, 80 << 8),           // L1 row 80 → 37
+            err_word(0, 1, 4 << 8),                       // link 0 → 35
+            err_word(m100.base_link, 0, 4 << 8),          // ROC 0 → 36
+            err_word(m100.base_link, 12, 4 << 8),         // ROC 12 → 36
+            encode_pixel(&m100, 10, 20, 30),              // one good pixel
+        ];
+        let d = run(&[(1200, build_fed(1200, &words))]);
+        assert_eq!(types(&d), vec![25, 26, 27, 28, 29, 30, 40, 31, 37, 37, 37, 35, 36, 36]);
+        let raw = |i: usize| d.errors[i].raw_id;
+        assert_eq!(raw(0), m3.raw_id); // 25: link's ROC 1
+        assert_eq!(raw(1), DUMMY_DET_ID); // 26: no module
+        assert_eq!(raw(4), m3.raw_id); // 29: channel 1 = link 1
+        assert_eq!(raw(5), m100.raw_id);
+        assert_eq!(raw(6), m100.raw_id);
+        assert_eq!(raw(8), m100.raw_id); // 37 carries the pixel's module
+        assert_eq!(raw(10), m3.raw_id);
+        assert_eq!(raw(11), DUMMY_DET_ID);
+        assert!(d.errors.iter().all(|e| e.fed == 1200));
+        assert_eq!(d.errors[0].word, words[0] as u64);
+        // Error words occupy digi slots but are invalid; the pixel decodes.
+        assert_eq!(d.n_digis, 16);
+        let valid: Vec<usize> = (0..16).filter(|&i| d.module_ind[i] != INVALID_MODULE).collect();
+        assert_eq!(valid, vec![14]);
+        assert_eq!((d.xx[14], d.yy[14], d.adc[14]), (10, 20, 30));
+    }
+
+    #[test]
+    fn invalid_roc_25_not_counted_on_uncabled_link() {
+        let mut c = test_cabling().clone();
+        let i = quiver_datasets::conditions::cabling_index(1200, 30, 1);
+        c.link[i] = 0; // the cabling does not know ROC 1 of link 30
+        let fed = build_fed(1200, &[err_word(30, 25, 0), err_word(29, 25, 0)]);
+        let d = raw_to_digis(&[(1200, &fed[..])], &c, &RawToDigiConfig::default()).unwrap();
+        assert_eq!(types(&d), vec![25]);
+        assert_eq!(d.errors[0].word, err_word(29, 25, 0) as u64);
+    }
+
+    #[test]
+    fn bad_and_unpacked_rocs_are_skipped() {
+        let m = module(107);
+        let w = encode_pixel(&m, 100, 10, 50);
+        let mut c = test_cabling().clone();
+        let link = (w >> 26) & 0x3f;
+        let roc = (w >> 21) & 0x1f;
+        c.bad_rocs[quiver_datasets::conditions::cabling_index(m.fed, link, roc)] = 1;
+        let fed = build_fed(m.fed, &[w]);
+        let d = raw_to_digis(&[(m.fed, &fed[..])], &c, &RawToDigiConfig::default()).unwrap();
+        assert_eq!(d.module_ind[0], INVALID_MODULE);
+        let no_q = RawToDigiConfig { use_quality: false, ..Default::default() };
+        let d = raw_to_digis(&[(m.fed, &fed[..])], &c, &no_q).unwrap();
+        assert_eq!(d.module_ind[0], 107);
+        assert!(d.errors.is_empty());
+    }
+
+    fn set_word(buf: &mut [u8], i: usize, f: impl Fn(u64) -> u64) {
+        let v = f(u64::from_le_bytes(buf[8 * i..8 * i + 8].try_into().unwrap()));
+        buf[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    /// Each framing fault is reported; a damaged FED never stops the others.
+    #[test]
+    fn fed_framing_faults() {
+        let good_pix = encode_pixel(&module(1201), 5, 6, 7); // FED 1201
+        let good = build_fed(1201, &[good_pix]);
+        let base = build_fed(1200, &[encode_pixel(&module(100), 1, 2, 3), encode_pixel(&module(100), 4, 5, 6)]);
+        let last = base.len() / 8 - 1;
+        let check = |bad: Vec<u8>, want: &[u8], payload_words: u32| {
+            let d = run(&[(1200, bad), (1201, good.clone())]);
+            assert_eq!(types(&d), want);
+            assert_eq!(d.n_digis, payload_words + 2, "payload of the damaged FED + 2 of the good one");
+            let n = d.n_digis as usize;
+            assert_eq!((d.module_ind[n - 2], d.xx[n - 2]), (1201, 5), "good FED still decoded");
+        };
+        // CRC-modified bit: FED dropped.
+        let mut b = base.clone();
+        set_word(&mut b, last, |w| w | 4);
+        check(b, &[et::CRC_MODIFIED], 0);
+        // Source id differs: reported, decoded.
+        let mut b = base.clone();
+        set_word(&mut b, 0, |w| (w & !(0xfff << 8)) | (1300 << 8));
+        check(b, &[et::SOURCE_ID], 2);
+        // Header marker missing: reported, that word still counts as the header.
+        let mut b = base.clone();
+        set_word(&mut b, 0, |w| w & !(0xf << 60));
+        check(b, &[et::HEADER_MARKER], 2);
+        // Trailer marker missing: reported; the bad word bounds the payload.
+        let mut b = base.clone();
+        set_word(&mut b, last, |w| w & !(0xf << 60));
+        check(b, &[et::TRAILER_MARKER], 2);
+        // Fragment length wrong.
+        let mut b = base.clone();
+        set_word(&mut b, last, |w| (w & !(0xff_ffff << 32)) | (7 << 32));
+        check(b, &[et::FRAGMENT_LENGTH], 2);
+        // Size not a multiple of 8: trailing bytes dropped, then the trailer is the wrong word.
+        let mut b = base.clone();
+        b.extend_from_slice(&[1, 2, 3]);
+        check(b, &[et::SIZE_NOT_MULTIPLE_OF_8], 2);
+        let mut b = base.clone();
+        b.truncate(b.len() - 3);
+        let d = run(&[(1200, b), (1201, good.clone())]);
+        assert_eq!(&types(&d)[..2], &[et::SIZE_NOT_MULTIPLE_OF_8, et::TRAILER_MARKER]);
+        // A single word: header and trailer coincide.
+        check(base[..8].to_vec(), &[et::TRAILER_MARKER, et::FRAMING_OVERLAP], 0);
+        // More-headers bit on every word: headers run off the buffer.
+        let mut b = base.clone();
+        for i in 0..=last {
+            set_word(&mut b, i, |w| (w & !(0xf << 60)) | (0x5 << 60) | 8 | (1200 << 8));
+        }
+        let d = run(&[(1200, b), (1201, good.clone())]);
+        assert!(types(&d).contains(&et::FRAMING_OVERLAP));
+        // More-trailers bit everywhere: trailers run off the front.
+        let mut b = base.clone();
+        for i in 0..=last {
+            set_word(&mut b, i, |w| (w & !(0xf << 60)) | (0xa << 60) | 8);
+        }
+        let d = run(&[(1200, b), (1201, good.clone())]);
+        assert!(types(&d).contains(&et::FRAMING_OVERLAP));
+        // Empty FED: nothing to do, nothing wrong.
+        check(Vec::new(), &[], 0);
+        // FED id out of range: skipped.
+        let d = run(&[(1350, base.clone()), (1199, base.clone()), (1201, good.clone())]);
+        assert_eq!(types(&d), vec![et::FED_ID_OUT_OF_RANGE, et::FED_ID_OUT_OF_RANGE]);
+        assert_eq!(d.n_digis, 2);
+        // Capacity: the FED that does not fit is skipped.
+        let small = RawToDigiConfig { max_words: 3, ..Default::default() };
+        let refs = [(1200, &base[..]), (1201, &good[..])];
+        let d = raw_to_digis(&refs, test_cabling(), &small).unwrap();
+        assert_eq!(types(&d), vec![et::WORD_CAPACITY]);
+        assert_eq!(d.n_digis, 2);
+    }
+
+    #[test]
+    fn bad_cabling_is_an_error() {
+        let mut c = test_cabling().clone();
+        c.raw_id.pop();
+        assert!(matches!(
+            raw_to_digis(&[], &c, &RawToDigiConfig::default()),
+            Err(LocalError::ConditionsSize { name: "cabling.raw_id", .. })
+        ));
+        let m = module(107);
+        let w = encode_pixel(&m, 100, 10, 50);
+        let mut c = test_cabling().clone();
+        let i = quiver_datasets::conditions::cabling_index(m.fed, (w >> 26) & 0x3f, (w >> 21) & 0x1f);
+        c.roc_in_det[i] = 16;
+        let fed = build_fed(m.fed, &[w]);
+        assert!(matches!(
+            raw_to_digis(&[(m.fed, &fed[..])], &c, &RawToDigiConfig::default()),
+            Err(LocalError::BadCabling { .. })
+        ));
+    }
+
+    /// A valid event of random pixels on random test modules, as FED buffers.
+    fn random_event(rng: &mut SplitMix) -> Vec<(u32, Vec<u8>)> {
+        let mods = test_modules();
+        let n = rng.below(40) as usize;
+        let pixels: Vec<_> = (0..n)
+            .map(|_| {
+                let m = &mods[rng.below(mods.len() as u64) as usize];
+                (m.det_index, rng.below(160) as u32, rng.below(416) as u32, rng.below(256) as u32)
+            })
+            .collect();
+        let mut feds = encode_event(&pixels);
+        if rng.below(4) == 0 {
+            feds.push((1200 + rng.below(2) as u32, Vec::new()));
+        }
+        feds
+    }
+
+    /// Applies one of several kinds of damage; returns the error types it must produce.
+    fn mutate(rng: &mut SplitMix, feds: &mut Vec<(u32, Vec<u8>)>, kind: u8) -> Vec<u8> {
+        if feds.is_empty() {
+            feds.push((1200, build_fed(1200, &[])));
+        }
+        let k = rng.below(feds.len() as u64) as usize;
+        let buf = &mut feds[k].1;
+        match kind {
+            0 => {
+                // truncate at any byte
+                let at = rng.below(buf.len() as u64 + 1) as usize;
+                buf.truncate(at);
+                if !at.is_multiple_of(8) { vec![et::SIZE_NOT_MULTIPLE_OF_8] } else { vec![] }
+            }
+            1 => {
+                // flip random bits anywhere
+                for _ in 0..=rng.below(8) {
+                    if !buf.is_empty() {
+                        let i = rng.below(buf.len() as u64) as usize;
+                        buf[i] ^= 1 << rng.below(8);
+                    }
+                }
+                vec![]
+            }
+            2 => {
+                // garbage 32-bit words inside the payload
+                let n = buf.len() / 4;
+                if n > 4 {
+                    for _ in 0..=rng.below(6) {
+                        let i = 2 + rng.below(n as u64 - 4) as usize;
+                        buf[4 * i..4 * i + 4].copy_from_slice(&(rng.next() as u32).to_le_bytes());
+                    }
+                }
+                vec![]
+            }
+            3 => {
+                // wrong fragment length in the trailer
+                if buf.len() >= 16 {
+                    let l = buf.len() - 8;
+                    let v = u64::from_le_bytes(buf[l..].try_into().unwrap());
+                    let bad = (buf.len() / 8) as u64 + 1 + rng.below(1000);
+                    let v = (v & !(0xff_ffff << 32)) | (bad << 32);
+                    buf[l..].copy_from_slice(&v.to_le_bytes());
+                    vec![et::FRAGMENT_LENGTH]
+                } else {
+                    vec![]
+                }
+            }
+            4 => {
+                // CRC-modified bit
+                if buf.len() >= 8 {
+                    let l = buf.len() / 8 * 8 - 8;
+                    buf[l] |= 4;
+                    vec![et::CRC_MODIFIED]
+                } else {
+                    vec![]
+                }
+            }
+            5 => {
+                // entirely random bytes and a random FED id
+                let n = rng.below(200) as usize;
+                *buf = (0..n).map(|_| rng.next() as u8).collect();
+                feds[k].0 = rng.below(1500) as u32;
+                vec![]
+            }
+            6 => {
+                // empty FED
+                buf.clear();
+                vec![]
+            }
+            _ => {
+                // append garbage words after the trailer
+                for _ in 0..=rng.below(5) {
+                    buf.extend_from_slice(&(rng.next() as u32).to_le_bytes());
+                }
+                vec![]
+            }
+        }
+    }
+
+    fn chain_conditions() -> crate::local::LocalConditions<'static> {
+        use std::sync::OnceLock;
+        static G: OnceLock<quiver_datasets::conditions::GainCalibration> = OnceLock::new();
+        static C: OnceLock<quiver_datasets::conditions::CpeParams> = OnceLock::new();
+        static B: quiver_datasets::conditions::BeamSpot = quiver_datasets::conditions::BeamSpot {
+            x: 0.0, y: 0.0, z: 0.0, sigma_z: 0.0, beam_width_x: 0.0, beam_width_y: 0.0,
+            dxdz: 0.0, dydz: 0.0, emittance_x: 0.0, emittance_y: 0.0, beta_star: 0.0,
+        };
+        crate::local::LocalConditions {
+            cabling: test_cabling(),
+            gains: G.get_or_init(|| uniform_gains(30, 12)),
+            cpe: C.get_or_init(simple_cpe),
+            beam_spot: &B,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 100_000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Random and damaged FED buffers never panic, always return consistent columns,
+        /// the damage the decoder can see is reported, and the whole local chain runs on
+        /// the result.
+        #[test]
+        fn damaged_feds_never_panic(seed in any::<u64>(), kind in 0u8..8, twice in any::<bool>()) {
+            let mut rng = SplitMix(seed);
+            let mut feds = random_event(&mut rng);
+            let mut must = mutate(&mut rng, &mut feds, kind);
+            if twice {
+                must.clear();
+                let k2 = rng.below(8) as u8;
+                mutate(&mut rng, &mut feds, k2);
+            }
+            let d = run(&feds);
+            let n = d.n_digis as usize;
+            prop_assert!(n.is_multiple_of(2) && n <= MAX_FED_WORDS);
+            for col in [d.xx.len(), d.yy.len(), d.adc.len(), d.module_ind.len(), d.raw_id.len(), d.pdigi.len()] {
+                prop_assert_eq!(col, n);
+            }
+            for i in 0..n {
+                if d.module_ind[i] != INVALID_MODULE {
+                    prop_assert!(d.xx[i] < 160 && d.yy[i] < 416 && d.adc[i] < 256);
+                    prop_assert!(test_modules().iter().any(|m| m.det_index == d.module_ind[i]));
+                }
+            }
+            let got = types(&d);
+            for t in must {
+                prop_assert!(got.contains(&t), "expected error {} in {:?}", t, got);
+            }
+            prop_assert!(d.errors.iter().all(|e| feds.iter().any(|(f, _)| *f == e.fed)));
+
+            // The rest of the chain accepts whatever the unpacker produced.
+            let refs: Vec<(u32, &[u8])> = feds.iter().map(|(f, b)| (*f, b.as_slice())).collect();
+            let mut cfg = crate::local::LocalConfig::default();
+            if seed % 2 == 1 {
+                cfg.cluster.algorithm = crate::local::ClusterAlgorithm::UnionFind;
+            }
+            let ev = crate::local::reconstruct_event(&refs, &chain_conditions(), &cfg).unwrap();
+            prop_assert_eq!(ev.digis, d);
+            prop_assert_eq!(ev.hits.n_hits, ev.cut.n_clusters);
+        }
+    }
+}
