@@ -1,0 +1,999 @@
+//! The synthetic event generator: pile-up of min-bias-like interactions plus one harder
+//! interaction, helices in a uniform field crossing the pixel modules with multiple scattering,
+//! low-momentum secondaries (loopers), Landau-fluctuated charge drifted and shared between
+//! pixels, thresholds, noise and an 8-bit ADC consistent with the written gains
+//! (`shared/reference/pixel-chain.md` §F.2–F.3).
+//!
+//! Every event draws from its own RNG seeded from `(seed, event index)` only, so the output does
+//! not depend on how events are spread over threads.
+
+use crate::builders::gauss;
+use crate::conditions::{BeamSpot, GainCalibration};
+use crate::geometry::{
+    col_of, col_span, dot, row_of, row_span, Geometry, ModuleGeom, B_FIELD_T, DISK_Z, HALF_X,
+    HALF_Y, BARREL_RADII, BLADES_PER_RING, MODULE_Z_PITCH, PITCH_X, PITCH_Y,
+    RING_RADIUS, THICKNESS,
+};
+use crate::topology::{LADDERS_PER_LAYER, LAYER_START, MODULES_PER_LADDER};
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Gamma, Poisson};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use std::f64::consts::PI;
+
+/// GeV per cm of radius per unit charge: `pT = BFIELD_GEV_PER_CM · R` (3.8112 T).
+pub const BFIELD_GEV_PER_CM: f64 = 0.002_997_924_58 * B_FIELD_T;
+
+/// Process of a truth particle.
+pub mod process {
+    /// From a pp interaction vertex.
+    pub const PRIMARY: u8 = 0;
+    /// Produced in the detector material (δ-rays, conversions): low-momentum electrons.
+    pub const SECONDARY: u8 = 1;
+    /// Pseudo-particle owning the noise pixels of an event.
+    pub const NOISE: u8 = 2;
+}
+
+/// Generator parameters. Units: cm, GeV, electrons.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GeneratorParams {
+    /// Mean number of pile-up interactions (Poisson).
+    pub pileup: f64,
+    /// Charged particles per unit η per min-bias interaction (flat in |η| < `eta_max`).
+    pub dndeta: f64,
+    /// Negative-binomial shape k of the per-interaction multiplicity.
+    pub nbd_k: f64,
+    /// Generated |η| range.
+    pub eta_max: f64,
+    /// Mean charged multiplicity of the hard interaction.
+    pub hard_multiplicity: f64,
+    /// Luminous region σz (cm).
+    pub sigma_z: f64,
+    /// Luminous region transverse σ (cm).
+    pub sigma_xy: f64,
+    /// Probability that a module crossing emits a low-momentum secondary electron.
+    pub secondary_prob: f64,
+    /// Momentum range of secondaries (GeV), log-uniform.
+    pub secondary_p: (f64, f64),
+    /// Gaussian spread (rad, per plane) of the secondary direction around the parent's.
+    pub secondary_angle: f64,
+    /// Maximum turning angle followed per particle (rad); ends loopers.
+    pub max_turning: f64,
+    /// Probability per pixel per event of a noise hit above threshold.
+    pub noise_occupancy: f64,
+    /// Most probable charge of a MIP crossing 285 µm at normal incidence (e).
+    pub mip_mpv: f64,
+    /// Moyal scale relative to the MPV (Landau width).
+    pub landau_width: f64,
+    /// Diffusion σ of the drifting charge (cm).
+    pub diffusion: f64,
+    /// Thresholds (e): BPix L1, L2, L3, L4, FPix.
+    pub thresholds: [f64; 5],
+    /// Gaussian threshold spread (e): barrel, forward.
+    pub threshold_sigma: [f64; 2],
+    /// Pixel noise (e).
+    pub noise: f64,
+    /// Radiation length fraction per barrel / forward layer crossing at normal incidence.
+    pub material: [f64; 2],
+}
+
+impl Default for GeneratorParams {
+    fn default() -> Self {
+        GeneratorParams {
+            pileup: 50.0,
+            dndeta: 5.75,
+            nbd_k: 1.5,
+            eta_max: 3.0,
+            hard_multiplicity: 150.0,
+            sigma_z: 4.0,
+            sigma_xy: 0.0012,
+            secondary_prob: 0.25,
+            secondary_p: (0.015, 0.15),
+            secondary_angle: 0.3,
+            max_turning: 3.0 * PI,
+            noise_occupancy: 2e-6,
+            mip_mpv: 22_000.0,
+            landau_width: 0.1,
+            diffusion: 0.0006,
+            thresholds: [3000.0, 2600.0, 2000.0, 2000.0, 2000.0],
+            threshold_sigma: [245.0, 210.0],
+            noise: 175.0,
+            material: [0.025, 0.03],
+        }
+    }
+}
+
+/// A truth particle.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Particle {
+    /// Index within the event.
+    pub id: u32,
+    pub pdg: i32,
+    pub charge: i8,
+    /// Production momentum (GeV) and direction.
+    pub pt: f32,
+    pub eta: f32,
+    pub phi: f32,
+    /// Production point (cm).
+    pub vx: f32,
+    pub vy: f32,
+    pub vz: f32,
+    /// Transverse impact parameter w.r.t. the z axis (cm), positive when the axis lies outside
+    /// the helix circle.
+    pub d0: f32,
+    /// z at the transverse point of closest approach to the z axis (cm).
+    pub z0: f32,
+    /// `process::PRIMARY`, `SECONDARY` or `NOISE`.
+    pub process: u8,
+    /// Vertex id (primaries) or −1.
+    pub vertex: i32,
+    /// Parent particle id (secondaries) or −1.
+    pub parent: i32,
+}
+
+/// A truth interaction vertex.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Vertex {
+    pub id: u32,
+    pub x: f32,
+    pub y: f32,
+    pub z: f32,
+    pub n_charged: u32,
+    pub is_hard: bool,
+}
+
+/// A particle crossing a module.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimHit {
+    pub module: u16,
+    /// Local position at the module mid-plane (cm), without Lorentz drift.
+    pub lx: f32,
+    pub ly: f32,
+    /// Global position at the mid-plane (cm).
+    pub gx: f32,
+    pub gy: f32,
+    pub gz: f32,
+    pub particle: u32,
+    /// Deposited charge (e).
+    pub charge: f32,
+}
+
+/// One particle's share of a digitised pixel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PixelTruth {
+    pub module: u16,
+    pub row: u16,
+    pub col: u16,
+    pub particle: u32,
+    /// Electrons deposited by this particle (before noise).
+    pub electrons: f32,
+    /// Fraction of the pixel's deposited charge.
+    pub fraction: f32,
+}
+
+/// A digitised pixel above threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Digi {
+    pub module: u16,
+    pub row: u16,
+    pub col: u16,
+    pub adc: u8,
+    /// Charge including noise (e).
+    pub electrons: f32,
+}
+
+/// One generated event: digis sorted by (module, col, row), and the truth.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Event {
+    pub digis: Vec<Digi>,
+    pub particles: Vec<Particle>,
+    pub vertices: Vec<Vertex>,
+    pub simhits: Vec<SimHit>,
+    pub pixel_truth: Vec<PixelTruth>,
+}
+
+/// The per-event RNG: a SplitMix-style hash of (seed, event) seeds xoshiro256++.
+pub fn event_rng(seed: u64, event: u64) -> Xoshiro256PlusPlus {
+    let mut z = seed ^ event.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    Xoshiro256PlusPlus::seed_from_u64(z)
+}
+
+/// Precomputed detector description used by the generator.
+pub struct Generator<'a> {
+    pub params: GeneratorParams,
+    geom: &'a Geometry,
+    gains: &'a GainCalibration,
+    beam_spot: BeamSpot,
+    /// Layer radii of the barrel mid-surfaces.
+    barrel_r: [f64; 4],
+    /// Signed z of the 6 disk mid-planes (layers 4..9).
+    disk_z: [f64; 6],
+    /// Threshold index 0..4 per layer 0..9.
+    thr_index: [usize; 10],
+}
+
+#[derive(Clone, Copy)]
+struct Track {
+    pos: [f64; 3],
+    /// Momentum (GeV).
+    p: [f64; 3],
+    q: f64,
+    mass: f64,
+    id: u32,
+    can_spawn: bool,
+}
+
+/// Helix parameters of a state in the uniform field along +z.
+struct Helix {
+    xc: f64,
+    yc: f64,
+    rho: f64,
+    /// +1 counter-clockwise, −1 clockwise (−q for B along +z).
+    h: f64,
+    phi0: f64,
+    cot: f64,
+    z0: f64,
+    /// Distance of the circle centre from the z axis and its azimuth.
+    cc: f64,
+    alpha: f64,
+}
+
+impl Helix {
+    fn new(t: &Track) -> Helix {
+        let pt = (t.p[0] * t.p[0] + t.p[1] * t.p[1]).sqrt().max(1e-9);
+        let rho = pt / BFIELD_GEV_PER_CM;
+        let h = if t.q > 0.0 { -1.0 } else { 1.0 };
+        let phi0 = t.p[1].atan2(t.p[0]);
+        let (s, c) = phi0.sin_cos();
+        let xc = t.pos[0] - rho * h * s;
+        let yc = t.pos[1] + rho * h * c;
+        Helix { xc, yc, rho, h, phi0, cot: t.p[2] / pt, z0: t.pos[2], cc: (xc * xc + yc * yc).sqrt(), alpha: yc.atan2(xc) }
+    }
+    /// Position and unit-free tangent (dx/dt) at turning angle t ≥ 0.
+    #[inline]
+    fn at(&self, t: f64) -> ([f64; 3], [f64; 3]) {
+        let psi = self.phi0 + self.h * t;
+        let (s, c) = psi.sin_cos();
+        (
+            [self.xc + self.rho * self.h * s, self.yc - self.rho * self.h * c, self.z0 + self.rho * self.cot * t],
+            [self.rho * c, self.rho * s, self.rho * self.cot],
+        )
+    }
+    /// Smallest turning angle > `tmin` where the helix meets the cylinder of radius r.
+    fn cylinder(&self, r: f64, tmin: f64) -> Option<f64> {
+        let cc = self.cc;
+        // The circle spans radii [|cc − ρ|, cc + ρ] around the axis.
+        if cc < 1e-12 || r > cc + self.rho || r < (cc - self.rho).abs() {
+            return None;
+        }
+        let k = (r * r - cc * cc - self.rho * self.rho) / (2.0 * self.rho);
+        let sarg = (self.h * k / cc).clamp(-1.0, 1.0);
+        let alpha = self.alpha;
+        let a = sarg.asin();
+        let mut best = f64::INFINITY;
+        for psi in [alpha + a, alpha + PI - a] {
+            let t0 = self.h * (psi - self.phi0);
+            let mut t = t0 - 2.0 * PI * (t0 * (0.5 / PI)).floor();
+            if t <= tmin {
+                t += 2.0 * PI;
+            }
+            best = best.min(t);
+        }
+        Some(best)
+    }
+    /// Turning angle where the helix reaches z, if ahead.
+    fn plane_z(&self, z: f64, tmin: f64) -> Option<f64> {
+        if self.cot.abs() < 1e-9 {
+            return None;
+        }
+        let t = (z - self.z0) / (self.rho * self.cot);
+        (t > tmin).then_some(t)
+    }
+    /// Newton search of the crossing with a module plane, starting at t.
+    fn module_plane(&self, m: &ModuleGeom, mut t: f64) -> Option<f64> {
+        let n = m.normal();
+        for _ in 0..8 {
+            let (x, d) = self.at(t);
+            let f = n[0] * (x[0] - m.centre[0]) + n[1] * (x[1] - m.centre[1]) + n[2] * (x[2] - m.centre[2]);
+            let fd = dot(n, d);
+            if fd.abs() < 1e-12 {
+                return None;
+            }
+            let dt = f / fd;
+            t -= dt;
+            if (dt * self.rho).abs() < 1e-6 {
+                return Some(t);
+            }
+        }
+        None
+    }
+}
+
+/// A charge deposit on one pixel: key = module<<17 | col<<8 | row.
+#[derive(Clone, Copy)]
+struct Dep {
+    key: u32,
+    particle: u32,
+    q: f32,
+}
+
+const MASSES: [(i32, f64); 3] = [(211, 0.13957), (321, 0.49368), (2212, 0.93827)];
+const ELECTRON_MASS: f64 = 0.000511;
+
+impl<'a> Generator<'a> {
+    /// A generator for a detector and its gain calibration.
+    pub fn new(params: GeneratorParams, geom: &'a Geometry, gains: &'a GainCalibration, beam_spot: BeamSpot) -> Self {
+        let mut disk_z = [0.0; 6];
+        for d in 0..3 {
+            disk_z[d] = DISK_Z[d];
+            disk_z[3 + d] = -DISK_Z[d];
+        }
+        Generator {
+            params,
+            geom,
+            gains,
+            beam_spot,
+            barrel_r: BARREL_RADII,
+            disk_z,
+            thr_index: [0, 1, 2, 3, 4, 4, 4, 4, 4, 4],
+        }
+    }
+
+    /// Generates event `event` of a run with `seed`.
+    pub fn event(&self, seed: u64, event: u64) -> Event {
+        let mut rng = event_rng(seed, event);
+        let p = &self.params;
+        let mut ev = Event::default();
+        // A per-thread deposit buffer: avoids faulting in fresh pages for every event.
+        thread_local! {
+            static DEPS: std::cell::RefCell<Vec<Dep>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let mut deps: Vec<Dep> = DEPS.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        deps.clear();
+        let mut stack: Vec<Track> = Vec::new();
+
+        let n_pu = if p.pileup > 0.0 {
+            Poisson::new(p.pileup).map(|d| d.sample(&mut rng) as u32).unwrap_or(0)
+        } else {
+            0
+        };
+        let bs = self.beam_spot;
+        for iv in 0..=n_pu {
+            let is_hard = iv == n_pu;
+            let vx = bs.x as f64 + p.sigma_xy * gauss(&mut rng);
+            let vy = bs.y as f64 + p.sigma_xy * gauss(&mut rng);
+            let vz = bs.z as f64 + p.sigma_z * gauss(&mut rng);
+            let mean = if is_hard { p.hard_multiplicity } else { p.dndeta * 2.0 * p.eta_max };
+            let lambda = if is_hard || p.nbd_k <= 0.0 {
+                mean
+            } else {
+                Gamma::new(p.nbd_k, mean / p.nbd_k).map(|g| g.sample(&mut rng)).unwrap_or(mean)
+            };
+            let n = if lambda > 0.0 { Poisson::new(lambda).map(|d| d.sample(&mut rng) as u32).unwrap_or(0) } else { 0 };
+            let vid = ev.vertices.len() as u32;
+            ev.vertices.push(Vertex { id: vid, x: vx as f32, y: vy as f32, z: vz as f32, n_charged: n, is_hard });
+            for _ in 0..n {
+                let pt = sample_pt(&mut rng, is_hard);
+                let eta = p.eta_max * (2.0 * rng.random::<f64>() - 1.0);
+                let phi = PI * (2.0 * rng.random::<f64>() - 1.0);
+                let u: f64 = rng.random();
+                let (pdg, mass) = if u < 0.8 { MASSES[0] } else if u < 0.92 { MASSES[1] } else { MASSES[2] };
+                let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
+                let id = ev.particles.len() as u32;
+                let t = Track {
+                    pos: [vx, vy, vz],
+                    p: [pt * phi.cos(), pt * phi.sin(), pt * eta.sinh()],
+                    q,
+                    mass,
+                    id,
+                    can_spawn: true,
+                };
+                ev.particles.push(make_particle(&t, pdg * q as i32, process::PRIMARY, vid as i32, -1));
+                self.propagate(t, &mut rng, &mut ev, &mut deps, &mut stack);
+                while let Some(s) = stack.pop() {
+                    self.propagate(s, &mut rng, &mut ev, &mut deps, &mut stack);
+                }
+            }
+        }
+        self.add_noise(&mut rng, &mut ev, &mut deps);
+        self.digitize(&mut rng, &mut ev, &mut deps);
+        DEPS.with(|d| *d.borrow_mut() = deps);
+        ev
+    }
+
+    fn add_noise(&self, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>) {
+        let p = &self.params;
+        let n_pix = self.geom.modules.len() as f64 * 66_560.0;
+        let lambda = p.noise_occupancy * n_pix;
+        if lambda <= 0.0 {
+            return;
+        }
+        let n = Poisson::new(lambda).map(|d| d.sample(rng) as u32).unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        let id = ev.particles.len() as u32;
+        ev.particles.push(Particle {
+            id,
+            pdg: 0,
+            charge: 0,
+            pt: 0.0,
+            eta: 0.0,
+            phi: 0.0,
+            vx: 0.0,
+            vy: 0.0,
+            vz: 0.0,
+            d0: 0.0,
+            z0: 0.0,
+            process: process::NOISE,
+            vertex: -1,
+            parent: -1,
+        });
+        for _ in 0..n {
+            let m = rng.random_range(0..self.geom.modules.len() as u32);
+            let row = rng.random_range(0..160u32);
+            let col = rng.random_range(0..416u32);
+            let thr = p.thresholds[self.thr_index[self.geom.modules[m as usize].layer as usize]];
+            let q = thr + 500.0 - 1500.0 * (1.0 - rng.random::<f64>()).ln();
+            deps.push(Dep { key: m << 17 | col << 8 | row, particle: id, q: q as f32 });
+        }
+    }
+
+    /// Follows a charged track through the detector, recording deposits and spawning secondaries.
+    fn propagate(&self, mut tr: Track, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>, stack: &mut Vec<Track>) {
+        let p = &self.params;
+        let mut turned = 0.0;
+        for _step in 0..64 {
+            let hx = Helix::new(&tr);
+            let tmin = 1e-4 / hx.rho;
+            // Next layer mid-surface.
+            let mut best = (f64::INFINITY, usize::MAX);
+            for (l, &r) in self.barrel_r.iter().enumerate() {
+                if let Some(t) = hx.cylinder(r, tmin) {
+                    if t < best.0 {
+                        best = (t, l);
+                    }
+                }
+            }
+            for (d, &z) in self.disk_z.iter().enumerate() {
+                if let Some(t) = hx.plane_z(z, tmin) {
+                    if t < best.0 {
+                        best = (t, 4 + d);
+                    }
+                }
+            }
+            let (tc, layer) = best;
+            if layer == usize::MAX || turned + tc > p.max_turning {
+                return;
+            }
+            let (xc, dc) = hx.at(tc);
+            let rc = (xc[0] * xc[0] + xc[1] * xc[1]).sqrt();
+            if xc[2].abs() > 60.0 || rc > 20.0 {
+                return;
+            }
+            // Barrel layers only exist within the ladder length; disks within the ring radii.
+            let in_layer = if layer < 4 { xc[2].abs() < 4.0 * MODULE_Z_PITCH + 0.5 } else { (3.5..17.0).contains(&rc) };
+            let mut n_hits = 0;
+            let mut cos_inc = 1.0f64;
+            if in_layer {
+                let mut cands = [0u16; 16];
+                let nc = self.candidates(layer, xc, &mut cands);
+                // hits of this layer, ordered by turning angle
+                let mut hits: [(f64, u16); 16] = [(0.0, 0); 16];
+                let mut nh = 0;
+                for &mi in &cands[..nc] {
+                    let m = &self.geom.modules[mi as usize];
+                    // Cheap pre-selection on the mid-surface point before the Newton search.
+                    let lc = m.to_local(xc);
+                    let ld = m.rotate(dc);
+                    if ld[2].abs() > 0.05 * (ld[0].abs() + ld[1].abs()) {
+                        let s = lc[2] / ld[2];
+                        let (ux, uy) = (lc[0] - ld[0] * s, lc[1] - ld[1] * s);
+                        if ux.abs() > HALF_X + 0.3 || uy.abs() > HALF_Y + 0.3 {
+                            continue;
+                        }
+                    }
+                    if let Some(t) = hx.module_plane(m, tc) {
+                        if t > tmin && t < tc + 1.0 && nh < 16 {
+                            hits[nh] = (t, mi);
+                            nh += 1;
+                        }
+                    }
+                }
+                hits[..nh].sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                for &(t, mi) in &hits[..nh] {
+                    let (x, d) = hx.at(t);
+                    let m = &self.geom.modules[mi as usize];
+                    if let Some(ci) = self.deposit(&tr, m, x, d, rng, ev, deps) {
+                        n_hits += 1;
+                        cos_inc = ci;
+                        if tr.can_spawn && rng.random::<f64>() < p.secondary_prob {
+                            stack.push(self.secondary(&tr, x, rng, ev));
+                        }
+                    }
+                }
+            }
+            // Continue from the mid-surface with a multiple-scattering kick.
+            let (x, d) = (xc, dc);
+            let pmag = (tr.p[0] * tr.p[0] + tr.p[1] * tr.p[1] + tr.p[2] * tr.p[2]).sqrt();
+            let dn = norm(d);
+            let mut dir = [dn[0], dn[1], dn[2]];
+            if n_hits > 0 {
+                let x0 = p.material[(layer >= 4) as usize] / cos_inc.max(0.05);
+                let beta = pmag / (pmag * pmag + tr.mass * tr.mass).sqrt();
+                let theta0 = 0.0136 / (beta * pmag) * x0.sqrt() * (1.0 + 0.038 * x0.ln());
+                dir = kick(dir, theta0 * gauss(rng), theta0 * gauss(rng));
+            }
+            tr.pos = x;
+            tr.p = [dir[0] * pmag, dir[1] * pmag, dir[2] * pmag];
+            turned += tc;
+        }
+    }
+
+    /// Modules of `layer` possibly crossed near the mid-surface point x.
+    fn candidates(&self, layer: usize, x: [f64; 3], out: &mut [u16; 16]) -> usize {
+        let mut n = 0;
+        let phi = x[1].atan2(x[0]).rem_euclid(2.0 * PI);
+        if layer < 4 {
+            let nl = LADDERS_PER_LAYER[layer] as i64;
+            let k = (phi / (2.0 * PI) * nl as f64 - 0.5).floor() as i64;
+            let mz = ((x[2] / MODULE_Z_PITCH) + 4.0).floor() as i64;
+            for lad in [k, k + 1] {
+                let lad = lad.rem_euclid(nl);
+                for m in [mz - 1, mz, mz + 1] {
+                    if (0..MODULES_PER_LADDER as i64).contains(&m) {
+                        out[n] = (LAYER_START[layer] as i64 + lad * 8 + m) as u16;
+                        n += 1;
+                    }
+                }
+            }
+        } else {
+            let r = (x[0] * x[0] + x[1] * x[1]).sqrt();
+            let mut base = LAYER_START[layer];
+            for ring in 0..2 {
+                let slots = 2 * BLADES_PER_RING[ring] as i64;
+                if (r - RING_RADIUS[ring]).abs() < HALF_Y + 0.6 {
+                    let k = (phi / (2.0 * PI) * slots as f64 - 0.25).floor() as i64;
+                    for s in k - 1..=k + 2 {
+                        out[n] = (base as i64 + s.rem_euclid(slots)) as u16;
+                        n += 1;
+                    }
+                }
+                base += slots as u32;
+            }
+        }
+        n
+    }
+
+    /// Deposits the charge of a crossing at global point x with tangent d. Returns the cosine
+    /// of the incidence angle if the module was hit.
+    #[allow(clippy::too_many_arguments)]
+    fn deposit(&self, tr: &Track, m: &ModuleGeom, x: [f64; 3], d: [f64; 3], rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>) -> Option<f64> {
+        let p = &self.params;
+        let l = m.to_local(x);
+        if l[0].abs() >= HALF_X || l[1].abs() >= HALF_Y {
+            return None;
+        }
+        let ld = norm(m.rotate(d));
+        if ld[2].abs() < 0.01 {
+            return None;
+        }
+        let half_t = 0.5 * THICKNESS;
+        let sx = ld[0] / ld[2];
+        let sy = ld[1] / ld[2];
+        let cos_inc = ld[2].abs();
+        // Landau (Moyal) fluctuation, scaled by the path length and 1/β² for slow particles.
+        let pmag2 = tr.p[0] * tr.p[0] + tr.p[1] * tr.p[1] + tr.p[2] * tr.p[2];
+        let beta2 = pmag2 / (pmag2 + tr.mass * tr.mass);
+        let z = gauss(rng);
+        let moyal = (-(z * z).max(1e-30).ln()).min(30.0);
+        let q_tot = p.mip_mpv / cos_inc * (1.0 / beta2).min(4.0) * (1.0 + p.landau_width * moyal).max(0.3);
+        // The drifted charge lies on a straight segment A→B in the (x, y) plane (drift grows
+        // linearly with depth). Cut it at every pixel boundary: each piece gets charge in
+        // proportion to its length, which is what the CPE's end-pixel charge sharing needs.
+        let xa = l[0] - sx * half_t;
+        let ya = l[1] - sy * half_t;
+        let xb = l[0] + sx * half_t + m.tan_lorentz * THICKNESS;
+        let yb = l[1] + sy * half_t;
+        let mut cuts = [0.0f64; 512];
+        let mut nc = 1;
+        // Row boundaries in pitch units: every integer except inside big rows 79–80.
+        boundary_cuts(xa / PITCH_X + 81.0, xb / PITCH_X + 81.0, |k| k == 80 || k == 82, &mut cuts, &mut nc);
+        // Column boundaries: every integer except inside the big first/last column of a ROC.
+        boundary_cuts(ya / PITCH_Y + 216.0, yb / PITCH_Y + 216.0, |k| matches!(k.rem_euclid(54), 1 | 53), &mut cuts, &mut nc);
+        cuts[nc] = 1.0;
+        nc += 1;
+        cuts[1..nc - 1].sort_unstable_by(f64::total_cmp);
+        let mi = m.index as u32;
+        let sig = p.diffusion;
+        let mut last = Dep { key: u32::MAX, particle: tr.id, q: 0.0 };
+        let mut push = |key: u32, q: f32, deps: &mut Vec<Dep>| {
+            if key == last.key {
+                last.q += q;
+            } else {
+                if last.key != u32::MAX {
+                    deps.push(last);
+                }
+                last = Dep { key, particle: tr.id, q };
+            }
+        };
+        for w in cuts[..nc].windows(2) {
+            let dt = w[1] - w[0];
+            if dt <= 1e-9 {
+                continue;
+            }
+            let tm = 0.5 * (w[0] + w[1]);
+            let qn = (q_tot * dt) as f32;
+            let xx = xa + (xb - xa) * tm;
+            let yy = ya + (yb - ya) * tm;
+            let (Some(r), Some(c)) = (row_of(xx), col_of(yy)) else { continue };
+            let (rlo, rw) = row_span(r);
+            let (clo, cw) = col_span(c);
+            // Fraction spilling to the nearest neighbour row/column.
+            let (fr, rn) = spill(xx - rlo, rw, sig, r, 159);
+            let (fc, cn) = spill(yy - clo, cw, sig, c, 415);
+            let key = |r: u16, c: u16| mi << 17 | (c as u32) << 8 | r as u32;
+            let w00 = (1.0 - fr) * (1.0 - fc);
+            push(key(r, c), qn * w00 as f32, deps);
+            if fr > 0.0 {
+                push(key(rn, c), qn * (fr * (1.0 - fc)) as f32, deps);
+            }
+            if fc > 0.0 {
+                push(key(r, cn), qn * ((1.0 - fr) * fc) as f32, deps);
+                if fr > 0.0 {
+                    push(key(rn, cn), qn * (fr * fc) as f32, deps);
+                }
+            }
+        }
+        if last.key != u32::MAX {
+            deps.push(last);
+        }
+        ev.simhits.push(SimHit {
+            module: m.index,
+            lx: l[0] as f32,
+            ly: l[1] as f32,
+            gx: x[0] as f32,
+            gy: x[1] as f32,
+            gz: x[2] as f32,
+            particle: tr.id,
+            charge: q_tot as f32,
+        });
+        Some(cos_inc)
+    }
+
+    /// A low-momentum electron produced at x (δ-ray or conversion leg), isotropic.
+    fn secondary(&self, parent: &Track, x: [f64; 3], rng: &mut Xoshiro256PlusPlus, ev: &mut Event) -> Track {
+        let (lo, hi) = self.params.secondary_p;
+        let pm = lo * (hi / lo).powf(rng.random::<f64>());
+        // Emitted around the parent direction (energetic δ-rays and conversions are forward).
+        let pd = norm(parent.p);
+        let s = self.params.secondary_angle;
+        let d = kick(pd, s * gauss(rng), s * gauss(rng));
+        let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
+        let id = ev.particles.len() as u32;
+        let t = Track {
+            pos: x,
+            p: [pm * d[0], pm * d[1], pm * d[2]],
+            q,
+            mass: ELECTRON_MASS,
+            id,
+            can_spawn: false,
+        };
+        ev.particles.push(make_particle(&t, -11 * q as i32, process::SECONDARY, -1, parent.id as i32));
+        t
+    }
+
+    /// Sums deposits per pixel, adds noise, applies thresholds, dead columns and the ADC.
+    fn digitize(&self, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut [Dep]) {
+        let p = &self.params;
+        // Deterministic for a given input order, which depends on the event only.
+        deps.sort_unstable_by_key(|d| (d.key as u64) << 32 | d.particle as u64);
+        let mut i = 0;
+        let mut parts: Vec<(u32, f32)> = Vec::with_capacity(8);
+        while i < deps.len() {
+            let key = deps[i].key;
+            let mut j = i;
+            let mut total = 0.0f32;
+            parts.clear();
+            while j < deps.len() && deps[j].key == key {
+                let d = deps[j];
+                total += d.q;
+                match parts.last_mut() {
+                    Some(last) if last.0 == d.particle => last.1 += d.q,
+                    _ => parts.push((d.particle, d.q)),
+                }
+                j += 1;
+            }
+            i = j;
+            let module = (key >> 17) as u16;
+            let col = ((key >> 8) & 0x1FF) as u16;
+            let row = (key & 0xFF) as u16;
+            let layer = self.geom.modules[module as usize].layer as usize;
+            let barrel = layer < 4;
+            let thr = p.thresholds[self.thr_index[layer]] + p.threshold_sigma[(!barrel) as usize] * gauss(rng);
+            let q = total as f64 + p.noise * gauss(rng);
+            if q <= thr {
+                continue;
+            }
+            let (ped, gain, dead, _noisy) = self.gains.ped_and_gain(module, col, row);
+            if dead {
+                continue;
+            }
+            let (g, o) = if module < 96 { (50.0, -670.0) } else { (47.0, -60.0) };
+            let adc = (((q - o) / g) / gain as f64 + ped as f64).round().clamp(0.0, 255.0) as u8;
+            ev.digis.push(Digi { module, row, col, adc, electrons: q as f32 });
+            for &(pid, e) in &parts {
+                ev.pixel_truth.push(PixelTruth { module, row, col, particle: pid, electrons: e, fraction: e / total });
+            }
+        }
+    }
+}
+
+/// Appends to `cuts` the fractions t ∈ (0, 1) where the segment from `a` to `b` (pitch units)
+/// crosses an integer boundary not excluded by `skip`.
+#[inline]
+fn boundary_cuts(a: f64, b: f64, skip: impl Fn(i64) -> bool, cuts: &mut [f64; 512], n: &mut usize) {
+    let d = b - a;
+    if d.abs() < 1e-12 {
+        return;
+    }
+    let (lo, hi) = if d > 0.0 { (a, b) } else { (b, a) };
+    let mut k = lo.floor() as i64 + 1;
+    while (k as f64) < hi && *n < cuts.len() - 1 {
+        if !skip(k) {
+            cuts[*n] = (k as f64 - a) / d;
+            *n += 1;
+        }
+        k += 1;
+    }
+}
+
+/// Fraction of charge at offset `u` inside a pixel of width `w` that diffuses into the nearest
+/// neighbour, and that neighbour's index (Gaussian tail, σ = `sig`).
+#[inline]
+fn spill(u: f64, w: f64, sig: f64, idx: u16, max: u16) -> (f64, u16) {
+    let (dist, nb) = if u < 0.5 * w { (u, idx.wrapping_sub(1)) } else { (w - u, idx + 1) };
+    if sig <= 0.0 || dist > 3.0 * sig || nb > max {
+        return (0.0, idx);
+    }
+    (0.5 * erfc(dist / (sig * std::f64::consts::SQRT_2)), nb)
+}
+
+/// Complementary error function (Abramowitz–Stegun 7.1.26, |ε| < 1.5e-7), x ≥ 0.
+#[inline]
+fn erfc(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    poly * (-x * x).exp()
+}
+
+fn sample_pt<R: Rng>(rng: &mut R, hard: bool) -> f64 {
+    // Soft Γ(2, θ) core with a power-law tail.
+    let (theta, tail_p, tail_min, tail_n) = if hard { (0.6, 0.3, 1.5, 2.2) } else { (0.26, 0.05, 1.0, 3.0) };
+    if rng.random::<f64>() < tail_p {
+        let u: f64 = 1.0 - rng.random::<f64>();
+        (tail_min * u.powf(-1.0 / tail_n)).min(500.0)
+    } else {
+        let u1: f64 = 1.0 - rng.random::<f64>();
+        let u2: f64 = 1.0 - rng.random::<f64>();
+        (-theta * (u1 * u2).ln()).max(0.02)
+    }
+}
+
+fn make_particle(t: &Track, pdg: i32, proc_: u8, vertex: i32, parent: i32) -> Particle {
+    let pt = (t.p[0] * t.p[0] + t.p[1] * t.p[1]).sqrt();
+    let hx = Helix::new(t);
+    let cc = (hx.xc * hx.xc + hx.yc * hx.yc).sqrt();
+    let d0 = cc - hx.rho;
+    // Turning angle from the production point to the transverse point of closest approach.
+    let (z0, d0) = if cc > 1e-12 {
+        // u(ψ) = (h sinψ, −h cosψ) must point from the centre towards the axis.
+        let ux = -hx.xc / cc;
+        let uy = -hx.yc / cc;
+        let psi = (hx.h * ux).atan2(-hx.h * uy);
+        let mut dt = hx.h * (psi - hx.phi0);
+        dt = (dt + PI).rem_euclid(2.0 * PI) - PI;
+        (hx.z0 + hx.rho * hx.cot * dt, d0)
+    } else {
+        (t.pos[2], d0)
+    };
+    Particle {
+        id: t.id,
+        pdg,
+        charge: t.q as i8,
+        pt: pt as f32,
+        eta: (t.p[2] / pt.max(1e-12)).asinh() as f32,
+        phi: t.p[1].atan2(t.p[0]) as f32,
+        vx: t.pos[0] as f32,
+        vy: t.pos[1] as f32,
+        vz: t.pos[2] as f32,
+        d0: d0 as f32,
+        z0: z0 as f32,
+        process: proc_,
+        vertex,
+        parent,
+    }
+}
+
+#[inline]
+fn norm(v: [f64; 3]) -> [f64; 3] {
+    let n = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    [v[0] / n, v[1] / n, v[2] / n]
+}
+
+/// Deflects unit vector d by small angles a, b in two planes orthogonal to it.
+fn kick(d: [f64; 3], a: f64, b: f64) -> [f64; 3] {
+    let helper = if d[2].abs() < 0.9 { [0.0, 0.0, 1.0] } else { [1.0, 0.0, 0.0] };
+    let u = norm(crate::geometry::cross(d, helper));
+    let v = crate::geometry::cross(d, u);
+    norm([d[0] + a * u[0] + b * v[0], d[1] + a * u[1] + b * v[1], d[2] + a * u[2] + b * v[2]])
+}
+
+/// Charge in electrons the reconstruction computes from an ADC (§B.2), or `None` for a dead or
+/// noisy column.
+pub fn calibrated_electrons(gains: &GainCalibration, d: &Digi) -> Option<i32> {
+    let (ped, gain, dead, noisy) = gains.ped_and_gain(d.module, d.col, d.row);
+    if dead || noisy {
+        return None;
+    }
+    // The reconstruction's order of operations (calibDigis), so the estimate agrees with it exactly.
+    let vcal = d.adc as f32 * gain - ped * gain;
+    let (g, o) = if d.module < 96 { (50.0f32, -670.0f32) } else { (47.0, -60.0) };
+    Some(((vcal * g + o) as i32).max(100))
+}
+
+/// Estimated cluster count of an event: 8-connected pixel groups per module whose calibrated
+/// charge passes the reference cut (> 2000 e on BPix L1, > 4000 e elsewhere). `digis` must be
+/// sorted by module (as `Event::digis` is).
+pub fn estimate_clusters(gains: &GainCalibration, digis: &[Digi]) -> usize {
+    let mut n = 0;
+    let mut start = 0;
+    let mut grid = vec![u32::MAX; 160 * 416];
+    let mut q: Vec<i64> = Vec::new();
+    let mut parent: Vec<u32> = Vec::new();
+    while start < digis.len() {
+        let m = digis[start].module;
+        let mut end = start;
+        while end < digis.len() && digis[end].module == m {
+            end += 1;
+        }
+        let px = &digis[start..end];
+        parent.clear();
+        q.clear();
+        for (i, d) in px.iter().enumerate() {
+            parent.push(i as u32);
+            q.push(calibrated_electrons(gains, d).map(i64::from).unwrap_or(-1));
+            grid[d.row as usize * 416 + d.col as usize] = i as u32;
+        }
+        fn find(p: &mut [u32], mut i: u32) -> u32 {
+            while p[i as usize] != i {
+                p[i as usize] = p[p[i as usize] as usize];
+                i = p[i as usize];
+            }
+            i
+        }
+        for (i, d) in px.iter().enumerate() {
+            if q[i] < 0 {
+                continue;
+            }
+            for (dr, dc) in [(-1i32, -1i32), (-1, 0), (-1, 1), (0, -1)] {
+                let (r, c) = (d.row as i32 + dr, d.col as i32 + dc);
+                if !(0..160).contains(&r) || !(0..416).contains(&c) {
+                    continue;
+                }
+                let j = grid[r as usize * 416 + c as usize];
+                if j != u32::MAX && q[j as usize] >= 0 {
+                    let (a, b) = (find(&mut parent, i as u32), find(&mut parent, j));
+                    if a != b {
+                        parent[a.max(b) as usize] = a.min(b);
+                    }
+                }
+            }
+        }
+        let mut charge = vec![0i64; px.len()];
+        for (i, &qi) in q.iter().enumerate() {
+            if qi >= 0 {
+                let r = find(&mut parent, i as u32);
+                charge[r as usize] += qi;
+            }
+        }
+        let cut = if m < 96 { 2000 } else { 4000 };
+        n += (0..px.len()).filter(|&i| q[i] >= 0 && parent[i] as usize == i && charge[i] > cut).count();
+        for d in px {
+            grid[d.row as usize * 416 + d.col as usize] = u32::MAX;
+        }
+        start = end;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::{build_gains, default_beam_spot, GainParams};
+
+    #[test]
+    fn helix_reaches_cylinder_and_plane() {
+        let t = Track { pos: [0.0, 0.0, 0.0], p: [1.0, 0.0, 1.0], q: 1.0, mass: 0.14, id: 0, can_spawn: false };
+        let h = Helix::new(&t);
+        let tc = h.cylinder(10.0, 1e-9).unwrap();
+        let (x, _) = h.at(tc);
+        assert!(((x[0] * x[0] + x[1] * x[1]).sqrt() - 10.0).abs() < 1e-9);
+        // positive charge bends clockwise: y < 0
+        assert!(x[1] < 0.0);
+        let tz = h.plane_z(30.0, 0.0).unwrap();
+        assert!((h.at(tz).0[2] - 30.0).abs() < 1e-9);
+        // a straight-ish track from the origin has d0 ≈ 0 and z0 ≈ 0
+        let p = make_particle(&t, 211, 0, 0, -1);
+        assert!(p.d0.abs() < 1e-6 && p.z0.abs() < 1e-6);
+        let t2 = Track { pos: [0.1, 0.0, 2.0], p: [0.0, 1.0, 0.5], ..t };
+        let p2 = make_particle(&t2, 211, 0, 0, -1);
+        assert!((p2.d0.abs() - 0.1).abs() < 1e-4 && (p2.z0 - 2.0).abs() < 1e-3, "{p2:?}");
+    }
+
+    #[test]
+    fn low_pileup_event_is_reasonable_and_reproducible() {
+        let geom = Geometry::phase1();
+        let gains = build_gains(&GainParams::default());
+        let g = Generator::new(GeneratorParams { pileup: 2.0, ..Default::default() }, &geom, &gains, default_beam_spot());
+        let a = g.event(7, 3);
+        let b = g.event(7, 3);
+        assert_eq!(a, b);
+        assert!(a.digis.len() > 500, "{} digis", a.digis.len());
+        // sorted by module, col, row, unique
+        for w in a.digis.windows(2) {
+            assert!((w[0].module, w[0].col, w[0].row) < (w[1].module, w[1].col, w[1].row));
+        }
+        let nc = estimate_clusters(&gains, &a.digis);
+        assert!(nc > a.simhits.len() / 3 && nc <= a.digis.len(), "{nc} clusters, {} simhits", a.simhits.len());
+        // fractions sum to one per pixel
+        let mut sum = std::collections::HashMap::new();
+        for t in &a.pixel_truth {
+            *sum.entry((t.module, t.row, t.col)).or_insert(0.0f32) += t.fraction;
+        }
+        assert_eq!(sum.len(), a.digis.len());
+        assert!(sum.values().all(|s| (s - 1.0).abs() < 1e-4));
+    }
+
+    #[test]
+    fn barrel_centroid_shift_is_undone_by_cpe_shift() {
+        let geom = Geometry::phase1();
+        let gains = build_gains(&GainParams::default());
+        let params = GeneratorParams { pileup: 3.0, secondary_prob: 0.0, noise_occupancy: 0.0, ..Default::default() };
+        let g = Generator::new(params, &geom, &gains, default_beam_spot());
+        let cpe = geom.cpe_params();
+        let (mut sum, mut n) = (0.0f64, 0usize);
+        for e in 0..3 {
+            let ev = g.event(5, e);
+            // charge-weighted x centroid of each (module, particle) in the barrel
+            let mut acc: std::collections::HashMap<(u16, u32), (f64, f64, usize)> = Default::default();
+            for t in &ev.pixel_truth {
+                if t.module < 1184 {
+                    let (lo, w) = row_span(t.row);
+                    let a = acc.entry((t.module, t.particle)).or_default();
+                    a.0 += t.electrons as f64 * (lo + 0.5 * w);
+                    a.1 += t.electrons as f64;
+                }
+            }
+            for h in &ev.simhits {
+                let p = &ev.particles[h.particle as usize];
+                if h.module >= 1184 || p.pt < 1.0 || ev.simhits.iter().filter(|x| x.particle == h.particle && x.module == h.module).count() != 1 {
+                    continue;
+                }
+                if let Some(a) = acc.get(&(h.module, h.particle)) {
+                    if a.1 > 0.0 {
+                        sum += a.0 / a.1 - h.lx as f64;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert!(n > 50, "{n} hits");
+        let mean = sum / n as f64;
+        let shift = cpe.det[0].shift_x as f64;
+        // the CPE adds shift_x to the measured position: it must cancel the drift
+        assert!((mean + shift).abs() < 0.0015, "mean centroid offset {mean}, shift_x {shift}");
+    }
+}
