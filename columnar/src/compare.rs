@@ -10,7 +10,7 @@ use arrow_array::{Array, ArrowPrimitiveType, PrimitiveArray};
 use arrow_schema::{DataType, SortOptions};
 
 use crate::error::{Error, Result};
-use crate::params::ParamSpec;
+use crate::params::{ParamKind, ParamSpec, ParamValue};
 use crate::product::{Product, ProductKey};
 use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, StepType};
 
@@ -20,6 +20,48 @@ use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, Ste
 pub struct Tolerance {
     pub absolute: f64,
     pub relative: f64,
+}
+
+/// Tolerances of a comparison: `default` for floating-point columns, and overrides by
+/// column name, which apply to integer columns too (integers are otherwise exact).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tolerances {
+    pub default: Tolerance,
+    pub per_column: BTreeMap<String, Tolerance>,
+}
+
+impl Tolerances {
+    /// Parses overrides written `column=absolute` or `column=absolute,relative`.
+    ///
+    /// ```
+    /// use quiver_columnar::compare::{Tolerance, Tolerances};
+    /// let t = Tolerances::with_overrides(Tolerance::default(), &["x_global=1e-6", "charge=2,0.01"]).unwrap();
+    /// assert_eq!(t.per_column["charge"], Tolerance { absolute: 2.0, relative: 0.01 });
+    /// assert!(Tolerances::with_overrides(Tolerance::default(), &["x_global"]).is_err());
+    /// ```
+    pub fn with_overrides(default: Tolerance, overrides: &[impl AsRef<str>]) -> Result<Self> {
+        let mut per_column = BTreeMap::new();
+        for o in overrides {
+            let o = o.as_ref();
+            let bad = || Error::data(format!("column tolerance \"{o}\": expected \"column=absolute\" or \"column=absolute,relative\" (both ≥ 0)"));
+            let (col, vals) = o.split_once('=').ok_or_else(bad)?;
+            let (abs, rel) = match vals.split_once(',') {
+                Some((a, r)) => (a, r),
+                None => (vals, "0"),
+            };
+            let t = Tolerance {
+                absolute: abs.trim().parse().map_err(|_| bad())?,
+                relative: rel.trim().parse().map_err(|_| bad())?,
+            };
+            if col.trim().is_empty() || !(t.absolute >= 0.0 && t.relative >= 0.0) {
+                return Err(bad());
+            }
+            if per_column.insert(col.trim().to_string(), t).is_some() {
+                return Err(Error::data(format!("column tolerance for '{}' given twice", col.trim())));
+            }
+        }
+        Ok(Tolerances { default, per_column })
+    }
 }
 
 /// One differing element.
@@ -92,11 +134,17 @@ fn fmt_value(a: &dyn Array, i: usize) -> String {
     }
 }
 
-/// Rows where two columns of equal length and type differ.
-fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance) -> Result<Vec<usize>> {
+/// Rows where two columns of equal length and type differ. Integers are exact unless
+/// `int_tol` is given (a per-column override).
+fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance, int_tol: Option<Tolerance>) -> Result<Vec<usize>> {
     macro_rules! exact {
         ($t:ty) => {
-            diff_primitive(a.as_primitive::<$t>(), b.as_primitive::<$t>(), |x, y| x == y)
+            match int_tol {
+                Some(t) if t != Tolerance::default() => {
+                    diff_primitive(a.as_primitive::<$t>(), b.as_primitive::<$t>(), |x, y| float_eq(x as f64, y as f64, t))
+                }
+                _ => diff_primitive(a.as_primitive::<$t>(), b.as_primitive::<$t>(), |x, y| x == y),
+            }
         };
     }
     if a.null_count() == 0 && b.null_count() == 0 {
@@ -144,7 +192,33 @@ fn diff_generic(a: &dyn Array, b: &dyn Array) -> Result<Vec<usize>> {
 /// assert_eq!(c.total(), 0);
 /// ```
 pub fn compare_products(a: &Product, b: &Product, first_event: u64, tol: Tolerance) -> Result<Comparison> {
+    compare_products_with(a, b, first_event, &Tolerances { default: tol, per_column: BTreeMap::new() })
+}
+
+/// [`compare_products`] with per-column tolerances; a column named in `tol.per_column`
+/// that the products lack is an error (a typo would otherwise go unnoticed).
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_array::{Float32Array, RecordBatch};
+/// use quiver_columnar::compare::{compare_products_with, Tolerance, Tolerances};
+/// use quiver_columnar::product::Product;
+/// use quiver_columnar::toy::floats_schema;
+/// let p = |v: Vec<f32>| Product::from_lengths(
+///     RecordBatch::try_new(floats_schema(), vec![Arc::new(Float32Array::from(v))]).unwrap(), [2]).unwrap();
+/// let t = Tolerances::with_overrides(Tolerance::default(), &["value=0.01"]).unwrap();
+/// assert_eq!(compare_products_with(&p(vec![1.0, 2.0]), &p(vec![1.005, 2.0]), 0, &t).unwrap().total(), 0);
+/// let t = Tolerances::with_overrides(Tolerance::default(), &["valeu=0.01"]).unwrap();
+/// assert!(compare_products_with(&p(vec![1.0, 2.0]), &p(vec![1.0, 2.0]), 0, &t).is_err());
+/// ```
+pub fn compare_products_with(a: &Product, b: &Product, first_event: u64, tol: &Tolerances) -> Result<Comparison> {
     let (sa, sb) = (a.batch().schema(), b.batch().schema());
+    if let Some(missing) = tol.per_column.keys().find(|c| sa.field_with_name(c).is_err()) {
+        return Err(Error::data(format!(
+            "a tolerance is given for column '{missing}', which '{}' products do not have",
+            a.type_name()
+        )));
+    }
     if sa.fields().len() != sb.fields().len() {
         return Err(Error::data(format!("products have {} and {} columns", sa.fields().len(), sb.fields().len())));
     }
@@ -192,7 +266,8 @@ pub fn compare_products(a: &Product, b: &Product, first_event: u64, tol: Toleran
                 continue;
             }
             let (xa, xb) = (ca.slice(ra.start, ra.len()), cb.slice(rb.start, rb.len()));
-            for row in diff_column(&xa, &xb, tol)? {
+            let col_tol = tol.per_column.get(name.as_str()).copied();
+            for row in diff_column(&xa, &xb, col_tol.unwrap_or(tol.default), col_tol)? {
                 let d = Difference {
                     event: first_event + e as u64,
                     row,
@@ -211,7 +286,7 @@ pub fn compare_products(a: &Product, b: &Product, first_event: u64, tol: Toleran
 struct CompareStep {
     a: ProductKey,
     b: ProductKey,
-    tol: Tolerance,
+    tol: Tolerances,
     strict: bool,
     totals: Mutex<(u64, BTreeMap<String, u64>, Option<Difference>)>,
 }
@@ -222,7 +297,7 @@ impl Step for CompareStep {
         if pa.type_name() != pb.type_name() {
             return Err(Error::data(format!("cannot compare {} with {}: different product types", self.a, self.b)));
         }
-        let c = compare_products(&pa, &pb, batch.first_event(), self.tol)
+        let c = compare_products_with(&pa, &pb, batch.first_event(), &self.tol)
             .map_err(|e| Error::data(format!("comparing {} with {}: {e}", self.a, self.b)))?;
         if let (true, Some(d)) = (self.strict, &c.first) {
             return Err(Error::data(format!(
@@ -266,6 +341,12 @@ pub fn register(r: &mut Registry) {
             ParamSpec::float("tolerance", 0.0, "absolute tolerance for float columns (0 with relative 0: bit-identical)"),
             ParamSpec::float("relative_tolerance", 0.0, "relative tolerance for float columns"),
             ParamSpec::bool("strict", true, "fail the job at the first difference; otherwise count and report"),
+            ParamSpec {
+                name: "column_tolerances",
+                kind: ParamKind::StrList,
+                default: Some(ParamValue::StrList(Vec::new())),
+                doc: "per-column overrides \"column=absolute[,relative]\" (also for integer columns)",
+            },
         ],
         signature: Signature {
             inputs: vec![InputSpec::any("a", "first product (label or label:type)"), InputSpec::any("b", "second product")],
@@ -281,6 +362,8 @@ pub fn register(r: &mut Registry) {
             if a.type_name != b.type_name {
                 return Err(Error::plan(&cfg.label, format!("inputs 'a' ({a}) and 'b' ({b}) have different product types")));
             }
+            let tol = Tolerances::with_overrides(tol, cfg.params.str_list("column_tolerances"))
+                .map_err(|e| cfg.param_error("column_tolerances", e))?;
             Ok(Box::new(CompareStep { a, b, tol, strict: cfg.params.bool("strict"), totals: Mutex::new(Default::default()) }))
         },
     });
@@ -328,6 +411,25 @@ mod tests {
         let d = c.first.unwrap();
         assert_eq!((d.event, d.column.as_str(), d.a.as_str(), d.b.as_str()), (5, "<rows>", "2", "1"));
         assert_eq!(c.per_column["<rows>"], 2);
+    }
+
+    #[test]
+    fn per_column_tolerances_apply_to_integers_too() {
+        let a = product(vec![100, 2, 3], vec![None, None, None], &[2, 1]);
+        let b = product(vec![101, 2, 3], vec![None, None, None], &[2, 1]);
+        assert_eq!(compare_products(&a, &b, 0, Tolerance { absolute: 5.0, relative: 0.0 }).unwrap().total(), 1, "default: floats only");
+        let t = Tolerances::with_overrides(Tolerance::default(), &["n=1"]).unwrap();
+        assert_eq!(compare_products_with(&a, &b, 0, &t).unwrap().total(), 0);
+        let t = Tolerances::with_overrides(Tolerance::default(), &["n=0,0.005"]).unwrap();
+        assert_eq!(compare_products_with(&a, &b, 0, &t).unwrap().total(), 1);
+        let t = Tolerances::with_overrides(Tolerance::default(), &["n=0,0.01"]).unwrap();
+        assert_eq!(compare_products_with(&a, &b, 0, &t).unwrap().total(), 0);
+        let e = compare_products_with(&a, &b, 0, &Tolerances::with_overrides(Tolerance::default(), &["m=1"]).unwrap()).unwrap_err();
+        assert_eq!(e.to_string(), "a tolerance is given for column 'm', which 'thing' products do not have");
+        for bad in ["n", "n=-1", "=1", "n=1,x", "n=nan"] {
+            assert!(Tolerances::with_overrides(Tolerance::default(), &[bad]).is_err(), "{bad}");
+        }
+        assert!(Tolerances::with_overrides(Tolerance::default(), &["n=1", "n=2"]).is_err());
     }
 
     #[test]
