@@ -3,19 +3,49 @@
 //! This facade re-exports the crates of the workspace and assembles the full step
 //! catalogue that the `quiver` command line uses.
 
+pub mod cli;
+
 pub use quiver_columnar as columnar;
 pub use quiver_datasets as datasets;
 pub use quiver_reco as reco;
+pub use quiver_validation as validation;
 
 /// Every step type Quiver ships: the framework's own and the reconstruction's.
 pub fn registry() -> columnar::Registry {
-    columnar::Registry::with_builtin()
+    let mut r = columnar::Registry::with_builtin();
+    reco::steps::register(&mut r);
+    validation::register(&mut r);
+    r
 }
 
 /// The plan `quiver run` uses when none is given.
 pub mod default_plan {
     /// Where the text comes from (for messages).
-    pub const NAME: &str = "plans/examples/square.toml (built in)";
+    pub const NAME: &str = "plans/pixel.toml (built in)";
     /// The plan.
-    pub const TEXT: &str = include_str!("../plans/examples/square.toml");
+    pub const TEXT: &str = include_str!("../plans/pixel.toml");
+}
+
+/// Opens a dataset directory and makes its conditions (and the dataset itself, for the
+/// `read_raw` source) available to the steps of a job.
+pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditions> {
+    let ds = datasets::Dataset::open(dir).map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
+    let c = ds.conditions().clone();
+    let mut store = columnar::Conditions::new();
+    store.insert(c.beam_spot);
+    store.insert(c.cabling);
+    store.insert(c.gains);
+    store.insert(c.cpe);
+    store.insert(ds);
+    Ok(store)
+}
+
+/// Where `quiver run` keeps the default dataset: `$QUIVER_DATA/default`, or
+/// `~/.cache/quiver/datasets/default`.
+pub fn default_dataset_dir() -> std::path::PathBuf {
+    let base = std::env::var_os("QUIVER_DATA").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_else(|| ".".into());
+        home.join(".cache/quiver/datasets")
+    });
+    base.join("default")
 }

@@ -243,3 +243,21 @@ fn missing_plan_file_is_named() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).starts_with("error: no/such/plan.toml: "), "{}", stderr(&o));
 }
+
+#[test]
+fn write_ipc_writes_one_record_batch_per_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let plan = write_plan(dir.path(), &format!("{NUMBERS}[[step]]\nlabel = \"w\"\ntype = \"write_ipc\"\nproducts = [\"numbers:floats\"]\n"));
+    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "9", "--batch-size", "4", "--threads", "2", "--output", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = std::fs::File::open(out.join("floats.numbers.arrow")).unwrap();
+    let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();
+    assert_eq!(reader.schema().metadata()["quiver.schema"], "floats");
+    let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![40, 40, 10]);
+    let ev: Vec<u32> = batches.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec()).collect();
+    assert_eq!(ev.first(), Some(&0));
+    assert_eq!(ev.last(), Some(&8));
+    assert!(ev.windows(2).all(|w| w[0] <= w[1]));
+}

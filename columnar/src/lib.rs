@@ -24,6 +24,7 @@
 //! assert_eq!(summary.events, 10);
 //! ```
 
+pub mod columns;
 pub mod compare;
 pub mod conditions;
 pub mod error;

@@ -5,3 +5,4 @@
 pub mod local;
 pub mod tracks;
 pub mod vertices;
+pub mod steps;

@@ -32,3 +32,22 @@ def test_polars_joins_products_by_event(square_run):
 def test_no_temporary_or_partial_files(square_run):
     names = sorted(p.name for p in square_run.iterdir())
     assert names == ["floats.numbers.parquet", "floats.squared.parquet"]
+
+
+def test_ipc_output_is_memory_mappable_by_pyarrow(quiver_bin, tmp_path):
+    import subprocess
+
+    import pyarrow as pa
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[[step]]\nlabel = "numbers"\ntype = "random_floats"\ncount = 5\n'
+                    '[[step]]\nlabel = "w"\ntype = "write_ipc"\nproducts = ["numbers"]\n')
+    subprocess.run([quiver_bin, "run", str(plan), "--events", "7", "--batch-size", "3", "--no-progress",
+                    "--output", str(tmp_path / "out")], check=True, capture_output=True)
+    with pa.memory_map(str(tmp_path / "out" / "floats.numbers.arrow")) as source:
+        reader = pa.ipc.open_file(source)
+        assert reader.num_record_batches == 3
+        t = reader.read_all()
+    assert t.num_rows == 35
+    assert t.schema.metadata[b"quiver.schema"] == b"floats"
+    assert pl.from_arrow(t)["event"].unique().sort().to_list() == list(range(7))

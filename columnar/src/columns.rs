@@ -1,0 +1,88 @@
+//! Helpers for step adapters: typed access to a product's columns by name, and building
+//! product columns from per-event parts in pooled memory.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, ArrowPrimitiveType, PrimitiveArray};
+use arrow_buffer::ArrowNativeType;
+
+use crate::error::{Error, Result};
+use crate::pool;
+use crate::product::Product;
+
+/// The values of column `name` of `product`, which must be a primitive column of type `T`
+/// without nulls; the error names the product type, the column and both types.
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_array::{Float32Array, RecordBatch, types::{Float32Type, Int32Type}};
+/// use quiver_columnar::{columns::values, product::Product, toy::floats_schema};
+/// let rb = RecordBatch::try_new(floats_schema(), vec![Arc::new(Float32Array::from(vec![1.0]))]).unwrap();
+/// let p = Product::from_lengths(rb, [1]).unwrap();
+/// assert_eq!(values::<Float32Type>(&p, "value").unwrap(), &[1.0]);
+/// assert_eq!(values::<Int32Type>(&p, "value").unwrap_err().to_string(),
+///            "product 'floats': column 'value' is Float32, expected Int32");
+/// assert!(values::<Float32Type>(&p, "nope").unwrap_err().to_string().contains("has no column 'nope'"));
+/// ```
+pub fn values<'a, T: ArrowPrimitiveType>(product: &'a Product, name: &str) -> Result<&'a [T::Native]> {
+    let batch = product.batch();
+    let col = batch.column_by_name(name).ok_or_else(|| {
+        let names: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        Error::data(format!("product '{}' has no column '{name}' (columns: {})", product.type_name(), names.join(", ")))
+    })?;
+    let arr = col.as_any().downcast_ref::<PrimitiveArray<T>>().ok_or_else(|| {
+        Error::data(format!(
+            "product '{}': column '{name}' is {}, expected {}",
+            product.type_name(),
+            col.data_type(),
+            T::DATA_TYPE
+        ))
+    })?;
+    if arr.null_count() > 0 {
+        return Err(Error::data(format!("product '{}': column '{name}' has {} nulls", product.type_name(), arr.null_count())));
+    }
+    Ok(arr.values())
+}
+
+/// The column `name` of `product` as an array reference (for sharing it in a new product).
+pub fn column(product: &Product, name: &str) -> Result<ArrayRef> {
+    product
+        .batch()
+        .column_by_name(name)
+        .cloned()
+        .ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", product.type_name())))
+}
+
+/// One primitive column from per-event parts, concatenated in order into pooled memory.
+///
+/// ```
+/// use arrow_array::types::UInt16Type;
+/// use quiver_columnar::columns::concat;
+/// let a = concat::<UInt16Type, _>([vec![1u16, 2], vec![], vec![3]].iter().map(|v| v.as_slice()));
+/// assert_eq!(a.values().as_ref(), &[1, 2, 3]);
+/// ```
+pub fn concat<'a, T, I>(parts: I) -> PrimitiveArray<T>
+where
+    T: ArrowPrimitiveType,
+    T::Native: ArrowNativeType,
+    I: IntoIterator<Item = &'a [T::Native]>,
+    I::IntoIter: Clone,
+{
+    let parts = parts.into_iter();
+    let total = parts.clone().map(<[T::Native]>::len).sum();
+    let mut v = pool::global().vec::<T::Native>(total);
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    PrimitiveArray::<T>::new(v.into_scalar_buffer(), None)
+}
+
+/// Like [`concat`], returned as an [`ArrayRef`].
+pub fn concat_ref<'a, T, I>(parts: I) -> ArrayRef
+where
+    T: ArrowPrimitiveType,
+    I: IntoIterator<Item = &'a [T::Native]>,
+    I::IntoIter: Clone,
+{
+    Arc::new(concat::<T, I>(parts))
+}

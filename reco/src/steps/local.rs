@@ -1,0 +1,420 @@
+//! Adapters of the local reconstruction: raw data → digis → clusters → rec hits.
+
+use std::sync::Arc;
+
+use arrow_array::types::{Float32Type, Int16Type, Int32Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type};
+use arrow_array::{Array, ArrayRef, BinaryArray, Float32Array, RecordBatch};
+use quiver_columnar::columns::{column, concat_ref, values};
+use quiver_columnar::{Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepType};
+use quiver_datasets::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibration};
+use quiver_datasets::Dataset;
+
+use super::types::*;
+use super::{cond, ev, int_param, local, per_event, publish, schema};
+use crate::local::{
+    calibrate_digis, charge_cut, charge_cut::hits_module_start, clusterize, raw_to_digis, rec_hits, CalibConfig, ChargeCutConfig,
+    ClusterAlgorithm, ClusterColumns, ClusterizeConfig, DigiColumns, RawToDigiConfig, MAX_NUM_MODULES,
+};
+
+// --- read_raw -------------------------------------------------------------------------
+
+struct ReadRawStep {
+    dataset: Arc<Dataset>,
+}
+
+impl Step for ReadRawStep {
+    fn n_events(&self) -> Option<u64> {
+        Some(self.dataset.n_events() as u64)
+    }
+
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let first = batch.first_event() as usize;
+        let events = self.dataset.raw_events(first..first + batch.n_events()).map_err(|e| Error::data(e.to_string()))?;
+        // The FED bytes are read from the memory-mapped file into one pooled buffer per batch.
+        let pool = quiver_columnar::pool::global();
+        let n_feds: usize = events.iter().map(Vec::len).sum();
+        let n_bytes: usize = events.iter().flatten().map(|(_, b)| b.len()).sum();
+        let (mut ids, mut offsets, mut bytes) = (pool.vec::<u32>(n_feds), pool.vec::<i32>(n_feds + 1), pool.vec::<u8>(n_bytes));
+        offsets.push(0);
+        for &(fed, data) in events.iter().flatten() {
+            ids.push(fed);
+            bytes.extend_from_slice(data);
+            offsets.push(i32::try_from(bytes.len()).map_err(|_| Error::data("more than 2 GiB of raw data in one batch: use a smaller --batch-size"))?);
+        }
+        let offsets = arrow_buffer::OffsetBuffer::new(offsets.into_scalar_buffer());
+        let data = BinaryArray::try_new(offsets, bytes.into_buffer(), None)?;
+        let ids = arrow_array::UInt32Array::new(ids.into_scalar_buffer(), None);
+        publish(batch, FED_RAW, vec![Arc::new(ids), Arc::new(data)], events.iter().map(Vec::len))
+    }
+}
+
+// --- beamspot -------------------------------------------------------------------------
+
+struct BeamSpotStep {
+    bs: BeamSpot,
+}
+
+impl Step for BeamSpotStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let b = &self.bs;
+        let n = batch.n_events();
+        let cols = [b.x, b.y, b.z, b.sigma_z, b.beam_width_x, b.beam_width_y, b.dxdz, b.dydz, b.emittance_x, b.emittance_y, b.beta_star]
+            .into_iter()
+            .map(|v| {
+                let mut buf = quiver_columnar::pool::global().vec::<f32>(n);
+                buf.resize(n, v);
+                Arc::new(Float32Array::new(buf.into_scalar_buffer(), None)) as ArrayRef
+            })
+            .collect();
+        publish(batch, BEAMSPOT, cols, std::iter::repeat_n(1, n))
+    }
+}
+
+// --- raw_to_digis ---------------------------------------------------------------------
+
+struct RawToDigisStep {
+    input: ProductKey,
+    cabling: Arc<CablingMap>,
+    cfg: RawToDigiConfig,
+}
+
+impl Step for RawToDigisStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let raw = batch.get(&self.input)?;
+        let fed = values::<UInt32Type>(&raw, "fed")?;
+        let data = column(&raw, "data")?;
+        let data = data
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .ok_or_else(|| Error::data(format!("product '{FED_RAW}': column 'data' is {}, expected Binary", data.data_type())))?;
+        let out = per_event(batch, |e| {
+            let feds: Vec<(u32, &[u8])> = raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect();
+            raw_to_digis(&feds, &self.cabling, &self.cfg).map_err(local)
+        })?;
+        let digis: Vec<ArrayRef> = vec![
+            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.xx.as_slice())),
+            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.yy.as_slice())),
+            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.adc.as_slice())),
+            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.module_ind.as_slice())),
+            concat_ref::<UInt32Type, _>(out.iter().map(|d| d.raw_id.as_slice())),
+            concat_ref::<UInt32Type, _>(out.iter().map(|d| d.pdigi.as_slice())),
+        ];
+        publish(batch, DIGIS, digis, out.iter().map(|d| d.xx.len()))?;
+        let errs: Vec<_> = out.iter().map(|d| &d.errors).collect();
+        let cols = |g: &dyn Fn(&crate::local::PixelError) -> u64| errs.iter().flat_map(|v| v.iter().map(g)).collect::<Vec<u64>>();
+        let fed_col: Vec<u32> = cols(&|x| x.fed as u64).into_iter().map(|v| v as u32).collect();
+        let raw_id: Vec<u32> = cols(&|x| x.raw_id as u64).into_iter().map(|v| v as u32).collect();
+        let etype: Vec<u8> = cols(&|x| x.error_type as u64).into_iter().map(|v| v as u8).collect();
+        let word = cols(&|x| x.word);
+        let errors: Vec<ArrayRef> = vec![
+            concat_ref::<UInt32Type, _>([fed_col.as_slice()]),
+            concat_ref::<UInt64Type, _>([word.as_slice()]),
+            concat_ref::<UInt32Type, _>([raw_id.as_slice()]),
+            concat_ref::<UInt8Type, _>([etype.as_slice()]),
+        ];
+        publish(batch, DIGI_ERRORS, errors, errs.iter().map(|v| v.len()))
+    }
+}
+
+// --- calibrate ------------------------------------------------------------------------
+
+struct CalibrateStep {
+    input: ProductKey,
+    gains: Arc<GainCalibration>,
+    cfg: CalibConfig,
+}
+
+impl Step for CalibrateStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let d = batch.get(&self.input)?;
+        let (row, col) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?);
+        let (adc, module) = (values::<UInt16Type>(&d, "adc")?, values::<UInt16Type>(&d, "module")?);
+        let out = per_event(batch, |e| {
+            calibrate_digis(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), ev(adc, &d, e), &self.gains, &self.cfg).map_err(local)
+        })?;
+        // Rows and columns are unchanged: share the buffers of the digis.
+        let cols = vec![
+            column(&d, "row")?,
+            column(&d, "col")?,
+            concat_ref::<UInt16Type, _>(out.iter().map(|c| c.adc.as_slice())),
+            concat_ref::<UInt16Type, _>(out.iter().map(|c| c.module_ind.as_slice())),
+        ];
+        batch.put(Product::new(RecordBatch::try_new(schema(CALIBRATED_DIGIS), cols)?, d.offsets().clone())?)
+    }
+}
+
+// --- clusterize -----------------------------------------------------------------------
+
+/// Per-run module table: module id, first digi, clusters.
+fn module_table(module_start: &[u32], module_id: &[u32], n_in_module: &[u32]) -> (Vec<u16>, Vec<u32>, Vec<u32>) {
+    let runs = module_start[0] as usize;
+    let ids: Vec<u16> = module_id[..runs].iter().map(|&m| m as u16).collect();
+    let counts = module_id[..runs].iter().map(|&m| n_in_module[m as usize]).collect();
+    (ids, module_start[1..=runs].to_vec(), counts)
+}
+
+fn publish_modules(batch: &mut EventBatch, type_name: &str, tables: &[(Vec<u16>, Vec<u32>, Vec<u32>)]) -> Result<()> {
+    let cols = vec![
+        concat_ref::<UInt16Type, _>(tables.iter().map(|t| t.0.as_slice())),
+        concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.1.as_slice())),
+        concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.2.as_slice())),
+    ];
+    publish(batch, type_name, cols, tables.iter().map(|t| t.0.len()))
+}
+
+/// Rebuilds the reference's per-event module tables (`moduleStart`, `moduleId`, and
+/// clusters per module id) from a per-run module product.
+fn module_arrays(p: &Product, e: usize) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
+    let rows = p.event_rows(e);
+    let module = &values::<UInt16Type>(p, "module")?[rows.clone()];
+    let first = &values::<UInt32Type>(p, "first_digi")?[rows.clone()];
+    let n = &values::<UInt32Type>(p, "clusters")?[rows];
+    let mut module_start = Vec::with_capacity(first.len() + 1);
+    module_start.push(first.len() as u32);
+    module_start.extend_from_slice(first);
+    let mut n_in_module = vec![0u32; MAX_NUM_MODULES];
+    for (&m, &c) in module.iter().zip(n) {
+        *n_in_module.get_mut(m as usize).ok_or_else(|| Error::data(format!("module id {m} out of range")))? = c;
+    }
+    Ok((module_start, module.iter().map(|&m| m as u32).collect(), n_in_module))
+}
+
+struct ClusterizeStep {
+    input: ProductKey,
+    cfg: ClusterizeConfig,
+}
+
+impl Step for ClusterizeStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let d = batch.get(&self.input)?;
+        let (row, col, module) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?, values::<UInt16Type>(&d, "module")?);
+        let out = per_event(batch, |e| clusterize(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), &self.cfg).map_err(local))?;
+        let cols = vec![column(&d, "module")?, concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice()))];
+        batch.put(Product::new(RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?, d.offsets().clone())?)?;
+        let tables: Vec<_> = out.iter().map(|c| module_table(&c.module_start, &c.module_id, &c.n_clusters_in_module)).collect();
+        publish_modules(batch, CLUSTER_MODULES, &tables)
+    }
+}
+
+// --- cluster_charge_cut ---------------------------------------------------------------
+
+struct ChargeCutStep {
+    digis: ProductKey,
+    clusters: ProductKey,
+    modules: ProductKey,
+    cfg: ChargeCutConfig,
+}
+
+impl Step for ChargeCutStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (d, c, m) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?);
+        let (module, charge) = (values::<UInt16Type>(&d, "module")?, values::<UInt16Type>(&d, "charge")?);
+        let clus = values::<Int32Type>(&c, "cluster")?;
+        if c.offsets() != d.offsets() {
+            return Err(Error::data(format!("{} and {} have different rows per event", self.clusters, self.digis)));
+        }
+        let out = per_event(batch, |e| {
+            let (module_start, module_id, n_in_module) = module_arrays(&m, e)?;
+            let r = charge_cut(ev(module, &d, e), ev(charge, &d, e), ev(clus, &c, e), &module_start, &n_in_module, &self.cfg).map_err(local)?;
+            let table = module_table(&module_start, &module_id, &r.n_clusters_in_module);
+            Ok((r, table))
+        })?;
+        let cols = vec![
+            concat_ref::<UInt16Type, _>(out.iter().map(|(r, _)| r.module_ind.as_slice())),
+            concat_ref::<Int32Type, _>(out.iter().map(|(r, _)| r.clus.as_slice())),
+        ];
+        batch.put(Product::new(RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?, d.offsets().clone())?)?;
+        let tables: Vec<_> = out.into_iter().map(|(_, t)| t).collect();
+        publish_modules(batch, HIT_MODULES, &tables)
+    }
+}
+
+// --- rechits --------------------------------------------------------------------------
+
+struct RecHitsStep {
+    digis: ProductKey,
+    clusters: ProductKey,
+    modules: ProductKey,
+    beamspot: ProductKey,
+    cpe: Arc<CpeParams>,
+    max_per_module: u32,
+    max_hits: u32,
+}
+
+impl Step for RecHitsStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (d, c, m, b) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
+        let (row, col, charge) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?, values::<UInt16Type>(&d, "charge")?);
+        let (module, clus) = (values::<UInt16Type>(&c, "module")?, values::<Int32Type>(&c, "cluster")?);
+        let bs_col = |n: &str| values::<Float32Type>(&b, n);
+        let (bx, by, bz) = (bs_col("x")?, bs_col("y")?, bs_col("z")?);
+        let out = per_event(batch, |e| {
+            let (module_start, module_id, n_in_module) = module_arrays(&m, e)?;
+            let clus_module_start = hits_module_start(&n_in_module, self.max_per_module, self.max_hits);
+            let r = b.event_rows(e).start;
+            let bs = BeamSpot { x: bx[r], y: by[r], z: bz[r], ..Default::default() };
+            let digis = DigiColumns { module_ind: ev(module, &c, e), xx: ev(row, &d, e), yy: ev(col, &d, e), adc: ev(charge, &d, e), clus: ev(clus, &c, e) };
+            let clusters = ClusterColumns {
+                module_start: &module_start,
+                module_id: &module_id,
+                n_clusters_in_module: &n_in_module,
+                clus_module_start: &clus_module_start,
+            };
+            rec_hits(&digis, &clusters, &self.cpe, &bs).map_err(local)
+        })?;
+        macro_rules! cat {
+            ($t:ty, $f:ident) => {
+                concat_ref::<$t, _>(out.iter().map(|h| h.$f.as_slice()))
+            };
+        }
+        let cols = vec![
+            cat!(Float32Type, x_local),
+            cat!(Float32Type, y_local),
+            cat!(Float32Type, xerr_local),
+            cat!(Float32Type, yerr_local),
+            cat!(Float32Type, x_global),
+            cat!(Float32Type, y_global),
+            cat!(Float32Type, z_global),
+            cat!(Float32Type, r_global),
+            cat!(Int16Type, iphi),
+            cat!(Int32Type, charge),
+            cat!(Int16Type, size_x),
+            cat!(Int16Type, size_y),
+            cat!(UInt16Type, det_index),
+        ];
+        publish(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))
+    }
+}
+
+/// Registers the local-reconstruction step types.
+pub(super) fn register(r: &mut Registry) {
+    let cpu = vec![Backend::Cpu];
+    r.add(StepType {
+        name: "read_raw",
+        doc: "Reads the raw FED data of the input dataset, event by event (the source of the pixel chain)",
+        params: vec![],
+        signature: Signature { inputs: vec![], outputs: vec![FED_RAW.into()] },
+        backends: cpu.clone(),
+        build: |cfg| Ok(Box::new(ReadRawStep { dataset: cond(cfg)? })),
+    });
+    r.add(StepType {
+        name: "beamspot",
+        doc: "The beam spot of the conditions as a per-event product (BeamSpotToPOD)",
+        params: vec![],
+        signature: Signature { inputs: vec![], outputs: vec![BEAMSPOT.into()] },
+        backends: cpu.clone(),
+        build: |cfg| Ok(Box::new(BeamSpotStep { bs: *cond::<BeamSpot>(cfg)? })),
+    });
+    r.add(StepType {
+        name: "raw_to_digis",
+        doc: "Pixel FED raw data to digis (one per raw word) and errors (RawToDigi + ErrorChecker)",
+        params: vec![ParamSpec::bool("use_quality", true, "skip ROCs the cabling marks bad")],
+        signature: Signature {
+            inputs: vec![InputSpec::one("input", FED_RAW, "raw FED buffers")],
+            outputs: vec![DIGIS.into(), DIGI_ERRORS.into()],
+        },
+        backends: cpu.clone(),
+        build: |cfg| {
+            let c = RawToDigiConfig { use_quality: cfg.params.bool("use_quality"), ..Default::default() };
+            Ok(Box::new(RawToDigisStep { input: cfg.input("input")?, cabling: cond(cfg)?, cfg: c }))
+        },
+    });
+    r.add(StepType {
+        name: "calibrate",
+        doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
+        params: vec![
+            ParamSpec::float("gain_l1", 50.0, "VCal→electrons slope on BPix L1, e/VCal"),
+            ParamSpec::float("offset_l1", -670.0, "VCal→electrons offset on BPix L1, e"),
+            ParamSpec::float("gain", 47.0, "VCal→electrons slope elsewhere, e/VCal"),
+            ParamSpec::float("offset", -60.0, "VCal→electrons offset elsewhere, e"),
+        ],
+        signature: Signature {
+            inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],
+            outputs: vec![CALIBRATED_DIGIS.into()],
+        },
+        backends: cpu.clone(),
+        build: |cfg| {
+            let p = &cfg.params;
+            let c = CalibConfig {
+                vcal_to_electron_gain_l1: p.float("gain_l1") as f32,
+                vcal_to_electron_offset_l1: p.float("offset_l1") as f32,
+                vcal_to_electron_gain: p.float("gain") as f32,
+                vcal_to_electron_offset: p.float("offset") as f32,
+                ..Default::default()
+            };
+            Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: c }))
+        },
+    });
+    r.add(StepType {
+        name: "clusterize",
+        doc: "8-connected pixel clusters per module, numbered by lowest digi index (findClus)",
+        params: vec![
+            ParamSpec::choice("algorithm", &["faithful", "union_find"], "the reference's label propagation, or union-find (identical output)"),
+            ParamSpec::int("max_pixels_per_module", 4000, "pixels clustered per module run at most"),
+        ],
+        signature: Signature {
+            inputs: vec![InputSpec::one("input", CALIBRATED_DIGIS, "calibrated digis")],
+            outputs: vec![PIXEL_CLUSTERS.into(), CLUSTER_MODULES.into()],
+        },
+        backends: cpu.clone(),
+        build: |cfg| {
+            let algorithm = if cfg.params.str("algorithm") == "union_find" { ClusterAlgorithm::UnionFind } else { ClusterAlgorithm::Faithful };
+            let max = int_param(cfg, "max_pixels_per_module", 1..=66_560)? as usize;
+            Ok(Box::new(ClusterizeStep { input: cfg.input("input")?, cfg: ClusterizeConfig { algorithm, max_pix_in_module: max } }))
+        },
+    });
+    r.add(StepType {
+        name: "cluster_charge_cut",
+        doc: "Drops clusters below the charge threshold and renumbers densely (clusterChargeCut)",
+        params: vec![
+            ParamSpec::int("min_charge_l1", 2000, "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it"),
+            ParamSpec::int("min_charge", 4000, "threshold elsewhere, e"),
+            ParamSpec::int("max_clusters_per_module", 1024, "clusters kept per module"),
+        ],
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (charges)"),
+                InputSpec::one("clusters", PIXEL_CLUSTERS, "cluster of each digi"),
+                InputSpec::one("modules", CLUSTER_MODULES, "module runs and their cluster counts"),
+            ],
+            outputs: vec![CLUSTERED_DIGIS.into(), HIT_MODULES.into()],
+        },
+        backends: cpu.clone(),
+        build: |cfg| {
+            let c = ChargeCutConfig {
+                min_charge_l1: int_param(cfg, "min_charge_l1", 0..=i32::MAX as i64)? as i32,
+                min_charge: int_param(cfg, "min_charge", 0..=i32::MAX as i64)? as i32,
+                max_clusters_per_module: int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32,
+                ..Default::default()
+            };
+            Ok(Box::new(ChargeCutStep { digis: cfg.input("digis")?, clusters: cfg.input("clusters")?, modules: cfg.input("modules")?, cfg: c }))
+        },
+    });
+    r.add(StepType {
+        name: "rechits",
+        doc: "Rec hits: CPE fast positions and errors, global positions minus the beam spot, int16 phi",
+        params: vec![],
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (row, col, charge)"),
+                InputSpec::one("clusters", CLUSTERED_DIGIS, "cluster of each digi after the charge cut"),
+                InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
+                InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
+            ],
+            outputs: vec![HITS.into()],
+        },
+        backends: cpu,
+        build: |cfg| {
+            Ok(Box::new(RecHitsStep {
+                digis: cfg.input("digis")?,
+                clusters: cfg.input("clusters")?,
+                modules: cfg.input("modules")?,
+                beamspot: cfg.input("beamspot")?,
+                cpe: cond(cfg)?,
+                max_per_module: crate::local::MAX_CLUSTERS_PER_MODULE,
+                max_hits: crate::local::MAX_NUM_CLUSTERS,
+            }))
+        },
+    });
+}
+

@@ -1,0 +1,293 @@
+//! The `quiver` command line: parsing, and the commands over a step registry.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use crate::default_plan;
+use quiver_columnar::{executor, plan, JobContext, PlanSpec, Registry, RunOptions};
+
+/// Quiver: Arrow-native columnar event reconstruction.
+///
+/// Every product is an Arrow table; every reconstruction step is a columnar operator; a
+/// plan (TOML) composes steps. Start with `quiver run` (the default plan on the default
+/// dataset), `quiver steps` (the catalogue) and `quiver plan check PLAN`.
+#[derive(Parser)]
+#[command(name = "quiver", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a plan over events and print a summary (time per step, bytes per product, pool)
+    Run(RunArgs),
+    /// List every step type with its inputs, outputs, parameters, defaults and backends
+    Steps,
+    /// Work with plans
+    Plan {
+        #[command(subcommand)]
+        command: PlanCommand,
+    },
+    /// Measure throughput: run a plan at several thread counts on the same events, side by side
+    Bench(BenchArgs),
+    /// Generate a synthetic CMS Phase-1 pixel dataset with truth
+    Generate(GenerateArgs),
+    /// Export a dataset in another program's format
+    Export {
+        #[command(subcommand)]
+        command: ExportCommand,
+    },
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// The plan file (TOML); without it, the default plan
+    plan: Option<PathBuf>,
+    /// Input dataset directory (default: as for `quiver run`)
+    #[arg(long, value_name = "DIR")]
+    input: Option<PathBuf>,
+    /// Events per run
+    #[arg(long, value_name = "N")]
+    events: Option<u64>,
+    /// Thread counts to scan, comma separated
+    #[arg(long, value_name = "T,T,...", value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Events per batch
+    #[arg(long, value_name = "B")]
+    batch_size: Option<usize>,
+    /// Runs per thread count; the first is a warm-up and is not reported
+    #[arg(long, value_name = "R", default_value_t = 2)]
+    repeat: usize,
+    /// Also write the results as CSV to this file
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Events to generate
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    events: u32,
+    /// Mean pile-up ⟨PU⟩ (Poisson)
+    #[arg(long, value_name = "MU", default_value_t = 50.0)]
+    pileup: f64,
+    /// Random seed: the same seed gives byte-identical files for any --threads
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+    /// Worker threads (default: the available cores)
+    #[arg(long, value_name = "T")]
+    threads: Option<usize>,
+    /// Output directory (default: the default dataset location, see `quiver run --help`)
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Fraction of FEDs given an injected fault (error words, truncation, bad framing, bit flips)
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    corrupt_fraction: f64,
+}
+
+#[derive(Subcommand)]
+enum ExportCommand {
+    /// Write the binary files pixeltrack-standalone reads (raw.bin, fedIds.bin, beamspot.bin,
+    /// cablingMap.bin, gain.bin, cpefast.bin)
+    Pixeltrack {
+        /// The dataset directory
+        #[arg(long, value_name = "DS")]
+        input: PathBuf,
+        /// Where to write the files
+        #[arg(long, value_name = "DIR")]
+        output: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum PlanCommand {
+    /// Validate a plan completely and print it resolved (order, inputs, backends)
+    Check {
+        /// The plan file (TOML)
+        plan: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The plan file (TOML); without it, the default plan
+    plan: Option<PathBuf>,
+    /// Input dataset directory (default for plans that read raw data: the default dataset,
+    /// $QUIVER_DATA/default or ~/.cache/quiver/datasets/default, generated on first use)
+    #[arg(long, value_name = "DIR")]
+    input: Option<PathBuf>,
+    /// Output directory (default: ./quiver-out)
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Events to process (default: all events of the input)
+    #[arg(long, value_name = "N")]
+    events: Option<u64>,
+    /// Worker threads (default: the available cores)
+    #[arg(long, value_name = "T")]
+    threads: Option<usize>,
+    /// Events per batch
+    #[arg(long, value_name = "B")]
+    batch_size: Option<usize>,
+    /// Never draw a progress bar
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
+    let (resolved, job) = prepare(args.plan.as_ref(), args.input, args.output, registry)?;
+    let settings = &resolved.run;
+    let steps = resolved.build(registry, job.into())?;
+    let opts = RunOptions {
+        threads: args.threads.or(settings.threads).unwrap_or_else(executor::default_threads),
+        batch_size: args.batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+        events: args.events.or(settings.events),
+        progress: !args.no_progress,
+    };
+    let summary = executor::run(&resolved, &steps, &opts)?;
+    print!("{}", summary.render());
+    Ok(())
+}
+
+/// Loads the plan and the job context as `quiver run` does.
+fn prepare(
+    plan_path: Option<&PathBuf>,
+    input: Option<PathBuf>,
+    output: Option<PathBuf>,
+    registry: &Registry,
+) -> quiver_columnar::Result<(plan::ResolvedPlan, JobContext)> {
+    let spec = match plan_path {
+        Some(p) => PlanSpec::from_file(p)?,
+        None => PlanSpec::from_toml(default_plan::TEXT, default_plan::NAME)?,
+    };
+    let resolved = plan::validate(&spec, registry)?;
+    let settings = &resolved.run;
+    let output = output.or(settings.output.clone()).unwrap_or_else(|| PathBuf::from("quiver-out"));
+    let mut input = input.or(settings.input.clone());
+    let reads_raw = resolved.steps.iter().any(|s| s.type_name == "read_raw");
+    if input.is_none() && reads_raw {
+        let dir = crate::default_dataset_dir();
+        if !dir.join("manifest.toml").exists() {
+            eprintln!("generating the default dataset in {} (100 events, <PU> 50, seed 1) ...", dir.display());
+            let opts = quiver_datasets::GenerateOptions { output: dir.clone(), ..Default::default() };
+            quiver_datasets::generate(&opts).map_err(|e| quiver_columnar::Error::data(format!("generating the default dataset: {e}")))?;
+        }
+        input = Some(dir);
+    }
+    let conditions = match &input {
+        Some(dir) => crate::load_dataset(dir)?,
+        None => Default::default(),
+    };
+    Ok((resolved, JobContext { input, output, conditions }))
+}
+
+fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
+    use std::fmt::Write;
+    let tmp = std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id()));
+    let (resolved, job) = prepare(args.plan.as_ref(), args.input, Some(tmp.clone()), registry)?;
+    let job = std::sync::Arc::new(job);
+    let mut rows: Vec<(usize, executor::Summary)> = Vec::new();
+    for &threads in &args.threads {
+        for rep in 0..args.repeat.max(1) {
+            let steps = resolved.build(registry, job.clone())?;
+            let opts = RunOptions {
+                threads,
+                batch_size: args.batch_size.or(resolved.run.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+                events: args.events.or(resolved.run.events),
+                progress: false,
+            };
+            let s = executor::run(&resolved, &steps, &opts)?;
+            if rep > 0 || args.repeat <= 1 {
+                rows.push((threads, s));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut out = String::new();
+    let mut csv = String::from("threads,batch_size,events,wall_s,events_per_s,step,type,ms_per_event\n");
+    let _ = writeln!(out, "{:>7} {:>6} {:>8} {:>10} {:>12} {:>8}", "threads", "batch", "events", "wall s", "events/s", "speed-up");
+    let base = rows.first().map(|(_, s)| s.throughput()).unwrap_or(1.0);
+    for (t, s) in &rows {
+        let _ = writeln!(out, "{:>7} {:>6} {:>8} {:>10.3} {:>12.2} {:>8.2}", t, s.batch_size, s.events, s.wall.as_secs_f64(), s.throughput(), s.throughput() / base);
+        for st in &s.steps {
+            let ms = 1e3 * st.time.as_secs_f64() / s.events.max(1) as f64;
+            let _ = writeln!(csv, "{t},{},{},{:.6},{:.3},{},{},{ms:.4}", s.batch_size, s.events, s.wall.as_secs_f64(), s.throughput(), st.label, st.type_name);
+        }
+    }
+    let _ = writeln!(out, "\nms/event in each step (wall time of its calls, summed over workers):");
+    let _ = write!(out, "{:<20}", "step");
+    for (t, _) in &rows {
+        let _ = write!(out, " {:>9}", format!("{t} thr"));
+    }
+    out.push('\n');
+    if let Some((_, first)) = rows.first() {
+        for (i, st) in first.steps.iter().enumerate() {
+            let _ = write!(out, "{:<20}", st.label);
+            for (_, s) in &rows {
+                let _ = write!(out, " {:>9.3}", 1e3 * s.steps[i].time.as_secs_f64() / s.events.max(1) as f64);
+            }
+            out.push('\n');
+        }
+    }
+    print!("{out}");
+    if let Some(path) = args.csv {
+        std::fs::write(&path, csv).map_err(|e| quiver_columnar::Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
+fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
+    let opts = quiver_datasets::GenerateOptions {
+        events: g.events,
+        pileup: g.pileup,
+        seed: g.seed,
+        threads: g.threads,
+        output: g.output.unwrap_or_else(crate::default_dataset_dir),
+        corrupt_fraction: g.corrupt_fraction,
+    };
+    let s = quiver_datasets::generate(&opts).map_err(|e| quiver_columnar::Error::data(e.to_string()))?;
+    println!("{}: {s:?}", opts.output.display());
+    Ok(())
+}
+
+/// Runs the command line `args` (program name first) with the step types of `registry`.
+/// The `quiver` binary and the Python package's `quiver` command both call this.
+pub fn main_with<I, T>(args: I, registry: &Registry) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run(args, registry),
+        Command::Bench(args) => bench(args, registry),
+        Command::Steps => {
+            print!("{}", registry.describe());
+            Ok(())
+        }
+        Command::Plan { command: PlanCommand::Check { plan: path } } => PlanSpec::from_file(&path)
+            .and_then(|spec| plan::validate(&spec, registry))
+            .map(|resolved| {
+                println!("{}: valid, {} steps in this order:", path.display(), resolved.steps.len());
+                print!("{}", resolved.describe());
+            }),
+        Command::Generate(g) => generate(g),
+        Command::Export { command: ExportCommand::Pixeltrack { input, output } } => quiver_datasets::export_pixeltrack(&input, &output)
+            .map(|()| println!("wrote pixeltrack-standalone inputs of {} to {}", input.display(), output.display()))
+            .map_err(|e| quiver_columnar::Error::data(e.to_string())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The pixel chain end to end through the command line: generate a small dataset, run the
+//! default plan, and check that the products are bit-identical for any thread count and
+//! batch size, that the generator's pixels come back, and that bad input is reported.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use arrow_array::{Array, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+fn quiver(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quiver")).args(args).output().expect("runs quiver")
+}
+
+fn ok(o: Output) -> String {
+    assert!(o.status.success(), "quiver failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A small dataset shared by the tests of this file: 6 events at ⟨PU⟩ 20.
+fn dataset() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("ds");
+        ok(quiver(&["generate", "--events", "6", "--pileup", "20", "--seed", "7", "--output", out.to_str().unwrap()]));
+        dir
+    })
+    .path()
+    .join("ds")
+    .leak()
+}
+
+/// Every column of a Parquet file as Arrow data, batches concatenated, for exact comparison.
+fn columns(path: &Path) -> Vec<arrow_array::ArrayRef> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    let schema = builder.schema().clone();
+    let batches: Vec<RecordBatch> = builder.build().unwrap().map(|b| b.unwrap()).collect();
+    let all = arrow_select::concat::concat_batches(&schema, &batches).unwrap();
+    all.columns().to_vec()
+}
+
+const PRODUCTS: [&str; 5] = [
+    "digis.digis.parquet",
+    "digi_errors.digis.parquet",
+    "calibrated_digis.calib.parquet",
+    "clustered_digis.chargecut.parquet",
+    "hits.hits.parquet",
+];
+
+#[test]
+fn products_are_bit_identical_for_any_threads_and_batch_size() {
+    let ds = dataset();
+    let mut reference: Option<Vec<Vec<arrow_array::ArrayRef>>> = None;
+    for (threads, batch) in [(1, 16), (2, 1), (2, 4), (1, 5)] {
+        let out = tempfile::tempdir().unwrap();
+        let text = ok(quiver(&[
+            "run", "plans/pixel.toml", "--no-progress", "--input", ds.to_str().unwrap(), "--output", out.path().to_str().unwrap(),
+            "--threads", &threads.to_string(), "--batch-size", &batch.to_string(),
+        ]));
+        assert!(text.contains("events 6"), "{text}");
+        let cols: Vec<_> = PRODUCTS.iter().map(|p| columns(&out.path().join(p))).collect();
+        match &reference {
+            None => reference = Some(cols),
+            Some(r) => {
+                for (i, (a, b)) in r.iter().zip(&cols).enumerate() {
+                    for (j, (x, y)) in a.iter().zip(b).enumerate() {
+                        assert_eq!(x.to_data(), y.to_data(), "{} column {j} differs at threads {threads}, batch {batch}", PRODUCTS[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn default_plan_checks_and_bad_input_is_named() {
+    ok(quiver(&["plan", "check", "plans/pixel.toml"]));
+    let missing = quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", "/no/such/dataset"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("/no/such/dataset/manifest.toml"), "{err}");
+
+    // A truncated raw file is reported with its name, never a panic.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("ds");
+    std::fs::create_dir_all(copy.join("conditions")).unwrap();
+    for entry in walk(dataset()) {
+        let rel = entry.strip_prefix(dataset()).unwrap();
+        std::fs::copy(&entry, copy.join(rel)).unwrap();
+    }
+    let raw = copy.join("raw.arrow");
+    let bytes = std::fs::read(&raw).unwrap();
+    std::fs::write(&raw, &bytes[..bytes.len() / 2]).unwrap();
+    let o = quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("raw.arrow"), "{err}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn u16s(a: &arrow_array::ArrayRef) -> &[u16] {
+    a.as_any().downcast_ref::<arrow_array::UInt16Array>().unwrap().values()
+}
+fn u8s(a: &arrow_array::ArrayRef) -> &[u8] {
+    a.as_any().downcast_ref::<arrow_array::UInt8Array>().unwrap().values()
+}
+fn u32s(a: &arrow_array::ArrayRef) -> &[u32] {
+    a.as_any().downcast_ref::<arrow_array::UInt32Array>().unwrap().values()
+}
+
+#[test]
+fn every_generated_pixel_comes_back_as_a_digi() {
+    let ds = dataset();
+    let out = tempfile::tempdir().unwrap();
+    ok(quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", ds.to_str().unwrap(), "--output", out.path().to_str().unwrap()]));
+    // ours: event, row, col, adc, module, raw_id, pdigi
+    let d = columns(&out.path().join("digis.digis.parquet"));
+    let mut ours: Vec<(u32, u16, u16, u16, u16)> = (0..d[0].len())
+        .filter(|&i| u16s(&d[4])[i] != 9999)
+        .map(|i| (u32s(&d[0])[i], u16s(&d[4])[i], u16s(&d[1])[i], u16s(&d[2])[i], u16s(&d[3])[i]))
+        .collect();
+    // the generator's truth: event, module, row, col, adc, electrons
+    let t = columns(&ds.join("digis.parquet"));
+    let mut truth: Vec<(u32, u16, u16, u16, u16)> =
+        (0..t[0].len()).map(|i| (u32s(&t[0])[i], u16s(&t[1])[i], u16s(&t[2])[i], u16s(&t[3])[i], u8s(&t[4])[i] as u16)).collect();
+    ours.sort_unstable();
+    truth.sort_unstable();
+    assert_eq!(ours.len(), truth.len(), "digi count");
+    assert!(ours == truth, "digis differ from the generated pixels");
+}
+
+#[test]
+fn hits_per_event_are_plentiful_and_ordered() {
+    let ds = dataset();
+    let out = tempfile::tempdir().unwrap();
+    let text = ok(quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", ds.to_str().unwrap(), "--output", out.path().to_str().unwrap()]));
+    // Every event has thousands of hits in the barrel and the disks.
+    let hits = columns(&out.path().join("hits.hits.parquet"));
+    let event = hits[0].as_any().downcast_ref::<arrow_array::UInt32Array>().unwrap();
+    let det = hits[13].as_any().downcast_ref::<arrow_array::UInt16Array>().unwrap();
+    assert_eq!(event.len(), det.len());
+    for e in 0..6u32 {
+        let n = event.values().iter().filter(|&&v| v == e).count();
+        assert!(n > 1000, "event {e}: {n} hits\n{text}");
+    }
+    assert!(det.values().windows(2).all(|w| w[0] <= w[1] || w[1] == 0), "hits ordered by module within events");
+}
