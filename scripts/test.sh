@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test of Quiver: the Rust workspace (unit, integration, doc tests) and the
-# Python tests (outputs read with pyarrow and Polars). Works on a fresh machine: it makes
-# the virtual environment .venv and installs the Python test dependencies into it.
+# Runs every test of Quiver: the Rust workspace (unit, integration and doc tests, the CUDA
+# kernels compiled to PTX by NVRTC) and the Python tests (the `quiver` package built with
+# maturin, outputs read with pyarrow and Polars). Works on a fresh machine: it makes the
+# virtual environment .venv and installs everything the tests need into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
@@ -10,8 +11,15 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+# NVRTC (no GPU needed): the GPU crate's tests compile every CUDA kernel to PTX with it, and
+# must fail rather than skip when it is missing.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc==13.0.88"
+export QUIVER_REQUIRE_NVRTC=1
 
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+
+# The Python package (py/, its own cargo workspace) into the virtual environment.
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet -m py/Cargo.toml --release
 
 QUIVER_BIN="$CARGO_TARGET_DIR/debug/quiver" .venv/bin/python -m pytest -q tests/python

@@ -261,3 +261,12 @@ fn write_ipc_writes_one_record_batch_per_batch() {
     assert_eq!(ev.last(), Some(&8));
     assert!(ev.windows(2).all(|w| w[0] <= w[1]));
 }
+
+#[test]
+fn python_steps_explain_where_they_run() {
+    assert_plan_error(
+        &format!("{NUMBERS}[[step]]\nlabel = \"py\"\ntype = \"python\"\nbackend = \"python\"\nmodule = \"m.py\"\nclass = \"C\"\n"),
+        "step 'py': Python steps need the Python package: `pip install ./py` (or `maturin develop -m py/Cargo.toml`), \
+         then run the `quiver` command it installs",
+    );
+}

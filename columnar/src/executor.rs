@@ -42,6 +42,15 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+static RUNTIME_NOTE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets, once per process, a note printed next to the thread count in every run summary:
+/// the host tells what limits parallelism beyond the workers (the Python package reports
+/// the interpreter and its GIL state).
+pub fn set_runtime_note(note: impl Into<String>) {
+    let _ = RUNTIME_NOTE.set(note.into());
+}
+
 /// Time spent in one step, summed over batches and workers.
 #[derive(Clone, Debug)]
 pub struct StepTiming {
@@ -80,9 +89,10 @@ impl Summary {
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
+        let note = RUNTIME_NOTE.get().map(|n| format!(" ({n})")).unwrap_or_default();
         let _ = writeln!(
             s,
-            "events {}  batches {} (size {})  threads {}  wall {:.3} s  throughput {:.1} events/s",
+            "events {}  batches {} (size {})  threads {}{note}  wall {:.3} s  throughput {:.1} events/s",
             self.events,
             self.batches,
             self.batch_size,

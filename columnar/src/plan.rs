@@ -190,6 +190,7 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
         })?;
         let backend = match &s.backend {
             None => Backend::Cpu,
+            Some(b) if b == "auto" => registry.resolve_auto(t),
             Some(b) => b.parse::<Backend>().map_err(|m| Error::plan(&s.label, format!("backend: {m}")))?,
         };
         if !t.backends.contains(&backend) {
@@ -202,29 +203,37 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
                 ),
             ));
         }
+        let (signature, param_specs) = match registry.dynamic(&s.type_name) {
+            Some(f) => f(s).map_err(|e| match e {
+                Error::Plan { .. } => e,
+                other => Error::plan(&s.label, other.to_string()),
+            })?,
+            None => (t.signature.clone(), t.params.clone()),
+        };
         let (inputs, params): (BTreeMap<_, _>, BTreeMap<_, _>) =
-            s.keys.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(k, _)| t.signature.inputs.iter().any(|i| &i.name == k));
-        let params = Params::resolve(&s.label, &t.params, &params)?;
-        staged.push((s, t, backend, inputs, params));
+            s.keys.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(k, _)| signature.inputs.iter().any(|i| &i.name == k));
+        let params = Params::resolve(&s.label, &param_specs, &params)?;
+        staged.push((s, t, signature, backend, inputs, params));
     }
 
     // Outputs of every label, and producers of every type.
     let outputs: HashMap<&str, Vec<ProductKey>> = staged
         .iter()
-        .map(|(s, t, ..)| (s.label.as_str(), t.signature.outputs.iter().map(|o| ProductKey::new(o, &s.label)).collect()))
+        .map(|(s, _, sig, ..)| (s.label.as_str(), sig.outputs.iter().map(|o| ProductKey::new(o, &s.label)).collect()))
         .collect();
-    let mut producers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (s, t, ..) in &staged {
-        for o in &t.signature.outputs {
-            producers.entry(o.as_str()).or_default().push(s.label.as_str());
+    let mut producers: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (s, _, sig, ..) in &staged {
+        let s: &StepSpec = s;
+        for o in &sig.outputs {
+            producers.entry(o.clone()).or_default().push(s.label.as_str());
         }
     }
 
     // Inputs.
     let mut resolved = Vec::new();
-    for (s, t, backend, given, params) in staged {
+    for (s, t, signature, backend, given, params) in staged {
         let mut inputs = BTreeMap::new();
-        for slot in &t.signature.inputs {
+        for slot in &signature.inputs {
             let keys = match given.get(&slot.name) {
                 Some(toml::Value::String(v)) if !slot.many => {
                     resolve_named(&s.label, &slot.name, slot.product_type.as_deref(), v, &outputs, false)?

@@ -240,10 +240,18 @@ pub trait Step: Send + Sync {
     }
 }
 
+/// Signature and parameters of a step type whose consumes/produces depend on the step as
+/// written in the plan (a Python step declares them in its class): called during
+/// validation, before the inputs are resolved.
+pub type DynamicSignatureFn = fn(&crate::plan::StepSpec) -> Result<(Signature, Vec<ParamSpec>)>;
+
 /// The catalogue of step types.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
     types: BTreeMap<&'static str, StepType>,
+    dynamic: BTreeMap<&'static str, DynamicSignatureFn>,
+    /// Resolves `backend = "auto"` (set by a backend crate, e.g. quiver-gpu).
+    auto: Option<fn(&StepType) -> Backend>,
 }
 
 impl Registry {
@@ -262,6 +270,30 @@ impl Registry {
     /// Adds a step type (replacing one of the same name).
     pub fn add(&mut self, t: StepType) {
         self.types.insert(t.name, t);
+    }
+    /// Adds a step type whose signature and parameters `signature` computes per step of a
+    /// plan; `t.signature` and `t.params` then only document the type.
+    pub fn add_dynamic(&mut self, t: StepType, signature: DynamicSignatureFn) {
+        self.dynamic.insert(t.name, signature);
+        self.add(t);
+    }
+    /// The per-step signature function of a dynamic step type.
+    pub fn dynamic(&self, name: &str) -> Option<DynamicSignatureFn> {
+        self.dynamic.get(name).copied()
+    }
+    /// Sets how `backend = "auto"` resolves for a step type (a backend crate that can
+    /// probe its device installs this).
+    pub fn set_auto_backend(&mut self, f: fn(&StepType) -> Backend) {
+        self.auto = Some(f);
+    }
+    /// The backend `backend = "auto"` means for `t`: the installed resolver's answer, else
+    /// `cpu` when `t` has it, else its first backend.
+    pub fn resolve_auto(&self, t: &StepType) -> Backend {
+        match self.auto {
+            Some(f) => f(t),
+            None if t.backends.contains(&Backend::Cpu) => Backend::Cpu,
+            None => t.backends.first().copied().unwrap_or(Backend::Cpu),
+        }
     }
     /// A step type by name.
     pub fn get(&self, name: &str) -> Option<&StepType> {

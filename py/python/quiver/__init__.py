@@ -1,0 +1,28 @@
+"""Quiver from Python.
+
+Build or load a plan, run it, and get every product back as a ``pyarrow.Table`` or a
+``polars.DataFrame`` (with an ``event`` column) without copying the product columns. Write
+steps in Python (:class:`Step`) or as Polars functions (:func:`polars_step`); they run in
+the same executor as the Rust steps, from a Python driver or from ``quiver run plan.toml``.
+
+>>> import quiver
+>>> plan = quiver.Plan()
+>>> plan.add("numbers", "random_floats", count=3)
+>>> plan.add("squared", "square", input="numbers")
+>>> result = plan.run(events=4, threads=1)
+>>> result["squared"].column_names
+['event', 'value']
+"""
+
+from ._errors import PlanError, QuiverError, QuiverIOError, StepError
+from ._plan import Plan, Result
+from ._steps import Step, polars_step
+from . import _quiver
+
+__all__ = ["Plan", "Result", "Step", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError", "steps"]
+__version__ = _quiver.__version__
+
+
+def steps() -> str:
+    """The step catalogue (what ``quiver steps`` prints), including the ``python`` type."""
+    return _quiver.describe_steps()

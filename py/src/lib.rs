@@ -1,0 +1,271 @@
+//! `quiver._quiver`: the native part of the Python package `quiver`. Plans are built,
+//! validated and run by the Rust framework; products come back as Arrow tables through the
+//! C data interface (no copies); steps written in Python run inside the same executor.
+
+mod convert;
+mod pystep;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use arrow_schema::{DataType, Field, Schema};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::PyTable;
+use quiver_columnar::plan::{PlanSpec, RunSettings, StepSpec};
+use quiver_columnar::{collect, executor, plan, Error, JobContext, Registry, RunOptions};
+
+/// Every step type: Quiver's own plus `python`.
+pub fn registry() -> Registry {
+    let mut r = quiver::registry();
+    pystep::register(&mut r);
+    r
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
+}
+
+/// A framework error as the matching Python exception of the `quiver` package:
+/// plan problems are `PlanError` (a `ValueError`), the rest `StepError`.
+fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
+    let (name, fallback): (&str, fn(String) -> PyErr) = match &e {
+        Error::Plan { .. } => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
+        Error::Io { .. } => ("QuiverIOError", |m| pyo3::exceptions::PyOSError::new_err(m)),
+        _ => ("StepError", |m| pyo3::exceptions::PyRuntimeError::new_err(m)),
+    };
+    let msg = e.to_string();
+    match py.import("quiver").and_then(|m| m.getattr(name)) {
+        Ok(t) => match t.call1((msg.clone(),)) {
+            Ok(inst) => PyErr::from_value(inst),
+            Err(_) => fallback(msg),
+        },
+        Err(_) => fallback(msg),
+    }
+}
+
+/// Runs `f`, turning a Rust panic into a `quiver.StepError` (a `PanicException` would escape
+/// `except Exception`).
+pub(crate) fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(to_pyerr(py, Error::data(format!("internal error (panic): {}", panic_message(p.as_ref()))))),
+    }
+}
+
+fn is_valid_label(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// What `_Plan.run` returns: summary text, summary numbers, and per collected product
+/// (label, type, Arrow table, Rust-side data addresses per column).
+type RunOutput<'py> = (String, Bound<'py, PyDict>, Vec<(String, String, Py<PyAny>, Bound<'py, PyDict>)>);
+
+/// A plan being built or loaded (the Python class `quiver.Plan` wraps it).
+#[pyclass(name = "_Plan", module = "quiver._quiver")]
+struct PyPlan {
+    spec: PlanSpec,
+}
+
+#[pymethods]
+impl PyPlan {
+    #[new]
+    fn new() -> Self {
+        PyPlan { spec: PlanSpec::default() }
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (text, origin = "<string>"))]
+    fn from_toml(py: Python<'_>, text: &str, origin: &str) -> PyResult<Self> {
+        guard(py, || PlanSpec::from_toml(text, origin).map(|spec| PyPlan { spec }).map_err(|e| to_pyerr(py, e)))
+    }
+
+    #[staticmethod]
+    fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        guard(py, || PlanSpec::from_file(&path).map(|spec| PyPlan { spec }).map_err(|e| to_pyerr(py, e)))
+    }
+
+    /// Appends a step; `keys` are its inputs and parameters, as in TOML.
+    #[pyo3(signature = (label, type_name, backend, keys))]
+    fn add_step(&mut self, py: Python<'_>, label: &str, type_name: &str, backend: Option<String>, keys: &Bound<'_, PyDict>) -> PyResult<()> {
+        if !is_valid_label(label) {
+            return Err(to_pyerr(py, Error::plan(label, "a label may hold only letters, digits, '_' and '-'")));
+        }
+        let mut s = StepSpec::new(label, type_name);
+        s.backend = backend;
+        for (k, v) in keys.iter() {
+            let k: String = k.extract()?;
+            let v = convert::py_to_toml(&v).map_err(|m| to_pyerr(py, Error::plan(label, format!("'{k}': {m}"))))?;
+            s.keys.insert(k, v);
+        }
+        self.spec.steps.push(s);
+        Ok(())
+    }
+
+    /// Sets `[run]` values (None leaves a value unset).
+    #[pyo3(signature = (threads = None, batch_size = None, events = None, input = None, output = None))]
+    fn set_run(&mut self, threads: Option<usize>, batch_size: Option<usize>, events: Option<u64>, input: Option<PathBuf>, output: Option<PathBuf>) {
+        let r = &mut self.spec.run;
+        r.threads = threads.or(r.threads);
+        r.batch_size = batch_size.or(r.batch_size);
+        r.events = events.or(r.events);
+        r.input = input.or(r.input.take());
+        r.output = output.or(r.output.take());
+    }
+
+    /// Step labels in plan order.
+    fn labels(&self) -> Vec<String> {
+        self.spec.steps.iter().map(|s| s.label.clone()).collect()
+    }
+
+    /// Validates the plan completely; returns it resolved, as text.
+    fn check(&self, py: Python<'_>) -> PyResult<String> {
+        guard(py, || {
+            if self.spec.steps.is_empty() {
+                return Err(to_pyerr(py, Error::plan("", "the plan has no steps")));
+            }
+            plan::validate(&self.spec, &registry()).map(|r| r.describe()).map_err(|e| to_pyerr(py, e))
+        })
+    }
+
+    /// Runs the plan with the GIL released; returns (summary text, summary numbers,
+    /// [(label, type, table)]) for the collected products.
+    #[pyo3(signature = (events = None, threads = None, batch_size = None, input = None, output = None, collect = None, progress = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        events: Option<u64>,
+        threads: Option<usize>,
+        batch_size: Option<usize>,
+        input: Option<PathBuf>,
+        output: Option<PathBuf>,
+        collect: Option<Vec<String>>,
+        progress: bool,
+    ) -> PyResult<RunOutput<'py>> {
+        guard(py, || {
+            if self.spec.steps.is_empty() {
+                return Err(to_pyerr(py, Error::plan("", "the plan has no steps")));
+            }
+            let registry = registry();
+            let resolved = plan::validate(&self.spec, &registry).map_err(|e| to_pyerr(py, e))?;
+            let settings: &RunSettings = &resolved.run;
+            let output = output.or(settings.output.clone()).unwrap_or_else(|| PathBuf::from("quiver-out"));
+            let input = input.or(settings.input.clone());
+            let job = JobContext { input, output, conditions: Default::default() };
+            let steps = resolved.build(&registry, job.into()).map_err(|e| to_pyerr(py, e))?;
+            let opts = RunOptions {
+                threads: threads.or(settings.threads).unwrap_or_else(executor::default_threads),
+                batch_size: batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+                events: events.or(settings.events),
+                progress,
+            };
+            let keys = match &collect {
+                None => collect::select(&resolved, &[]),
+                Some(sel) if sel.is_empty() => Ok(Vec::new()),
+                Some(sel) => collect::select(&resolved, sel),
+            }
+            .map_err(|e| to_pyerr(py, e))?;
+            // The framework and Rust steps run without the GIL; a Python step takes it per batch.
+            let outcome = py.detach(|| {
+                catch_unwind(AssertUnwindSafe(|| collect::run_collect(&resolved, steps, &opts, &keys)))
+                    .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
+            });
+            let (summary, got) = outcome.map_err(|e| to_pyerr(py, e))?;
+            let mut text = summary.render();
+            let threads_txt = format!("threads {}", summary.threads);
+            text = text.replacen(&threads_txt, &format!("{threads_txt} (GIL released by the driver)"), 1);
+            let numbers = PyDict::new(py);
+            numbers.set_item("events", summary.events)?;
+            numbers.set_item("batches", summary.batches)?;
+            numbers.set_item("threads", summary.threads)?;
+            numbers.set_item("batch_size", summary.batch_size)?;
+            numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
+            numbers.set_item("gil_released", true)?;
+            let mut tables = Vec::new();
+            for k in &keys {
+                let batches = got.with_event_column(k).map_err(|e| to_pyerr(py, e))?;
+                let schema = match batches.first() {
+                    Some(b) => b.schema(),
+                    None => std::sync::Arc::new(Schema::new(vec![Field::new("event", DataType::UInt32, false)])),
+                };
+                // Where each product column's data lives, seen from Rust (zero-copy checks).
+                let addrs = PyDict::new(py);
+                if let Some(parts) = got.get(k) {
+                    if let Some((_, p0)) = parts.first() {
+                        for (i, f) in p0.batch().schema().fields().iter().enumerate() {
+                            let v: Vec<usize> = parts.iter().map(|(_, p)| data_address(p.batch().column(i).as_ref())).collect();
+                            addrs.set_item(f.name(), v)?;
+                        }
+                    }
+                }
+                let t = PyTable::try_new(batches, schema)?;
+                tables.push((k.label.clone(), k.type_name.clone(), t.into_pyobject(py)?.into_any().unbind(), addrs));
+            }
+            Ok((text, numbers, tables))
+        })
+    }
+}
+
+/// The `quiver` command line inside this interpreter, with Python steps available. The GIL
+/// is released while it runs.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    let code = py.detach(|| {
+        catch_unwind(|| quiver::cli::main_with(argv, &registry())).unwrap_or_else(|p| {
+            eprintln!("error: internal error (panic): {}", panic_message(p.as_ref()));
+            ExitCode::FAILURE
+        })
+    });
+    if code == ExitCode::SUCCESS {
+        0
+    } else if code == ExitCode::from(2) {
+        2
+    } else {
+        1
+    }
+}
+
+/// The step catalogue (`quiver steps`) as text, including the `python` type.
+#[pyfunction]
+fn describe_steps() -> String {
+    registry().describe()
+}
+
+/// The address of the first data buffer of column `column` of every collected product chunk,
+/// seen from Rust (tests compare it with pyarrow's and Polars' view).
+#[pyfunction]
+fn buffer_addresses(table: PyTable, column: &str) -> PyResult<Vec<usize>> {
+    let (batches, schema) = table.into_inner();
+    let i = schema.index_of(column).map_err(|e| pyo3::exceptions::PyKeyError::new_err(e.to_string()))?;
+    Ok(batches.iter().map(|b| data_address(b.column(i).as_ref())).collect())
+}
+
+/// Address of the first value of a primitive array's data buffer (0 if it has none).
+fn data_address(a: &dyn arrow_array::Array) -> usize {
+    let d = a.to_data();
+    d.buffers().first().map(|buf| buf.as_ptr() as usize + d.offset() * d.data_type().primitive_width().unwrap_or(0)).unwrap_or(0)
+}
+
+#[pymodule]
+fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyPlan>()?;
+    m.add_class::<pystep::PyBatch>()?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(describe_steps, m)?)?;
+    m.add_function(wrap_pyfunction!(buffer_addresses, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let sys = m.py().import("sys")?;
+    let version: String = sys.getattr("version")?.str()?.extract::<String>()?.split_whitespace().next().unwrap_or("?").to_string();
+    // sys._is_gil_enabled exists from 3.13 on; before that the GIL is always on.
+    let gil = match sys.getattr("_is_gil_enabled") {
+        Ok(f) => f.call0()?.extract::<bool>()?,
+        Err(_) => true,
+    };
+    quiver_columnar::executor::set_runtime_note(format!(
+        "Python {version}, GIL {}",
+        if gil { "enabled: Python steps take turns, Rust steps run in parallel" } else { "disabled" }
+    ));
+    Ok(())
+}
