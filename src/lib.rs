@@ -7,6 +7,7 @@ pub mod cli;
 
 pub use quiver_columnar as columnar;
 pub use quiver_datasets as datasets;
+pub use quiver_gpu as gpu;
 pub use quiver_reco as reco;
 pub use quiver_validation as validation;
 
@@ -14,8 +15,35 @@ pub use quiver_validation as validation;
 pub fn registry() -> columnar::Registry {
     let mut r = columnar::Registry::with_builtin();
     reco::steps::register(&mut r);
+    // After the CPU types: the GPU crate re-adds them with both backends.
+    gpu::register(&mut r);
     validation::register(&mut r);
+    add_python_placeholder(&mut r);
     r
+}
+
+/// Python steps run inside an interpreter: the Python package registers the real `python`
+/// step type. Without it, a plan that uses one gets this explanation instead of "unknown
+/// step type".
+fn add_python_placeholder(r: &mut columnar::Registry) {
+    use columnar::{Backend, Error, Signature, StepType};
+    r.add_dynamic(
+        StepType {
+            name: "python",
+            doc: "A step written in Python (needs the Python package's `quiver` command)",
+            params: vec![],
+            signature: Signature::default(),
+            backends: vec![Backend::Python],
+            build: |cfg| Err(Error::plan(&cfg.label, "Python steps need the Python package")),
+        },
+        |spec| {
+            Err(Error::plan(
+                &spec.label,
+                "Python steps need the Python package: `pip install ./py` (or `maturin develop -m py/Cargo.toml`), \
+                 then run the `quiver` command it installs",
+            ))
+        },
+    );
 }
 
 /// The plan `quiver run` uses when none is given.

@@ -1,0 +1,307 @@
+//! The device: availability probe (never panics), the process-wide context with compiled
+//! kernels, one stream per worker thread, the device buffer pool, and typed helpers for
+//! uploads and downloads.
+//!
+//! cudarc loads `libcuda` and `libnvrtc` at run time and *panics* when a library is absent,
+//! so the probe first asks whether each library can be loaded, then creates the context
+//! inside `catch_unwind` as a last guard, and turns every failure into [`Unavailable`],
+//! which says what is missing.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::catch_unwind;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr};
+
+use crate::kernels;
+use crate::pool::SizeClassPool;
+
+/// Environment variable naming `libnvrtc.so.13` (or the folder holding it) when it is not
+/// on the loader's search path, e.g. from PyPI's `nvidia-cuda-nvrtc` wheel.
+pub const NVRTC_ENV: &str = "QUIVER_NVRTC";
+
+/// What stops the GPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The NVIDIA driver library (`libcuda.so.1`).
+    Driver,
+    /// The NVRTC runtime compiler (`libnvrtc.so.13`).
+    Nvrtc,
+    /// A CUDA device (driver present, but no device or the context failed).
+    Device,
+    /// The kernels did not compile or load.
+    Kernels,
+}
+
+/// Why the GPU backend cannot run here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unavailable {
+    pub missing: Missing,
+    pub detail: String,
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.missing {
+            Missing::Driver => "the NVIDIA driver library libcuda.so is not loadable (no driver installed?)",
+            Missing::Nvrtc => "the CUDA 13 runtime compiler libnvrtc.so.13 is not loadable",
+            Missing::Device => "no usable CUDA device",
+            Missing::Kernels => "the GPU kernels could not be built",
+        };
+        write!(f, "{what}: {}", self.detail)
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "panic".into())
+}
+
+/// Loads NVRTC from the path in [`NVRTC_ENV`] once, so that cudarc's later load by soname
+/// finds it. Returns the path used, if any.
+fn preload_nvrtc() -> Option<&'static PathBuf> {
+    static LOADED: OnceLock<Option<(PathBuf, libloading::Library)>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let given = PathBuf::from(std::env::var_os(NVRTC_ENV)?);
+            let path = if given.is_dir() { given.join("libnvrtc.so.13") } else { given };
+            // NVRTC opens its builtins library by soname at compile time: load the one next
+            // to it first, so that no LD_LIBRARY_PATH is needed.
+            let builtins = path.parent().and_then(|d| std::fs::read_dir(d).ok()).and_then(|rd| {
+                rd.flatten().map(|e| e.path()).find(|p| {
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so.13"))
+                })
+            });
+            if let Some(b) = builtins {
+                // SAFETY: as below; kept loaded for the process.
+                if let Ok(l) = unsafe { libloading::Library::new(&b) } {
+                    std::mem::forget(l);
+                }
+            }
+            // SAFETY: loading NVRTC runs its initialisers, as cudarc's own load would.
+            let lib = unsafe { libloading::Library::new(&path) }.ok()?;
+            Some((path, lib))
+        })
+        .as_ref()
+        .map(|(p, _)| p)
+}
+
+/// Whether the driver library can be loaded.
+pub fn driver_status() -> Result<(), Unavailable> {
+    // SAFETY: only tries to dlopen the library.
+    let ok = catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(Unavailable {
+            missing: Missing::Driver,
+            detail: "install the NVIDIA driver, or run this step with backend = \"cpu\" (or \"auto\")".into(),
+        })
+    }
+}
+
+/// Whether NVRTC can be loaded (after honouring [`NVRTC_ENV`]).
+pub fn nvrtc_status() -> Result<(), Unavailable> {
+    let pre = preload_nvrtc();
+    // SAFETY: only tries to dlopen the library.
+    let ok = catch_unwind(|| unsafe { cudarc::nvrtc::sys::is_culib_present() }).unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        let hint = match std::env::var_os(NVRTC_ENV) {
+            Some(v) if pre.is_none() => format!("{NVRTC_ENV}={} does not name a loadable libnvrtc.so.13", Path::new(&v).display()),
+            _ => format!(
+                "install the CUDA 13 toolkit or `pip install nvidia-cuda-nvrtc==13.0.*` and set {NVRTC_ENV} to its lib folder (or LD_LIBRARY_PATH)"
+            ),
+        };
+        Err(Unavailable { missing: Missing::Nvrtc, detail: hint })
+    }
+}
+
+/// The process-wide device: context, kernels, per-thread streams, buffer pool.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    /// Device name and compute capability, for reports.
+    pub description: String,
+    functions: HashMap<&'static str, CudaFunction>,
+    streams: Mutex<HashMap<ThreadId, Arc<CudaStream>>>,
+    pub pool: SizeClassPool<CudaSlice<u8>>,
+}
+
+impl fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gpu").field("device", &self.description).finish_non_exhaustive()
+    }
+}
+
+static GPU: OnceLock<Result<Gpu, Unavailable>> = OnceLock::new();
+
+/// The device, created and its kernels compiled on first use; the same answer afterwards.
+pub fn gpu() -> Result<&'static Gpu, Unavailable> {
+    GPU.get_or_init(Gpu::create).as_ref().map_err(Clone::clone)
+}
+
+/// Whether the GPU backend can run here (used by `backend = "auto"`).
+pub fn available() -> bool {
+    gpu().is_ok()
+}
+
+impl Gpu {
+    fn create() -> Result<Gpu, Unavailable> {
+        driver_status()?;
+        nvrtc_status()?;
+        let device = |detail: String| Unavailable { missing: Missing::Device, detail };
+        let count = catch_unwind(CudaContext::device_count)
+            .map_err(|p| device(format!("the driver panicked: {}", panic_text(p))))?
+            .map_err(|e| device(format!("cuInit/cuDeviceGetCount failed: {e}")))?;
+        if count < 1 {
+            return Err(device("the driver reports no CUDA device".into()));
+        }
+        let ctx = catch_unwind(|| CudaContext::new(0))
+            .map_err(|p| device(format!("creating the context panicked: {}", panic_text(p))))?
+            .map_err(|e| device(format!("creating a context on device 0 failed: {e}")))?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        let cc = ctx.compute_capability().map(|(a, b)| format!("sm_{a}{b}")).unwrap_or_default();
+        let kernels_err = |detail: String| Unavailable { missing: Missing::Kernels, detail };
+        let mut functions = HashMap::new();
+        for &(module, body, names) in kernels::SOURCES {
+            let ptx = catch_unwind(|| kernels::compile(module, body))
+                .map_err(|p| kernels_err(format!("NVRTC panicked: {}", panic_text(p))))?
+                .map_err(kernels_err)?;
+            let m = ctx.load_module(ptx).map_err(|e| kernels_err(format!("loading module '{module}': {e}")))?;
+            for &f in names {
+                let func = m.load_function(f).map_err(|e| kernels_err(format!("kernel '{f}': {e}")))?;
+                functions.insert(f, func);
+            }
+        }
+        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new() })
+    }
+
+    /// A kernel by name (one of [`kernels::SOURCES`]).
+    pub fn function(&self, name: &str) -> &CudaFunction {
+        self.functions.get(name).unwrap_or_else(|| panic!("kernel '{name}' is not in kernels::SOURCES"))
+    }
+
+    /// The stream of the calling worker thread, created on first use: batches on different
+    /// workers overlap on the device.
+    pub fn stream(&self) -> Result<Arc<CudaStream>, String> {
+        let id = std::thread::current().id();
+        let mut s = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(st) = s.get(&id) {
+            return Ok(st.clone());
+        }
+        let st = self.ctx.new_stream().map_err(|e| format!("creating a stream: {e}"))?;
+        s.insert(id, st.clone());
+        Ok(st)
+    }
+
+    /// A pooled device buffer of at least `bytes` bytes (returned to the pool on drop).
+    pub fn buffer(&'static self, stream: &Arc<CudaStream>, bytes: usize) -> Result<DeviceBuf, String> {
+        let (slice, class) = self
+            .pool
+            .take(bytes, |n| {
+                // SAFETY: the bytes are written (upload or kernel) before they are read.
+                unsafe { stream.alloc::<u8>(n) }.map_err(|e| format!("device allocation of {n} bytes: {e}"))
+            })?;
+        Ok(DeviceBuf { slice: Some(slice), class, gpu: self })
+    }
+}
+
+/// A pooled device buffer, viewed as a typed array by the helpers below.
+pub struct DeviceBuf {
+    slice: Option<CudaSlice<u8>>,
+    class: usize,
+    gpu: &'static Gpu,
+}
+
+impl DeviceBuf {
+    /// The first `n` elements as `T`.
+    pub fn view<T>(&self, n: usize) -> CudaView<'_, T> {
+        let s = self.slice.as_ref().expect("present until drop");
+        // SAFETY: T is a plain device type; the class holds at least n elements (checked).
+        unsafe { s.transmute::<T>(n) }.expect("buffer large enough for the view")
+    }
+    /// The first `n` elements as mutable `T`.
+    pub fn view_mut<T>(&mut self, n: usize) -> CudaViewMut<'_, T> {
+        let s = self.slice.as_mut().expect("present until drop");
+        // SAFETY: as in `view`.
+        unsafe { s.transmute_mut::<T>(n) }.expect("buffer large enough for the view")
+    }
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        if let Some(s) = self.slice.take() {
+            self.gpu.pool.give(self.class, s);
+        }
+    }
+}
+
+/// Uploads a host slice into a pooled buffer; counts the bytes.
+pub fn upload<T: DeviceRepr>(gpu: &'static Gpu, stream: &Arc<CudaStream>, host: &[T], bytes: &mut u64) -> Result<DeviceBuf, String> {
+    let n = std::mem::size_of_val(host);
+    let mut buf = gpu.buffer(stream, n.max(1))?;
+    if !host.is_empty() {
+        let mut v = buf.view_mut::<T>(host.len());
+        stream.memcpy_htod(host, &mut v).map_err(|e| format!("upload of {n} bytes: {e}"))?;
+    }
+    *bytes += n as u64;
+    Ok(buf)
+}
+
+/// A pooled zero-filled buffer of `n` elements of `T`.
+pub fn zeros<T: DeviceRepr>(gpu: &'static Gpu, stream: &Arc<CudaStream>, n: usize) -> Result<DeviceBuf, String> {
+    let mut buf = gpu.buffer(stream, (n * std::mem::size_of::<T>()).max(1))?;
+    let mut v = buf.view_mut::<u8>((n * std::mem::size_of::<T>()).max(1));
+    stream.memset_zeros(&mut v).map_err(|e| format!("memset: {e}"))?;
+    Ok(buf)
+}
+
+/// Downloads the first `out.len()` elements of `buf` into `out` (asynchronously: valid after
+/// the stream synchronises); counts the bytes.
+pub fn download<T: DeviceRepr>(stream: &Arc<CudaStream>, buf: &DeviceBuf, out: &mut [T], bytes: &mut u64) -> Result<(), String> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let v = buf.view::<T>(out.len());
+    stream.memcpy_dtoh(&v, out).map_err(|e| format!("download of {} bytes: {e}", std::mem::size_of_val(out)))?;
+    *bytes += std::mem::size_of_val(out) as u64;
+    Ok(())
+}
+
+/// Uploads a conditions table once (for the job), synchronously, on a fresh slice.
+pub fn upload_condition<T: DeviceRepr>(gpu: &Gpu, host: &[T], bytes: &mut u64) -> Result<CudaSlice<T>, String> {
+    let stream = gpu.ctx.default_stream();
+    let n = host.len().max(1);
+    // SAFETY: written right below (or never read when empty).
+    let mut s = unsafe { stream.alloc::<T>(n) }.map_err(|e| format!("allocating conditions: {e}"))?;
+    if !host.is_empty() {
+        stream.memcpy_htod(host, &mut s).map_err(|e| format!("uploading conditions: {e}"))?;
+    }
+    stream.synchronize().map_err(|e| format!("uploading conditions: {e}"))?;
+    *bytes += std::mem::size_of_val(host) as u64;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_never_panics_and_names_what_is_missing() {
+        match gpu() {
+            Ok(g) => println!("GPU present: {}", g.description),
+            Err(u) => {
+                let msg = u.to_string();
+                println!("no GPU: {msg}");
+                assert!(msg.contains("libcuda") || msg.contains("libnvrtc") || msg.contains("device") || msg.contains("kernels"));
+                assert_eq!(gpu().unwrap_err(), u, "the answer is cached");
+                assert!(!available());
+            }
+        }
+    }
+}

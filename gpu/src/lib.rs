@@ -1,0 +1,150 @@
+//! # quiver-gpu
+//!
+//! The CUDA backend of Quiver through cudarc: the driver and NVRTC are loaded at run time,
+//! so this crate builds, and its tests pass, on machines without a GPU. [`register`]
+//! replaces the CPU step types of the local reconstruction that have a device
+//! implementation by types that implement both `cpu` and `gpu` and dispatch on the plan's
+//! backend, and makes `backend = "auto"` pick `gpu` where a usable GPU is present.
+//!
+//! - [`device`]: availability probe (never panics), context, kernels, streams, pool;
+//! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
+//! - [`pool`]: size-class pool of device buffers;
+//! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
+//! - [`steps`]: the GPU steps and what runs on the host vs. the device.
+//!
+//! ```
+//! use quiver_columnar::{Backend, Registry};
+//! let mut r = Registry::with_builtin();
+//! quiver_reco::steps::register(&mut r);
+//! quiver_gpu::register(&mut r);
+//! assert!(r.get("calibrate").unwrap().backends.contains(&Backend::Gpu));
+//! assert_eq!(r.get("beamspot").unwrap().backends, vec![Backend::Cpu]); // no device version
+//! ```
+
+pub mod device;
+pub mod kernels;
+pub mod pool;
+pub mod steps;
+pub mod transfer;
+
+use std::sync::{Arc, OnceLock};
+
+use quiver_columnar::{Backend, Error, Registry, Result, Step, StepConfig, StepType};
+use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration};
+use quiver_reco::local::{CalibConfig, ChargeCutConfig, RawToDigiConfig};
+
+/// Step types that have a GPU implementation.
+pub const GPU_STEP_TYPES: [&str; 5] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits"];
+
+/// The CPU step types of `quiver_reco`, kept to build the CPU implementation (for
+/// `backend = "cpu"` and as the GPU steps' fallback).
+fn cpu_types() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| {
+        let mut r = Registry::new();
+        quiver_reco::steps::register(&mut r);
+        r
+    })
+}
+
+fn build_cpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
+    let t = cpu_types()
+        .get(&cfg.type_name)
+        .ok_or_else(|| Error::plan(&cfg.label, format!("no CPU implementation of '{}'", cfg.type_name)))?;
+    (t.build)(cfg)
+}
+
+/// The device for a step asking for `gpu`, or a plan error naming the step and what is
+/// missing (raised when the plan is built, before any event is read).
+pub fn require_gpu(cfg: &StepConfig) -> Result<&'static device::Gpu> {
+    device::gpu().map_err(|u| Error::plan(&cfg.label, format!("backend 'gpu' requested but the GPU backend is unavailable: {u}")))
+}
+
+fn common(cfg: &StepConfig) -> Result<steps::Common> {
+    let gpu = require_gpu(cfg)?;
+    Ok(steps::Common { gpu, cpu: build_cpu(cfg)?, stats: Default::default() })
+}
+
+fn cond<T: std::any::Any + Send + Sync>(cfg: &StepConfig) -> Result<Arc<T>> {
+    cfg.job.conditions.get::<T>().map_err(|e| Error::plan(&cfg.label, e.to_string()))
+}
+
+fn int_param(cfg: &StepConfig, name: &str, range: std::ops::RangeInclusive<i64>) -> Result<i64> {
+    let v = cfg.params.int(name);
+    if range.contains(&v) {
+        Ok(v)
+    } else {
+        Err(cfg.param_error(name, format!("{v} is outside {}..={}", range.start(), range.end())))
+    }
+}
+
+fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
+    // The device first (the most useful message when it is missing), then the CPU step:
+    // it validates parameters and conditions with the CPU's messages, and is the fallback.
+    require_gpu(cfg)?;
+    let p = &cfg.params;
+    Ok(match cfg.type_name.as_str() {
+        "raw_to_digis" => {
+            let rc = RawToDigiConfig { use_quality: p.bool("use_quality"), ..Default::default() };
+            Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cond::<CablingMap>(cfg)?, rc)?)
+        }
+        "calibrate" => {
+            let cc = CalibConfig {
+                vcal_to_electron_gain_l1: p.float("gain_l1") as f32,
+                vcal_to_electron_offset_l1: p.float("offset_l1") as f32,
+                vcal_to_electron_gain: p.float("gain") as f32,
+                vcal_to_electron_offset: p.float("offset") as f32,
+                ..Default::default()
+            };
+            Box::new(steps::CalibrateGpu::new(cfg, common(cfg)?, cond::<GainCalibration>(cfg)?, cc)?)
+        }
+        // Both CPU algorithms give the same clusters; the device has one.
+        "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, int_param(cfg, "max_pixels_per_module", 1..=66_560)? as usize)?),
+        "cluster_charge_cut" => {
+            let cc = ChargeCutConfig {
+                min_charge_l1: int_param(cfg, "min_charge_l1", 0..=i32::MAX as i64)? as i32,
+                min_charge: int_param(cfg, "min_charge", 0..=i32::MAX as i64)? as i32,
+                max_clusters_per_module: int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32,
+                ..Default::default()
+            };
+            Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, cc)?)
+        }
+        "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cond::<CpeParams>(cfg)?)?),
+        other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
+    })
+}
+
+/// Builds a step of a type in [`GPU_STEP_TYPES`] for its plan backend.
+fn build(cfg: &StepConfig) -> Result<Box<dyn Step>> {
+    match cfg.backend {
+        Backend::Gpu => build_gpu(cfg),
+        _ => build_cpu(cfg),
+    }
+}
+
+/// What `backend = "auto"` means once this crate is registered: `gpu` for types with a GPU
+/// implementation when a usable GPU is present, else `cpu` (else the type's first backend).
+pub fn auto_backend(t: &StepType) -> Backend {
+    if t.backends.contains(&Backend::Gpu) && device::available() {
+        Backend::Gpu
+    } else if t.backends.contains(&Backend::Cpu) {
+        Backend::Cpu
+    } else {
+        t.backends.first().copied().unwrap_or(Backend::Cpu)
+    }
+}
+
+/// Adds the GPU implementations: every type of [`GPU_STEP_TYPES`] is (re)registered with
+/// backends `cpu` and `gpu` (same name, parameters, inputs and outputs as the CPU type), and
+/// `backend = "auto"` resolves with [`auto_backend`]. Nothing touches the device here: it is
+/// probed when a plan asks for `gpu` or `auto`.
+pub fn register(r: &mut Registry) {
+    for name in GPU_STEP_TYPES {
+        let cpu = cpu_types().get(name).unwrap_or_else(|| panic!("quiver_reco registers '{name}'"));
+        let mut t = cpu.clone();
+        t.backends = vec![Backend::Cpu, Backend::Gpu];
+        t.build = build;
+        r.add(t);
+    }
+    r.set_auto_backend(auto_backend);
+}

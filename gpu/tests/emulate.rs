@@ -1,0 +1,481 @@
+//! The CUDA kernels run on the host: their sources are compiled with the system C++
+//! compiler behind a small shim (one thread per block for the per-module kernels, so
+//! `__syncthreads` is a no-op; atomics are plain operations; `__fmul_rn` & co. are plain
+//! float operations compiled with `-ffp-contract=off`). Their results on a generated
+//! dataset, batched as the GPU steps batch them, must equal the CPU cores' bit for bit.
+//! The per-module kernels are also run with real threads in each block (a barrier for
+//! `__syncthreads`, real atomics) and must give the same results. This checks the kernels'
+//! logic, their independence from thread interleaving, and the host preparation (framing,
+//! module runs, run tables) without a GPU. Skips when no C++ compiler is found.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_gpu::kernels;
+use quiver_reco::local;
+
+const SHIM: &str = r#"
+#include <cmath>
+#include <climits>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+struct Dim3 { unsigned x, y, z; };
+static Dim3 blockIdx, threadIdx, blockDim;
+extern "C" void emu_set(unsigned b, unsigned t, unsigned bd) { blockIdx.x = b; threadIdx.x = t; blockDim.x = bd; }
+static inline void __syncthreads() {}
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+static inline int atomicAdd(int* p, int v) { int o = *p; *p = (int)((unsigned)o + (unsigned)v); return o; }
+static inline unsigned atomicSub(unsigned* p, unsigned v) { unsigned o = *p; *p = o - v; return o; }
+static inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p = o | v; return o; }
+static inline int atomicMin(int* p, int v) { int o = *p; if (v < o) *p = v; return o; }
+static inline unsigned atomicMin(unsigned* p, unsigned v) { unsigned o = *p; if (v < o) *p = v; return o; }
+static inline unsigned atomicMax(unsigned* p, unsigned v) { unsigned o = *p; if (v > o) *p = v; return o; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline int __double2int_rz(double f) {
+    if (std::isnan(f)) return 0;
+    if (f >= 2147483648.0) return INT_MAX;
+    if (f <= -2147483648.0) return INT_MIN;
+    return (int)f;
+}
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline int __float2int_rz(float f) {
+    if (std::isnan(f)) return 0;
+    if (f >= 2147483648.0f) return INT_MAX;
+    if (f <= -2147483648.0f) return INT_MIN;
+    return (int)f;
+}
+"#;
+
+/// The same kernels with real threads per block: `__syncthreads` is a barrier, atomics are
+/// atomic, `__shared__` arrays are shared by the block's threads.
+const THREADED_SHIM: &str = r#"
+#include <cmath>
+#include <climits>
+#include <barrier>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+struct Dim3 { unsigned x, y, z; };
+static Dim3 blockIdx, blockDim;
+static thread_local Dim3 threadIdx;
+static std::barrier<>* block_barrier = nullptr;
+extern "C" void emu_block(unsigned b, unsigned bd) {
+    blockIdx.x = b; blockDim.x = bd;
+    delete block_barrier;
+    block_barrier = new std::barrier<>(bd);
+}
+extern "C" void emu_thread(unsigned t) { threadIdx.x = t; }
+static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicSub(unsigned* p, unsigned v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicMin(T* p, T v) {
+    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return o;
+}
+template <class T> static inline T atomicMax(T* p, T v) {
+    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (v > o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return o;
+}
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline int __float2int_rz(float f) {
+    if (std::isnan(f)) return 0;
+    if (f >= 2147483648.0f) return INT_MAX;
+    if (f <= -2147483648.0f) return INT_MIN;
+    return (int)f;
+}
+static inline int __double2int_rz(double f) {
+    if (std::isnan(f)) return 0;
+    if (f >= 2147483648.0) return INT_MAX;
+    if (f <= -2147483648.0) return INT_MIN;
+    return (int)f;
+}
+"#;
+
+fn build_lib(shim: &str, extra: &[&str]) -> Option<(tempfile::TempDir, libloading::Library)> {
+    let dir = tempfile::tempdir().ok()?;
+    let mut src = String::from(shim);
+    src.push_str(&kernels::prelude());
+    for &(_, body, _) in kernels::SOURCES {
+        src.push_str(body);
+    }
+    let cpp = dir.path().join("kernels.cpp");
+    std::fs::write(&cpp, src).ok()?;
+    let so: PathBuf = dir.path().join("libkernels.so");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args(["-shared", "-fPIC", "-O1", "-ffp-contract=off", "-fno-fast-math", "-w"])
+        .args(extra)
+        .args(["-x", "c++"])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&so)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("the kernels do not compile as C++: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            println!("SKIPPED: no C++ compiler '{cxx}': {e}");
+            return None;
+        }
+    }
+    // SAFETY: our own library of plain functions.
+    let lib = unsafe { libloading::Library::new(&so) }.ok()?;
+    Some((dir, lib))
+}
+
+fn threaded() -> Option<&'static libloading::Library> {
+    static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
+    LIB.get_or_init(|| build_lib(THREADED_SHIM, &["-std=c++20", "-pthread"])).as_ref().map(|(_, l)| l)
+}
+
+/// Threads per block in the threaded emulation.
+const EMU_THREADS: u32 = 8;
+
+/// Runs a block kernel with `EMU_THREADS` real threads per block; `launch` gets raw
+/// pointers as integers so that it can be shared by the threads.
+fn grid_threaded(lib: &libloading::Library, blocks: u32, launch: impl Fn() + Sync) {
+    type Block = unsafe extern "C" fn(u32, u32);
+    type Thread = unsafe extern "C" fn(u32);
+    // SAFETY: signatures as defined in THREADED_SHIM.
+    let block: libloading::Symbol<Block> = unsafe { lib.get(b"emu_block") }.unwrap();
+    let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
+    for b in 0..blocks {
+        unsafe { block(b, EMU_THREADS) };
+        std::thread::scope(|s| {
+            for t in 0..EMU_THREADS {
+                let (launch, thread) = (&launch, &thread);
+                s.spawn(move || {
+                    unsafe { thread(t) };
+                    launch();
+                });
+            }
+        });
+    }
+}
+
+fn emulator() -> Option<&'static libloading::Library> {
+    static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
+    LIB.get_or_init(|| build_lib(SHIM, &[])).as_ref().map(|(_, l)| l)
+}
+
+type SetFn = unsafe extern "C" fn(u32, u32, u32);
+
+/// Runs `launch` for every (block, thread) of a grid, as the device would (sequentially).
+fn grid(lib: &libloading::Library, blocks: u32, threads: u32, mut launch: impl FnMut()) {
+    // SAFETY: signature as defined in SHIM.
+    let set: libloading::Symbol<SetFn> = unsafe { lib.get(b"emu_set") }.unwrap();
+    for b in 0..blocks {
+        for t in 0..threads {
+            unsafe { set(b, t, threads) };
+            launch();
+        }
+    }
+}
+
+fn dataset() -> &'static (tempfile::TempDir, Dataset) {
+    static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
+    DS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = GenerateOptions { events: 5, pileup: 30.0, seed: 11, threads: Some(1), output: dir.path().into(), corrupt_fraction: 0.1 };
+        generate(&opts).unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        (dir, ds)
+    })
+}
+
+fn offsets(lengths: impl IntoIterator<Item = usize>) -> Vec<u32> {
+    let mut o = vec![0u32];
+    for l in lengths {
+        o.push(o.last().unwrap() + l as u32);
+    }
+    o
+}
+
+#[test]
+fn kernels_on_the_host_equal_the_cpu_cores() {
+    let Some(lib) = emulator() else { return };
+    let (_, ds) = dataset();
+    let cond = ds.conditions();
+    let events = ds.raw_events(0..ds.n_events()).unwrap();
+    let cpu: Vec<_> = events
+        .iter()
+        .map(|feds| {
+            let c = local::LocalConditions { cabling: &cond.cabling, gains: &cond.gains, cpe: &cond.cpe, beam_spot: &cond.beam_spot };
+            local::reconstruct_event(feds, &c, &Default::default()).unwrap()
+        })
+        .collect();
+
+    // --- raw_to_digis: host framing + per-word kernel.
+    let framed = quiver_gpu::steps::frame_batch(events.iter().cloned(), local::MAX_FED_WORDS);
+    let n = framed.words.len();
+    let cab = &cond.cabling;
+    let (mut xx, mut yy, mut adc, mut module, mut raw_id, mut pdigi) = (vec![7u16; n], vec![7u16; n], vec![7u16; n], vec![7u16; n], vec![7u32; n], vec![7u32; n]);
+    let (mut ecount, mut eidx, mut etype, mut eraw, mut status) = (0u32, vec![0u32; n], vec![0u8; n], vec![0u32; n], 0u32);
+    {
+        type F = unsafe extern "C" fn(
+            *const u32, u32, *const u32, *const u32, u32,
+            *const u32, *const u32, *const u32, *const u32, *const u32, *const u8, *const u8, u32, u32,
+            *mut u16, *mut u16, *mut u16, *mut u16, *mut u32, *mut u32,
+            *mut u32, *mut u32, *mut u8, *mut u32, *mut u32,
+        );
+        let f: libloading::Symbol<F> = unsafe { lib.get(b"raw_to_digis") }.unwrap();
+        let bs = kernels::ELEMENT_BLOCK;
+        grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
+            f(
+                framed.words.as_ptr(), n as u32, framed.seg_start.as_ptr(), framed.seg_fed.as_ptr(), framed.seg_fed.len() as u32,
+                cab.link.as_ptr(), cab.roc.as_ptr(), cab.raw_id.as_ptr(), cab.roc_in_det.as_ptr(), cab.module_id.as_ptr(),
+                cab.bad_rocs.as_ptr(), cab.mod_to_unp.as_ptr(), cab.size, 1,
+                xx.as_mut_ptr(), yy.as_mut_ptr(), adc.as_mut_ptr(), module.as_mut_ptr(), raw_id.as_mut_ptr(), pdigi.as_mut_ptr(),
+                &mut ecount, eidx.as_mut_ptr(), etype.as_mut_ptr(), eraw.as_mut_ptr(), &mut status,
+            )
+        });
+    }
+    assert_eq!(status, 0);
+    let ev_off = offsets(framed.words_per_event.iter().copied());
+    let errs: Vec<(u32, u8, u32)> = (0..ecount as usize).rev().map(|k| (eidx[k], etype[k], eraw[k])).collect();
+    let merged = quiver_gpu::steps::merge_errors(&framed, errs);
+    let mut total_errors = 0;
+    for (e, ev) in cpu.iter().enumerate() {
+        let r = ev_off[e] as usize..ev_off[e + 1] as usize;
+        let d = &ev.digis;
+        assert_eq!((&xx[r.clone()], &yy[r.clone()], &adc[r.clone()]), (&d.xx[..], &d.yy[..], &d.adc[..]), "event {e}");
+        assert_eq!((&module[r.clone()], &raw_id[r.clone()], &pdigi[r.clone()]), (&d.module_ind[..], &d.raw_id[..], &d.pdigi[..]), "event {e}");
+        assert_eq!(merged[e], d.errors, "event {e}: errors");
+        total_errors += d.errors.len();
+    }
+    println!("{n} words, {total_errors} errors");
+    assert!(total_errors > 0, "the corrupted dataset exercises the error paths");
+
+    // --- calibrate: one thread per digi over the whole batch.
+    let g = &cond.gains;
+    let (mut cm, mut ca, mut cst) = (vec![0u16; n], vec![0u16; n], 0u32);
+    {
+        type F = unsafe extern "C" fn(
+            *const u16, *const u16, *const u16, *const u16, u32,
+            *const u32, *const u32, *const i32, u32, *const u8, u64, f32, f32, f32, f32, u32, u32, u32,
+            u32, u32, f32, f32, f32, f32, i32, *mut u16, *mut u16, *mut u32,
+        );
+        let f: libloading::Symbol<F> = unsafe { lib.get(b"calibrate") }.unwrap();
+        let first: Vec<u32> = g.range_and_cols.iter().map(|r| r.0).collect();
+        let last: Vec<u32> = g.range_and_cols.iter().map(|r| r.1).collect();
+        let cols: Vec<i32> = g.range_and_cols.iter().map(|r| r.2).collect();
+        let c = local::CalibConfig::default();
+        let bs = kernels::ELEMENT_BLOCK;
+        grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
+            f(
+                module.as_ptr(), xx.as_ptr(), yy.as_ptr(), adc.as_ptr(), n as u32,
+                first.as_ptr(), last.as_ptr(), cols.as_ptr(), first.len() as u32, g.data.as_ptr(), g.data.len() as u64,
+                g.min_ped, g.min_gain, g.ped_precision, g.gain_precision, g.rows_averaged, g.dead_flag, g.noisy_flag,
+                c.is_run2 as u32, c.l1_modules as u32, c.vcal_to_electron_gain_l1, c.vcal_to_electron_offset_l1,
+                c.vcal_to_electron_gain, c.vcal_to_electron_offset, c.min_electrons,
+                cm.as_mut_ptr(), ca.as_mut_ptr(), &mut cst,
+            )
+        });
+    }
+    assert_eq!(cst, 0);
+    for (e, ev) in cpu.iter().enumerate() {
+        let r = ev_off[e] as usize..ev_off[e + 1] as usize;
+        assert_eq!((&cm[r.clone()], &ca[r.clone()]), (&ev.calibrated.module_ind[..], &ev.calibrated.adc[..]), "event {e}: calibrate");
+    }
+
+    // --- clusterize: host module runs, clus_init, one block per run.
+    let (mut rf, mut re, mut rb, mut runs_per_event) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for e in 0..events.len() {
+        let r = ev_off[e] as usize..ev_off[e + 1] as usize;
+        let runs = quiver_gpu::steps::module_runs(&cm[r.clone()], &xx[r.clone()], &yy[r.clone()], local::MAX_PIX_IN_MODULE).unwrap();
+        for &(f, end, _) in &runs {
+            rf.push(r.start as u32 + f as u32);
+            re.push(r.start as u32 + end as u32);
+            rb.push(r.start as u32);
+        }
+        runs_per_event.push(runs);
+    }
+    let (mut clus, mut bins, mut found) = (vec![-5i32; n], vec![0u32; n], vec![0u32; rf.len()]);
+    {
+        type Init = unsafe extern "C" fn(*mut i32, u32, *const u32, u32);
+        let init: libloading::Symbol<Init> = unsafe { lib.get(b"clus_init") }.unwrap();
+        let bs = kernels::ELEMENT_BLOCK;
+        grid(lib, (n as u32).div_ceil(bs), bs, || unsafe { init(clus.as_mut_ptr(), n as u32, ev_off.as_ptr(), events.len() as u32) });
+        type F = unsafe extern "C" fn(*const u16, *const u16, *const u16, *const u32, *const u32, *const u32, *mut i32, *mut u32, *mut u32);
+        let f: libloading::Symbol<F> = unsafe { lib.get(b"clusterize") }.unwrap();
+        grid(lib, rf.len() as u32, 1, || unsafe {
+            f(cm.as_ptr(), xx.as_ptr(), yy.as_ptr(), rf.as_ptr(), re.as_ptr(), rb.as_ptr(), clus.as_mut_ptr(), bins.as_mut_ptr(), found.as_mut_ptr())
+        });
+    }
+    // The same with real threads in each block: the interleavings must not matter.
+    if let Some(tl) = threaded() {
+        let mut clus_t = vec![0i32; n];
+        let mut bins_t = vec![0u32; n];
+        let mut found_t = vec![0u32; rf.len()];
+        for e in 0..events.len() {
+            for i in ev_off[e]..ev_off[e + 1] {
+                clus_t[i as usize] = (i - ev_off[e]) as i32; // what clus_init writes
+            }
+        }
+        type F = unsafe extern "C" fn(*const u16, *const u16, *const u16, *const u32, *const u32, *const u32, *mut i32, *mut u32, *mut u32);
+        let f: libloading::Symbol<F> = unsafe { tl.get(b"clusterize") }.unwrap();
+        let p = [cm.as_ptr() as usize, xx.as_ptr() as usize, yy.as_ptr() as usize, rf.as_ptr() as usize, re.as_ptr() as usize, rb.as_ptr() as usize,
+                 clus_t.as_mut_ptr() as usize, bins_t.as_mut_ptr() as usize, found_t.as_mut_ptr() as usize];
+        grid_threaded(tl, rf.len() as u32, || unsafe {
+            f(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _, p[7] as _, p[8] as _)
+        });
+        assert_eq!(clus_t, clus, "threaded clusterize");
+        assert_eq!(found_t, found, "threaded clusterize: clusters per run");
+    }
+    let mut k = 0;
+    for (e, ev) in cpu.iter().enumerate() {
+        let r = ev_off[e] as usize..ev_off[e + 1] as usize;
+        assert_eq!(&clus[r.clone()], &ev.clusters.clus[..], "event {e}: clusters");
+        for (j, run) in runs_per_event[e].iter().enumerate() {
+            // Modules appear once per event in generated data.
+            assert_eq!(found[k + j], ev.clusters.n_clusters_in_module[run.2 as usize], "event {e} run {j}");
+        }
+        k += runs_per_event[e].len();
+    }
+    let tables = quiver_gpu::steps::cluster_tables(&runs_per_event, &found);
+    for (e, ev) in cpu.iter().enumerate() {
+        let c = &ev.clusters;
+        let ids: Vec<u16> = c.module_id.iter().map(|&m| m as u16).collect();
+        let counts: Vec<u32> = c.module_id.iter().map(|&m| c.n_clusters_in_module[m as usize]).collect();
+        assert_eq!(tables[e], (ids, c.module_start[1..].to_vec(), counts), "event {e}: cluster_modules table");
+    }
+
+    // --- cluster_charge_cut: one block per run with clusters.
+    let (mut qm, mut qc) = (cm.clone(), clus.clone());
+    let rows: Vec<std::ops::Range<usize>> = (0..events.len()).map(|e| ev_off[e] as usize..ev_off[e + 1] as usize).collect();
+    let ids16: Vec<Vec<u16>> = tables.iter().map(|t| t.0.clone()).collect();
+    let cut_in: Vec<(&[u16], &[u32], &[u32])> = tables.iter().zip(&ids16).map(|(t, ids)| (ids.as_slice(), t.1.as_slice(), t.2.as_slice())).collect();
+    let plan = quiver_gpu::steps::cut_runs(&cm, &rows, &cut_in).unwrap();
+    let (rf, re, rn, rm) = (plan.first.clone(), plan.end.clone(), plan.nclus.clone(), plan.module.clone());
+    let mut ncl = vec![0u32; rf.len()];
+    {
+        type F = unsafe extern "C" fn(*mut u16, *mut i32, *const u16, *const u32, *const u32, *const u32, *const u16, u32, u32, i32, i32, *mut u32);
+        let f: libloading::Symbol<F> = unsafe { lib.get(b"charge_cut") }.unwrap();
+        let c = local::ChargeCutConfig::default();
+        grid(lib, rf.len() as u32, 1, || unsafe {
+            f(
+                qm.as_mut_ptr(), qc.as_mut_ptr(), ca.as_ptr(), rf.as_ptr(), re.as_ptr(), rn.as_ptr(), rm.as_ptr(),
+                c.max_clusters_per_module, c.l1_modules as u32, c.min_charge_l1, c.min_charge, ncl.as_mut_ptr(),
+            )
+        });
+    }
+    if let Some(tl) = threaded() {
+        let (mut qm_t, mut qc_t, mut ncl_t) = (cm.clone(), clus.clone(), vec![0u32; rf.len()]);
+        type F = unsafe extern "C" fn(*mut u16, *mut i32, *const u16, *const u32, *const u32, *const u32, *const u16, u32, u32, i32, i32, *mut u32);
+        let f: libloading::Symbol<F> = unsafe { tl.get(b"charge_cut") }.unwrap();
+        let c = local::ChargeCutConfig::default();
+        let p = [qm_t.as_mut_ptr() as usize, qc_t.as_mut_ptr() as usize, ca.as_ptr() as usize, rf.as_ptr() as usize, re.as_ptr() as usize,
+                 rn.as_ptr() as usize, rm.as_ptr() as usize, ncl_t.as_mut_ptr() as usize];
+        grid_threaded(tl, rf.len() as u32, || unsafe {
+            f(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _,
+              c.max_clusters_per_module, c.l1_modules as u32, c.min_charge_l1, c.min_charge, p[7] as _)
+        });
+        assert_eq!((qm_t, qc_t, ncl_t), (qm.clone(), qc.clone(), ncl.clone()), "threaded charge cut");
+    }
+    let cut_tables = plan.tables(&ncl);
+    for (e, ev) in cpu.iter().enumerate() {
+        let r = ev_off[e] as usize..ev_off[e + 1] as usize;
+        assert_eq!((&qm[r.clone()], &qc[r.clone()]), (&ev.cut.module_ind[..], &ev.cut.clus[..]), "event {e}: charge cut");
+        let c = &ev.clusters;
+        let counts: Vec<u32> = c.module_id.iter().map(|&m| ev.cut.n_clusters_in_module[m as usize]).collect();
+        assert_eq!(cut_tables[e].2, counts, "event {e}: hit_modules table");
+    }
+
+    // --- rechits: host hit runs, one block per run; compared bit for bit (floats as bits).
+    let det = quiver_gpu::steps::det_table(&cond.cpe);
+    let hit_in: Vec<(&[u16], &[u32], &[u32])> =
+        cut_tables.iter().map(|t| (t.0.as_slice(), t.1.as_slice(), t.2.as_slice())).collect();
+    let beam = vec![[cond.beam_spot.x, cond.beam_spot.y, cond.beam_spot.z]; events.len()];
+    let hplan = quiver_gpu::steps::rechit_runs(&qm, &rows, &hit_in, &beam, cond.cpe.det.len()).unwrap();
+    let (rf, re, rn, rme, rh, rbs) = (hplan.first.clone(), hplan.end.clone(), hplan.nclus.clone(), hplan.module.clone(), hplan.hit.clone(), hplan.beam.clone());
+    let mut hit_off = vec![0u32];
+    for &h in &hplan.hits_per_event {
+        hit_off.push(hit_off.last().unwrap() + h as u32);
+    }
+    let nh = *hit_off.last().unwrap() as usize;
+    let mut f = vec![vec![0f32; nh]; 8];
+    let (mut iphi, mut chg, mut sx, mut sy, mut di, mut hst) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
+    {
+        type F = unsafe extern "C" fn(
+            *const u16, *const i32, *const u16, *const u16, *const u16,
+            *const u32, *const u32, *const u32, *const u32, *const u32, *const f32, *const f32, f32, f32, f32, f32,
+            *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
+            *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
+        );
+        let k: libloading::Symbol<F> = unsafe { lib.get(b"rechits") }.unwrap();
+        let com = &cond.cpe.common;
+        let p: Vec<*mut f32> = f.iter_mut().map(|v| v.as_mut_ptr()).collect();
+        grid(lib, rf.len() as u32, 1, || unsafe {
+            k(
+                qm.as_ptr(), qc.as_ptr(), xx.as_ptr(), yy.as_ptr(), ca.as_ptr(),
+                rf.as_ptr(), re.as_ptr(), rn.as_ptr(), rme.as_ptr(), rh.as_ptr(), rbs.as_ptr(), det.as_ptr(),
+                com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
+                p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
+                iphi.as_mut_ptr(), chg.as_mut_ptr(), sx.as_mut_ptr(), sy.as_mut_ptr(), di.as_mut_ptr(), &mut hst,
+            )
+        });
+    }
+    assert_eq!(hst, 0);
+    if let Some(tl) = threaded() {
+        let mut ft = vec![vec![0f32; nh]; 8];
+        let (mut iphi_t, mut chg_t, mut sx_t, mut sy_t, mut di_t, mut hst_t) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
+        type F = unsafe extern "C" fn(
+            *const u16, *const i32, *const u16, *const u16, *const u16,
+            *const u32, *const u32, *const u32, *const u32, *const u32, *const f32, *const f32, f32, f32, f32, f32,
+            *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
+            *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
+        );
+        let k: libloading::Symbol<F> = unsafe { tl.get(b"rechits") }.unwrap();
+        let com = &cond.cpe.common;
+        let fp: Vec<usize> = ft.iter_mut().map(|v| v.as_mut_ptr() as usize).collect();
+        let p = [qm.as_ptr() as usize, qc.as_ptr() as usize, xx.as_ptr() as usize, yy.as_ptr() as usize, ca.as_ptr() as usize,
+                 rf.as_ptr() as usize, re.as_ptr() as usize, rn.as_ptr() as usize, rme.as_ptr() as usize, rh.as_ptr() as usize,
+                 rbs.as_ptr() as usize, det.as_ptr() as usize, iphi_t.as_mut_ptr() as usize, chg_t.as_mut_ptr() as usize,
+                 sx_t.as_mut_ptr() as usize, sy_t.as_mut_ptr() as usize, di_t.as_mut_ptr() as usize, &mut hst_t as *mut u32 as usize];
+        grid_threaded(tl, rf.len() as u32, || unsafe {
+            k(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _, p[7] as _, p[8] as _, p[9] as _, p[10] as _, p[11] as _,
+              com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
+              fp[0] as _, fp[1] as _, fp[2] as _, fp[3] as _, fp[4] as _, fp[5] as _, fp[6] as _, fp[7] as _,
+              p[12] as _, p[13] as _, p[14] as _, p[15] as _, p[16] as _, p[17] as _)
+        });
+        assert_eq!(hst_t, 0);
+        for c in 0..8 {
+            assert!(ft[c].iter().zip(&f[c]).all(|(a, b)| a.to_bits() == b.to_bits()), "threaded rechits: float column {c}");
+        }
+        assert_eq!((iphi_t, chg_t, sx_t, sy_t, di_t), (iphi.clone(), chg.clone(), sx.clone(), sy.clone(), di.clone()), "threaded rechits");
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut total_hits = 0;
+    for (e, ev) in cpu.iter().enumerate() {
+        let r = hit_off[e] as usize..hit_off[e + 1] as usize;
+        let h = &ev.hits;
+        let cpu_f = [&h.x_local, &h.y_local, &h.xerr_local, &h.yerr_local, &h.x_global, &h.y_global, &h.z_global, &h.r_global];
+        for (k, col) in cpu_f.iter().enumerate() {
+            assert_eq!(bits(&f[k][r.clone()]), bits(col), "event {e}: float column {k} of the hits");
+        }
+        assert_eq!((&iphi[r.clone()], &chg[r.clone()]), (&h.iphi[..], &h.charge[..]), "event {e}: iphi, charge");
+        assert_eq!((&sx[r.clone()], &sy[r.clone()], &di[r.clone()]), (&h.size_x[..], &h.size_y[..], &h.det_index[..]), "event {e}: sizes");
+        total_hits += r.len();
+    }
+    println!("{total_hits} hits");
+    assert!(total_hits > 100);
+}

@@ -1,0 +1,66 @@
+//! Every kernel source compiles to PTX with NVRTC (no GPU needed), with the options that
+//! keep results bit-identical to the CPU: the PTX must contain no fused multiply-add.
+//! Skips, saying why, only when NVRTC is not loadable (and fails instead when
+//! `QUIVER_REQUIRE_NVRTC` is set, as CI does). NVRTC is found through
+//! `QUIVER_NVRTC`, LD_LIBRARY_PATH, or the workspace's `.venv` (pip's nvidia-cuda-nvrtc).
+
+use quiver_gpu::{device, kernels};
+
+fn find_venv_nvrtc() -> Option<std::path::PathBuf> {
+    let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib");
+    for py in std::fs::read_dir(&lib).ok()?.flatten() {
+        let dir = py.path().join("site-packages/nvidia/cu13/lib");
+        if dir.join("libnvrtc.so.13").exists() {
+            return Some(dir);
+        }
+    }
+    None
+}
+
+/// Points `QUIVER_NVRTC` at the workspace's pip-installed NVRTC unless it is set (once:
+/// the tests of this binary run on several threads).
+fn setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os(device::NVRTC_ENV).is_none() {
+            if let Some(dir) = find_venv_nvrtc() {
+                std::env::set_var(device::NVRTC_ENV, &dir);
+            }
+        }
+    });
+}
+
+#[test]
+fn every_kernel_compiles_to_ptx_without_fma() {
+    setup();
+    if let Err(u) = device::nvrtc_status() {
+        assert!(std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(), "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}");
+        println!("SKIPPED: NVRTC is not available, kernels not compiled: {u}");
+        return;
+    }
+    for &(module, body, functions) in kernels::SOURCES {
+        let ptx = kernels::compile(module, body).unwrap_or_else(|e| panic!("{e}"));
+        let text = ptx.to_src();
+        for f in functions {
+            assert!(text.contains(&format!(".entry {f}(")), "module {module}: no entry point {f} in the PTX");
+        }
+        assert!(!text.contains("fma."), "module {module}: the PTX contains a fused multiply-add");
+        let header: Vec<&str> = text.lines().filter(|l| l.starts_with(".version") || l.starts_with(".target")).collect();
+        println!("compiled {module}: {} bytes of PTX ({}), kernels {functions:?}", text.len(), header.join(", "));
+    }
+}
+
+#[test]
+fn the_fma_check_can_fail() {
+    setup();
+    if let Err(u) = device::nvrtc_status() {
+        println!("SKIPPED: NVRTC is not available: {u}");
+        return;
+    }
+    let src = r#"extern "C" __global__ void k(float* o, const float* a, const float* b, const float* c) {
+        o[threadIdx.x] = a[threadIdx.x] * b[threadIdx.x] + c[threadIdx.x]; }"#;
+    let contracted = cudarc::nvrtc::compile_ptx(src).unwrap().to_src();
+    assert!(contracted.contains("fma."), "NVRTC's default contracts a*b+c");
+    let kept = cudarc::nvrtc::compile_ptx_with_opts(src, kernels::compile_options()).unwrap().to_src();
+    assert!(!kept.contains("fma."), "--fmad=false keeps the multiply and the add apart");
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# GPU check of Quiver, on a machine with an NVIDIA GPU (driver + CUDA 13), in one command
+# and well under 10 minutes:
+#   1. builds the release binary (or uses $QUIVER_BIN);
+#   2. checks the catalogue has the GPU step types and that a GPU and NVRTC are usable;
+#   3. generates a dataset (or uses $GPU_CHECK_DATASET);
+#   4. runs plans/examples/compare-gpu.toml: CPU and GPU chains, every product compared
+#      strictly (bit-identical) — the job fails at the first difference;
+#   5. runs the local chain on CPU only and with the GPU steps, and prints the throughput of
+#      both and the GPU steps' transfer share.
+# Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (default 400),
+# GPU_CHECK_PILEUP (default 50), GPU_CHECK_DATASET (existing dataset dir),
+# GPU_CHECK_BATCH (events per batch for every run, default: quiver's),
+# QUIVER_NVRTC (libnvrtc.so.13 or its folder, when not on the loader path).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
+EVENTS="${GPU_CHECK_EVENTS:-400}"
+PILEUP="${GPU_CHECK_PILEUP:-50}"
+BATCH=()
+if [ -n "${GPU_CHECK_BATCH:-}" ]; then BATCH=(--batch-size "$GPU_CHECK_BATCH"); fi
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+t0=$(date +%s)
+say() { printf '\n== %s (%ss)\n' "$*" "$(( $(date +%s) - t0 ))"; }
+
+say "device"
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+else
+    echo "nvidia-smi not found: the run below will say what is missing"
+fi
+
+# NVRTC: use the CUDA toolkit's when it is not already on the loader path.
+if [ -z "${QUIVER_NVRTC:-}" ]; then
+    for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+             /usr/lib/x86_64-linux-gnu .venv/lib/python3*/site-packages/nvidia/cu13/lib; do
+        if [ -e "$d/libnvrtc.so.13" ]; then
+            QUIVER_NVRTC="$(cd "$d" && pwd)"
+            export QUIVER_NVRTC
+            break
+        fi
+    done
+fi
+echo "QUIVER_NVRTC=${QUIVER_NVRTC:-<loader path>}"
+
+say "build"
+if [ -n "${QUIVER_BIN:-}" ]; then
+    BIN="$QUIVER_BIN"
+else
+    cargo build --release --bin quiver
+    BIN="$CARGO_TARGET_DIR/release/quiver"
+fi
+"$BIN" --version
+if ! "$BIN" steps | grep -Eq '^calibrate +\[cpu, gpu\]'; then
+    echo "error: this quiver binary has no GPU step types: the CLI registry must call quiver_gpu::register" >&2
+    exit 1
+fi
+
+say "dataset"
+if [ -n "${GPU_CHECK_DATASET:-}" ]; then
+    DS="$GPU_CHECK_DATASET"
+else
+    DS="$WORK/dataset"
+    "$BIN" generate --events "$EVENTS" --pileup "$PILEUP" --output "$DS" >/dev/null
+fi
+echo "dataset: $DS, $EVENTS events"
+
+say "CPU vs GPU, strict comparison of every product (plans/examples/compare-gpu.toml)"
+"$BIN" run plans/examples/compare-gpu.toml --input "$DS" --events "$EVENTS" --output "$WORK/out-compare" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
+    | tee "$WORK/compare.txt"
+if grep -E '^compared .* [1-9][0-9]* differences' "$WORK/compare.txt"; then
+    echo "error: CPU and GPU products differ" >&2
+    exit 1
+fi
+
+# Throughput: the default chain without its output step, CPU only, then with the five
+# GPU steps (`backend = "gpu"` added to them).
+awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "write_parquet"/' plans/pixel.toml > "$WORK/cpu.toml"
+awk '{print} /^type = "(raw_to_digis|calibrate|clusterize|cluster_charge_cut|rechits)"$/{print "backend = \"gpu\""}' \
+    "$WORK/cpu.toml" > "$WORK/gpu.toml"
+for kind in cpu gpu; do
+    say "throughput, $kind plan"
+    # Once to warm up (kernel compilation, page cache), then measured.
+    "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} >/dev/null
+    "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
+        | tee "$WORK/$kind.txt"
+done
+
+say "summary"
+tp() { grep -o 'throughput [0-9.]* events/s' "$WORK/$1.txt" | head -1; }
+echo "CPU chain: $(tp cpu)"
+echo "GPU chain: $(tp gpu)"
+echo "GPU steps (transfers and kernel time, per step):"
+grep -B1 -A2 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
+echo "total $(( $(date +%s) - t0 )) s"
