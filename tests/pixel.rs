@@ -42,12 +42,15 @@ fn columns(path: &Path) -> Vec<arrow_array::ArrayRef> {
     all.columns().to_vec()
 }
 
-const PRODUCTS: [&str; 5] = [
+const PRODUCTS: [&str; 8] = [
     "digis.digis.parquet",
     "digi_errors.digis.parquet",
     "calibrated_digis.calib.parquet",
     "clustered_digis.chargecut.parquet",
     "hits.hits.parquet",
+    "tracks.tracks.parquet",
+    "vertices.vertices.parquet",
+    "track_vertices.vertices.parquet",
 ];
 
 #[test]

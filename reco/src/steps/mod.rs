@@ -26,6 +26,10 @@ pub mod types {
     pub const CLUSTERED_DIGIS: &str = "clustered_digis";
     pub const HIT_MODULES: &str = "hit_modules";
     pub const HITS: &str = "hits";
+    pub const DOUBLETS: &str = "doublets";
+    pub const NTUPLETS: &str = "ntuplets";
+    pub const CA_CELLS: &str = "ca_cells";
+    pub const TRACK_FITS: &str = "track_fits";
     pub const TRACKS: &str = "tracks";
     pub const VERTICES: &str = "vertices";
     pub const TRACK_VERTICES: &str = "track_vertices";
@@ -75,7 +79,10 @@ pub fn schema(type_name: &str) -> SchemaRef {
             f("size_y", Int16),
             f("det_index", UInt16),
         ],
-        TRACKS => vec![
+        DOUBLETS => vec![f("inner", UInt32), f("outer", UInt32), f("pair", UInt8), f("listed", Boolean)],
+        NTUPLETS => vec![f("quality", UInt8), f("hits", list_of(UInt32)), f("cells", list_of(UInt32))],
+        CA_CELLS => vec![f("alive", Boolean)],
+        TRACKS | TRACK_FITS => vec![
             f("quality", UInt8),
             f("pt", Float32),
             f("eta", Float32),

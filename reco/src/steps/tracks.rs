@@ -2,15 +2,330 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{Float32Type, Int16Type, UInt16Type, UInt32Type, UInt8Type};
-use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch};
+use arrow_array::types::{Float32Type, Int16Type, Int8Type, UInt16Type, UInt32Type, UInt8Type};
+use arrow_array::{Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch};
 use arrow_schema::Field;
 use quiver_columnar::columns::{concat, concat_ref, values};
-use quiver_columnar::{Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepType};
+use quiver_columnar::{
+    Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType,
+};
+use quiver_datasets::conditions::CpeParams;
 
 use super::types::*;
-use super::{per_event, publish, schema};
+use super::{cond, per_event, publish, schema};
+use crate::tracks::{
+    ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, listed_cells, stage_doublets, stage_fit, stage_ntuplets,
+    stage_quality, tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
+};
 use crate::vertices::{find_vertices, Clusterizer, TracksView, VertexConfig};
+
+fn tracking(e: TrackError) -> Error {
+    Error::data(e.to_string())
+}
+
+/// The columns of one event's hits as the tracking reads them.
+struct HitColumns<'a> {
+    p: &'a Product,
+    x: &'a [f32],
+    y: &'a [f32],
+    z: &'a [f32],
+    r: &'a [f32],
+    iphi: &'a [i16],
+    size_x: &'a [i16],
+    size_y: &'a [i16],
+    det: &'a [u16],
+    xerr: &'a [f32],
+    yerr: &'a [f32],
+}
+
+impl<'a> HitColumns<'a> {
+    fn new(p: &'a Product) -> Result<Self> {
+        Ok(HitColumns {
+            p,
+            x: values::<Float32Type>(p, "x_global")?,
+            y: values::<Float32Type>(p, "y_global")?,
+            z: values::<Float32Type>(p, "z_global")?,
+            r: values::<Float32Type>(p, "r_global")?,
+            iphi: values::<Int16Type>(p, "iphi")?,
+            size_x: values::<Int16Type>(p, "size_x")?,
+            size_y: values::<Int16Type>(p, "size_y")?,
+            det: values::<UInt16Type>(p, "det_index")?,
+            xerr: values::<Float32Type>(p, "xerr_local")?,
+            yerr: values::<Float32Type>(p, "yerr_local")?,
+        })
+    }
+
+    fn event(&self, e: usize, cpe: &'a CpeParams) -> Result<HitsView<'a>> {
+        let r = self.p.event_rows(e);
+        let det = &self.det[r.clone()];
+        Ok(HitsView {
+            x_global: &self.x[r.clone()],
+            y_global: &self.y[r.clone()],
+            z_global: &self.z[r.clone()],
+            r_global: &self.r[r.clone()],
+            iphi: &self.iphi[r.clone()],
+            size_x: &self.size_x[r.clone()],
+            size_y: &self.size_y[r.clone()],
+            det_index: det,
+            xerr_local: &self.xerr[r.clone()],
+            yerr_local: &self.yerr[r],
+            cpe,
+            layer_start: layer_start_from_det_index(det).map_err(tracking)?,
+        })
+    }
+}
+
+/// A list column's per-row slices (offsets relative to the values).
+fn list_u32<'a>(p: &'a Product, name: &str) -> Result<(&'a [i32], &'a [u32])> {
+    let col = p.batch().column_by_name(name).ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", p.type_name())))?;
+    let l = col
+        .as_any()
+        .downcast_ref::<ListArray>()
+        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected List<UInt32>", p.type_name(), col.data_type())))?;
+    let v = l
+        .values()
+        .as_any()
+        .downcast_ref::<arrow_array::UInt32Array>()
+        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' does not hold UInt32", p.type_name())))?;
+    Ok((l.value_offsets(), v.values()))
+}
+
+/// Offsets (rebased to 0) and values of the list rows `rows`.
+fn list_rows(offsets: &[i32], values: &[u32], rows: std::ops::Range<usize>) -> (Vec<u32>, Vec<u32>) {
+    let base = offsets[rows.start];
+    let off = offsets[rows.start..=rows.end].iter().map(|&o| (o - base) as u32).collect();
+    (off, values[base as usize..offsets[rows.end] as usize].to_vec())
+}
+
+fn booleans(p: &Product, name: &str) -> Result<BooleanArray> {
+    let col = p.batch().column_by_name(name).ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", p.type_name())))?;
+    col.as_any()
+        .downcast_ref::<BooleanArray>()
+        .cloned()
+        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected Boolean", p.type_name(), col.data_type())))
+}
+
+fn bool_column(parts: impl Iterator<Item = bool>) -> ArrayRef {
+    Arc::new(BooleanArray::from(parts.collect::<Vec<bool>>()))
+}
+
+// --- ca_doublets -----------------------------------------------------------------------
+
+struct DoubletsStep {
+    hits: ProductKey,
+    cpe: Arc<CpeParams>,
+    cfg: CaConfig,
+}
+
+impl Step for DoubletsStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let h = batch.get(&self.hits)?;
+        let cols = HitColumns::new(&h)?;
+        let out = per_event(batch, |e| {
+            let hits = cols.event(e, &self.cpe)?;
+            let d = stage_doublets(&hits, &self.cfg).map_err(tracking)?;
+            let listed = listed_cells(&d);
+            Ok((d, listed))
+        })?;
+        let inner: Vec<Vec<u32>> = out.iter().map(|(d, _)| d.cells.iter().map(|c| c.inner).collect()).collect();
+        let outer: Vec<Vec<u32>> = out.iter().map(|(d, _)| d.cells.iter().map(|c| c.outer).collect()).collect();
+        let pair: Vec<Vec<u8>> = out.iter().map(|(d, _)| d.cells.iter().map(|c| c.pair).collect()).collect();
+        let cols: Vec<ArrayRef> = vec![
+            concat_ref::<UInt32Type, _>(inner.iter().map(Vec::as_slice)),
+            concat_ref::<UInt32Type, _>(outer.iter().map(Vec::as_slice)),
+            concat_ref::<UInt8Type, _>(pair.iter().map(Vec::as_slice)),
+            bool_column(out.iter().flat_map(|(_, l)| l.iter().copied())),
+        ];
+        publish(batch, DOUBLETS, cols, out.iter().map(|(d, _)| d.cells.len()))
+    }
+}
+
+// --- ca_ntuplets -----------------------------------------------------------------------
+
+struct NtupletsStep {
+    hits: ProductKey,
+    doublets: ProductKey,
+    cpe: Arc<CpeParams>,
+    cfg: CaConfig,
+}
+
+impl Step for NtupletsStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (h, d) = (batch.get(&self.hits)?, batch.get(&self.doublets)?);
+        let cols = HitColumns::new(&h)?;
+        let (inner, outer, pair) = (values::<UInt32Type>(&d, "inner")?, values::<UInt32Type>(&d, "outer")?, values::<UInt8Type>(&d, "pair")?);
+        let listed = booleans(&d, "listed")?;
+        let out = per_event(batch, |e| {
+            let hits = cols.event(e, &self.cpe)?;
+            let r = d.event_rows(e);
+            let l: Vec<bool> = r.clone().map(|i| listed.value(i)).collect();
+            let dd = doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l).map_err(tracking)?;
+            stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
+        })?;
+        let quality: Vec<Vec<u8>> = out.iter().map(|(t, _)| t.quality.iter().map(|&q| q as u8).collect()).collect();
+        let hit_lengths = out.iter().flat_map(|(t, _)| t.offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+        let cell_lengths = out.iter().flat_map(|(_, ca)| ca.tuple_cell_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+        let cols: Vec<ArrayRef> = vec![
+            concat_ref::<UInt8Type, _>(quality.iter().map(Vec::as_slice)),
+            list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|(t, _)| t.hits.as_slice())))?,
+            list_column(cell_lengths, concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())))?,
+        ];
+        publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
+        let alive = vec![bool_column(out.iter().flat_map(|(_, ca)| ca.cells.iter().map(|c| c.doublet_id >= 0)))];
+        batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)
+    }
+}
+
+// --- track_fit / track_quality ----------------------------------------------------------
+
+/// Publishes per-tuple tracks (fitted, with or without the final quality) as `type_name`.
+fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Result<()> {
+    macro_rules! cat {
+        ($t:ty, $f:ident) => {
+            concat_ref::<$t, _>(out.iter().map(|t| t.$f.as_slice()))
+        };
+    }
+    let n_hits: Vec<Vec<u8>> = out.iter().map(|t| t.n_hits.iter().map(|&n| n.min(255) as u8).collect()).collect();
+    let state = concat::<Float32Type, _>(out.iter().map(|t| t.state.as_flattened()));
+    let cov = concat::<Float32Type, _>(out.iter().map(|t| t.covariance.as_flattened()));
+    let fixed = |v: arrow_array::Float32Array, n: i32| -> Result<ArrayRef> {
+        Ok(Arc::new(FixedSizeListArray::try_new(Arc::new(Field::new("item", arrow_schema::DataType::Float32, false)), n, Arc::new(v), None)?))
+    };
+    let hit_lengths = out.iter().flat_map(|t| t.hit_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let cols: Vec<ArrayRef> = vec![
+        cat!(UInt8Type, quality),
+        cat!(Float32Type, pt),
+        cat!(Float32Type, eta),
+        cat!(Float32Type, phi),
+        cat!(Float32Type, tip),
+        cat!(Float32Type, zip),
+        cat!(Float32Type, chi2),
+        cat!(Int8Type, charge),
+        concat_ref::<UInt8Type, _>(n_hits.iter().map(Vec::as_slice)),
+        fixed(state, 5)?,
+        fixed(cov, 15)?,
+        list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|t| t.hit_indices.as_slice())))?,
+    ];
+    publish(batch, type_name, cols, out.iter().map(|t| t.quality.len()))
+}
+
+struct FitStep {
+    hits: ProductKey,
+    ntuplets: ProductKey,
+    cpe: Arc<CpeParams>,
+    cfg: CaConfig,
+}
+
+impl Step for FitStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (h, n) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?);
+        let cols = HitColumns::new(&h)?;
+        let quality = values::<UInt8Type>(&n, "quality")?;
+        let (hoff, hvals) = list_u32(&n, "hits")?;
+        let out = per_event(batch, |e| {
+            let hits = cols.event(e, &self.cpe)?;
+            let r = n.event_rows(e);
+            let (off, hv) = list_rows(hoff, hvals, r.clone());
+            let tuples = tuples_from_columns(&off, &hv, &quality[r]).map_err(tracking)?;
+            stage_fit(&hits, &tuples, &self.cfg).map_err(tracking)
+        })?;
+        publish_tracks(batch, TRACK_FITS, &out)
+    }
+}
+
+struct QualityStep {
+    hits: ProductKey,
+    ntuplets: ProductKey,
+    cells: ProductKey,
+    fits: ProductKey,
+    cpe: Arc<CpeParams>,
+    cfg: CaConfig,
+}
+
+/// One event's fitted tracks back from a `track_fits` product.
+fn tracks_from_product(p: &Product, e: usize) -> Result<Tracks> {
+    let r = p.event_rows(e);
+    let f32s = |name: &str| -> Result<Vec<f32>> { Ok(values::<Float32Type>(p, name)?[r.clone()].to_vec()) };
+    let (state, w5) = fixed_values(p, "state")?;
+    let (cov, w15) = fixed_values(p, "covariance")?;
+    if w5 != 5 || w15 != 15 {
+        return Err(Error::data(format!("product '{}': state/covariance widths {w5}/{w15}, expected 5/15", p.type_name())));
+    }
+    let (hoff, hvals) = list_u32(p, "hits")?;
+    let (hit_offsets, hit_indices) = list_rows(hoff, hvals, r.clone());
+    Ok(Tracks {
+        quality: values::<UInt8Type>(p, "quality")?[r.clone()].to_vec(),
+        pt: f32s("pt")?,
+        eta: f32s("eta")?,
+        phi: f32s("phi")?,
+        tip: f32s("tip")?,
+        zip: f32s("zip")?,
+        chi2: f32s("chi2")?,
+        charge: values::<Int8Type>(p, "charge")?[r.clone()].to_vec(),
+        state: state[r.start * 5..r.end * 5].chunks_exact(5).map(|c| c.try_into().expect("5")).collect(),
+        covariance: cov[r.start * 15..r.end * 15].chunks_exact(15).map(|c| c.try_into().expect("15")).collect(),
+        n_hits: values::<UInt8Type>(p, "n_hits")?[r].iter().map(|&n| n as u16).collect(),
+        hit_offsets,
+        hit_indices,
+        det_indices: Vec::new(),
+        stats: Default::default(),
+    })
+}
+
+impl Step for QualityStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (h, n, c, f) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
+        let cols = HitColumns::new(&h)?;
+        let quality = values::<UInt8Type>(&n, "quality")?;
+        let (hoff, hvals) = list_u32(&n, "hits")?;
+        let (coff, cvals) = list_u32(&n, "cells")?;
+        let alive = booleans(&c, "alive")?;
+        let out = per_event(batch, |e| {
+            let hits = cols.event(e, &self.cpe)?;
+            let r = n.event_rows(e);
+            let (off, hv) = list_rows(hoff, hvals, r.clone());
+            let tuples = tuples_from_columns(&off, &hv, &quality[r.clone()]).map_err(tracking)?;
+            let (tc_off, tc) = list_rows(coff, cvals, r);
+            let a: Vec<bool> = c.event_rows(e).map(|i| alive.value(i)).collect();
+            let ca = ca_state_for_quality(&a, &tc, &tc_off, &self.cfg).map_err(tracking)?;
+            let mut tracks = tracks_from_product(&f, e)?;
+            if tracks.quality.len() != tuples.len() {
+                return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.quality.len(), tuples.len())));
+            }
+            stage_quality(&hits, &tuples, &ca, &mut tracks, &self.cfg);
+            Ok(tracks)
+        })?;
+        publish_tracks(batch, TRACKS, &out)
+    }
+}
+
+fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
+    let p = &cfg.params;
+    let mut c = CaConfig::default();
+    if let Some(v) = p.get("include_jumping_forward_doublets") {
+        c.doublets.include_jumping_forward_doublets = matches!(v, quiver_columnar::ParamValue::Bool(true));
+    }
+    if let Some(quiver_columnar::ParamValue::Int(n)) = p.get("min_hits_per_ntuplet") {
+        c.ntuplets.min_hits_per_ntuplet = u32::try_from(*n).map_err(|_| cfg.param_error("min_hits_per_ntuplet", "must be ≥ 0"))?;
+    }
+    if let Some(quiver_columnar::ParamValue::Float(v)) = p.get("ptmin") {
+        c.ntuplets.ptmin = *v as f32;
+    }
+    if let Some(quiver_columnar::ParamValue::Bool(v)) = p.get("early_fishbone") {
+        c.ntuplets.early_fishbone = *v;
+    }
+    if let Some(quiver_columnar::ParamValue::Bool(v)) = p.get("late_fishbone") {
+        c.ntuplets.late_fishbone = *v;
+    }
+    if let Some(quiver_columnar::ParamValue::Str(v)) = p.get("fit") {
+        c.fit.use_riemann_fit = v == "riemann";
+    }
+    if let Some(quiver_columnar::ParamValue::Bool(v)) = p.get("fit5as4") {
+        c.fit.fit5as4 = *v;
+    }
+    c.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
+    Ok(c)
+}
 
 /// A list column from per-row lengths and flat values (pooled memory).
 pub(crate) fn list_column<T: arrow_array::ArrowPrimitiveType>(lengths: impl Iterator<Item = usize>, flat: arrow_array::PrimitiveArray<T>) -> Result<ArrayRef> {
@@ -89,6 +404,70 @@ impl Step for VerticesStep {
 
 /// Registers the tracking step types.
 pub(super) fn register(r: &mut Registry) {
+    let cpu = vec![Backend::Cpu];
+    let min_hits = ParamSpec::int("min_hits_per_ntuplet", 3, "3: triplets and quadruplets; 4: quadruplets only (13 layer pairs)");
+    let fishbones = [
+        ParamSpec::bool("early_fishbone", true, "kill collinear cells sharing an outer hit before the search"),
+        ParamSpec::bool("late_fishbone", false, "the same after the search (off in the reference)"),
+    ];
+    r.add(StepType {
+        name: "ca_doublets",
+        doc: "CA doublets: cells of the 19 layer pairs with the φ, z, z0, pT and cluster-size cuts",
+        params: vec![ParamSpec::bool("include_jumping_forward_doublets", true, "the four FPix jumping pairs (19 pairs, else 15)"), min_hits.clone()],
+        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits")], outputs: vec![DOUBLETS.into()] },
+        backends: cpu.clone(),
+        build: |cfg| Ok(Box::new(DoubletsStep { hits: cfg.input("hits")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
+    });
+    r.add(StepType {
+        name: "ca_ntuplets",
+        doc: "CA ntuplets: connect cells (r–z, curvature, DCA), fishbone, depth-first search (3–5 hits), early duplicate removal",
+        params: vec![min_hits, ParamSpec::float("ptmin", 0.9, "pT of the r–z alignment cut, GeV"), fishbones[0].clone(), fishbones[1].clone()],
+        signature: Signature {
+            inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("doublets", DOUBLETS, "cells")],
+            outputs: vec![NTUPLETS.into(), CA_CELLS.into()],
+        },
+        backends: cpu.clone(),
+        build: |cfg| Ok(Box::new(NtupletsStep { hits: cfg.input("hits")?, doublets: cfg.input("doublets")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
+    });
+    r.add(StepType {
+        name: "track_fit",
+        doc: "Helix fit of every tuple: Broken Line (default) or Riemann, with multiple scattering; 5-hit tuples fitted as 4",
+        params: vec![
+            ParamSpec::choice("fit", &["broken_line", "riemann"], "the fit"),
+            ParamSpec::bool("fit5as4", true, "fit 5-hit tuples with their first 4 hits"),
+        ],
+        signature: Signature {
+            inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")],
+            outputs: vec![TRACK_FITS.into()],
+        },
+        backends: cpu.clone(),
+        build: |cfg| Ok(Box::new(FitStep { hits: cfg.input("hits")?, ntuplets: cfg.input("ntuplets")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
+    });
+    r.add(StepType {
+        name: "track_quality",
+        doc: "Track classification (χ² vs pT, region cuts), fast duplicate removal and the triplet cleaner",
+        params: vec![fishbones[1].clone()],
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("hits", HITS, "rec hits"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples with their cells"),
+                InputSpec::one("cells", CA_CELLS, "cells alive after the fishbone"),
+                InputSpec::one("fits", TRACK_FITS, "fitted tuples"),
+            ],
+            outputs: vec![TRACKS.into()],
+        },
+        backends: cpu,
+        build: |cfg| {
+            Ok(Box::new(QualityStep {
+                hits: cfg.input("hits")?,
+                ntuplets: cfg.input("ntuplets")?,
+                cells: cfg.input("cells")?,
+                fits: cfg.input("fits")?,
+                cpe: cond(cfg)?,
+                cfg: ca_config(cfg)?,
+            }))
+        },
+    });
     r.add(StepType {
         name: "vertices",
         doc: "Primary vertices: density clustering of track z0, fit, split, refit, sort by Σ pT² (PixelVertexProducerCUDA)",

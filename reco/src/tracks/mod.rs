@@ -1,1 +1,522 @@
-//! Pixel tracks and primary vertices: CA doublets and ntuplets, fits, quality, vertices.
+//! Pixel tracks: CA doublets and ntuplets, Broken Line fits, quality classification and
+//! duplicate cleaning — a CPU port of the reference `serial` chain (`plugin-PixelTriplets`).
+//!
+//! One event at a time: [`reconstruct_tracks`] takes the event's rec hits as column slices
+//! ([`HitsView`]) and returns every tuple the CA found, in tuple order and with any quality
+//! ([`Tracks`]), as the reference's `TrackSoA` holds them.
+//!
+//! Steps, in the reference's order:
+//! 1. [`doublets::build_doublets`] — φ binning and the 19 layer-pair doublet search;
+//! 2. [`ntuplets::connect`], [`ntuplets::fishbone`] (early), [`ntuplets::find_ntuplets`],
+//!    [`ntuplets::early_duplicate_remover`];
+//! 3. [`fit::fit_tuples`] — Broken Line (or, optionally, [`riemann`]) fit of the
+//!    non-duplicate 3/4/5-hit tuples;
+//! 4. [`quality::classify_tracks`], [`quality::fast_duplicate_remover`],
+//!    [`quality::triplet_cleaner`].
+//!
+//! Faithfulness: the loops follow the serial backend's order (cell creation, neighbour and
+//! track lists, the histograms' decrementing fills), capacities are the reference's, and f32
+//! vs f64 follow its float/double. Checked against the reference's own code compiled with
+//! Eigen 3.4 (`refcheck/`, ignored tests `reference_ca_cross_check`,
+//! `reference_fit_cross_check`): on synthetic events of up to 11 k hits the tuples, their
+//! hits and qualities are identical and every Broken Line output is bit-identical; the
+//! Riemann fit agrees to rounding (≤ 1e-5 relative, the same size as a one-ulp input change).
+
+// The ports index arrays the way the reference does, keep its argument lists, and write its
+// double literals that are rounded to f32 in full.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments, clippy::excessive_precision)]
+
+pub mod doublets;
+pub mod fit;
+pub mod ntuplets;
+pub mod quality;
+pub mod riemann;
+pub mod testing;
+
+use quiver_datasets::conditions::CpeParams;
+
+pub use doublets::DoubletConfig;
+pub use fit::FitConfig;
+pub use ntuplets::NtupletConfig;
+pub use quality::QualityConfig;
+
+/// The largest number of hits the reference's 16-bit hit index and containers accept
+/// (`gpuClustering::MaxNumClusters`).
+pub const MAX_HITS: usize = 49_152;
+
+/// Errors of the track reconstruction.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrackError {
+    /// The hit columns do not all have the same length.
+    #[error("hit column `{column}` has {len} entries, expected {expected} (length of x_global)")]
+    ColumnLength { column: &'static str, len: usize, expected: usize },
+    /// More hits than the 16-bit hit index allows.
+    #[error("{n} hits in the event, at most {max} are supported")]
+    TooManyHits { n: usize, max: usize },
+    /// `layer_start` is not a non-decreasing list ending at or before the number of hits.
+    #[error("layer_start {layer_start:?} must be non-decreasing and end at or before n_hits = {n_hits}")]
+    LayerStart { layer_start: [u32; 11], n_hits: usize },
+    /// A valid hit (det index ≤ 2000) points to a module absent from the conditions.
+    #[error("hit {hit} has det index {det}, but the CPE conditions hold {n_modules} modules")]
+    MissingModule { hit: usize, det: u16, n_modules: usize },
+    /// The hits are not ordered by detIndex.
+    #[error("hit {hit} has a smaller det index than the hit before it; hits must be ordered by det index")]
+    Unsorted { hit: usize },
+    /// A configuration value is out of range.
+    #[error("invalid track configuration: {0}")]
+    Config(String),
+    /// A CA path grew longer than the reference's recursion depth allows.
+    #[error("ntuplet search exceeded {0} cells along one path")]
+    PathTooLong(usize),
+    /// Intermediate products (doublets, tuples) handed between stages are inconsistent.
+    #[error("inconsistent input: {0}")]
+    Invalid(String),
+}
+
+/// One event's rec hits, as columns (the reference's `TrackingRecHit2DSOAView`). Hits must be
+/// ordered by detIndex, hence by layer; `layer_start[l]..layer_start[l+1]` are the hits of
+/// layer `l` (0..3 BPix, 4..6 FPix+, 7..9 FPix−).
+#[derive(Clone, Copy, Debug)]
+pub struct HitsView<'a> {
+    /// Global x, cm, beam-spot subtracted.
+    pub x_global: &'a [f32],
+    /// Global y, cm, beam-spot subtracted.
+    pub y_global: &'a [f32],
+    /// Global z, cm, beam-spot subtracted.
+    pub z_global: &'a [f32],
+    /// √(x² + y²), cm.
+    pub r_global: &'a [f32],
+    /// φ as int16 (π ↔ 32768).
+    pub iphi: &'a [i16],
+    /// Cluster x size, 1/8 pixel units, negative for edge clusters (not used by the CA).
+    pub size_x: &'a [i16],
+    /// Cluster y size, 1/8 pixel units, negative for edge clusters.
+    pub size_y: &'a [i16],
+    /// Module detIndex; values > 2000 mark invalid hits.
+    pub det_index: &'a [u16],
+    /// Local x variance, cm².
+    pub xerr_local: &'a [f32],
+    /// Local y variance, cm².
+    pub yerr_local: &'a [f32],
+    /// Module frames (for the global hit covariance in the fit), indexed by detIndex.
+    pub cpe: &'a CpeParams,
+    /// First hit of each layer, plus the end.
+    pub layer_start: [u32; 11],
+}
+
+/// The reference's `hitsLayerStart` from the hits' detIndex column (hits ordered by
+/// detIndex): the first hit of each layer (`topology::LAYER_START`) and the end of the last.
+/// Fails if the column is not sorted.
+///
+/// ```
+/// use quiver_reco::tracks::layer_start_from_det_index;
+/// let ls = layer_start_from_det_index(&[3, 50, 100, 1200, 1855]).unwrap();
+/// assert_eq!(ls, [0, 2, 3, 3, 3, 4, 4, 4, 4, 4, 5]);
+/// assert!(layer_start_from_det_index(&[100, 3]).is_err());
+/// ```
+pub fn layer_start_from_det_index(det_index: &[u16]) -> Result<[u32; 11], TrackError> {
+    if let Some(k) = det_index.windows(2).position(|w| w[0] > w[1]) {
+        return Err(TrackError::Unsorted { hit: k + 1 });
+    }
+    let mut ls = [0u32; 11];
+    for (l, start) in ls.iter_mut().enumerate() {
+        let first_det = quiver_datasets::topology::LAYER_START[l];
+        *start = det_index.partition_point(|&d| (d as u32) < first_det) as u32;
+    }
+    Ok(ls)
+}
+
+impl HitsView<'_> {
+    /// Number of hits.
+    pub fn n_hits(&self) -> usize {
+        self.x_global.len()
+    }
+
+    /// Checks lengths, capacity, `layer_start` and that each valid hit has a module frame.
+    pub fn validate(&self) -> Result<(), TrackError> {
+        let n = self.n_hits();
+        let cols: [(&'static str, usize); 9] = [
+            ("y_global", self.y_global.len()),
+            ("z_global", self.z_global.len()),
+            ("r_global", self.r_global.len()),
+            ("iphi", self.iphi.len()),
+            ("size_x", self.size_x.len()),
+            ("size_y", self.size_y.len()),
+            ("det_index", self.det_index.len()),
+            ("xerr_local", self.xerr_local.len()),
+            ("yerr_local", self.yerr_local.len()),
+        ];
+        for (column, len) in cols {
+            if len != n {
+                return Err(TrackError::ColumnLength { column, len, expected: n });
+            }
+        }
+        if n > MAX_HITS {
+            return Err(TrackError::TooManyHits { n, max: MAX_HITS });
+        }
+        let ls = &self.layer_start;
+        if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
+            return Err(TrackError::LayerStart { layer_start: *ls, n_hits: n });
+        }
+        let n_modules = self.cpe.det.len();
+        for (hit, &det) in self.det_index.iter().enumerate() {
+            if det <= 2000 && det as usize >= n_modules {
+                return Err(TrackError::MissingModule { hit, det, n_modules });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Track quality (the reference's `trackQuality::Quality`). Only bad, dup and loose are
+/// produced.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Quality {
+    Bad = 0,
+    Dup = 1,
+    Loose = 2,
+    Strict = 3,
+    Tight = 4,
+    HighPurity = 5,
+}
+
+impl Quality {
+    /// The quality with this `u8` value, if any.
+    ///
+    /// ```
+    /// use quiver_reco::tracks::Quality;
+    /// assert_eq!(Quality::from_u8(2), Some(Quality::Loose));
+    /// assert_eq!(Quality::from_u8(6), None);
+    /// ```
+    pub fn from_u8(v: u8) -> Option<Self> {
+        use Quality::*;
+        [Bad, Dup, Loose, Strict, Tight, HighPurity].get(v as usize).copied()
+    }
+}
+
+/// All parameters of the pixel-track reconstruction; defaults are the reference's.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct CaConfig {
+    /// Doublet search.
+    pub doublets: DoubletConfig,
+    /// Cell connection, fishbone and ntuplet search.
+    pub ntuplets: NtupletConfig,
+    /// Helix fit.
+    pub fit: FitConfig,
+    /// Classification and duplicate cleaning.
+    pub quality: QualityConfig,
+}
+
+impl CaConfig {
+    /// Checks every sub-configuration.
+    pub fn validate(&self) -> Result<(), TrackError> {
+        self.doublets.validate()?;
+        self.ntuplets.validate()?;
+        self.fit.validate()?;
+        self.quality.validate()
+    }
+
+    /// Number of layer pairs used (19, 15 without jumping forward pairs, 13 for quadruplets).
+    pub fn n_pairs(&self) -> usize {
+        doublets::n_actual_pairs(
+            self.doublets.include_jumping_forward_doublets,
+            self.ntuplets.min_hits_per_ntuplet,
+        )
+    }
+}
+
+/// Counters of one event's reconstruction (the reference's debug counters).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrackStats {
+    /// Doublets built.
+    pub n_cells: u32,
+    /// Cells killed by the fishbone.
+    pub n_killed_cells: u32,
+    /// Tuples stored.
+    pub n_tuples: u32,
+    /// Tuples fitted.
+    pub n_fitted: u32,
+    /// Doublet capacity reached.
+    pub cells_overflow: bool,
+    /// Hits whose cell list was full.
+    pub outer_hit_overflows: u32,
+    /// Tuple capacity reached.
+    pub tuples_overflow: bool,
+    /// Cells whose neighbour list was full, or neighbour lists exhausted.
+    pub neighbor_overflows: u32,
+    /// Cells whose track list was full, or track lists exhausted.
+    pub cell_track_overflows: u32,
+}
+
+/// Per-track columns of one event (the reference's `TrackSoA`), one row per tuple in tuple
+/// order, any quality. Tuples that were not fitted (duplicates from the early remover, or
+/// beyond the fit capacity) keep zeros in the fit columns, like the reference's
+/// zero-initialised SoA.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tracks {
+    /// Quality per track, as the `u8` value of [`Quality`] (0 bad, 1 dup, 2 loose).
+    pub quality: Vec<u8>,
+    /// Transverse momentum, GeV.
+    pub pt: Vec<f32>,
+    /// Pseudorapidity, asinh(cotθ).
+    pub eta: Vec<f32>,
+    /// φ at the point of closest approach, rad.
+    pub phi: Vec<f32>,
+    /// Signed transverse impact parameter, cm: Karimäki's d = x·sinφ − y·cosφ of the point
+    /// of closest approach (the opposite sign of CMS's dxy).
+    pub tip: Vec<f32>,
+    /// z at the point of closest approach, cm.
+    pub zip: Vec<f32>,
+    /// Charge, sign of q/pT (+1 for 0, as copysign does).
+    pub charge: Vec<i8>,
+    /// χ²/ndof of the fit (circle + line).
+    pub chi2: Vec<f32>,
+    /// (φ, tip, q/pT [GeV⁻¹], cotθ, zip).
+    pub state: Vec<[f32; 5]>,
+    /// Upper triangle of the 5×5 state covariance, row by row.
+    pub covariance: Vec<[f32; 15]>,
+    /// Number of hits per track.
+    pub n_hits: Vec<u16>,
+    /// Offsets into `hit_indices` (len = n_tracks + 1).
+    pub hit_offsets: Vec<u32>,
+    /// Hit indices of all tracks, inner to outer.
+    pub hit_indices: Vec<u32>,
+    /// detIndex of each entry of `hit_indices`.
+    pub det_indices: Vec<u16>,
+    /// Counters.
+    pub stats: TrackStats,
+}
+
+impl Tracks {
+    /// Number of tracks (tuples).
+    pub fn len(&self) -> usize {
+        self.quality.len()
+    }
+    /// True if no tuple was found.
+    pub fn is_empty(&self) -> bool {
+        self.quality.is_empty()
+    }
+    /// Variance of zip per track (`covariance[i][14]`), the vertex finder's input.
+    pub fn cov_zip(&self) -> Vec<f32> {
+        self.covariance.iter().map(|c| c[14]).collect()
+    }
+    /// Hit indices of track `i`.
+    pub fn hits_of(&self, i: usize) -> &[u32] {
+        &self.hit_indices[self.hit_offsets[i] as usize..self.hit_offsets[i + 1] as usize]
+    }
+}
+
+/// Reconstructs the pixel tracks of one event, in the reference order: doublets, connect,
+/// early fishbone, ntuplets, early duplicate removal, fit, (late fishbone,) classification,
+/// fast duplicate removal, triplet cleaning.
+///
+/// ```
+/// use quiver_reco::tracks::{reconstruct_tracks, CaConfig, Quality};
+/// use quiver_reco::tracks::testing::{HitBuilder, Helix};
+/// let mut b = HitBuilder::new();
+/// let h = Helix { pt: 2.0, charge: 1, phi0: 0.3, tip: 0.0, zip: 1.0, cot_theta: 0.5 };
+/// b.add_helix_barrel(&h, &[0, 1, 2, 3]);
+/// let cpe = HitBuilder::cpe_params();
+/// let cols = b.build();
+/// let tracks = reconstruct_tracks(&cols.view(&cpe), &CaConfig::default()).unwrap();
+/// assert!(tracks.quality.iter().any(|&q| q == Quality::Loose as u8));
+/// ```
+pub fn reconstruct_tracks(hits: &HitsView, cfg: &CaConfig) -> Result<Tracks, TrackError> {
+    cfg.validate()?;
+    hits.validate()?;
+    let d = stage_doublets(hits, cfg)?;
+    let (tuples, ca) = stage_ntuplets(hits, d, cfg)?;
+    let mut tracks = stage_fit(hits, &tuples, cfg)?;
+    stage_quality(hits, &tuples, &ca, &mut tracks, cfg);
+    tracks.stats.n_cells = ca.cells.len() as u32;
+    tracks.stats.n_killed_cells = ca.cells.iter().filter(|c| c.doublet_id < 0).count() as u32;
+    tracks.stats.n_tuples = tuples.len() as u32;
+    tracks.stats.cells_overflow = ca.cells_overflow;
+    tracks.stats.outer_hit_overflows = ca.outer_hit_overflows;
+    tracks.stats.tuples_overflow = tuples.overflow;
+    tracks.stats.neighbor_overflows = ca.neighbor_overflows;
+    tracks.stats.cell_track_overflows = ca.track_overflows;
+    Ok(tracks)
+}
+
+// The four stages below are what the `ca_doublets`, `ca_ntuplets`, `track_fit` and
+// `track_quality` steps run; [`reconstruct_tracks`] chains them. Each takes what the previous
+// one published, so a stage can be replaced (e.g. by a Python fit) without the others.
+
+/// Stage 1 (`ca_doublets`): the cells of the 19 layer pairs.
+pub fn stage_doublets(hits: &HitsView, cfg: &CaConfig) -> Result<doublets::Doublets, TrackError> {
+    doublets::build_doublets(hits, &cfg.doublets, cfg.n_pairs())
+}
+
+/// Cells from their columns (as `ca_doublets` publishes them): `listed[c]` says whether cell
+/// `c` made it into its outer hit's cell list (at most `max_cells_per_hit` do). The cached
+/// inner-hit z and r come from the hits, as `build_doublets` takes them.
+pub fn doublets_from_columns(
+    hits: &HitsView,
+    inner: &[u32],
+    outer: &[u32],
+    pair: &[u8],
+    listed: &[bool],
+) -> Result<doublets::Doublets, TrackError> {
+    let n = inner.len();
+    if outer.len() != n || pair.len() != n || listed.len() != n {
+        return Err(TrackError::Invalid(format!(
+            "doublet columns of {n}, {}, {}, {} entries",
+            outer.len(),
+            pair.len(),
+            listed.len()
+        )));
+    }
+    let n_hits = hits.n_hits();
+    let mut d = doublets::Doublets { outer_hit_of_cell: vec![Vec::new(); n_hits], ..Default::default() };
+    for c in 0..n {
+        let (i, o) = (inner[c] as usize, outer[c] as usize);
+        if i >= n_hits || o >= n_hits {
+            return Err(TrackError::Invalid(format!("cell {c}: hits {i}, {o} of {n_hits}")));
+        }
+        d.cells.push(doublets::Cell {
+            inner: i as u32,
+            outer: o as u32,
+            pair: pair[c],
+            doublet_id: c as i32,
+            used: 0,
+            inner_z: hits.z_global[i],
+            inner_r: hits.r_global[i],
+        });
+        if listed[c] {
+            d.outer_hit_of_cell[o].push(c as u32);
+        }
+    }
+    Ok(d)
+}
+
+/// Whether each cell is in its outer hit's cell list (the `listed` column of the doublets).
+pub fn listed_cells(d: &doublets::Doublets) -> Vec<bool> {
+    let mut listed = vec![false; d.cells.len()];
+    for list in &d.outer_hit_of_cell {
+        for &c in list {
+            listed[c as usize] = true;
+        }
+    }
+    listed
+}
+
+/// Stage 2 (`ca_ntuplets`): connect cells, early fishbone, depth-first search, early
+/// duplicate removal, late fishbone. Returns the tuples and the CA state (cells alive or
+/// killed, and the cells of every tuple).
+pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
+    let mut ca = ntuplets::CaState::new(d);
+    ntuplets::connect(hits, &mut ca, &cfg.ntuplets);
+    if hits.n_hits() > 1 && cfg.ntuplets.early_fishbone {
+        ntuplets::fishbone(hits, &mut ca, false);
+    }
+    let mut tuples = ntuplets::find_ntuplets(&mut ca, &cfg.ntuplets)?;
+    ntuplets::early_duplicate_remover(&ca, &mut tuples);
+    if hits.n_hits() > 1 && cfg.ntuplets.late_fishbone {
+        ntuplets::fishbone(hits, &mut ca, true);
+    }
+    Ok((tuples, ca))
+}
+
+/// Stage 3 (`track_fit`): fits every tuple (Broken Line, or Riemann when configured); the
+/// quality is still the tuples' (bad or dup).
+pub fn stage_fit(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Tracks, TrackError> {
+    let mut tracks = Tracks::zeroed(tuples, hits);
+    if hits.n_hits() > 0 {
+        tracks.stats.n_fitted = fit::fit_tuples(hits, tuples, &cfg.fit, &mut tracks)?;
+    }
+    Ok(tracks)
+}
+
+/// Stage 4 (`track_quality`): classification, fishbone cleaner (with the late fishbone),
+/// fast duplicate removal and the triplet cleaner; sets `tracks.quality`.
+pub fn stage_quality(hits: &HitsView, tuples: &ntuplets::Tuples, ca: &ntuplets::CaState, tracks: &mut Tracks, cfg: &CaConfig) {
+    let mut q = tuples.quality.clone();
+    quality::classify_tracks(tuples, tracks, &cfg.quality, &mut q);
+    if cfg.ntuplets.late_fishbone {
+        quality::fishbone_cleaner(ca, &mut q);
+    }
+    quality::fast_duplicate_remover(ca, tracks, &mut q);
+    quality::triplet_cleaner(tuples, tracks, hits.n_hits(), &mut q);
+    tracks.quality = q.iter().map(|&x| x as u8).collect();
+}
+
+/// The CA state the quality stage needs, rebuilt from products: which cells are alive and
+/// the cells of every tuple (replayed into the cells' tuple lists as `find_ntuplets` filled
+/// them).
+pub fn ca_state_for_quality(
+    alive: &[bool],
+    tuple_cells: &[u32],
+    tuple_cell_offsets: &[u32],
+    cfg: &CaConfig,
+) -> Result<ntuplets::CaState, TrackError> {
+    let cells = alive
+        .iter()
+        .enumerate()
+        .map(|(c, &a)| doublets::Cell {
+            inner: 0,
+            outer: 0,
+            pair: 0,
+            doublet_id: if a { c as i32 } else { -1 },
+            used: 0,
+            inner_z: 0.0,
+            inner_r: 0.0,
+        })
+        .collect();
+    let mut ca = ntuplets::CaState::new(doublets::Doublets { cells, ..Default::default() });
+    ca.replay_tracks(tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
+    Ok(ca)
+}
+
+/// Tuples from their columns (as `ca_ntuplets` publishes them).
+pub fn tuples_from_columns(offsets: &[u32], hits: &[u32], quality: &[u8]) -> Result<ntuplets::Tuples, TrackError> {
+    if offsets.len() != quality.len() + 1 || offsets.last().copied().unwrap_or(0) as usize != hits.len() {
+        return Err(TrackError::Invalid(format!("{} tuple offsets for {} tuples and {} hits", offsets.len(), quality.len(), hits.len())));
+    }
+    let quality = quality
+        .iter()
+        .map(|&q| Quality::from_u8(q).ok_or_else(|| TrackError::Invalid(format!("tuple quality {q}"))))
+        .collect::<Result<_, _>>()?;
+    Ok(ntuplets::Tuples { offsets: offsets.to_vec(), hits: hits.to_vec(), quality, overflow: false })
+}
+
+impl Tracks {
+    /// Rows for every tuple with the fit columns zeroed and the hit lists filled.
+    fn zeroed(tuples: &ntuplets::Tuples, hits: &HitsView) -> Self {
+        let n = tuples.len();
+        let mut t = Tracks {
+            quality: tuples.quality.iter().map(|&x| x as u8).collect(),
+            pt: vec![0.0; n],
+            eta: vec![0.0; n],
+            phi: vec![0.0; n],
+            tip: vec![0.0; n],
+            zip: vec![0.0; n],
+            charge: vec![1; n],
+            chi2: vec![0.0; n],
+            state: vec![[0.0; 5]; n],
+            covariance: vec![[0.0; 15]; n],
+            n_hits: Vec::with_capacity(n),
+            hit_offsets: tuples.offsets.clone(),
+            hit_indices: tuples.hits.clone(),
+            det_indices: tuples.hits.iter().map(|&h| hits.det_index[h as usize]).collect(),
+            stats: TrackStats::default(),
+        };
+        for i in 0..n {
+            t.n_hits.push(tuples.size(i) as u16);
+        }
+        t
+    }
+
+    /// Copies the state-derived columns (φ, tip, zip, charge) of track `i` from `state`.
+    pub(crate) fn refresh_derived(&mut self, i: usize) {
+        let s = self.state[i];
+        self.phi[i] = s[0];
+        self.tip[i] = s[1];
+        self.zip[i] = s[4];
+        self.charge[i] = if s[2].is_sign_negative() { -1 } else { 1 };
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,541 @@
+//! Cellular automaton: cell connection (RZ alignment + circle DCA), fishbone, depth-first
+//! ntuplet search and the early duplicate remover (ports of `kernel_connect`,
+//! `gpuPixelDoublets::fishbone`, `kernel_find_ntuplets`/`GPUCACell::find_ntuplets` and
+//! `kernel_earlyDuplicateRemover`, serial loop order, f32 arithmetic as in the reference).
+
+use super::doublets::{Cell, Doublets};
+use super::{HitsView, Quality, TrackError};
+
+/// Last detIndex (exclusive) of BPix layer 1.
+const LAST_BPIX1_DET_INDEX: u16 = 96;
+/// Last detIndex (exclusive) of the barrel.
+const LAST_BARREL_DET_INDEX: u16 = 1184;
+/// Recursion depth of the reference's `find_ntuplets<6>`.
+const MAX_DEPTH: usize = 6;
+
+/// Parameters of the CA connection and ntuplet search. Defaults are the reference's
+/// (`CAHitNtupletGeneratorOnGPU.cc`, `CAConstants.h`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NtupletConfig {
+    /// Minimum hits per ntuplet (3 = triplets kept). Default 3.
+    pub min_hits_per_ntuplet: u32,
+    /// pT (GeV) used to scale the RZ alignment cut. Default 0.9.
+    pub ptmin: f32,
+    /// RZ alignment cut when the outer cell starts in the barrel. Default 0.002.
+    pub ca_theta_cut_barrel: f32,
+    /// RZ alignment cut otherwise. Default 0.003.
+    pub ca_theta_cut_forward: f32,
+    /// Maximum (signed) curvature of the three-hit circle, cm⁻¹. Default 0.0328407224959.
+    pub hard_curv_cut: f32,
+    /// Maximum transverse DCA to the origin when the triplet starts on BPix1, cm. Default 0.15.
+    pub dca_cut_inner_triplet: f32,
+    /// Maximum transverse DCA otherwise, cm. Default 0.25.
+    pub dca_cut_outer_triplet: f32,
+    /// Run the fishbone (on connected cells) before the ntuplet search. Default true.
+    pub early_fishbone: bool,
+    /// Run the fishbone (on cells with tracks) after the search, and drop the tracks of the
+    /// killed cells at classification. Default false.
+    pub late_fishbone: bool,
+    /// Outer neighbours per cell. Default 36.
+    pub max_cell_neighbors: u32,
+    /// Tuples per cell. Default 48.
+    pub max_cell_tracks: u32,
+    /// Cells that may own a neighbour (or track) list, the shared empty list included.
+    /// Default 65 536.
+    pub max_active_doublets: u32,
+    /// Tuple capacity (TrackSoA stride). Default 32 768.
+    pub max_tuples: u32,
+}
+
+impl Default for NtupletConfig {
+    fn default() -> Self {
+        Self {
+            min_hits_per_ntuplet: 3,
+            ptmin: 0.899_999_976_158,
+            ca_theta_cut_barrel: 0.002_000_000_094_99,
+            ca_theta_cut_forward: 0.003_000_000_026_08,
+            hard_curv_cut: 0.032_840_722_495_9,
+            dca_cut_inner_triplet: 0.150_000_005_96,
+            dca_cut_outer_triplet: 0.25,
+            early_fishbone: true,
+            late_fishbone: false,
+            max_cell_neighbors: 36,
+            max_cell_tracks: 48,
+            max_active_doublets: 65_536,
+            max_tuples: 32_768,
+        }
+    }
+}
+
+impl NtupletConfig {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), TrackError> {
+        if self.min_hits_per_ntuplet < 2 {
+            return Err(TrackError::Config("ntuplets.min_hits_per_ntuplet must be ≥ 2".into()));
+        }
+        if self.max_tuples == 0 || self.max_tuples > 65_536 {
+            return Err(TrackError::Config("ntuplets.max_tuples must be in 1..=65536".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The CA graph of one event: cells, which cells end on each hit, per-cell outer neighbours
+/// and tuples, and the list-capacity bookkeeping of the reference.
+#[derive(Clone, Debug, Default)]
+pub struct CaState {
+    /// Cells in creation order.
+    pub cells: Vec<Cell>,
+    /// Cells ending on each hit.
+    pub outer_hit_of_cell: Vec<Vec<u32>>,
+    /// Outer neighbours of each cell, in connection order.
+    pub neighbors: Vec<Vec<u32>>,
+    /// Tuples through each cell, in creation order.
+    pub cell_tracks: Vec<Vec<u32>>,
+    /// Neighbour lists handed out so far (the shared empty list counts as one).
+    n_neighbor_lists: u32,
+    /// Track lists handed out so far.
+    n_track_lists: u32,
+    /// Carried from the doublets.
+    pub cells_overflow: bool,
+    /// Carried from the doublets.
+    pub outer_hit_overflows: u32,
+    /// Neighbour insertions that failed.
+    pub neighbor_overflows: u32,
+    /// Track insertions that failed.
+    pub track_overflows: u32,
+    /// The cells of every stored tuple, inner to outer (flat; see `tuple_cell_offsets`).
+    /// Kept even when an overflow empties the last tuple's hits, so that the tuple lists of
+    /// the cells can be rebuilt exactly ([`CaState::replay_tracks`]).
+    pub tuple_cells: Vec<u32>,
+    /// Offsets into `tuple_cells`, one more than the tuples.
+    pub tuple_cell_offsets: Vec<u32>,
+}
+
+impl CaState {
+    /// Wraps the doublets.
+    pub fn new(d: Doublets) -> Self {
+        let n = d.cells.len();
+        Self {
+            cells: d.cells,
+            outer_hit_of_cell: d.outer_hit_of_cell,
+            neighbors: vec![Vec::new(); n],
+            cell_tracks: vec![Vec::new(); n],
+            n_neighbor_lists: 1,
+            n_track_lists: 1,
+            cells_overflow: d.cells_overflow,
+            outer_hit_overflows: d.outer_hit_overflows,
+            neighbor_overflows: 0,
+            track_overflows: 0,
+            tuple_cells: Vec::new(),
+            tuple_cell_offsets: vec![0],
+        }
+    }
+
+    /// Rebuilds the tuple lists of the cells (`cell_tracks`) from the cells of each tuple,
+    /// adding them in the order `find_ntuplets` did, with the same capacities: the state a
+    /// later step (the quality cleaners) needs, from products of an earlier one.
+    pub fn replay_tracks(&mut self, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
+        for (it, w) in tuple_cell_offsets.windows(2).enumerate() {
+            let cells = tuple_cells
+                .get(w[0] as usize..w[1] as usize)
+                .ok_or_else(|| TrackError::Invalid(format!("tuple {it}: cell offsets {}..{} out of range", w[0], w[1])))?;
+            for &c in cells {
+                if c as usize >= self.cells.len() {
+                    return Err(TrackError::Invalid(format!("tuple {it}: cell {c} of {}", self.cells.len())));
+                }
+                self.add_track(c as usize, it as u32, cfg);
+            }
+        }
+        Ok(())
+    }
+
+    fn add_outer_neighbor(&mut self, cell: usize, t: u32, cfg: &NtupletConfig) {
+        if self.neighbors[cell].is_empty() {
+            if self.n_neighbor_lists >= cfg.max_active_doublets {
+                self.neighbor_overflows += 1;
+                return;
+            }
+            self.n_neighbor_lists += 1;
+        }
+        if self.neighbors[cell].len() < cfg.max_cell_neighbors as usize {
+            self.neighbors[cell].push(t);
+        } else {
+            self.neighbor_overflows += 1;
+        }
+    }
+
+    fn add_track(&mut self, cell: usize, t: u32, cfg: &NtupletConfig) {
+        if self.cell_tracks[cell].is_empty() {
+            if self.n_track_lists >= cfg.max_active_doublets {
+                self.track_overflows += 1;
+                return;
+            }
+            self.n_track_lists += 1;
+        }
+        if self.cell_tracks[cell].len() < cfg.max_cell_tracks as usize {
+            self.cell_tracks[cell].push(t);
+        } else {
+            self.track_overflows += 1;
+        }
+    }
+}
+
+/// Tuples of hit indices (the reference's `HitContainer`) with their quality.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tuples {
+    /// Offsets into `hits`, len = n_tuples + 1.
+    pub offsets: Vec<u32>,
+    /// Hit indices, inner to outer.
+    pub hits: Vec<u32>,
+    /// Quality per tuple (bad when stored, dup after duplicate removal).
+    pub quality: Vec<Quality>,
+    /// True if more tuples were found than `max_tuples`.
+    pub overflow: bool,
+}
+
+impl Tuples {
+    /// Number of tuples.
+    pub fn len(&self) -> usize {
+        self.quality.len()
+    }
+    /// True if there is no tuple.
+    pub fn is_empty(&self) -> bool {
+        self.quality.is_empty()
+    }
+    /// Number of hits of tuple `i`.
+    pub fn size(&self, i: usize) -> usize {
+        (self.offsets[i + 1] - self.offsets[i]) as usize
+    }
+    /// Hits of tuple `i`.
+    pub fn hits_of(&self, i: usize) -> &[u32] {
+        &self.hits[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+}
+
+/// True if the three points (r, z) are aligned within `theta_cut` (scaled by `ptmin`).
+///
+/// ```
+/// use quiver_reco::tracks::ntuplets::are_aligned_rz;
+/// assert!(!are_aligned_rz(2.9, 1.0, 6.8, 2.0, 10.9, 3.0, 0.9, 0.002));
+/// assert!(are_aligned_rz(2.9, 1.45, 6.8, 3.4, 10.9, 5.45, 0.9, 0.002));
+/// ```
+#[inline]
+pub fn are_aligned_rz(r1: f32, z1: f32, ri: f32, zi: f32, ro: f32, zo: f32, ptmin: f32, theta_cut: f32) -> bool {
+    let radius_diff = (r1 - ro).abs();
+    let distance_13_squared = radius_diff * radius_diff + (z1 - zo) * (z1 - zo);
+    let p_min = ptmin * distance_13_squared.sqrt();
+    let tan_12_13_half_mul_distance_13_squared = (z1 * (ri - ro) + zi * (ro - r1) + zo * (r1 - ri)).abs();
+    tan_12_13_half_mul_distance_13_squared * p_min <= theta_cut * distance_13_squared * radius_diff
+}
+
+/// A circle through three points in the form used by the reference's `CircleEq`: the point
+/// (xp, yp) on it, the signed curvature c and the direction cosines (alpha, beta) of the
+/// radius at that point, scaled by c.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CircleEq {
+    pub xp: f32,
+    pub yp: f32,
+    pub c: f32,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl CircleEq {
+    /// Circle through (x1,y1), (x2,y2), (x3,y3), anchored at the middle point.
+    ///
+    /// ```
+    /// use quiver_reco::tracks::ntuplets::CircleEq;
+    /// // Radius-10 circle centred at (0, 10), through the origin: dca 0, |c| = 0.1.
+    /// let p = |a: f32| (10.0 * a.sin(), 10.0 - 10.0 * a.cos());
+    /// let ((x1, y1), (x2, y2), (x3, y3)) = (p(0.2), p(0.5), p(0.9));
+    /// let c = CircleEq::new(x1, y1, x2, y2, x3, y3);
+    /// assert!((c.curvature().abs() - 0.1).abs() < 1e-4);
+    /// assert!(c.dca0().abs() < 1e-4);
+    /// ```
+    pub fn new(x1: f32, y1: f32, x2: f32, y2: f32, x3: f32, y3: f32) -> Self {
+        // Swap the axes when the chord is closer to x, to keep the determinant well conditioned.
+        let noflip = (x3 - x1).abs() < (y3 - y1).abs();
+        let x1p = if noflip { x1 - x2 } else { y1 - y2 };
+        let y1p = if noflip { y1 - y2 } else { x1 - x2 };
+        let d12 = x1p * x1p + y1p * y1p;
+        let x3p = if noflip { x3 - x2 } else { y3 - y2 };
+        let y3p = if noflip { y3 - y2 } else { x3 - x2 };
+        let d32 = x3p * x3p + y3p * y3p;
+        let num = x1p * y3p - y1p * x3p;
+        let det = d12 * y3p - d32 * y1p;
+        let st2 = d12 * x3p - d32 * x1p;
+        let seq = det * det + st2 * st2;
+        let mut al2 = 1.0f32 / seq.sqrt();
+        let be2 = -st2 * al2;
+        let ct = 2.0f32 * num * al2;
+        al2 *= det;
+        Self {
+            xp: x2,
+            yp: y2,
+            c: if noflip { ct } else { -ct },
+            alpha: if noflip { al2 } else { -be2 },
+            beta: if noflip { be2 } else { -al2 },
+        }
+    }
+
+    /// Distance of closest approach to the origin times the curvature.
+    pub fn dca0(&self) -> f32 {
+        let x = self.c * self.xp + self.alpha;
+        let y = self.c * self.yp + self.beta;
+        (x * x + y * y).sqrt() - 1.0f32
+    }
+
+    /// Signed curvature, cm⁻¹.
+    pub fn curvature(&self) -> f32 {
+        self.c
+    }
+}
+
+/// Circle cut of a triplet: curvature below `max_curv` and |DCA| below `max_dca`.
+#[inline]
+fn dca_cut(x1: f32, y1: f32, x2: f32, y2: f32, x3: f32, y3: f32, max_dca: f32, max_curv: f32) -> bool {
+    let eq = CircleEq::new(x1, y1, x2, y2, x3, y3);
+    if eq.curvature() > max_curv {
+        return false;
+    }
+    eq.dca0().abs() < max_dca * eq.curvature().abs()
+}
+
+/// Connects each cell to the cells ending on its inner hit when the triplet passes the RZ
+/// alignment and circle cuts (the cell becomes an outer neighbour of the other one).
+///
+/// ```
+/// use quiver_reco::tracks::{doublets::build_doublets, ntuplets::*, testing::*, DoubletConfig};
+/// let mut b = HitBuilder::new();
+/// b.add_helix_barrel(&Helix::default(), &[0, 1, 2]);
+/// let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+/// let hits = cols.view(&cpe);
+/// let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
+/// connect(&hits, &mut ca, &NtupletConfig::default());
+/// assert_eq!(ca.neighbors.iter().map(|n| n.len()).sum::<usize>(), 1);
+/// ```
+pub fn connect(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
+    for idx in 0..ca.cells.len() {
+        let this = ca.cells[idx];
+        let inner = this.inner as usize;
+        let outer = this.outer as usize;
+        let (ri, zi) = (this.inner_r, this.inner_z);
+        let (ro, zo) = (hits.r_global[outer], hits.z_global[outer]);
+        let is_barrel = hits.det_index[inner] < LAST_BARREL_DET_INDEX;
+        let theta_cut = if is_barrel { cfg.ca_theta_cut_barrel } else { cfg.ca_theta_cut_forward };
+        let n_possible = ca.outer_hit_of_cell[inner].len();
+        for j in 0..n_possible {
+            let other = ca.outer_hit_of_cell[inner][j] as usize;
+            let oc = ca.cells[other];
+            let aligned = are_aligned_rz(oc.inner_r, oc.inner_z, ri, zi, ro, zo, cfg.ptmin, theta_cut);
+            if !aligned {
+                continue;
+            }
+            let oi = oc.inner as usize;
+            let max_dca = if hits.det_index[oi] < LAST_BPIX1_DET_INDEX {
+                cfg.dca_cut_inner_triplet
+            } else {
+                cfg.dca_cut_outer_triplet
+            };
+            if dca_cut(
+                hits.x_global[oi],
+                hits.y_global[oi],
+                hits.x_global[inner],
+                hits.y_global[inner],
+                hits.x_global[outer],
+                hits.y_global[outer],
+                max_dca,
+                cfg.hard_curv_cut,
+            ) {
+                ca.add_outer_neighbor(other, idx as u32, cfg);
+                ca.cells[idx].used |= 1;
+                ca.cells[other].used |= 1;
+            }
+        }
+    }
+}
+
+/// Fishbone: among the (connected; with `check_track`, track-carrying) cells ending on the
+/// same hit whose inner hits lie on different modules but on one line through that hit,
+/// kills the one with the farther inner hit (consecutive layers win).
+///
+/// ```
+/// use quiver_reco::tracks::{doublets::build_doublets, ntuplets::*, testing::*, DoubletConfig};
+/// // A stiff track: seen from B3 (B4), B1 and B2 (B2 and B3) are collinear, so the jumps
+/// // B1→B3 and B2→B4 die.
+/// let mut b = HitBuilder::new();
+/// b.add_helix_barrel(&Helix { pt: 50.0, ..Helix::default() }, &[0, 1, 2, 3]);
+/// let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+/// let hits = cols.view(&cpe);
+/// let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
+/// connect(&hits, &mut ca, &NtupletConfig::default());
+/// fishbone(&hits, &mut ca, false);
+/// let killed: Vec<u8> = ca.cells.iter().filter(|c| c.doublet_id < 0).map(|c| c.pair).collect();
+/// assert_eq!(killed, vec![13, 14]);
+/// ```
+pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
+    let cap = ca.outer_hit_of_cell.iter().map(|v| v.len()).max().unwrap_or(0);
+    let mut x = vec![0f32; cap];
+    let mut y = vec![0f32; cap];
+    let mut z = vec![0f32; cap];
+    let mut n = vec![0f32; cap];
+    let mut d = vec![0u16; cap];
+    let mut cc = vec![0u32; cap];
+    for idy in 0..ca.outer_hit_of_cell.len() {
+        let vc = &ca.outer_hit_of_cell[idy];
+        if vc.len() < 2 {
+            continue;
+        }
+        let c0 = ca.cells[vc[0] as usize];
+        let o = c0.outer as usize;
+        let (xo, yo, zo) = (hits.x_global[o], hits.y_global[o], hits.z_global[o]);
+        let mut sg = 0usize;
+        for &ic in vc.iter() {
+            let ci = &ca.cells[ic as usize];
+            if ci.used == 0 {
+                continue;
+            }
+            if check_track && ca.cell_tracks[ic as usize].is_empty() {
+                continue;
+            }
+            let inn = ci.inner as usize;
+            cc[sg] = ic;
+            d[sg] = hits.det_index[inn];
+            x[sg] = hits.x_global[inn] - xo;
+            y[sg] = hits.y_global[inn] - yo;
+            z[sg] = ci.inner_z - zo;
+            n[sg] = x[sg] * x[sg] + y[sg] * y[sg] + z[sg] * z[sg];
+            sg += 1;
+        }
+        if sg < 2 {
+            continue;
+        }
+        for ic in 0..sg - 1 {
+            for jc in ic + 1..sg {
+                let cos12 = x[ic] * x[jc] + y[ic] * y[jc] + z[ic] * z[jc];
+                if d[ic] != d[jc] && cos12 * cos12 >= 0.99999f32 * n[ic] * n[jc] {
+                    if n[ic] > n[jc] {
+                        ca.cells[cc[ic] as usize].doublet_id = -1;
+                        break;
+                    } else {
+                        ca.cells[cc[jc] as usize].doublet_id = -1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Depth-first search from every live cell on a starting pair (ids < 8 or > 12; < 3 when
+/// quadruplets are required), following live outer neighbours; each leaf path of at least
+/// `min_hits_per_ntuplet − 1` cells becomes a tuple (quality bad).
+///
+/// ```
+/// use quiver_reco::tracks::{doublets::build_doublets, ntuplets::*, testing::*, DoubletConfig};
+/// let mut b = HitBuilder::new();
+/// b.add_helix_barrel(&Helix::default(), &[0, 1, 2]);
+/// let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+/// let hits = cols.view(&cpe);
+/// let cfg = NtupletConfig::default();
+/// let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
+/// connect(&hits, &mut ca, &cfg);
+/// let t = find_ntuplets(&mut ca, &cfg).unwrap();
+/// assert_eq!(t.len(), 1);
+/// assert_eq!(t.hits_of(0), &[0, 1, 2]);
+/// ```
+pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, TrackError> {
+    let mut t = Tuples { offsets: vec![0], hits: Vec::new(), quality: Vec::new(), overflow: false };
+    let mut stack: Vec<u32> = Vec::with_capacity(MAX_DEPTH);
+    for idx in 0..ca.cells.len() {
+        let c = ca.cells[idx];
+        if c.doublet_id < 0 {
+            continue;
+        }
+        let pid = c.pair;
+        let doit = if cfg.min_hits_per_ntuplet > 3 { pid < 3 } else { !(8..=12).contains(&pid) };
+        if doit {
+            stack.clear();
+            dfs(ca, idx, MAX_DEPTH, &mut stack, &mut t, cfg)?;
+        }
+    }
+    if t.overflow && !t.is_empty() {
+        // The reference's overflow finalisation closes the container at the start of its
+        // last tuple, which therefore ends up empty.
+        let last = t.len() - 1;
+        let start = t.offsets[last];
+        t.offsets[last + 1] = start;
+        t.hits.truncate(start as usize);
+    }
+    Ok(t)
+}
+
+fn dfs(
+    ca: &mut CaState,
+    cell: usize,
+    depth: usize,
+    stack: &mut Vec<u32>,
+    t: &mut Tuples,
+    cfg: &NtupletConfig,
+) -> Result<(), TrackError> {
+    if depth == 0 {
+        return Err(TrackError::PathTooLong(MAX_DEPTH));
+    }
+    stack.push(ca.cells[cell].doublet_id as u32);
+    let mut last = true;
+    let n_neigh = ca.neighbors[cell].len();
+    for j in 0..n_neigh {
+        let other = ca.neighbors[cell][j] as usize;
+        if ca.cells[other].doublet_id < 0 {
+            continue;
+        }
+        last = false;
+        dfs(ca, other, depth - 1, stack, t, cfg)?;
+    }
+    if last && stack.len() as u32 + 1 >= cfg.min_hits_per_ntuplet {
+        if t.len() >= cfg.max_tuples as usize {
+            t.overflow = true;
+        } else {
+            let it = t.len() as u32;
+            for &c in stack.iter() {
+                t.hits.push(ca.cells[c as usize].inner);
+            }
+            t.hits.push(ca.cells[cell].outer);
+            t.offsets.push(t.hits.len() as u32);
+            t.quality.push(Quality::Bad);
+            for k in 0..stack.len() {
+                let c = stack[k] as usize;
+                ca.add_track(c, it, cfg);
+            }
+            ca.tuple_cells.extend_from_slice(stack);
+            ca.tuple_cell_offsets.push(ca.tuple_cells.len() as u32);
+        }
+    }
+    stack.pop();
+    Ok(())
+}
+
+/// For each cell shared by several tuples, marks the tuples shorter than the longest as dup.
+///
+/// ```
+/// use quiver_reco::tracks::{ntuplets::*, doublets::Doublets, Quality};
+/// let mut ca = CaState::new(Doublets::default());
+/// ca.cell_tracks = vec![vec![0, 1]];
+/// let mut t = Tuples { offsets: vec![0, 4, 7], hits: vec![0, 1, 2, 3, 0, 1, 4],
+///                      quality: vec![Quality::Bad; 2], overflow: false };
+/// early_duplicate_remover(&ca, &mut t);
+/// assert_eq!(t.quality, vec![Quality::Bad, Quality::Dup]);
+/// ```
+pub fn early_duplicate_remover(ca: &CaState, t: &mut Tuples) {
+    for tracks in &ca.cell_tracks {
+        if tracks.len() < 2 {
+            continue;
+        }
+        let max_nh = tracks.iter().map(|&it| t.size(it as usize)).max().unwrap_or(0);
+        for &it in tracks {
+            if t.size(it as usize) != max_nh {
+                t.quality[it as usize] = Quality::Dup;
+            }
+        }
+    }
+}
