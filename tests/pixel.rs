@@ -163,3 +163,32 @@ fn hits_per_event_are_plentiful_and_ordered() {
     }
     assert!(det.values().windows(2).all(|w| w[0] <= w[1] || w[1] == 0), "hits ordered by module within events");
 }
+
+#[test]
+fn corrupted_raw_data_loses_no_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let out = dir.path().join("out");
+    ok(quiver(&[
+        "generate", "--events", "5", "--pileup", "10", "--seed", "11", "--corrupt-fraction", "0.2", "--output", ds.to_str().unwrap(),
+    ]));
+    let text = ok(quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", ds.to_str().unwrap(), "--output", out.to_str().unwrap()]));
+    assert!(text.contains("events 5"), "{text}");
+    // Every event is in every product; the damage is in the errors product.
+    for p in ["digis.digis.parquet", "hits.hits.parquet", "tracks.tracks.parquet"] {
+        let cols = columns(&out.join(p));
+        let mut events: Vec<u32> = u32s(&cols[0]).to_vec();
+        events.dedup();
+        assert_eq!(events, vec![0, 1, 2, 3, 4], "{p}");
+    }
+    let errors = columns(&out.join("digi_errors.digis.parquet"));
+    assert!(errors[0].len() >= 5, "injected faults are reported: {} error rows", errors[0].len());
+}
+
+#[test]
+fn faithful_and_union_find_clusterizers_agree_in_one_job() {
+    let text = ok(quiver(&["run", "plans/examples/compare-clusterizers.toml", "--no-progress", "--input", dataset().to_str().unwrap(), "--threads", "2"]));
+    assert!(text.contains("faithful:pixel_clusters with union_find:pixel_clusters"), "{text}");
+    assert!(text.contains(" 0 differences"), "{text}");
+    assert!(!text.contains(" 0 rows"), "{text}");
+}
