@@ -44,6 +44,17 @@ pub fn values<'a, T: ArrowPrimitiveType>(product: &'a Product, name: &str) -> Re
     Ok(arr.values())
 }
 
+/// The binary column `name` of `product` (raw data buffers).
+pub fn binary<'a>(product: &'a Product, name: &str) -> Result<&'a arrow_array::BinaryArray> {
+    let batch = product.batch();
+    let col = batch
+        .column_by_name(name)
+        .ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", product.type_name())))?;
+    col.as_any().downcast_ref::<arrow_array::BinaryArray>().ok_or_else(|| {
+        Error::data(format!("product '{}': column '{name}' is {}, expected Binary", product.type_name(), col.data_type()))
+    })
+}
+
 /// The column `name` of `product` as an array reference (for sharing it in a new product).
 pub fn column(product: &Product, name: &str) -> Result<ArrayRef> {
     product

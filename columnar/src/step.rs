@@ -146,6 +146,10 @@ impl StepConfig {
     pub fn inputs(&self, name: &str) -> &[ProductKey] {
         self.inputs.get(name).map(Vec::as_slice).unwrap_or(&[])
     }
+    /// The job's condition of type `T`; its absence is a plan error naming this step.
+    pub fn condition<T: std::any::Any + Send + Sync>(&self) -> Result<Arc<T>> {
+        self.job.conditions.get::<T>().map_err(|e| Error::plan(&self.label, e.to_string()))
+    }
     /// A plan error about this step's parameter `key`, for checks a type cannot express.
     pub fn param_error(&self, key: &str, msg: impl fmt::Display) -> Error {
         Error::plan(&self.label, format!("parameter '{key}': {msg}"))

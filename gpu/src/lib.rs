@@ -27,11 +27,11 @@ pub mod pool;
 pub mod steps;
 pub mod transfer;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use quiver_columnar::{Backend, Error, Registry, Result, Step, StepConfig, StepType};
 use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration};
-use quiver_reco::local::{CalibConfig, ChargeCutConfig, RawToDigiConfig};
+use quiver_reco::steps::{calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 
 /// Step types that have a GPU implementation.
 pub const GPU_STEP_TYPES: [&str; 5] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits"];
@@ -65,51 +65,17 @@ fn common(cfg: &StepConfig) -> Result<steps::Common> {
     Ok(steps::Common { gpu, cpu: build_cpu(cfg)?, stats: Default::default() })
 }
 
-fn cond<T: std::any::Any + Send + Sync>(cfg: &StepConfig) -> Result<Arc<T>> {
-    cfg.job.conditions.get::<T>().map_err(|e| Error::plan(&cfg.label, e.to_string()))
-}
-
-fn int_param(cfg: &StepConfig, name: &str, range: std::ops::RangeInclusive<i64>) -> Result<i64> {
-    let v = cfg.params.int(name);
-    if range.contains(&v) {
-        Ok(v)
-    } else {
-        Err(cfg.param_error(name, format!("{v} is outside {}..={}", range.start(), range.end())))
-    }
-}
-
 fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
     // The device first (the most useful message when it is missing), then the CPU step:
     // it validates parameters and conditions with the CPU's messages, and is the fallback.
     require_gpu(cfg)?;
-    let p = &cfg.params;
     Ok(match cfg.type_name.as_str() {
-        "raw_to_digis" => {
-            let rc = RawToDigiConfig { use_quality: p.bool("use_quality"), ..Default::default() };
-            Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cond::<CablingMap>(cfg)?, rc)?)
-        }
-        "calibrate" => {
-            let cc = CalibConfig {
-                vcal_to_electron_gain_l1: p.float("gain_l1") as f32,
-                vcal_to_electron_offset_l1: p.float("offset_l1") as f32,
-                vcal_to_electron_gain: p.float("gain") as f32,
-                vcal_to_electron_offset: p.float("offset") as f32,
-                ..Default::default()
-            };
-            Box::new(steps::CalibrateGpu::new(cfg, common(cfg)?, cond::<GainCalibration>(cfg)?, cc)?)
-        }
+        "raw_to_digis" => Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cfg.condition::<CablingMap>()?, raw_to_digi_config(cfg))?),
+        "calibrate" => Box::new(steps::CalibrateGpu::new(cfg, common(cfg)?, cfg.condition::<GainCalibration>()?, calib_config(cfg))?),
         // Both CPU algorithms give the same clusters; the device has one.
-        "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, int_param(cfg, "max_pixels_per_module", 1..=66_560)? as usize)?),
-        "cluster_charge_cut" => {
-            let cc = ChargeCutConfig {
-                min_charge_l1: int_param(cfg, "min_charge_l1", 0..=i32::MAX as i64)? as i32,
-                min_charge: int_param(cfg, "min_charge", 0..=i32::MAX as i64)? as i32,
-                max_clusters_per_module: int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32,
-                ..Default::default()
-            };
-            Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, cc)?)
-        }
-        "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cond::<CpeParams>(cfg)?)?),
+        "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, clusterize_config(cfg)?.max_pix_in_module)?),
+        "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, charge_cut_config(cfg)?)?),
+        "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })
 }

@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use arrow_array::types::{Int32Type, UInt16Type, UInt32Type};
-use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, RecordBatch, UInt16Array, UInt32Array};
+use arrow_array::{ArrayRef, Int32Array, RecordBatch, UInt16Array, UInt32Array};
 use arrow_buffer::ArrowNativeType;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
@@ -370,11 +370,7 @@ impl Step for RawToDigisGpu {
         let Some(cab) = &self.cabling else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let raw = batch.get(&self.input)?;
         let fed = values::<UInt32Type>(&raw, "fed")?;
-        let data = column(&raw, "data")?;
-        let data = data
-            .as_any()
-            .downcast_ref::<BinaryArray>()
-            .ok_or_else(|| Error::data(format!("product '{FED_RAW}': column 'data' is {}, expected Binary", data.data_type())))?;
+        let data = quiver_columnar::columns::binary(&raw, "data")?;
         let framed = frame_batch((0..batch.n_events()).map(|e| raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect()), self.cfg.max_words);
         let n = framed.words.len();
         if n == 0 || n > u32::MAX as usize {

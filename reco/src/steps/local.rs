@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use arrow_array::types::{Float32Type, Int16Type, Int32Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type};
-use arrow_array::{Array, ArrayRef, BinaryArray, Float32Array, RecordBatch};
-use quiver_columnar::columns::{column, concat_ref, values};
-use quiver_columnar::{Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepType};
+use arrow_array::{ArrayRef, BinaryArray, Float32Array, RecordBatch};
+use quiver_columnar::columns::{binary, column, concat_ref, values};
+use quiver_columnar::{Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
 use quiver_datasets::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibration};
 use quiver_datasets::Dataset;
 
@@ -82,11 +82,7 @@ impl Step for RawToDigisStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let raw = batch.get(&self.input)?;
         let fed = values::<UInt32Type>(&raw, "fed")?;
-        let data = column(&raw, "data")?;
-        let data = data
-            .as_any()
-            .downcast_ref::<BinaryArray>()
-            .ok_or_else(|| Error::data(format!("product '{FED_RAW}': column 'data' is {}, expected Binary", data.data_type())))?;
+        let data = binary(&raw, "data")?;
         let out = per_event(batch, |e| {
             let feds: Vec<(u32, &[u8])> = raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect();
             raw_to_digis(&feds, &self.cabling, &self.cfg).map_err(local)
@@ -287,6 +283,40 @@ impl Step for RecHitsStep {
 }
 
 /// Registers the local-reconstruction step types.
+/// The `raw_to_digis` parameters of a step (shared with the GPU implementation).
+pub fn raw_to_digi_config(cfg: &StepConfig) -> RawToDigiConfig {
+    RawToDigiConfig { use_quality: cfg.params.bool("use_quality"), ..Default::default() }
+}
+
+/// The `calibrate` parameters of a step.
+pub fn calib_config(cfg: &StepConfig) -> CalibConfig {
+    let p = &cfg.params;
+    CalibConfig {
+        vcal_to_electron_gain_l1: p.float("gain_l1") as f32,
+        vcal_to_electron_offset_l1: p.float("offset_l1") as f32,
+        vcal_to_electron_gain: p.float("gain") as f32,
+        vcal_to_electron_offset: p.float("offset") as f32,
+        ..Default::default()
+    }
+}
+
+/// The `clusterize` parameters of a step.
+pub fn clusterize_config(cfg: &StepConfig) -> Result<ClusterizeConfig> {
+    let algorithm = if cfg.params.str("algorithm") == "union_find" { ClusterAlgorithm::UnionFind } else { ClusterAlgorithm::Faithful };
+    let max = int_param(cfg, "max_pixels_per_module", 1..=66_560)? as usize;
+    Ok(ClusterizeConfig { algorithm, max_pix_in_module: max })
+}
+
+/// The `cluster_charge_cut` parameters of a step.
+pub fn charge_cut_config(cfg: &StepConfig) -> Result<ChargeCutConfig> {
+    Ok(ChargeCutConfig {
+        min_charge_l1: int_param(cfg, "min_charge_l1", 0..=i32::MAX as i64)? as i32,
+        min_charge: int_param(cfg, "min_charge", 0..=i32::MAX as i64)? as i32,
+        max_clusters_per_module: int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32,
+        ..Default::default()
+    })
+}
+
 pub(super) fn register(r: &mut Registry) {
     let cpu = vec![Backend::Cpu];
     r.add(StepType {
@@ -314,10 +344,7 @@ pub(super) fn register(r: &mut Registry) {
             outputs: vec![DIGIS.into(), DIGI_ERRORS.into()],
         },
         backends: cpu.clone(),
-        build: |cfg| {
-            let c = RawToDigiConfig { use_quality: cfg.params.bool("use_quality"), ..Default::default() };
-            Ok(Box::new(RawToDigisStep { input: cfg.input("input")?, cabling: cond(cfg)?, cfg: c }))
-        },
+        build: |cfg| Ok(Box::new(RawToDigisStep { input: cfg.input("input")?, cabling: cond(cfg)?, cfg: raw_to_digi_config(cfg) })),
     });
     r.add(StepType {
         name: "calibrate",
@@ -333,17 +360,7 @@ pub(super) fn register(r: &mut Registry) {
             outputs: vec![CALIBRATED_DIGIS.into()],
         },
         backends: cpu.clone(),
-        build: |cfg| {
-            let p = &cfg.params;
-            let c = CalibConfig {
-                vcal_to_electron_gain_l1: p.float("gain_l1") as f32,
-                vcal_to_electron_offset_l1: p.float("offset_l1") as f32,
-                vcal_to_electron_gain: p.float("gain") as f32,
-                vcal_to_electron_offset: p.float("offset") as f32,
-                ..Default::default()
-            };
-            Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: c }))
-        },
+        build: |cfg| Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: calib_config(cfg) })),
     });
     r.add(StepType {
         name: "clusterize",
@@ -357,11 +374,7 @@ pub(super) fn register(r: &mut Registry) {
             outputs: vec![PIXEL_CLUSTERS.into(), CLUSTER_MODULES.into()],
         },
         backends: cpu.clone(),
-        build: |cfg| {
-            let algorithm = if cfg.params.str("algorithm") == "union_find" { ClusterAlgorithm::UnionFind } else { ClusterAlgorithm::Faithful };
-            let max = int_param(cfg, "max_pixels_per_module", 1..=66_560)? as usize;
-            Ok(Box::new(ClusterizeStep { input: cfg.input("input")?, cfg: ClusterizeConfig { algorithm, max_pix_in_module: max } }))
-        },
+        build: |cfg| Ok(Box::new(ClusterizeStep { input: cfg.input("input")?, cfg: clusterize_config(cfg)? })),
     });
     r.add(StepType {
         name: "cluster_charge_cut",
@@ -381,12 +394,7 @@ pub(super) fn register(r: &mut Registry) {
         },
         backends: cpu.clone(),
         build: |cfg| {
-            let c = ChargeCutConfig {
-                min_charge_l1: int_param(cfg, "min_charge_l1", 0..=i32::MAX as i64)? as i32,
-                min_charge: int_param(cfg, "min_charge", 0..=i32::MAX as i64)? as i32,
-                max_clusters_per_module: int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32,
-                ..Default::default()
-            };
+            let c = charge_cut_config(cfg)?;
             Ok(Box::new(ChargeCutStep { digis: cfg.input("digis")?, clusters: cfg.input("clusters")?, modules: cfg.input("modules")?, cfg: c }))
         },
     });
