@@ -34,6 +34,19 @@ enum Command {
     Bench(BenchArgs),
     /// Generate a synthetic CMS Phase-1 pixel dataset with truth
     Generate(GenerateArgs),
+    /// Measure a run against the dataset's truth: efficiencies, fake and duplicate rates,
+    /// resolutions, vertex performance, hit residuals (Parquet tables and summary.json)
+    Report {
+        /// Output directory of a `quiver run` of the pixel chain
+        #[arg(long, value_name = "RUN_DIR")]
+        run: PathBuf,
+        /// The dataset the run read (its truth)
+        #[arg(long, value_name = "DATASET")]
+        truth: PathBuf,
+        /// Where to write the report
+        #[arg(long, value_name = "DIR")]
+        output: PathBuf,
+    },
     /// Export a dataset in another program's format
     Export {
         #[command(subcommand)]
@@ -279,6 +292,12 @@ where
                 print!("{}", resolved.describe());
             }),
         Command::Generate(g) => generate(g),
+        Command::Report { run, truth, output } => quiver_validation::truth::report(&run, &truth, &output)
+            .map(|summary| {
+                println!("{}", summary.to_json());
+                println!("report written to {}", output.display());
+            })
+            .map_err(|e| quiver_columnar::Error::data(e.to_string())),
         Command::Export { command: ExportCommand::Pixeltrack { input, output } } => quiver_datasets::export_pixeltrack(&input, &output)
             .map(|()| println!("wrote pixeltrack-standalone inputs of {} to {}", input.display(), output.display()))
             .map_err(|e| quiver_columnar::Error::data(e.to_string())),

@@ -192,3 +192,21 @@ fn faithful_and_union_find_clusterizers_agree_in_one_job() {
     assert!(text.contains(" 0 differences"), "{text}");
     assert!(!text.contains(" 0 rows"), "{text}");
 }
+
+#[test]
+fn report_measures_a_run_against_the_truth() {
+    let ds = dataset();
+    let dir = tempfile::tempdir().unwrap();
+    let (run, report) = (dir.path().join("run"), dir.path().join("report"));
+    ok(quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", ds.to_str().unwrap(), "--output", run.to_str().unwrap()]));
+    ok(quiver(&["report", "--run", run.to_str().unwrap(), "--truth", ds.to_str().unwrap(), "--output", report.to_str().unwrap()]));
+    let summary = std::fs::read_to_string(report.join("summary.json")).unwrap();
+    for key in ["track_efficiency", "track_fake_rate", "track_duplicate_rate", "vertex_efficiency", "hit_residual_rms_x_um", "hit_residual_rms_y_um", "\"events\": 6"] {
+        assert!(summary.contains(key), "{key} missing in {summary}");
+    }
+    let eff: f64 = summary.split("\"track_efficiency\":").nth(1).unwrap().split([',', '\n']).next().unwrap().trim().parse().unwrap();
+    assert!(eff > 0.8, "track efficiency {eff}");
+    // A run directory without the truth's events is an error naming the problem, not a panic.
+    let o = quiver(&["report", "--run", "/no/such/run", "--truth", ds.to_str().unwrap(), "--output", report.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+}

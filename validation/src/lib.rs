@@ -2,7 +2,7 @@
 //!
 //! Validation of reconstruction against the reference program: its histograms
 //! ([`histograms`], with the exact binning of [`hist`] and the text format of [`cppfmt`]),
-//! its per-event counts ([`counts`]), and (later) truth performance. See docs/validation.md.
+//! its per-event counts ([`counts`]), and truth performance ([`truth`]). See docs/validation.md.
 //!
 //! Step types (registered by [`register`]): `histograms`, `count_validator`, `event_counts`.
 
@@ -12,6 +12,7 @@ pub mod cppfmt;
 pub mod error;
 pub mod hist;
 pub mod histograms;
+pub mod truth;
 
 pub use error::{Result, ValidationError};
 pub use hist::Histogram;
