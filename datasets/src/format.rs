@@ -557,14 +557,20 @@ pub mod fault_kind {
 
 impl TruthWriter {
     pub fn create(dir: &Path) -> Result<Self, DatasetError> {
-        let props = parquet::file::properties::WriterProperties::builder()
-            .set_compression(parquet::basic::Compression::SNAPPY)
-            .build();
         let mut writers = Vec::new();
         for (name, schema) in TRUTH_FILES.iter().zip(truth_schemas()) {
+            let mut props = parquet::file::properties::WriterProperties::builder().set_compression(parquet::basic::Compression::SNAPPY);
+            // Float columns (positions, charges) are nearly all distinct: a dictionary only costs
+            // hashing time before the writer falls back to plain encoding anyway.
+            for f in schema.fields() {
+                if f.data_type() == &DataType::Float32 {
+                    props = props.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(f.name().as_str()), false);
+                }
+            }
+            let props = props.build();
             let p = dir.join(name);
             let f = File::create(&p).map_err(|e| DatasetError::io(&p, e))?;
-            let w = parquet::arrow::ArrowWriter::try_new(f, schema.clone(), Some(props.clone())).map_err(|e| DatasetError::format(&p, e))?;
+            let w = parquet::arrow::ArrowWriter::try_new(f, schema.clone(), Some(props)).map_err(|e| DatasetError::format(&p, e))?;
             writers.push((p, w, schema));
         }
         Ok(TruthWriter { writers })

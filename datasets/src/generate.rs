@@ -123,11 +123,11 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
                 .collect()
         });
         let mut raw_chunk = Vec::with_capacity(out.len());
-        let mut truth_chunk = Vec::with_capacity(out.len());
-        for (i, ev, feds, faults, nw, nc) in &out {
-            words += *nw as f64;
+        let mut kept = Vec::with_capacity(out.len());
+        for (i, ev, feds, faults, nw, nc) in out {
+            words += nw as f64;
             pix += ev.digis.len() as f64;
-            clus += *nc as f64;
+            clus += nc as f64;
             let mut m = 0;
             let mut last = u16::MAX;
             for d in &ev.digis {
@@ -137,9 +137,10 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
                 }
             }
             mods += m as f64;
-            raw_chunk.push((*i, feds.clone()));
-            truth_chunk.push((*i, ev, faults));
+            raw_chunk.push((i, feds));
+            kept.push((i, ev, faults));
         }
+        let truth_chunk: Vec<_> = kept.iter().map(|(i, ev, faults)| (*i, ev, faults)).collect();
         raw.write(&raw_chunk)?;
         truth.write(&truth_chunk)?;
     }

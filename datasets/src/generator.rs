@@ -214,7 +214,7 @@ pub struct Generator<'a> {
     thr_index: [usize; 10],
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Track {
     pos: [f64; 3],
     /// Momentum (GeV).
@@ -242,6 +242,12 @@ struct Helix {
 
 impl Helix {
     fn new(t: &Track) -> Helix {
+        let mut hx = Helix::without_alpha(t);
+        hx.alpha = hx.yc.atan2(hx.xc);
+        hx
+    }
+    /// All but `alpha` (NaN), which only `cylinder` needs.
+    fn without_alpha(t: &Track) -> Helix {
         let pt = (t.p[0] * t.p[0] + t.p[1] * t.p[1]).sqrt().max(1e-9);
         let rho = pt / BFIELD_GEV_PER_CM;
         let h = if t.q > 0.0 { -1.0 } else { 1.0 };
@@ -249,7 +255,7 @@ impl Helix {
         let (s, c) = phi0.sin_cos();
         let xc = t.pos[0] - rho * h * s;
         let yc = t.pos[1] + rho * h * c;
-        Helix { xc, yc, rho, h, phi0, cot: t.p[2] / pt, z0: t.pos[2], cc: (xc * xc + yc * yc).sqrt(), alpha: yc.atan2(xc) }
+        Helix { xc, yc, rho, h, phi0, cot: t.p[2] / pt, z0: t.pos[2], cc: (xc * xc + yc * yc).sqrt(), alpha: f64::NAN }
     }
     /// Position and unit-free tangent (dx/dt) at turning angle t ≥ 0.
     #[inline]
@@ -291,11 +297,16 @@ impl Helix {
         let t = (z - self.z0) / (self.rho * self.cot);
         (t > tmin).then_some(t)
     }
-    /// Newton search of the crossing with a module plane, starting at t.
-    fn module_plane(&self, m: &ModuleGeom, mut t: f64) -> Option<f64> {
+    /// Newton search of the crossing with a module plane, starting at t where the helix is at
+    /// `start` (= `self.at(t)`, which the caller already has).
+    fn module_plane(&self, m: &ModuleGeom, mut t: f64, start: ([f64; 3], [f64; 3])) -> Option<f64> {
         let n = m.normal();
-        for _ in 0..8 {
-            let (x, d) = self.at(t);
+        let mut xd = start;
+        for it in 0..8 {
+            if it > 0 {
+                xd = self.at(t);
+            }
+            let (x, d) = xd;
             let f = n[0] * (x[0] - m.centre[0]) + n[1] * (x[1] - m.centre[1]) + n[2] * (x[2] - m.centre[2]);
             let fd = dot(n, d);
             if fd.abs() < 1e-12 {
@@ -308,6 +319,25 @@ impl Helix {
             }
         }
         None
+    }
+}
+
+/// Buffers reused from one event to the next on a thread.
+struct Scratch {
+    deps: Vec<Dep>,
+    stack: Vec<Track>,
+    /// Pixel-boundary crossings of one module crossing (fractions of the drift segment).
+    cuts: Box<[f64; 512]>,
+    /// Output sizes of the previous event: (digis, pixel truth, sim hits, particles).
+    hint: (usize, usize, usize, usize),
+    /// `deps` ordered by pixel, and the per-module counts used to get there.
+    sorted: Vec<Dep>,
+    counts: Vec<u32>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch { deps: Vec::new(), stack: Vec::new(), cuts: Box::new([0.0; 512]), hint: (0, 0, 0, 0), sorted: Vec::new(), counts: Vec::new() }
     }
 }
 
@@ -346,13 +376,19 @@ impl<'a> Generator<'a> {
         let mut rng = event_rng(seed, event);
         let p = &self.params;
         let mut ev = Event::default();
-        // A per-thread deposit buffer: avoids faulting in fresh pages for every event.
+        // Per-thread scratch buffers: avoids faulting in fresh pages for every event.
         thread_local! {
-            static DEPS: std::cell::RefCell<Vec<Dep>> = const { std::cell::RefCell::new(Vec::new()) };
+            static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
         }
-        let mut deps: Vec<Dep> = DEPS.with(|d| std::mem::take(&mut *d.borrow_mut()));
-        deps.clear();
-        let mut stack: Vec<Track> = Vec::new();
+        let mut sc: Scratch = SCRATCH.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        sc.deps.clear();
+        sc.stack.clear();
+        // Reserve what the previous event of this thread needed: saves the repeated regrowth.
+        ev.digis.reserve(sc.hint.0);
+        ev.pixel_truth.reserve(sc.hint.1);
+        ev.simhits.reserve(sc.hint.2);
+        ev.particles.reserve(sc.hint.3);
+        let Scratch { deps, stack, cuts, sorted, counts, .. } = &mut sc;
 
         let n_pu = if p.pileup > 0.0 {
             Poisson::new(p.pileup).map(|d| d.sample(&mut rng) as u32).unwrap_or(0)
@@ -391,15 +427,16 @@ impl<'a> Generator<'a> {
                     can_spawn: true,
                 };
                 ev.particles.push(make_particle(&t, pdg * q as i32, process::PRIMARY, vid as i32, -1));
-                self.propagate(t, &mut rng, &mut ev, &mut deps, &mut stack);
+                self.propagate(t, &mut rng, &mut ev, deps, stack, cuts);
                 while let Some(s) = stack.pop() {
-                    self.propagate(s, &mut rng, &mut ev, &mut deps, &mut stack);
+                    self.propagate(s, &mut rng, &mut ev, deps, stack, cuts);
                 }
             }
         }
-        self.add_noise(&mut rng, &mut ev, &mut deps);
-        self.digitize(&mut rng, &mut ev, &mut deps);
-        DEPS.with(|d| *d.borrow_mut() = deps);
+        self.add_noise(&mut rng, &mut ev, deps);
+        self.digitize(&mut rng, &mut ev, deps, sorted, counts);
+        sc.hint = (ev.digis.len(), ev.pixel_truth.len(), ev.simhits.len(), ev.particles.len());
+        SCRATCH.with(|d| *d.borrow_mut() = sc);
         ev
     }
 
@@ -442,29 +479,14 @@ impl<'a> Generator<'a> {
     }
 
     /// Follows a charged track through the detector, recording deposits and spawning secondaries.
-    fn propagate(&self, mut tr: Track, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>, stack: &mut Vec<Track>) {
+    #[allow(clippy::too_many_arguments)]
+    fn propagate(&self, mut tr: Track, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>, stack: &mut Vec<Track>, cuts: &mut [f64; 512]) {
         let p = &self.params;
         let mut turned = 0.0;
         for _step in 0..64 {
             let hx = Helix::new(&tr);
             let tmin = 1e-4 / hx.rho;
-            // Next layer mid-surface.
-            let mut best = (f64::INFINITY, usize::MAX);
-            for (l, &r) in self.barrel_r.iter().enumerate() {
-                if let Some(t) = hx.cylinder(r, tmin) {
-                    if t < best.0 {
-                        best = (t, l);
-                    }
-                }
-            }
-            for (d, &z) in self.disk_z.iter().enumerate() {
-                if let Some(t) = hx.plane_z(z, tmin) {
-                    if t < best.0 {
-                        best = (t, 4 + d);
-                    }
-                }
-            }
-            let (tc, layer) = best;
+            let (tc, layer) = self.next_layer(&hx, tr.pos, tmin);
             if layer == usize::MAX || turned + tc > p.max_turning {
                 return;
             }
@@ -495,7 +517,7 @@ impl<'a> Generator<'a> {
                             continue;
                         }
                     }
-                    if let Some(t) = hx.module_plane(m, tc) {
+                    if let Some(t) = hx.module_plane(m, tc, (xc, dc)) {
                         if t > tmin && t < tc + 1.0 && nh < 16 {
                             hits[nh] = (t, mi);
                             nh += 1;
@@ -506,7 +528,7 @@ impl<'a> Generator<'a> {
                 for &(t, mi) in &hits[..nh] {
                     let (x, d) = hx.at(t);
                     let m = &self.geom.modules[mi as usize];
-                    if let Some(ci) = self.deposit(&tr, m, x, d, rng, ev, deps) {
+                    if let Some(ci) = self.deposit(&tr, m, x, d, rng, ev, deps, cuts) {
                         n_hits += 1;
                         cos_inc = ci;
                         if tr.can_spawn && rng.random::<f64>() < p.secondary_prob {
@@ -529,6 +551,45 @@ impl<'a> Generator<'a> {
             tr.pos = x;
             tr.p = [dir[0] * pmag, dir[1] * pmag, dir[2] * pmag];
             turned += tc;
+        }
+    }
+
+    /// The next layer mid-surface a helix starting at `pos` reaches: (turning angle, layer),
+    /// or (∞, usize::MAX). The nearest barrel cylinder wins (lowest layer on a tie) unless a
+    /// disk plane is strictly nearer.
+    fn next_layer(&self, hx: &Helix, pos: [f64; 3], tmin: f64) -> (f64, usize) {
+        let mut disk = (f64::INFINITY, usize::MAX);
+        for (d, &z) in self.disk_z.iter().enumerate() {
+            if let Some(t) = hx.plane_z(z, tmin) {
+                if t < disk.0 {
+                    disk = (t, 4 + d);
+                }
+            }
+        }
+        // The radius changes by at most the arc length ρ·t, so a cylinder at distance Δr needs
+        // t ≥ Δr/ρ: cylinders whose bound already exceeds the best crossing are skipped
+        // (the margin absorbs rounding; the choice is the same as trying every cylinder).
+        let r0 = (pos[0] * pos[0] + pos[1] * pos[1]).sqrt();
+        let mut order = [(0.0f64, 0usize); 4];
+        for (l, &r) in self.barrel_r.iter().enumerate() {
+            order[l] = ((r - r0).abs() / hx.rho, l);
+        }
+        order.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut barrel = (f64::INFINITY, usize::MAX);
+        for &(bound, l) in &order {
+            if bound > disk.0.min(barrel.0) + 1e-9 {
+                break;
+            }
+            if let Some(t) = hx.cylinder(self.barrel_r[l], tmin) {
+                if t < barrel.0 || (t == barrel.0 && l < barrel.1) {
+                    barrel = (t, l);
+                }
+            }
+        }
+        if disk.0 < barrel.0 {
+            disk
+        } else {
+            barrel
         }
     }
 
@@ -570,7 +631,7 @@ impl<'a> Generator<'a> {
     /// Deposits the charge of a crossing at global point x with tangent d. Returns the cosine
     /// of the incidence angle if the module was hit.
     #[allow(clippy::too_many_arguments)]
-    fn deposit(&self, tr: &Track, m: &ModuleGeom, x: [f64; 3], d: [f64; 3], rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>) -> Option<f64> {
+    fn deposit(&self, tr: &Track, m: &ModuleGeom, x: [f64; 3], d: [f64; 3], rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>, cuts: &mut [f64; 512]) -> Option<f64> {
         let p = &self.params;
         let l = m.to_local(x);
         if l[0].abs() >= HALF_X || l[1].abs() >= HALF_Y {
@@ -597,12 +658,13 @@ impl<'a> Generator<'a> {
         let ya = l[1] - sy * half_t;
         let xb = l[0] + sx * half_t + m.tan_lorentz * THICKNESS;
         let yb = l[1] + sy * half_t;
-        let mut cuts = [0.0f64; 512];
+        // Reused between crossings: only the first `nc` entries are ever read.
+        cuts[0] = 0.0;
         let mut nc = 1;
         // Row boundaries in pitch units: every integer except inside big rows 79–80.
-        boundary_cuts(xa / PITCH_X + 81.0, xb / PITCH_X + 81.0, |k| k == 80 || k == 82, &mut cuts, &mut nc);
+        boundary_cuts(xa / PITCH_X + 81.0, xb / PITCH_X + 81.0, |k| k == 80 || k == 82, cuts, &mut nc);
         // Column boundaries: every integer except inside the big first/last column of a ROC.
-        boundary_cuts(ya / PITCH_Y + 216.0, yb / PITCH_Y + 216.0, |k| matches!(k.rem_euclid(54), 1 | 53), &mut cuts, &mut nc);
+        boundary_cuts(ya / PITCH_Y + 216.0, yb / PITCH_Y + 216.0, |k| matches!(k.rem_euclid(54), 1 | 53), cuts, &mut nc);
         cuts[nc] = 1.0;
         nc += 1;
         cuts[1..nc - 1].sort_unstable_by(f64::total_cmp);
@@ -686,10 +748,10 @@ impl<'a> Generator<'a> {
     }
 
     /// Sums deposits per pixel, adds noise, applies thresholds, dead columns and the ADC.
-    fn digitize(&self, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut [Dep]) {
+    fn digitize(&self, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, unsorted: &[Dep], sorted: &mut Vec<Dep>, counts: &mut Vec<u32>) {
         let p = &self.params;
-        // Deterministic for a given input order, which depends on the event only.
-        deps.sort_unstable_by_key(|d| (d.key as u64) << 32 | d.particle as u64);
+        sort_deposits(unsorted, sorted, counts, self.geom.modules.len());
+        let deps = &sorted[..];
         let mut i = 0;
         let mut parts: Vec<(u32, f32)> = Vec::with_capacity(8);
         while i < deps.len() {
@@ -728,6 +790,37 @@ impl<'a> Generator<'a> {
                 ev.pixel_truth.push(PixelTruth { module, row, col, particle: pid, electrons: e, fraction: e / total });
             }
         }
+    }
+}
+
+/// Orders deposits by (pixel key, particle), keeping the generation order of equal pairs, so
+/// the per-pixel f32 sums are fixed by the event alone (not by a sort algorithm's tie order).
+/// A stable counting sort on the module (the key's top bits) leaves short runs, each finished
+/// by a stable comparison sort: much cheaper than sorting the whole event at once.
+fn sort_deposits(deps: &[Dep], out: &mut Vec<Dep>, counts: &mut Vec<u32>, n_modules: usize) {
+    counts.clear();
+    counts.resize(n_modules + 1, 0);
+    for d in deps {
+        counts[(d.key >> 17) as usize + 1] += 1;
+    }
+    for m in 0..n_modules {
+        counts[m + 1] += counts[m];
+    }
+    out.clear();
+    out.resize(deps.len(), Dep { key: 0, particle: 0, q: 0.0 });
+    // counts[m] is the next free slot of module m; after the scatter it is where m ends.
+    for d in deps {
+        let m = (d.key >> 17) as usize;
+        out[counts[m] as usize] = *d;
+        counts[m] += 1;
+    }
+    let mut start = 0;
+    for &end in &counts[..n_modules] {
+        let run = &mut out[start..end as usize];
+        if run.len() > 1 {
+            run.sort_by_key(|d| (d.key as u64) << 32 | d.particle as u64);
+        }
+        start = end as usize;
     }
 }
 
@@ -784,8 +877,8 @@ fn sample_pt<R: Rng>(rng: &mut R, hard: bool) -> f64 {
 
 fn make_particle(t: &Track, pdg: i32, proc_: u8, vertex: i32, parent: i32) -> Particle {
     let pt = (t.p[0] * t.p[0] + t.p[1] * t.p[1]).sqrt();
-    let hx = Helix::new(t);
-    let cc = (hx.xc * hx.xc + hx.yc * hx.yc).sqrt();
+    let hx = Helix::without_alpha(t);
+    let cc = hx.cc;
     let d0 = cc - hx.rho;
     // Turning angle from the production point to the transverse point of closest approach.
     let (z0, d0) = if cc > 1e-12 {
@@ -805,7 +898,8 @@ fn make_particle(t: &Track, pdg: i32, proc_: u8, vertex: i32, parent: i32) -> Pa
         charge: t.q as i8,
         pt: pt as f32,
         eta: (t.p[2] / pt.max(1e-12)).asinh() as f32,
-        phi: t.p[1].atan2(t.p[0]) as f32,
+        // Same expression as the helix azimuth.
+        phi: hx.phi0 as f32,
         vx: t.pos[0] as f32,
         vy: t.pos[1] as f32,
         vz: t.pos[2] as f32,
@@ -848,11 +942,31 @@ pub fn calibrated_electrons(gains: &GainCalibration, d: &Digi) -> Option<i32> {
 /// charge passes the reference cut (> 2000 e on BPix L1, > 4000 e elsewhere). `digis` must be
 /// sorted by module (as `Event::digis` is).
 pub fn estimate_clusters(gains: &GainCalibration, digis: &[Digi]) -> usize {
+    // Per-thread buffers; the grid is left all-empty after every module.
+    thread_local! {
+        static BUFS: std::cell::RefCell<ClusterBufs> = std::cell::RefCell::new(ClusterBufs::default());
+    }
+    let mut b = BUFS.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    if b.grid.len() != 160 * 416 {
+        b.grid = vec![u32::MAX; 160 * 416];
+    }
+    let n = count_clusters(gains, digis, &mut b);
+    BUFS.with(|c| *c.borrow_mut() = b);
+    n
+}
+
+#[derive(Default)]
+struct ClusterBufs {
+    grid: Vec<u32>,
+    q: Vec<i64>,
+    parent: Vec<u32>,
+    charge: Vec<i64>,
+}
+
+fn count_clusters(gains: &GainCalibration, digis: &[Digi], b: &mut ClusterBufs) -> usize {
+    let ClusterBufs { grid, q, parent, charge } = b;
     let mut n = 0;
     let mut start = 0;
-    let mut grid = vec![u32::MAX; 160 * 416];
-    let mut q: Vec<i64> = Vec::new();
-    let mut parent: Vec<u32> = Vec::new();
     while start < digis.len() {
         let m = digis[start].module;
         let mut end = start;
@@ -885,17 +999,18 @@ pub fn estimate_clusters(gains: &GainCalibration, digis: &[Digi]) -> usize {
                 }
                 let j = grid[r as usize * 416 + c as usize];
                 if j != u32::MAX && q[j as usize] >= 0 {
-                    let (a, b) = (find(&mut parent, i as u32), find(&mut parent, j));
+                    let (a, b) = (find(parent, i as u32), find(parent, j));
                     if a != b {
                         parent[a.max(b) as usize] = a.min(b);
                     }
                 }
             }
         }
-        let mut charge = vec![0i64; px.len()];
+        charge.clear();
+        charge.resize(px.len(), 0);
         for (i, &qi) in q.iter().enumerate() {
             if qi >= 0 {
-                let r = find(&mut parent, i as u32);
+                let r = find(parent, i as u32);
                 charge[r as usize] += qi;
             }
         }
@@ -931,6 +1046,70 @@ mod tests {
         let t2 = Track { pos: [0.1, 0.0, 2.0], p: [0.0, 1.0, 0.5], ..t };
         let p2 = make_particle(&t2, 211, 0, 0, -1);
         assert!((p2.d0.abs() - 0.1).abs() < 1e-4 && (p2.z0 - 2.0).abs() < 1e-3, "{p2:?}");
+    }
+
+    #[test]
+    fn pruned_layer_search_matches_trying_every_layer() {
+        let geom = Geometry::phase1();
+        let gains = build_gains(&GainParams::default());
+        let g = Generator::new(GeneratorParams::default(), &geom, &gains, default_beam_spot());
+        let mut rng = event_rng(11, 0);
+        let mut several_reachable = 0;
+        for i in 0..20_000 {
+            // starts near the beam line or on a layer, any direction, 10 MeV .. 10 GeV
+            let r = if i % 3 == 0 { 0.01 * rng.random::<f64>() } else { BARREL_RADII[i % 4] + 0.2 * gauss(&mut rng) };
+            let a = 2.0 * PI * rng.random::<f64>();
+            let pos = [r * a.cos(), r * a.sin(), 30.0 * gauss(&mut rng)];
+            let pm = 0.01 * 1000f64.powf(rng.random::<f64>());
+            let d = norm([gauss(&mut rng), gauss(&mut rng), gauss(&mut rng)]);
+            let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
+            let t = Track { pos, p: [pm * d[0], pm * d[1], pm * d[2]], q, mass: 0.14, id: 0, can_spawn: false };
+            let hx = Helix::new(&t);
+            let tmin = 1e-4 / hx.rho;
+            // the exhaustive search: every cylinder in layer order, then strictly nearer disks
+            let mut best = (f64::INFINITY, usize::MAX);
+            let mut n_cyl = 0;
+            for (l, &r) in g.barrel_r.iter().enumerate() {
+                if let Some(t) = hx.cylinder(r, tmin) {
+                    n_cyl += 1;
+                    if t < best.0 {
+                        best = (t, l);
+                    }
+                }
+            }
+            for (d, &z) in g.disk_z.iter().enumerate() {
+                if let Some(t) = hx.plane_z(z, tmin) {
+                    if t < best.0 {
+                        best = (t, 4 + d);
+                    }
+                }
+            }
+            let got = g.next_layer(&hx, pos, tmin);
+            assert_eq!((got.0.to_bits(), got.1), (best.0.to_bits(), best.1), "track {i}: {t:?}");
+            several_reachable += (n_cyl > 1) as usize;
+        }
+        assert!(several_reachable > 1000, "{several_reachable}");
+    }
+
+    #[test]
+    fn deposits_sort_stably_by_pixel_and_particle() {
+        let mut rng = event_rng(3, 1);
+        let deps: Vec<Dep> = (0..5000)
+            .map(|i| {
+                let m = rng.random_range(0..20u32) * 97;
+                let key = m << 17 | rng.random_range(0..3u32) << 8 | rng.random_range(0..3u32);
+                Dep { key, particle: rng.random_range(0..4u32), q: i as f32 }
+            })
+            .collect();
+        let (mut out, mut counts) = (Vec::new(), Vec::new());
+        sort_deposits(&deps, &mut out, &mut counts, 1856);
+        let mut want = deps.clone();
+        want.sort_by_key(|d| (d.key, d.particle));
+        let bits = |v: &[Dep]| v.iter().map(|d| (d.key, d.particle, d.q.to_bits())).collect::<Vec<_>>();
+        assert_eq!(bits(&out), bits(&want));
+        // reuse of the buffers gives the same answer
+        sort_deposits(&deps[..100], &mut out, &mut counts, 1856);
+        assert_eq!(bits(&out), bits(&want.iter().copied().filter(|d| d.q < 100.0).collect::<Vec<_>>()));
     }
 
     #[test]
