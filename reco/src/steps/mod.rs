@@ -6,6 +6,8 @@
 mod local;
 mod tracks;
 
+pub use local::{calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
+
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
@@ -137,7 +139,7 @@ pub(crate) fn ev<'a, T>(col: &'a [T], p: &Product, e: usize) -> &'a [T] {
 // --- registration ---------------------------------------------------------------------
 
 pub(crate) fn cond<T: std::any::Any + Send + Sync>(cfg: &StepConfig) -> Result<Arc<T>> {
-    cfg.job.conditions.get::<T>().map_err(|e| Error::plan(&cfg.label, e.to_string()))
+    cfg.condition::<T>()
 }
 
 pub(crate) fn int_param(cfg: &StepConfig, name: &str, range: std::ops::RangeInclusive<i64>) -> Result<i64> {

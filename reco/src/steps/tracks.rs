@@ -105,8 +105,27 @@ fn booleans(p: &Product, name: &str) -> Result<BooleanArray> {
         .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected Boolean", p.type_name(), col.data_type())))
 }
 
-fn bool_column(parts: impl Iterator<Item = bool>) -> ArrayRef {
-    Arc::new(BooleanArray::from(parts.collect::<Vec<bool>>()))
+/// Builds a boolean column of a known length bit by bit (LSB first, Arrow's layout).
+struct BitPacker {
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl BitPacker {
+    fn new(n: usize) -> Self {
+        Self { bytes: vec![0u8; n.div_ceil(8)], len: 0 }
+    }
+
+    #[inline]
+    fn push(&mut self, b: bool) {
+        self.bytes[self.len >> 3] |= (b as u8) << (self.len & 7);
+        self.len += 1;
+    }
+
+    fn finish(self) -> ArrayRef {
+        let bits = arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(self.bytes), 0, self.len);
+        Arc::new(BooleanArray::new(bits, None))
+    }
 }
 
 // --- ca_doublets -----------------------------------------------------------------------
@@ -127,14 +146,26 @@ impl Step for DoubletsStep {
             let listed = listed_cells(&d);
             Ok((d, listed))
         })?;
-        let inner: Vec<Vec<u32>> = out.iter().map(|(d, _)| d.cells.iter().map(|c| c.inner).collect()).collect();
-        let outer: Vec<Vec<u32>> = out.iter().map(|(d, _)| d.cells.iter().map(|c| c.outer).collect()).collect();
-        let pair: Vec<Vec<u8>> = out.iter().map(|(d, _)| d.cells.iter().map(|c| c.pair).collect()).collect();
+        let n: usize = out.iter().map(|(d, _)| d.cells.len()).sum();
+        let (mut inner, mut outer, mut pair) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for (d, _) in &out {
+            for c in &d.cells {
+                inner.push(c.inner);
+                outer.push(c.outer);
+                pair.push(c.pair);
+            }
+        }
         let cols: Vec<ArrayRef> = vec![
-            concat_ref::<UInt32Type, _>(inner.iter().map(Vec::as_slice)),
-            concat_ref::<UInt32Type, _>(outer.iter().map(Vec::as_slice)),
-            concat_ref::<UInt8Type, _>(pair.iter().map(Vec::as_slice)),
-            bool_column(out.iter().flat_map(|(_, l)| l.iter().copied())),
+            Arc::new(arrow_array::UInt32Array::from(inner)),
+            Arc::new(arrow_array::UInt32Array::from(outer)),
+            Arc::new(arrow_array::UInt8Array::from(pair)),
+            {
+                let mut bits = BitPacker::new(n);
+                for &b in out.iter().flat_map(|(_, l)| l) {
+                    bits.push(b);
+                }
+                bits.finish()
+            },
         ];
         publish(batch, DOUBLETS, cols, out.iter().map(|(d, _)| d.cells.len()))
     }
@@ -158,7 +189,7 @@ impl Step for NtupletsStep {
         let out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
             let r = d.event_rows(e);
-            let l: Vec<bool> = r.clone().map(|i| listed.value(i)).collect();
+            let l: Vec<bool> = listed.values().slice(r.start, r.len()).iter().collect();
             let dd = doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l).map_err(tracking)?;
             stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
         })?;
@@ -171,7 +202,14 @@ impl Step for NtupletsStep {
             list_column(cell_lengths, concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())))?,
         ];
         publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
-        let alive = vec![bool_column(out.iter().flat_map(|(_, ca)| ca.cells.iter().map(|c| c.doublet_id >= 0)))];
+        let n_cells = out.iter().map(|(_, ca)| ca.cells.len()).sum();
+        let mut bits = BitPacker::new(n_cells);
+        for (_, ca) in &out {
+            for c in &ca.cells {
+                bits.push(c.doublet_id >= 0);
+            }
+        }
+        let alive = vec![bits.finish()];
         batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)
     }
 }
@@ -242,33 +280,19 @@ struct QualityStep {
     cfg: CaConfig,
 }
 
-/// One event's fitted tracks back from a `track_fits` product.
-fn tracks_from_product(p: &Product, e: usize) -> Result<Tracks> {
+/// What the quality stage reads of one event's fitted tracks (state, pT, χ²), from a
+/// `track_fits` product; the other columns are passed through untouched.
+fn fit_values_from_product(p: &Product, e: usize) -> Result<Tracks> {
     let r = p.event_rows(e);
-    let f32s = |name: &str| -> Result<Vec<f32>> { Ok(values::<Float32Type>(p, name)?[r.clone()].to_vec()) };
     let (state, w5) = fixed_values(p, "state")?;
-    let (cov, w15) = fixed_values(p, "covariance")?;
-    if w5 != 5 || w15 != 15 {
-        return Err(Error::data(format!("product '{}': state/covariance widths {w5}/{w15}, expected 5/15", p.type_name())));
+    if w5 != 5 {
+        return Err(Error::data(format!("product '{}': state width {w5}, expected 5", p.type_name())));
     }
-    let (hoff, hvals) = list_u32(p, "hits")?;
-    let (hit_offsets, hit_indices) = list_rows(hoff, hvals, r.clone());
     Ok(Tracks {
-        quality: values::<UInt8Type>(p, "quality")?[r.clone()].to_vec(),
-        pt: f32s("pt")?,
-        eta: f32s("eta")?,
-        phi: f32s("phi")?,
-        tip: f32s("tip")?,
-        zip: f32s("zip")?,
-        chi2: f32s("chi2")?,
-        charge: values::<Int8Type>(p, "charge")?[r.clone()].to_vec(),
-        state: state[r.start * 5..r.end * 5].chunks_exact(5).map(|c| c.try_into().expect("5")).collect(),
-        covariance: cov[r.start * 15..r.end * 15].chunks_exact(15).map(|c| c.try_into().expect("15")).collect(),
-        n_hits: values::<UInt8Type>(p, "n_hits")?[r].iter().map(|&n| n as u16).collect(),
-        hit_offsets,
-        hit_indices,
-        det_indices: Vec::new(),
-        stats: Default::default(),
+        pt: values::<Float32Type>(p, "pt")?[r.clone()].to_vec(),
+        chi2: values::<Float32Type>(p, "chi2")?[r.clone()].to_vec(),
+        state: state[r.start * 5..r.end * 5].chunks_exact(5).map(|c| [c[0], c[1], c[2], c[3], c[4]]).collect(),
+        ..Tracks::default()
     })
 }
 
@@ -286,16 +310,22 @@ impl Step for QualityStep {
             let (off, hv) = list_rows(hoff, hvals, r.clone());
             let tuples = tuples_from_columns(&off, &hv, &quality[r.clone()]).map_err(tracking)?;
             let (tc_off, tc) = list_rows(coff, cvals, r);
-            let a: Vec<bool> = c.event_rows(e).map(|i| alive.value(i)).collect();
+            let cr = c.event_rows(e);
+            let a: Vec<bool> = alive.values().slice(cr.start, cr.len()).iter().collect();
             let ca = ca_state_for_quality(&a, &tc, &tc_off, &self.cfg).map_err(tracking)?;
-            let mut tracks = tracks_from_product(&f, e)?;
-            if tracks.quality.len() != tuples.len() {
-                return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.quality.len(), tuples.len())));
+            let mut tracks = fit_values_from_product(&f, e)?;
+            if tracks.pt.len() != tuples.len() {
+                return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.pt.len(), tuples.len())));
             }
             stage_quality(&hits, &tuples, &ca, &mut tracks, &self.cfg);
-            Ok(tracks)
+            Ok(tracks.quality)
         })?;
-        publish_tracks(batch, TRACKS, &out)
+        // Same columns as the fits except the quality: share them.
+        let fb = f.batch();
+        let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
+        let qi = fb.schema().index_of("quality")?;
+        cols[qi] = concat_ref::<UInt8Type, _>(out.iter().map(Vec::as_slice));
+        batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)
     }
 }
 

@@ -209,6 +209,89 @@ impl PhiBinner {
     }
 }
 
+/// Lists of `u32` per row, stored flat (compressed rows): row `i` is
+/// `values[offsets[i]..offsets[i+1]]`. Replaces one heap list per hit or per cell.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Csr {
+    /// Row starts, one more than the rows (empty for a list of no rows).
+    pub offsets: Vec<u32>,
+    /// All rows' values, row after row.
+    pub values: Vec<u32>,
+}
+
+impl Csr {
+    /// `n` empty rows.
+    pub fn empty(n: usize) -> Self {
+        Self { offsets: vec![0; n + 1], values: Vec::new() }
+    }
+
+    /// From one list per row.
+    ///
+    /// ```
+    /// use quiver_reco::tracks::doublets::Csr;
+    /// let c = Csr::from_lists(&[vec![3, 1], vec![], vec![2]]);
+    /// assert_eq!(c.rows(), 3);
+    /// assert_eq!(c.of(0), &[3, 1]);
+    /// assert!(c.of(1).is_empty());
+    /// ```
+    pub fn from_lists(lists: &[Vec<u32>]) -> Self {
+        let mut c = Self { offsets: Vec::with_capacity(lists.len() + 1), values: Vec::new() };
+        c.offsets.push(0);
+        for l in lists {
+            c.values.extend_from_slice(l);
+            c.offsets.push(c.values.len() as u32);
+        }
+        c
+    }
+
+    /// Number of rows.
+    #[inline]
+    pub fn rows(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// The list of row `i`.
+    #[inline]
+    pub fn of(&self, i: usize) -> &[u32] {
+        &self.values[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+
+    /// Iterator over the rows' lists.
+    pub fn iter(&self) -> impl Iterator<Item = &[u32]> + '_ {
+        self.offsets.windows(2).map(|w| &self.values[w[0] as usize..w[1] as usize])
+    }
+
+    /// Groups `(row, value)` pairs by row in one counting sort, keeping their order inside a
+    /// row and at most `cap` values per row (the first ones win, as with a bounded push).
+    /// Returns the lists and the number of rows that had more than `cap`.
+    pub fn group_capped(n_rows: usize, pairs: impl Iterator<Item = (u32, u32)> + Clone, cap: u32) -> (Self, u32) {
+        let mut offsets = vec![0u32; n_rows + 1];
+        for (r, _) in pairs.clone() {
+            offsets[r as usize + 1] += 1;
+        }
+        let mut overflows = 0;
+        for r in 1..=n_rows {
+            let c = offsets[r];
+            if c > cap {
+                overflows += 1;
+            }
+            offsets[r] = offsets[r - 1] + c.min(cap);
+        }
+        let mut values = vec![0u32; offsets[n_rows] as usize];
+        // `cursor[r]` = next free slot of row r; it starts at the row start.
+        let mut cursor: Vec<u32> = offsets[..n_rows].to_vec();
+        for (r, v) in pairs {
+            let r = r as usize;
+            let k = cursor[r];
+            if k < offsets[r + 1] {
+                values[k as usize] = v;
+                cursor[r] = k + 1;
+            }
+        }
+        (Self { offsets, values }, overflows)
+    }
+}
+
 /// One doublet (the reference's `GPUCACell`, without its neighbour/track lists which the CA
 /// state keeps alongside).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -233,8 +316,9 @@ pub struct Cell {
 pub struct Doublets {
     /// Cells in creation order.
     pub cells: Vec<Cell>,
-    /// For each hit, the cells whose outer hit it is (at most `max_cells_per_hit`).
-    pub outer_hit_of_cell: Vec<Vec<u32>>,
+    /// For each hit, the cells whose outer hit it is (at most `max_cells_per_hit`, the first
+    /// ones in creation order). Empty (no rows) only for an event without hits.
+    pub outer_hit_of_cell: Csr,
     /// True if `max_number_of_doublets` was reached.
     pub cells_overflow: bool,
     /// Number of hits whose `outer_hit_of_cell` list overflowed.
@@ -284,7 +368,7 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
     let n_hits = hits.n_hits();
     let mut out = Doublets {
         cells: Vec::new(),
-        outer_hit_of_cell: vec![Vec::new(); n_hits],
+        outer_hit_of_cell: Csr::empty(n_hits),
         cells_overflow: false,
         outer_hit_overflows: 0,
     };
@@ -292,6 +376,7 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
         return Ok(out);
     }
     let binner = PhiBinner::new(hits.iphi, &hits.layer_start);
+    let packed = PackedBins::new(&binner, hits);
     let ls = &hits.layer_start;
 
     // Reference constants, computed in the same precision.
@@ -299,13 +384,21 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
     let min_radius: f32 = cfg.hard_pt_cut * cfg.radius_per_gev;
     let min_radius2_t4: f32 = 4.0f32 * min_radius * min_radius;
     let i2p: f32 = (std::f64::consts::PI / 32768.0) as f32;
-    let max_cells_per_hit = cfg.max_cells_per_hit as usize;
+    let max_doublets = cfg.max_number_of_doublets as usize;
+    let (do_z0_cut, z0_cut) = (cfg.do_z0_cut, cfg.z0_cut);
+    out.cells.reserve(max_doublets.min(n_hits * 16));
 
-    let mut overflowed_hit = vec![false; 0];
     for (pair_id, &(inner, outer)) in LAYER_PAIRS.iter().enumerate().take(n_pairs) {
         let (inner_l, outer_l) = (inner as usize, outer as usize);
         let phicut = cfg.phi_cuts[pair_id];
         let (minz, maxz, maxr) = (cfg.min_z[pair_id], cfg.max_z[pair_id], cfg.max_r[pair_id]);
+        // Pair-constant parts of the cluster-size cut.
+        let dy_barrel = if inner == 0 { cfg.max_dysize_12 } else { cfg.max_dysize };
+        let min_ysize = match (inner, outer > 3) {
+            (0, true) => cfg.min_ysize_b1,
+            (1, true) => cfg.min_ysize_b2,
+            _ => i32::MIN,
+        };
         for i in ls[inner_l] as usize..ls[inner_l + 1] as usize {
             let mi = hits.det_index[i];
             if mi > 2000 {
@@ -319,46 +412,46 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
             if cfg.do_cluster_cut {
                 let is_outer_ladder = cfg.ideal_conditions || (mi / 8).is_multiple_of(2);
                 mes = if inner > 0 || is_outer_ladder { hits.size_y[i] as i32 } else { -1 };
-                if inner == 0 && outer > 3 && mes > 0 && mes < cfg.min_ysize_b1 {
-                    continue;
-                }
-                if inner == 1 && outer > 3 && mes > 0 && mes < cfg.min_ysize_b2 {
+                if mes > 0 && mes < min_ysize {
                     continue;
                 }
             }
             let mep = hits.iphi[i];
             let mer = hits.r_global[i];
 
+            // Outer bins kl..=kh with wrap-around: at most two contiguous runs of the packed
+            // hits, visited in the reference's bin order (none when kh + 1 wraps onto kl).
             let kl = PhiBinner::bin(mep.wrapping_sub(phicut));
             let kh = PhiBinner::bin(mep.wrapping_add(phicut));
             let khh = (kh + 1) % PHI_BINS;
-            let mut kk = kl;
-            while kk != khh {
-                for &oi in binner.hits_in(outer_l, kk) {
-                    let oi = oi as usize;
-                    if hits.det_index[oi] > 2000 {
-                        continue;
-                    }
-                    let zo = hits.z_global[oi];
-                    let ro = hits.r_global[oi];
-                    if cfg.do_z0_cut {
-                        let dr = ro - mer;
-                        if dr > maxr || dr < 0.0 || (mez * ro - mer * zo).abs() > cfg.z0_cut * dr {
-                            continue;
-                        }
-                    }
-                    let mop = hits.iphi[oi];
-                    let a = (mop.wrapping_sub(mep) as i32).abs();
-                    let b = (mep.wrapping_sub(mop) as i32).abs();
-                    let idphi = a.min(b) as u16;
-                    if idphi as i32 > phicut as i32 {
+            let runs: [(usize, usize); 2] = if kl < khh {
+                [(kl, khh), (0, 0)]
+            } else if kl > khh {
+                [(kl, PHI_BINS), (0, khh)]
+            } else {
+                [(0, 0), (0, 0)]
+            };
+            for (b0, b1) in runs {
+                if b0 == b1 {
+                    continue;
+                }
+                for o in packed.range(outer_l, b0, b1) {
+                    let zo = o.z;
+                    let ro = o.r;
+                    // The z0 and φ cuts are pure predicates: evaluate both without
+                    // short-circuit so that most candidates cost one (rarely taken) branch.
+                    let dr = ro - mer;
+                    let z0_fails = do_z0_cut & ((dr > maxr) | (dr < 0.0) | ((mez * ro - mer * zo).abs() > z0_cut * dr));
+                    // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
+                    // |a − b| (the two differ only for −32768, where both are 32768).
+                    let idphi = (o.iphi.wrapping_sub(mep) as i32).unsigned_abs() as u16;
+                    if z0_fails | (idphi as i32 > phicut as i32) {
                         continue;
                     }
                     if cfg.do_cluster_cut {
-                        let so = hits.size_y[oi] as i32;
+                        let so = o.size_y as i32;
                         let fails = if outer < 4 {
-                            let dy = if inner == 0 { cfg.max_dysize_12 } else { cfg.max_dysize };
-                            mes > 0 && so > 0 && (so - mes).abs() > dy
+                            mes > 0 && so > 0 && (so - mes).abs() > dy_barrel
                         } else {
                             inner < 4 && mes > 0 && {
                                 let pred = (((mez - zo) / (mer - ro)).abs() * dzdr_fact + 0.5f32) as i32;
@@ -375,36 +468,74 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
                             continue;
                         }
                     }
-                    if out.cells.len() as u64 >= cfg.max_number_of_doublets as u64 {
+                    if out.cells.len() >= max_doublets {
+                        // Full: nothing more can be added for the rest of the event.
                         out.cells_overflow = true;
                         break;
                     }
                     let ind = out.cells.len() as u32;
                     out.cells.push(Cell {
                         inner: i as u32,
-                        outer: oi as u32,
+                        outer: o.idx,
                         pair: pair_id as u8,
                         doublet_id: ind as i32,
                         used: 0,
                         inner_z: mez,
                         inner_r: mer,
                     });
-                    let list = &mut out.outer_hit_of_cell[oi];
-                    if list.len() < max_cells_per_hit {
-                        list.push(ind);
-                    } else {
-                        if overflowed_hit.is_empty() {
-                            overflowed_hit = vec![false; n_hits];
-                        }
-                        if !overflowed_hit[oi] {
-                            overflowed_hit[oi] = true;
-                            out.outer_hit_overflows += 1;
-                        }
-                    }
                 }
-                kk = (kk + 1) % PHI_BINS;
             }
         }
     }
+    // Cells ending on each hit, first `max_cells_per_hit` in creation order.
+    let (lists, overflows) =
+        Csr::group_capped(n_hits, out.cells.iter().enumerate().map(|(c, cell)| (cell.outer, c as u32)), cfg.max_cells_per_hit);
+    out.outer_hit_of_cell = lists;
+    out.outer_hit_overflows = overflows;
     Ok(out)
+}
+
+/// The valid hits of every (layer, φ bin) in the binner's order, with the values the doublet
+/// search reads packed together so that a window of bins is one contiguous scan.
+struct PackedBins {
+    /// Start of each (layer, bin) run, `N_LAYERS·PHI_BINS + 1` entries.
+    off: Vec<u32>,
+    hits: Vec<PackedHit>,
+}
+
+#[derive(Clone, Copy)]
+struct PackedHit {
+    z: f32,
+    r: f32,
+    idx: u32,
+    iphi: i16,
+    size_y: i16,
+}
+
+impl PackedBins {
+    fn new(binner: &PhiBinner, h: &HitsView) -> Self {
+        let nb = N_LAYERS * PHI_BINS;
+        let mut off = Vec::with_capacity(nb + 1);
+        let mut hits = Vec::with_capacity(binner.bins.len());
+        off.push(0);
+        for b in 0..nb {
+            for &i in &binner.bins[binner.off[b] as usize..binner.off[b + 1] as usize] {
+                let i = i as usize;
+                // Invalid hits are never paired: leave them out.
+                if h.det_index[i] > 2000 {
+                    continue;
+                }
+                hits.push(PackedHit { z: h.z_global[i], r: h.r_global[i], idx: i as u32, iphi: h.iphi[i], size_y: h.size_y[i] });
+            }
+            off.push(hits.len() as u32);
+        }
+        Self { off, hits }
+    }
+
+    /// Hits of bins `b0..b1` of `layer`.
+    #[inline]
+    fn range(&self, layer: usize, b0: usize, b1: usize) -> &[PackedHit] {
+        let base = layer * PHI_BINS;
+        &self.hits[self.off[base + b0] as usize..self.off[base + b1] as usize]
+    }
 }

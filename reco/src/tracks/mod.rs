@@ -369,35 +369,50 @@ pub fn doublets_from_columns(
         )));
     }
     let n_hits = hits.n_hits();
-    let mut d = doublets::Doublets { outer_hit_of_cell: vec![Vec::new(); n_hits], ..Default::default() };
-    for c in 0..n {
-        let (i, o) = (inner[c] as usize, outer[c] as usize);
-        if i >= n_hits || o >= n_hits {
-            return Err(TrackError::Invalid(format!("cell {c}: hits {i}, {o} of {n_hits}")));
-        }
-        d.cells.push(doublets::Cell {
-            inner: i as u32,
-            outer: o as u32,
-            pair: pair[c],
+    if let Some(c) = inner.iter().zip(outer).position(|(&i, &o)| i as usize >= n_hits || o as usize >= n_hits) {
+        return Err(TrackError::Invalid(format!("cell {c}: hits {}, {} of {n_hits}", inner[c], outer[c])));
+    }
+    let (z, r) = (hits.z_global, hits.r_global);
+    let cells = inner
+        .iter()
+        .zip(outer)
+        .zip(pair)
+        .enumerate()
+        .map(|(c, ((&i, &o), &p))| doublets::Cell {
+            inner: i,
+            outer: o,
+            pair: p,
             doublet_id: c as i32,
             used: 0,
-            inner_z: hits.z_global[i],
-            inner_r: hits.r_global[i],
-        });
-        if listed[c] {
-            d.outer_hit_of_cell[o].push(c as u32);
+            inner_z: z[i as usize],
+            inner_r: r[i as usize],
+        })
+        .collect();
+    // The listed cells of each outer hit, in cell order (one counting sort).
+    let mut offsets = vec![0u32; n_hits + 1];
+    for (&o, &l) in outer.iter().zip(listed) {
+        offsets[o as usize + 1] += l as u32;
+    }
+    for h in 0..n_hits {
+        offsets[h + 1] += offsets[h];
+    }
+    let mut values = vec![0u32; offsets[n_hits] as usize];
+    let mut cursor = offsets[..n_hits].to_vec();
+    for (c, (&o, &l)) in outer.iter().zip(listed).enumerate() {
+        if l {
+            let k = &mut cursor[o as usize];
+            values[*k as usize] = c as u32;
+            *k += 1;
         }
     }
-    Ok(d)
+    Ok(doublets::Doublets { cells, outer_hit_of_cell: doublets::Csr { offsets, values }, ..Default::default() })
 }
 
 /// Whether each cell is in its outer hit's cell list (the `listed` column of the doublets).
 pub fn listed_cells(d: &doublets::Doublets) -> Vec<bool> {
     let mut listed = vec![false; d.cells.len()];
-    for list in &d.outer_hit_of_cell {
-        for &c in list {
-            listed[c as usize] = true;
-        }
+    for &c in &d.outer_hit_of_cell.values {
+        listed[c as usize] = true;
     }
     listed
 }

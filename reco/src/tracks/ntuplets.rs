@@ -3,7 +3,7 @@
 //! `gpuPixelDoublets::fishbone`, `kernel_find_ntuplets`/`GPUCACell::find_ntuplets` and
 //! `kernel_earlyDuplicateRemover`, serial loop order, f32 arithmetic as in the reference).
 
-use super::doublets::{Cell, Doublets};
+use super::doublets::{Cell, Csr, Doublets};
 use super::{HitsView, Quality, TrackError};
 
 /// Last detIndex (exclusive) of BPix layer 1.
@@ -87,15 +87,12 @@ pub struct CaState {
     /// Cells in creation order.
     pub cells: Vec<Cell>,
     /// Cells ending on each hit.
-    pub outer_hit_of_cell: Vec<Vec<u32>>,
-    /// Outer neighbours of each cell, in connection order.
-    pub neighbors: Vec<Vec<u32>>,
-    /// Tuples through each cell, in creation order.
-    pub cell_tracks: Vec<Vec<u32>>,
-    /// Neighbour lists handed out so far (the shared empty list counts as one).
-    n_neighbor_lists: u32,
-    /// Track lists handed out so far.
-    n_track_lists: u32,
+    pub outer_hit_of_cell: Csr,
+    /// Outer neighbours of each cell, in connection order (filled by [`connect`]).
+    pub neighbors: Csr,
+    /// Tuples through each cell, in creation order (filled by [`find_ntuplets`] or
+    /// [`CaState::replay_tracks`]).
+    pub cell_tracks: Csr,
     /// Carried from the doublets.
     pub cells_overflow: bool,
     /// Carried from the doublets.
@@ -112,6 +109,63 @@ pub struct CaState {
     pub tuple_cell_offsets: Vec<u32>,
 }
 
+/// Per-cell lists with the reference's capacities: at most `max_lists` cells may own a list
+/// (the shared empty list counts as one, so the count starts at 1) and at most `per_list`
+/// entries each. Insertions are decided in call order, as the reference's, and stored as
+/// pairs; [`CappedLists::finish`] groups them per cell in that order.
+pub(crate) struct CappedLists {
+    count: Vec<u32>,
+    pairs: Vec<(u32, u32)>,
+    n_lists: u32,
+    max_lists: u32,
+    per_list: u32,
+    overflows: u32,
+}
+
+impl CappedLists {
+    pub(crate) fn new(n_cells: usize, max_lists: u32, per_list: u32) -> Self {
+        Self { count: vec![0; n_cells], pairs: Vec::new(), n_lists: 1, max_lists, per_list, overflows: 0 }
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, cell: usize, v: u32) {
+        let n = self.count[cell];
+        if n == 0 {
+            if self.n_lists >= self.max_lists {
+                self.overflows += 1;
+                return;
+            }
+            self.n_lists += 1;
+        }
+        if n < self.per_list {
+            self.count[cell] = n + 1;
+            self.pairs.push((cell as u32, v));
+        } else {
+            self.overflows += 1;
+        }
+    }
+
+    /// The lists (every pair was accepted, so no capacity applies here) and the overflows.
+    pub(crate) fn finish(self) -> (Csr, u32) {
+        let n = self.count.len();
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0u32);
+        let mut acc = 0u32;
+        for &c in &self.count {
+            acc += c;
+            offsets.push(acc);
+        }
+        let mut values = vec![0u32; acc as usize];
+        let mut cursor: Vec<u32> = offsets[..n].to_vec();
+        for &(c, v) in &self.pairs {
+            let k = &mut cursor[c as usize];
+            values[*k as usize] = v;
+            *k += 1;
+        }
+        (Csr { offsets, values }, self.overflows)
+    }
+}
+
 impl CaState {
     /// Wraps the doublets.
     pub fn new(d: Doublets) -> Self {
@@ -119,10 +173,8 @@ impl CaState {
         Self {
             cells: d.cells,
             outer_hit_of_cell: d.outer_hit_of_cell,
-            neighbors: vec![Vec::new(); n],
-            cell_tracks: vec![Vec::new(); n],
-            n_neighbor_lists: 1,
-            n_track_lists: 1,
+            neighbors: Csr::empty(n),
+            cell_tracks: Csr::empty(n),
             cells_overflow: d.cells_overflow,
             outer_hit_overflows: d.outer_hit_overflows,
             neighbor_overflows: 0,
@@ -136,6 +188,8 @@ impl CaState {
     /// adding them in the order `find_ntuplets` did, with the same capacities: the state a
     /// later step (the quality cleaners) needs, from products of an earlier one.
     pub fn replay_tracks(&mut self, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
+        let mut lists = CappedLists::new(self.cells.len(), cfg.max_active_doublets, cfg.max_cell_tracks);
+        lists.pairs.reserve(tuple_cells.len());
         for (it, w) in tuple_cell_offsets.windows(2).enumerate() {
             let cells = tuple_cells
                 .get(w[0] as usize..w[1] as usize)
@@ -144,40 +198,13 @@ impl CaState {
                 if c as usize >= self.cells.len() {
                     return Err(TrackError::Invalid(format!("tuple {it}: cell {c} of {}", self.cells.len())));
                 }
-                self.add_track(c as usize, it as u32, cfg);
+                lists.push(c as usize, it as u32);
             }
         }
+        let (l, o) = lists.finish();
+        self.cell_tracks = l;
+        self.track_overflows += o;
         Ok(())
-    }
-
-    fn add_outer_neighbor(&mut self, cell: usize, t: u32, cfg: &NtupletConfig) {
-        if self.neighbors[cell].is_empty() {
-            if self.n_neighbor_lists >= cfg.max_active_doublets {
-                self.neighbor_overflows += 1;
-                return;
-            }
-            self.n_neighbor_lists += 1;
-        }
-        if self.neighbors[cell].len() < cfg.max_cell_neighbors as usize {
-            self.neighbors[cell].push(t);
-        } else {
-            self.neighbor_overflows += 1;
-        }
-    }
-
-    fn add_track(&mut self, cell: usize, t: u32, cfg: &NtupletConfig) {
-        if self.cell_tracks[cell].is_empty() {
-            if self.n_track_lists >= cfg.max_active_doublets {
-                self.track_overflows += 1;
-                return;
-            }
-            self.n_track_lists += 1;
-        }
-        if self.cell_tracks[cell].len() < cfg.max_cell_tracks as usize {
-            self.cell_tracks[cell].push(t);
-        } else {
-            self.track_overflows += 1;
-        }
     }
 }
 
@@ -313,47 +340,55 @@ fn dca_cut(x1: f32, y1: f32, x2: f32, y2: f32, x3: f32, y3: f32, max_dca: f32, m
 /// let hits = cols.view(&cpe);
 /// let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
 /// connect(&hits, &mut ca, &NtupletConfig::default());
-/// assert_eq!(ca.neighbors.iter().map(|n| n.len()).sum::<usize>(), 1);
+/// assert_eq!(ca.neighbors.values.len(), 1);
 /// ```
 pub fn connect(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
-    for idx in 0..ca.cells.len() {
-        let this = ca.cells[idx];
+    let n_cells = ca.cells.len();
+    let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_neighbors);
+    let (xg, yg, rg, zg, det) = (hits.x_global, hits.y_global, hits.r_global, hits.z_global, hits.det_index);
+    let ohc = &ca.outer_hit_of_cell;
+    // The (r, z, hit) of the inner hit of every listed cell, next to the lists: each list is
+    // scanned by every cell starting on that hit, so read it contiguously.
+    let inner_rz: Vec<(f32, f32, u32)> = ohc
+        .values
+        .iter()
+        .map(|&c| {
+            let cell = &ca.cells[c as usize];
+            (cell.inner_r, cell.inner_z, cell.inner)
+        })
+        .collect();
+    let cells = &mut ca.cells;
+    for idx in 0..n_cells {
+        let this = cells[idx];
         let inner = this.inner as usize;
         let outer = this.outer as usize;
         let (ri, zi) = (this.inner_r, this.inner_z);
-        let (ro, zo) = (hits.r_global[outer], hits.z_global[outer]);
-        let is_barrel = hits.det_index[inner] < LAST_BARREL_DET_INDEX;
+        let (ro, zo) = (rg[outer], zg[outer]);
+        let is_barrel = det[inner] < LAST_BARREL_DET_INDEX;
         let theta_cut = if is_barrel { cfg.ca_theta_cut_barrel } else { cfg.ca_theta_cut_forward };
-        let n_possible = ca.outer_hit_of_cell[inner].len();
-        for j in 0..n_possible {
-            let other = ca.outer_hit_of_cell[inner][j] as usize;
-            let oc = ca.cells[other];
-            let aligned = are_aligned_rz(oc.inner_r, oc.inner_z, ri, zi, ro, zo, cfg.ptmin, theta_cut);
-            if !aligned {
+        let (xi, yi, xo, yo) = (xg[inner], yg[inner], xg[outer], yg[outer]);
+        let mut used = false;
+        let (k0, k1) = (ohc.offsets[inner] as usize, ohc.offsets[inner + 1] as usize);
+        for (&other, &(r1, z1, oi)) in ohc.values[k0..k1].iter().zip(&inner_rz[k0..k1]) {
+            let other = other as usize;
+            if !are_aligned_rz(r1, z1, ri, zi, ro, zo, cfg.ptmin, theta_cut) {
                 continue;
             }
-            let oi = oc.inner as usize;
-            let max_dca = if hits.det_index[oi] < LAST_BPIX1_DET_INDEX {
-                cfg.dca_cut_inner_triplet
-            } else {
-                cfg.dca_cut_outer_triplet
-            };
-            if dca_cut(
-                hits.x_global[oi],
-                hits.y_global[oi],
-                hits.x_global[inner],
-                hits.y_global[inner],
-                hits.x_global[outer],
-                hits.y_global[outer],
-                max_dca,
-                cfg.hard_curv_cut,
-            ) {
-                ca.add_outer_neighbor(other, idx as u32, cfg);
-                ca.cells[idx].used |= 1;
-                ca.cells[other].used |= 1;
+            let oi = oi as usize;
+            let max_dca = if det[oi] < LAST_BPIX1_DET_INDEX { cfg.dca_cut_inner_triplet } else { cfg.dca_cut_outer_triplet };
+            if dca_cut(xg[oi], yg[oi], xi, yi, xo, yo, max_dca, cfg.hard_curv_cut) {
+                lists.push(other, idx as u32);
+                used = true;
+                cells[other].used |= 1;
             }
         }
+        if used {
+            cells[idx].used |= 1;
+        }
     }
+    let (l, o) = lists.finish();
+    ca.neighbors = l;
+    ca.neighbor_overflows += o;
 }
 
 /// Fishbone: among the (connected; with `check_track`, track-carrying) cells ending on the
@@ -382,8 +417,8 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
     let mut n = vec![0f32; cap];
     let mut d = vec![0u16; cap];
     let mut cc = vec![0u32; cap];
-    for idy in 0..ca.outer_hit_of_cell.len() {
-        let vc = &ca.outer_hit_of_cell[idy];
+    for idy in 0..ca.outer_hit_of_cell.rows() {
+        let vc = ca.outer_hit_of_cell.of(idy);
         if vc.len() < 2 {
             continue;
         }
@@ -396,7 +431,7 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
             if ci.used == 0 {
                 continue;
             }
-            if check_track && ca.cell_tracks[ic as usize].is_empty() {
+            if check_track && ca.cell_tracks.of(ic as usize).is_empty() {
                 continue;
             }
             let inn = ci.inner as usize;
@@ -446,19 +481,33 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
 /// ```
 pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, TrackError> {
     let mut t = Tuples { offsets: vec![0], hits: Vec::new(), quality: Vec::new(), overflow: false };
-    let mut stack: Vec<u32> = Vec::with_capacity(MAX_DEPTH);
+    let mut search = Search {
+        cells: &ca.cells,
+        neighbors: &ca.neighbors,
+        tracks: CappedLists::new(ca.cells.len(), cfg.max_active_doublets, cfg.max_cell_tracks),
+        tuple_cells: std::mem::take(&mut ca.tuple_cells),
+        tuple_cell_offsets: std::mem::take(&mut ca.tuple_cell_offsets),
+        stack: [0; MAX_DEPTH],
+        depth: 0,
+        cfg,
+    };
     for idx in 0..ca.cells.len() {
-        let c = ca.cells[idx];
+        let c = &ca.cells[idx];
         if c.doublet_id < 0 {
             continue;
         }
         let pid = c.pair;
         let doit = if cfg.min_hits_per_ntuplet > 3 { pid < 3 } else { !(8..=12).contains(&pid) };
         if doit {
-            stack.clear();
-            dfs(ca, idx, MAX_DEPTH, &mut stack, &mut t, cfg)?;
+            search.depth = 0;
+            search.dfs(idx, &mut t)?;
         }
     }
+    let (tracks, overflows) = search.tracks.finish();
+    ca.tuple_cells = search.tuple_cells;
+    ca.tuple_cell_offsets = search.tuple_cell_offsets;
+    ca.cell_tracks = tracks;
+    ca.track_overflows += overflows;
     if t.overflow && !t.is_empty() {
         // The reference's overflow finalisation closes the container at the start of its
         // last tuple, which therefore ends up empty.
@@ -470,64 +519,74 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     Ok(t)
 }
 
-fn dfs(
-    ca: &mut CaState,
-    cell: usize,
+/// State of the depth-first search: the graph (read only), the path so far and what the
+/// leaves produce.
+struct Search<'a> {
+    cells: &'a [Cell],
+    neighbors: &'a Csr,
+    tracks: CappedLists,
+    tuple_cells: Vec<u32>,
+    tuple_cell_offsets: Vec<u32>,
+    /// Cells of the current path (doublet ids), `depth` of them.
+    stack: [u32; MAX_DEPTH],
     depth: usize,
-    stack: &mut Vec<u32>,
-    t: &mut Tuples,
-    cfg: &NtupletConfig,
-) -> Result<(), TrackError> {
-    if depth == 0 {
-        return Err(TrackError::PathTooLong(MAX_DEPTH));
-    }
-    stack.push(ca.cells[cell].doublet_id as u32);
-    let mut last = true;
-    let n_neigh = ca.neighbors[cell].len();
-    for j in 0..n_neigh {
-        let other = ca.neighbors[cell][j] as usize;
-        if ca.cells[other].doublet_id < 0 {
-            continue;
+    cfg: &'a NtupletConfig,
+}
+
+impl Search<'_> {
+    fn dfs(&mut self, cell: usize, t: &mut Tuples) -> Result<(), TrackError> {
+        if self.depth == MAX_DEPTH {
+            return Err(TrackError::PathTooLong(MAX_DEPTH));
         }
-        last = false;
-        dfs(ca, other, depth - 1, stack, t, cfg)?;
-    }
-    if last && stack.len() as u32 + 1 >= cfg.min_hits_per_ntuplet {
-        if t.len() >= cfg.max_tuples as usize {
-            t.overflow = true;
-        } else {
-            let it = t.len() as u32;
-            for &c in stack.iter() {
-                t.hits.push(ca.cells[c as usize].inner);
+        self.stack[self.depth] = self.cells[cell].doublet_id as u32;
+        self.depth += 1;
+        let mut last = true;
+        let neighbors = self.neighbors;
+        for &other in neighbors.of(cell) {
+            let other = other as usize;
+            if self.cells[other].doublet_id < 0 {
+                continue;
             }
-            t.hits.push(ca.cells[cell].outer);
-            t.offsets.push(t.hits.len() as u32);
-            t.quality.push(Quality::Bad);
-            for k in 0..stack.len() {
-                let c = stack[k] as usize;
-                ca.add_track(c, it, cfg);
-            }
-            ca.tuple_cells.extend_from_slice(stack);
-            ca.tuple_cell_offsets.push(ca.tuple_cells.len() as u32);
+            last = false;
+            self.dfs(other, t)?;
         }
+        if last && self.depth as u32 + 1 >= self.cfg.min_hits_per_ntuplet {
+            if t.len() >= self.cfg.max_tuples as usize {
+                t.overflow = true;
+            } else {
+                let it = t.len() as u32;
+                let path = &self.stack[..self.depth];
+                for &c in path {
+                    t.hits.push(self.cells[c as usize].inner);
+                }
+                t.hits.push(self.cells[cell].outer);
+                t.offsets.push(t.hits.len() as u32);
+                t.quality.push(Quality::Bad);
+                for &c in path {
+                    self.tracks.push(c as usize, it);
+                }
+                self.tuple_cells.extend_from_slice(path);
+                self.tuple_cell_offsets.push(self.tuple_cells.len() as u32);
+            }
+        }
+        self.depth -= 1;
+        Ok(())
     }
-    stack.pop();
-    Ok(())
 }
 
 /// For each cell shared by several tuples, marks the tuples shorter than the longest as dup.
 ///
 /// ```
-/// use quiver_reco::tracks::{ntuplets::*, doublets::Doublets, Quality};
+/// use quiver_reco::tracks::{ntuplets::*, doublets::{Csr, Doublets}, Quality};
 /// let mut ca = CaState::new(Doublets::default());
-/// ca.cell_tracks = vec![vec![0, 1]];
+/// ca.cell_tracks = Csr::from_lists(&[vec![0, 1]]);
 /// let mut t = Tuples { offsets: vec![0, 4, 7], hits: vec![0, 1, 2, 3, 0, 1, 4],
 ///                      quality: vec![Quality::Bad; 2], overflow: false };
 /// early_duplicate_remover(&ca, &mut t);
 /// assert_eq!(t.quality, vec![Quality::Bad, Quality::Dup]);
 /// ```
 pub fn early_duplicate_remover(ca: &CaState, t: &mut Tuples) {
-    for tracks in &ca.cell_tracks {
+    for tracks in ca.cell_tracks.iter() {
         if tracks.len() < 2 {
             continue;
         }

@@ -113,13 +113,13 @@ pub fn classify_tracks(tuples: &Tuples, tracks: &Tracks, cfg: &QualityConfig, qu
 /// use quiver_reco::tracks::{doublets::*, ntuplets::CaState, quality::fishbone_cleaner, Quality};
 /// let cell = Cell { inner: 0, outer: 1, pair: 0, doublet_id: -1, used: 1, inner_z: 0.0, inner_r: 2.9 };
 /// let mut ca = CaState::new(Doublets { cells: vec![cell], ..Doublets::default() });
-/// ca.cell_tracks[0] = vec![1];
+/// ca.cell_tracks = Csr::from_lists(&[vec![1]]);
 /// let mut q = vec![Quality::Loose; 2];
 /// fishbone_cleaner(&ca, &mut q);
 /// assert_eq!(q, vec![Quality::Loose, Quality::Bad]);
 /// ```
 pub fn fishbone_cleaner(ca: &CaState, quality: &mut [Quality]) {
-    for (c, tr) in ca.cells.iter().zip(&ca.cell_tracks) {
+    for (c, tr) in ca.cells.iter().zip(ca.cell_tracks.iter()) {
         if c.doublet_id >= 0 {
             continue;
         }
@@ -133,16 +133,16 @@ pub fn fishbone_cleaner(ca: &CaState, quality: &mut [Quality]) {
 /// every other non-bad tuple dup.
 ///
 /// ```
-/// use quiver_reco::tracks::{doublets::Doublets, ntuplets::CaState, quality::*, Quality, Tracks};
+/// use quiver_reco::tracks::{doublets::{Csr, Doublets}, ntuplets::CaState, quality::*, Quality, Tracks};
 /// let mut ca = CaState::new(Doublets::default());
-/// ca.cell_tracks = vec![vec![0, 1]];
+/// ca.cell_tracks = Csr::from_lists(&[vec![0, 1]]);
 /// let tracks = Tracks { state: vec![[0.0, 0.2, 0.0, 0.0, 0.0], [0.0, -0.1, 0.0, 0.0, 0.0]], ..Tracks::default() };
 /// let mut q = vec![Quality::Loose; 2];
 /// fast_duplicate_remover(&ca, &tracks, &mut q);
 /// assert_eq!(q, vec![Quality::Dup, Quality::Loose]);
 /// ```
 pub fn fast_duplicate_remover(ca: &CaState, tracks: &Tracks, quality: &mut [Quality]) {
-    for tr in &ca.cell_tracks {
+    for tr in ca.cell_tracks.iter() {
         if tr.len() < 2 {
             continue;
         }

@@ -180,7 +180,7 @@ fn doublet_capacities() {
     let cfg = only("none");
     let d = build_doublets(&cols.view(&cpe), &cfg, N_PAIRS).unwrap();
     assert_eq!(d.cells.len(), 130);
-    assert_eq!(d.outer_hit_of_cell[130].len(), 128);
+    assert_eq!(d.outer_hit_of_cell.of(130).len(), 128);
     assert_eq!(d.outer_hit_overflows, 1);
     let cfg = DoubletConfig { max_number_of_doublets: 100, ..only("none") };
     let d = build_doublets(&cols.view(&cpe), &cfg, N_PAIRS).unwrap();
@@ -377,9 +377,9 @@ fn triplet_cleaner_keeps_smallest_tip_and_longest() {
 
 #[test]
 fn fast_duplicate_remover_keeps_loose_with_smallest_tip() {
-    let d = super::doublets::Doublets { cells: vec![], outer_hit_of_cell: vec![], ..Default::default() };
+    let d = super::doublets::Doublets { cells: vec![], ..Default::default() };
     let mut ca = CaState::new(d);
-    ca.cell_tracks = vec![vec![0, 1, 2], vec![3]];
+    ca.cell_tracks = super::doublets::Csr::from_lists(&[vec![0, 1, 2], vec![3]]);
     let mut tracks = Tracks { state: vec![[0.0; 5]; 4], ..Tracks::default() };
     tracks.state[0][1] = 0.02;
     tracks.state[1][1] = 0.01;
@@ -784,4 +784,50 @@ fn stages_through_columns_equal_the_whole_chain() {
     }
     assert!(tuples_from_columns(&[0, 3], &[1, 2], &[0]).is_err());
     assert!(ca_state_for_quality(&[true], &[5], &[0, 1], &CaConfig::default()).is_err());
+}
+
+/// The flat per-cell lists keep the semantics of one bounded list per cell: a cell gets a
+/// list only while fewer than `max_lists` are handed out (the shared empty one counts), each
+/// list keeps its first `per_list` values, every refused value counts as an overflow.
+#[test]
+fn capped_lists_match_bounded_vectors() {
+    use super::ntuplets::CappedLists;
+    let mut g = Gauss::new(11);
+    for (n_cells, max_lists, per_list) in [(7usize, 4u32, 3u32), (20, 65_536, 2), (5, 1, 4), (12, 6, 36)] {
+        let mut lists = CappedLists::new(n_cells, max_lists, per_list);
+        let mut model: Vec<Vec<u32>> = vec![Vec::new(); n_cells];
+        let (mut n_lists, mut overflows) = (1u32, 0u32);
+        for v in 0..200u32 {
+            let cell = ((g.sample().abs() * 3.0) as usize) % n_cells;
+            lists.push(cell, v);
+            if model[cell].is_empty() {
+                if n_lists >= max_lists {
+                    overflows += 1;
+                    continue;
+                }
+                n_lists += 1;
+            }
+            if model[cell].len() < per_list as usize {
+                model[cell].push(v);
+            } else {
+                overflows += 1;
+            }
+        }
+        let (csr, o) = lists.finish();
+        assert_eq!(csr, super::doublets::Csr::from_lists(&model));
+        assert_eq!(o, overflows);
+    }
+}
+
+/// Grouping (row, value) pairs keeps the first `cap` values of each row in input order.
+#[test]
+fn csr_group_capped_keeps_first_values() {
+    use super::doublets::Csr;
+    let pairs = [(2u32, 10u32), (0, 11), (2, 12), (2, 13), (1, 14), (2, 15), (0, 16)];
+    let (c, overflows) = Csr::group_capped(4, pairs.iter().copied(), 2);
+    assert_eq!(c, Csr::from_lists(&[vec![11, 16], vec![14], vec![10, 12], vec![]]));
+    assert_eq!(overflows, 1);
+    let (c, overflows) = Csr::group_capped(3, pairs.iter().copied(), u32::MAX);
+    assert_eq!(c.of(2), &[10, 12, 13, 15]);
+    assert_eq!(overflows, 0);
 }
