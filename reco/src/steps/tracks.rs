@@ -1,5 +1,6 @@
 //! Adapters of the tracking: pixel tracks from hits, primary vertices from tracks.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::types::{Float32Type, Int16Type, Int8Type, UInt16Type, UInt32Type, UInt8Type};
@@ -278,6 +279,15 @@ struct QualityStep {
     fits: ProductKey,
     cpe: Arc<CpeParams>,
     cfg: CaConfig,
+    /// Events, tracks and loose tracks seen, for the run summary.
+    tally: [AtomicU64; 3],
+}
+
+fn per_event_report(tally: &[AtomicU64], what: &[&str]) -> Option<String> {
+    let events = tally[0].load(Ordering::Relaxed).max(1) as f64;
+    let parts: Vec<String> =
+        what.iter().zip(&tally[1..]).map(|(w, n)| format!("{:.1} {w}", n.load(Ordering::Relaxed) as f64 / events)).collect();
+    Some(format!("per event: {}", parts.join(", ")))
 }
 
 /// What the quality stage reads of one event's fitted tracks (state, pT, χ²), from a
@@ -320,12 +330,19 @@ impl Step for QualityStep {
             stage_quality(&hits, &tuples, &ca, &mut tracks, &self.cfg);
             Ok(tracks.quality)
         })?;
+        self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
+        self.tally[1].fetch_add(out.iter().map(|q| q.len() as u64).sum(), Ordering::Relaxed);
+        self.tally[2].fetch_add(out.iter().flatten().filter(|&&q| q == crate::vertices::quality::LOOSE).count() as u64, Ordering::Relaxed);
         // Same columns as the fits except the quality: share them.
         let fb = f.batch();
         let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
         let qi = fb.schema().index_of("quality")?;
         cols[qi] = concat_ref::<UInt8Type, _>(out.iter().map(Vec::as_slice));
         batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(per_event_report(&self.tally, &["tracks", "loose tracks"]))
     }
 }
 
@@ -385,6 +402,8 @@ fn fixed_values<'a>(p: &'a Product, name: &str) -> Result<(&'a [f32], usize)> {
 struct VerticesStep {
     input: ProductKey,
     cfg: VertexConfig,
+    /// Events and vertices seen, for the run summary.
+    tally: [AtomicU64; 2],
 }
 
 impl Step for VerticesStep {
@@ -426,9 +445,15 @@ impl Step for VerticesStep {
             concat_ref::<UInt16Type, _>(ranks.iter().map(Vec::as_slice)),
             list_column(lengths, tracks_flat)?,
         ];
+        self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
+        self.tally[1].fetch_add(out.iter().map(|v| v.zv.len() as u64).sum(), Ordering::Relaxed);
         publish(batch, VERTICES, cols, out.iter().map(|v| v.zv.len()))?;
         let idv = vec![concat_ref::<Int16Type, _>(out.iter().map(|v| v.idv.as_slice()))];
         batch.put(Product::new(RecordBatch::try_new(schema(TRACK_VERTICES), idv)?, t.offsets().clone())?)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(per_event_report(&self.tally, &["vertices"]))
     }
 }
 
@@ -495,6 +520,7 @@ pub(super) fn register(r: &mut Registry) {
                 fits: cfg.input("fits")?,
                 cpe: cond(cfg)?,
                 cfg: ca_config(cfg)?,
+                tally: Default::default(),
             }))
         },
     });
@@ -533,7 +559,7 @@ pub(super) fn register(r: &mut Registry) {
                 ..Default::default()
             };
             vc.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
-            Ok(Box::new(VerticesStep { input: cfg.input("input")?, cfg: vc }))
+            Ok(Box::new(VerticesStep { input: cfg.input("input")?, cfg: vc, tally: Default::default() }))
         },
     });
 }
