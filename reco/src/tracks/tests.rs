@@ -831,3 +831,114 @@ fn csr_group_capped_keeps_first_values() {
     assert_eq!(c.of(2), &[10, 12, 13, 15]);
     assert_eq!(overflows, 0);
 }
+
+// A low-|η| looper captured from a generated event (event 0 of `quiver generate --events 10`,
+// antiproton, true pT 1.32 GeV, η −0.0087, φ0 0.286, z0 1.43 cm). With R ≈ 115 cm and
+// |cotθ| < 0.01 the generator transports it around its full circle, so it crosses the pixel
+// barrel three times: outward (first leg), inward on the opposite side (return leg, r
+// decreasing in time), and outward again from the beam line (second leg), each loop moving z
+// by ≈ −4.7 cm. Hit positions (beam-spot frame) and f32 global covariances exactly as
+// `fit_tuples` builds them; the CA hands every tuple over inner to outer in radius.
+const LOOPER_FIRST_LEG: [[f32; 3]; 4] = [
+    [2.619575023651123, 0.8041560053825378, 1.307499885559082],
+    [6.5985636711120605, 2.158043146133423, 1.2774999141693115],
+    [10.150757789611816, 3.5225203037261963, 1.2474998235702515],
+    [14.812129020690918, 5.5211005210876465, 1.217499852180481],
+];
+const LOOPER_FIRST_LEG_GE: [[f32; 6]; 4] = [
+    [9.646171150734517e-08, -3.6000002978653356e-07, 1.3435384289550711e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [1.570813310536323e-07, -4.4891271500091534e-07, 1.2829189017793396e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [1.7586032186045486e-07, -4.7149978854577057e-07, 1.2641398825508077e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [1.6343250308636925e-07, -4.567632174712344e-07, 1.2765675592163461e-06, 0.0, 0.0, 1.4062499758438207e-05],
+];
+const LOOPER_RETURN_LEG: [[f32; 3]; 4] = [
+    [-2.6395795345306396, -0.818779706954956, -3.3974997997283936],
+    [-6.722259044647217, -1.8588553667068481, -3.3524997234344482],
+    [-10.729818344116211, -2.721788167953491, -3.307499885559082],
+    [-15.75196361541748, -3.6143481731414795, -3.2774999141693115],
+];
+const LOOPER_RETURN_LEG_GE: [[f32; 6]; 4] = [
+    [9.646171150734517e-08, -3.6000002978653356e-07, 1.3435384289550711e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [1.4426393590838416e-07, -4.122826453567541e-07, 1.1782361752921133e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [6.506496674774098e-08, -2.9909884347034676e-07, 1.3749352092418121e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [8.501669412908086e-08, -3.3940568755497225e-07, 1.3549835102821817e-06, 0.0, 0.0, 1.4062499758438207e-05],
+];
+const LOOPER_SECOND_LEG: [[f32; 3]; 4] = [
+    [2.629472494125366, 0.7672184109687805, -3.434999704360962],
+    [6.598234176635742, 2.158984422683716, -3.487499713897705],
+    [10.148486137390137, 3.52860951423645, -3.5174999237060547],
+    [14.811342239379883, 5.523299217224121, -3.562499761581421],
+];
+const LOOPER_SECOND_LEG_GE: [[f32; 6]; 4] = [
+    [9.646171150734517e-08, -3.6000002978653356e-07, 1.3435384289550711e-06, 0.0, 0.0, 7.225000445032492e-05],
+    [1.570813310536323e-07, -4.4891271500091534e-07, 1.2829189017793396e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [1.7586032186045486e-07, -4.7149978854577057e-07, 1.2641398825508077e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [1.6343250308636925e-07, -4.567632174712344e-07, 1.2765675592163461e-06, 0.0, 0.0, 1.4062499758438207e-05],
+];
+
+fn looper_fit(pos: &[[f32; 3]], ge: &[[f32; 6]]) -> fit::BrokenLineFit {
+    let p: Vec<[f64; 3]> = pos.iter().map(|h| h.map(|v| v as f64)).collect();
+    broken_line_fit(&p, ge, B_FIELD as f32 as f64).unwrap()
+}
+
+fn dphi(a: f64, b: f64) -> f64 {
+    let d = (a - b).rem_euclid(2.0 * std::f64::consts::PI);
+    d.min(2.0 * std::f64::consts::PI - d)
+}
+
+/// The "reversed" tracks at |η| < 0.1 are the inward leg of a looper: the fit is right for
+/// the hits it gets (an outgoing track along them), so φ, q and cotθ are those of the
+/// particle with time reversed, and zip is where the leg meets the beam line one loop later.
+#[test]
+fn looper_return_leg_fits_as_time_reversed_particle() {
+    let first = looper_fit(&LOOPER_FIRST_LEG, &LOOPER_FIRST_LEG_GE);
+    let back = looper_fit(&LOOPER_RETURN_LEG, &LOOPER_RETURN_LEG_GE);
+    let second = looper_fit(&LOOPER_SECOND_LEG, &LOOPER_SECOND_LEG_GE);
+    let charge = |f: &fit::BrokenLineFit| f.circle.par[2].signum();
+    let mut rev_pos = LOOPER_RETURN_LEG;
+    let mut rev_ge = LOOPER_RETURN_LEG_GE;
+    rev_pos.reverse();
+    rev_ge.reverse();
+    let timed = looper_fit(&rev_pos, &rev_ge);
+    for f in [&first, &back, &second, &timed] {
+        eprintln!(
+            "fast {:?} circle {:?} q {} line {:?} chi2 {} {}",
+            f.fast, f.circle.par, f.circle.q, f.line.par, f.circle.chi2, f.line.chi2
+        );
+    }
+    // The outgoing legs carry the particle's charge (−1), φ ≈ 0.29 and a small negative cotθ.
+    for f in [&first, &second] {
+        assert_eq!(f.circle.q, -1);
+        assert_eq!(charge(f), -1.0);
+        assert!(dphi(f.circle.par[0], 0.286) < 0.02, "φ {}", f.circle.par[0]);
+        assert!(f.line.par[0] < 0.0 && f.line.par[0] > -0.02, "cotθ {}", f.line.par[0]);
+    }
+    // The return leg's hits are ordered inner→outer in radius, the reverse of the motion:
+    // the turning sense of its first and last segments flips, hence q (and the charge);
+    // the pre-fit's R·Δφ/Δz keeps its sign (Δφ and Δz both flip), so slope = −q/that flips.
+    assert!(LOOPER_RETURN_LEG.windows(2).all(|w| w[1][0].hypot(w[1][1]) > w[0][0].hypot(w[0][1])));
+    assert_eq!(back.circle.q, 1);
+    assert_eq!(charge(&back), 1.0);
+    assert!(back.fast[3] * second.fast[3] > 0.0);
+    assert!((dphi(back.circle.par[0], second.circle.par[0]) - std::f64::consts::PI).abs() < 0.02);
+    assert!((back.line.par[0] + second.line.par[0]).abs() < 0.01, "cotθ {} vs {}", back.line.par[0], second.line.par[0]);
+    // Same curvature (same particle), and the same beam-line crossing as the second leg.
+    let pt = |f: &fit::BrokenLineFit| B_FIELD / f.circle.par[2].abs();
+    assert!((pt(&back) / pt(&second) - 1.0).abs() < 0.1, "pT {} vs {}", pt(&back), pt(&second));
+    assert!((back.line.par[1] - second.line.par[1]).abs() < 0.05, "zip {} vs {}", back.line.par[1], second.line.par[1]);
+    assert!((first.line.par[1] - second.line.par[1]).abs() > 4.0, "one loop moves z by ≈ 4.7 cm");
+    // The reference's BrokenLine.h (refit.cc harness) on these exact inputs, bit for bit
+    // when captured; compared to 1e-12 so another libm's last bit does not matter.
+    let close = |a: f64, r: f64| (a - r).abs() <= 1e-12 * r.abs();
+    let want = [-2.851597556863125, -0.06186054697089791, 0.008393506254800379];
+    assert!(back.circle.par.iter().zip(want).all(|(&a, r)| close(a, r)), "{:?}", back.circle.par);
+    let want = [0.010347482273986967, -3.424293389169996];
+    assert!(back.line.par.iter().zip(want).all(|(&a, r)| close(a, r)), "{:?}", back.line.par);
+    assert!(close(back.fast[3], -111.78240590127928) && close(back.circle.chi2 as f64, 5.165025234222412));
+    // Fed in time order (outer→inner) the same hits give the particle's own direction and
+    // charge back: nothing in the fit depends on the hits being inner→outer.
+    assert_eq!(charge(&timed), -1.0);
+    assert!(dphi(timed.circle.par[0], second.circle.par[0]) < 0.02, "φ {}", timed.circle.par[0]);
+    assert!(timed.line.par[0] < 0.0);
+    assert!((timed.line.par[1] - second.line.par[1]).abs() < 0.05);
+}
