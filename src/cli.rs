@@ -35,7 +35,8 @@ enum Command {
     /// Generate a synthetic CMS Phase-1 pixel dataset with truth
     Generate(GenerateArgs),
     /// Measure a run against the dataset's truth: efficiencies, fake and duplicate rates,
-    /// resolutions, vertex performance, hit residuals (Parquet tables and summary.json)
+    /// resolutions, vertex performance, hit residuals (Parquet tables, summary.json and a
+    /// self-contained report.html with the plots)
     Report {
         /// Output directory of a `quiver run` of the pixel chain
         #[arg(long, value_name = "RUN_DIR")]

@@ -12,6 +12,7 @@ pub mod cppfmt;
 pub mod error;
 pub mod hist;
 pub mod histograms;
+pub mod html;
 pub mod truth;
 
 pub use error::{Result, ValidationError};

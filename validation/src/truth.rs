@@ -980,7 +980,8 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
 /// plans/pixel.toml writes them) and the dataset's truth (`truth_dir`, made by `quiver
 /// generate`; its beam spot from `conditions/beamspot.arrow`), and writes
 /// `efficiency.parquet`, `resolution.parquet`, `vertex_efficiency.parquet`,
-/// `hit_residuals.parquet` and `summary.json` into `output`. Events of the run missing in
+/// `hit_residuals.parquet`, `summary.json` and `report.html` (plots, see
+/// [`crate::html`]) into `output`. Events of the run missing in
 /// the truth are an error.
 pub fn report(run_dir: &Path, truth_dir: &Path, output: &Path) -> Result<Summary> {
     let bs = quiver_datasets::format::read_conditions(truth_dir)
@@ -994,7 +995,9 @@ pub fn report(run_dir: &Path, truth_dir: &Path, output: &Path) -> Result<Summary
 pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config) -> Result<Summary> {
     let events = read_events(run_dir, truth_dir)?;
     let results = events.iter().map(|(_, r, t)| analyze_event(r, t, cfg)).collect::<Result<Vec<_>>>()?;
-    summarize(&results, cfg, Some(output))
+    let s = summarize(&results, cfg, Some(output))?;
+    crate::html::write_report_html(output, &s)?;
+    Ok(s)
 }
 
 /// The run's products and the truth of every event of the run, in event order (for custom

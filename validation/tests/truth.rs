@@ -258,6 +258,27 @@ fn report_on_a_generated_run() {
     }
     let json = std::fs::read_to_string(out.join("summary.json")).unwrap();
     assert!(json.contains("\"track_efficiency\"") && json.contains("\"mean_vertices\""));
+    // report.html: self-contained, one inline SVG per plot, the headline numbers and targets.
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("src=\""), "external resources");
+    for id in ["summary", "efficiency", "resolution", "vertices", "residuals"] {
+        assert!(html.contains(&format!("<h2 id=\"{id}\"")), "{id}");
+    }
+    // 4 efficiency + 5 resolution + 2 vertex + 1 residual plots.
+    assert_eq!(html.matches("<svg").count(), 12);
+    let section = |id: &str| html.split(&format!("<h2 id=\"{id}\"")).nth(1).unwrap().split("<h2").next().unwrap().to_string();
+    for (id, n) in [("efficiency", 4), ("resolution", 5), ("vertices", 2), ("residuals", 1)] {
+        assert_eq!(section(id).matches("<svg").count(), n, "{id}");
+    }
+    for t in ["Efficiency vs true pT", "Efficiency vs true η", "Efficiency vs true φ", "Efficiency vs pile-up interactions", "Hit residual RMS per layer"] {
+        assert!(html.contains(t), "{t}");
+    }
+    let eff = format!("{:.2} %", 100.0 * s.track_efficiency);
+    assert!(section("summary").contains(&format!("<td>Track efficiency</td><td>{eff}</td><td>≥ 95 %</td>")), "{eff}");
+    for t in ["Track fake rate", "≤ 2 %", "Track duplicate rate", "≤ 1 %", "Vertex efficiency", "≥ 90 %"] {
+        assert!(section("summary").contains(t), "{t}");
+    }
+    assert!(section("summary").contains(&format!("<td>mean_hits</td><td>{}</td>", s.mean_hits)));
     // The truth of another dataset lacks the run's events.
     let other = tmp.path().join("other");
     let opts = quiver_datasets::GenerateOptions { events: 1, pileup: 1.0, seed: 1, output: other.clone(), ..Default::default() };
