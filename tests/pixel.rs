@@ -204,6 +204,13 @@ fn report_measures_a_run_against_the_truth() {
     for key in ["track_efficiency", "track_fake_rate", "track_duplicate_rate", "vertex_efficiency", "hit_residual_rms_x_um", "hit_residual_rms_y_um", "\"events\": 6"] {
         assert!(summary.contains(key), "{key} missing in {summary}");
     }
+    // The run's reference histograms travel with the report, in Parquet and in the reference's text format.
+    for f in ["histograms.parquet", "histograms.txt", "report.html"] {
+        assert!(report.join(f).exists(), "{f} missing in the report");
+    }
+    let text = std::fs::read_to_string(report.join("histograms.txt")).unwrap();
+    assert!(text.lines().any(|l| l.starts_with("digi_n 102 0 100000 ")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("track_n ")) && text.lines().any(|l| l.starts_with("vertex_n ")));
     let eff: f64 = summary.split("\"track_efficiency\":").nth(1).unwrap().split([',', '\n']).next().unwrap().trim().parse().unwrap();
     assert!(eff > 0.8, "track efficiency {eff}");
     // A run directory without the truth's events is an error naming the problem, not a panic.

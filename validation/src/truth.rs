@@ -996,6 +996,14 @@ pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config
     let events = read_events(run_dir, truth_dir)?;
     let results = events.iter().map(|(_, r, t)| analyze_event(r, t, cfg)).collect::<Result<Vec<_>>>()?;
     let s = summarize(&results, cfg, Some(output))?;
+    // The run's validation histograms (the `histograms` step of the default plan) travel
+    // with the report.
+    for name in ["histograms.parquet", "histograms.txt"] {
+        let from = run_dir.join(name);
+        if from.exists() {
+            std::fs::copy(&from, output.join(name)).map_err(|e| ValidationError::io(output.join(name), e))?;
+        }
+    }
     crate::html::write_report_html(output, &s)?;
     Ok(s)
 }

@@ -237,6 +237,7 @@ fn report_on_a_generated_run() {
     conditions.insert(d);
     let mut r = Registry::with_builtin();
     quiver_reco::steps::register(&mut r);
+    quiver_validation::register(&mut r);
     let run = tmp.path().join("run");
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(PLAN, "pixel").unwrap(), &r).unwrap();
     let job = Arc::new(JobContext { input: Some(ds.clone()), output: run.clone(), conditions });
