@@ -162,6 +162,20 @@ fn hits_per_event_are_plentiful_and_ordered() {
         assert!(n > 1000, "event {e}: {n} hits\n{text}");
     }
     assert!(det.values().windows(2).all(|w| w[0] <= w[1] || w[1] == 0), "hits ordered by module within events");
+    // hit_layers: ten rows per event, the first hit and the count of each layer.
+    let layers = columns(&out.path().join("hit_layers.hits.parquet"));
+    const LAYER_START: [u16; 11] = [0, 96, 320, 672, 1184, 1296, 1408, 1520, 1632, 1744, 1856];
+    for e in 0..6u32 {
+        let rows: Vec<usize> = (0..event.len()).filter(|&i| event.value(i) == e).collect();
+        let dets: Vec<u16> = rows.iter().map(|&i| det.value(i)).collect();
+        let lrows: Vec<usize> = (0..layers[0].len()).filter(|&i| u32s(&layers[0])[i] == e).collect();
+        assert_eq!(lrows.len(), 10, "event {e}");
+        for (l, &i) in lrows.iter().enumerate() {
+            let first = dets.partition_point(|&d| d < LAYER_START[l]) as u32;
+            let end = dets.partition_point(|&d| d < LAYER_START[l + 1]) as u32;
+            assert_eq!((u32s(&layers[2])[i], u32s(&layers[3])[i]), (first, end - first), "event {e} layer {l}");
+        }
+    }
 }
 
 #[test]

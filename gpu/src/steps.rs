@@ -1028,8 +1028,17 @@ impl Step for RecHitsGpu {
         cols.push(i32_array(hq));
         cols.push(Arc::new(arrow_array::Int16Array::new(hsx.into_scalar_buffer(), None)));
         cols.push(Arc::new(arrow_array::Int16Array::new(hsy.into_scalar_buffer(), None)));
+        // hitsLayerStart from the hits' modules, as the CPU step derives it.
+        let mut starts = Vec::with_capacity(hits_per_event.len());
+        let mut first = 0;
+        for &n in &hits_per_event {
+            let det = &hd.as_slice()[first..first + n];
+            starts.push(quiver_reco::tracks::layer_start_from_det_index(det).map_err(|e| Error::data(e.to_string()))?);
+            first += n;
+        }
         cols.push(u16_array(hd));
-        publish(batch, HITS, cols, hits_per_event)
+        publish(batch, HITS, cols, hits_per_event)?;
+        quiver_reco::steps::publish_hit_layers(batch, &starts)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

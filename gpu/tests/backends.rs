@@ -79,7 +79,7 @@ beamspot = "beamspot"
 "#
         );
     }
-    for p in ["digis_X:digis", "digis_X:digi_errors", "calib_X", "clusters_X:pixel_clusters", "clusters_X:cluster_modules", "cut_X:clustered_digis", "cut_X:hit_modules", "hits_X"] {
+    for p in ["digis_X:digis", "digis_X:digi_errors", "calib_X", "clusters_X:pixel_clusters", "clusters_X:cluster_modules", "cut_X:clustered_digis", "cut_X:hit_modules", "hits_X:hits", "hits_X:hit_layers"] {
         let label = p.replace("_X", "").replace(':', "_");
         s += &format!("[[step]]\nlabel = \"cmp_{label}\"\ntype = \"compare\"\na = \"{}\"\nb = \"{}\"\n", p.replace('X', "a"), p.replace('X', "b"));
     }
@@ -144,7 +144,7 @@ fn auto_resolves_per_type_and_runs() {
     let summary = executor::run(&resolved, &steps, &opts).unwrap();
     assert_eq!(summary.events, 6);
     let report = summary.render();
-    assert!(report.contains("[cmp_hits]") && report.contains("0 differences"), "{report}");
+    assert!(report.contains("[cmp_hits_hits]") && report.contains("[cmp_hits_hit_layers]") && report.contains("0 differences"), "{report}");
     // Without the GPU crate, `auto` means cpu.
     let mut plain = Registry::with_builtin();
     quiver_reco::steps::register(&mut plain);
@@ -244,5 +244,5 @@ fn compare_gpu_example_plan() {
     let opts = executor::RunOptions { threads: 2, batch_size: 4, events: None, progress: false };
     let summary = executor::run(&resolved, &steps, &opts).unwrap();
     let n_compares = summary.reports.iter().filter(|(l, rep)| l.starts_with("cmp_") && rep.contains(" 0 differences")).count();
-    assert_eq!(n_compares, 8, "{}", summary.render());
+    assert_eq!(n_compares, 9, "{}", summary.render());
 }

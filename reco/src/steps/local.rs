@@ -278,7 +278,9 @@ impl Step for RecHitsStep {
             cat!(Int16Type, size_y),
             cat!(UInt16Type, det_index),
         ];
-        publish(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))
+        publish(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))?;
+        let starts: Vec<[u32; 11]> = out.iter().map(|h| h.hits_layer_start).collect();
+        super::publish_hit_layers(batch, &starts)
     }
 }
 
@@ -409,7 +411,7 @@ pub(super) fn register(r: &mut Registry) {
                 InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
                 InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
             ],
-            outputs: vec![HITS.into()],
+            outputs: vec![HITS.into(), HIT_LAYERS.into()],
         },
         backends: cpu,
         build: |cfg| {

@@ -28,6 +28,7 @@ pub mod types {
     pub const CLUSTERED_DIGIS: &str = "clustered_digis";
     pub const HIT_MODULES: &str = "hit_modules";
     pub const HITS: &str = "hits";
+    pub const HIT_LAYERS: &str = "hit_layers";
     pub const DOUBLETS: &str = "doublets";
     pub const NTUPLETS: &str = "ntuplets";
     pub const CA_CELLS: &str = "ca_cells";
@@ -84,6 +85,7 @@ pub fn schema(type_name: &str) -> SchemaRef {
         DOUBLETS => vec![f("inner", UInt32), f("outer", UInt32), f("pair", UInt8), f("listed", Boolean)],
         NTUPLETS => vec![f("quality", UInt8), f("hits", list_of(UInt32)), f("cells", list_of(UInt32))],
         CA_CELLS => vec![f("alive", Boolean)],
+        HIT_LAYERS => vec![f("layer", UInt8), f("first_hit", UInt32), f("hits", UInt32)],
         TRACKS | TRACK_FITS => vec![
             f("quality", UInt8),
             f("pt", Float32),
@@ -125,6 +127,21 @@ pub(crate) fn per_event<T: Send>(batch: &EventBatch, per_event: impl Fn(usize) -
 pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
     let rb = RecordBatch::try_new(schema(type_name), columns)?;
     batch.put(Product::new(rb, offsets_from_lengths(lengths))?)
+}
+
+/// Publishes `hit_layers` (ten rows per event: layer, first hit, hits) from each event's
+/// `hitsLayerStart` (eleven offsets).
+pub fn publish_hit_layers(batch: &mut EventBatch, layer_starts: &[[u32; 11]]) -> Result<()> {
+    use arrow_array::types::{UInt32Type, UInt8Type};
+    use quiver_columnar::columns::concat_ref;
+    let layers: Vec<u8> = (0..10u8).collect();
+    let count: Vec<[u32; 10]> = layer_starts.iter().map(|s| std::array::from_fn(|l| s[l + 1] - s[l])).collect();
+    let cols = vec![
+        concat_ref::<UInt8Type, _>(layer_starts.iter().map(|_| layers.as_slice())),
+        concat_ref::<UInt32Type, _>(layer_starts.iter().map(|s| &s[..10])),
+        concat_ref::<UInt32Type, _>(count.iter().map(|c| c.as_slice())),
+    ];
+    publish(batch, types::HIT_LAYERS, cols, layer_starts.iter().map(|_| 10))
 }
 
 pub(crate) fn local(e: crate::local::LocalError) -> Error {
