@@ -34,9 +34,6 @@ use std::path::Path;
 use crate::error::{Result, ValidationError};
 use io::Col;
 
-/// First detIndex of each layer (BPix1..4, FPix+1..3, FPix−1..3) and the module count.
-pub const LAYER_START: [u16; 11] = [0, 96, 320, 672, 1184, 1296, 1408, 1520, 1632, 1744, 1856];
-
 /// The layer (0..9) of a module, or `None` past the last module.
 ///
 /// ```
@@ -44,7 +41,8 @@ pub const LAYER_START: [u16; 11] = [0, 96, 320, 672, 1184, 1296, 1408, 1520, 163
 /// assert_eq!((layer_of(0), layer_of(96), layer_of(1855), layer_of(1856)), (Some(0), Some(1), Some(9), None));
 /// ```
 pub fn layer_of(module: u16) -> Option<usize> {
-    (0..10).find(|&l| module >= LAYER_START[l] && module < LAYER_START[l + 1])
+    use quiver_datasets::topology::{layer_of, NUMBER_OF_MODULES};
+    (module < NUMBER_OF_MODULES).then(|| layer_of(module) as usize)
 }
 
 /// Cuts of the truth report.
