@@ -135,9 +135,13 @@ struct RunArgs {
     /// Output directory (default: ./quiver-out)
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
-    /// Events to process (default: all events of the input)
+    /// Events to process (default: all events of the input from the first event)
     #[arg(long, value_name = "N")]
     events: Option<u64>,
+    /// The first event to process (events keep their numbers in the products); with
+    /// --events, runs one partition of a dataset
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    first_event: u64,
     /// Worker threads (default: the available cores)
     #[arg(long, value_name = "T")]
     threads: Option<usize>,
@@ -156,6 +160,7 @@ fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
     let opts = RunOptions {
         threads: args.threads.or(settings.threads).unwrap_or_else(executor::default_threads),
         batch_size: args.batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+        first_event: args.first_event,
         events: args.events.or(settings.events),
         progress: !args.no_progress,
     };
@@ -177,23 +182,10 @@ fn prepare(
     };
     let resolved = plan::validate(&spec, registry)?;
     let settings = &resolved.run;
-    let output = output.or(settings.output.clone()).unwrap_or_else(|| PathBuf::from("quiver-out"));
-    let mut input = input.or(settings.input.clone());
-    let reads_raw = resolved.steps.iter().any(|s| s.type_name == "read_raw");
-    if input.is_none() && reads_raw {
-        let dir = crate::default_dataset_dir();
-        if !dir.join("manifest.toml").exists() {
-            eprintln!("generating the default dataset in {} (100 events, <PU> 50, seed 1) ...", dir.display());
-            let opts = quiver_datasets::GenerateOptions { output: dir.clone(), ..Default::default() };
-            quiver_datasets::generate(&opts).map_err(|e| quiver_columnar::Error::data(format!("generating the default dataset: {e}")))?;
-        }
-        input = Some(dir);
-    }
-    let conditions = match &input {
-        Some(dir) => crate::load_dataset(dir)?,
-        None => Default::default(),
-    };
-    Ok((resolved, JobContext { input, output, conditions }))
+    let output = output.or(settings.output.clone());
+    let input = input.or(settings.input.clone());
+    let job = crate::job_context(&resolved, input, output)?;
+    Ok((resolved, job))
 }
 
 fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
@@ -208,6 +200,7 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             let opts = RunOptions {
                 threads,
                 batch_size: args.batch_size.or(resolved.run.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+                first_event: 0,
                 events: args.events.or(resolved.run.events),
                 progress: false,
             };

@@ -60,12 +60,43 @@ pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditi
     let ds = datasets::Dataset::open(dir).map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
     let c = ds.conditions().clone();
     let mut store = columnar::Conditions::new();
-    store.insert(c.beam_spot);
-    store.insert(c.cabling);
-    store.insert(c.gains);
-    store.insert(c.cpe);
+    fn named(t: Vec<(&'static str, arrow_array::RecordBatch)>) -> Vec<(String, arrow_array::RecordBatch)> {
+        t.into_iter().map(|(n, b)| (n.to_string(), b)).collect()
+    }
+    store.insert_exported(c.beam_spot, |b| vec![("BeamSpot".into(), b.to_arrow())]);
+    store.insert_exported(c.cabling, |m| vec![("CablingMap".into(), m.to_arrow())]);
+    store.insert_exported(c.gains, |g| named(g.to_arrow()));
+    store.insert_exported(c.cpe, |p| named(p.to_arrow()));
     store.insert(ds);
     Ok(store)
+}
+
+/// The job context of a run, as `quiver run` and the Python driver make it: the input
+/// dataset and its conditions. A plan that reads raw data and is given no input reads the
+/// default dataset, generated on first use (100 events, ⟨PU⟩ 50, seed 1). Output defaults to
+/// `./quiver-out`.
+pub fn job_context(
+    plan: &columnar::plan::ResolvedPlan,
+    input: Option<std::path::PathBuf>,
+    output: Option<std::path::PathBuf>,
+) -> columnar::Result<columnar::JobContext> {
+    let output = output.unwrap_or_else(|| std::path::PathBuf::from("quiver-out"));
+    let mut input = input;
+    let reads_raw = plan.steps.iter().any(|s| s.type_name == "read_raw");
+    if input.is_none() && reads_raw {
+        let dir = default_dataset_dir();
+        if !dir.join("manifest.toml").exists() {
+            eprintln!("generating the default dataset in {} (100 events, <PU> 50, seed 1) ...", dir.display());
+            let opts = datasets::GenerateOptions { output: dir.clone(), ..Default::default() };
+            datasets::generate(&opts).map_err(|e| columnar::Error::data(format!("generating the default dataset: {e}")))?;
+        }
+        input = Some(dir);
+    }
+    let conditions = match &input {
+        Some(dir) => load_dataset(dir)?,
+        None => Default::default(),
+    };
+    Ok(columnar::JobContext { input, output, conditions })
 }
 
 /// Where `quiver run` keeps the default dataset: `$QUIVER_DATA/default`, or

@@ -79,6 +79,31 @@ fn products_are_bit_identical_for_any_threads_and_batch_size() {
 }
 
 #[test]
+fn event_ranges_partition_a_run_exactly() {
+    let ds = dataset().to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let out = tempfile::tempdir().unwrap();
+        let mut args = vec!["run", "plans/pixel.toml", "--no-progress", "--input", ds, "--output", out.path().to_str().unwrap()];
+        args.extend_from_slice(extra);
+        ok(quiver(&args));
+        PRODUCTS.iter().map(|p| columns(&out.path().join(p))).collect::<Vec<_>>()
+    };
+    let whole = run(&["--threads", "2"]);
+    let parts = [run(&["--first-event", "0", "--events", "2"]), run(&["--first-event", "2", "--batch-size", "3"])];
+    for (i, name) in PRODUCTS.iter().enumerate() {
+        for (j, col) in whole[i].iter().enumerate() {
+            let pieces: Vec<&dyn arrow_array::Array> = parts.iter().map(|p| p[i][j].as_ref()).collect();
+            let joined = arrow_select::concat::concat(&pieces).unwrap();
+            assert_eq!(col.to_data(), joined.to_data(), "{name} column {j}: events 0..2 + 2..6 differ from the whole run");
+        }
+    }
+    let o = quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", ds, "--first-event", "6"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("first event 6 is beyond the input's 6 events"), "{err}");
+}
+
+#[test]
 fn default_plan_checks_and_bad_input_is_named() {
     ok(quiver(&["plan", "check", "plans/pixel.toml"]));
     let missing = quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", "/no/such/dataset"]);

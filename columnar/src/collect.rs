@@ -109,7 +109,7 @@ pub fn select(plan: &ResolvedPlan, selectors: &[String]) -> Result<Vec<ProductKe
 /// let p = plan::validate(&spec, &r).unwrap();
 /// let steps = p.build(&r, JobContext::default().into()).unwrap();
 /// let keys = collect::select(&p, &[]).unwrap();
-/// let opts = RunOptions { threads: 2, batch_size: 4, events: Some(10), progress: false };
+/// let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(10), progress: false };
 /// let (summary, got) = collect::run_collect(&p, steps, &opts, &keys).unwrap();
 /// assert_eq!(summary.events, 10);
 /// let parts = got.get(&keys[0]).unwrap();
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(keys, vec![ProductKey::new("floats", "sq")]);
         for threads in [1, 3] {
             let steps = p.build(&r, JobContext::default().into()).unwrap();
-            let opts = RunOptions { threads, batch_size: 3, events: Some(10), progress: false };
+            let opts = RunOptions { threads, batch_size: 3, first_event: 0, events: Some(10), progress: false };
             let (_, got) = run_collect(&p, steps, &opts, &keys).unwrap();
             let b = got.with_event_column(&keys[0]).unwrap();
             assert_eq!(b.len(), 4);
@@ -173,6 +173,31 @@ mod tests {
             assert_eq!(events, (0..10).flat_map(|e| [e, e]).collect::<Vec<u32>>());
         }
         assert!(select(&p, &["sq:ints".into()]).unwrap_err().to_string().contains("step 'sq' produces no 'ints' (it produces: floats)"));
+    }
+
+    #[test]
+    fn a_range_of_events_gives_the_same_products_as_the_whole_run() {
+        let r = Registry::with_builtin();
+        let spec = PlanSpec::from_toml("[[step]]\nlabel = \"n\"\ntype = \"random_floats\"\ncount = 3\n", "t").unwrap();
+        let p = validate(&spec, &r).unwrap();
+        let keys = select(&p, &["n".into()]).unwrap();
+        let values = |first_event, events| {
+            let steps = p.build(&r, JobContext::default().into()).unwrap();
+            let opts = RunOptions { threads: 2, batch_size: 4, first_event, events: Some(events), progress: false };
+            let (summary, got) = run_collect(&p, steps, &opts, &keys).unwrap();
+            assert_eq!(summary.events, events);
+            let b = got.with_event_column(&keys[0]).unwrap();
+            let col = |i: usize| -> Vec<f64> {
+                b.iter().flat_map(|b| arrow_array::cast::as_primitive_array::<arrow_array::types::Float32Type>(b.column(i)).values().iter().map(|&v| v as f64).collect::<Vec<_>>()).collect()
+            };
+            let ev: Vec<u32> = b.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<arrow_array::UInt32Array>().unwrap().values().to_vec()).collect();
+            (ev, col(1))
+        };
+        let (all_ev, all) = values(0, 12);
+        let (ev, part) = values(5, 6);
+        assert_eq!(ev, (5..11).flat_map(|e| [e; 3]).collect::<Vec<u32>>());
+        assert_eq!(all_ev[15..33], ev[..]);
+        assert_eq!(all[15..33], part[..]);
     }
 
     fn dynamic_sig(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {

@@ -25,7 +25,9 @@ pub struct RunOptions {
     pub threads: usize,
     /// Events per batch.
     pub batch_size: usize,
-    /// Events to process; `None` means all the input steps provide.
+    /// The first event to process (0: from the start); events keep their absolute numbers.
+    pub first_event: u64,
+    /// Events to process from `first_event`; `None` means all the input steps provide.
     pub events: Option<u64>,
     /// Show a progress bar (only drawn when stderr is a terminal).
     pub progress: bool,
@@ -33,7 +35,7 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { threads: default_threads(), batch_size: DEFAULT_BATCH_SIZE, events: None, progress: true }
+        RunOptions { threads: default_threads(), batch_size: DEFAULT_BATCH_SIZE, first_event: 0, events: None, progress: true }
     }
 }
 
@@ -147,6 +149,12 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         return Err(Error::plan("", format!("threads ({}) and batch size ({}) must be at least 1", opts.threads, opts.batch_size)));
     }
     let available = plan.steps.iter().zip(steps).filter_map(|(_, s)| s.n_events()).min();
+    if let Some(a) = available {
+        if opts.first_event > 0 && opts.first_event >= a {
+            return Err(Error::plan("", format!("first event {} is beyond the input's {a} events", opts.first_event)));
+        }
+    }
+    let available = available.map(|a| a - opts.first_event);
     let events = match (opts.events, available) {
         (Some(n), Some(a)) => n.min(a),
         (Some(n), None) => n,
@@ -155,6 +163,10 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             return Err(Error::plan("", "no step knows how many events there are: give --events N (or events = N in [run])"));
         }
     };
+
+    for step in steps {
+        step.begin_job(opts.first_event, events)?;
+    }
 
     // After which step each product is no longer needed.
     let mut last_use: HashMap<ProductKey, usize> = HashMap::new();
@@ -194,8 +206,9 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             if b >= n_batches {
                 break;
             }
-            let first = b * opts.batch_size as u64;
-            let n = (events - first).min(opts.batch_size as u64) as usize;
+            let offset = b * opts.batch_size as u64;
+            let n = (events - offset).min(opts.batch_size as u64) as usize;
+            let first = opts.first_event + offset;
             let mut batch = EventBatch::new(first, n);
             let mut local_bytes: Vec<(ProductKey, u64, u64)> = Vec::new();
             for (i, (st, step)) in plan.steps.iter().zip(steps).enumerate() {

@@ -155,6 +155,13 @@ impl WriteStep {
 }
 
 impl Step for WriteStep {
+    fn begin_job(&self, first_event: u64, _events: u64) -> Result<()> {
+        for f in &self.files {
+            f.lock().unwrap_or_else(|e| e.into_inner()).next_event = first_event;
+        }
+        Ok(())
+    }
+
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         for (key, file) in self.inputs.iter().zip(&self.files) {
             let p = batch.get(key)?;

@@ -237,6 +237,11 @@ pub trait Step: Send + Sync {
     fn n_events(&self) -> Option<u64> {
         None
     }
+    /// Called once before the first batch with the job's events: `events` events from
+    /// `first_event` (the output steps write in event order from there).
+    fn begin_job(&self, _first_event: u64, _events: u64) -> Result<()> {
+        Ok(())
+    }
     /// Called once at the end of the job, after the last batch, with whether the job
     /// succeeded. Returns an optional report for the run summary.
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

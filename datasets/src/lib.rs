@@ -6,6 +6,7 @@
 
 pub mod builders;
 pub mod conditions;
+mod conditions_arrow;
 pub mod error;
 pub mod export;
 pub mod format;

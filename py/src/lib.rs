@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::PyTable;
 use quiver_columnar::plan::{PlanSpec, RunSettings, StepSpec};
-use quiver_columnar::{collect, executor, plan, Error, JobContext, Registry, RunOptions};
+use quiver_columnar::{collect, executor, plan, Error, Registry, RunOptions};
 
 /// Every step type: Quiver's own plus `python`.
 pub fn registry() -> Registry {
@@ -131,7 +131,7 @@ impl PyPlan {
 
     /// Runs the plan with the GIL released; returns (summary text, summary numbers,
     /// [(label, type, table)]) for the collected products.
-    #[pyo3(signature = (events = None, threads = None, batch_size = None, input = None, output = None, collect = None, progress = false))]
+    #[pyo3(signature = (events = None, threads = None, batch_size = None, input = None, output = None, collect = None, progress = false, first_event = 0))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -143,6 +143,7 @@ impl PyPlan {
         output: Option<PathBuf>,
         collect: Option<Vec<String>>,
         progress: bool,
+        first_event: u64,
     ) -> PyResult<RunOutput<'py>> {
         guard(py, || {
             if self.spec.steps.is_empty() {
@@ -151,13 +152,14 @@ impl PyPlan {
             let registry = registry();
             let resolved = plan::validate(&self.spec, &registry).map_err(|e| to_pyerr(py, e))?;
             let settings: &RunSettings = &resolved.run;
-            let output = output.or(settings.output.clone()).unwrap_or_else(|| PathBuf::from("quiver-out"));
+            let output = output.or(settings.output.clone());
             let input = input.or(settings.input.clone());
-            let job = JobContext { input, output, conditions: Default::default() };
+            let job = quiver::job_context(&resolved, input, output).map_err(|e| to_pyerr(py, e))?;
             let steps = resolved.build(&registry, job.into()).map_err(|e| to_pyerr(py, e))?;
             let opts = RunOptions {
                 threads: threads.or(settings.threads).unwrap_or_else(executor::default_threads),
                 batch_size: batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+                first_event,
                 events: events.or(settings.events),
                 progress,
             };
@@ -183,6 +185,12 @@ impl PyPlan {
             numbers.set_item("batch_size", summary.batch_size)?;
             numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
             numbers.set_item("gil_released", true)?;
+            // Seconds spent in each step's calls, summed over workers.
+            let step_s = PyDict::new(py);
+            for st in &summary.steps {
+                step_s.set_item(&st.label, st.time.as_secs_f64())?;
+            }
+            numbers.set_item("step_s", step_s)?;
             let mut tables = Vec::new();
             for k in &keys {
                 let batches = got.with_event_column(k).map_err(|e| to_pyerr(py, e))?;
@@ -227,6 +235,22 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
     }
 }
 
+/// Conditions as a dict: name -> `pyarrow.RecordBatch` (shared with Rust, not copied).
+pub(crate) fn conditions_dict<'py>(py: Python<'py>, c: &quiver_columnar::Conditions) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, table) in c.tables() {
+        d.set_item(name, pyo3_arrow::PyRecordBatch::new(table).into_pyarrow(py)?)?;
+    }
+    Ok(d)
+}
+
+/// The conditions of the dataset in `path` (what steps of a job reading it see).
+#[pyfunction]
+fn conditions(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
+    let c = quiver::load_dataset(&path).map_err(|e| to_pyerr(py, e))?;
+    conditions_dict(py, &c)
+}
+
 /// The step catalogue (`quiver steps`) as text, including the `python` type.
 #[pyfunction]
 fn describe_steps() -> String {
@@ -255,6 +279,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(describe_steps, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_addresses, m)?)?;
+    m.add_function(wrap_pyfunction!(conditions, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let sys = m.py().import("sys")?;
     let version: String = sys.getattr("version")?.str()?.extract::<String>()?.split_whitespace().next().unwrap_or("?").to_string();

@@ -179,7 +179,7 @@ pub fn register(r: &mut Registry) {
 fn known_schema(type_name: &str) -> Option<SchemaRef> {
     match type_name {
         quiver_columnar::toy::FLOATS => Some(quiver_columnar::toy::floats_schema()),
-        _ => None,
+        other => quiver::reco::steps::try_schema(other),
     }
 }
 
@@ -212,6 +212,7 @@ fn build_python_step(cfg: &StepConfig) -> Result<Box<dyn Step>> {
             params: params.unbind(),
             inputs: cfg.inputs.clone(),
             schemas,
+            conditions: Arc::new(cfg.job.conditions.clone()),
             has_end_job,
             instances: Mutex::new(HashMap::new()),
             calls: AtomicU64::new(0),
@@ -230,6 +231,7 @@ struct PythonStep {
     params: Py<PyDict>,
     inputs: BTreeMap<String, Vec<ProductKey>>,
     schemas: BTreeMap<String, Option<SchemaRef>>,
+    conditions: Arc<quiver_columnar::Conditions>,
     has_end_job: bool,
     /// One instance per worker thread, made on its first batch.
     instances: Mutex<HashMap<ThreadId, Py<PyAny>>>,
@@ -258,7 +260,13 @@ impl Step for PythonStep {
             let ps = keys.iter().map(|k| batch.get(k)).collect::<Result<Vec<_>>>()?;
             inputs.insert(slot.clone(), ps);
         }
-        let view = BatchView { first_event: batch.first_event(), n_events: batch.n_events(), inputs, schemas: self.schemas.clone() };
+        let view = BatchView {
+            first_event: batch.first_event(),
+            n_events: batch.n_events(),
+            inputs,
+            schemas: self.schemas.clone(),
+            conditions: self.conditions.clone(),
+        };
         let t_call = Instant::now();
         let products = Python::attach(|py| -> Result<Vec<Product>> {
             let t_held = Instant::now();
@@ -343,6 +351,7 @@ struct BatchView {
     n_events: usize,
     inputs: BTreeMap<String, Vec<Arc<Product>>>,
     schemas: BTreeMap<String, Option<SchemaRef>>,
+    conditions: Arc<quiver_columnar::Conditions>,
 }
 
 impl BatchView {
@@ -377,6 +386,12 @@ impl PyBatch {
     #[getter]
     fn n_events(&self) -> usize {
         self.view.n_events
+    }
+    /// The job's conditions as a dict: name -> `pyarrow.RecordBatch` (e.g. `"BeamSpot"`,
+    /// `"CpeParams.det"`), made once per job and shared, not copied.
+    #[getter]
+    fn conditions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::conditions_dict(py, &self.view.conditions)
     }
     /// Input slot names.
     #[getter]

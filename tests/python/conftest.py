@@ -27,3 +27,24 @@ def square_run(quiver_bin, tmp_path_factory):
         check=True, capture_output=True, text=True,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """A 12-event dataset at <PU> 10 (seed 5), made by the package's `quiver generate`."""
+    import quiver.cli
+
+    ds = tmp_path_factory.mktemp("small") / "dataset"
+    code = quiver.cli.main(["generate", "--events", "12", "--pileup", "10", "--seed", "5", "--output", str(ds)])
+    assert code == 0, "quiver generate failed"
+    return ds
+
+
+@pytest.fixture(scope="session")
+def small_run(small_dataset, tmp_path_factory):
+    """The default plan (plans/pixel.toml) over small_dataset in one process: its output dir."""
+    import quiver
+
+    out = tmp_path_factory.mktemp("small_run")
+    quiver.Plan.load(ROOT / "plans/pixel.toml").run(input=small_dataset, output=out, threads=1, collect=[])
+    return out

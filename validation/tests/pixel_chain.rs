@@ -89,7 +89,7 @@ fn run(plan: &str, ds: &Path, out: &Path, threads: usize) -> executor::Summary {
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(plan, "test").unwrap(), &r).unwrap();
     let job = Arc::new(JobContext { input: Some(ds.to_path_buf()), output: out.to_path_buf(), conditions });
     let steps = resolved.build(&r, job).unwrap();
-    executor::run(&resolved, &steps, &executor::RunOptions { threads, batch_size: 2, events: None, progress: false })
+    executor::run(&resolved, &steps, &executor::RunOptions { threads, batch_size: 2, first_event: 0, events: None, progress: false })
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -242,7 +242,7 @@ fn report_on_a_generated_run() {
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(PLAN, "pixel").unwrap(), &r).unwrap();
     let job = Arc::new(JobContext { input: Some(ds.clone()), output: run.clone(), conditions });
     let steps = resolved.build(&r, job).unwrap();
-    executor::run(&resolved, &steps, &executor::RunOptions { threads: 1, batch_size: 2, events: None, progress: false }).unwrap();
+    executor::run(&resolved, &steps, &executor::RunOptions { threads: 1, batch_size: 2, first_event: 0, events: None, progress: false }).unwrap();
 
     let out = tmp.path().join("report");
     let s = report(&run, &ds, &out).unwrap();

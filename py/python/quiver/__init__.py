@@ -19,10 +19,18 @@ from ._plan import Plan, Result
 from ._steps import Step, polars_step
 from . import _quiver
 
-__all__ = ["Plan", "Result", "Step", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError", "steps"]
+__all__ = ["Plan", "Result", "Step", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError", "steps", "conditions"]
 __version__ = _quiver.__version__
 
 
 def steps() -> str:
     """The step catalogue (what ``quiver steps`` prints), including the ``python`` type."""
     return _quiver.describe_steps()
+
+
+def conditions(dataset) -> dict:
+    """The conditions of a dataset directory as ``{name: pyarrow.RecordBatch}``: what Python
+    steps see as ``batch.conditions`` (``"BeamSpot"``, ``"CpeParams.det"``, ...)."""
+    import os
+
+    return _quiver.conditions(os.fspath(dataset))

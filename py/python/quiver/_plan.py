@@ -64,8 +64,14 @@ class Plan:
         return self._plan.check()
 
     def run(self, *, events: int | None = None, threads: int | None = None, batch_size: int | None = None,
-            input=None, output=None, collect: list[str] | None = None, progress: bool = False) -> "Result":
+            input=None, output=None, collect: list[str] | None = None, progress: bool = False,
+            first_event: int = 0) -> "Result":
         """Runs the plan and returns its products.
+
+        ``input``: the dataset directory (default for plans that read raw data: the default
+        dataset, as for ``quiver run``); its conditions reach the steps. ``first_event`` and
+        ``events`` select the events ``first_event .. first_event + events`` (products keep
+        the absolute event numbers).
 
         ``collect``: products to keep, as ``"label"`` or ``"label:type"``; ``None`` keeps every
         product, ``[]`` none. The GIL is released while the job runs; Python steps take it
@@ -74,7 +80,7 @@ class Plan:
             events, threads, batch_size,
             None if input is None else os.fspath(input),
             None if output is None else os.fspath(output),
-            collect, progress)
+            collect, progress, first_event)
         return Result(text, numbers, tables)
 
     def __repr__(self):
@@ -89,7 +95,8 @@ class Result:
         self.summary = summary
         """The run summary, as ``quiver run`` prints it."""
         self.numbers = dict(numbers)
-        """events, batches, threads, batch_size, wall_s, gil_released."""
+        """events, batches, threads, batch_size, wall_s, gil_released, and step_s: seconds
+        spent in each step (by label), summed over workers."""
         self._tables = {(label, ty): (obj, addrs) for label, ty, obj, addrs in tables}
         self._pa = {}
 

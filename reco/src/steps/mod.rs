@@ -53,8 +53,23 @@ pub(crate) fn list_of(t: DataType) -> DataType {
     DataType::List(Arc::new(Field::new("item", t, false)))
 }
 
-/// Schema of a product type of the local reconstruction.
+/// Schema of a product type of the pixel chain.
+///
+/// # Panics
+/// On a type name that is not one of [`types`]; see [`try_schema`].
 pub fn schema(type_name: &str) -> SchemaRef {
+    try_schema(type_name).unwrap_or_else(|| panic!("no schema for product type '{type_name}'"))
+}
+
+/// Schema of a product type of the pixel chain, `None` for other names (how steps written
+/// outside Rust get their products checked).
+///
+/// ```
+/// let s = quiver_reco::steps::try_schema("hits").unwrap();
+/// assert_eq!(s.field(0).name(), "x_local");
+/// assert!(quiver_reco::steps::try_schema("floats").is_none());
+/// ```
+pub fn try_schema(type_name: &str) -> Option<SchemaRef> {
     use DataType::*;
     let fields = match type_name {
         FED_RAW => vec![f("fed", UInt32), f("data", Binary)],
@@ -110,9 +125,9 @@ pub fn schema(type_name: &str) -> SchemaRef {
             f("tracks", list_of(UInt32)),
         ],
         TRACK_VERTICES => vec![f("vertex", Int16)],
-        other => panic!("no schema for product type '{other}'"),
+        _ => return None,
     };
-    product_schema(type_name, 1, fields)
+    Some(product_schema(type_name, 1, fields))
 }
 
 /// Runs `per_event` on every event of the batch in parallel, results in event order; the
