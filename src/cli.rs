@@ -53,6 +53,26 @@ enum Command {
         #[command(subcommand)]
         command: ExportCommand,
     },
+    /// SQL over a run's products (a command of the Python package's `quiver`)
+    Query(PythonOnly),
+    /// Run a plan over a dataset on a Dask cluster (a command of the Python package's `quiver`)
+    Reconstruct(PythonOnly),
+}
+
+/// The arguments of a command that only the Python package's `quiver` implements.
+#[derive(Args)]
+struct PythonOnly {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    args: Vec<String>,
+}
+
+fn python_only(command: &str) -> quiver_columnar::Result<()> {
+    Err(quiver_columnar::Error::data(
+        format!(
+            "`quiver {command}` is a command of the Python package (it runs on DataFusion/Dask): \
+             `pip install ./py` (or `maturin develop -m py/Cargo.toml`) and run the `quiver` it installs"
+        ),
+    ))
 }
 
 #[derive(Args)]
@@ -295,6 +315,8 @@ where
         Command::Export { command: ExportCommand::Pixeltrack { input, output } } => quiver_datasets::export_pixeltrack(&input, &output)
             .map(|()| println!("wrote pixeltrack-standalone inputs of {} to {}", input.display(), output.display()))
             .map_err(|e| quiver_columnar::Error::data(e.to_string())),
+        Command::Query(_) => python_only("query"),
+        Command::Reconstruct(_) => python_only("reconstruct"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -270,3 +270,13 @@ fn python_steps_explain_where_they_run() {
          then run the `quiver` command it installs",
     );
 }
+
+#[test]
+fn python_commands_explain_where_they_run() {
+    for cmd in ["query", "reconstruct"] {
+        let o = quiver(&[cmd, "quiver-out", "SELECT 1"]);
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("`quiver {cmd}` is a command of the Python package")) && err.contains("pip install ./py"), "{err}");
+    }
+}

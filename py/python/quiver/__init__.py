@@ -17,9 +17,11 @@ the same executor as the Rust steps, from a Python driver or from ``quiver run p
 from ._errors import PlanError, QuiverError, QuiverIOError, StepError
 from ._plan import Plan, Result
 from ._steps import Step, polars_step
+from .query import open, sql
 from . import _quiver
 
-__all__ = ["Plan", "Result", "Step", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError", "steps", "conditions"]
+__all__ = ["Plan", "Result", "Step", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError", "steps", "conditions",
+           "open", "sql"]
 __version__ = _quiver.__version__
 
 

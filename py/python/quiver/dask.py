@@ -1,0 +1,496 @@
+"""Batch reconstruction on a Dask cluster.
+
+:func:`reconstruct` splits a dataset into event ranges (partitions), runs the plan on each
+in a Dask worker process, and writes each partition's products under
+``output/part-<first>-<last>/`` (event numbers, inclusive, zero-padded), next to a
+``manifest.json`` that says what made them::
+
+    from distributed import Client, LocalCluster
+    import quiver.dask
+
+    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, Client(cluster) as client:
+        summary = quiver.dask.reconstruct("plans/pixel.toml", "dataset/", "out/", client=client)
+    print(summary)
+
+What travels through the scheduler is the plan's TOML text and paths; each worker reads its
+events from the dataset itself. Products that ``collect=`` asks for come back as
+``pyarrow.Table`` objects (the Rust-side wrappers cannot be pickled).
+
+Safety: a partition is written to ``output/.tmp-<first>-<last>-<uuid>/`` and renamed to its
+final name when complete, so a directory ``part-*`` is always complete; a worker killed
+mid-partition leaves only a ``.tmp-*`` directory (removed at the end of the next run that
+completes). A rerun skips every partition whose manifest records the same plan, dataset
+checksum, code version and events. If two attempts of one partition finish (a worker
+thought dead that was not), the second finds the first's directory and discards its own:
+there is exactly one copy. One ``reconstruct`` at a time per output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import time
+import tomllib
+import uuid
+
+MANIFEST = "manifest.json"
+SUMMARY = "summary.json"
+FORMAT = "quiver-partition/1"
+DEFAULT_PARTITION_EVENTS = 50
+_PART_RE = re.compile(r"^part-(\d+)-(\d+)$")
+_PRODUCT_RE = re.compile(r"^[^.]+\.[^.]+\.(parquet|arrow)$")
+# The manifest fields that must match for a partition to count as done.
+_IDENTITY = ("plan_sha256", "dataset_checksum", "code_version", "first_event", "events")
+
+
+class ReconstructError(RuntimeError):
+    """The output directory or the inputs do not allow the run (the message says why)."""
+
+
+@dataclasses.dataclass
+class Summary:
+    """What :func:`reconstruct` did."""
+
+    output: str
+    events: int
+    """Events reconstructed by this call (skipped partitions not counted)."""
+    events_total: int
+    """Events covered by complete partitions after the call (skipped ones included)."""
+    partitions: list
+    """Every partition ``(first_event, events)`` of the request, in event order."""
+    done: list
+    """Partitions run by this call."""
+    skipped: list
+    """Partitions already complete, not run again."""
+    failures: list
+    """``{"partition": (first, events), "error": "..."}`` for each partition that failed
+    after Dask's retries."""
+    wall_s: float
+    """Wall time of the call, from submission to the last result."""
+    step_seconds: dict
+    """Time spent in each step (by label), summed over partitions and workers."""
+    workers: int
+    manifests: list
+    """The manifest of every partition run by this call."""
+    products: dict = dataclasses.field(default_factory=dict)
+    """The products asked for with ``collect=``, ``label:type -> pyarrow.Table`` (every
+    requested partition, in event order)."""
+
+    @property
+    def throughput(self) -> float:
+        """Events reconstructed per second of wall time."""
+        return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def __str__(self) -> str:
+        lines = [
+            f"events {self.events} in {len(self.done)} partitions ({len(self.skipped)} already complete, "
+            f"{len(self.failures)} failed)  workers {self.workers}  wall {self.wall_s:.3f} s  "
+            f"throughput {self.throughput:.1f} events/s",
+            f"output {self.output} ({self.events_total} events in complete partitions)",
+        ]
+        if self.step_seconds:
+            total = sum(self.step_seconds.values()) or 1e-12
+            lines += ["", f"{'step':<20} {'s (all workers)':>16} {'ms/event':>10} {'share':>7}"]
+            for label, s in self.step_seconds.items():
+                lines.append(f"{label:<20} {s:>16.3f} {1e3 * s / max(self.events, 1):>10.3f} {100 * s / total:>6.1f}%")
+        for f in self.failures:
+            first, n = f["partition"]
+            lines.append(f"FAILED events {first}..{first + n}: {f['error']}")
+        return "\n".join(lines)
+
+
+def partitions(n_events: int, partition_events: int, first_event: int = 0) -> list[tuple[int, int]]:
+    """Event ranges ``(first, count)`` of ``partition_events`` events (the last may be
+    shorter) covering ``first_event .. first_event + n_events``. Partition boundaries are
+    multiples of ``partition_events`` counted from ``first_event``."""
+    if partition_events < 1:
+        raise ValueError(f"partition_events must be at least 1 (got {partition_events})")
+    return [(f, min(partition_events, first_event + n_events - f))
+            for f in range(first_event, first_event + n_events, partition_events)]
+
+
+def part_name(first: int, events: int) -> str:
+    """The directory of a partition: ``part-<first>-<last>`` (inclusive, 8 digits or more)."""
+    return f"part-{first:08d}-{first + events - 1:08d}"
+
+
+def dataset_info(dataset) -> tuple[int, str]:
+    """``(events, checksum)`` of a dataset directory. The checksum is the SHA-256 of its
+    ``manifest.toml``, which itself lists the SHA-256 of every file of the dataset: cheap,
+    and it changes whenever any file does."""
+    path = pathlib.Path(dataset) / "manifest.toml"
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ReconstructError(f"dataset {dataset}: cannot read {path} ({e.strerror}); "
+                               "make one with `quiver generate --output DIR`") from None
+    try:
+        events = int(tomllib.loads(raw.decode())["events"])
+    except (KeyError, ValueError, tomllib.TOMLDecodeError) as e:
+        raise ReconstructError(f"dataset {dataset}: {path} has no valid `events` ({e})") from None
+    return events, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def code_version() -> str:
+    """``quiver.__version__``, plus ``git describe`` of the package's source tree when it is
+    a git checkout (an editable install)."""
+    from . import __version__
+
+    here = pathlib.Path(__file__).resolve().parent
+    try:
+        r = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty", "--tags"],
+                           capture_output=True, text=True, timeout=10)
+        if r.returncode == 0 and r.stdout.strip():
+            return f"{__version__}+{r.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return __version__
+
+
+def _plan_text(plan) -> tuple[str, str]:
+    """``(toml_text, origin)`` of a plan given as a path or as TOML text."""
+    if isinstance(plan, os.PathLike) or (isinstance(plan, str) and "\n" not in plan and "[[step]]" not in plan):
+        p = pathlib.Path(plan)
+        try:
+            return p.read_text(), str(p.resolve())
+        except OSError as e:
+            raise ReconstructError(f"plan {plan}: {e.strerror}") from None
+    if isinstance(plan, str):
+        return plan, "<plan text>"
+    raise TypeError("plan must be a path to a TOML plan or the TOML text "
+                    f"(a quiver.Plan object cannot be shipped to workers), not {type(plan).__name__}")
+
+
+def _writes_products(text: str) -> bool:
+    steps = tomllib.loads(text).get("step", [])
+    return any(s.get("type") in ("write_parquet", "write_ipc") for s in steps)
+
+
+def read_manifest(part_dir) -> dict | None:
+    """The manifest of a partition directory, or None when it has none (or a broken one)."""
+    try:
+        return json.loads((pathlib.Path(part_dir) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def complete_parts(output) -> list[tuple[int, int, pathlib.Path]]:
+    """``(first, last, dir)`` of every ``part-*`` directory of ``output``, in event order."""
+    out = pathlib.Path(output)
+    parts = []
+    if out.is_dir():
+        for d in out.iterdir():
+            m = _PART_RE.match(d.name)
+            if m and d.is_dir():
+                parts.append((int(m.group(1)), int(m.group(2)), d))
+    return sorted(parts)
+
+
+def _step_seconds(summary: str, events: int) -> dict:
+    """Per-step seconds from the run summary's step table (ms/event × events), for a
+    package whose ``Result.numbers`` has no ``step_s``."""
+    out, in_table = {}, False
+    for line in summary.splitlines():
+        cols = line.split()
+        if cols[:4] == ["step", "type", "backend", "ms/event"]:
+            in_table = True
+            continue
+        if in_table:
+            if not cols:
+                break
+            try:
+                out[cols[0]] = float(cols[3]) * events / 1e3
+            except (IndexError, ValueError):
+                break
+    return out
+
+
+def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, first: int, events: int,
+                  identity: dict, threads: int = 1, batch_size: int | None = None,
+                  collect: list | None = None, overwrite: bool = False):
+    """Runs one partition in this process (what a Dask task does); returns
+    ``(manifest, {label:type -> pyarrow.Table})``.
+
+    The products are written to ``output/.tmp-<first>-<last>-<uuid>/`` and the directory is
+    renamed to ``output/part-<first>-<last>/`` once the run and the manifest are complete."""
+    import pyarrow as pa
+
+    import quiver
+
+    out = pathlib.Path(output)
+    name = part_name(first, events)
+    final = out / name
+    existing = read_manifest(final)
+    if existing is not None and all(existing.get(k) == identity[k] for k in _IDENTITY):
+        return dict(existing, duplicate=True), {}  # a previous attempt finished: keep it
+    tmp = out / f".tmp-{first:08d}-{first + events - 1:08d}-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir(parents=True)
+    try:
+        started = time.time()
+        plan = quiver.Plan.from_toml(plan_text, plan_origin)
+        result = plan.run(first_event=first, events=events, threads=threads, batch_size=batch_size,
+                          input=dataset, output=str(tmp), collect=list(collect or []))
+        tables = {k: pa.table(result.table(k)) for k in (collect or [])}
+        manifest = {
+            "format": FORMAT,
+            **identity,
+            "last_event": first + events - 1,
+            "plan_origin": plan_origin,
+            "dataset": str(dataset),
+            "threads": result.numbers.get("threads"),
+            "batch_size": result.numbers.get("batch_size"),
+            "wall_s": result.numbers.get("wall_s"),
+            "step_seconds": dict(result.numbers.get("step_s") or _step_seconds(result.summary, events)),
+            "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": started,
+            "finished": time.time(),
+        }
+        if result.numbers.get("events") != events:
+            raise ReconstructError(f"partition {name}: the plan ran {result.numbers.get('events')} events, "
+                                   f"expected {events}")
+        products = [f for f in manifest["files"] if _PRODUCT_RE.match(f)]
+        partial = [f for f in manifest["files"] if f.endswith(".partial") or ".tmp-" in f]
+        if not products or partial:
+            raise ReconstructError(f"partition {name}: the run wrote {'incomplete files ' + ', '.join(partial) if partial else 'no product file'}")
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.rename(tmp, final)  # atomic: the directory appears complete or not at all
+        except OSError:
+            existing = read_manifest(final)
+            if existing is not None and all(existing.get(k) == identity[k] for k in _IDENTITY):
+                shutil.rmtree(tmp, ignore_errors=True)  # another attempt won: one copy only
+                return dict(existing, duplicate=True), {}
+            if not overwrite or not final.exists():
+                raise
+            trash = out / f".old-{name}-{uuid.uuid4().hex[:12]}"
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        return manifest, tables
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _cleanup_temp(out: pathlib.Path) -> None:
+    for d in out.glob(".tmp-*"):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in out.glob(".old-*"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def reconstruct(plan, dataset, output, *, client=None, events: int | None = None, first_event: int = 0,
+                partition_events: int = DEFAULT_PARTITION_EVENTS, threads: int = 1,
+                batch_size: int | None = None, retries: int = 2, collect: list | None = None,
+                overwrite: bool = False) -> Summary:
+    """Runs ``plan`` over ``dataset`` on a Dask cluster and writes the products under ``output``.
+
+    - ``plan``: path to a TOML plan, or its text; it must write its products
+      (a ``write_parquet`` or ``write_ipc`` step). Python steps must be importable on the
+      workers (a module, or a ``.py`` path valid in the workers' working directory).
+    - ``dataset``: a dataset directory (``quiver generate``); ``output``: the output directory.
+    - ``client``: a ``distributed.Client``; ``None`` uses the current default client.
+    - ``events``, ``first_event``: the events to run (default: all of the dataset).
+    - ``partition_events``: events per partition (default 50). Partition names depend only
+      on this and the event range, so reruns find the same partitions.
+    - ``threads``, ``batch_size``: of each partition's run (default: 1 thread per task; give
+      workers one Dask thread each and scale with processes).
+    - ``retries``: Dask retries of a partition that raised (a worker that died is
+      rescheduled by Dask on its own, up to ``distributed.scheduler.allowed-failures``).
+    - ``collect``: products to return as ``pyarrow.Table`` (``"label"`` or
+      ``"label:type"``); from skipped partitions they are read from their files.
+    - ``overwrite``: replace partitions made by another plan, dataset or code version,
+      and partitions of another partitioning; without it, such a directory is an error.
+
+    Returns a :class:`Summary`; partitions that failed are listed in ``summary.failures``
+    rather than raised."""
+    from distributed import default_client
+
+    client = client or default_client()
+    text, origin = _plan_text(plan)
+    if not _writes_products(text):
+        raise ReconstructError(f"plan {origin}: it writes no products; add a `write_parquet` step")
+    dataset = str(pathlib.Path(dataset).resolve())
+    n_available, checksum = dataset_info(dataset)
+    if first_event < 0 or first_event >= n_available:
+        raise ReconstructError(f"first_event {first_event} is outside the dataset's {n_available} events")
+    n = n_available - first_event if events is None else min(events, n_available - first_event)
+    wanted = partitions(n, partition_events, first_event)
+    out = pathlib.Path(output).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    identity_base = {"plan_sha256": hashlib.sha256(text.encode()).hexdigest(), "dataset_checksum": checksum,
+                     "code_version": code_version()}
+
+    # Partitions already there: complete and matching (skip), stale, or of another partitioning.
+    by_range = {(f, f + k - 1): (f, k) for f, k in wanted}
+    todo, skipped = [], []
+    existing = {(f, l): d for f, l, d in complete_parts(out)}
+    for (f, l), d in existing.items():
+        if (f, l) not in by_range and any(f <= b and a <= l for a, b in by_range):
+            if not overwrite:
+                raise ReconstructError(
+                    f"{d} overlaps the partitions of this run (partition_events={partition_events}); "
+                    "use the same partition_events, another output, or overwrite=True")
+            shutil.rmtree(d)
+    for f, k in wanted:
+        ident = dict(identity_base, first_event=f, events=k)
+        m = read_manifest(out / part_name(f, k)) if (f, f + k - 1) in existing else None
+        if m is not None and all(m.get(key) == ident[key] for key in _IDENTITY):
+            skipped.append((f, k))
+            continue
+        if m is not None and not overwrite:
+            diff = [key for key in _IDENTITY if m.get(key) != ident[key]]
+            raise ReconstructError(f"{out / part_name(f, k)} was made with another {', '.join(diff)}; "
+                                   "use another output or overwrite=True")
+        todo.append((f, k, ident))
+
+    started = time.perf_counter()
+    futures = {
+        (f, k): client.submit(run_partition, text, origin, dataset, str(out), f, k, ident, threads, batch_size,
+                              collect, overwrite, pure=False, retries=retries, key=f"quiver-{part_name(f, k)}-"
+                              f"{uuid.uuid4().hex[:8]}")
+        for f, k, ident in todo
+    }
+    manifests, failures, tables = [], [], {}
+    for part, fut in futures.items():
+        try:
+            m, t = fut.result()
+        except Exception as e:  # the partition failed after its retries
+            failures.append({"partition": part, "error": f"{type(e).__name__}: {e}"})
+            continue
+        manifests.append(m)
+        tables[part] = t
+    wall = time.perf_counter() - started
+    _cleanup_temp(out)
+    # Every partition must hold the same files (a plan or code change would show here).
+    file_sets = {}
+    for f, k in wanted:
+        m = read_manifest(out / part_name(f, k))
+        if m is not None:
+            file_sets.setdefault(tuple(sorted(m.get("files", {}))), []).append((f, k))
+    if len(file_sets) > 1:
+        common = max(file_sets, key=lambda fs: len(file_sets[fs]))
+        for fs, parts in file_sets.items():
+            if fs != common:
+                for part in parts:
+                    failures.append({"partition": part, "error": f"its files {sorted(set(fs) ^ set(common))} differ "
+                                                                 "from the other partitions'"})
+
+    products = {}
+    if collect:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for sel in collect:
+            chunks = []
+            for part in wanted:
+                if part in tables:
+                    chunks.append(tables[part][sel])
+                elif part in skipped:
+                    chunks.append(pq.read_table(_product_file(out / part_name(*part), sel)))
+            products[sel] = pa.concat_tables(chunks, promote_options="none") if chunks else None
+
+    step_seconds = {}
+    for m in manifests:
+        if not m.get("duplicate"):
+            for label, s in m.get("step_seconds", {}).items():
+                step_seconds[label] = step_seconds.get(label, 0.0) + s
+    done = [(m["first_event"], m["events"]) for m in manifests]
+    workers = _n_workers(client)
+    summary = Summary(
+        output=str(out), events=sum(k for _, k in done), events_total=sum(k for _, k in done + skipped),
+        partitions=wanted, done=done, skipped=skipped, failures=failures, wall_s=wall,
+        step_seconds=step_seconds, workers=workers, manifests=manifests, products=products)
+    _write_json(out / SUMMARY, {
+        "events": summary.events, "events_total": summary.events_total, "wall_s": wall,
+        "throughput": summary.throughput, "workers": workers, "partitions": wanted, "skipped": skipped,
+        "failures": failures, "step_seconds": step_seconds, "dataset": dataset, "plan_origin": origin,
+        **identity_base,
+    })
+    return summary
+
+
+def _n_workers(client) -> int:
+    try:
+        info = client.scheduler_info(n_workers=-1)  # newer distributed lists only a few by default
+    except TypeError:
+        info = client.scheduler_info()
+    return len(info.get("workers", {}))
+
+
+def _product_file(part_dir: pathlib.Path, sel: str) -> pathlib.Path:
+    """The file of product ``label`` or ``label:type`` in a partition directory."""
+    label, _, ty = sel.partition(":")
+    found = [p for p in part_dir.glob(f"*.{label}.parquet") if not ty or p.name == f"{ty}.{label}.parquet"]
+    if len(found) != 1:
+        raise ReconstructError(f"{part_dir}: product '{sel}' is {'ambiguous' if found else 'not written'}")
+    return found[0]
+
+
+def _write_json(path: pathlib.Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    """``quiver reconstruct PLAN --input DATASET --output DIR [...]``: :func:`reconstruct` on
+    a Dask cluster (``--scheduler ADDRESS``) or on a local cluster of ``--workers`` processes."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="quiver reconstruct", description=(
+        "Run a plan over a dataset on a Dask cluster, one partition (event range) per task; "
+        "products under OUTPUT/part-<first>-<last>/. Reruns skip complete partitions."))
+    ap.add_argument("plan", help="TOML plan (it must have a write_parquet step)")
+    ap.add_argument("--input", required=True, metavar="DIR", help="dataset directory")
+    ap.add_argument("--output", required=True, metavar="DIR", help="output directory")
+    ap.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (default: a local cluster)")
+    ap.add_argument("--workers", type=int, default=2, metavar="N", help="local cluster: worker processes (default 2)")
+    ap.add_argument("--events", type=int, metavar="N", help="events to run (default: all)")
+    ap.add_argument("--first-event", type=int, default=0, metavar="N")
+    ap.add_argument("--partition-events", type=int, default=DEFAULT_PARTITION_EVENTS, metavar="N",
+                    help=f"events per partition (default {DEFAULT_PARTITION_EVENTS})")
+    ap.add_argument("--threads", type=int, default=1, metavar="T", help="threads of each partition's run (default 1)")
+    ap.add_argument("--batch-size", type=int, metavar="B")
+    ap.add_argument("--retries", type=int, default=2)
+    ap.add_argument("--overwrite", action="store_true", help="replace partitions made otherwise")
+    a = ap.parse_args(argv)
+
+    from distributed import Client, LocalCluster
+
+    try:
+        if a.scheduler:
+            cluster, client = None, Client(a.scheduler)
+        else:
+            cluster = LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            client = Client(cluster)
+        try:
+            s = reconstruct(a.plan, a.input, a.output, client=client, events=a.events, first_event=a.first_event,
+                            partition_events=a.partition_events, threads=a.threads, batch_size=a.batch_size,
+                            retries=a.retries, overwrite=a.overwrite)
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    except (ReconstructError, OSError) as e:
+        print(f"error: {e}")
+        return 2
+    print(s)
+    return 0 if s.ok else 1

@@ -1,0 +1,187 @@
+"""Queries over a run's products: lazy Polars frames (:func:`open`) and SQL with DataFusion
+(:func:`sql`), Arrow-native, without loading anything until a query runs.
+
+A run directory is what ``quiver run`` / ``Plan.run(output=...)`` writes (one
+``<type>.<label>.parquet`` per product, see docs/products.md) or what
+:func:`quiver.dask.reconstruct` writes (the same files in ``part-<first>-<last>/``
+directories, read as one table per product in event order).
+
+Table names: the product type (``tracks``, ``hits``, ``vertices``, …) when one file of the
+run has that type, otherwise ``<type>_<label>``; other Parquet files by their name
+(``histograms``, ``counts``). With ``dataset=``, the dataset's truth tables are added as
+``truth_<name>`` (``truth_particles``, ``truth_simhits``, …, see docs/datasets.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import re
+
+_PART_RE = re.compile(r"^part-(\d+)-(\d+)$")
+_PRODUCT_RE = re.compile(r"^([^.]+)\.([^.]+)\.parquet$")
+
+
+class QueryError(ValueError):
+    """The run directory, a table or the query is not usable (the message says why)."""
+
+
+def _parts(run: pathlib.Path) -> list[pathlib.Path]:
+    """The partition directories of a reconstruct output, in event order; ``[run]`` for a
+    plain run directory."""
+    parts = sorted((int(m.group(1)), d) for d in run.iterdir() if d.is_dir() and (m := _PART_RE.match(d.name)))
+    return [d for _, d in parts] or [run]
+
+
+def tables(run_dir, *, dataset=None) -> dict[str, list[pathlib.Path]]:
+    """Table name -> its Parquet files in event order (one per partition)."""
+    run = pathlib.Path(run_dir)
+    if not run.is_dir():
+        raise QueryError(f"run directory {run_dir} does not exist")
+    parts = _parts(run)
+    files: dict[str, list[pathlib.Path]] = collections.defaultdict(list)
+    for d in parts:
+        for p in sorted(d.glob("*.parquet")):
+            files[p.name].append(p)
+    incomplete = [f"{name} ({len(fs)} of {len(parts)} partitions)" for name, fs in files.items() if len(fs) != len(parts)]
+    if incomplete:
+        raise QueryError(f"{run_dir}: files missing from some partitions: {', '.join(incomplete)}")
+    types = collections.Counter(m.group(1) for name in files if (m := _PRODUCT_RE.match(name)))
+    out = {}
+    for name, fs in sorted(files.items()):
+        m = _PRODUCT_RE.match(name)
+        if m:
+            ty, label = m.groups()
+            out[ty if types[ty] == 1 else f"{ty}_{label}"] = fs
+        else:
+            out[name.removesuffix(".parquet")] = fs
+    if not out:
+        raise QueryError(f"{run_dir} holds no Parquet products (a plan writes them with a write_parquet step)")
+    if dataset is not None:
+        ds = pathlib.Path(dataset)
+        truth = sorted(ds.glob("*.parquet"))
+        if not truth:
+            raise QueryError(f"dataset {dataset} has no Parquet truth tables")
+        for p in truth:
+            out[f"truth_{p.stem}"] = [p]
+    return out
+
+
+def _is_histograms(path: pathlib.Path) -> bool:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    return meta.get(b"quiver.schema") == b"histograms"
+
+
+def _merged_histograms(files):
+    """Histograms of several partitions: counters of the same bin summed."""
+    import polars as pl
+
+    return (pl.scan_parquet([str(f) for f in files])
+            .group_by("histogram", "bin", maintain_order=True)
+            .agg(pl.col("low_edge").first(), pl.col("high_edge").first(), pl.col("count").sum())
+            .sort("histogram", "bin"))
+
+
+def open(run_dir, *, dataset=None) -> dict:
+    """One lazy ``polars.LazyFrame`` per product of a run (``pl.scan_parquet``): nothing is
+    read until ``.collect()``. Keys as described in the module docstring.
+
+    >>> frames = quiver.open("out")                                     # doctest: +SKIP
+    >>> frames["tracks"].filter(pl.col("quality") >= 2).collect()       # doctest: +SKIP
+    """
+    import polars as pl
+
+    out = {}
+    for name, files in tables(run_dir, dataset=dataset).items():
+        if len(files) > 1 and _is_histograms(files[0]):
+            out[name] = _merged_histograms(files)
+        else:
+            out[name] = pl.scan_parquet([str(f) for f in files])
+    return out
+
+
+def context(run_dir, *, dataset=None):
+    """A ``datafusion.SessionContext`` with every table of the run registered (Parquet read
+    by DataFusion itself, lazily, with projection and predicate pushdown)."""
+    import pyarrow.dataset as pads
+    from datafusion import SessionContext
+
+    ctx = SessionContext()
+    for name, files in tables(run_dir, dataset=dataset).items():
+        if len(files) == 1:
+            ctx.register_parquet(name, str(files[0]))
+        elif _is_histograms(files[0]):
+            ctx.register_record_batches(name, [_merged_histograms(files).collect().to_arrow().to_batches()])
+        else:
+            # Several partitions: one dataset over the files, in event order.
+            ctx.register_dataset(name, pads.dataset([str(f) for f in files], format="parquet"))
+    return ctx
+
+
+def sql(query: str, run_dir, *, dataset=None, polars: bool = False):
+    """Runs an SQL query (DataFusion's dialect) over a run's products; returns a
+    ``pyarrow.Table`` (or a ``polars.DataFrame`` with ``polars=True``).
+
+    >>> quiver.sql("SELECT count(*) AS n FROM tracks WHERE quality >= 2", "out")  # doctest: +SKIP
+    """
+    ctx = context(run_dir, dataset=dataset)
+    try:
+        df = ctx.sql(query)
+        return df.to_polars() if polars else df.to_arrow_table()
+    except Exception as e:  # DataFusion raises plain Exception subclasses; name the tables
+        known = ", ".join(tables(run_dir, dataset=dataset))
+        raise QueryError(f"query failed: {e}\n(tables: {known})") from e
+
+
+def main(argv=None) -> int:
+    """``quiver query RUN_DIR "SELECT …"``: prints the result as a table, or writes it to
+    Parquet or CSV (``--output file.parquet|file.csv``); ``--tables`` lists the tables."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="quiver query", description=(
+        "SQL (DataFusion) over the products of a run directory (quiver run, or quiver reconstruct's "
+        "partitions). Tables are named by product type: tracks, hits, vertices, ..."))
+    ap.add_argument("run_dir", help="output directory of a run")
+    ap.add_argument("query", nargs="?", help="SQL query")
+    ap.add_argument("--dataset", metavar="DIR", help="also the dataset's truth tables, as truth_<name>")
+    ap.add_argument("--output", metavar="FILE", help="write the result to FILE (.parquet or .csv) instead of printing")
+    ap.add_argument("--max-rows", type=int, default=50, metavar="N", help="rows printed (default 50; -1: all)")
+    ap.add_argument("--tables", action="store_true", help="list the tables and their columns")
+    a = ap.parse_args(argv)
+    try:
+        if a.tables or not a.query:
+            import pyarrow.parquet as pq
+
+            for name, files in tables(a.run_dir, dataset=a.dataset).items():
+                schema = pq.read_schema(files[0])
+                cols = ", ".join(f"{f.name} {f.type}" for f in schema)
+                print(f"{name}: {cols}")
+            return 0
+        result = sql(a.query, a.run_dir, dataset=a.dataset)
+        if a.output:
+            out = pathlib.Path(a.output)
+            if out.suffix == ".parquet":
+                import pyarrow.parquet as pq
+
+                pq.write_table(result, out)
+            elif out.suffix == ".csv":
+                import pyarrow.csv as pcsv
+
+                try:
+                    pcsv.write_csv(result, out)
+                except Exception as e:
+                    raise QueryError(f"cannot write CSV ({e}); list columns need Parquet, or unnest them in SQL") from e
+            else:
+                raise QueryError(f"--output {a.output}: the file name must end in .parquet or .csv")
+            print(f"{result.num_rows} rows -> {out}")
+        else:
+            import polars as pl
+
+            with pl.Config(tbl_rows=a.max_rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+                print(pl.from_arrow(result))
+    except (QueryError, OSError) as e:
+        print(f"error: {e}")
+        return 2
+    return 0

@@ -1,0 +1,132 @@
+"""Queries over a run's products: quiver.open (lazy Polars frames with the schemas of
+docs/products.md), quiver.sql (DataFusion) and `quiver query`."""
+
+import pathlib
+import re
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+import quiver
+import quiver.cli
+from quiver.query import QueryError
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SIMPLE = {
+    "UInt8": pa.uint8(), "UInt16": pa.uint16(), "UInt32": pa.uint32(), "UInt64": pa.uint64(),
+    "Int8": pa.int8(), "Int16": pa.int16(), "Int32": pa.int32(), "Float32": pa.float32(),
+    "Float64": pa.float64(), "Boolean": pa.bool_(), "Binary": pa.binary(), "Utf8": pa.string(),
+}
+
+
+def doc_type(text):
+    """An Arrow type as docs/products.md writes it (UInt16, List<UInt32>, FixedSizeList<Float32, 5>)."""
+    if m := re.fullmatch(r"List<(\w+)>", text):
+        return "list", SIMPLE[m.group(1)]
+    if m := re.fullmatch(r"FixedSizeList<(\w+), (\d+)>", text):
+        return "fixed", SIMPLE[m.group(1)], int(m.group(2))
+    return SIMPLE[text]
+
+
+def arrow_type(t):
+    if pa.types.is_list(t):
+        return "list", t.value_type
+    if pa.types.is_fixed_size_list(t):
+        return "fixed", t.value_type, t.list_size
+    return t
+
+
+def documented_columns(product_type):
+    """(name, type) of the first table after the heading of `product_type` in docs/products.md."""
+    text = (ROOT / "docs/products.md").read_text()
+    head = re.search(rf"^###[^\n]*`{product_type}` \(v\d+\)[^\n]*$", text, flags=re.M)
+    assert head, f"docs/products.md documents no `{product_type}`"
+    cols = []
+    for line in text[head.end():].splitlines()[1:]:
+        if line.startswith("###"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 3 and cells[0].startswith("`"):
+            for name in re.findall(r"`(\w+)`", cells[0]):
+                cols.append((name, doc_type(cells[1])))
+        elif cols and not line.startswith("|"):
+            break
+    return cols
+
+
+def test_open_gives_lazy_frames_with_the_documented_schemas(small_run):
+    frames = quiver.open(small_run)
+    assert {"digis", "calibrated_digis", "clustered_digis", "hits", "tracks", "vertices", "histograms"} <= set(frames)
+    for name, lf in frames.items():
+        assert isinstance(lf, pl.LazyFrame), name
+    for ty in ["digis", "calibrated_digis", "clustered_digis", "hits", "tracks", "vertices"]:
+        (path,) = small_run.glob(f"{ty}.*.parquet")
+        schema = pq.read_schema(path)
+        documented = [("event", pa.uint32())] + documented_columns(ty)
+        assert [(f.name, arrow_type(f.type)) for f in schema] == documented, ty
+        assert frames[ty].collect_schema().names() == [n for n, _ in documented]
+    # Lazy: a filter runs on the file, not on a loaded table.
+    n = frames["tracks"].filter(pl.col("quality") >= 2).select(pl.len()).collect().item()
+    assert 0 < n < pq.read_metadata(small_run / "tracks.tracks.parquet").num_rows
+
+
+def test_dataset_truth_tables_are_added(small_run, small_dataset):
+    frames = quiver.open(small_run, dataset=small_dataset)
+    assert {"truth_particles", "truth_simhits", "truth_vertices", "truth_pixel_truth"} <= set(frames)
+    assert "lx" in frames["truth_simhits"].collect_schema().names()
+
+
+def test_sql_equals_polars(small_run):
+    q = """SELECT event, count(*) AS n, avg(pt) AS mean_pt FROM tracks
+           WHERE quality >= 2 GROUP BY event ORDER BY event"""
+    got = quiver.sql(q, small_run)
+    assert isinstance(got, pa.Table) and got.num_rows > 0
+    expected = (quiver.open(small_run)["tracks"].filter(pl.col("quality") >= 2).group_by("event")
+                .agg(n=pl.len(), mean_pt=pl.col("pt").mean()).sort("event").collect())
+    df = quiver.sql(q, small_run, polars=True)
+    assert isinstance(df, pl.DataFrame)
+    assert df["event"].to_list() == expected["event"].to_list()
+    assert df["n"].to_list() == expected["n"].to_list()
+    assert df["mean_pt"].to_list() == pytest.approx(expected["mean_pt"].to_list(), rel=1e-6)
+
+
+def test_sql_join_products_and_truth(small_run, small_dataset):
+    """Rec hits joined to the truth sim hits of their module (a JOIN across products and the
+    dataset), and vertices with their track lists unnested."""
+    q = """SELECT count(*) AS n FROM hits h JOIN truth_simhits s
+           ON h.event = s.event AND h.det_index = s.module
+           WHERE abs(h.x_local - s.lx) < 0.01 AND abs(h.y_local - s.ly) < 0.02"""
+    n = quiver.sql(q, small_run, dataset=small_dataset).column("n")[0].as_py()
+    sim = pq.read_metadata(small_dataset / "simhits.parquet").num_rows
+    assert 0.5 * sim < n < 2 * sim
+    per_vertex = quiver.sql("SELECT sum(array_length(tracks)) AS n FROM vertices", small_run).column("n")[0].as_py()
+    unnested = quiver.sql("SELECT count(*) AS n FROM (SELECT unnest(tracks) AS t FROM vertices)", small_run)
+    assert unnested.column("n")[0].as_py() == per_vertex > 0
+
+
+def test_bad_queries_name_the_problem(small_run, tmp_path):
+    with pytest.raises(QueryError, match=r"tables: .*tracks"):
+        quiver.sql("SELECT * FROM no_such_table", small_run)
+    with pytest.raises(QueryError, match="does not exist"):
+        quiver.open(tmp_path / "nothing")
+
+
+def test_query_command(small_run, tmp_path, capsys):
+    q = "SELECT event, count(*) AS n FROM hits GROUP BY event ORDER BY event"
+    assert quiver.cli.main(["query", str(small_run), q]) == 0
+    printed = capsys.readouterr().out
+    assert "shape: (12, 2)" in printed and "event" in printed
+    assert quiver.cli.main(["query", str(small_run), q, "--output", str(tmp_path / "n.parquet")]) == 0
+    assert quiver.cli.main(["query", str(small_run), q, "--output", str(tmp_path / "n.csv")]) == 0
+    a, b = pq.read_table(tmp_path / "n.parquet"), pcsv.read_csv(tmp_path / "n.csv")
+    assert a.num_rows == b.num_rows == 12
+    assert a.column("n").to_pylist() == b.column("n").to_pylist()
+    assert a.column("n").to_pylist() == pl.read_parquet(small_run / "hits.hits.parquet").group_by(
+        "event").len().sort("event")["len"].to_list()
+    assert quiver.cli.main(["query", str(small_run), "--tables"]) == 0
+    assert "tracks: event uint32, quality uint8" in capsys.readouterr().out
+    assert quiver.cli.main(["query", str(small_run), "SELECT nonsense FROM tracks"]) == 2
+    assert "error: query failed" in capsys.readouterr().out
