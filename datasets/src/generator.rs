@@ -58,6 +58,15 @@ pub struct GeneratorParams {
     pub secondary_angle: f64,
     /// Maximum turning angle followed per particle (rad); ends loopers.
     pub max_turning: f64,
+    /// Outer radius of the tracker volume (cm, default 110, CMS). A particle stops where its
+    /// helix would leave this radius (it ends in the calorimeter and never comes back), so
+    /// only loopers with a helix diameter below it return to the pixel detector.
+    /// Manifests written before this field existed read as ∞ (no such stop).
+    #[serde(default = "unbounded")]
+    pub tracker_radius: f64,
+    /// Half length of the tracker volume (cm, default 280, CMS): the same stop in |z|.
+    #[serde(default = "unbounded")]
+    pub tracker_half_length: f64,
     /// Probability per pixel per event of a noise hit above threshold.
     pub noise_occupancy: f64,
     /// Most probable charge of a MIP crossing 285 µm at normal incidence (e).
@@ -90,6 +99,8 @@ impl Default for GeneratorParams {
             secondary_p: (0.015, 0.15),
             secondary_angle: 0.3,
             max_turning: 3.0 * PI,
+            tracker_radius: 110.0,
+            tracker_half_length: 280.0,
             noise_occupancy: 2e-6,
             mip_mpv: 22_000.0,
             landau_width: 0.1,
@@ -100,6 +111,11 @@ impl Default for GeneratorParams {
             material: [0.025, 0.03],
         }
     }
+}
+
+/// The value of a tracker-volume bound missing from an old manifest: no bound.
+fn unbounded() -> f64 {
+    f64::INFINITY
 }
 
 /// A truth particle.
@@ -288,6 +304,19 @@ impl Helix {
             best = best.min(t);
         }
         Some(best)
+    }
+    /// Largest distance from the z axis on the arc 0 ≤ t ≤ `t_end`, whose ends are at radii
+    /// `r0` and `r1`. Along the circle the radius grows monotonically towards its farthest
+    /// point from the axis (radius cc + ρ, offset from the centre along the centre's azimuth
+    /// α), so the maximum is that point if the arc contains it, else the larger end.
+    fn max_radius(&self, t_end: f64, r0: f64, r1: f64) -> f64 {
+        // The offset from the centre at t has azimuth φ0 + h·t − h·π/2.
+        let t_far = (self.h * (self.alpha - self.phi0) + 0.5 * PI).rem_euclid(2.0 * PI);
+        if t_far <= t_end {
+            self.cc + self.rho
+        } else {
+            r0.max(r1)
+        }
     }
     /// Turning angle where the helix reaches z, if ahead.
     fn plane_z(&self, z: f64, tmin: f64) -> Option<f64> {
@@ -493,6 +522,13 @@ impl<'a> Generator<'a> {
             let (xc, dc) = hx.at(tc);
             let rc = (xc[0] * xc[0] + xc[1] * xc[1]).sqrt();
             if xc[2].abs() > 60.0 || rc > 20.0 {
+                return;
+            }
+            // A helix that leaves the tracker volume on the way to the crossing ends in the
+            // calorimeter and never comes back (no reversed looper legs). z is monotonic along
+            // the helix, so the crossing bounds |z| on the arc.
+            let r0 = (tr.pos[0] * tr.pos[0] + tr.pos[1] * tr.pos[1]).sqrt();
+            if xc[2].abs() > p.tracker_half_length || hx.max_radius(tc, r0, rc) > p.tracker_radius {
                 return;
             }
             // Barrel layers only exist within the ladder length; disks within the ring radii.
@@ -1089,6 +1125,79 @@ mod tests {
             several_reachable += (n_cyl > 1) as usize;
         }
         assert!(several_reachable > 1000, "{several_reachable}");
+    }
+
+    #[test]
+    fn max_radius_on_arc_matches_sampling() {
+        let mut rng = event_rng(5, 2);
+        let mut contains_far_point = 0;
+        for i in 0..2000 {
+            let r = 20.0 * rng.random::<f64>();
+            let a = 2.0 * PI * rng.random::<f64>();
+            let pm = 0.05 * 100f64.powf(rng.random::<f64>());
+            let d = norm([gauss(&mut rng), gauss(&mut rng), gauss(&mut rng)]);
+            let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
+            let t = Track { pos: [r * a.cos(), r * a.sin(), 0.0], p: [pm * d[0], pm * d[1], pm * d[2]], q, mass: 0.14, id: 0, can_spawn: false };
+            let hx = Helix::new(&t);
+            let t_end = 3.0 * PI * rng.random::<f64>();
+            let rad = |t: f64| {
+                let x = hx.at(t).0;
+                (x[0] * x[0] + x[1] * x[1]).sqrt()
+            };
+            let n = 20_000;
+            let sampled = (0..=n).map(|k| rad(t_end * k as f64 / n as f64)).fold(0.0, f64::max);
+            let got = hx.max_radius(t_end, rad(0.0), rad(t_end));
+            // the nearest sample is within Δt/2 of the peak, where the radius is flat: O(ρ·Δt²) below
+            assert!(got >= sampled - 1e-9 && got - sampled < 1e-6 * (hx.cc + hx.rho), "track {i}: {got} vs sampled {sampled}");
+            contains_far_point += (got > rad(0.0).max(rad(t_end)) + 1e-6) as usize;
+        }
+        assert!(contains_far_point > 500, "{contains_far_point}");
+    }
+
+    /// Layers (0–3 barrel, 4–9 disks) of the sim hits of one primary pion of transverse
+    /// momentum `pt` from (0, 0, 1 cm) at η ≈ 0.005, in transport order.
+    fn hit_layers(params: GeneratorParams, pt: f64) -> Vec<u8> {
+        let geom = Geometry::phase1();
+        let gains = build_gains(&GainParams::default());
+        let params = GeneratorParams { secondary_prob: 0.0, noise_occupancy: 0.0, ..params };
+        let g = Generator::new(params, &geom, &gains, default_beam_spot());
+        let mut rng = event_rng(3, 0);
+        let mut ev = Event::default();
+        let (mut deps, mut stack, mut cuts) = (Vec::new(), Vec::new(), [0.0; 512]);
+        let t = Track { pos: [0.0, 0.0, 1.0], p: [pt * 0.3f64.cos(), pt * 0.3f64.sin(), 0.005 * pt], q: 1.0, mass: 0.13957, id: 0, can_spawn: true };
+        g.propagate(t, &mut rng, &mut ev, &mut deps, &mut stack, &mut cuts);
+        assert!(stack.is_empty());
+        ev.simhits.iter().map(|h| geom.modules[h.module as usize].layer).collect()
+    }
+
+    #[test]
+    fn particles_leaving_the_tracker_do_not_come_back() {
+        let comes_back = |l: &[u8]| l.windows(2).any(|w| w[1] < w[0]);
+        // 1 GeV: helix diameter 2ρ ≈ 175 cm > 110 cm. Without the tracker volume it turns
+        // round outside and crosses the barrel again inwards; with it, it stops after BPix4.
+        let unbounded = GeneratorParams { tracker_radius: f64::INFINITY, tracker_half_length: f64::INFINITY, ..Default::default() };
+        let old = hit_layers(unbounded, 1.0);
+        assert!(comes_back(&old), "{old:?}");
+        let new = hit_layers(GeneratorParams::default(), 1.0);
+        assert!(!comes_back(&new), "{new:?}");
+        assert_eq!(new.first(), Some(&0));
+        assert_eq!(new.last(), Some(&3));
+        assert_eq!(new[..], old[..new.len()]);
+        // 0.3 GeV: diameter ≈ 52 cm, the whole helix stays inside: it still loops.
+        let looper = hit_layers(GeneratorParams::default(), 0.3);
+        assert!(comes_back(&looper), "{looper:?}");
+        assert!(looper.iter().filter(|&&l| l == 0).count() >= 2, "{looper:?}");
+    }
+
+    #[test]
+    fn manifests_without_tracker_volume_read_as_unbounded() {
+        // a [params] table written before the tracker-volume fields existed
+        let mut t = toml::Table::try_from(GeneratorParams::default()).unwrap();
+        t.remove("tracker_radius");
+        t.remove("tracker_half_length");
+        let old: GeneratorParams = t.try_into().unwrap();
+        assert_eq!((old.tracker_radius, old.tracker_half_length), (f64::INFINITY, f64::INFINITY));
+        assert_eq!(GeneratorParams { tracker_radius: 110.0, tracker_half_length: 280.0, ..old }, GeneratorParams::default());
     }
 
     #[test]
