@@ -435,89 +435,128 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
                 if b0 == b1 {
                     continue;
                 }
-                for o in packed.range(outer_l, b0, b1) {
-                    let zo = o.z;
-                    let ro = o.r;
-                    // The z0 and φ cuts are pure predicates: evaluate both without
-                    // short-circuit so that most candidates cost one (rarely taken) branch.
-                    let dr = ro - mer;
-                    let z0_fails = do_z0_cut & ((dr > maxr) | (dr < 0.0) | ((mez * ro - mer * zo).abs() > z0_cut * dr));
-                    // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
-                    // |a − b| (the two differ only for −32768, where both are 32768).
-                    let idphi = (o.iphi.wrapping_sub(mep) as i32).unsigned_abs() as u16;
-                    if z0_fails | (idphi as i32 > phicut as i32) {
-                        continue;
+                let (k0, k1) = packed.range(outer_l, b0, b1);
+                // The z0 and φ cuts are pure predicates: evaluate them for a chunk of
+                // candidates at once (branch-free, vectorisable), then visit the survivors
+                // in order. Same f32 expressions as one candidate at a time.
+                let mut k = k0;
+                while k < k1 {
+                    let zs: &[f32; CHUNK] = packed.z[k..k + CHUNK].try_into().unwrap();
+                    let rs: &[f32; CHUNK] = packed.r[k..k + CHUNK].try_into().unwrap();
+                    let ps: &[i16; CHUNK] = packed.iphi[k..k + CHUNK].try_into().unwrap();
+                    let mut pass = [false; CHUNK];
+                    for j in 0..CHUNK {
+                        let (zo, ro) = (zs[j], rs[j]);
+                        let dr = ro - mer;
+                        let z0_fails = do_z0_cut & ((dr > maxr) | (dr < 0.0) | ((mez * ro - mer * zo).abs() > z0_cut * dr));
+                        // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
+                        // |a − b| (the two differ only for −32768, where both are 32768).
+                        let idphi = (ps[j].wrapping_sub(mep) as i32).abs();
+                        pass[j] = !(z0_fails | (idphi > phicut as i32));
                     }
-                    if cfg.do_cluster_cut {
-                        let so = o.size_y as i32;
-                        let fails = if outer < 4 {
-                            mes > 0 && so > 0 && (so - mes).abs() > dy_barrel
-                        } else {
-                            inner < 4 && mes > 0 && {
-                                let pred = (((mez - zo) / (mer - ro)).abs() * dzdr_fact + 0.5f32) as i32;
-                                (mes - pred).abs() > cfg.max_dy_pred
+                    let mut bits = mask8(pass[..8].try_into().unwrap()) | (mask8(pass[8..].try_into().unwrap()) << 8);
+                    let left = k1 - k;
+                    if left < CHUNK {
+                        bits &= (1u32 << left) - 1;
+                    }
+                    while bits != 0 {
+                        let j = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        let kk = k + j;
+                        let (zo, ro) = (packed.z[kk], packed.r[kk]);
+                        if cfg.do_cluster_cut {
+                            let so = packed.size_y[kk] as i32;
+                            let fails = if outer < 4 {
+                                mes > 0 && so > 0 && (so - mes).abs() > dy_barrel
+                            } else {
+                                inner < 4 && mes > 0 && {
+                                    let pred = (((mez - zo) / (mer - ro)).abs() * dzdr_fact + 0.5f32) as i32;
+                                    (mes - pred).abs() > cfg.max_dy_pred
+                                }
+                            };
+                            if fails {
+                                continue;
                             }
-                        };
-                        if fails {
-                            continue;
                         }
-                    }
-                    if cfg.do_pt_cut {
-                        let dphi = (idphi as i16) as f32 * i2p;
-                        if dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer) {
-                            continue;
+                        if cfg.do_pt_cut {
+                            let idphi = (packed.iphi[kk].wrapping_sub(mep) as i32).unsigned_abs() as u16;
+                            let dphi = (idphi as i16) as f32 * i2p;
+                            if dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer) {
+                                continue;
+                            }
                         }
+                        if out.cells.len() >= max_doublets {
+                            // Full: nothing more can be added for the rest of the event.
+                            out.cells_overflow = true;
+                            break;
+                        }
+                        let ind = out.cells.len() as u32;
+                        out.cells.push(Cell {
+                            inner: i as u32,
+                            outer: packed.idx[kk],
+                            pair: pair_id as u8,
+                            doublet_id: ind as i32,
+                            used: 0,
+                            inner_z: mez,
+                            inner_r: mer,
+                        });
                     }
-                    if out.cells.len() >= max_doublets {
-                        // Full: nothing more can be added for the rest of the event.
-                        out.cells_overflow = true;
+                    if out.cells_overflow && out.cells.len() >= max_doublets {
                         break;
                     }
-                    let ind = out.cells.len() as u32;
-                    out.cells.push(Cell {
-                        inner: i as u32,
-                        outer: o.idx,
-                        pair: pair_id as u8,
-                        doublet_id: ind as i32,
-                        used: 0,
-                        inner_z: mez,
-                        inner_r: mer,
-                    });
+                    k += CHUNK;
                 }
             }
         }
     }
     // Cells ending on each hit, first `max_cells_per_hit` in creation order.
+    // (Read from a compact copy of the outer hits: the cells are six times wider.)
+    let outers: Vec<u32> = out.cells.iter().map(|cell| cell.outer).collect();
     let (lists, overflows) =
-        Csr::group_capped(n_hits, out.cells.iter().enumerate().map(|(c, cell)| (cell.outer, c as u32)), cfg.max_cells_per_hit);
+        Csr::group_capped(n_hits, outers.iter().enumerate().map(|(c, &o)| (o, c as u32)), cfg.max_cells_per_hit);
     out.outer_hit_of_cell = lists;
     out.outer_hit_overflows = overflows;
     Ok(out)
 }
 
+/// Candidates whose z0 and φ cuts are evaluated together.
+const CHUNK: usize = 16;
+
+/// Bit `j` set for each true `pass[j]`: the eight flags as the bytes of a u64, gathered into
+/// its top byte by one multiplication (each partial product lands on its own bit, no carry).
+#[inline]
+pub(crate) fn mask8(pass: &[bool; 8]) -> u32 {
+    let x = u64::from_le_bytes(pass.map(|p| p as u8));
+    (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32
+}
+
 /// The valid hits of every (layer, φ bin) in the binner's order, with the values the doublet
-/// search reads packed together so that a window of bins is one contiguous scan.
+/// search reads stored column by column so that a window of bins is one contiguous scan.
+/// The columns carry `CHUNK` padding entries at the end, so that a chunk never reads past
+/// them.
 struct PackedBins {
     /// Start of each (layer, bin) run, `N_LAYERS·PHI_BINS + 1` entries.
     off: Vec<u32>,
-    hits: Vec<PackedHit>,
-}
-
-#[derive(Clone, Copy)]
-struct PackedHit {
-    z: f32,
-    r: f32,
-    idx: u32,
-    iphi: i16,
-    size_y: i16,
+    z: Vec<f32>,
+    r: Vec<f32>,
+    idx: Vec<u32>,
+    iphi: Vec<i16>,
+    size_y: Vec<i16>,
 }
 
 impl PackedBins {
     fn new(binner: &PhiBinner, h: &HitsView) -> Self {
         let nb = N_LAYERS * PHI_BINS;
-        let mut off = Vec::with_capacity(nb + 1);
-        let mut hits = Vec::with_capacity(binner.bins.len());
-        off.push(0);
+        let cap = binner.bins.len() + CHUNK;
+        let mut p = Self {
+            off: Vec::with_capacity(nb + 1),
+            z: Vec::with_capacity(cap),
+            r: Vec::with_capacity(cap),
+            idx: Vec::with_capacity(cap),
+            iphi: Vec::with_capacity(cap),
+            size_y: Vec::with_capacity(cap),
+        };
+        p.off.push(0);
         for b in 0..nb {
             for &i in &binner.bins[binner.off[b] as usize..binner.off[b + 1] as usize] {
                 let i = i as usize;
@@ -525,17 +564,24 @@ impl PackedBins {
                 if h.det_index[i] > 2000 {
                     continue;
                 }
-                hits.push(PackedHit { z: h.z_global[i], r: h.r_global[i], idx: i as u32, iphi: h.iphi[i], size_y: h.size_y[i] });
+                p.z.push(h.z_global[i]);
+                p.r.push(h.r_global[i]);
+                p.idx.push(i as u32);
+                p.iphi.push(h.iphi[i]);
+                p.size_y.push(h.size_y[i]);
             }
-            off.push(hits.len() as u32);
+            p.off.push(p.idx.len() as u32);
         }
-        Self { off, hits }
+        p.z.resize(p.z.len() + CHUNK, 0.0);
+        p.r.resize(p.r.len() + CHUNK, 0.0);
+        p.iphi.resize(p.iphi.len() + CHUNK, 0);
+        p
     }
 
-    /// Hits of bins `b0..b1` of `layer`.
+    /// Index range of the hits of bins `b0..b1` of `layer`.
     #[inline]
-    fn range(&self, layer: usize, b0: usize, b1: usize) -> &[PackedHit] {
+    fn range(&self, layer: usize, b0: usize, b1: usize) -> (usize, usize) {
         let base = layer * PHI_BINS;
-        &self.hits[self.off[base + b0] as usize..self.off[base + b1] as usize]
+        (self.off[base + b0] as usize, self.off[base + b1] as usize)
     }
 }

@@ -68,6 +68,7 @@ fn sub2(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
     [a[0] - b[0], a[1] - b[1]]
 }
 
+#[inline]
 fn mul<const R: usize, const K: usize, const C: usize>(a: &[[f64; K]; R], b: &[[f64; C]; K]) -> [[f64; C]; R] {
     let mut o = [[0.0; C]; R];
     let mut t = [0.0; K];
@@ -82,6 +83,7 @@ fn mul<const R: usize, const K: usize, const C: usize>(a: &[[f64; K]; R], b: &[[
     o
 }
 
+#[inline]
 fn transpose<const R: usize, const C: usize>(a: &[[f64; C]; R]) -> [[f64; R]; C] {
     let mut o = [[0.0; R]; C];
     for i in 0..R {
@@ -413,13 +415,20 @@ fn matrix_c_u(w: &[f64; MX], s: &[f64; MX], vb: &[f64; MX], n: usize) -> Mat {
 }
 
 /// Sum grouped as Eigen's unrolled reduction does: halves, recursively.
+#[inline]
 fn tree_sum(t: &[f64]) -> f64 {
-    if t.len() == 1 {
-        t[0]
-    } else {
-        let h = t.len() / 2;
-        tree_sum(&t[..h]) + tree_sum(&t[h..])
+    // The short lengths spelled out (same grouping) so that the sums inline.
+    match t.len() {
+        1 => t[0],
+        2 => t[0] + t[1],
+        3 => t[0] + (t[1] + t[2]),
+        _ => tree_sum_split(t),
     }
+}
+
+fn tree_sum_split(t: &[f64]) -> f64 {
+    let h = t.len() / 2;
+    tree_sum(&t[..h]) + tree_sum(&t[h..])
 }
 
 fn mat_vec(m: &Mat, v: &[f64; MX], n: usize) -> [f64; MX] {
@@ -434,6 +443,7 @@ fn mat_vec(m: &Mat, v: &[f64; MX], n: usize) -> [f64; MX] {
     o
 }
 
+#[inline]
 fn seq_sum(t: &[f64]) -> f64 {
     let mut s = t[0];
     for x in &t[1..] {

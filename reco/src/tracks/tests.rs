@@ -942,3 +942,17 @@ fn looper_return_leg_fits_as_time_reversed_particle() {
     assert!(timed.line.par[0] < 0.0);
     assert!((timed.line.par[1] - second.line.par[1]).abs() < 0.05);
 }
+
+/// The chunked cut loop of the doublets gathers its pass flags with `mask8`: every flag pattern must give
+/// the bits a one-by-one loop gives.
+#[test]
+fn mask8_matches_bit_by_bit_packing() {
+    for pattern in 0u32..256 {
+        let pass: [bool; 8] = std::array::from_fn(|j| pattern >> j & 1 == 1);
+        let mut expect = 0u32;
+        for (j, &p) in pass.iter().enumerate() {
+            expect |= (p as u32) << j;
+        }
+        assert_eq!(super::doublets::mask8(&pass), expect, "pattern {pattern:08b}");
+    }
+}
