@@ -85,9 +85,12 @@ pub fn job_context(
     let reads_raw = plan.steps.iter().any(|s| s.type_name == "read_raw");
     if input.is_none() && reads_raw {
         let dir = default_dataset_dir();
-        if !dir.join("manifest.toml").exists() {
-            eprintln!("generating the default dataset in {} (100 events, <PU> 50, seed 1) ...", dir.display());
-            let opts = datasets::GenerateOptions { output: dir.clone(), ..Default::default() };
+        let opts = datasets::GenerateOptions { output: dir.clone(), ..Default::default() };
+        // Also when the generator changed since it was made: the default dataset is what
+        // this version generates.
+        if !datasets::generate::is_generated(&opts) {
+            let why = if dir.join("manifest.toml").exists() { "made by another generator version: regenerating" } else { "generating" };
+            eprintln!("default dataset in {} (100 events, <PU> 50, seed 1): {why} ...", dir.display());
             datasets::generate(&opts).map_err(|e| columnar::Error::data(format!("generating the default dataset: {e}")))?;
         }
         input = Some(dir);

@@ -71,6 +71,32 @@ pub fn generate(opts: &GenerateOptions) -> Result<GenerateSummary, DatasetError>
     generate_with(opts, GeneratorParams { pileup: opts.pileup, ..Default::default() })
 }
 
+/// Whether `dir` holds the dataset [`generate`] would write for `opts` (same events, seed,
+/// fault fraction and generator parameters; files are not hashed). A dataset made by an
+/// older generator, or with other options, is not.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let opts = quiver_datasets::GenerateOptions { events: 1, pileup: 1.0, output: dir.path().join("ds"), ..Default::default() };
+/// assert!(!quiver_datasets::generate::is_generated(&opts));
+/// quiver_datasets::generate(&opts).unwrap();
+/// assert!(quiver_datasets::generate::is_generated(&opts));
+/// assert!(!quiver_datasets::generate::is_generated(&quiver_datasets::GenerateOptions { seed: 2, ..opts }));
+/// ```
+pub fn is_generated(opts: &GenerateOptions) -> bool {
+    let Ok(text) = std::fs::read_to_string(opts.output.join("manifest.toml")) else {
+        return false;
+    };
+    let Ok(m) = toml::from_str::<Manifest>(&text) else {
+        return false;
+    };
+    m.format_version == FORMAT_VERSION
+        && m.events == opts.events
+        && m.seed == opts.seed
+        && m.corrupt_fraction == opts.corrupt_fraction
+        && m.params == GeneratorParams { pileup: opts.pileup, ..Default::default() }
+}
+
 /// [`generate`] with explicit generator parameters (`params.pileup` wins over `opts.pileup`).
 pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<GenerateSummary, DatasetError> {
     if opts.events == 0 {
