@@ -421,7 +421,16 @@ pub fn listed_cells(d: &doublets::Doublets) -> Vec<bool> {
 /// duplicate removal, late fishbone. Returns the tuples and the CA state (cells alive or
 /// killed, and the cells of every tuple).
 pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
-    let mut ca = ntuplets::CaState::new(d);
+    // `connect` and `find_ntuplets` set the neighbour and tuple lists: start them empty
+    // rather than with a row per cell (`CaState::new`).
+    let mut ca = ntuplets::CaState {
+        cells: d.cells,
+        outer_hit_of_cell: d.outer_hit_of_cell,
+        cells_overflow: d.cells_overflow,
+        outer_hit_overflows: d.outer_hit_overflows,
+        tuple_cell_offsets: vec![0],
+        ..Default::default()
+    };
     ntuplets::connect(hits, &mut ca, &cfg.ntuplets);
     if hits.n_hits() > 1 && cfg.ntuplets.early_fishbone {
         ntuplets::fishbone(hits, &mut ca, false);
@@ -459,13 +468,19 @@ pub fn stage_quality(hits: &HitsView, tuples: &ntuplets::Tuples, ca: &ntuplets::
 
 /// The CA state the quality stage needs, rebuilt from products: which cells are alive and
 /// the cells of every tuple (replayed into the cells' tuple lists as `find_ntuplets` filled
-/// them).
+/// them). The cells (carrying only the alive flag) are left out unless the late fishbone
+/// is on, their only reader.
 pub fn ca_state_for_quality(
     alive: &[bool],
     tuple_cells: &[u32],
     tuple_cell_offsets: &[u32],
     cfg: &CaConfig,
 ) -> Result<ntuplets::CaState, TrackError> {
+    if !cfg.ntuplets.late_fishbone {
+        let mut ca = ntuplets::CaState { tuple_cell_offsets: vec![0], ..Default::default() };
+        ca.replay_tracks_of(alive.len(), tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
+        return Ok(ca);
+    }
     let cells = alive
         .iter()
         .enumerate()

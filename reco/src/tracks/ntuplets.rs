@@ -156,7 +156,9 @@ impl CappedLists {
             offsets.push(acc);
         }
         let mut values = vec![0u32; acc as usize];
-        let mut cursor: Vec<u32> = offsets[..n].to_vec();
+        // The counts are spent: reuse them as the insertion cursors.
+        let mut cursor = self.count;
+        cursor.copy_from_slice(&offsets[..n]);
         for &(c, v) in &self.pairs {
             let k = &mut cursor[c as usize];
             values[*k as usize] = v;
@@ -188,15 +190,20 @@ impl CaState {
     /// adding them in the order `find_ntuplets` did, with the same capacities: the state a
     /// later step (the quality cleaners) needs, from products of an earlier one.
     pub fn replay_tracks(&mut self, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
-        let mut lists = CappedLists::new(self.cells.len(), cfg.max_active_doublets, cfg.max_cell_tracks);
+        self.replay_tracks_of(self.cells.len(), tuple_cells, tuple_cell_offsets, cfg)
+    }
+
+    /// [`CaState::replay_tracks`] for `n_cells` cells (which `cells` may leave out).
+    pub(crate) fn replay_tracks_of(&mut self, n_cells: usize, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
+        let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_tracks);
         lists.pairs.reserve(tuple_cells.len());
         for (it, w) in tuple_cell_offsets.windows(2).enumerate() {
             let cells = tuple_cells
                 .get(w[0] as usize..w[1] as usize)
                 .ok_or_else(|| TrackError::Invalid(format!("tuple {it}: cell offsets {}..{} out of range", w[0], w[1])))?;
             for &c in cells {
-                if c as usize >= self.cells.len() {
-                    return Err(TrackError::Invalid(format!("tuple {it}: cell {c} of {}", self.cells.len())));
+                if c as usize >= n_cells {
+                    return Err(TrackError::Invalid(format!("tuple {it}: cell {c} of {n_cells}")));
                 }
                 lists.push(c as usize, it as u32);
             }
