@@ -57,7 +57,7 @@ pub mod default_plan {
 /// Opens a dataset directory and makes its conditions (and the dataset itself, for the
 /// `read_raw` source) available to the steps of a job.
 pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditions> {
-    let ds = open_verified_once(dir).map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
+    let ds = datasets::Dataset::open(dir).map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
     let c = ds.conditions().clone();
     let mut store = columnar::Conditions::new();
     fn named(t: Vec<(&'static str, arrow_array::RecordBatch)>) -> Vec<(String, arrow_array::RecordBatch)> {
@@ -100,52 +100,6 @@ pub fn job_context(
         None => Default::default(),
     };
     Ok(columnar::JobContext { input, output, conditions })
-}
-
-/// Opens a dataset, checking every file against the manifest's SHA-256 the first time this
-/// process opens it (same directory, manifest and file sizes/times); later opens, such as
-/// the partitions of a Dask worker, skip the hashing (0.3 s for 100 events at ⟨PU⟩ 50).
-fn open_verified_once(dir: &std::path::Path) -> Result<datasets::Dataset, datasets::DatasetError> {
-    use std::collections::HashSet;
-    use std::sync::{Mutex, OnceLock};
-    static VERIFIED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    // What identifies the verified files: the manifest text and every file's size and time.
-    let key = (|| -> Option<String> {
-        let dir = std::fs::canonicalize(dir).ok()?;
-        let mut key = std::fs::read_to_string(dir.join("manifest.toml")).ok()?;
-        for entry in walk(&dir) {
-            let m = std::fs::metadata(&entry).ok()?;
-            key.push_str(&format!("\n{} {} {:?}", entry.display(), m.len(), m.modified().ok()?));
-        }
-        Some(key)
-    })();
-    let verified = VERIFIED.get_or_init(Default::default);
-    if let Some(k) = &key {
-        if verified.lock().unwrap_or_else(|p| p.into_inner()).contains(k) {
-            return datasets::Dataset::open_unverified(dir);
-        }
-    }
-    let ds = datasets::Dataset::open(dir)?;
-    if let Some(k) = key {
-        verified.lock().unwrap_or_else(|p| p.into_inner()).insert(k);
-    }
-    Ok(ds)
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(walk(&p));
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Where `quiver run` keeps the default dataset: `$QUIVER_DATA/default`, or

@@ -651,11 +651,38 @@ impl std::fmt::Debug for Dataset {
     }
 }
 
+/// Datasets whose files this process has hashed, by [`verification_key`].
+static VERIFIED: std::sync::Mutex<std::collections::BTreeSet<String>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// What identifies hashed files: the directory, the manifest's text and each listed file's
+/// size and modification time (`None` when one cannot be read: then always hash).
+fn verification_key(dir: &Path, manifest_text: &str, manifest: &Manifest) -> Option<String> {
+    let mut key = format!("{}\n{manifest_text}", std::fs::canonicalize(dir).ok()?.display());
+    for name in manifest.files.keys() {
+        let m = std::fs::metadata(dir.join(name)).ok()?;
+        key.push_str(&format!("\n{name} {} {:?}", m.len(), m.modified().ok()?));
+    }
+    Some(key)
+}
+
+fn verified_before(dir: &Path, text: &str, manifest: &Manifest) -> bool {
+    verification_key(dir, text, manifest).is_some_and(|k| VERIFIED.lock().unwrap_or_else(|p| p.into_inner()).contains(&k))
+}
+
+fn remember_verified(dir: &Path, text: &str, manifest: &Manifest) {
+    if let Some(k) = verification_key(dir, text, manifest) {
+        VERIFIED.lock().unwrap_or_else(|p| p.into_inner()).insert(k);
+    }
+}
+
 /// The FEDs of one event: (fed id, bytes) borrowed from the memory-mapped file.
 pub type RawEvent<'a> = Vec<(u32, &'a [u8])>;
 
 impl Dataset {
-    /// Opens a dataset directory, verifying every file against the manifest's SHA-256.
+    /// Opens a dataset directory, verifying every file against the manifest's SHA-256. A
+    /// process hashes the files once: a later open of the same directory whose manifest and
+    /// files (size, modification time) are unchanged skips it (0.3 s for 100 events at
+    /// ⟨PU⟩ 50; the partitions a Dask worker runs open the same dataset again and again).
     pub fn open(dir: &Path) -> Result<Dataset, DatasetError> {
         Self::open_with(dir, true)
     }
@@ -677,7 +704,7 @@ impl Dataset {
                 return Err(DatasetError::format(&mp, format!("no checksum for `{required}`")));
             }
         }
-        if verify {
+        if verify && !verified_before(dir, &text, &manifest) {
             for (name, expected) in &manifest.files {
                 let p = dir.join(name);
                 let actual = sha256_file(&p)?;
@@ -685,6 +712,9 @@ impl Dataset {
                     return Err(DatasetError::Checksum { file: p, expected: expected.clone(), actual });
                 }
             }
+        }
+        if verify {
+            remember_verified(dir, &text, &manifest);
         }
         let conditions = read_conditions(dir)?;
         let rp = dir.join("raw.arrow");
