@@ -8,6 +8,17 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def pixel_chain_toml(until: str) -> str:
+    """The steps of the default chain (plans/pixel.toml) up to and including label `until`,
+    as TOML text: the inputs a port is tested on, exactly as the default plan makes them."""
+    text = (ROOT / "plans/pixel.toml").read_text()
+    blocks = text.split("[[step]]")[1:]
+    for i, b in enumerate(blocks):
+        if f'label = "{until}"' in b:
+            return "".join("[[step]]" + x for x in blocks[: i + 1])
+    raise KeyError(f"plans/pixel.toml has no step '{until}'")
+
+
 @pytest.fixture(scope="session")
 def quiver_bin():
     """The quiver binary built by `cargo test` (scripts/test.sh passes its path)."""

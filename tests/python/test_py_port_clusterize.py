@@ -10,20 +10,9 @@ import polars as pl
 import pytest
 
 import quiver
+from conftest import pixel_chain_toml
 
-CHAIN = """
-[[step]]
-label = "raw"
-type = "read_raw"
-
-[[step]]
-label = "digis"
-type = "raw_to_digis"
-
-[[step]]
-label = "calib"
-type = "calibrate"
-"""
+CHAIN = pixel_chain_toml("calib")
 
 SIDE_BY_SIDE = """
 [[step]]

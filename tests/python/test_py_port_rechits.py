@@ -6,35 +6,11 @@ import numpy as np
 import pytest
 
 import quiver
+from conftest import pixel_chain_toml
 from quiver.pixel import rechits as R
 
 # The chain up to the charge cut, then the Rust rechits and the port on the same products.
-PLAN = """
-[[step]]
-label = "raw"
-type = "read_raw"
-
-[[step]]
-label = "beamspot"
-type = "beamspot"
-
-[[step]]
-label = "digis"
-type = "raw_to_digis"
-
-[[step]]
-label = "calib"
-type = "calibrate"
-
-[[step]]
-label = "clusters"
-type = "clusterize"
-algorithm = "union_find"
-
-[[step]]
-label = "chargecut"
-type = "cluster_charge_cut"
-
+PLAN = pixel_chain_toml("chargecut") + """
 [[step]]
 label = "hits"
 type = "rechits"

@@ -197,25 +197,6 @@ def complete_parts(output) -> list[tuple[int, int, pathlib.Path]]:
     return sorted(parts)
 
 
-def _step_seconds(summary: str, events: int) -> dict:
-    """Per-step seconds from the run summary's step table (ms/event × events), for a
-    package whose ``Result.numbers`` has no ``step_s``."""
-    out, in_table = {}, False
-    for line in summary.splitlines():
-        cols = line.split()
-        if cols[:4] == ["step", "type", "backend", "ms/event"]:
-            in_table = True
-            continue
-        if in_table:
-            if not cols:
-                break
-            try:
-                out[cols[0]] = float(cols[3]) * events / 1e3
-            except (IndexError, ValueError):
-                break
-    return out
-
-
 def _tune_malloc() -> None:
     """Undoes, in this worker process, the allocator setting Dask's nanny starts workers with
     (``MALLOC_TRIM_THRESHOLD_=65536``). Setting it turns off glibc's adaptive mmap threshold,
@@ -271,7 +252,7 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
             "threads": result.numbers.get("threads"),
             "batch_size": result.numbers.get("batch_size"),
             "wall_s": result.numbers.get("wall_s"),
-            "step_seconds": dict(result.numbers.get("step_s") or _step_seconds(result.summary, events)),
+            "step_seconds": dict(result.numbers["step_s"]),
             "files": {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()},
             "host": socket.gethostname(),
             "pid": os.getpid(),
