@@ -229,6 +229,22 @@ fn strict_compare_fails_the_job_with_event_row_and_values() {
 }
 
 #[test]
+fn a_product_selected_twice_is_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    // "numbers" (every product of the label) and "numbers:floats" name the same product.
+    let plan = write_plan(
+        dir.path(),
+        &format!("{NUMBERS}[[step]]\nlabel = \"w\"\ntype = \"write_parquet\"\nproducts = [\"numbers\", \"numbers:floats\"]\n"),
+    );
+    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "10", "--output", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).matches("floats.numbers.parquet").count(), 1, "{}", stdout(&o));
+    let (ev, _, groups) = read_parquet(&out.join("floats.numbers.parquet"));
+    assert_eq!((ev.len(), groups), (100, 1));
+}
+
+#[test]
 fn events_are_required_without_a_source_that_knows() {
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(dir.path(), NUMBERS);

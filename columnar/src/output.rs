@@ -158,7 +158,13 @@ impl WriteStep {
     fn build(cfg: &StepConfig, format: Format) -> Result<Box<dyn Step>> {
         let dir = &cfg.job.output;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let inputs = cfg.inputs("products").to_vec();
+        // A product selected twice (by its label and by label:type) is written once.
+        let mut inputs: Vec<ProductKey> = Vec::new();
+        for k in cfg.inputs("products") {
+            if !inputs.contains(k) {
+                inputs.push(k.clone());
+            }
+        }
         let files = inputs.iter().map(|k| Mutex::new(OutputFile::new(dir, k.clone(), format))).collect();
         Ok(Box::new(WriteStep { inputs, files }))
     }

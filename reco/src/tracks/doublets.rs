@@ -323,6 +323,9 @@ pub struct Doublets {
     pub cells_overflow: bool,
     /// Number of hits whose `outer_hit_of_cell` list overflowed.
     pub outer_hit_overflows: u32,
+    /// The inner hit of each cell of `outer_hit_of_cell.values`, entry by entry, when known
+    /// (else empty): lets `connect` read the candidates' hits without visiting the cells.
+    pub listed_inner_hits: Vec<u32>,
 }
 
 /// Number of layer pairs the reference uses for a given configuration.
@@ -371,6 +374,7 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
         outer_hit_of_cell: Csr::empty(n_hits),
         cells_overflow: false,
         outer_hit_overflows: 0,
+        listed_inner_hits: Vec::new(),
     };
     if n_hits == 0 {
         return Ok(out);

@@ -397,15 +397,17 @@ pub fn doublets_from_columns(
         offsets[h + 1] += offsets[h];
     }
     let mut values = vec![0u32; offsets[n_hits] as usize];
+    let mut listed_inner_hits = vec![0u32; values.len()];
     let mut cursor = offsets[..n_hits].to_vec();
-    for (c, (&o, &l)) in outer.iter().zip(listed).enumerate() {
+    for (c, ((&o, &l), &i)) in outer.iter().zip(listed).zip(inner).enumerate() {
         if l {
             let k = &mut cursor[o as usize];
             values[*k as usize] = c as u32;
+            listed_inner_hits[*k as usize] = i;
             *k += 1;
         }
     }
-    Ok(doublets::Doublets { cells, outer_hit_of_cell: doublets::Csr { offsets, values }, ..Default::default() })
+    Ok(doublets::Doublets { cells, outer_hit_of_cell: doublets::Csr { offsets, values }, listed_inner_hits, ..Default::default() })
 }
 
 /// Whether each cell is in its outer hit's cell list (the `listed` column of the doublets).
@@ -428,6 +430,7 @@ pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) ->
         outer_hit_of_cell: d.outer_hit_of_cell,
         cells_overflow: d.cells_overflow,
         outer_hit_overflows: d.outer_hit_overflows,
+        listed_inner_hits: d.listed_inner_hits,
         tuple_cell_offsets: vec![0],
         ..Default::default()
     };

@@ -93,6 +93,8 @@ pub struct CaState {
     /// Tuples through each cell, in creation order (filled by [`find_ntuplets`] or
     /// [`CaState::replay_tracks`]).
     pub cell_tracks: Csr,
+    /// Carried from the doublets (may be empty).
+    pub listed_inner_hits: Vec<u32>,
     /// Carried from the doublets.
     pub cells_overflow: bool,
     /// Carried from the doublets.
@@ -175,6 +177,7 @@ impl CaState {
         Self {
             cells: d.cells,
             outer_hit_of_cell: d.outer_hit_of_cell,
+            listed_inner_hits: d.listed_inner_hits,
             neighbors: Csr::empty(n),
             cell_tracks: Csr::empty(n),
             cells_overflow: d.cells_overflow,
@@ -254,7 +257,7 @@ impl Tuples {
 /// assert!(!are_aligned_rz(2.9, 1.0, 6.8, 2.0, 10.9, 3.0, 0.9, 0.002));
 /// assert!(are_aligned_rz(2.9, 1.45, 6.8, 3.4, 10.9, 5.45, 0.9, 0.002));
 /// ```
-#[inline]
+#[inline(always)]
 pub fn are_aligned_rz(r1: f32, z1: f32, ri: f32, zi: f32, ro: f32, zo: f32, ptmin: f32, theta_cut: f32) -> bool {
     let radius_diff = (r1 - ro).abs();
     let distance_13_squared = radius_diff * radius_diff + (z1 - zo) * (z1 - zo);
@@ -350,44 +353,140 @@ fn dca_cut(x1: f32, y1: f32, x2: f32, y2: f32, x3: f32, y3: f32, max_dca: f32, m
 /// assert_eq!(ca.neighbors.values.len(), 1);
 /// ```
 pub fn connect(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { connect_avx2(hits, ca, cfg) };
+    }
+    connect_impl(hits, ca, cfg, rz_block)
+}
+
+/// [`connect`] with the alignment test of eight candidates as one AVX2 operation.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn connect_avx2(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
+    connect_impl(hits, ca, cfg, |r1, z1, t| rz_block_avx2(r1, z1, t))
+}
+
+/// [`connect`] without SIMD dispatch (what a CPU without AVX2 runs).
+#[cfg(test)]
+pub(crate) fn connect_portable(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
+    connect_impl(hits, ca, cfg, rz_block)
+}
+
+/// Candidates whose RZ alignment is tested together.
+const LANES: usize = 8;
+
+/// What the RZ alignment test of a cell's candidates shares: the cell's inner (i) and outer
+/// (o) hits and the cuts.
+#[derive(Clone, Copy)]
+struct RzCell {
+    ri: f32,
+    zi: f32,
+    ro: f32,
+    zo: f32,
+    ptmin: f32,
+    theta_cut: f32,
+}
+
+/// Bit j set when candidate j (inner hit at `r1[j]`, `z1[j]`) is aligned: [`are_aligned_rz`]
+/// lane by lane.
+#[inline]
+fn rz_block(r1: &[f32; LANES], z1: &[f32; LANES], t: &RzCell) -> u32 {
+    let mut pass = [false; LANES];
+    for j in 0..LANES {
+        pass[j] = are_aligned_rz(r1[j], z1[j], t.ri, t.zi, t.ro, t.zo, t.ptmin, t.theta_cut);
+    }
+    super::doublets::mask8(&pass)
+}
+
+/// [`rz_block`] in AVX2: the same IEEE operations in the same order (no FMA), so the same
+/// bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn rz_block_avx2(r1: &[f32; LANES], z1: &[f32; LANES], t: &RzCell) -> u32 {
+    use std::arch::x86_64::*;
+    // SAFETY: both arrays hold 8 f32.
+    let (r1, z1) = unsafe { (_mm256_loadu_ps(r1.as_ptr()), _mm256_loadu_ps(z1.as_ptr())) };
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let (ri, zi, ro, zo) = (_mm256_set1_ps(t.ri), _mm256_set1_ps(t.zi), _mm256_set1_ps(t.ro), _mm256_set1_ps(t.zo));
+    let radius_diff = _mm256_and_ps(_mm256_sub_ps(r1, ro), abs);
+    let dz = _mm256_sub_ps(z1, zo);
+    let d13_sq = _mm256_add_ps(_mm256_mul_ps(radius_diff, radius_diff), _mm256_mul_ps(dz, dz));
+    let p_min = _mm256_mul_ps(_mm256_set1_ps(t.ptmin), _mm256_sqrt_ps(d13_sq));
+    let tan = _mm256_add_ps(
+        _mm256_add_ps(_mm256_mul_ps(z1, _mm256_set1_ps(t.ri - t.ro)), _mm256_mul_ps(zi, _mm256_sub_ps(ro, r1))),
+        _mm256_mul_ps(zo, _mm256_sub_ps(r1, ri)),
+    );
+    let lhs = _mm256_mul_ps(_mm256_and_ps(tan, abs), p_min);
+    let rhs = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(t.theta_cut), d13_sq), radius_diff);
+    _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(lhs, rhs)) as u32
+}
+
+#[inline(always)]
+fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: impl Fn(&[f32; LANES], &[f32; LANES], &RzCell) -> u32) {
     let n_cells = ca.cells.len();
     let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_neighbors);
     let (xg, yg, rg, zg, det) = (hits.x_global, hits.y_global, hits.r_global, hits.z_global, hits.det_index);
     let ohc = &ca.outer_hit_of_cell;
-    // The (r, z, hit) of the inner hit of every listed cell, next to the lists: each list is
-    // scanned by every cell starting on that hit, so read it contiguously.
-    let inner_rz: Vec<(f32, f32, u32)> = ohc
-        .values
-        .iter()
-        .map(|&c| {
-            let cell = &ca.cells[c as usize];
-            (cell.inner_r, cell.inner_z, cell.inner)
-        })
-        .collect();
+    // The r and z of the inner hit of every listed cell, in list order, column by column and
+    // padded by a block: each list is scanned by every cell starting on its hit, eight
+    // candidates at a time (only 1.6 % pass the alignment test). From the inner hits when
+    // the doublets carry them (a hit array is small, the cells are not), else from the cells.
+    let n_listed = ohc.values.len();
+    let gathered;
+    let h1s: &[u32] = if ca.listed_inner_hits.len() == n_listed {
+        &ca.listed_inner_hits
+    } else {
+        gathered = ohc.values.iter().map(|&c| ca.cells[c as usize].inner).collect::<Vec<u32>>();
+        &gathered
+    };
+    let (mut r1s, mut z1s) = (Vec::with_capacity(n_listed + LANES), Vec::with_capacity(n_listed + LANES));
+    if ca.listed_inner_hits.len() == n_listed {
+        r1s.extend(h1s.iter().map(|&h| rg[h as usize]));
+        z1s.extend(h1s.iter().map(|&h| zg[h as usize]));
+    } else {
+        r1s.extend(ohc.values.iter().map(|&c| ca.cells[c as usize].inner_r));
+        z1s.extend(ohc.values.iter().map(|&c| ca.cells[c as usize].inner_z));
+    }
+    r1s.resize(n_listed + LANES, 0.0);
+    z1s.resize(n_listed + LANES, 0.0);
     let cells = &mut ca.cells;
     for idx in 0..n_cells {
         let this = cells[idx];
         let inner = this.inner as usize;
         let outer = this.outer as usize;
-        let (ri, zi) = (this.inner_r, this.inner_z);
-        let (ro, zo) = (rg[outer], zg[outer]);
         let is_barrel = det[inner] < LAST_BARREL_DET_INDEX;
-        let theta_cut = if is_barrel { cfg.ca_theta_cut_barrel } else { cfg.ca_theta_cut_forward };
+        let t = RzCell {
+            ri: this.inner_r,
+            zi: this.inner_z,
+            ro: rg[outer],
+            zo: zg[outer],
+            ptmin: cfg.ptmin,
+            theta_cut: if is_barrel { cfg.ca_theta_cut_barrel } else { cfg.ca_theta_cut_forward },
+        };
         let (xi, yi, xo, yo) = (xg[inner], yg[inner], xg[outer], yg[outer]);
         let mut used = false;
         let (k0, k1) = (ohc.offsets[inner] as usize, ohc.offsets[inner + 1] as usize);
-        for (&other, &(r1, z1, oi)) in ohc.values[k0..k1].iter().zip(&inner_rz[k0..k1]) {
-            let other = other as usize;
-            if !are_aligned_rz(r1, z1, ri, zi, ro, zo, cfg.ptmin, theta_cut) {
-                continue;
+        let mut k = k0;
+        while k < k1 {
+            let mut bits = block(r1s[k..k + LANES].try_into().unwrap(), z1s[k..k + LANES].try_into().unwrap(), &t);
+            if k1 - k < LANES {
+                bits &= (1u32 << (k1 - k)) - 1;
             }
-            let oi = oi as usize;
-            let max_dca = if det[oi] < LAST_BPIX1_DET_INDEX { cfg.dca_cut_inner_triplet } else { cfg.dca_cut_outer_triplet };
-            if dca_cut(xg[oi], yg[oi], xi, yi, xo, yo, max_dca, cfg.hard_curv_cut) {
-                lists.push(other, idx as u32);
-                used = true;
-                cells[other].used |= 1;
+            while bits != 0 {
+                let kk = k + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let (other, oi) = (ohc.values[kk] as usize, h1s[kk] as usize);
+                let max_dca = if det[oi] < LAST_BPIX1_DET_INDEX { cfg.dca_cut_inner_triplet } else { cfg.dca_cut_outer_triplet };
+                if dca_cut(xg[oi], yg[oi], xi, yi, xo, yo, max_dca, cfg.hard_curv_cut) {
+                    lists.push(other, idx as u32);
+                    used = true;
+                    cells[other].used |= 1;
+                }
             }
+            k += LANES;
         }
         if used {
             cells[idx].used |= 1;

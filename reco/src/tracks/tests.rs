@@ -786,6 +786,40 @@ fn stages_through_columns_equal_the_whole_chain() {
     assert!(ca_state_for_quality(&[true], &[5], &[0, 1], &CaConfig::default()).is_err());
 }
 
+/// `connect` decides alike with and without AVX2, and whether the candidates' hits come from
+/// the doublet columns or from the cells.
+#[test]
+fn connect_is_the_same_on_every_path() {
+    let cpe = HitBuilder::cpe_params();
+    let cols = synthetic_event(800, 2000, 11);
+    let hits = cols.view(&cpe);
+    let cfg = CaConfig::default();
+    let d = stage_doublets(&hits, &cfg).unwrap();
+    assert!(d.listed_inner_hits.is_empty());
+    let inner: Vec<u32> = d.cells.iter().map(|c| c.inner).collect();
+    let outer: Vec<u32> = d.cells.iter().map(|c| c.outer).collect();
+    let pair: Vec<u8> = d.cells.iter().map(|c| c.pair).collect();
+    let d2 = doublets_from_columns(&hits, &inner, &outer, &pair, &listed_cells(&d)).unwrap();
+    assert_eq!(d2.listed_inner_hits.len(), d2.outer_hit_of_cell.values.len());
+    let mut results = Vec::new();
+    for from_columns in [false, true] {
+        for portable in [false, true] {
+            let mut ca = CaState::new(if from_columns { d2.clone() } else { d.clone() });
+            if portable {
+                ntuplets::connect_portable(&hits, &mut ca, &cfg.ntuplets);
+            } else {
+                ntuplets::connect(&hits, &mut ca, &cfg.ntuplets);
+            }
+            let used: Vec<u16> = ca.cells.iter().map(|c| c.used).collect();
+            results.push((ca.neighbors, used));
+        }
+    }
+    assert!(results[0].0.values.len() > 1000, "{} connections", results[0].0.values.len());
+    for r in &results[1..] {
+        assert!(*r == results[0]);
+    }
+}
+
 /// The flat per-cell lists keep the semantics of one bounded list per cell: a cell gets a
 /// list only while fewer than `max_lists` are handed out (the shared empty one counts), each
 /// list keeps its first `per_list` values, every refused value counts as an overflow.
