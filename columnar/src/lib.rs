@@ -37,6 +37,7 @@ pub mod pool;
 pub mod product;
 pub mod step;
 pub mod toy;
+pub mod tune;
 
 pub use conditions::Conditions;
 pub use error::{Error, Result};
@@ -45,4 +46,5 @@ pub use params::{ParamKind, ParamSpec, ParamValue, Params};
 pub use plan::{validate, PlanSpec, ResolvedPlan};
 pub use pool::{BufferPool, PoolStats, PoolVec};
 pub use product::{product_schema, Product, ProductKey};
+pub use tune::tune_malloc;
 pub use step::{Backend, EventBatch, InputSpec, JobContext, Registry, Signature, Step, StepConfig, StepType};

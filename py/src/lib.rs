@@ -220,6 +220,8 @@ impl PyPlan {
 /// is released while it runs.
 #[pyfunction]
 fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    // The process is the command's, as with the Rust binary.
+    quiver_columnar::tune_malloc();
     let code = py.detach(|| {
         catch_unwind(|| quiver::cli::main_with(argv, &registry())).unwrap_or_else(|p| {
             eprintln!("error: internal error (panic): {}", panic_message(p.as_ref()));

@@ -363,6 +363,24 @@ pub fn n_actual_pairs(include_jumping_forward: bool, min_hits_per_ntuplet: u32) 
 /// assert_eq!(d.cells.len(), 1);
 /// ```
 pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { build_doublets_avx2(hits, cfg, n_pairs) };
+    }
+    build_doublets_impl(hits, cfg, n_pairs)
+}
+
+/// [`build_doublets`] compiled for AVX2 (the candidate chunks in 256-bit registers): the same
+/// IEEE operations, so the same cells.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn build_doublets_avx2(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
+    build_doublets_impl(hits, cfg, n_pairs)
+}
+
+#[inline(always)]
+fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
     cfg.validate()?;
     hits.validate()?;
     if n_pairs > N_PAIRS {
@@ -398,6 +416,11 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
         let (minz, maxz, maxr) = (cfg.min_z[pair_id], cfg.max_z[pair_id], cfg.max_r[pair_id]);
         // Pair-constant parts of the cluster-size cut.
         let dy_barrel = if inner == 0 { cfg.max_dysize_12 } else { cfg.max_dysize };
+        // Cluster-size cuts: |Δ size| for barrel pairs, size vs. the size predicted from the
+        // doublet's slope for barrel → forward pairs.
+        let barrel_size_cut = cfg.do_cluster_cut && outer < 4;
+        let forward_size_cut = cfg.do_cluster_cut && outer >= 4 && inner < 4;
+        let do_pt_cut = cfg.do_pt_cut;
         let min_ysize = match (inner, outer > 3) {
             (0, true) => cfg.min_ysize_b1,
             (1, true) => cfg.min_ysize_b2,
@@ -440,14 +463,16 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
                     continue;
                 }
                 let (k0, k1) = packed.range(outer_l, b0, b1);
-                // The z0 and φ cuts are pure predicates: evaluate them for a chunk of
-                // candidates at once (branch-free, vectorisable), then visit the survivors
-                // in order. Same f32 expressions as one candidate at a time.
+                // The z0, φ, pT and barrel cluster-size cuts are pure predicates: evaluate
+                // them for a chunk of candidates at once (branch-free, vectorisable), then
+                // visit the survivors in order. Same f32 expressions as one candidate at a
+                // time; the forward size cut (a division and a saturating cast) stays scalar.
                 let mut k = k0;
                 while k < k1 {
                     let zs: &[f32; CHUNK] = packed.z[k..k + CHUNK].try_into().unwrap();
                     let rs: &[f32; CHUNK] = packed.r[k..k + CHUNK].try_into().unwrap();
                     let ps: &[i16; CHUNK] = packed.iphi[k..k + CHUNK].try_into().unwrap();
+                    let sys: &[i16; CHUNK] = packed.size_y[k..k + CHUNK].try_into().unwrap();
                     let mut pass = [false; CHUNK];
                     for j in 0..CHUNK {
                         let (zo, ro) = (zs[j], rs[j]);
@@ -456,7 +481,11 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
                         // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
                         // |a − b| (the two differ only for −32768, where both are 32768).
                         let idphi = (ps[j].wrapping_sub(mep) as i32).abs();
-                        pass[j] = !(z0_fails | (idphi > phicut as i32));
+                        let so = sys[j] as i32;
+                        let size_fails = barrel_size_cut & (mes > 0) & (so > 0) & ((so - mes).abs() > dy_barrel);
+                        let dphi = ((idphi as u16) as i16) as f32 * i2p;
+                        let pt_fails = do_pt_cut & (dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer));
+                        pass[j] = !(z0_fails | (idphi > phicut as i32) | size_fails | pt_fails);
                     }
                     let mut bits = mask8(pass[..8].try_into().unwrap()) | (mask8(pass[8..].try_into().unwrap()) << 8);
                     let left = k1 - k;
@@ -467,25 +496,9 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
                         let j = bits.trailing_zeros() as usize;
                         bits &= bits - 1;
                         let kk = k + j;
-                        let (zo, ro) = (packed.z[kk], packed.r[kk]);
-                        if cfg.do_cluster_cut {
-                            let so = packed.size_y[kk] as i32;
-                            let fails = if outer < 4 {
-                                mes > 0 && so > 0 && (so - mes).abs() > dy_barrel
-                            } else {
-                                inner < 4 && mes > 0 && {
-                                    let pred = (((mez - zo) / (mer - ro)).abs() * dzdr_fact + 0.5f32) as i32;
-                                    (mes - pred).abs() > cfg.max_dy_pred
-                                }
-                            };
-                            if fails {
-                                continue;
-                            }
-                        }
-                        if cfg.do_pt_cut {
-                            let idphi = (packed.iphi[kk].wrapping_sub(mep) as i32).unsigned_abs() as u16;
-                            let dphi = (idphi as i16) as f32 * i2p;
-                            if dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer) {
+                        if forward_size_cut && mes > 0 {
+                            let pred = (((mez - packed.z[kk]) / (mer - packed.r[kk])).abs() * dzdr_fact + 0.5f32) as i32;
+                            if (mes - pred).abs() > cfg.max_dy_pred {
                                 continue;
                             }
                         }
@@ -523,7 +536,7 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
     Ok(out)
 }
 
-/// Candidates whose z0 and φ cuts are evaluated together.
+/// Candidates whose pure cuts are evaluated together.
 const CHUNK: usize = 16;
 
 /// Bit `j` set for each true `pass[j]`: the eight flags as the bytes of a u64, gathered into
@@ -579,6 +592,7 @@ impl PackedBins {
         p.z.resize(p.z.len() + CHUNK, 0.0);
         p.r.resize(p.r.len() + CHUNK, 0.0);
         p.iphi.resize(p.iphi.len() + CHUNK, 0);
+        p.size_y.resize(p.size_y.len() + CHUNK, 0);
         p
     }
 
