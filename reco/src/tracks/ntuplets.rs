@@ -523,20 +523,22 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
     let mut n = vec![0f32; cap];
     let mut d = vec![0u16; cap];
     let mut cc = vec![0u32; cap];
+    // The cells' `used` flags, read in one pass: the lists visit the cells out of order, and
+    // a byte per cell stays in cache where the cells do not.
+    let used: Vec<bool> = ca.cells.iter().map(|c| c.used != 0).collect();
     for idy in 0..ca.outer_hit_of_cell.rows() {
         let vc = ca.outer_hit_of_cell.of(idy);
         if vc.len() < 2 {
             continue;
         }
-        let c0 = ca.cells[vc[0] as usize];
-        let o = c0.outer as usize;
-        let (xo, yo, zo) = (hits.x_global[o], hits.y_global[o], hits.z_global[o]);
+        // Row idy lists the cells whose outer hit is idy.
+        let (xo, yo, zo) = (hits.x_global[idy], hits.y_global[idy], hits.z_global[idy]);
         let mut sg = 0usize;
         for &ic in vc.iter() {
-            let ci = &ca.cells[ic as usize];
-            if ci.used == 0 {
+            if !used[ic as usize] {
                 continue;
             }
+            let ci = &ca.cells[ic as usize];
             if check_track && ca.cell_tracks.of(ic as usize).is_empty() {
                 continue;
             }
@@ -587,8 +589,11 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
 /// ```
 pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, TrackError> {
     let mut t = Tuples { offsets: vec![0], hits: Vec::new(), quality: Vec::new(), overflow: false };
+    // Alive flags in one pass (see `fishbone`): the search visits neighbours out of order.
+    let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
     let mut search = Search {
         cells: &ca.cells,
+        alive: &alive,
         neighbors: &ca.neighbors,
         tracks: CappedLists::new(ca.cells.len(), cfg.max_active_doublets, cfg.max_cell_tracks),
         tuple_cells: std::mem::take(&mut ca.tuple_cells),
@@ -629,6 +634,8 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
 /// leaves produce.
 struct Search<'a> {
     cells: &'a [Cell],
+    /// `doublet_id >= 0` of every cell (a live cell's id is its index).
+    alive: &'a [bool],
     neighbors: &'a Csr,
     tracks: CappedLists,
     tuple_cells: Vec<u32>,
@@ -644,13 +651,14 @@ impl Search<'_> {
         if self.depth == MAX_DEPTH {
             return Err(TrackError::PathTooLong(MAX_DEPTH));
         }
-        self.stack[self.depth] = self.cells[cell].doublet_id as u32;
+        debug_assert_eq!(self.cells[cell].doublet_id, cell as i32);
+        self.stack[self.depth] = cell as u32;
         self.depth += 1;
         let mut last = true;
         let neighbors = self.neighbors;
         for &other in neighbors.of(cell) {
             let other = other as usize;
-            if self.cells[other].doublet_id < 0 {
+            if !self.alive[other] {
                 continue;
             }
             last = false;
