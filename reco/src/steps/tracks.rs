@@ -15,7 +15,7 @@ use quiver_datasets::conditions::CpeParams;
 use super::types::*;
 use super::{cond, per_event, publish, schema};
 use crate::tracks::{
-    ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, listed_cells, stage_doublets, stage_fit, stage_ntuplets,
+    ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_fit, stage_ntuplets,
     stage_quality, tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
 };
 use crate::vertices::{find_vertices, Clusterizer, TracksView, VertexConfig};
@@ -143,14 +143,12 @@ impl Step for DoubletsStep {
         let cols = HitColumns::new(&h)?;
         let out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
-            let d = stage_doublets(&hits, &self.cfg).map_err(tracking)?;
-            let listed = listed_cells(&d);
-            Ok((d, listed))
+            stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
-        let n: usize = out.iter().map(|(d, _)| d.cells.len()).sum();
+        let n: usize = out.iter().map(|(c, _)| c.len()).sum();
         let (mut inner, mut outer, mut pair) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        for (d, _) in &out {
-            for c in &d.cells {
+        for (cells, _) in &out {
+            for c in cells {
                 inner.push(c.inner);
                 outer.push(c.outer);
                 pair.push(c.pair);
@@ -168,7 +166,7 @@ impl Step for DoubletsStep {
                 bits.finish()
             },
         ];
-        publish(batch, DOUBLETS, cols, out.iter().map(|(d, _)| d.cells.len()))
+        publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.len()))
     }
 }
 

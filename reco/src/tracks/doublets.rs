@@ -363,6 +363,20 @@ pub fn n_actual_pairs(include_jumping_forward: bool, min_hits_per_ntuplet: u32) 
 /// assert_eq!(d.cells.len(), 1);
 /// ```
 pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
+    let mut d = build_doublet_cells(hits, cfg, n_pairs)?;
+    // Cells ending on each hit, first `max_cells_per_hit` in creation order.
+    // (Read from a compact copy of the outer hits: the cells are six times wider.)
+    let outers: Vec<u32> = d.cells.iter().map(|cell| cell.outer).collect();
+    let (lists, overflows) =
+        Csr::group_capped(hits.n_hits(), outers.iter().enumerate().map(|(c, &o)| (o, c as u32)), cfg.max_cells_per_hit);
+    d.outer_hit_of_cell = lists;
+    d.outer_hit_overflows = overflows;
+    Ok(d)
+}
+
+/// [`build_doublets`] without the per-hit cell lists (`outer_hit_of_cell` has no rows): the
+/// cells alone, as the `ca_doublets` step publishes them, with [`listed_flags`].
+pub fn build_doublet_cells(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
@@ -371,8 +385,29 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
     build_doublets_impl(hits, cfg, n_pairs)
 }
 
-/// [`build_doublets`] compiled for AVX2 (the candidate chunks in 256-bit registers): the same
-/// IEEE operations, so the same cells.
+/// Whether each cell makes it into its outer hit's cell list: the first `max_cells_per_hit`
+/// cells ending on a hit, in creation order, do (as [`build_doublets`] lists them).
+///
+/// ```
+/// use quiver_reco::tracks::doublets::{listed_flags, Cell};
+/// let cell = |outer| Cell { inner: 0, outer, pair: 0, doublet_id: 0, used: 0, inner_z: 0.0, inner_r: 0.0 };
+/// let cells = [cell(1), cell(2), cell(1), cell(1)];
+/// assert_eq!(listed_flags(&cells, 3, 2), vec![true, true, true, false]);
+/// ```
+pub fn listed_flags(cells: &[Cell], n_hits: usize, max_cells_per_hit: u32) -> Vec<bool> {
+    let mut count = vec![0u32; n_hits];
+    cells
+        .iter()
+        .map(|c| {
+            let k = &mut count[c.outer as usize];
+            *k += 1;
+            *k <= max_cells_per_hit
+        })
+        .collect()
+}
+
+/// [`build_doublet_cells`] compiled for AVX2 (the candidate chunks in 256-bit registers): the
+/// same IEEE operations, so the same cells.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn build_doublets_avx2(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
@@ -389,7 +424,7 @@ fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> 
     let n_hits = hits.n_hits();
     let mut out = Doublets {
         cells: Vec::new(),
-        outer_hit_of_cell: Csr::empty(n_hits),
+        outer_hit_of_cell: Csr::default(),
         cells_overflow: false,
         outer_hit_overflows: 0,
         listed_inner_hits: Vec::new(),
@@ -526,13 +561,6 @@ fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> 
             }
         }
     }
-    // Cells ending on each hit, first `max_cells_per_hit` in creation order.
-    // (Read from a compact copy of the outer hits: the cells are six times wider.)
-    let outers: Vec<u32> = out.cells.iter().map(|cell| cell.outer).collect();
-    let (lists, overflows) =
-        Csr::group_capped(n_hits, outers.iter().enumerate().map(|(c, &o)| (o, c as u32)), cfg.max_cells_per_hit);
-    out.outer_hit_of_cell = lists;
-    out.outer_hit_overflows = overflows;
     Ok(out)
 }
 

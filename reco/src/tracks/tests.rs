@@ -820,6 +820,24 @@ fn connect_is_the_same_on_every_path() {
     }
 }
 
+/// The step's path (cells, then `listed` from counters) gives the cells and listed flags of
+/// the per-hit lists, also when the lists are full.
+#[test]
+fn doublet_cells_and_listed_flags_match_the_lists() {
+    let cpe = HitBuilder::cpe_params();
+    let cols = synthetic_event(600, 1500, 7);
+    let hits = cols.view(&cpe);
+    for cap in [128, 3] {
+        let mut cfg = CaConfig::default();
+        cfg.doublets.max_cells_per_hit = cap;
+        let d = stage_doublets(&hits, &cfg).unwrap();
+        let (cells, listed) = stage_doublet_cells(&hits, &cfg).unwrap();
+        assert_eq!(cells, d.cells);
+        assert_eq!(listed, listed_cells(&d));
+        assert_eq!(cap == 3, listed.iter().any(|&l| !l), "cap {cap}");
+    }
+}
+
 /// The flat per-cell lists keep the semantics of one bounded list per cell: a cell gets a
 /// list only while fewer than `max_lists` are handed out (the shared empty one counts), each
 /// list keeps its first `per_list` values, every refused value counts as an overflow.
