@@ -188,7 +188,9 @@ impl Step for NtupletsStep {
         let out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
             let r = d.event_rows(e);
-            let l: Vec<bool> = listed.values().slice(r.start, r.len()).iter().collect();
+            let bits = listed.values().slice(r.start, r.len());
+            // Usually every cell is listed: skip the bit-by-bit unpacking then.
+            let l: Vec<bool> = if bits.count_set_bits() == r.len() { vec![true; r.len()] } else { bits.iter().collect() };
             let dd = doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l).map_err(tracking)?;
             stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
         })?;

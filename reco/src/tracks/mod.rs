@@ -404,17 +404,18 @@ pub fn doublets_from_columns(
     for h in 0..n_hits {
         offsets[h + 1] += offsets[h];
     }
-    let mut values = vec![0u32; offsets[n_hits] as usize];
-    let mut listed_inner_hits = vec![0u32; values.len()];
+    // Scatter (cell, inner hit) together: one random store per cell instead of two.
+    let mut entries = vec![(0u32, 0u32); offsets[n_hits] as usize];
     let mut cursor = offsets[..n_hits].to_vec();
     for (c, ((&o, &l), &i)) in outer.iter().zip(listed).zip(inner).enumerate() {
         if l {
             let k = &mut cursor[o as usize];
-            values[*k as usize] = c as u32;
-            listed_inner_hits[*k as usize] = i;
+            entries[*k as usize] = (c as u32, i);
             *k += 1;
         }
     }
+    let values = entries.iter().map(|e| e.0).collect();
+    let listed_inner_hits = entries.iter().map(|e| e.1).collect();
     Ok(doublets::Doublets { cells, outer_hit_of_cell: doublets::Csr { offsets, values }, listed_inner_hits, ..Default::default() })
 }
 
