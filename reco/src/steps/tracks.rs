@@ -145,19 +145,11 @@ impl Step for DoubletsStep {
             let hits = cols.event(e, &self.cpe)?;
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
-        let n: usize = out.iter().map(|(c, _)| c.len()).sum();
-        let (mut inner, mut outer, mut pair) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        for (cells, _) in &out {
-            for c in cells {
-                inner.push(c.inner);
-                outer.push(c.outer);
-                pair.push(c.pair);
-            }
-        }
+        let n: usize = out.iter().map(|(c, _)| c.inner.len()).sum();
         let cols: Vec<ArrayRef> = vec![
-            Arc::new(arrow_array::UInt32Array::from(inner)),
-            Arc::new(arrow_array::UInt32Array::from(outer)),
-            Arc::new(arrow_array::UInt8Array::from(pair)),
+            concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
+            concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
+            concat_ref::<UInt8Type, _>(out.iter().map(|(c, _)| c.pair.as_slice())),
             {
                 let mut bits = BitPacker::new(n);
                 for &b in out.iter().flat_map(|(_, l)| l) {
@@ -166,7 +158,7 @@ impl Step for DoubletsStep {
                 bits.finish()
             },
         ];
-        publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.len()))
+        publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))
     }
 }
 

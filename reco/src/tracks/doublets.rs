@@ -374,63 +374,132 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
     Ok(d)
 }
 
-/// [`build_doublets`] without the per-hit cell lists (`outer_hit_of_cell` has no rows): the
-/// cells alone, as the `ca_doublets` step publishes them, with [`listed_flags`].
+/// [`build_doublets`] without the per-hit cell lists (`outer_hit_of_cell` has no rows).
 pub fn build_doublet_cells(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2.
-        return unsafe { build_doublets_avx2(hits, cfg, n_pairs) };
-    }
-    build_doublets_impl(hits, cfg, n_pairs)
+    let mut cells = Vec::new();
+    let cells_overflow = search(hits, cfg, n_pairs, &mut cells)?;
+    Ok(Doublets { cells, cells_overflow, ..Default::default() })
 }
 
-/// Whether each cell makes it into its outer hit's cell list: the first `max_cells_per_hit`
-/// cells ending on a hit, in creation order, do (as [`build_doublets`] lists them).
+/// The cells of one event as columns, in creation order: what the `ca_doublets` step
+/// publishes (with [`listed_flags`]), written without going through [`Cell`]s.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CellColumns {
+    /// Inner hit index per cell.
+    pub inner: Vec<u32>,
+    /// Outer hit index per cell.
+    pub outer: Vec<u32>,
+    /// Layer pair id per cell.
+    pub pair: Vec<u8>,
+    /// True if `max_number_of_doublets` was reached.
+    pub cells_overflow: bool,
+}
+
+/// [`build_doublet_cells`] as columns.
 ///
 /// ```
-/// use quiver_reco::tracks::doublets::{listed_flags, Cell};
-/// let cell = |outer| Cell { inner: 0, outer, pair: 0, doublet_id: 0, used: 0, inner_z: 0.0, inner_r: 0.0 };
-/// let cells = [cell(1), cell(2), cell(1), cell(1)];
-/// assert_eq!(listed_flags(&cells, 3, 2), vec![true, true, true, false]);
+/// use quiver_reco::tracks::doublets::{build_doublet_columns, DoubletConfig};
+/// use quiver_reco::tracks::testing::HitBuilder;
+/// let mut b = HitBuilder::new();
+/// b.add_barrel_hit(0, 2.9, 0.1, 1.0);
+/// b.add_barrel_hit(1, 6.8, 0.1, 2.3);
+/// let cpe = HitBuilder::cpe_params();
+/// let cols = b.build();
+/// let c = build_doublet_columns(&cols.view(&cpe), &DoubletConfig::default(), 19).unwrap();
+/// assert_eq!((c.inner, c.outer, c.pair), (vec![0], vec![1], vec![0]));
 /// ```
-pub fn listed_flags(cells: &[Cell], n_hits: usize, max_cells_per_hit: u32) -> Vec<bool> {
+pub fn build_doublet_columns(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<CellColumns, TrackError> {
+    let mut cols = CellColumns::default();
+    cols.cells_overflow = search(hits, cfg, n_pairs, &mut cols)?;
+    Ok(cols)
+}
+
+/// Where the doublet search puts the cells it creates.
+trait CellSink {
+    fn len(&self) -> usize;
+    fn reserve(&mut self, n: usize);
+    fn push(&mut self, c: Cell);
+}
+
+impl CellSink for Vec<Cell> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn reserve(&mut self, n: usize) {
+        Vec::reserve(self, n)
+    }
+    #[inline(always)]
+    fn push(&mut self, c: Cell) {
+        Vec::push(self, c)
+    }
+}
+
+impl CellSink for CellColumns {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn reserve(&mut self, n: usize) {
+        self.inner.reserve(n);
+        self.outer.reserve(n);
+        self.pair.reserve(n);
+    }
+    #[inline(always)]
+    fn push(&mut self, c: Cell) {
+        self.inner.push(c.inner);
+        self.outer.push(c.outer);
+        self.pair.push(c.pair);
+    }
+}
+
+/// Whether each cell makes it into its outer hit's cell list, from the cells' outer hits:
+/// the first `max_cells_per_hit` cells ending on a hit, in creation order, do (as
+/// [`build_doublets`] lists them).
+///
+/// ```
+/// use quiver_reco::tracks::doublets::listed_flags;
+/// assert_eq!(listed_flags(&[1, 2, 1, 1], 3, 2), vec![true, true, true, false]);
+/// ```
+pub fn listed_flags(outer: &[u32], n_hits: usize, max_cells_per_hit: u32) -> Vec<bool> {
     let mut count = vec![0u32; n_hits];
-    cells
+    outer
         .iter()
-        .map(|c| {
-            let k = &mut count[c.outer as usize];
+        .map(|&o| {
+            let k = &mut count[o as usize];
             *k += 1;
             *k <= max_cells_per_hit
         })
         .collect()
 }
 
-/// [`build_doublet_cells`] compiled for AVX2 (the candidate chunks in 256-bit registers): the
-/// same IEEE operations, so the same cells.
+/// The doublet search into `sink`; returns whether `max_number_of_doublets` was reached.
+fn search<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<bool, TrackError> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { search_avx2(hits, cfg, n_pairs, sink) };
+    }
+    search_impl(hits, cfg, n_pairs, sink)
+}
+
+/// [`search`] compiled for AVX2 (the candidate chunks in 256-bit registers): the same IEEE
+/// operations, so the same cells.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn build_doublets_avx2(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
-    build_doublets_impl(hits, cfg, n_pairs)
+unsafe fn search_avx2<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<bool, TrackError> {
+    search_impl(hits, cfg, n_pairs, sink)
 }
 
 #[inline(always)]
-fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
+fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, out: &mut S) -> Result<bool, TrackError> {
     cfg.validate()?;
     hits.validate()?;
     if n_pairs > N_PAIRS {
         return Err(TrackError::Config(format!("n_pairs {n_pairs} > {N_PAIRS}")));
     }
     let n_hits = hits.n_hits();
-    let mut out = Doublets {
-        cells: Vec::new(),
-        outer_hit_of_cell: Csr::default(),
-        cells_overflow: false,
-        outer_hit_overflows: 0,
-        listed_inner_hits: Vec::new(),
-    };
+    let mut cells_overflow = false;
     if n_hits == 0 {
-        return Ok(out);
+        return Ok(false);
     }
     let binner = PhiBinner::new(hits.iphi, &hits.layer_start);
     let packed = PackedBins::new(&binner, hits);
@@ -443,7 +512,7 @@ fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> 
     let i2p: f32 = (std::f64::consts::PI / 32768.0) as f32;
     let max_doublets = cfg.max_number_of_doublets as usize;
     let (do_z0_cut, z0_cut) = (cfg.do_z0_cut, cfg.z0_cut);
-    out.cells.reserve(max_doublets.min(n_hits * 16));
+    out.reserve(max_doublets.min(n_hits * 16));
 
     for (pair_id, &(inner, outer)) in LAYER_PAIRS.iter().enumerate().take(n_pairs) {
         let (inner_l, outer_l) = (inner as usize, outer as usize);
@@ -537,13 +606,13 @@ fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> 
                                 continue;
                             }
                         }
-                        if out.cells.len() >= max_doublets {
+                        if out.len() >= max_doublets {
                             // Full: nothing more can be added for the rest of the event.
-                            out.cells_overflow = true;
+                            cells_overflow = true;
                             break;
                         }
-                        let ind = out.cells.len() as u32;
-                        out.cells.push(Cell {
+                        let ind = out.len() as u32;
+                        out.push(Cell {
                             inner: i as u32,
                             outer: packed.idx[kk],
                             pair: pair_id as u8,
@@ -553,7 +622,7 @@ fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> 
                             inner_r: mer,
                         });
                     }
-                    if out.cells_overflow && out.cells.len() >= max_doublets {
+                    if cells_overflow && out.len() >= max_doublets {
                         break;
                     }
                     k += CHUNK;
@@ -561,7 +630,7 @@ fn build_doublets_impl(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> 
             }
         }
     }
-    Ok(out)
+    Ok(cells_overflow)
 }
 
 /// Candidates whose pure cuts are evaluated together.

@@ -349,12 +349,12 @@ pub fn stage_doublets(hits: &HitsView, cfg: &CaConfig) -> Result<doublets::Doubl
     doublets::build_doublets(hits, &cfg.doublets, cfg.n_pairs())
 }
 
-/// Stage 1 as the `ca_doublets` step runs it: the cells, and whether each is in its outer
-/// hit's cell list (the `listed` column), without building the lists.
-pub fn stage_doublet_cells(hits: &HitsView, cfg: &CaConfig) -> Result<(Vec<doublets::Cell>, Vec<bool>), TrackError> {
-    let d = doublets::build_doublet_cells(hits, &cfg.doublets, cfg.n_pairs())?;
-    let listed = doublets::listed_flags(&d.cells, hits.n_hits(), cfg.doublets.max_cells_per_hit);
-    Ok((d.cells, listed))
+/// Stage 1 as the `ca_doublets` step runs it: the cells as columns, and whether each is in
+/// its outer hit's cell list (the `listed` column), without building the lists.
+pub fn stage_doublet_cells(hits: &HitsView, cfg: &CaConfig) -> Result<(doublets::CellColumns, Vec<bool>), TrackError> {
+    let c = doublets::build_doublet_columns(hits, &cfg.doublets, cfg.n_pairs())?;
+    let listed = doublets::listed_flags(&c.outer, hits.n_hits(), cfg.doublets.max_cells_per_hit);
+    Ok((c, listed))
 }
 
 /// Cells from their columns (as `ca_doublets` publishes them): `listed[c]` says whether cell
