@@ -609,7 +609,9 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
         }
         let pid = c.pair;
         let doit = if cfg.min_hits_per_ntuplet > 3 { pid < 3 } else { !(8..=12).contains(&pid) };
-        if doit {
+        // Most cells have no outer neighbour: their search would end at once with a
+        // two-hit path, which is no tuple unless two hits are enough.
+        if doit && (cfg.min_hits_per_ntuplet <= 2 || !ca.neighbors.of(idx).is_empty()) {
             search.depth = 0;
             search.dfs(idx, &mut t)?;
         }
