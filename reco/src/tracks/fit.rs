@@ -128,6 +128,7 @@ pub fn mult_scatt(length: f64, b: f64, r: f64, slope: f64) -> f64 {
 
 /// Inverse of a symmetric positive-definite `n`×`n` matrix (n = 3..6) by the reference's
 /// unrolled Cholesky formulas (reads the lower triangle, returns a symmetric matrix).
+#[inline(always)]
 pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
     let s = |i: usize, j: usize| src[i][j];
     let mut d = [[0.0f64; MX]; MX];
@@ -322,6 +323,7 @@ pub fn hit_global_cov(frame: &Frame, cxx: f32, cyy: f32) -> [f32; 6] {
 /// let f = fast_fit(&[[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [-1.0, 0.0, 2.0]]);
 /// assert!(f[0].abs() < 1e-12 && f[1].abs() < 1e-12 && (f[2] - 1.0).abs() < 1e-12);
 /// ```
+#[inline(always)]
 pub fn fast_fit(hits: &[[f64; 3]]) -> [f64; 4] {
     let n = hits.len();
     let xy = |i: usize| [hits[i][0], hits[i][1]];
@@ -350,6 +352,7 @@ struct Prepared {
     var_beta: [f64; MX],
 }
 
+#[inline(always)]
 fn prepare(hits: &[[f64; 3]], ff: &[f64; 4], b: f64) -> Prepared {
     let n = hits.len();
     let xy = |i: usize| [hits[i][0], hits[i][1]];
@@ -381,6 +384,7 @@ fn prepare(hits: &[[f64; 3]], ff: &[f64; 4], b: f64) -> Prepared {
 }
 
 /// The n×n band matrix of the Broken Line cost function in the offsets u.
+#[inline(always)]
 fn matrix_c_u(w: &[f64; MX], s: &[f64; MX], vb: &[f64; MX], n: usize) -> Mat {
     let mut c = [[0.0f64; MX]; MX];
     for i in 0..n {
@@ -431,6 +435,7 @@ fn tree_sum_split(t: &[f64]) -> f64 {
     tree_sum(&t[..h]) + tree_sum(&t[h..])
 }
 
+#[inline(always)]
 fn mat_vec(m: &Mat, v: &[f64; MX], n: usize) -> [f64; MX] {
     let mut o = [0.0; MX];
     let mut t = [0.0; MX];
@@ -469,6 +474,7 @@ pub struct LineFit {
     pub chi2: f64,
 }
 
+#[inline(always)]
 fn translate_karimaki(c: &mut CircleFit, x0: f64, y0: f64) {
     let (p0, p1, p2) = (c.par[0], c.par[1], c.par[2]);
     let dp = x0 * p0.cos() + y0 * p0.sin();
@@ -493,6 +499,7 @@ fn translate_karimaki(c: &mut CircleFit, x0: f64, y0: f64) {
     c.cov = sandwich(&j, &c.cov);
 }
 
+#[inline(always)]
 fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
     let n = ge.len();
     let slope = (-p.q) as f64 / ff[3];
@@ -550,6 +557,7 @@ fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
     LineFit { par, cov, chi2 }
 }
 
+#[inline(always)]
 fn circle_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &mut Prepared) -> CircleFit {
     let n = hits.len();
     let q = p.q;
@@ -690,13 +698,24 @@ pub fn broken_line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<Bro
             ge.len()
         )));
     }
+    // One instance per hit count: with n a constant the loops unroll and the Cholesky
+    // branches fold (the same operations in the same order, so the same bits).
+    Ok(match n {
+        3 => fit_n::<3>(hits, ge, b),
+        4 => fit_n::<4>(hits, ge, b),
+        _ => fit_n::<5>(hits, ge, b),
+    })
+}
+
+fn fit_n<const N: usize>(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> BrokenLineFit {
+    let (hits, ge) = (&hits[..N], &ge[..N]);
     let ff = fast_fit(hits);
     let mut p = prepare(hits, &ff, b);
     // The line fit must run first: the circle fit rescales the kink variances and
     // overwrites Z.
     let line = line_fit(ge, &ff, b, &p);
     let circle = circle_fit(hits, ge, &ff, b, &mut p);
-    Ok(BrokenLineFit { fast: ff, circle, line })
+    BrokenLineFit { fast: ff, circle, line }
 }
 
 extern "C" {
