@@ -452,7 +452,10 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
     }
     r1s.resize(n_listed + LANES, 0.0);
     z1s.resize(n_listed + LANES, 0.0);
-    let cells = &mut ca.cells;
+    // `used` flags in a byte per cell while connecting (the candidates' cells are visited
+    // out of order; a byte array stays in cache where the 24-byte cells do not).
+    let mut used_flags = vec![false; n_cells];
+    let cells = &ca.cells;
     for idx in 0..n_cells {
         let this = cells[idx];
         let inner = this.inner as usize;
@@ -483,14 +486,17 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
                 if dca_cut(xg[oi], yg[oi], xi, yi, xo, yo, max_dca, cfg.hard_curv_cut) {
                     lists.push(other, idx as u32);
                     used = true;
-                    cells[other].used |= 1;
+                    used_flags[other] = true;
                 }
             }
             k += LANES;
         }
         if used {
-            cells[idx].used |= 1;
+            used_flags[idx] = true;
         }
+    }
+    for (c, &u) in ca.cells.iter_mut().zip(&used_flags) {
+        c.used |= u as u16;
     }
     let (l, o) = lists.finish();
     ca.neighbors = l;
@@ -711,6 +717,81 @@ pub fn early_duplicate_remover(ca: &CaState, t: &mut Tuples) {
             if t.size(it as usize) != max_nh {
                 t.quality[it as usize] = Quality::Dup;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Splitmix64: reproducible inputs without a dependency.
+    fn next(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(state: &mut u64, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((next(state) >> 40) as f32 / (1u64 << 24) as f32)
+    }
+
+    /// The AVX2 block decides every candidate as the scalar test does, also at the boundary
+    /// (where a fused multiply-add or a regrouped product would flip the decision): random
+    /// triplets, cuts set a few ulps around each triplet's own boundary, and degenerate
+    /// triplets (coincident hits, equal radii, zeros).
+    #[test]
+    fn rz_alignment_is_the_same_on_every_path() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let mut st = 7u64;
+            let (mut n, mut near) = (0usize, 0usize);
+            for round in 0..40_000 {
+                let t0 = RzCell {
+                    ri: uniform(&mut st, 2.0, 16.0),
+                    zi: uniform(&mut st, -30.0, 30.0),
+                    ro: uniform(&mut st, 4.0, 20.0),
+                    zo: uniform(&mut st, -50.0, 50.0),
+                    ptmin: 0.9,
+                    theta_cut: 0.002,
+                };
+                let mut r1 = [0f32; LANES];
+                let mut z1 = [0f32; LANES];
+                for j in 0..LANES {
+                    r1[j] = uniform(&mut st, 0.0, 12.0);
+                    z1[j] = uniform(&mut st, -30.0, 30.0);
+                    match (round + j) % 13 {
+                        0 => (r1[j], z1[j]) = (t0.ro, t0.zo), // d13 = 0
+                        1 => r1[j] = t0.ro,                   // Δr = 0
+                        2 => (r1[j], z1[j]) = (0.0, 0.0),     // padding
+                        3 => z1[j] = t0.zi + (t0.zi - t0.zo) * (t0.ri - r1[j]) / (t0.ro - t0.ri), // on the line
+                        _ => {}
+                    }
+                }
+                // Cuts at the boundary of lane `round % 8`, nudged by -3..=3 ulps.
+                let j = round % LANES;
+                let rd = (r1[j] - t0.ro).abs();
+                let d13 = rd * rd + (z1[j] - t0.zo) * (z1[j] - t0.zo);
+                let tan = (z1[j] * (t0.ri - t0.ro) + t0.zi * (t0.ro - r1[j]) + t0.zo * (r1[j] - t0.ri)).abs();
+                let lhs = tan * (t0.ptmin * d13.sqrt());
+                let mut theta = lhs / (d13 * rd);
+                if theta.is_finite() && theta > 0.0 {
+                    let nudge = (round / LANES) as i64 % 7 - 3;
+                    theta = f32::from_bits((theta.to_bits() as i64 + nudge) as u32);
+                    near += 1;
+                } else {
+                    theta = 0.002;
+                }
+                for t in [t0, RzCell { theta_cut: theta, ..t0 }] {
+                    // SAFETY: the CPU has AVX2.
+                    let fast = unsafe { rz_block_avx2(&r1, &z1, &t) };
+                    assert_eq!(fast, rz_block(&r1, &z1, &t), "round {round}: {r1:?} {z1:?}");
+                    n += 1;
+                }
+            }
+            assert!(n == 80_000 && near > 30_000, "{n} blocks, {near} at a boundary");
         }
     }
 }
