@@ -532,28 +532,39 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
     // The cells' `used` flags, read in one pass: the lists visit the cells out of order, and
     // a byte per cell stays in cache where the cells do not.
     let used: Vec<bool> = ca.cells.iter().map(|c| c.used != 0).collect();
-    for idy in 0..ca.outer_hit_of_cell.rows() {
-        let vc = ca.outer_hit_of_cell.of(idy);
-        if vc.len() < 2 {
+    // The inner hit of every listed cell, next to the lists (from the doublet columns), so
+    // that the cells themselves are not visited; else from the cells.
+    let ohc = &ca.outer_hit_of_cell;
+    let gathered;
+    let inner_hits: &[u32] = if ca.listed_inner_hits.len() == ohc.values.len() {
+        &ca.listed_inner_hits
+    } else {
+        gathered = ohc.values.iter().map(|&c| ca.cells[c as usize].inner).collect::<Vec<u32>>();
+        &gathered
+    };
+    let mut killed = Vec::new();
+    for idy in 0..ohc.rows() {
+        let (k0, k1) = (ohc.offsets[idy] as usize, ohc.offsets[idy + 1] as usize);
+        if k1 - k0 < 2 {
             continue;
         }
         // Row idy lists the cells whose outer hit is idy.
         let (xo, yo, zo) = (hits.x_global[idy], hits.y_global[idy], hits.z_global[idy]);
         let mut sg = 0usize;
-        for &ic in vc.iter() {
+        for (&ic, &inn) in ohc.values[k0..k1].iter().zip(&inner_hits[k0..k1]) {
             if !used[ic as usize] {
                 continue;
             }
-            let ci = &ca.cells[ic as usize];
             if check_track && ca.cell_tracks.of(ic as usize).is_empty() {
                 continue;
             }
-            let inn = ci.inner as usize;
+            let inn = inn as usize;
             cc[sg] = ic;
             d[sg] = hits.det_index[inn];
             x[sg] = hits.x_global[inn] - xo;
             y[sg] = hits.y_global[inn] - yo;
-            z[sg] = ci.inner_z - zo;
+            // A cell's inner_z is its inner hit's z.
+            z[sg] = hits.z_global[inn] - zo;
             n[sg] = x[sg] * x[sg] + y[sg] * y[sg] + z[sg] * z[sg];
             sg += 1;
         }
@@ -565,14 +576,17 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
                 let cos12 = x[ic] * x[jc] + y[ic] * y[jc] + z[ic] * z[jc];
                 if d[ic] != d[jc] && cos12 * cos12 >= 0.99999f32 * n[ic] * n[jc] {
                     if n[ic] > n[jc] {
-                        ca.cells[cc[ic] as usize].doublet_id = -1;
+                        killed.push(cc[ic]);
                         break;
                     } else {
-                        ca.cells[cc[jc] as usize].doublet_id = -1;
+                        killed.push(cc[jc]);
                     }
                 }
             }
         }
+    }
+    for c in killed {
+        ca.cells[c as usize].doublet_id = -1;
     }
 }
 
