@@ -606,6 +606,8 @@ struct EventCountsStep {
     keys: ChainKeys,
     all: Mutex<Vec<EventCounts>>,
     path: PathBuf,
+    /// Also write the reference's count files (`reference_files`) into this directory.
+    bin_dir: Option<PathBuf>,
 }
 
 impl Step for EventCountsStep {
@@ -622,8 +624,56 @@ impl Step for EventCountsStep {
         }
         let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         write_counts_parquet(&self.path, &all)?;
-        Ok(Some(format!("{} events -> {}", all.len(), self.path.display())))
+        let mut report = format!("{} events -> {}", all.len(), self.path.display());
+        if let Some(dir) = &self.bin_dir {
+            write_counts_reference_files(dir, &all)?;
+            report += &format!(", digicluster.bin, tracks.bin, vertices.bin -> {}", dir.display());
+        }
+        Ok(Some(report))
     }
+}
+
+/// Writes per-event counts as the reference's validation files (`digicluster.bin`,
+/// `tracks.bin`, `vertices.bin`, events in order from the first): with them next to the
+/// files of `quiver export pixeltrack`, the reference's `--validation` checks its own counts
+/// against ours. Every event needs all five counts, and the events must be 0, 1, 2, … (event
+/// i of the files is the reference's event i).
+///
+/// ```
+/// use quiver_validation::counts::{write_counts_reference_files, EventCounts};
+/// let dir = tempfile::tempdir().unwrap();
+/// let c = EventCounts { event: 0, n_modules: Some(1800), n_digis: Some(60_000), n_clusters: Some(18_000),
+///                       n_tracks: Some(6_000), n_vertices: Some(40) };
+/// write_counts_reference_files(dir.path(), &[c, EventCounts { event: 1, ..c }]).unwrap();
+/// assert_eq!(std::fs::read(dir.path().join("tracks.bin")).unwrap(), [112, 23, 0, 0, 112, 23, 0, 0]);
+/// let gap = EventCounts { event: 2, ..c };
+/// assert!(write_counts_reference_files(dir.path(), &[c, gap]).is_err());
+/// ```
+pub fn write_counts_reference_files(dir: &Path, counts: &[EventCounts]) -> Result<()> {
+    let mut sorted: Vec<&EventCounts> = counts.iter().collect();
+    sorted.sort_by_key(|c| c.event);
+    let bin = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if c.event != i as u64 {
+                return Err(ValidationError::Data(format!(
+                    "the reference's count files start at event 0 without gaps: event {} is at position {i}",
+                    c.event
+                )));
+            }
+            let missing = |what: &str| ValidationError::Data(format!("event {}: no {what} count (connect its product)", c.event));
+            Ok(quiver_datasets::EventCounts {
+                n_modules: c.n_modules.ok_or_else(|| missing("module"))?,
+                n_digis: c.n_digis.ok_or_else(|| missing("digi"))?,
+                n_clusters: c.n_clusters.ok_or_else(|| missing("cluster"))?,
+                n_tracks: c.n_tracks.ok_or_else(|| missing("track"))?,
+                n_vertices: c.n_vertices.ok_or_else(|| missing("vertex"))?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    std::fs::create_dir_all(dir).map_err(|e| ValidationError::io(dir, e))?;
+    quiver_datasets::write_counts_bin(dir, &bin).map_err(|e| ValidationError::Data(e.to_string()))
 }
 
 fn check_countable(cfg: &StepConfig, keys: &ChainKeys) -> quiver_columnar::Result<()> {
@@ -641,7 +691,8 @@ fn build_event_counts(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>
     if stem.is_empty() || stem.contains(['/', '\\']) {
         return Err(cfg.param_error("file", "must be a plain file name without extension"));
     }
-    Ok(Box::new(EventCountsStep { keys, all: Mutex::new(Vec::new()), path: cfg.job.output.join(format!("{stem}.parquet")) }))
+    let bin_dir = cfg.params.bool("reference_files").then(|| cfg.job.output.clone());
+    Ok(Box::new(EventCountsStep { keys, all: Mutex::new(Vec::new()), path: cfg.job.output.join(format!("{stem}.parquet")), bin_dir }))
 }
 
 /// Registers `count_validator` and `event_counts`.
@@ -649,7 +700,14 @@ pub fn register(r: &mut Registry) {
     r.add(StepType {
         name: "event_counts",
         doc: "Writes our per-event counts (modules, digis, clusters, tracks, vertices) to <file>.parquet, a count_validator reference",
-        params: vec![ParamSpec::str("file", "counts", "file name stem in the job's output directory")],
+        params: vec![
+            ParamSpec::str("file", "counts", "file name stem in the job's output directory"),
+            ParamSpec::bool(
+                "reference_files",
+                false,
+                "also write the reference's digicluster.bin, tracks.bin and vertices.bin (pixeltrack-standalone --validation)",
+            ),
+        ],
         signature: Signature { inputs: input_specs(&COUNT_INPUTS), outputs: vec![] },
         backends: vec![Backend::Cpu],
         build: build_event_counts,

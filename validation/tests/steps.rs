@@ -311,3 +311,15 @@ fn event_counts_serve_as_a_reference() {
     let report = &s.reports.iter().find(|(l, _)| l == "counts").unwrap().1;
     assert_eq!(report, &format!("CountValidator: all {EVENTS} events passed validation\n"));
 }
+
+#[test]
+fn reference_count_files_need_every_count() {
+    // The test chain gives digis and clusters only: the reference's tracks.bin cannot be
+    // written, and the job says which count is missing.
+    let out = tempfile::tempdir().unwrap();
+    let plan1 = "[[step]]\nlabel = \"chain\"\ntype = \"test_chain\"\n[[step]]\nlabel = \"n\"\ntype = \"event_counts\"\nreference_files = true\n";
+    let err = run(plan1, out.path(), 2, 3).err().expect("the job must fail").to_string();
+    assert!(err.contains("no track count"), "{err}");
+    assert!(!out.path().join("digicluster.bin").exists());
+    assert!(out.path().join("counts.parquet").exists(), "the Parquet counts are still written");
+}

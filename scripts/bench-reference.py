@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Quiver against the C++ reference, side by side: same events, same machine, one run.
+
+You build the reference yourself (cms-patatrack/pixeltrack-standalone, `make serial`, see
+its README; nothing of it is in this repository) and pass its `serial` program:
+
+    python3 scripts/bench-reference.py --serial PATH/TO/serial [--input DATASET]
+        [--threads 1,2] [--repeat 5] [--csv FILE]
+
+The script
+1. exports the dataset in the reference's format (`quiver export pixeltrack`) and writes
+   our per-event counts next to it as the reference's validation files (`event_counts`
+   with `reference_files = true`);
+2. checks the two chains agree: the reference's own `--validation` (its CountValidator
+   against our modules, digis, clusters, tracks and vertices per event) and its
+   `--histogram` file against the text histograms of `quiver run` (byte for byte);
+3. times, alternating, the reference (`--numberOfThreads T --numberOfStreams T`, its
+   event-loop timer), the reference with the glibc allocator settings the `quiver` command
+   uses, and `quiver bench plans/examples/chain.toml --threads T --repeat 2` (the second
+   of two runs), `--repeat` times each per thread count, and prints events/s (median, min,
+   max) and the ratios of the medians.
+
+Only the standard library is needed. `--quiver` defaults to the release binary of
+`$CARGO_TARGET_DIR` (or `target/`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import filecmp
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# What tune_malloc (columnar/src/tune.rs) sets in the quiver command.
+TUNED = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
+
+
+def default_quiver() -> Path:
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return target / "release" / "quiver"
+
+
+def default_dataset() -> Path:
+    base = os.environ.get("QUIVER_DATA")
+    return Path(base) / "default" if base else Path.home() / ".cache" / "quiver" / "datasets" / "default"
+
+
+def run(cmd: list, check: bool = True, **kw) -> str:
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout + p.stderr
+
+
+def reference_rate(serial: Path, data: Path, threads: int, events: int, env: dict) -> float:
+    out = run([serial, "--data", data, "--numberOfThreads", threads, "--numberOfStreams", threads, "--maxEvents", events],
+              env=env, cwd=data.parent)
+    m = re.search(r"throughput ([0-9.eE+-]+) events/s", out)
+    if not m:
+        sys.exit(f"no throughput line in the reference's output:\n{out[-2000:]}")
+    return float(m.group(1))
+
+
+def quiver_rate(quiver: Path, dataset: Path, threads: int, events: int) -> float:
+    out = run([quiver, "bench", ROOT / "plans/examples/chain.toml", "--input", dataset, "--threads", threads,
+               "--events", events, "--repeat", 2], cwd=ROOT)
+    rows = [l.split() for l in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s+\d+\s+[0-9.]+\s+[0-9.]+", l)]
+    if not rows:
+        sys.exit(f"no result line in quiver bench's output:\n{out[-2000:]}")
+    return float(rows[-1][4])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--serial", type=Path, required=True, help="the reference's serial program")
+    ap.add_argument("--quiver", type=Path, default=default_quiver())
+    ap.add_argument("--input", type=Path, default=default_dataset(), help="dataset (default: the default dataset)")
+    ap.add_argument("--events", type=int, default=100)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--csv", type=Path)
+    ap.add_argument("--skip-checks", action="store_true", help="time only")
+    a = ap.parse_args()
+    for p, what in [(a.serial, "--serial"), (a.quiver, "--quiver"), (a.input, "--input")]:
+        if not p.exists():
+            sys.exit(f"{what}: {p} does not exist")
+    serial, quiver = a.serial.resolve(), a.quiver.resolve()
+
+    with tempfile.TemporaryDirectory(prefix="quiver-vs-reference-") as tmp:
+        work = Path(tmp)
+        data = work / "data"
+        run([quiver, "export", "pixeltrack", "--input", a.input, "--output", data])
+        if not a.skip_checks:
+            plan = work / "counts.toml"
+            plan.write_text((ROOT / "plans/examples/chain.toml").read_text()
+                            + '\n[[step]]\nlabel = "counts"\ntype = "event_counts"\nreference_files = true\n')
+            run([quiver, "run", plan, "--input", a.input, "--events", a.events, "--output", data, "--no-progress"])
+            out = run([serial, "--data", data, "--numberOfThreads", 1, "--numberOfStreams", 1, "--maxEvents", a.events,
+                       "--validation"], check=False, cwd=work)  # a failed validation exits non-zero
+            verdict = [l for l in out.splitlines() if l.startswith("CountValidator")]
+            print("reference --validation against our counts:", verdict[-1] if verdict else out[-500:])
+            hist = work / "hist"
+            hist.mkdir()
+            run([serial, "--data", data, "--numberOfThreads", 1, "--numberOfStreams", 1, "--maxEvents", a.events,
+                 "--histogram"], cwd=hist)
+            ours = work / "ours"
+            run([quiver, "run", ROOT / "plans/pixel.toml", "--input", a.input, "--events", a.events, "--output", ours,
+                 "--no-progress"], cwd=ROOT)
+            same = filecmp.cmp(hist / "histograms_serial.txt", ours / "histograms.txt", shallow=False)
+            print("reference --histogram against quiver's histograms.txt:", "identical" if same else "DIFFERENT")
+
+        plain = dict(os.environ)
+        plain.pop("GLIBC_TUNABLES", None)
+        tuned = dict(plain, GLIBC_TUNABLES=TUNED)
+        rows = []
+        for t in [int(x) for x in a.threads.split(",")]:
+            rates: dict[str, list[float]] = {"reference": [], "reference, tuned malloc": [], "quiver": []}
+            for i in range(a.repeat):
+                rates["reference"].append(reference_rate(serial, data, t, a.events, plain))
+                rates["reference, tuned malloc"].append(reference_rate(serial, data, t, a.events, tuned))
+                rates["quiver"].append(quiver_rate(quiver, a.input, t, a.events))
+                print(f"threads {t} run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items()), flush=True)
+            q = statistics.median(rates["quiver"])
+            for k, v in rates.items():
+                med = statistics.median(v)
+                rows.append({"threads": t, "program": k, "median_events_per_s": round(med, 2), "min": round(min(v), 2),
+                             "max": round(max(v), 2), "wall_ms_per_event": round(1000 / med, 2) if med else None,
+                             "quiver_over_this": round(q / med, 2), "runs": " ".join(f"{x:.2f}" for x in v)})
+
+    print(f"\n{'threads':>7}  {'program':<24} {'events/s median [min-max]':>27}  {'quiver / this':>13}")
+    for r in rows:
+        print(f"{r['threads']:>7}  {r['program']:<24} {r['median_events_per_s']:>10.2f} [{r['min']:.2f}-{r['max']:.2f}]"
+              f"  {r['quiver_over_this']:>13.2f}")
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
