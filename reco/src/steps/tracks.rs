@@ -106,27 +106,14 @@ fn booleans(p: &Product, name: &str) -> Result<BooleanArray> {
         .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected Boolean", p.type_name(), col.data_type())))
 }
 
-/// Builds a boolean column of a known length bit by bit (LSB first, Arrow's layout).
-struct BitPacker {
-    bytes: Vec<u8>,
-    len: usize,
-}
-
-impl BitPacker {
-    fn new(n: usize) -> Self {
-        Self { bytes: vec![0u8; n.div_ceil(8)], len: 0 }
+/// One Arrow boolean column from per-event flags: the flags are gathered into one slice
+/// (a copy per event) and packed 64 to a word, not bit by bit.
+fn bool_column<'a>(n: usize, parts: impl Iterator<Item = &'a [bool]>) -> ArrayRef {
+    let mut flat = Vec::with_capacity(n);
+    for p in parts {
+        flat.extend_from_slice(p);
     }
-
-    #[inline]
-    fn push(&mut self, b: bool) {
-        self.bytes[self.len >> 3] |= (b as u8) << (self.len & 7);
-        self.len += 1;
-    }
-
-    fn finish(self) -> ArrayRef {
-        let bits = arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(self.bytes), 0, self.len);
-        Arc::new(BooleanArray::new(bits, None))
-    }
+    Arc::new(BooleanArray::new(arrow_buffer::BooleanBuffer::collect_bool(flat.len(), |i| flat[i]), None))
 }
 
 // --- ca_doublets -----------------------------------------------------------------------
@@ -150,13 +137,7 @@ impl Step for DoubletsStep {
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
             concat_ref::<UInt8Type, _>(out.iter().map(|(c, _)| c.pair.as_slice())),
-            {
-                let mut bits = BitPacker::new(n);
-                for &b in out.iter().flat_map(|(_, l)| l) {
-                    bits.push(b);
-                }
-                bits.finish()
-            },
+            bool_column(n, out.iter().map(|(_, l)| l.as_slice())),
         ];
         publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))
     }
@@ -196,13 +177,8 @@ impl Step for NtupletsStep {
         ];
         publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
         let n_cells = out.iter().map(|(_, ca)| ca.cells.len()).sum();
-        let mut bits = BitPacker::new(n_cells);
-        for (_, ca) in &out {
-            for c in &ca.cells {
-                bits.push(c.doublet_id >= 0);
-            }
-        }
-        let alive = vec![bits.finish()];
+        let alive: Vec<Vec<bool>> = out.iter().map(|(_, ca)| ca.cells.iter().map(|c| c.doublet_id >= 0).collect()).collect();
+        let alive = vec![bool_column(n_cells, alive.iter().map(Vec::as_slice))];
         batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)
     }
 }
