@@ -106,14 +106,9 @@ fn booleans(p: &Product, name: &str) -> Result<BooleanArray> {
         .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected Boolean", p.type_name(), col.data_type())))
 }
 
-/// One Arrow boolean column from per-event flags: the flags are gathered into one slice
-/// (a copy per event) and packed 64 to a word, not bit by bit.
-fn bool_column<'a>(n: usize, parts: impl Iterator<Item = &'a [bool]>) -> ArrayRef {
-    let mut flat = Vec::with_capacity(n);
-    for p in parts {
-        flat.extend_from_slice(p);
-    }
-    Arc::new(BooleanArray::new(arrow_buffer::BooleanBuffer::collect_bool(flat.len(), |i| flat[i]), None))
+/// One Arrow boolean column from the flags of a batch, packed 64 to a word, not bit by bit.
+fn bool_column(flags: &[bool]) -> ArrayRef {
+    Arc::new(BooleanArray::new(arrow_buffer::BooleanBuffer::collect_bool(flags.len(), |i| flags[i]), None))
 }
 
 // --- ca_doublets -----------------------------------------------------------------------
@@ -132,12 +127,11 @@ impl Step for DoubletsStep {
             let hits = cols.event(e, &self.cpe)?;
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
-        let n: usize = out.iter().map(|(c, _)| c.inner.len()).sum();
         let cols: Vec<ArrayRef> = vec![
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
             concat_ref::<UInt8Type, _>(out.iter().map(|(c, _)| c.pair.as_slice())),
-            bool_column(n, out.iter().map(|(_, l)| l.as_slice())),
+            bool_column(&out.iter().map(|(_, l)| l.as_slice()).collect::<Vec<_>>().concat()),
         ];
         publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))
     }
@@ -177,8 +171,11 @@ impl Step for NtupletsStep {
         ];
         publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
         let n_cells = out.iter().map(|(_, ca)| ca.cells.len()).sum();
-        let alive: Vec<Vec<bool>> = out.iter().map(|(_, ca)| ca.cells.iter().map(|c| c.doublet_id >= 0).collect()).collect();
-        let alive = vec![bool_column(n_cells, alive.iter().map(Vec::as_slice))];
+        let mut alive = Vec::with_capacity(n_cells);
+        for (_, ca) in &out {
+            alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
+        }
+        let alive = vec![bool_column(&alive)];
         batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)
     }
 }

@@ -171,6 +171,16 @@ impl CappedLists {
 }
 
 impl CaState {
+    /// The inner hit of every listed cell, in `outer_hit_of_cell` order: the column the
+    /// doublets carry, or (for doublets built without it) gathered from the cells.
+    fn listed_inner_hits_or_gathered(&self) -> std::borrow::Cow<'_, [u32]> {
+        if self.listed_inner_hits.len() == self.outer_hit_of_cell.values.len() {
+            std::borrow::Cow::Borrowed(&self.listed_inner_hits)
+        } else {
+            self.outer_hit_of_cell.values.iter().map(|&c| self.cells[c as usize].inner).collect()
+        }
+    }
+
     /// Wraps the doublets.
     pub fn new(d: Doublets) -> Self {
         let n = d.cells.len();
@@ -435,13 +445,7 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
     // candidates at a time (only 1.6 % pass the alignment test). From the inner hits when
     // the doublets carry them (a hit array is small, the cells are not), else from the cells.
     let n_listed = ohc.values.len();
-    let gathered;
-    let h1s: &[u32] = if ca.listed_inner_hits.len() == n_listed {
-        &ca.listed_inner_hits
-    } else {
-        gathered = ohc.values.iter().map(|&c| ca.cells[c as usize].inner).collect::<Vec<u32>>();
-        &gathered
-    };
+    let h1s = ca.listed_inner_hits_or_gathered();
     let (mut r1s, mut z1s) = (Vec::with_capacity(n_listed + LANES), Vec::with_capacity(n_listed + LANES));
     if ca.listed_inner_hits.len() == n_listed {
         r1s.extend(h1s.iter().map(|&h| rg[h as usize]));
@@ -532,16 +536,10 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
     // The cells' `used` flags, read in one pass: the lists visit the cells out of order, and
     // a byte per cell stays in cache where the cells do not.
     let used: Vec<bool> = ca.cells.iter().map(|c| c.used != 0).collect();
-    // The inner hit of every listed cell, next to the lists (from the doublet columns), so
-    // that the cells themselves are not visited; else from the cells.
+    // The inner hit of every listed cell, next to the lists, so that the cells themselves
+    // are not visited.
     let ohc = &ca.outer_hit_of_cell;
-    let gathered;
-    let inner_hits: &[u32] = if ca.listed_inner_hits.len() == ohc.values.len() {
-        &ca.listed_inner_hits
-    } else {
-        gathered = ohc.values.iter().map(|&c| ca.cells[c as usize].inner).collect::<Vec<u32>>();
-        &gathered
-    };
+    let inner_hits = ca.listed_inner_hits_or_gathered();
     let mut killed = Vec::new();
     for idy in 0..ohc.rows() {
         let (k0, k1) = (ohc.offsets[idy] as usize, ohc.offsets[idy + 1] as usize);
@@ -739,17 +737,10 @@ pub fn early_duplicate_remover(ca: &CaState, t: &mut Tuples) {
 mod tests {
     use super::*;
 
-    /// Splitmix64: reproducible inputs without a dependency.
-    fn next(state: &mut u64) -> u64 {
-        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+    use crate::local::test_support::SplitMix;
 
-    fn uniform(state: &mut u64, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * ((next(state) >> 40) as f32 / (1u64 << 24) as f32)
+    fn uniform(rng: &mut SplitMix, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((rng.next() >> 40) as f32 / (1u64 << 24) as f32)
     }
 
     /// The AVX2 block decides every candidate as the scalar test does, also at the boundary
@@ -760,7 +751,7 @@ mod tests {
     fn rz_alignment_is_the_same_on_every_path() {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
-            let mut st = 7u64;
+            let mut st = SplitMix(7);
             let (mut n, mut near) = (0usize, 0usize);
             for round in 0..40_000 {
                 let t0 = RzCell {
