@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::overflow::{self, OverflowTallies, CAPACITY_OVERFLOWS};
 use crate::plan::ResolvedPlan;
 use crate::pool::{self, PoolStats};
 use crate::product::ProductKey;
@@ -79,12 +80,20 @@ pub struct Summary {
     pub pool: PoolStats,
     /// Reports returned by steps' end-of-job hooks, by label.
     pub reports: Vec<(String, String)>,
+    /// Capacities reached, per step label and capacity (from the steps'
+    /// [`CAPACITY_OVERFLOWS`] products); empty when nothing was truncated.
+    pub overflows: OverflowTallies,
 }
 
 impl Summary {
     /// Events per second of wall time.
     pub fn throughput(&self) -> f64 {
         self.events as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// One warning line per capacity reached (see [`crate::overflow`]).
+    pub fn warnings(&self) -> Vec<String> {
+        overflow::render_warnings(&self.overflows, self.events)
     }
 
     /// The summary as printed at the end of `quiver run`.
@@ -134,6 +143,13 @@ impl Summary {
         );
         for (label, r) in &self.reports {
             let _ = writeln!(s, "\n[{label}]\n{}", r.trim_end());
+        }
+        let warnings = self.warnings();
+        if !warnings.is_empty() {
+            let _ = writeln!(s);
+        }
+        for w in warnings {
+            let _ = writeln!(s, "{w}");
         }
         s
     }
@@ -188,6 +204,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     let first_error: Mutex<Option<(u64, Error)>> = Mutex::new(None);
     let step_ns: Vec<AtomicU64> = plan.steps.iter().map(|_| AtomicU64::new(0)).collect();
     let bytes: Mutex<HashMap<ProductKey, (u64, u64)>> = Mutex::new(HashMap::new());
+    let overflows: Mutex<OverflowTallies> = Mutex::new(OverflowTallies::new());
     let bar = if opts.progress && std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(events);
         if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  eta {eta}") {
@@ -211,6 +228,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             let first = opts.first_event + offset;
             let mut batch = EventBatch::new(first, n);
             let mut local_bytes: Vec<(ProductKey, u64, u64)> = Vec::new();
+            let mut local_overflows = OverflowTallies::new();
             for (i, (st, step)) in plan.steps.iter().zip(steps).enumerate() {
                 batch.set_allowed(&st.outputs);
                 let t0 = Instant::now();
@@ -235,6 +253,14 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 for k in &st.outputs {
                     if let Ok(p) = batch.get(k) {
                         local_bytes.push((k.clone(), p.nbytes() as u64, p.batch().num_rows() as u64));
+                        if k.type_name == CAPACITY_OVERFLOWS && p.batch().num_rows() > 0 {
+                            if let Err(e) = overflow::tally(&mut local_overflows, &st.label, &p) {
+                                failed.store(true, Ordering::Relaxed);
+                                *first_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                                    Some((first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg: e.to_string() }));
+                                return;
+                            }
+                        }
                     } else {
                         failed.store(true, Ordering::Relaxed);
                         let msg = format!("declared product '{}' was not published", k.type_name);
@@ -254,6 +280,19 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 e.1 += rows;
             }
             drop(all);
+            if !local_overflows.is_empty() {
+                let mut all = overflows.lock().unwrap_or_else(|p| p.into_inner());
+                for (k, v) in local_overflows {
+                    let t = all.entry(k).or_default();
+                    t.events += v.events;
+                    t.limit = v.limit;
+                    t.truncated += v.truncated;
+                    t.max_demanded = match (t.max_demanded, v.max_demanded) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
             bar.inc(n as u64);
         }
     };
@@ -315,5 +354,6 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         product_rows: keys.iter().map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.1))).collect(),
         pool: pool::global().stats().since(&pool_before),
         reports,
+        overflows: overflows.into_inner().unwrap_or_else(|p| p.into_inner()),
     })
 }

@@ -31,6 +31,7 @@ pub mod conditions;
 pub mod error;
 pub mod executor;
 pub mod output;
+pub mod overflow;
 pub mod params;
 pub mod plan;
 pub mod pool;

@@ -69,8 +69,14 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
     // The device first (the most useful message when it is missing), then the CPU step:
     // it validates parameters and conditions with the CPU's messages, and is the fallback.
     require_gpu(cfg)?;
+    if quiver_reco::capacity::Capacities::of(cfg)?.sized() {
+        return Err(Error::plan(
+            &cfg.label,
+            "capacities = \"sized\" has no GPU implementation yet (device buffers are sized as the reference's): use backend = \"cpu\" for this step",
+        ));
+    }
     Ok(match cfg.type_name.as_str() {
-        "raw_to_digis" => Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cfg.condition::<CablingMap>()?, raw_to_digi_config(cfg))?),
+        "raw_to_digis" => Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cfg.condition::<CablingMap>()?, raw_to_digi_config(cfg)?)?),
         "calibrate" => Box::new(steps::CalibrateGpu::new(cfg, common(cfg)?, cfg.condition::<GainCalibration>()?, calib_config(cfg))?),
         // Both CPU algorithms give the same clusters; the device has one.
         "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, clusterize_config(cfg)?.max_pix_in_module)?),

@@ -31,6 +31,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, L
 use quiver_columnar::columns::{column, concat_ref, values};
 use quiver_columnar::product::offsets_from_lengths;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
+use quiver_reco::capacity::records;
 use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED};
 use quiver_datasets::topology::{NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE};
 use quiver_reco::local::raw_to_digis::{error_type, DUMMY_DET_ID};
@@ -152,6 +153,10 @@ fn u32_array(v: quiver_columnar::PoolVec<u32>) -> ArrayRef {
 }
 fn i32_array(v: quiver_columnar::PoolVec<i32>) -> ArrayRef {
     Arc::new(Int32Array::new(v.into_scalar_buffer(), None))
+}
+
+fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
+    batch.put(quiver_columnar::overflow::overflow_product(&events)?)
 }
 
 fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
@@ -426,7 +431,8 @@ impl Step for RawToDigisGpu {
             Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.raw_id))),
             Arc::new(arrow_array::UInt8Array::from_iter_values(all.iter().map(|e| e.error_type))),
         ];
-        publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))
+        publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))?;
+        publish_overflows(batch, errors.iter().map(|e| records::fed_words(e, self.cfg.max_words).into_iter().collect()).collect())
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
@@ -660,7 +666,9 @@ impl Step for ClusterizeGpu {
         let tables = cluster_tables(&per_event, &hf);
         let cols = vec![column(&d, "module")?, i32_array(hc)];
         batch.put(Product::new(RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?, d.offsets().clone())?)?;
-        publish_modules(batch, CLUSTER_MODULES, &tables)
+        publish_modules(batch, CLUSTER_MODULES, &tables)?;
+        let overflows = (0..batch.n_events()).map(|e| records::pixel_runs(&module[d.event_rows(e)], self.max_pix).into_iter().collect()).collect();
+        publish_overflows(batch, overflows)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
@@ -812,10 +820,16 @@ impl Step for ChargeCutGpu {
         let (hm, hc) = (run.down::<u16>(&dm, n)?, run.down::<i32>(&dc, n)?);
         let hn = run.down::<u32>(&ncl, n_runs)?;
         run.finish(&c.stats)?;
-        let tables = plan.tables(&hn);
+        // As the CPU step: a capped module's count is the clusters kept, never above the cap.
+        let cap = self.cfg.max_clusters_per_module;
+        let tables: Vec<ModuleTable> = plan.tables(&hn).into_iter().map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect())).collect();
+        let overflows = (0..batch.n_events())
+            .map(|e| Ok(records::cluster_counts(table_rows(&m, e)?.2, cap).into_iter().collect()))
+            .collect::<Result<Vec<_>>>()?;
         let cols = vec![u16_array(hm), i32_array(hc)];
         batch.put(Product::new(RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?, d.offsets().clone())?)?;
-        publish_modules(batch, HIT_MODULES, &tables)
+        publish_modules(batch, HIT_MODULES, &tables)?;
+        publish_overflows(batch, overflows)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
@@ -1038,7 +1052,12 @@ impl Step for RecHitsGpu {
         }
         cols.push(u16_array(hd));
         publish(batch, HITS, cols, hits_per_event)?;
-        quiver_reco::steps::publish_hit_layers(batch, &starts)
+        quiver_reco::steps::publish_hit_layers(batch, &starts)?;
+        let overflows = tables
+            .iter()
+            .map(|&(_, _, counts)| records::hits_per_event(counts, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS).into_iter().collect())
+            .collect();
+        publish_overflows(batch, overflows)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -2,6 +2,7 @@
 //! chain. Each step's numerical core is a plain function over columns and conditions;
 //! the step adapters that wire them into a plan are thin.
 
+pub mod capacity;
 pub mod local;
 pub mod tracks;
 pub mod vertices;

@@ -38,14 +38,22 @@ pub struct ChargeCutOutput {
     pub module_ind: Vec<u16>,
     /// Dense cluster number per digi; pixels of rejected clusters get 9999.
     pub clus: Vec<i32>,
-    /// Surviving clusters per module id (2000 entries). As in the reference, a module whose
-    /// clusters all pass keeps its count even above the 1024 cap.
+    /// Surviving clusters per module id (2000 entries), at most `max_clusters_per_module`
+    /// (the reference keeps a capped module's count above the cap when all its kept
+    /// clusters pass; the hit offsets are the same, see [`hits_module_start`]).
     pub n_clusters_in_module: Vec<u32>,
     /// `clusModuleStart` (2001 entries): prefix sum of `min(1024, count)` over module ids,
     /// each entry capped at `max_num_clusters`; the hit offsets.
     pub clus_module_start: Vec<u32>,
     /// `clus_module_start[2000]`: hits of the event.
     pub n_clusters: u32,
+    /// Modules with more clusters than `max_clusters_per_module` (clusters at or above it
+    /// dropped; their published count is the cap, so that every hit slot has a cluster).
+    pub truncated_modules: u32,
+    /// Clusters dropped by that cap.
+    pub truncated_clusters: u64,
+    /// The most clusters found in one module.
+    pub max_clusters_in_module: u32,
 }
 
 /// Applies the cluster charge cut to one event.
@@ -92,9 +100,13 @@ pub fn charge_cut(
     let mut ncl = n_clusters_in_module.to_vec();
     let inv = INVALID_MODULE as i32;
 
-    let mut charge = vec![0i32; max_per_module as usize];
-    let mut ok = vec![0u8; max_per_module as usize];
-    let mut newclus = vec![0u32; max_per_module as usize];
+    // Scratch for the largest module this event holds (at most the cap).
+    let max_found = ncl.iter().copied().max().unwrap_or(0);
+    let scratch = max_found.min(max_per_module) as usize;
+    let mut charge = vec![0i32; scratch];
+    let mut ok = vec![0u8; scratch];
+    let mut newclus = vec![0u32; scratch];
+    let (mut truncated_modules, mut truncated_clusters) = (0u32, 0u64);
     for run in 0..n_runs {
         let first = module_start[1 + run] as usize;
         if first >= n {
@@ -114,6 +126,8 @@ pub fn charge_cut(
             continue;
         }
         if nclus > max_per_module {
+            truncated_modules += 1;
+            truncated_clusters += (nclus - max_per_module) as u64;
             for i in first..run_end {
                 if id[i] != INVALID_MODULE && clus[i] >= max_per_module as i32 {
                     id[i] = INVALID_MODULE;
@@ -144,7 +158,11 @@ pub fn charge_cut(
             newclus[c] = sum; // inclusive prefix scan
         }
         if sum == nclus {
-            continue; // every cluster passes: numbers and count unchanged
+            // Every cluster passes: numbers unchanged. The reference keeps a capped module's
+            // count above the cap here; the count published is the clusters kept, so that
+            // no hit slot is left without a cluster (a row of zeros).
+            ncl[this as usize] = nclus;
+            continue;
         }
         ncl[this as usize] = sum;
         for c in 0..nc {
@@ -165,7 +183,16 @@ pub fn charge_cut(
 
     let clus_module_start = hits_module_start(&ncl, max_per_module, cfg.max_num_clusters);
     let n_clusters = clus_module_start[MAX_NUM_MODULES];
-    Ok(ChargeCutOutput { module_ind: id, clus, n_clusters_in_module: ncl, clus_module_start, n_clusters })
+    Ok(ChargeCutOutput {
+        module_ind: id,
+        clus,
+        n_clusters_in_module: ncl,
+        clus_module_start,
+        n_clusters,
+        truncated_modules,
+        truncated_clusters,
+        max_clusters_in_module: max_found,
+    })
 }
 
 /// `fillHitsModuleStart`: `[0] = 0`, `[i+1] = Σ_{k≤i} min(max_per_module, n[k])`, every
@@ -230,7 +257,8 @@ mod tests {
     #[test]
     fn cluster_cap_per_module() {
         // 1100 isolated pixels of 5000 e in module 700: clusters ≥ 1024 dropped; all the rest
-        // pass, so the count keeps its raw value (reference quirk) but offsets use 1024.
+        // pass. The published count is the 1024 kept (the reference keeps 1100 here; its
+        // offsets use 1024 all the same), and the truncation is recorded.
         let n = 1100;
         let ids = vec![700u16; n];
         let xx: Vec<u16> = (0..n).map(|i| (2 * (i % 80)) as u16).collect();
@@ -238,8 +266,9 @@ mod tests {
         let out = cut(&ids, &xx, &yy, &vec![5000; n]);
         assert_eq!(out.module_ind.iter().filter(|&&m| m == 700).count(), 1024);
         assert!(out.clus[1024..].iter().all(|&c| c == 9999));
-        assert_eq!(out.n_clusters_in_module[700], 1100);
+        assert_eq!(out.n_clusters_in_module[700], 1024);
         assert_eq!(out.n_clusters, 1024);
+        assert_eq!((out.truncated_modules, out.truncated_clusters, out.max_clusters_in_module), (1, 76, 1100));
         // With one low cluster the count is renumbered to 1023.
         let mut adc = vec![5000u16; n];
         adc[0] = 10;

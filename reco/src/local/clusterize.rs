@@ -54,6 +54,12 @@ pub struct Clusters {
     pub module_id: Vec<u32>,
     /// Number of module runs ("modules with digis"), at most 2000.
     pub n_modules: u32,
+    /// Module runs longer than `max_pix_in_module` (their extra digis are not clustered).
+    pub truncated_runs: u32,
+    /// Digis left unclustered by that cap.
+    pub truncated_pixels: u64,
+    /// The longest module run (digis, valid or not), what the cap had to hold.
+    pub max_run_pixels: u32,
 }
 
 /// Finds the module runs and clusters of one event's digis.
@@ -123,16 +129,20 @@ pub fn clusterize(
         n_clusters_in_module: vec![0; MAX_NUM_MODULES],
         module_id: Vec::with_capacity(n_modules as usize),
         n_modules,
+        ..Default::default()
     };
     let mut uf = UnionFind::default();
     for run in 0..n_modules as usize {
         let first = out.module_start[1 + run] as usize;
         let this = module_ind[first];
         // End of the run: first valid digi of another module.
-        let end = (first..n)
-            .find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != this)
-            .unwrap_or(n)
-            .min(first + cfg.max_pix_in_module);
+        let full_end = (first..n).find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != this).unwrap_or(n);
+        let end = full_end.min(first + cfg.max_pix_in_module);
+        out.max_run_pixels = out.max_run_pixels.max((full_end - first) as u32);
+        if end < full_end {
+            out.truncated_runs += 1;
+            out.truncated_pixels += (full_end - end) as u64;
+        }
         let span = Span { first, end, module: this, ids: module_ind, xx, yy };
         let found = match cfg.algorithm {
             ClusterAlgorithm::Faithful => faithful(&span, &mut clus),

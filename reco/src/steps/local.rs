@@ -10,7 +10,9 @@ use quiver_datasets::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibrati
 use quiver_datasets::Dataset;
 
 use super::types::*;
-use super::{cond, ev, int_param, local, per_event, publish, schema};
+use super::{cond, ev, int_param, local, per_event, publish, publish_overflows, schema};
+use crate::capacity::{records, Capacities};
+use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
 use crate::local::{
     calibrate_digis, charge_cut, charge_cut::hits_module_start, clusterize, raw_to_digis, rec_hits, CalibConfig, ChargeCutConfig,
     ClusterAlgorithm, ClusterColumns, ClusterizeConfig, DigiColumns, RawToDigiConfig, MAX_NUM_MODULES,
@@ -108,7 +110,8 @@ impl Step for RawToDigisStep {
             concat_ref::<UInt32Type, _>([raw_id.as_slice()]),
             concat_ref::<UInt8Type, _>([etype.as_slice()]),
         ];
-        publish(batch, DIGI_ERRORS, errors, errs.iter().map(|v| v.len()))
+        publish(batch, DIGI_ERRORS, errors, errs.iter().map(|v| v.len()))?;
+        publish_overflows(batch, errs.iter().map(|e| records::fed_words(e, self.cfg.max_words).into_iter().collect()).collect())
     }
 }
 
@@ -188,7 +191,8 @@ impl Step for ClusterizeStep {
         let cols = vec![column(&d, "module")?, concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice()))];
         batch.put(Product::new(RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?, d.offsets().clone())?)?;
         let tables: Vec<_> = out.iter().map(|c| module_table(&c.module_start, &c.module_id, &c.n_clusters_in_module)).collect();
-        publish_modules(batch, CLUSTER_MODULES, &tables)
+        publish_modules(batch, CLUSTER_MODULES, &tables)?;
+        publish_overflows(batch, out.iter().map(|c| records::pixels_per_module(c, self.cfg.max_pix_in_module).into_iter().collect()).collect())
     }
 }
 
@@ -215,13 +219,15 @@ impl Step for ChargeCutStep {
             let table = module_table(&module_start, &module_id, &r.n_clusters_in_module);
             Ok((r, table))
         })?;
+        let overflows = out.iter().map(|(r, _)| records::clusters_per_module(r, self.cfg.max_clusters_per_module).into_iter().collect()).collect();
         let cols = vec![
             concat_ref::<UInt16Type, _>(out.iter().map(|(r, _)| r.module_ind.as_slice())),
             concat_ref::<Int32Type, _>(out.iter().map(|(r, _)| r.clus.as_slice())),
         ];
         batch.put(Product::new(RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?, d.offsets().clone())?)?;
         let tables: Vec<_> = out.into_iter().map(|(_, t)| t).collect();
-        publish_modules(batch, HIT_MODULES, &tables)
+        publish_modules(batch, HIT_MODULES, &tables)?;
+        publish_overflows(batch, overflows)
     }
 }
 
@@ -247,6 +253,7 @@ impl Step for RecHitsStep {
         let out = per_event(batch, |e| {
             let (module_start, module_id, n_in_module) = module_arrays(&m, e)?;
             let clus_module_start = hits_module_start(&n_in_module, self.max_per_module, self.max_hits);
+            let overflow = records::hits_per_event(&n_in_module, self.max_per_module, self.max_hits);
             let r = b.event_rows(e).start;
             let bs = BeamSpot { x: bx[r], y: by[r], z: bz[r], ..Default::default() };
             let digis = DigiColumns { module_ind: ev(module, &c, e), xx: ev(row, &d, e), yy: ev(col, &d, e), adc: ev(charge, &d, e), clus: ev(clus, &c, e) };
@@ -256,8 +263,9 @@ impl Step for RecHitsStep {
                 n_clusters_in_module: &n_in_module,
                 clus_module_start: &clus_module_start,
             };
-            rec_hits(&digis, &clusters, &self.cpe, &bs).map_err(local)
+            Ok((rec_hits(&digis, &clusters, &self.cpe, &bs).map_err(local)?, overflow))
         })?;
+        let (out, overflows): (Vec<_>, Vec<_>) = out.into_iter().map(|(h, o)| (h, o.into_iter().collect())).unzip();
         macro_rules! cat {
             ($t:ty, $f:ident) => {
                 concat_ref::<$t, _>(out.iter().map(|h| h.$f.as_slice()))
@@ -280,14 +288,21 @@ impl Step for RecHitsStep {
         ];
         publish(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))?;
         let starts: Vec<[u32; 11]> = out.iter().map(|h| h.hits_layer_start).collect();
-        super::publish_hit_layers(batch, &starts)
+        super::publish_hit_layers(batch, &starts)?;
+        publish_overflows(batch, overflows)
     }
 }
 
 /// Registers the local-reconstruction step types.
 /// The `raw_to_digis` parameters of a step (shared with the GPU implementation).
-pub fn raw_to_digi_config(cfg: &StepConfig) -> RawToDigiConfig {
-    RawToDigiConfig { use_quality: cfg.params.bool("use_quality"), ..Default::default() }
+///
+/// With `capacities = "sized"` the event's FED words are not bounded.
+pub fn raw_to_digi_config(cfg: &StepConfig) -> Result<RawToDigiConfig> {
+    let mut c = RawToDigiConfig { use_quality: cfg.params.bool("use_quality"), ..Default::default() };
+    if Capacities::of(cfg)?.sized() {
+        c.max_words = usize::MAX;
+    }
+    Ok(c)
 }
 
 /// The `calibrate` parameters of a step.
@@ -305,7 +320,8 @@ pub fn calib_config(cfg: &StepConfig) -> CalibConfig {
 /// The `clusterize` parameters of a step.
 pub fn clusterize_config(cfg: &StepConfig) -> Result<ClusterizeConfig> {
     let algorithm = if cfg.params.str("algorithm") == "union_find" { ClusterAlgorithm::UnionFind } else { ClusterAlgorithm::Faithful };
-    let max = int_param(cfg, "max_pixels_per_module", 1..=66_560)? as usize;
+    // The core clusters at most 65 534 digis per module run (16-bit digi positions).
+    let max = if Capacities::of(cfg)?.sized() { 65_534 } else { int_param(cfg, "max_pixels_per_module", 1..=65_534)? as usize };
     Ok(ClusterizeConfig { algorithm, max_pix_in_module: max })
 }
 
@@ -314,7 +330,12 @@ pub fn charge_cut_config(cfg: &StepConfig) -> Result<ChargeCutConfig> {
     Ok(ChargeCutConfig {
         min_charge_l1: int_param(cfg, "min_charge_l1", 0..=i32::MAX as i64)? as i32,
         min_charge: int_param(cfg, "min_charge", 0..=i32::MAX as i64)? as i32,
-        max_clusters_per_module: int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32,
+        // Sized: a module run holds at most 65 534 digis, hence as many clusters.
+        max_clusters_per_module: if Capacities::of(cfg)?.sized() {
+            u16::MAX as u32
+        } else {
+            int_param(cfg, "max_clusters_per_module", 1..=1024)? as u32
+        },
         ..Default::default()
     })
 }
@@ -340,13 +361,13 @@ pub(super) fn register(r: &mut Registry) {
     r.add(StepType {
         name: "raw_to_digis",
         doc: "Pixel FED raw data to digis (one per raw word) and errors (RawToDigi + ErrorChecker)",
-        params: vec![ParamSpec::bool("use_quality", true, "skip ROCs the cabling marks bad")],
+        params: vec![ParamSpec::bool("use_quality", true, "skip ROCs the cabling marks bad"), Capacities::param()],
         signature: Signature {
             inputs: vec![InputSpec::one("input", FED_RAW, "raw FED buffers")],
-            outputs: vec![DIGIS.into(), DIGI_ERRORS.into()],
+            outputs: vec![DIGIS.into(), DIGI_ERRORS.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(RawToDigisStep { input: cfg.input("input")?, cabling: cond(cfg)?, cfg: raw_to_digi_config(cfg) })),
+        build: |cfg| Ok(Box::new(RawToDigisStep { input: cfg.input("input")?, cabling: cond(cfg)?, cfg: raw_to_digi_config(cfg)? })),
     });
     r.add(StepType {
         name: "calibrate",
@@ -369,11 +390,12 @@ pub(super) fn register(r: &mut Registry) {
         doc: "8-connected pixel clusters per module, numbered by lowest digi index (findClus)",
         params: vec![
             ParamSpec::choice("algorithm", &["faithful", "union_find"], "the reference's label propagation, or union-find (identical output)"),
-            ParamSpec::int("max_pixels_per_module", 4000, "pixels clustered per module run at most"),
+            ParamSpec::int("max_pixels_per_module", 4000, "pixels clustered per module run at most (with capacities = \"reference\")"),
+            Capacities::param(),
         ],
         signature: Signature {
             inputs: vec![InputSpec::one("input", CALIBRATED_DIGIS, "calibrated digis")],
-            outputs: vec![PIXEL_CLUSTERS.into(), CLUSTER_MODULES.into()],
+            outputs: vec![PIXEL_CLUSTERS.into(), CLUSTER_MODULES.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu.clone(),
         build: |cfg| Ok(Box::new(ClusterizeStep { input: cfg.input("input")?, cfg: clusterize_config(cfg)? })),
@@ -384,7 +406,8 @@ pub(super) fn register(r: &mut Registry) {
         params: vec![
             ParamSpec::int("min_charge_l1", 2000, "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it"),
             ParamSpec::int("min_charge", 4000, "threshold elsewhere, e"),
-            ParamSpec::int("max_clusters_per_module", 1024, "clusters kept per module"),
+            ParamSpec::int("max_clusters_per_module", 1024, "clusters kept per module (with capacities = \"reference\")"),
+            Capacities::param(),
         ],
         signature: Signature {
             inputs: vec![
@@ -392,7 +415,7 @@ pub(super) fn register(r: &mut Registry) {
                 InputSpec::one("clusters", PIXEL_CLUSTERS, "cluster of each digi"),
                 InputSpec::one("modules", CLUSTER_MODULES, "module runs and their cluster counts"),
             ],
-            outputs: vec![CLUSTERED_DIGIS.into(), HIT_MODULES.into()],
+            outputs: vec![CLUSTERED_DIGIS.into(), HIT_MODULES.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu.clone(),
         build: |cfg| {
@@ -403,7 +426,7 @@ pub(super) fn register(r: &mut Registry) {
     r.add(StepType {
         name: "rechits",
         doc: "Rec hits: CPE fast positions and errors, global positions minus the beam spot, int16 phi",
-        params: vec![],
+        params: vec![Capacities::param()],
         signature: Signature {
             inputs: vec![
                 InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (row, col, charge)"),
@@ -411,18 +434,20 @@ pub(super) fn register(r: &mut Registry) {
                 InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
                 InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
             ],
-            outputs: vec![HITS.into(), HIT_LAYERS.into()],
+            outputs: vec![HITS.into(), HIT_LAYERS.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu,
         build: |cfg| {
+            // Sized: the charge cut already bounds each module's count; no hit cap.
+            let sized = Capacities::of(cfg)?.sized();
             Ok(Box::new(RecHitsStep {
                 digis: cfg.input("digis")?,
                 clusters: cfg.input("clusters")?,
                 modules: cfg.input("modules")?,
                 beamspot: cfg.input("beamspot")?,
                 cpe: cond(cfg)?,
-                max_per_module: crate::local::MAX_CLUSTERS_PER_MODULE,
-                max_hits: crate::local::MAX_NUM_CLUSTERS,
+                max_per_module: if sized { u32::MAX } else { crate::local::MAX_CLUSTERS_PER_MODULE },
+                max_hits: if sized { u32::MAX } else { crate::local::MAX_NUM_CLUSTERS },
             }))
         },
     });

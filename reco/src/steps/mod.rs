@@ -144,6 +144,11 @@ pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<Arra
     batch.put(Product::new(rb, offsets_from_lengths(lengths))?)
 }
 
+/// Publishes the step's `capacity_overflows` (one list of overflows per event).
+pub(crate) fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
+    batch.put(quiver_columnar::overflow::overflow_product(&events)?)
+}
+
 /// Publishes `hit_layers` (ten rows per event: layer, first hit, hits) from each event's
 /// `hitsLayerStart` (eleven offsets).
 pub fn publish_hit_layers(batch: &mut EventBatch, layer_starts: &[[u32; 11]]) -> Result<()> {

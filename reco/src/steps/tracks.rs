@@ -13,7 +13,9 @@ use quiver_columnar::{
 use quiver_datasets::conditions::CpeParams;
 
 use super::types::*;
-use super::{cond, per_event, publish, schema};
+use super::{cond, per_event, publish, publish_overflows, schema};
+use crate::capacity::{names, Capacities};
+use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
 use crate::tracks::{
     ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_fit, stage_ntuplets,
     stage_quality, tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
@@ -127,13 +129,35 @@ impl Step for DoubletsStep {
             let hits = cols.event(e, &self.cpe)?;
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
+        let d = &self.cfg.doublets;
+        let overflows: Vec<EventOverflows> = out
+            .iter()
+            .map(|(c, listed)| {
+                let mut o = Vec::new();
+                if c.cells_missed > 0 {
+                    let limit = d.max_number_of_doublets as u64;
+                    o.push(Overflow { capacity: names::DOUBLETS, limit, demanded: Some(limit + c.cells_missed), truncated: c.cells_missed });
+                }
+                let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
+                if unlisted > 0 {
+                    let mut per_hit = std::collections::HashMap::<u32, u64>::new();
+                    for &h in &c.outer {
+                        *per_hit.entry(h).or_default() += 1;
+                    }
+                    let worst = per_hit.values().copied().max();
+                    o.push(Overflow { capacity: names::CELLS_PER_HIT, limit: d.max_cells_per_hit as u64, demanded: worst, truncated: unlisted });
+                }
+                o
+            })
+            .collect();
         let cols: Vec<ArrayRef> = vec![
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
             concat_ref::<UInt8Type, _>(out.iter().map(|(c, _)| c.pair.as_slice())),
             bool_column(&out.iter().map(|(_, l)| l.as_slice()).collect::<Vec<_>>().concat()),
         ];
-        publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))
+        publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))?;
+        publish_overflows(batch, overflows)
     }
 }
 
@@ -176,7 +200,9 @@ impl Step for NtupletsStep {
             alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
         }
         let alive = vec![bool_column(&alive)];
-        batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)
+        batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)?;
+        let n = &self.cfg.ntuplets;
+        publish_overflows(batch, out.iter().map(|(_, ca)| ntuplet_overflows(ca, n)).collect())
     }
 }
 
@@ -231,9 +257,25 @@ impl Step for FitStep {
             let r = n.event_rows(e);
             let (off, hv) = list_rows(hoff, hvals, r.clone());
             let tuples = tuples_from_columns(&off, &hv, &quality[r]).map_err(tracking)?;
-            stage_fit(&hits, &tuples, &self.cfg).map_err(tracking)
+            let tracks = stage_fit(&hits, &tuples, &self.cfg).map_err(tracking)?;
+            // Tuples the fit takes (3 to 5 hits, not duplicates) beyond its capacity per hit
+            // count keep zeros in the fit columns, as in the reference: say so.
+            let eligible = (0..tuples.len()).filter(|&i| (3..=5).contains(&tuples.size(i)) && tuples.quality[i] != crate::tracks::Quality::Dup).count() as u64;
+            let missed = eligible.saturating_sub(tracks.stats.n_fitted as u64);
+            let o: EventOverflows = (missed > 0)
+                .then(|| Overflow {
+                    capacity: names::FITS_PER_MULTIPLICITY,
+                    limit: self.cfg.fit.max_concurrent_fits as u64,
+                    demanded: None,
+                    truncated: missed,
+                })
+                .into_iter()
+                .collect();
+            Ok((tracks, o))
         })?;
-        publish_tracks(batch, TRACK_FITS, &out)
+        let (out, overflows): (Vec<Tracks>, Vec<EventOverflows>) = out.into_iter().unzip();
+        publish_tracks(batch, TRACK_FITS, &out)?;
+        publish_overflows(batch, overflows)
     }
 }
 
@@ -293,8 +335,9 @@ impl Step for QualityStep {
                 return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.pt.len(), tuples.len())));
             }
             stage_quality(&hits, &tuples, &ca, &mut tracks, &self.cfg);
-            Ok(tracks.quality)
+            Ok((tracks.quality, ntuplet_overflows(&ca, &self.cfg.ntuplets)))
         })?;
+        let (out, overflows): (Vec<Vec<u8>>, Vec<EventOverflows>) = out.into_iter().unzip();
         self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
         self.tally[1].fetch_add(out.iter().map(|q| q.len() as u64).sum(), Ordering::Relaxed);
         self.tally[2].fetch_add(out.iter().flatten().filter(|&&q| q == crate::vertices::quality::LOOSE).count() as u64, Ordering::Relaxed);
@@ -303,7 +346,8 @@ impl Step for QualityStep {
         let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
         let qi = fb.schema().index_of("quality")?;
         cols[qi] = concat_ref::<UInt8Type, _>(out.iter().map(Vec::as_slice));
-        batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)
+        batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)?;
+        publish_overflows(batch, overflows)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
@@ -335,8 +379,38 @@ fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
     if let Some(quiver_columnar::ParamValue::Bool(v)) = p.get("fit5as4") {
         c.fit.fit5as4 = *v;
     }
+    if Capacities::of(cfg)?.sized() {
+        // Nothing truncated: every container holds what the event needs.
+        c.doublets.max_hits = usize::MAX;
+        c.doublets.max_number_of_doublets = u32::MAX;
+        c.doublets.max_cells_per_hit = u32::MAX;
+        c.ntuplets.max_cell_neighbors = u32::MAX;
+        c.ntuplets.max_cell_tracks = u32::MAX;
+        c.ntuplets.max_active_doublets = u32::MAX;
+        c.ntuplets.max_tuples = u32::MAX;
+        c.fit.max_concurrent_fits = u32::MAX;
+    }
     c.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
     Ok(c)
+}
+
+/// The list and tuple capacities a CA state reached (`ca_ntuplets`, and the replay of the
+/// tuple lists in `track_quality`).
+fn ntuplet_overflows(ca: &crate::tracks::ntuplets::CaState, n: &crate::tracks::NtupletConfig) -> EventOverflows {
+    let mut o = Vec::new();
+    if ca.neighbor_overflows > 0 {
+        let t = ca.neighbor_overflows as u64;
+        o.push(Overflow { capacity: names::NEIGHBORS_PER_CELL, limit: n.max_cell_neighbors as u64, demanded: None, truncated: t });
+    }
+    if ca.track_overflows > 0 {
+        let t = ca.track_overflows as u64;
+        o.push(Overflow { capacity: names::TUPLES_PER_CELL, limit: n.max_cell_tracks as u64, demanded: None, truncated: t });
+    }
+    if ca.tuple_overflows > 0 {
+        let (limit, t) = (n.max_tuples as u64, ca.tuple_overflows as u64);
+        o.push(Overflow { capacity: names::TUPLES, limit, demanded: Some(limit + t), truncated: t });
+    }
+    o
 }
 
 /// A list column from per-row lengths and flat values (pooled memory).
@@ -384,7 +458,8 @@ impl Step for VerticesStep {
             let rows = t.event_rows(e);
             let cov_zip: Vec<f32> = rows.clone().map(|r| cov[r * 15 + 14]).collect();
             let n_hits: Vec<u16> = n_hits8[rows.clone()].iter().map(|&n| n as u16).collect();
-            let view = TracksView::new(&zip[rows.clone()], &cov_zip, &pt[rows.clone()], &quality[rows], &n_hits).map_err(|e| Error::data(e.to_string()))?;
+            let view = TracksView::new_unbounded(&zip[rows.clone()], &cov_zip, &pt[rows.clone()], &quality[rows], &n_hits)
+                .map_err(|e| Error::data(e.to_string()))?;
             find_vertices(&view, &self.cfg).map_err(|e| Error::data(e.to_string()))
         })?;
         // Rank 0 = largest Σ pT² (the reference's sortInd is ascending).
@@ -433,18 +508,28 @@ pub(super) fn register(r: &mut Registry) {
     r.add(StepType {
         name: "ca_doublets",
         doc: "CA doublets: cells of the 19 layer pairs with the φ, z, z0, pT and cluster-size cuts",
-        params: vec![ParamSpec::bool("include_jumping_forward_doublets", true, "the four FPix jumping pairs (19 pairs, else 15)"), min_hits.clone()],
-        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits")], outputs: vec![DOUBLETS.into()] },
+        params: vec![
+            ParamSpec::bool("include_jumping_forward_doublets", true, "the four FPix jumping pairs (19 pairs, else 15)"),
+            min_hits.clone(),
+            Capacities::param(),
+        ],
+        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits")], outputs: vec![DOUBLETS.into(), CAPACITY_OVERFLOWS.into()] },
         backends: cpu.clone(),
         build: |cfg| Ok(Box::new(DoubletsStep { hits: cfg.input("hits")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
     });
     r.add(StepType {
         name: "ca_ntuplets",
         doc: "CA ntuplets: connect cells (r–z, curvature, DCA), fishbone, depth-first search (3–5 hits), early duplicate removal",
-        params: vec![min_hits, ParamSpec::float("ptmin", 0.9, "pT of the r–z alignment cut, GeV"), fishbones[0].clone(), fishbones[1].clone()],
+        params: vec![
+            min_hits,
+            ParamSpec::float("ptmin", 0.9, "pT of the r–z alignment cut, GeV"),
+            fishbones[0].clone(),
+            fishbones[1].clone(),
+            Capacities::param(),
+        ],
         signature: Signature {
             inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("doublets", DOUBLETS, "cells")],
-            outputs: vec![NTUPLETS.into(), CA_CELLS.into()],
+            outputs: vec![NTUPLETS.into(), CA_CELLS.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu.clone(),
         build: |cfg| Ok(Box::new(NtupletsStep { hits: cfg.input("hits")?, doublets: cfg.input("doublets")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
@@ -455,10 +540,11 @@ pub(super) fn register(r: &mut Registry) {
         params: vec![
             ParamSpec::choice("fit", &["broken_line", "riemann"], "the fit"),
             ParamSpec::bool("fit5as4", true, "fit 5-hit tuples with their first 4 hits"),
+            Capacities::param(),
         ],
         signature: Signature {
             inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")],
-            outputs: vec![TRACK_FITS.into()],
+            outputs: vec![TRACK_FITS.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu.clone(),
         build: |cfg| Ok(Box::new(FitStep { hits: cfg.input("hits")?, ntuplets: cfg.input("ntuplets")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
@@ -466,7 +552,9 @@ pub(super) fn register(r: &mut Registry) {
     r.add(StepType {
         name: "track_quality",
         doc: "Track classification (χ² vs pT, region cuts), fast duplicate removal and the triplet cleaner",
-        params: vec![fishbones[1].clone()],
+        // `capacities` must match ca_ntuplets' (the tuple lists of the cells are rebuilt with
+        // its capacities); a mismatch shows up as tuples_per_cell overflows.
+        params: vec![fishbones[1].clone(), Capacities::param()],
         signature: Signature {
             inputs: vec![
                 InputSpec::one("hits", HITS, "rec hits"),
@@ -474,7 +562,7 @@ pub(super) fn register(r: &mut Registry) {
                 InputSpec::one("cells", CA_CELLS, "cells alive after the fishbone"),
                 InputSpec::one("fits", TRACK_FITS, "fitted tuples"),
             ],
-            outputs: vec![TRACKS.into()],
+            outputs: vec![TRACKS.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu,
         build: |cfg| {
@@ -500,6 +588,7 @@ pub(super) fn register(r: &mut Registry) {
             ParamSpec::float("chi2max", 9.0, "maximum Δz²/σ² between neighbours"),
             ParamSpec::float("pt_min", 0.5, "minimum track pT, GeV"),
             ParamSpec::int("min_hits", 4, "minimum hits of a track"),
+            Capacities::param(),
         ],
         signature: Signature {
             inputs: vec![InputSpec::one("input", TRACKS, "pixel tracks")],
@@ -521,6 +610,7 @@ pub(super) fn register(r: &mut Registry) {
                 chi2max: p.float("chi2max") as f32,
                 pt_min: p.float("pt_min") as f32,
                 min_hits: p.int("min_hits").clamp(0, u16::MAX as i64) as u16,
+                max_tracks: if Capacities::of(cfg)?.sized() { usize::MAX } else { crate::vertices::MAX_TRACKS },
                 ..Default::default()
             };
             vc.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;

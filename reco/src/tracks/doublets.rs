@@ -63,6 +63,9 @@ pub struct DoubletConfig {
     /// Maximum number of cells ending on one hit; extra cells are created but not listed
     /// there (they can then have no inner neighbour). Default 128.
     pub max_cells_per_hit: u32,
+    /// Hits per event accepted (the reference's 16-bit hit containers); more is an error.
+    /// Default 49 152 ([`crate::tracks::MAX_HITS`]).
+    pub max_hits: usize,
     /// Maximum |z| of the doublet line at r = 0, cm. Default 12.
     pub z0_cut: f32,
     /// pT of the loosest circle allowed by the pT cut, GeV. Default 0.5.
@@ -99,6 +102,7 @@ impl Default for DoubletConfig {
             do_pt_cut: true,
             max_number_of_doublets: 458_752,
             max_cells_per_hit: 128,
+            max_hits: crate::tracks::MAX_HITS,
             z0_cut: 12.0,
             hard_pt_cut: 0.5,
             radius_per_gev: 87.78,
@@ -321,6 +325,8 @@ pub struct Doublets {
     pub outer_hit_of_cell: Csr,
     /// True if `max_number_of_doublets` was reached.
     pub cells_overflow: bool,
+    /// Cells that passed every cut with the container full (not stored).
+    pub cells_missed: u64,
     /// Number of hits whose `outer_hit_of_cell` list overflowed.
     pub outer_hit_overflows: u32,
     /// The inner hit of each cell of `outer_hit_of_cell.values`, entry by entry, when known
@@ -377,8 +383,8 @@ pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> R
 /// [`build_doublets`] without the per-hit cell lists (`outer_hit_of_cell` has no rows).
 pub fn build_doublet_cells(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
     let mut cells = Vec::new();
-    let cells_overflow = search(hits, cfg, n_pairs, &mut cells)?;
-    Ok(Doublets { cells, cells_overflow, ..Default::default() })
+    let cells_missed = search(hits, cfg, n_pairs, &mut cells)?;
+    Ok(Doublets { cells, cells_overflow: cells_missed > 0, cells_missed, ..Default::default() })
 }
 
 /// The cells of one event as columns, in creation order: what the `ca_doublets` step
@@ -393,6 +399,8 @@ pub struct CellColumns {
     pub pair: Vec<u8>,
     /// True if `max_number_of_doublets` was reached.
     pub cells_overflow: bool,
+    /// Cells that passed every cut with the container full (not stored).
+    pub cells_missed: u64,
 }
 
 /// [`build_doublet_cells`] as columns.
@@ -410,7 +418,8 @@ pub struct CellColumns {
 /// ```
 pub fn build_doublet_columns(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<CellColumns, TrackError> {
     let mut cols = CellColumns::default();
-    cols.cells_overflow = search(hits, cfg, n_pairs, &mut cols)?;
+    cols.cells_missed = search(hits, cfg, n_pairs, &mut cols)?;
+    cols.cells_overflow = cols.cells_missed > 0;
     Ok(cols)
 }
 
@@ -471,8 +480,9 @@ pub fn listed_flags(outer: &[u32], n_hits: usize, max_cells_per_hit: u32) -> Vec
         .collect()
 }
 
-/// The doublet search into `sink`; returns whether `max_number_of_doublets` was reached.
-fn search<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<bool, TrackError> {
+/// The doublet search into `sink`; returns the cells found with the container full
+/// (`max_number_of_doublets` reached: 0 when it was not).
+fn search<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<u64, TrackError> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
@@ -485,21 +495,23 @@ fn search<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sin
 /// operations, so the same cells.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn search_avx2<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<bool, TrackError> {
+unsafe fn search_avx2<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<u64, TrackError> {
     search_impl(hits, cfg, n_pairs, sink)
 }
 
 #[inline(always)]
-fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, out: &mut S) -> Result<bool, TrackError> {
+fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, out: &mut S) -> Result<u64, TrackError> {
     cfg.validate()?;
-    hits.validate()?;
+    hits.validate_max(cfg.max_hits)?;
     if n_pairs > N_PAIRS {
         return Err(TrackError::Config(format!("n_pairs {n_pairs} > {N_PAIRS}")));
     }
     let n_hits = hits.n_hits();
-    let mut cells_overflow = false;
+    // Cells found with the container full: counted, not stored (the search goes on, as
+    // the reference's threads do, so that the overflow record says what was needed).
+    let mut missed = 0u64;
     if n_hits == 0 {
-        return Ok(false);
+        return Ok(0);
     }
     let binner = PhiBinner::new(hits.iphi, &hits.layer_start);
     let packed = PackedBins::new(&binner, hits);
@@ -607,9 +619,8 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
                             }
                         }
                         if out.len() >= max_doublets {
-                            // Full: nothing more can be added for the rest of the event.
-                            cells_overflow = true;
-                            break;
+                            missed += 1;
+                            continue;
                         }
                         let ind = out.len() as u32;
                         out.push(Cell {
@@ -622,15 +633,12 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
                             inner_r: mer,
                         });
                     }
-                    if cells_overflow && out.len() >= max_doublets {
-                        break;
-                    }
                     k += CHUNK;
                 }
             }
         }
     }
-    Ok(cells_overflow)
+    Ok(missed)
 }
 
 /// Candidates whose pure cuts are evaluated together.

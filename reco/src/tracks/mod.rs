@@ -132,8 +132,14 @@ impl HitsView<'_> {
         self.x_global.len()
     }
 
-    /// Checks lengths, capacity, `layer_start` and that each valid hit has a module frame.
+    /// Checks lengths, capacity ([`MAX_HITS`]), `layer_start` and that each valid hit has a
+    /// module frame.
     pub fn validate(&self) -> Result<(), TrackError> {
+        self.validate_max(MAX_HITS)
+    }
+
+    /// [`HitsView::validate`] with another hit capacity (`usize::MAX` for sized capacities).
+    pub fn validate_max(&self, max_hits: usize) -> Result<(), TrackError> {
         let n = self.n_hits();
         let cols: [(&'static str, usize); 9] = [
             ("y_global", self.y_global.len()),
@@ -151,8 +157,8 @@ impl HitsView<'_> {
                 return Err(TrackError::ColumnLength { column, len, expected: n });
             }
         }
-        if n > MAX_HITS {
-            return Err(TrackError::TooManyHits { n, max: MAX_HITS });
+        if n > max_hits {
+            return Err(TrackError::TooManyHits { n, max: max_hits });
         }
         let ls = &self.layer_start;
         if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {

@@ -73,8 +73,8 @@ impl NtupletConfig {
         if self.min_hits_per_ntuplet < 2 {
             return Err(TrackError::Config("ntuplets.min_hits_per_ntuplet must be ≥ 2".into()));
         }
-        if self.max_tuples == 0 || self.max_tuples > 65_536 {
-            return Err(TrackError::Config("ntuplets.max_tuples must be in 1..=65536".into()));
+        if self.max_tuples == 0 {
+            return Err(TrackError::Config("ntuplets.max_tuples must be ≥ 1".into()));
         }
         Ok(())
     }
@@ -103,6 +103,8 @@ pub struct CaState {
     pub neighbor_overflows: u32,
     /// Track insertions that failed.
     pub track_overflows: u32,
+    /// Tuples found beyond `max_tuples` (not stored).
+    pub tuple_overflows: u32,
     /// The cells of every stored tuple, inner to outer (flat; see `tuple_cell_offsets`).
     /// Kept even when an overflow empties the last tuple's hits, so that the tuple lists of
     /// the cells can be rebuilt exactly ([`CaState::replay_tracks`]).
@@ -194,6 +196,7 @@ impl CaState {
             outer_hit_overflows: d.outer_hit_overflows,
             neighbor_overflows: 0,
             track_overflows: 0,
+            tuple_overflows: 0,
             tuple_cells: Vec::new(),
             tuple_cell_offsets: vec![0],
         }
@@ -618,6 +621,7 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
         tuple_cell_offsets: std::mem::take(&mut ca.tuple_cell_offsets),
         stack: [0; MAX_DEPTH],
         depth: 0,
+        missed_tuples: 0,
         cfg,
     };
     for idx in 0..ca.cells.len() {
@@ -639,6 +643,7 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     ca.tuple_cell_offsets = search.tuple_cell_offsets;
     ca.cell_tracks = tracks;
     ca.track_overflows += overflows;
+    ca.tuple_overflows += search.missed_tuples;
     if t.overflow && !t.is_empty() {
         // The reference's overflow finalisation closes the container at the start of its
         // last tuple, which therefore ends up empty.
@@ -658,6 +663,8 @@ struct Search<'a> {
     alive: &'a [bool],
     neighbors: &'a Csr,
     tracks: CappedLists,
+    /// Tuples found with the container full.
+    missed_tuples: u32,
     tuple_cells: Vec<u32>,
     tuple_cell_offsets: Vec<u32>,
     /// Cells of the current path (doublet ids), `depth` of them.
@@ -687,6 +694,7 @@ impl Search<'_> {
         if last && self.depth as u32 + 1 >= self.cfg.min_hits_per_ntuplet {
             if t.len() >= self.cfg.max_tuples as usize {
                 t.overflow = true;
+                self.missed_tuples += 1;
             } else {
                 let it = t.len() as u32;
                 let path = &self.stack[..self.depth];

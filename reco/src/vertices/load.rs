@@ -24,7 +24,7 @@ pub(crate) fn load_tracks(
     pt_min: f32,
     min_hits: u16,
 ) -> Result<Selected, VertexError> {
-    tracks.validate()?;
+    tracks.validate_max(usize::MAX)?; // the capacity is the caller's (VertexConfig::max_tracks)
     let mut sel = Selected::default();
     for idx in 0..tracks.len() {
         let n_hits = tracks.n_hits[idx];

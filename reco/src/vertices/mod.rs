@@ -117,6 +117,9 @@ pub struct VertexConfig {
     pub split_chi2_max: f32,
     /// Outlier cut of the final fit (default 5000).
     pub fit_chi2_max_final: f32,
+    /// Track slots per event accepted (the reference's `MAX_TRACKS`, 32 768); more is an
+    /// error. `usize::MAX` with sized capacities.
+    pub max_tracks: usize,
 }
 
 impl Default for VertexConfig {
@@ -132,6 +135,7 @@ impl Default for VertexConfig {
             fit_chi2_max_first: 50.0,
             split_chi2_max: 9.0,
             fit_chi2_max_final: 5000.0,
+            max_tracks: MAX_TRACKS,
         }
     }
 }
@@ -220,6 +224,14 @@ impl<'a> TracksView<'a> {
         Ok(view)
     }
 
+    /// [`TracksView::new`] without the [`MAX_TRACKS`] capacity (for sized capacities; the
+    /// clustering then checks [`VertexConfig::max_tracks`]).
+    pub fn new_unbounded(zip: &'a [f32], cov_zip: &'a [f32], pt: &'a [f32], quality: &'a [u8], n_hits: &'a [u16]) -> Result<Self, VertexError> {
+        let view = Self { zip, cov_zip, pt, quality, n_hits };
+        view.validate_max(usize::MAX)?;
+        Ok(view)
+    }
+
     /// Number of track slots.
     pub fn len(&self) -> usize {
         self.zip.len()
@@ -232,6 +244,11 @@ impl<'a> TracksView<'a> {
 
     /// Checks that all columns have the same length, at most [`MAX_TRACKS`].
     pub fn validate(&self) -> Result<(), VertexError> {
+        self.validate_max(MAX_TRACKS)
+    }
+
+    /// Checks that all columns have the same length, at most `max_tracks`.
+    pub fn validate_max(&self, max_tracks: usize) -> Result<(), VertexError> {
         let n = self.zip.len();
         if [
             self.cov_zip.len(),
@@ -250,8 +267,8 @@ impl<'a> TracksView<'a> {
                 n_hits: self.n_hits.len(),
             });
         }
-        if n > MAX_TRACKS {
-            return Err(VertexError::TooManyTracks { n, max: MAX_TRACKS });
+        if n > max_tracks {
+            return Err(VertexError::TooManyTracks { n, max: max_tracks });
         }
         Ok(())
     }
@@ -347,7 +364,7 @@ pub enum VertexError {
 /// ```
 pub fn find_vertices(tracks: &TracksView, cfg: &VertexConfig) -> Result<Vertices, VertexError> {
     cfg.validate()?;
-    tracks.validate()?;
+    tracks.validate_max(cfg.max_tracks)?;
     let sel = load::load_tracks(tracks, cfg.pt_min, cfg.min_hits)?;
     let chain = run_chain(&sel.zt, &sel.ezt2, &sel.ptt2, cfg)?;
     let nv = chain.nv;
