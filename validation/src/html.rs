@@ -76,6 +76,20 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
     }
     h.push_str("</table></details>\n");
 
+    // Capacities reached: every number of this page is biased in those events.
+    h.push_str("<h2 id=\"capacities\">Capacities</h2>\n");
+    if s.capacities_reached.is_empty() {
+        h.push_str("<p>No step reached a capacity (or the run did not write its <code>capacity_overflows</code> files).</p>\n");
+    } else {
+        let _ = writeln!(h, "<p class=\"fail\">Truncated events: the products of these events are incomplete. Run with <code>capacities = \"sized\"</code> (plans/pixel-sized.toml) to size the steps from the event.</p>");
+        h.push_str("<table><tr><th>Step</th><th>Capacity</th><th>Limit</th><th>Events</th><th>Largest demand</th><th>Cut</th></tr>\n");
+        for c in &s.capacities_reached {
+            let d = c.max_demanded.map_or("not counted".to_string(), |d| d.to_string());
+            let _ = writeln!(h, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} of {}</td><td>{d}</td><td>{}</td></tr>", c.label, c.capacity, c.limit, c.events, s.events, c.truncated);
+        }
+        h.push_str("</table>\n");
+    }
+
     // Efficiency vs pT, η, φ, pile-up.
     h.push_str("<h2 id=\"efficiency\">Track efficiency</h2>\n");
     let e = table("efficiency")?;

@@ -6,6 +6,7 @@
 //!
 //! Step types (registered by [`register`]): `histograms`, `count_validator`, `event_counts`.
 
+pub mod capacity;
 pub mod chain;
 pub mod counts;
 pub mod cppfmt;

@@ -612,6 +612,8 @@ pub struct Summary {
     pub mean_loose_tracks: f64,
     pub mean_vertices: f64,
     pub mean_pileup: f64,
+    /// Capacities the run reached (its `capacity_overflows` files), by step and capacity.
+    pub capacities_reached: Vec<crate::capacity::CapacityReached>,
 }
 
 impl Summary {
@@ -654,6 +656,8 @@ impl Summary {
             ("mean_loose_tracks", f(self.mean_loose_tracks)),
             ("mean_vertices", f(self.mean_vertices)),
             ("mean_pileup", f(self.mean_pileup)),
+            ("capacities_reached", self.capacities_reached.len().to_string()),
+            ("capacity_overflow_events", self.capacities_reached.iter().map(|c| c.events).max().unwrap_or(0).to_string()),
         ];
         let body: Vec<String> = fields.into_iter().map(|(k, v)| format!("  \"{k}\": {v}")).collect();
         format!("{{\n{}\n}}\n", body.join(",\n"))
@@ -763,6 +767,7 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
         mean_loose_tracks: mean(4),
         mean_vertices: mean(5),
         mean_pileup: if n == 0 { f64::NAN } else { results.iter().map(|r| r.n_pileup).sum::<usize>() as f64 / n as f64 },
+        capacities_reached: Vec::new(),
     };
     let Some(out) = output else { return Ok(s) };
     std::fs::create_dir_all(out).map_err(|source| ValidationError::Io { path: out.into(), source })?;
@@ -993,7 +998,24 @@ pub fn report(run_dir: &Path, truth_dir: &Path, output: &Path) -> Result<Summary
 pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config) -> Result<Summary> {
     let events = read_events(run_dir, truth_dir)?;
     let results = events.iter().map(|(_, r, t)| analyze_event(r, t, cfg)).collect::<Result<Vec<_>>>()?;
-    let s = summarize(&results, cfg, Some(output))?;
+    let mut s = summarize(&results, cfg, Some(output))?;
+    // Truncated events bias every number above: the report says which capacities the run
+    // reached, as the run summary did.
+    s.capacities_reached = crate::capacity::read_run(run_dir)?;
+    let c = &s.capacities_reached;
+    io::write_table(
+        &output.join("capacity_overflows.parquet"),
+        vec![
+            ("step", io::Col::Str(c.iter().map(|c| c.label.clone()).collect())),
+            ("capacity", io::Col::Str(c.iter().map(|c| c.capacity.clone()).collect())),
+            ("limit", io::Col::U64(c.iter().map(|c| c.limit).collect())),
+            ("events", io::Col::U64(c.iter().map(|c| c.events).collect())),
+            ("max_demanded", io::Col::F64(c.iter().map(|c| c.max_demanded.map_or(f64::NAN, |d| d as f64)).collect())),
+            ("truncated", io::Col::U64(c.iter().map(|c| c.truncated).collect())),
+        ],
+    )?;
+    let p = output.join("summary.json");
+    std::fs::write(&p, s.to_json()).map_err(|source| ValidationError::Io { path: p, source })?;
     // The run's validation histograms (the `histograms` step of the default plan) travel
     // with the report.
     for name in ["histograms.parquet", "histograms.txt"] {

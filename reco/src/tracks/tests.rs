@@ -186,6 +186,35 @@ fn doublet_capacities() {
     let d = build_doublets(&cols.view(&cpe), &cfg, N_PAIRS).unwrap();
     assert_eq!(d.cells.len(), 100);
     assert!(d.cells_overflow);
+    // The cells past the capacity are counted, not stored; the stored ones are the first.
+    assert_eq!(d.cells_missed, 30);
+    let full = build_doublets(&cols.view(&cpe), &only("none"), N_PAIRS).unwrap();
+    assert_eq!(&full.cells[..100].iter().map(|c| (c.inner, c.outer)).collect::<Vec<_>>(), &d.cells.iter().map(|c| (c.inner, c.outer)).collect::<Vec<_>>());
+    // A hit capacity below the event's hits is an error naming both; sized lifts it.
+    let n = cols.view(&cpe).n_hits();
+    let small = DoubletConfig { max_hits: n - 1, ..only("none") };
+    let e = build_doublets(&cols.view(&cpe), &small, N_PAIRS).unwrap_err();
+    assert_eq!(e, crate::tracks::TrackError::TooManyHits { n, max: n - 1 });
+}
+
+#[test]
+fn tuples_past_the_capacity_are_counted() {
+    // Three separate helices: three triplets; with room for two the third is counted.
+    let mut b = HitBuilder::new();
+    for phi in [0.3, 1.3, 2.3] {
+        b.add_helix_barrel(&Helix { phi0: phi, ..Helix::default() }, &[0, 1, 2]);
+    }
+    let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+    let hits = cols.view(&cpe);
+    let run = |max_tuples| {
+        let cfg = NtupletConfig { max_tuples, ..NtupletConfig::default() };
+        let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
+        ntuplets::connect(&hits, &mut ca, &cfg);
+        let t = ntuplets::find_ntuplets(&mut ca, &cfg).unwrap();
+        (t.len(), t.overflow, ca.tuple_overflows)
+    };
+    assert_eq!(run(32_768), (3, false, 0));
+    assert_eq!(run(2), (2, true, 1));
 }
 
 #[test]
