@@ -320,6 +320,11 @@ where
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A run option that cannot be honoured is a usage error, like clap's (exit code 2).
+        Err(e @ quiver_columnar::Error::Usage(_)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -249,7 +249,7 @@ fn events_are_required_without_a_source_that_knows() {
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(dir.path(), NUMBERS);
     let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("no step knows how many events there are: give --events N"), "{}", stderr(&o));
 }
 

@@ -97,10 +97,26 @@ fn event_ranges_partition_a_run_exactly() {
             assert_eq!(col.to_data(), joined.to_data(), "{name} column {j}: events 0..2 + 2..6 differ from the whole run");
         }
     }
-    let o = quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", ds, "--first-event", "6"]);
-    assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("first event 6 is beyond the input's 6 events"), "{err}");
+    // No silent clamps: every option outside what the input and the machine allow is a
+    // usage error (exit 2) naming the option and its range, before any event runs.
+    for (args, msg) in [
+        (&["--first-event", "6"][..], "first event 6 is beyond the input's 6 events (0..6)"),
+        (&["--events", "100"][..], "events = 100 from event 0, but the input has 6 events (0..6): ask for at most 6"),
+        (&["--first-event", "4", "--events", "5"][..], "events = 5 from event 4, but the input has 6 events (0..6): ask for at most 2"),
+        (&["--events", "0"][..], "events = 0: nothing to run"),
+        (&["--threads", "0"][..], "threads = 0: a job needs at least 1 worker thread"),
+        (&["--threads", "4000"][..], "threads = 4000: at most 1024 worker threads"),
+        (&["--batch-size", "0"][..], "batch size = 0: a batch holds at least 1 event"),
+    ] {
+        let out = tempfile::tempdir().unwrap();
+        let mut a = vec!["run", "plans/pixel.toml", "--no-progress", "--input", ds, "--output", out.path().to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = quiver(&a);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+        assert!(std::fs::read_dir(out.path()).unwrap().next().is_none(), "{args:?} wrote outputs");
+    }
 }
 
 #[test]

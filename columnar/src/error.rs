@@ -9,6 +9,9 @@ pub enum Error {
     /// The plan is invalid; `label` is the step (empty for plan-level problems).
     #[error("plan error: {}{msg}", if label.is_empty() { String::new() } else { format!("step '{label}': ") })]
     Plan { label: String, msg: String },
+    /// A run option (threads, batch size, event range) is unusable; nothing ran.
+    #[error("{0}")]
+    Usage(String),
     /// A step failed while processing events `first..last` (exclusive).
     #[error("step '{label}' failed on events {first}..{last}: {msg}")]
     Step { label: String, first: u64, last: u64, msg: String },

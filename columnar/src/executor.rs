@@ -19,6 +19,59 @@ use crate::step::{EventBatch, Step};
 /// Default events per batch (see docs/performance.md for the scan behind it).
 pub const DEFAULT_BATCH_SIZE: usize = 16;
 
+/// The most worker threads a job may ask for: each holds a batch in memory and a stack, so
+/// thousands only thrash (2 000 threads took 20 s for 8 events).
+pub const MAX_THREADS: usize = 1024;
+
+impl RunOptions {
+    /// Checks the options against the events the input provides (`available`, when known):
+    /// nothing is clamped silently, every refusal names the option and its valid range.
+    ///
+    /// ```
+    /// use quiver_columnar::RunOptions;
+    /// let o = RunOptions { events: Some(100), ..RunOptions::default() };
+    /// assert_eq!(o.check(Some(8)).unwrap_err().to_string(),
+    ///     "events = 100 from event 0, but the input has 8 events (0..8): ask for at most 8, or omit events to run them all");
+    /// assert_eq!(RunOptions { events: Some(8), ..RunOptions::default() }.check(Some(8)).unwrap(), 8);
+    /// ```
+    pub fn check(&self, available: Option<u64>) -> Result<u64> {
+        let usage = |m: String| Err(Error::Usage(m));
+        if self.threads == 0 {
+            return usage("threads = 0: a job needs at least 1 worker thread".into());
+        }
+        if self.threads > MAX_THREADS {
+            return usage(format!(
+                "threads = {}: at most {MAX_THREADS} worker threads (this machine has {} cores)",
+                self.threads,
+                default_threads()
+            ));
+        }
+        if self.batch_size == 0 {
+            return usage("batch size = 0: a batch holds at least 1 event".into());
+        }
+        if self.events == Some(0) {
+            return usage("events = 0: nothing to run; ask for at least 1 event, or omit events to run them all".into());
+        }
+        if let Some(a) = available {
+            if self.first_event > 0 && self.first_event >= a {
+                return usage(format!("first event {} is beyond the input's {a} events (0..{a})", self.first_event));
+            }
+            let left = a - self.first_event;
+            if let Some(n) = self.events {
+                if n > left {
+                    return usage(format!(
+                        "events = {n} from event {}, but the input has {a} events (0..{a}): ask for at most {left}, or omit events to run them all",
+                        self.first_event
+                    ));
+                }
+            }
+            Ok(self.events.unwrap_or(left))
+        } else {
+            self.events.map_or_else(|| usage("no step knows how many events there are: give --events N (or events = N in [run])".into()), Ok)
+        }
+    }
+}
+
 /// How to run a job.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -161,24 +214,8 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Runs `steps` (built from `plan`, same order) over the events.
 pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> Result<Summary> {
-    if opts.threads == 0 || opts.batch_size == 0 {
-        return Err(Error::plan("", format!("threads ({}) and batch size ({}) must be at least 1", opts.threads, opts.batch_size)));
-    }
     let available = plan.steps.iter().zip(steps).filter_map(|(_, s)| s.n_events()).min();
-    if let Some(a) = available {
-        if opts.first_event > 0 && opts.first_event >= a {
-            return Err(Error::plan("", format!("first event {} is beyond the input's {a} events", opts.first_event)));
-        }
-    }
-    let available = available.map(|a| a - opts.first_event);
-    let events = match (opts.events, available) {
-        (Some(n), Some(a)) => n.min(a),
-        (Some(n), None) => n,
-        (None, Some(a)) => a,
-        (None, None) => {
-            return Err(Error::plan("", "no step knows how many events there are: give --events N (or events = N in [run])"));
-        }
-    };
+    let events = opts.check(available)?;
 
     for step in steps {
         step.begin_job(opts.first_event, events)?;

@@ -28,10 +28,10 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// A framework error as the matching Python exception of the `quiver` package:
-/// plan problems are `PlanError` (a `ValueError`), the rest `StepError`.
+/// plan and run-option problems are `PlanError` (a `ValueError`), the rest `StepError`.
 fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     let (name, fallback): (&str, fn(String) -> PyErr) = match &e {
-        Error::Plan { .. } => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
+        Error::Plan { .. } | Error::Usage(_) => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
         Error::Io { .. } => ("QuiverIOError", |m| pyo3::exceptions::PyOSError::new_err(m)),
         _ => ("StepError", |m| pyo3::exceptions::PyRuntimeError::new_err(m)),
     };
