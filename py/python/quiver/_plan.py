@@ -87,6 +87,11 @@ class Plan:
         return f"<quiver.Plan steps {self.labels}>"
 
 
+SIDE_PRODUCTS = ("capacity_overflows",)
+"""Records a step writes beside its product; a bare label never selects them (write
+``label:capacity_overflows``)."""
+
+
 class Result:
     """What a run returns: the summary and the collected products (``event`` column first,
     product columns shared with Rust, not copied)."""
@@ -107,6 +112,8 @@ class Result:
     def _key(self, sel: str) -> tuple[str, str]:
         label, _, ty = sel.partition(":")
         found = [k for k in self._tables if k[0] == label and (not ty or k[1] == ty)]
+        if not ty and len(found) > 1:
+            found = [k for k in found if k[1] not in SIDE_PRODUCTS] or found
         if len(found) == 1:
             return found[0]
         if not found:

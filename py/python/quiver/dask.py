@@ -40,6 +40,8 @@ import time
 import tomllib
 import uuid
 
+from ._plan import SIDE_PRODUCTS
+
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 FORMAT = "quiver-partition/1"
@@ -439,6 +441,8 @@ def _product_file(part_dir: pathlib.Path, sel: str) -> pathlib.Path:
     """The file of product ``label`` or ``label:type`` in a partition directory."""
     label, _, ty = sel.partition(":")
     found = [p for p in part_dir.glob(f"*.{label}.parquet") if not ty or p.name == f"{ty}.{label}.parquet"]
+    if not ty and len(found) > 1:
+        found = [p for p in found if p.name.split(".")[0] not in SIDE_PRODUCTS] or found
     if len(found) != 1:
         raise ReconstructError(f"{part_dir}: product '{sel}' is {'ambiguous' if found else 'not written'}")
     return found[0]
