@@ -36,6 +36,7 @@ pub mod params;
 pub mod plan;
 pub mod pool;
 pub mod product;
+pub mod residency;
 pub mod step;
 pub mod toy;
 pub mod tune;

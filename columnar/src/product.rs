@@ -3,13 +3,15 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use arrow_array::{Array, RecordBatch, UInt32Array};
 use arrow_buffer::{OffsetBuffer, ScalarBuffer};
 use arrow_schema::{Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::residency::{DeviceData, Placement};
 
 /// Schema metadata key holding the product's schema (= product type) name.
 pub const SCHEMA_NAME_KEY: &str = "quiver.schema";
@@ -61,10 +63,19 @@ pub fn schema_name(schema: &Schema) -> Option<&str> {
 }
 
 /// An immutable product. Cloning shares the buffers (reference counted).
+///
+/// A product holds its rows on the host, on a device ([`DeviceData`]), or both. A product
+/// made on a device ([`Product::on_device`]) gets its host view lazily: the first call of
+/// [`Product::host`] downloads once; every later host access shares that view. Host products
+/// ([`Product::new`]) behave exactly as before: [`Product::batch`] is a plain field read.
 #[derive(Clone, Debug)]
 pub struct Product {
-    batch: RecordBatch,
+    /// The host view; an `Err` holds a failed download's message (the failure is kept so
+    /// that every host consumer sees the same error and no second download is tried).
+    host: OnceLock<std::result::Result<RecordBatch, String>>,
+    schema: SchemaRef,
     offsets: OffsetBuffer<i32>,
+    device: Option<Arc<dyn DeviceData>>,
 }
 
 impl Product {
@@ -95,7 +106,109 @@ impl Product {
                 batch.num_rows()
             )));
         }
-        Ok(Product { batch, offsets })
+        let schema = batch.schema();
+        Ok(Product { host: OnceLock::from(Ok(batch)), schema, offsets, device: None })
+    }
+
+    /// A product whose rows exist only on a device. `schema` is the product schema (named,
+    /// versioned) that the host view will have; `offsets` are the per-event row offsets,
+    /// which always live on the host. The host view is downloaded on first use.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use arrow_array::{Float32Array, RecordBatch};
+    /// # use arrow_schema::{DataType, Field};
+    /// # use arrow_buffer::OffsetBuffer;
+    /// # use quiver_columnar::product::{product_schema, Product};
+    /// # use quiver_columnar::residency::{DeviceData, Placement};
+    /// #[derive(Debug)]
+    /// struct Fake(RecordBatch);
+    /// impl DeviceData for Fake {
+    ///     fn device(&self) -> &str { "fake:0" }
+    ///     fn nbytes(&self) -> usize { 12 }
+    ///     fn download(&self) -> quiver_columnar::Result<RecordBatch> { Ok(self.0.clone()) }
+    ///     fn as_any(&self) -> &dyn std::any::Any { self }
+    /// }
+    /// let schema = product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)]);
+    /// let rows = RecordBatch::try_new(schema.clone(), vec![Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0]))]).unwrap();
+    /// let p = Product::on_device(schema, OffsetBuffer::from_lengths([2, 1]), 3, Arc::new(Fake(rows))).unwrap();
+    /// assert_eq!(p.placement(), Placement::Device);
+    /// assert_eq!(p.host().unwrap().num_rows(), 3);
+    /// assert_eq!(p.placement(), Placement::Both);
+    /// ```
+    pub fn on_device(
+        schema: SchemaRef,
+        offsets: OffsetBuffer<i32>,
+        rows: usize,
+        data: Arc<dyn DeviceData>,
+    ) -> Result<Self> {
+        let name = schema_name(&schema)
+            .ok_or_else(|| Error::data(format!("device product schema has no '{SCHEMA_NAME_KEY}' metadata")))?;
+        let last = offsets.last().copied().unwrap_or(0) as usize;
+        if last != rows || offsets[0] != 0 {
+            return Err(Error::data(format!(
+                "device product '{name}' on {}: offsets span rows {}..{last} but the device data has {rows} rows",
+                data.device(),
+                offsets[0]
+            )));
+        }
+        Ok(Product { host: OnceLock::new(), schema, offsets, device: Some(data) })
+    }
+
+    /// Where the product's rows are now.
+    pub fn placement(&self) -> Placement {
+        match (matches!(self.host.get(), Some(Ok(_))), self.device.is_some()) {
+            (_, false) => Placement::Host,
+            (false, true) => Placement::Device,
+            (true, true) => Placement::Both,
+        }
+    }
+
+    /// The device copy, if the product has one. A GPU step takes it with no transfer.
+    pub fn device_data(&self) -> Option<&Arc<dyn DeviceData>> {
+        self.device.as_ref()
+    }
+
+    /// The host view, downloading it first if the product lives only on a device. Returns
+    /// the bytes downloaded and the time taken when this call made the download (each
+    /// product is downloaded at most once; concurrent callers wait for the one download).
+    pub fn host_with_transfer(&self) -> Result<(&RecordBatch, Option<(usize, std::time::Duration)>)> {
+        let mut made = None;
+        let got = self.host.get_or_init(|| {
+            let Some(data) = self.device.as_ref() else {
+                return Err(format!("product '{}' has neither host nor device data", self.type_name()));
+            };
+            let t0 = Instant::now();
+            let b = data.download().and_then(|b| self.check_download(b, data.device())).map_err(|e| {
+                format!("downloading product '{}' from {}: {e}", self.type_name(), data.device())
+            })?;
+            made = Some((data.nbytes(), t0.elapsed()));
+            Ok(b)
+        });
+        match got {
+            Ok(b) => Ok((b, made)),
+            Err(msg) => Err(Error::data(msg.clone())),
+        }
+    }
+
+    fn check_download(&self, b: RecordBatch, device: &str) -> Result<RecordBatch> {
+        let rows = self.offsets.last().copied().unwrap_or(0) as usize;
+        if b.num_rows() != rows || b.schema_ref().fields() != self.schema.fields() {
+            return Err(Error::data(format!(
+                "product '{}' downloaded from {device} has {} rows and schema {:?}, expected {rows} rows and {:?}",
+                self.type_name(),
+                b.num_rows(),
+                b.schema_ref().fields().iter().map(|f| f.name()).collect::<Vec<_>>(),
+                self.schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+            )));
+        }
+        // The host view carries the product schema (name and version metadata).
+        Ok(RecordBatch::try_new(self.schema.clone(), b.columns().to_vec())?)
+    }
+
+    /// The host view, downloading it first if needed (see [`Product::host_with_transfer`]).
+    pub fn host(&self) -> Result<&RecordBatch> {
+        Ok(self.host_with_transfer()?.0)
     }
 
     /// A product from a batch and the row count of each event.
@@ -105,15 +218,32 @@ impl Product {
 
     /// The product type (schema name).
     pub fn type_name(&self) -> &str {
-        schema_name(self.batch.schema_ref()).unwrap_or_default()
+        schema_name(&self.schema).unwrap_or_default()
+    }
+    /// The product schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
     /// The schema version.
     pub fn schema_version(&self) -> u32 {
-        self.batch.schema_ref().metadata().get(SCHEMA_VERSION_KEY).and_then(|v| v.parse().ok()).unwrap_or(0)
+        self.schema.metadata().get(SCHEMA_VERSION_KEY).and_then(|v| v.parse().ok()).unwrap_or(0)
     }
-    /// All rows of all events.
+    /// All rows of all events, on the host.
+    ///
+    /// Host consumers get products through [`crate::EventBatch::get`], which makes the host
+    /// view of a device product first; so this is a plain read. Calling it on a device-only
+    /// product whose host view was never made is a bug in the calling step (a GPU step should
+    /// use [`Product::device_data`] or [`Product::host`]) and panics naming the product.
     pub fn batch(&self) -> &RecordBatch {
-        &self.batch
+        match self.host.get() {
+            Some(Ok(b)) => b,
+            Some(Err(msg)) => panic!("{msg} (use EventBatch::get or Product::host, which return this as an error)"),
+            None => panic!(
+                "product '{}' lives only on {} and its host view was not made: use EventBatch::get or Product::host",
+                self.type_name(),
+                self.device.as_ref().map(|d| d.device()).unwrap_or("a device")
+            ),
+        }
     }
     /// Per-event row offsets.
     pub fn offsets(&self) -> &OffsetBuffer<i32> {
@@ -130,20 +260,25 @@ impl Product {
     /// The rows of event `i` as a zero-copy slice.
     pub fn event(&self, i: usize) -> RecordBatch {
         let r = self.event_rows(i);
-        self.batch.slice(r.start, r.len())
+        self.batch().slice(r.start, r.len())
     }
     /// The event (index within the batch) that row `row` belongs to.
     pub fn event_of_row(&self, row: usize) -> usize {
         self.offsets.partition_point(|&o| o as usize <= row) - 1
     }
-    /// Bytes of the buffers the product references.
+    /// Bytes of the host buffers the product references (offsets only, while its rows
+    /// live only on a device).
     pub fn nbytes(&self) -> usize {
-        self.batch.columns().iter().map(|c| c.get_buffer_memory_size()).sum::<usize>()
+        self.host.get().and_then(|h| h.as_ref().ok()).map_or(0, |b| b.columns().iter().map(|c| c.get_buffer_memory_size()).sum::<usize>())
             + self.offsets.inner().inner().len()
+    }
+    /// Device bytes the product holds (0 for a host product).
+    pub fn device_nbytes(&self) -> usize {
+        self.device.as_ref().map_or(0, |d| d.nbytes())
     }
     /// An `event` column (absolute event numbers from `first_event`), one entry per row.
     pub fn event_column(&self, first_event: u64) -> UInt32Array {
-        let mut v = crate::pool::global().vec::<u32>(self.batch.num_rows());
+        let mut v = crate::pool::global().vec::<u32>(self.offsets.last().copied().unwrap_or(0) as usize);
         for (i, w) in self.offsets.windows(2).enumerate() {
             let ev = (first_event + i as u64) as u32;
             for _ in w[0]..w[1] {
@@ -155,11 +290,12 @@ impl Product {
     /// The batch with the `event` column first: how outputs and Python see a product.
     /// Shares every product column; only the event column is new.
     pub fn with_event_column(&self, first_event: u64) -> Result<RecordBatch> {
-        let schema = self.batch.schema();
+        let batch = self.host()?;
+        let schema = batch.schema();
         let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new(EVENT_COLUMN, arrow_schema::DataType::UInt32, false))];
         fields.extend(schema.fields().iter().cloned());
         let mut columns: Vec<Arc<dyn Array>> = vec![Arc::new(self.event_column(first_event))];
-        columns.extend(self.batch.columns().iter().cloned());
+        columns.extend(batch.columns().iter().cloned());
         let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
         Ok(RecordBatch::try_new(schema, columns)?)
     }

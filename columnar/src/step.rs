@@ -163,12 +163,14 @@ pub struct EventBatch {
     products: HashMap<ProductKey, Arc<Product>>,
     /// Keys the running step may publish (its label and declared types).
     allowed: Vec<ProductKey>,
+    /// Where transfers of device products are recorded (set by the executor).
+    traffic: Option<Arc<crate::residency::TrafficLog>>,
 }
 
 impl EventBatch {
     /// An empty batch of events `first_event..first_event + n_events`.
     pub fn new(first_event: u64, n_events: usize) -> Self {
-        EventBatch { first_event, n_events, products: HashMap::new(), allowed: Vec::new() }
+        EventBatch { first_event, n_events, products: HashMap::new(), allowed: Vec::new(), traffic: None }
     }
     /// First event number (absolute).
     pub fn first_event(&self) -> u64 {
@@ -182,9 +184,43 @@ impl EventBatch {
     pub fn events(&self) -> std::ops::Range<u64> {
         self.first_event..self.first_event + self.n_events as u64
     }
-    /// A product by key; shared, never copied.
+    /// A product by key, for a host consumer; shared, never copied. A product that lives
+    /// only on a device is downloaded here, once: later host consumers share the host view.
     pub fn get(&self, key: &ProductKey) -> Result<Arc<Product>> {
+        let p = self.get_resident(key)?;
+        if p.device_data().is_some() {
+            self.download(key, &p)?;
+        }
+        Ok(p)
+    }
+    /// A product by key wherever it lives, with no transfer: what a GPU step uses to take
+    /// the device copy ([`Product::device_data`]) of a product made by an earlier GPU step.
+    pub fn get_resident(&self, key: &ProductKey) -> Result<Arc<Product>> {
         self.products.get(key).cloned().ok_or_else(|| Error::data(format!("product {key} is not in the event batch")))
+    }
+    /// Makes the host view of a product (a download if it lives only on a device) and
+    /// records the transfer in the job's traffic log.
+    pub fn download(&self, key: &ProductKey, product: &Product) -> Result<()> {
+        let (_, made) = product.host_with_transfer().map_err(|e| Error::data(format!("product {key}: {e}")))?;
+        if let (Some((bytes, time)), Some(log)) = (made, &self.traffic) {
+            log.download(key, bytes, time);
+        }
+        Ok(())
+    }
+    /// Records an upload of a host product to a device (a GPU step calls this once per
+    /// product and batch, whichever step uploads it first).
+    pub fn record_upload(&self, key: &ProductKey, bytes: usize, time: std::time::Duration) {
+        if let Some(log) = &self.traffic {
+            log.upload(key, bytes, time);
+        }
+    }
+    /// Sets the job's traffic log (the executor calls this).
+    pub fn set_traffic(&mut self, log: Arc<crate::residency::TrafficLog>) {
+        self.traffic = Some(log);
+    }
+    /// The job's traffic log, if the executor set one.
+    pub fn traffic(&self) -> Option<&Arc<crate::residency::TrafficLog>> {
+        self.traffic.as_ref()
     }
     /// All products, by key.
     pub fn products(&self) -> impl Iterator<Item = (&ProductKey, &Arc<Product>)> {
@@ -214,6 +250,9 @@ impl EventBatch {
         }
         if self.products.contains_key(&key) {
             return Err(Error::data(format!("product {key} was already published")));
+        }
+        if let (Some(log), Some(d)) = (&self.traffic, product.device_data()) {
+            log.produced(&key, d.device(), d.nbytes());
         }
         self.products.insert(key, Arc::new(product));
         Ok(())

@@ -1,0 +1,206 @@
+//! Products that live on a device, proven with a fake device on the host: the device copy
+//! is taken with no transfer, the first host consumer downloads once, later ones share it,
+//! and every transfer is recorded per product.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arrow_array::{Array, Float32Array, RecordBatch};
+use arrow_buffer::OffsetBuffer;
+use arrow_schema::{DataType, Field, SchemaRef};
+use quiver_columnar::product::product_schema;
+use quiver_columnar::residency::{Device, DeviceData, Placement, TrafficLog};
+use quiver_columnar::{EventBatch, Product, ProductKey, Result};
+
+/// "Device memory": the values kept in a separate Vec, as raw f32 bits, so that a host view
+/// can only come from a download.
+#[derive(Debug)]
+struct FakeData {
+    bits: Vec<u32>,
+    schema: SchemaRef,
+    downloads: Arc<AtomicUsize>,
+    fail: bool,
+}
+
+impl DeviceData for FakeData {
+    fn device(&self) -> &str {
+        "fake:0"
+    }
+    fn nbytes(&self) -> usize {
+        self.bits.len() * 4
+    }
+    fn download(&self) -> Result<RecordBatch> {
+        self.downloads.fetch_add(1, Ordering::SeqCst);
+        if self.fail {
+            return Err(quiver_columnar::Error::data("fake:0: device lost"));
+        }
+        let v: Vec<f32> = self.bits.iter().map(|b| f32::from_bits(*b)).collect();
+        // A schema without the product metadata, as a backend might build it.
+        let plain = Arc::new(arrow_schema::Schema::new(self.schema.fields().clone()));
+        Ok(RecordBatch::try_new(plain, vec![Arc::new(Float32Array::from(v))])?)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct FakeDevice {
+    downloads: Arc<AtomicUsize>,
+}
+
+impl Device for FakeDevice {
+    fn name(&self) -> &str {
+        "fake:0"
+    }
+    fn upload(&self, batch: &RecordBatch) -> Result<Arc<dyn DeviceData>> {
+        let col = batch.column(0).as_any().downcast_ref::<Float32Array>().expect("floats");
+        Ok(Arc::new(FakeData {
+            bits: col.values().iter().map(|v| v.to_bits()).collect(),
+            schema: batch.schema(),
+            downloads: self.downloads.clone(),
+            fail: false,
+        }))
+    }
+}
+
+fn schema() -> SchemaRef {
+    product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)])
+}
+
+fn host_product(values: Vec<f32>, lengths: &[usize]) -> Product {
+    let batch = RecordBatch::try_new(schema(), vec![Arc::new(Float32Array::from(values))]).unwrap();
+    Product::from_lengths(batch, lengths.iter().copied()).unwrap()
+}
+
+fn key() -> ProductKey {
+    ProductKey::new("floats", "gpu_step")
+}
+
+fn batch_with(log: &Arc<TrafficLog>) -> EventBatch {
+    let mut b = EventBatch::new(10, 3);
+    b.set_traffic(log.clone());
+    b.set_allowed(&[key()]);
+    b
+}
+
+#[test]
+fn one_download_shared_by_every_host_consumer() {
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let dev = FakeDevice { downloads: downloads.clone() };
+    let values = vec![1.5f32, -0.0, f32::MIN_POSITIVE, 7.25];
+    let host = host_product(values.clone(), &[2, 0, 2]);
+    let data = dev.upload(host.batch()).unwrap();
+    let p = Product::on_device(schema(), OffsetBuffer::from_lengths([2, 0, 2]), 4, data).unwrap();
+    assert_eq!(p.placement(), Placement::Device);
+    assert_eq!(p.nbytes(), 4 * 4, "only the offsets are on the host");
+    assert_eq!(p.device_nbytes(), 16);
+
+    let log = Arc::new(TrafficLog::default());
+    let mut b = batch_with(&log);
+    b.put(p).unwrap();
+
+    // A GPU consumer: the device copy, no transfer.
+    let r = b.get_resident(&key()).unwrap();
+    let d = r.device_data().expect("device copy");
+    let fake = d.as_any().downcast_ref::<FakeData>().expect("the backend's own type");
+    assert_eq!(fake.bits.len(), 4);
+    assert_eq!(downloads.load(Ordering::SeqCst), 0);
+    assert_eq!(r.placement(), Placement::Device);
+
+    // Host consumers, from several threads: exactly one download between them.
+    let b = Arc::new(b);
+    let got: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let b = b.clone();
+                s.spawn(move || {
+                    let p = b.get(&key()).unwrap();
+                    let c = p.batch().column(0).as_any().downcast_ref::<Float32Array>().unwrap().clone();
+                    c.values().iter().map(|v| v.to_bits()).collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(downloads.load(Ordering::SeqCst), 1);
+    for g in &got {
+        assert_eq!(g, &values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "bit-identical host view");
+    }
+    let p = b.get(&key()).unwrap();
+    assert_eq!(p.placement(), Placement::Both);
+    assert_eq!(p.batch().schema_ref(), &schema(), "the host view carries the product schema");
+    assert_eq!(p.event(2).num_rows(), 2);
+    let with_ev = p.with_event_column(b.first_event()).unwrap();
+    assert_eq!(with_ev.num_columns(), 2);
+
+    let t = log.snapshot();
+    let k = &t[&key()];
+    assert_eq!(k.produced_on, "fake:0");
+    assert_eq!(k.downloads.count, 1);
+    assert_eq!(k.downloads.bytes, 16);
+    assert_eq!(k.device_peak_bytes, 16);
+    assert_eq!(k.uploads.count, 0);
+    assert!(!log.is_host_only());
+}
+
+#[test]
+fn host_products_never_touch_the_log() {
+    let log = Arc::new(TrafficLog::default());
+    let mut b = batch_with(&log);
+    let p = host_product(vec![1.0, 2.0, 3.0], &[1, 1, 1]);
+    let before = p.batch().column(0).to_data();
+    b.put(p).unwrap();
+    let got = b.get(&key()).unwrap();
+    assert_eq!(got.placement(), Placement::Host);
+    assert!(got.device_data().is_none());
+    assert_eq!(got.batch().column(0).to_data(), before);
+    assert!(log.snapshot().is_empty());
+    assert!(log.is_host_only());
+}
+
+#[test]
+fn upload_is_recorded_per_product() {
+    let log = Arc::new(TrafficLog::default());
+    let b = batch_with(&log);
+    let k = ProductKey::new("floats", "cpu_step");
+    b.record_upload(&k, 128, std::time::Duration::from_micros(3));
+    b.record_upload(&k, 64, std::time::Duration::from_micros(2));
+    let t = log.snapshot();
+    assert_eq!(t[&k].uploads.count, 2);
+    assert_eq!(t[&k].uploads.bytes, 192);
+    assert_eq!(t[&k].uploads.time, std::time::Duration::from_micros(5));
+}
+
+#[test]
+fn failed_download_is_an_error_naming_the_product_and_is_not_retried() {
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let data = Arc::new(FakeData { bits: vec![0; 3], schema: schema(), downloads: downloads.clone(), fail: true });
+    let p = Product::on_device(schema(), OffsetBuffer::from_lengths([1, 1, 1]), 3, data).unwrap();
+    let log = Arc::new(TrafficLog::default());
+    let mut b = batch_with(&log);
+    b.put(p).unwrap();
+    for _ in 0..2 {
+        let e = b.get(&key()).unwrap_err().to_string();
+        assert!(e.contains("gpu_step:floats") && e.contains("device lost") && e.contains("fake:0"), "{e}");
+    }
+    assert_eq!(downloads.load(Ordering::SeqCst), 1);
+    assert_eq!(log.snapshot()[&key()].downloads.count, 0);
+}
+
+#[test]
+fn inconsistent_device_data_is_refused() {
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let data = Arc::new(FakeData { bits: vec![0; 3], schema: schema(), downloads: downloads.clone(), fail: false });
+    // Offsets say 4 rows, the device holds 3.
+    let e = Product::on_device(schema(), OffsetBuffer::from_lengths([2, 2]), 3, data.clone()).unwrap_err();
+    assert!(e.to_string().contains("floats") && e.to_string().contains("fake:0"), "{e}");
+    // A schema with no product name.
+    let plain = Arc::new(arrow_schema::Schema::new(vec![Field::new("value", DataType::Float32, false)]));
+    assert!(Product::on_device(plain, OffsetBuffer::from_lengths([3]), 3, data.clone()).is_err());
+    // A download whose row count disagrees with the offsets.
+    let short = Arc::new(FakeData { bits: vec![0; 2], schema: schema(), downloads, fail: false });
+    let p = Product::on_device(schema(), OffsetBuffer::from_lengths([3]), 3, short).unwrap();
+    let e = p.host().unwrap_err().to_string();
+    assert!(e.contains("2 rows") && e.contains("expected 3"), "{e}");
+}
