@@ -136,6 +136,9 @@ pub struct Summary {
     /// Capacities reached, per step label and capacity (from the steps'
     /// [`CAPACITY_OVERFLOWS`] products); empty when nothing was truncated.
     pub overflows: OverflowTallies,
+    /// Products made on a device or moved over the bus: where produced, downloads,
+    /// uploads, device peak. Products absent here were made on the host and never moved.
+    pub traffic: std::collections::BTreeMap<ProductKey, crate::residency::ProductTraffic>,
 }
 
 impl Summary {
@@ -194,6 +197,29 @@ impl Summary {
             p.bytes_held as f64 / (1 << 20) as f64,
             p.peak_bytes_held as f64 / (1 << 20) as f64
         );
+        if !self.traffic.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{:<32} {:<10} {:>9} {:>12} {:>9} {:>9} {:>12} {:>9} {:>12}",
+                "product (residency)", "made on", "downloads", "MiB down", "ms down", "uploads", "MiB up", "ms up", "dev peak MiB"
+            );
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            for (k, t) in &self.traffic {
+                let _ = writeln!(
+                    s,
+                    "{:<32} {:<10} {:>9} {:>12.3} {:>9.3} {:>9} {:>12.3} {:>9.3} {:>12.3}",
+                    k.to_string(),
+                    if t.produced_on.is_empty() { "host" } else { t.produced_on.as_str() },
+                    t.downloads.count,
+                    mib(t.downloads.bytes),
+                    t.downloads.time.as_secs_f64() * 1e3,
+                    t.uploads.count,
+                    mib(t.uploads.bytes),
+                    t.uploads.time.as_secs_f64() * 1e3,
+                    mib(t.device_peak_bytes)
+                );
+            }
+        }
         for (label, r) in &self.reports {
             let _ = writeln!(s, "\n[{label}]\n{}", r.trim_end());
         }
@@ -252,6 +278,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         indicatif::ProgressBar::hidden()
     };
     let pool_before = pool::global().stats();
+    let traffic = std::sync::Arc::new(crate::residency::TrafficLog::default());
     let start = Instant::now();
 
     let worker = || {
@@ -264,6 +291,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             let n = (events - offset).min(opts.batch_size as u64) as usize;
             let first = opts.first_event + offset;
             let mut batch = EventBatch::new(first, n);
+            batch.set_traffic(traffic.clone());
             let mut local_bytes: Vec<(ProductKey, u64, u64)> = Vec::new();
             let mut local_overflows = OverflowTallies::new();
             for (i, (st, step)) in plan.steps.iter().zip(steps).enumerate() {
@@ -288,13 +316,17 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                     return;
                 }
                 for k in &st.outputs {
-                    if let Ok(p) = batch.get(k) {
-                        local_bytes.push((k.clone(), p.nbytes() as u64, p.batch().num_rows() as u64));
-                        if k.type_name == CAPACITY_OVERFLOWS && p.batch().num_rows() > 0 {
-                            if let Err(e) = overflow::tally(&mut local_overflows, &st.label, &p) {
+                    // get_resident: counting must not download a device product.
+                    if let Ok(p) = batch.get_resident(k) {
+                        local_bytes.push((k.clone(), (p.nbytes() + p.device_nbytes()) as u64, p.num_rows() as u64));
+                        if k.type_name == CAPACITY_OVERFLOWS && p.num_rows() > 0 {
+                            let tallied = batch.get(k).map_err(|e| e.to_string()).and_then(|p| {
+                                overflow::tally(&mut local_overflows, &st.label, &p).map_err(|e| e.to_string())
+                            });
+                            if let Err(msg) = tallied {
                                 failed.store(true, Ordering::Relaxed);
                                 *first_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some((first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg: e.to_string() }));
+                                    Some((first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg }));
                                 return;
                             }
                         }
@@ -392,5 +424,6 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         pool: pool::global().stats().since(&pool_before),
         reports,
         overflows: overflows.into_inner().unwrap_or_else(|p| p.into_inner()),
+        traffic: traffic.snapshot(),
     })
 }

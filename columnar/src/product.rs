@@ -249,6 +249,10 @@ impl Product {
     pub fn offsets(&self) -> &OffsetBuffer<i32> {
         &self.offsets
     }
+    /// Rows of all events (known from the offsets, wherever the rows live).
+    pub fn num_rows(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0) as usize
+    }
     /// Events covered.
     pub fn n_events(&self) -> usize {
         self.offsets.len() - 1
