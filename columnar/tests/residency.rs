@@ -204,3 +204,109 @@ fn inconsistent_device_data_is_refused() {
     let e = p.host().unwrap_err().to_string();
     assert!(e.contains("2 rows") && e.contains("expected 3"), "{e}");
 }
+
+// ---- Through the executor: a "GPU" step publishes device-only products; two host
+// consumers read them; the job downloads once per batch, reports it, and the host
+// consumers' results equal those of the same chain without the device step.
+
+use quiver_columnar::step::{InputSpec, Signature, Step, StepConfig, StepType};
+use quiver_columnar::{executor, plan, Backend, JobContext, PlanSpec, Registry, RunOptions};
+
+static JOB_DOWNLOADS: AtomicUsize = AtomicUsize::new(0);
+
+struct ToFakeDevice {
+    input: ProductKey,
+}
+
+impl Step for ToFakeDevice {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let p = batch.get(&self.input)?;
+        let col = p.batch().column(0).as_any().downcast_ref::<Float32Array>().expect("floats");
+        let data = FakeData {
+            bits: col.values().iter().map(|v| v.to_bits()).collect(),
+            schema: p.schema().clone(),
+            downloads: Arc::new(AtomicUsize::new(0)),
+            fail: false,
+        };
+        let rows = p.num_rows();
+        batch.put(Product::on_device(p.schema().clone(), p.offsets().clone(), rows, Arc::new(Counting(data)))?)
+    }
+}
+
+/// Counts job-wide downloads.
+#[derive(Debug)]
+struct Counting(FakeData);
+impl DeviceData for Counting {
+    fn device(&self) -> &str {
+        self.0.device()
+    }
+    fn nbytes(&self) -> usize {
+        self.0.nbytes()
+    }
+    fn download(&self) -> Result<RecordBatch> {
+        JOB_DOWNLOADS.fetch_add(1, Ordering::SeqCst);
+        self.0.download()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+const CHAIN: &str = r#"
+[[step]]
+label = "numbers"
+type = "random_floats"
+count = 100
+[[step]]
+label = "dev"
+type = "to_fake_device"
+input = "numbers"
+[[step]]
+label = "squared"
+type = "square"
+input = "dev"
+[[step]]
+label = "squared_powi"
+type = "square"
+input = "dev"
+method = "powi"
+[[step]]
+label = "check"
+type = "compare"
+a = "squared"
+b = "squared_powi"
+"#;
+
+#[test]
+fn executor_downloads_once_per_batch_and_reports_it() {
+    let mut registry = Registry::with_builtin();
+    registry.add(StepType {
+        name: "to_fake_device",
+        doc: "test: moves floats to a fake device",
+        params: vec![],
+        signature: Signature { inputs: vec![InputSpec::one("input", "floats", "values")], outputs: vec!["floats".into()] },
+        backends: vec![Backend::Cpu],
+        build: |cfg: &StepConfig| Ok(Box::new(ToFakeDevice { input: cfg.input("input")? })),
+    });
+    let resolved = plan::validate(&PlanSpec::from_toml(CHAIN, "residency test").unwrap(), &registry).unwrap();
+    let steps = resolved.build(&registry, JobContext::default().into()).unwrap();
+    let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(40), progress: false };
+    let before = JOB_DOWNLOADS.load(Ordering::SeqCst);
+    let s = executor::run(&resolved, &steps, &opts).unwrap();
+    let downloads = JOB_DOWNLOADS.load(Ordering::SeqCst) - before;
+    assert_eq!(s.batches, 10);
+    assert_eq!(downloads, 10, "one download per batch, shared by both host consumers");
+    let k = ProductKey::new("floats", "dev");
+    let t = &s.traffic[&k];
+    assert_eq!(t.produced_on, "fake:0");
+    assert_eq!(t.downloads.count, 10);
+    assert_eq!(t.downloads.bytes, 40 * 100 * 4);
+    assert_eq!(t.device_peak_bytes, 4 * 100 * 4);
+    assert_eq!(s.traffic.len(), 1, "host products are not in the traffic table");
+    let text = s.render();
+    assert!(text.contains("dev:floats") && text.contains("fake:0"), "{text}");
+    // The consumers' products are the same size as without the device step.
+    let rows = |key: &str| s.product_rows.iter().find(|(k, _)| k.label == key).map(|(_, r)| *r);
+    assert_eq!(rows("dev"), Some(4000));
+    assert_eq!(rows("squared"), Some(4000));
+}
