@@ -155,6 +155,15 @@ impl Product {
         Ok(Product { host: OnceLock::new(), schema, offsets, device: Some(data) })
     }
 
+    /// The same host product with a device copy of its rows attached: a GPU step that
+    /// downloaded its result keeps the device columns, so that the next GPU step of the batch
+    /// reads them with no upload ([`crate::EventBatch::on_device`]). The device copy must
+    /// hold the same rows as the host batch.
+    pub fn with_device(mut self, data: Arc<dyn DeviceData>) -> Self {
+        self.device = Some(data);
+        self
+    }
+
     /// Where the product's rows are now.
     pub fn placement(&self) -> Placement {
         match (matches!(self.host.get(), Some(Ok(_))), self.device.is_some()) {

@@ -165,12 +165,22 @@ pub struct EventBatch {
     allowed: Vec<ProductKey>,
     /// Where transfers of device products are recorded (set by the executor).
     traffic: Option<Arc<crate::residency::TrafficLog>>,
+    /// Device copies of host products, made once per batch and device and shared by every
+    /// GPU step of the batch (dropped, and their device memory returned, with the batch).
+    uploads: std::sync::Mutex<HashMap<(ProductKey, String), Arc<dyn crate::residency::DeviceData>>>,
 }
 
 impl EventBatch {
     /// An empty batch of events `first_event..first_event + n_events`.
     pub fn new(first_event: u64, n_events: usize) -> Self {
-        EventBatch { first_event, n_events, products: HashMap::new(), allowed: Vec::new(), traffic: None }
+        EventBatch {
+            first_event,
+            n_events,
+            products: HashMap::new(),
+            allowed: Vec::new(),
+            traffic: None,
+            uploads: Default::default(),
+        }
     }
     /// First event number (absolute).
     pub fn first_event(&self) -> u64 {
@@ -206,6 +216,63 @@ impl EventBatch {
             log.download(key, bytes, time);
         }
         Ok(())
+    }
+    /// The copy of a product on `device`, for a GPU step: the product's own device data when
+    /// it was made there (no transfer), else an upload of its host view made once per batch
+    /// and device, shared by every later GPU step of the batch and recorded in the traffic
+    /// log.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use arrow_array::{Int32Array, RecordBatch};
+    /// # use arrow_schema::{DataType, Field};
+    /// # use quiver_columnar::product::{product_schema, Product};
+    /// # use quiver_columnar::residency::{Device, DeviceData};
+    /// # use quiver_columnar::{EventBatch, ProductKey};
+    /// #[derive(Debug)]
+    /// struct Copy(RecordBatch);
+    /// impl DeviceData for Copy {
+    ///     fn device(&self) -> &str { "toy:0" }
+    ///     fn nbytes(&self) -> usize { self.0.get_array_memory_size() }
+    ///     fn download(&self) -> quiver_columnar::Result<RecordBatch> { Ok(self.0.clone()) }
+    ///     fn as_any(&self) -> &dyn std::any::Any { self }
+    /// }
+    /// struct Toy;
+    /// impl Device for Toy {
+    ///     fn name(&self) -> &str { "toy:0" }
+    ///     fn upload(&self, b: &RecordBatch) -> quiver_columnar::Result<Arc<dyn DeviceData>> { Ok(Arc::new(Copy(b.clone()))) }
+    /// }
+    /// let schema = product_schema("ints", 1, vec![Field::new("v", DataType::Int32, false)]);
+    /// let rows = RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(vec![1, 2]))]).unwrap();
+    /// let mut batch = EventBatch::new(0, 1);
+    /// let key = ProductKey::new("ints", "source");
+    /// batch.set_allowed(&[key.clone()]);
+    /// batch.put(Product::from_lengths(rows, [2]).unwrap()).unwrap();
+    /// let a = batch.on_device(&key, &Toy).unwrap();
+    /// let b = batch.on_device(&key, &Toy).unwrap();
+    /// assert!(Arc::ptr_eq(&a, &b)); // uploaded once, shared
+    /// ```
+    pub fn on_device(&self, key: &ProductKey, device: &dyn crate::residency::Device) -> Result<Arc<dyn crate::residency::DeviceData>> {
+        let p = self.get_resident(key)?;
+        if let Some(d) = p.device_data() {
+            if d.device() == device.name() {
+                return Ok(d.clone());
+            }
+        }
+        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        let cache_key = (key.clone(), device.name().to_string());
+        if let Some(d) = uploads.get(&cache_key) {
+            return Ok(d.clone());
+        }
+        // A product on another device goes through the host.
+        let host = self.get(key)?;
+        let t0 = std::time::Instant::now();
+        let d = device
+            .upload(host.host()?)
+            .map_err(|e| Error::data(format!("uploading product {key} to {}: {e}", device.name())))?;
+        self.record_upload(key, d.nbytes(), t0.elapsed());
+        uploads.insert(cache_key, d.clone());
+        Ok(d)
     }
     /// Records an upload of a host product to a device (a GPU step calls this once per
     /// product and batch, whichever step uploads it first).

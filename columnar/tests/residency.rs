@@ -310,3 +310,68 @@ fn executor_downloads_once_per_batch_and_reports_it() {
     assert_eq!(rows("dev"), Some(4000));
     assert_eq!(rows("squared"), Some(4000));
 }
+
+/// A device that counts its uploads and has its own name.
+struct CountingDevice {
+    name: &'static str,
+    uploads: AtomicUsize,
+    downloads: Arc<AtomicUsize>,
+}
+
+impl Device for CountingDevice {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn upload(&self, batch: &RecordBatch) -> Result<Arc<dyn DeviceData>> {
+        self.uploads.fetch_add(1, Ordering::SeqCst);
+        FakeDevice { downloads: self.downloads.clone() }.upload(batch)
+    }
+}
+
+#[test]
+fn host_product_uploaded_once_per_batch_for_every_gpu_consumer() {
+    let log = Arc::new(TrafficLog::default());
+    let dev = CountingDevice { name: "fake:0", uploads: AtomicUsize::new(0), downloads: Arc::new(AtomicUsize::new(0)) };
+    let mut b = batch_with(&log);
+    b.put(host_product(vec![1.0, 2.0, 3.0, 4.0], &[1, 2, 1])).unwrap();
+    // Three GPU steps of the batch take the product: one upload between them.
+    let copies: Vec<_> = (0..3).map(|_| b.on_device(&key(), &dev).unwrap()).collect();
+    assert_eq!(dev.uploads.load(Ordering::SeqCst), 1);
+    assert!(copies.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])), "one shared device copy");
+    let t = log.snapshot();
+    assert_eq!(t[&key()].uploads.count, 1);
+    assert_eq!(t[&key()].uploads.bytes, 16);
+    // The host product itself is unchanged and never downloaded.
+    assert_eq!(b.get(&key()).unwrap().placement(), Placement::Host);
+    assert_eq!(dev.downloads.load(Ordering::SeqCst), 0);
+
+    // The next batch uploads again (device copies live as long as their batch).
+    let mut b2 = batch_with(&log);
+    b2.put(host_product(vec![5.0], &[1, 0, 0])).unwrap();
+    b2.on_device(&key(), &dev).unwrap();
+    assert_eq!(dev.uploads.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn device_product_taken_without_transfer_on_its_own_device_only() {
+    let log = Arc::new(TrafficLog::default());
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let made_on = FakeDevice { downloads: downloads.clone() };
+    let data = made_on.upload(host_product(vec![1.0, 2.0], &[1, 1, 0]).batch()).unwrap();
+    let mut b = batch_with(&log);
+    b.put(Product::on_device(schema(), OffsetBuffer::from_lengths([1, 1, 0]), 2, data.clone()).unwrap()).unwrap();
+
+    let same = CountingDevice { name: "fake:0", uploads: AtomicUsize::new(0), downloads: downloads.clone() };
+    assert!(Arc::ptr_eq(&b.on_device(&key(), &same).unwrap(), &data));
+    assert_eq!(same.uploads.load(Ordering::SeqCst), 0);
+    assert_eq!(downloads.load(Ordering::SeqCst), 0);
+
+    // Another device: through the host, once (one download, one upload).
+    let other = CountingDevice { name: "fake:1", uploads: AtomicUsize::new(0), downloads: downloads.clone() };
+    b.on_device(&key(), &other).unwrap();
+    b.on_device(&key(), &other).unwrap();
+    assert_eq!(other.uploads.load(Ordering::SeqCst), 1);
+    assert_eq!(downloads.load(Ordering::SeqCst), 1);
+    let t = log.snapshot();
+    assert_eq!((t[&key()].downloads.count, t[&key()].uploads.count), (1, 1));
+}

@@ -219,6 +219,10 @@ pub struct DeviceBuf {
 }
 
 impl DeviceBuf {
+    /// Bytes the buffer holds (its pool size class, at least what was asked for).
+    pub fn len_bytes(&self) -> usize {
+        self.slice.as_ref().map_or(0, |s| s.len())
+    }
     /// The first `n` elements as `T`.
     pub fn view<T>(&self, n: usize) -> CudaView<'_, T> {
         let s = self.slice.as_ref().expect("present until drop");

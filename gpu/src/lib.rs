@@ -9,6 +9,7 @@
 //! - [`device`]: availability probe (never panics), context, kernels, streams, pool;
 //! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
 //! - [`pool`]: size-class pool of device buffers;
+//! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
 //! - [`steps`]: the GPU steps and what runs on the host vs. the device.
 //!
@@ -24,6 +25,7 @@
 pub mod device;
 pub mod kernels;
 pub mod pool;
+pub mod resident;
 pub mod steps;
 pub mod transfer;
 

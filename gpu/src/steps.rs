@@ -1,7 +1,9 @@
-//! GPU implementations of the local-reconstruction steps. Each takes the batch's host
-//! products, uploads them once, runs its kernels on the worker's stream, downloads the
-//! results into pooled host buffers and publishes the same products (same schemas, same
-//! values bit for bit) as the CPU step of `quiver_reco::steps`.
+//! GPU implementations of the local-reconstruction steps. Each takes its inputs' device
+//! columns (those an earlier GPU step of the batch kept, else one upload per batch shared by
+//! every GPU step: [`crate::resident`]), runs its kernels on the worker's stream, downloads
+//! the results into pooled host buffers and publishes the same products (same schemas, same
+//! values bit for bit) as the CPU step of `quiver_reco::steps`, with the device columns
+//! attached for the next GPU step.
 //!
 //! Split between host and device:
 //! - `raw_to_digis`: FED framing (headers, trailers, their errors, word capacity) on the
@@ -23,7 +25,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{Int32Type, UInt16Type, UInt32Type};
+use arrow_array::types::{UInt16Type, UInt32Type};
 use arrow_array::{ArrayRef, Int32Array, RecordBatch, UInt16Array, UInt32Array};
 use arrow_buffer::ArrowNativeType;
 use cudarc::driver::sys::CUevent_flags;
@@ -42,6 +44,7 @@ use quiver_reco::steps::schema;
 use quiver_reco::steps::types::*;
 
 use crate::device::{download, upload, upload_condition, zeros, DeviceBuf, Gpu};
+use crate::resident::{columns_on_device, cuda, CudaColumns};
 use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK, MODULE_BLOCK};
 use crate::transfer::{BatchTransfers, TransferStats};
 
@@ -89,6 +92,17 @@ impl Run {
     fn out<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
         self.gpu.buffer(&self.stream, (n * std::mem::size_of::<T>()).max(1)).map_err(derr)
     }
+    /// A private copy of `n` elements of a device column (for kernels that write in place
+    /// into what another product holds); device to device, no bus crossing.
+    fn copy<T: DeviceRepr>(&mut self, src: &DeviceBuf, n: usize) -> Result<DeviceBuf> {
+        let mut dst = self.out::<T>(n)?;
+        if n > 0 {
+            let mut v = dst.view_mut::<T>(n);
+            self.stream.memcpy_dtod(&src.view::<T>(n), &mut v).map_err(derr)?;
+        }
+        Ok(dst)
+    }
+
     /// Downloads into a pooled host vector of `n` elements (valid after `finish`).
     fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
         let mut v = quiver_columnar::pool::global().vec::<T>(n);
@@ -162,6 +176,24 @@ fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overfl
 fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
     let rb = RecordBatch::try_new(schema(type_name), columns)?;
     batch.put(Product::new(rb, offsets_from_lengths(lengths))?)
+}
+
+/// Device columns for a product of `type_name` with `rows` rows, in schema order.
+fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, cols: Vec<Arc<DeviceBuf>>) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
+    Ok(Arc::new(CudaColumns::new(gpu, schema(type_name), rows, cols)?))
+}
+
+/// Publishes a product whose host columns were downloaded, keeping its device columns for
+/// the next GPU step of the batch.
+fn publish_resident(
+    batch: &mut EventBatch,
+    type_name: &str,
+    columns: Vec<ArrayRef>,
+    offsets: arrow_buffer::OffsetBuffer<i32>,
+    device: Arc<dyn quiver_columnar::residency::DeviceData>,
+) -> Result<()> {
+    let rb = RecordBatch::try_new(schema(type_name), columns)?;
+    batch.put(Product::new(rb, offsets)?.with_device(device))
 }
 
 /// Hands the batch to the CPU implementation and counts it.
@@ -423,7 +455,8 @@ impl Step for RawToDigisGpu {
         let errors = merge_errors(&framed, werr);
         let [cx, cy, ca, cm] = cols;
         let digis = vec![u16_array(cx), u16_array(cy), u16_array(ca), u16_array(cm), u32_array(rid), u32_array(pdg)];
-        publish(batch, DIGIS, digis, framed.words_per_event.iter().copied())?;
+        let on_device = device_columns(c.gpu, DIGIS, n, [xx, yy, adc, module, raw_id, pdigi].into_iter().map(Arc::new).collect())?;
+        publish_resident(batch, DIGIS, digis, offsets_from_lengths(framed.words_per_event.iter().copied()), on_device)?;
         let all: Vec<&PixelError> = errors.iter().flatten().collect();
         let err_cols: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
@@ -481,8 +514,8 @@ impl Step for CalibrateGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let d = batch.get(&self.input)?;
-        let (row, col) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?);
-        let (adc, module) = (values::<UInt16Type>(&d, "adc")?, values::<UInt16Type>(&d, "module")?);
+        // Host columns only for their count: the kernel reads the device copy.
+        let module = values::<UInt16Type>(&d, "module")?;
         let n = module.len();
         let g = &self.gains.host;
         if g.rows_averaged == 0 {
@@ -492,7 +525,9 @@ impl Step for CalibrateGpu {
             return c.cpu.process(batch);
         }
         let mut run = Run::start(c.gpu)?;
-        let (dm, dx, dy, da) = (run.up(module)?, run.up(row)?, run.up(col)?, run.up(adc)?);
+        let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
+        let din = cuda(&on_dev);
+        let (dm, dx, dy, da) = (din.column("module")?, din.column("row")?, din.column("col")?, din.column("adc")?);
         let mut status = run.zeros::<u32>(1)?;
         let (mut om, mut oa) = (run.out::<u16>(n)?, run.out::<u16>(n)?);
         run.mark()?;
@@ -520,7 +555,8 @@ impl Step for CalibrateGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let cols = vec![column(&d, "row")?, column(&d, "col")?, u16_array(ha), u16_array(hm)];
-        batch.put(Product::new(RecordBatch::try_new(schema(CALIBRATED_DIGIS), cols)?, d.offsets().clone())?)
+        let on_device = device_columns(c.gpu, CALIBRATED_DIGIS, n, vec![dx.clone(), dy.clone(), Arc::new(oa), Arc::new(om)])?;
+        publish_resident(batch, CALIBRATED_DIGIS, cols, d.offsets().clone(), on_device)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
@@ -638,7 +674,9 @@ impl Step for ClusterizeGpu {
         let offsets: Vec<u32> = d.offsets().iter().map(|&o| o as u32).collect();
         let n_runs = rf.len();
         let mut run = Run::start(c.gpu)?;
-        let (dm, dx, dy) = (run.up(module)?, run.up(row)?, run.up(col)?);
+        let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
+        let din = cuda(&on_dev);
+        let (dm, dx, dy) = (din.column("module")?, din.column("row")?, din.column("col")?);
         let dof = run.up(&offsets)?;
         let (drf, dre, drb) = (run.up(&rf)?, run.up(&re)?, run.up(&rb)?);
         let (mut clus, mut bins, mut found) = (run.out::<i32>(n)?, run.out::<u32>(n)?, run.out::<u32>(n_runs.max(1))?);
@@ -665,7 +703,8 @@ impl Step for ClusterizeGpu {
         run.finish(&c.stats)?;
         let tables = cluster_tables(&per_event, &hf);
         let cols = vec![column(&d, "module")?, i32_array(hc)];
-        batch.put(Product::new(RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?, d.offsets().clone())?)?;
+        let on_device = device_columns(c.gpu, PIXEL_CLUSTERS, n, vec![dm.clone(), Arc::new(clus)])?;
+        publish_resident(batch, PIXEL_CLUSTERS, cols, d.offsets().clone(), on_device)?;
         publish_modules(batch, CLUSTER_MODULES, &tables)?;
         let overflows = (0..batch.n_events()).map(|e| records::pixel_runs(&module[d.event_rows(e)], self.max_pix).into_iter().collect()).collect();
         publish_overflows(batch, overflows)
@@ -785,8 +824,7 @@ impl Step for ChargeCutGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let (d, cl, m) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?);
-        let (module, charge) = (values::<UInt16Type>(&d, "module")?, values::<UInt16Type>(&d, "charge")?);
-        let clus = values::<Int32Type>(&cl, "cluster")?;
+        let module = values::<UInt16Type>(&d, "module")?;
         let n = module.len();
         if cl.offsets() != d.offsets() || n == 0 || n > i32::MAX as usize {
             return c.cpu.process(batch);
@@ -801,7 +839,10 @@ impl Step for ChargeCutGpu {
         let (rf, re, rn, rm) = (&plan.first, &plan.end, &plan.nclus, &plan.module);
         let n_runs = rf.len();
         let mut run = Run::start(c.gpu)?;
-        let (mut dm, mut dc, da) = (run.up(module)?, run.up(clus)?, run.up(charge)?);
+        let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        // The cut renumbers in place: private copies, the inputs' device columns stay intact.
+        let (mut dm, mut dc) = (run.copy::<u16>(cuda(&dig_dev).column("module")?, n)?, run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?);
+        let da = cuda(&dig_dev).column("charge")?;
         let (drf, dre, drn, drm) = (run.up(rf)?, run.up(re)?, run.up(rn)?, run.up(rm)?);
         let mut ncl = run.out::<u32>(n_runs.max(1))?;
         run.mark()?;
@@ -827,7 +868,8 @@ impl Step for ChargeCutGpu {
             .map(|e| Ok(records::cluster_counts(table_rows(&m, e)?.2, cap).into_iter().collect()))
             .collect::<Result<Vec<_>>>()?;
         let cols = vec![u16_array(hm), i32_array(hc)];
-        batch.put(Product::new(RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?, d.offsets().clone())?)?;
+        let on_device = device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
+        publish_resident(batch, CLUSTERED_DIGIS, cols, d.offsets().clone(), on_device)?;
         publish_modules(batch, HIT_MODULES, &tables)?;
         publish_overflows(batch, overflows)
     }
@@ -971,8 +1013,7 @@ impl Step for RecHitsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let (d, cl, m, b) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
-        let (row, col, charge) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?, values::<UInt16Type>(&d, "charge")?);
-        let (module, clus) = (values::<UInt16Type>(&cl, "module")?, values::<Int32Type>(&cl, "cluster")?);
+        let module = values::<UInt16Type>(&cl, "module")?;
         let bs = |name: &str| values::<arrow_array::types::Float32Type>(&b, name);
         let (bx, by, bz) = (bs("x")?, bs("y")?, bs("z")?);
         let n = module.len();
@@ -999,7 +1040,10 @@ impl Step for RecHitsGpu {
             return c.cpu.process(batch);
         }
         let mut run = Run::start(c.gpu)?;
-        let (dm, dc, dx, dy, da) = (run.up(module)?, run.up(clus)?, run.up(row)?, run.up(col)?, run.up(charge)?);
+        let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
+        let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
+        let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
         let (drf, dre, drn, drme, drh, drbs) = (run.up(rf)?, run.up(re)?, run.up(rn)?, run.up(rme)?, run.up(rh)?, run.up(rbs)?);
         let mut status = run.zeros::<u32>(1)?;
         let mut f32s: Vec<DeviceBuf> = (0..8).map(|_| run.zeros::<f32>(nh)).collect::<Result<_>>()?;
@@ -1051,7 +1095,10 @@ impl Step for RecHitsGpu {
             first += n;
         }
         cols.push(u16_array(hd));
-        publish(batch, HITS, cols, hits_per_event)?;
+        let mut dev_cols: Vec<Arc<DeviceBuf>> = f32s.into_iter().map(Arc::new).collect();
+        dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
+        let on_device = device_columns(c.gpu, HITS, nh, dev_cols)?;
+        publish_resident(batch, HITS, cols, offsets_from_lengths(hits_per_event), on_device)?;
         quiver_reco::steps::publish_hit_layers(batch, &starts)?;
         let overflows = tables
             .iter()

@@ -1,0 +1,189 @@
+//! The device side of product residency (`quiver_columnar::residency`): product columns held
+//! in pooled device buffers ([`CudaColumns`]) and the CUDA device as a place products can be
+//! uploaded to ([`CudaDevice`]).
+//!
+//! A GPU step publishes its product with its device columns attached, so that the next GPU
+//! step of the batch reads them with no upload ([`columns_on_device`]); a host product that
+//! several GPU steps read is uploaded once per batch (`EventBatch::on_device`). Device
+//! buffers return to the device pool when the last product holding them is dropped, at the
+//! end of the batch. Only plain fixed-width columns without nulls live on the device (every
+//! column the GPU steps read or write); other products stay on the host.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow_array::types::*;
+use arrow_array::{ArrayRef, PrimitiveArray, RecordBatch};
+use arrow_schema::{DataType, SchemaRef};
+use cudarc::driver::CudaStream;
+use quiver_columnar::residency::{Device, DeviceData};
+use quiver_columnar::{Error, EventBatch, ProductKey, Result};
+
+use crate::device::{download, upload, DeviceBuf, Gpu};
+
+/// The name the device goes by in products and the run summary.
+pub const DEVICE_NAME: &str = "cuda:0";
+
+/// One product's columns in device memory, in schema order, `rows` elements each.
+pub struct CudaColumns {
+    gpu: &'static Gpu,
+    schema: SchemaRef,
+    rows: usize,
+    columns: Vec<Arc<DeviceBuf>>,
+}
+
+impl fmt::Debug for CudaColumns {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaColumns").field("rows", &self.rows).field("columns", &self.columns.len()).finish()
+    }
+}
+
+/// The width of a column type the device holds, or `None`.
+fn device_width(t: &DataType) -> Option<usize> {
+    Some(match t {
+        DataType::UInt8 | DataType::Int8 => 1,
+        DataType::UInt16 | DataType::Int16 => 2,
+        DataType::UInt32 | DataType::Int32 | DataType::Float32 => 4,
+        DataType::UInt64 | DataType::Int64 | DataType::Float64 => 8,
+        _ => return None,
+    })
+}
+
+impl CudaColumns {
+    /// Columns already on the device (kernel outputs or another product's columns), in the
+    /// order of `schema`'s fields; every buffer holds at least `rows` elements of its field's
+    /// type.
+    pub fn new(gpu: &'static Gpu, schema: SchemaRef, rows: usize, columns: Vec<Arc<DeviceBuf>>) -> Result<Self> {
+        if columns.len() != schema.fields().len() {
+            return Err(Error::data(format!(
+                "device product: {} columns for a schema of {} fields",
+                columns.len(),
+                schema.fields().len()
+            )));
+        }
+        for (f, c) in schema.fields().iter().zip(&columns) {
+            let w = device_width(f.data_type())
+                .ok_or_else(|| Error::data(format!("column '{}' of type {} cannot live on the device", f.name(), f.data_type())))?;
+            if c.len_bytes() < rows * w {
+                return Err(Error::data(format!("device column '{}': {} bytes for {rows} rows", f.name(), c.len_bytes())));
+            }
+        }
+        Ok(CudaColumns { gpu, schema, rows, columns })
+    }
+
+    /// Rows of every column.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The device buffer of column `name`, to pass to a kernel.
+    pub fn column(&self, name: &str) -> Result<&Arc<DeviceBuf>> {
+        let i = self.schema.index_of(name).map_err(|_| Error::data(format!("device product has no column '{name}'")))?;
+        Ok(&self.columns[i])
+    }
+}
+
+fn down<T: ArrowPrimitiveType>(stream: &Arc<CudaStream>, buf: &DeviceBuf, rows: usize, bytes: &mut u64) -> Result<ArrayRef>
+where
+    T::Native: cudarc::driver::DeviceRepr,
+{
+    let mut v = quiver_columnar::pool::global().vec::<T::Native>(rows);
+    v.resize(rows, T::Native::default());
+    download(stream, buf, v.as_mut_slice(), bytes).map_err(Error::data)?;
+    Ok(Arc::new(PrimitiveArray::<T>::new(v.into_scalar_buffer(), None)))
+}
+
+impl DeviceData for CudaColumns {
+    fn device(&self) -> &str {
+        DEVICE_NAME
+    }
+    fn nbytes(&self) -> usize {
+        self.schema.fields().iter().map(|f| device_width(f.data_type()).unwrap_or(0) * self.rows).sum()
+    }
+    fn download(&self) -> Result<RecordBatch> {
+        self.gpu.ctx.bind_to_thread().map_err(|e| Error::data(format!("gpu: {e}")))?;
+        let stream = self.gpu.stream().map_err(Error::data)?;
+        let (n, mut bytes) = (self.rows, 0u64);
+        let mut cols = Vec::with_capacity(self.columns.len());
+        for (f, b) in self.schema.fields().iter().zip(&self.columns) {
+            cols.push(match f.data_type() {
+                DataType::UInt8 => down::<UInt8Type>(&stream, b, n, &mut bytes)?,
+                DataType::Int8 => down::<Int8Type>(&stream, b, n, &mut bytes)?,
+                DataType::UInt16 => down::<UInt16Type>(&stream, b, n, &mut bytes)?,
+                DataType::Int16 => down::<Int16Type>(&stream, b, n, &mut bytes)?,
+                DataType::UInt32 => down::<UInt32Type>(&stream, b, n, &mut bytes)?,
+                DataType::Int32 => down::<Int32Type>(&stream, b, n, &mut bytes)?,
+                DataType::Float32 => down::<Float32Type>(&stream, b, n, &mut bytes)?,
+                DataType::UInt64 => down::<UInt64Type>(&stream, b, n, &mut bytes)?,
+                DataType::Int64 => down::<Int64Type>(&stream, b, n, &mut bytes)?,
+                DataType::Float64 => down::<Float64Type>(&stream, b, n, &mut bytes)?,
+                t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
+            });
+        }
+        stream.synchronize().map_err(|e| Error::data(format!("gpu: {e}")))?;
+        Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn up<T: ArrowPrimitiveType>(gpu: &'static Gpu, stream: &Arc<CudaStream>, a: &ArrayRef, bytes: &mut u64) -> Result<Arc<DeviceBuf>>
+where
+    T::Native: cudarc::driver::DeviceRepr,
+{
+    let p = a.as_any().downcast_ref::<PrimitiveArray<T>>().ok_or_else(|| Error::data("column type differs from its field"))?;
+    Ok(Arc::new(upload(gpu, stream, p.values(), bytes).map_err(Error::data)?))
+}
+
+/// The CUDA device as a place host products are uploaded to.
+pub struct CudaDevice(pub &'static Gpu);
+
+impl Device for CudaDevice {
+    fn name(&self) -> &str {
+        DEVICE_NAME
+    }
+    fn upload(&self, batch: &RecordBatch) -> Result<Arc<dyn DeviceData>> {
+        let gpu = self.0;
+        gpu.ctx.bind_to_thread().map_err(|e| Error::data(format!("gpu: {e}")))?;
+        let stream = gpu.stream().map_err(Error::data)?;
+        let mut bytes = 0u64;
+        let mut cols = Vec::with_capacity(batch.num_columns());
+        for (f, a) in batch.schema().fields().iter().zip(batch.columns()) {
+            if a.null_count() > 0 {
+                return Err(Error::data(format!("column '{}' has nulls and cannot live on the device", f.name())));
+            }
+            cols.push(match f.data_type() {
+                DataType::UInt8 => up::<UInt8Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Int8 => up::<Int8Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::UInt16 => up::<UInt16Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Int16 => up::<Int16Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::UInt32 => up::<UInt32Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Int32 => up::<Int32Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Float32 => up::<Float32Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::UInt64 => up::<UInt64Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Int64 => up::<Int64Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Float64 => up::<Float64Type>(gpu, &stream, a, &mut bytes)?,
+                t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
+            });
+        }
+        // The upload is ordered on the worker's stream before any kernel that reads it.
+        Ok(Arc::new(CudaColumns::new(gpu, batch.schema(), batch.num_rows(), cols)?))
+    }
+}
+
+/// The device columns of product `key` for a GPU step: its own when an earlier GPU step of
+/// the batch made it, else an upload shared by every GPU step of the batch.
+pub fn columns_on_device(batch: &EventBatch, key: &ProductKey, gpu: &'static Gpu) -> Result<Arc<dyn DeviceData>> {
+    let d = batch.on_device(key, &CudaDevice(gpu))?;
+    if d.as_any().downcast_ref::<CudaColumns>().is_none() {
+        return Err(Error::data(format!("product {key}: its device copy is not CUDA columns")));
+    }
+    Ok(d)
+}
+
+/// The CUDA columns inside a device copy taken by [`columns_on_device`].
+pub fn cuda(d: &Arc<dyn DeviceData>) -> &CudaColumns {
+    d.as_any().downcast_ref::<CudaColumns>().expect("checked by columns_on_device")
+}
