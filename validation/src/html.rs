@@ -109,12 +109,13 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
     let r = table("resolution")?;
     let (q, bv, rlo, rhi, rn) = (col_str(&r, "quantity")?, col_str(&r, "bin_variable")?, col_f64(&r, "low")?, col_f64(&r, "high")?, col_u64(&r, "n")?);
     let (mean, rms, w68, pm, prms) = (col_f64(&r, "mean")?, col_f64(&r, "rms")?, col_f64(&r, "half_width_68")?, col_f64(&r, "pull_mean")?, col_f64(&r, "pull_rms")?);
-    h.push_str("<p>Matched loose tracks of primaries above the pT cut (reco − true; pT as (reco − true)/true).</p>\n");
-    h.push_str("<table><tr><th>Quantity</th><th>n</th><th>mean</th><th>RMS</th><th>68 % half-width</th><th>pull mean</th><th>pull RMS</th></tr>\n");
+    let pw68 = col_f64(&r, "pull_half_width_68")?;
+    h.push_str("<p>Matched loose tracks of primaries above the pT cut, fitted in the particle's direction (reco − true; pT as (reco − true)/true). Tracks fitted reversed — the returning leg of a low-pT looper — are left out and counted in <code>track_reversed_fraction</code>.</p>\n");
+    h.push_str("<table><tr><th>Quantity</th><th>n</th><th>mean</th><th>RMS</th><th>68 % half-width</th><th>pull mean</th><th>pull RMS</th><th>pull 68 % half-width</th></tr>\n");
     for i in (0..q.len()).filter(|&i| bv[i] == "all") {
         let (u, f) = unit(&q[i]);
-        let _ = writeln!(h, "<tr><td>{} [{u}]</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            q[i], rn[i], num(mean[i] * f), num(rms[i] * f), num(w68[i] * f), num(pm[i]), num(prms[i]));
+        let _ = writeln!(h, "<tr><td>{} [{u}]</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            q[i], rn[i], num(mean[i] * f), num(rms[i] * f), num(w68[i] * f), num(pm[i]), num(prms[i]), num(pw68[i]));
     }
     h.push_str("</table>\n");
     for name in crate::truth::QUANTITIES {

@@ -147,8 +147,15 @@ fn rates_of_a_tiny_event_are_exact() {
     assert_eq!(r.selected_detail, vec![(4, true, true), (2, false, false)]);
     assert_eq!(r.duplicate_double_hits, 1);
     assert_eq!((r.loose, r.fake, r.duplicate), (3, 1, 1));
-    assert_eq!(r.resolution.len(), 2);
-    assert!((r.resolution[1].2[0] - 0.05).abs() < 1e-6, "{:?}", r.resolution[1]);
+    // The reversed duplicate is counted, never in the resolutions (its φ, cotθ and zip
+    // describe the other leg of the particle).
+    assert_eq!(r.resolution.len(), 1);
+    assert!(r.resolution[0].2[0].abs() < 1e-6 && r.resolution[0].2[1].abs() < 1.0, "{:?}", r.resolution);
+    let mut forward = reco.clone();
+    forward.tracks[1].state[0] = 0.0;
+    let f = analyze_event(&forward, &truth, &cfg()).unwrap();
+    assert_eq!((f.reversed, f.resolution.len()), (0, 2));
+    assert!((f.resolution[1].2[0] - 0.05).abs() < 1e-6, "{:?}", f.resolution[1]);
     // Vertex 0: two reconstructable tracks, both in reco vertex 0 at 0.41 (truth 0.5 − 0.1).
     assert_eq!(r.vertices.len(), 1);
     let v = r.vertices[0];
@@ -169,7 +176,7 @@ fn rates_of_a_tiny_event_are_exact() {
     assert_eq!((s.vertex_efficiency, s.vertex_merge_rate, s.vertex_split_rate, s.vertex_fake_rate), (1.0, 0.0, 0.0, 0.5));
     assert_eq!((s.mean_digis, s.mean_clusters, s.mean_tracks, s.mean_loose_tracks, s.mean_vertices), (12.0, 8.0, 4.0, 3.0, 2.0));
     assert_eq!(s.track_fake_rate_4hits, 0.0);
-    assert_eq!((s.track_reversed_fraction, s.duplicate_reversed_fraction), (0.5, 1.0));
+    assert_eq!((s.track_reversed_fraction, s.duplicate_reversed_fraction), (0.5, 1.0)); // 1 of 2 matched
     assert_eq!(s.efficiency_particles, 4);
     let json = s.to_json();
     for k in ["\"track_efficiency\": 0.5", "\"events\": 2", "\"vertex_efficiency\": 1", "\"hit_residual_rms_x_um\""] {
@@ -259,6 +266,18 @@ fn report_on_a_generated_run() {
     }
     let json = std::fs::read_to_string(out.join("summary.json")).unwrap();
     assert!(json.contains("\"track_efficiency\"") && json.contains("\"mean_vertices\""));
+    // Pulls: the RMS and the 68 % half-width (robust to a single wrong-charge track, whose
+    // cotθ has the wrong sign), both near 1 for every quantity on a small clean run.
+    let f = std::fs::File::open(out.join("resolution.parquet")).unwrap();
+    let rb = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap().next().unwrap().unwrap();
+    let col = |n: &str| rb.column_by_name(n).unwrap_or_else(|| panic!("{n}")).clone();
+    let (q, b) = (col("quantity"), col("bin_variable"));
+    let (q, b) = (q.as_any().downcast_ref::<arrow_array::StringArray>().unwrap(), b.as_any().downcast_ref::<arrow_array::StringArray>().unwrap());
+    let w = col("pull_half_width_68");
+    let w = w.as_any().downcast_ref::<arrow_array::Float64Array>().unwrap();
+    for i in (0..rb.num_rows()).filter(|&i| b.value(i) == "all") {
+        assert!(w.value(i) > 0.3 && w.value(i) < 3.0, "{} pull 68 % half-width {}", q.value(i), w.value(i));
+    }
     // report.html: self-contained, one inline SVG per plot, the headline numbers and targets.
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("src=\""), "external resources");
