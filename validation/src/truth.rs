@@ -686,15 +686,23 @@ fn ratio(a: usize, b: usize) -> f64 {
     }
 }
 
-/// Half-width of the central 68 % of `v` (NaN when empty).
+/// Fewest finite values a 68 % half-width is measured from: below, the 16th and 84th
+/// percentiles are the same or neighbouring values and the width (0 for one value) would
+/// be drawn as a perfect resolution.
+pub const MIN_FOR_WIDTH: usize = 5;
+
+/// Half-width of the central 68 % of `v`'s finite values (NaN with fewer than
+/// [`MIN_FOR_WIDTH`] of them: undefined, left out of plots, never 0).
 ///
 /// ```
+/// use quiver_validation::truth::half_width_68;
 /// let v: Vec<f64> = (-50..=50).map(|i| i as f64).collect();
-/// assert_eq!(quiver_validation::truth::half_width_68(&v), 34.0);
+/// assert_eq!(half_width_68(&v), 34.0);
+/// assert!(half_width_68(&[0.01]).is_nan()); // one track is no resolution
 /// ```
 pub fn half_width_68(v: &[f64]) -> f64 {
     let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
+    if s.len() < MIN_FOR_WIDTH {
         return f64::NAN;
     }
     s.sort_by(f64::total_cmp);
