@@ -6,11 +6,14 @@
 #   3. generates a dataset (or uses $GPU_CHECK_DATASET);
 #   4. runs plans/examples/compare-gpu.toml: CPU and GPU chains, every product compared
 #      strictly (bit-identical) — the job fails at the first difference;
-#   5. runs the local chain on CPU only and with the GPU steps, and prints the throughput of
-#      both and the GPU steps' transfer share.
+#   5. runs the default chain on CPU only and with every GPU step type, prints the
+#      transfer share, the residency table and the device memory, then scans the GPU chain's
+#      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
+#      all cores, and writes a CSV under docs/perf/.
 # Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (default 400),
 # GPU_CHECK_PILEUP (default 50), GPU_CHECK_DATASET (existing dataset dir),
 # GPU_CHECK_BATCH (events per batch for every run, default: quiver's),
+# GPU_CHECK_THREADS (thread counts of the GPU scan, default 1,2,4,8,16),
 # QUIVER_NVRTC (libnvrtc.so.13 or its folder, when not on the loader path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,23 +77,43 @@ if grep -E '^compared .* [1-9][0-9]* differences' "$WORK/compare.txt"; then
     exit 1
 fi
 
-# Throughput: the default chain without its output step, CPU only, then with the five
-# GPU steps (`backend = "gpu"` added to them).
+# Throughput: the default chain without its output step, CPU only, then with every step
+# type that has a GPU implementation (from the catalogue) set to `backend = "gpu"`.
+GPU_TYPES="$("$BIN" steps | awk '/^[a-z_]+ +\[cpu, gpu\]/{print $1}' | paste -sd'|')"
+echo "GPU step types: ${GPU_TYPES//|/, }"
 awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "write_parquet"/' plans/pixel.toml > "$WORK/cpu.toml"
-awk '{print} /^type = "(raw_to_digis|calibrate|clusterize|cluster_charge_cut|rechits)"$/{print "backend = \"gpu\""}' \
-    "$WORK/cpu.toml" > "$WORK/gpu.toml"
+awk -v re="^type = \"($GPU_TYPES)\"$" '{print} $0 ~ re {print "backend = \"gpu\""}' "$WORK/cpu.toml" > "$WORK/gpu.toml"
+NCPU="$(nproc)"
+SCAN="${GPU_CHECK_THREADS:-1,2,4,8,16}"
 for kind in cpu gpu; do
-    say "throughput, $kind plan"
-    # Once to warm up (kernel compilation, page cache), then measured.
-    "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} >/dev/null
+    say "one run of the $kind plan (summary: transfers, residency, device memory)"
     "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
         | tee "$WORK/$kind.txt"
 done
+say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
+"$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench "$WORK/cpu.toml" --input "$DS" --events "$EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 
 say "summary"
-tp() { grep -o 'throughput [0-9.]* events/s' "$WORK/$1.txt" | head -1; }
-echo "CPU chain: $(tp cpu)"
-echo "GPU chain: $(tp gpu)"
+mkdir -p docs/perf
+CSV="docs/perf/gpu-check-$(date -u +%Y%m%d-%H%M).csv"
+{
+    echo "chain,threads,events,pileup,events_per_s"
+    for kind in gpu cpu; do
+        awk -F, -v k="$kind" -v p="$PILEUP" 'NR > 1 && !seen[$1]++ {print k "," $1 "," $3 "," p "," $5}' "$WORK/$kind-scan.csv"
+    done
+} > "$CSV"
+cat "$CSV"
+best_gpu="$(awk -F, '$1 == "gpu" {if ($5 > b) b = $5} END {print b + 0}' "$CSV")"
+cpu_all="$(awk -F, '$1 == "cpu" {print $5}' "$CSV" | tail -1)"
+echo "GPU chain, best: $best_gpu events/s; CPU chain on $NCPU cores: $cpu_all events/s; ratio $(awk -v a="$best_gpu" -v b="$cpu_all" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
+echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 echo "GPU steps (transfers and kernel time, per step):"
 grep -B1 -A2 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
+echo "residency (per product: where made, bus crossings, device peak):"
+sed -n '/^product (residency)/,/^$/p' "$WORK/gpu.txt" || true
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader || true
+fi
+echo "CSV: $CSV (commit it with the numbers in docs/performance.md)"
 echo "total $(( $(date +%s) - t0 )) s"
