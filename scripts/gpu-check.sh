@@ -109,7 +109,7 @@ cpu_all="$(awk -F, '$1 == "cpu" {print $5}' "$CSV" | tail -1)"
 echo "GPU chain, best: $best_gpu events/s; CPU chain on $NCPU cores: $cpu_all events/s; ratio $(awk -v a="$best_gpu" -v b="$cpu_all" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
 echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 echo "GPU steps (transfers and kernel time, per step):"
-grep -B1 -A2 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
+grep -B1 -A4 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
 echo "residency (per product: where made, bus crossings, device peak):"
 sed -n '/^product (residency)/,/^$/p' "$WORK/gpu.txt" || true
 if command -v nvidia-smi >/dev/null; then

@@ -211,7 +211,18 @@ pub(crate) struct Common {
 
 impl Common {
     fn report(&self) -> Option<String> {
-        Some(format!("{}\ngpu: device {}", self.stats.report(), self.gpu.description))
+        let p = self.gpu.pool.stats();
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        Some(format!(
+            "{}\ngpu: device {}; device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused",
+            self.stats.report(),
+            self.gpu.description,
+            mib(p.peak_bytes_held),
+            mib(p.bytes_held),
+            p.allocations,
+            if p.requests > 0 { 100.0 * p.hits as f64 / p.requests as f64 } else { 0.0 },
+            p.requests
+        ))
     }
 }
 
