@@ -274,7 +274,13 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         corrupt_fraction: g.corrupt_fraction,
     };
     let s = quiver_datasets::generate(&opts).map_err(|e| quiver_columnar::Error::data(e.to_string()))?;
-    println!("{}: {s:?}", opts.output.display());
+    let out = opts.output.display();
+    println!(
+        "generated {} events at <PU> {} (seed {}) into {out} in {:.2} s ({:.1} events/s)\n\
+         per event: {:.0} FED words, {:.0} modules with digis, {:.0} pixels, {:.0} clusters\n\
+         next: quiver run --input {out}",
+        s.events, opts.pileup, opts.seed, s.seconds, s.events_per_second, s.words_per_event, s.modules_with_hits, s.pixels_per_event, s.clusters_per_event
+    );
     Ok(())
 }
 

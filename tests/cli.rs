@@ -296,3 +296,16 @@ fn python_commands_explain_where_they_run() {
         assert!(err.contains(&format!("`quiver {cmd}` is a command of the Python package")) && err.contains("pip install ./py"), "{err}");
     }
 }
+
+#[test]
+fn generate_prints_a_readable_summary_and_the_next_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let o = quiver(&["generate", "--events", "2", "--pileup", "2", "--seed", "4", "--output", ds.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.contains("GenerateSummary") && !out.contains('{'), "a Debug struct: {out}");
+    assert!(out.starts_with(&format!("generated 2 events at <PU> 2 (seed 4) into {}", ds.display())), "{out}");
+    assert!(out.contains(" FED words, ") && out.contains(" clusters\n"), "{out}");
+    assert!(out.trim_end().ends_with(&format!("next: quiver run --input {}", ds.display())), "{out}");
+}

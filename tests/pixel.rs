@@ -287,3 +287,15 @@ fn parquet_products_use_dictionaries_only_for_small_integers() {
         assert_eq!(c.dictionary_page_offset().is_some(), small_int, "hits column {name}");
     }
 }
+
+/// docs/products.md lists every `digi_errors.error_type` code the decoder can write (the
+/// table once stopped at 41 while 101 appeared in outputs).
+#[test]
+fn every_digi_error_code_is_documented() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/products.md")).unwrap();
+    let codes = quiver_reco::local::raw_to_digis::error_type::ALL;
+    assert!(codes.windows(2).all(|w| w[0] < w[1]), "ALL is sorted and has no repeat");
+    for c in codes {
+        assert!(docs.contains(&format!("\n| {c} | ")), "error code {c} is missing from docs/products.md");
+    }
+}

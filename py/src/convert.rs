@@ -106,17 +106,46 @@ pub fn offsets_from_events(product: &str, events: &dyn Array, first: u64, n: usi
     Ok(OffsetBuffer::from_lengths(lengths))
 }
 
-/// Offsets given explicitly (`n + 1` non-decreasing values from 0 to `rows`).
+/// Offsets given explicitly (`n + 1` non-decreasing values from 0 to `rows`); the error
+/// says which rule the values break, and where.
 pub fn offsets_from_values(product: &str, values: Vec<i64>, n: usize, rows: usize) -> Result<OffsetBuffer<i32>> {
-    if values.len() != n + 1 || values.first() != Some(&0) || values.last() != Some(&(rows as i64)) || values.windows(2).any(|w| w[1] < w[0]) {
-        return Err(Error::data(format!(
-            "product '{product}': offsets must be {} non-decreasing values from 0 to the row count {rows}, got {} values",
-            n + 1,
-            values.len()
-        )));
+    let bad = |what: String| Err(Error::data(format!("product '{product}': offsets {what}")));
+    if values.len() != n + 1 {
+        return bad(format!("must have {} values (one more than the batch's {n} events), got {}", n + 1, values.len()));
+    }
+    if values[0] != 0 {
+        return bad(format!("must start at 0, got {}", values[0]));
+    }
+    if let Some(i) = values.windows(2).position(|w| w[1] < w[0]) {
+        return bad(format!("must not decrease: offsets[{i}] = {} > offsets[{}] = {}", values[i], i + 1, values[i + 1]));
+    }
+    if values[n] != rows as i64 {
+        return bad(format!("must end at the row count {rows}, got {}", values[n]));
+    }
+    if rows > i32::MAX as usize {
+        return bad(format!("cannot address {rows} rows (Arrow's 32-bit offsets hold at most {})", i32::MAX));
     }
     let v: Vec<i32> = values.into_iter().map(|x| x as i32).collect();
     Ok(OffsetBuffer::new(ScalarBuffer::from(v)))
+}
+
+#[cfg(test)]
+mod offsets_tests {
+    use super::offsets_from_values;
+
+    fn msg(values: Vec<i64>, n: usize, rows: usize) -> String {
+        offsets_from_values("p", values, n, rows).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn each_rule_has_its_message() {
+        assert!(msg(vec![0, 0, 110], 2, 100).contains("must end at the row count 100, got 110"));
+        assert!(msg(vec![0, 100], 2, 100).contains("must have 3 values (one more than the batch's 2 events), got 2"));
+        assert!(msg(vec![5, 50, 100], 2, 100).contains("must start at 0, got 5"));
+        assert!(msg(vec![0, 60, 40, 100], 3, 100).contains("must not decrease: offsets[1] = 60 > offsets[2] = 40"));
+        let ok = offsets_from_values("p", vec![0, 0, 100], 2, 100).unwrap();
+        assert_eq!(ok.iter().copied().collect::<Vec<_>>(), vec![0, 0, 100]);
+    }
 }
 
 /// Splits the `event` column off a batch put by a Python step: (the column, the rest).

@@ -319,7 +319,10 @@ impl Step for PythonStep {
             }
             let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6;
             let mut s = format!(
-                "python step {} ({}): {} batches; GIL held {:.1} ms, waited {:.1} ms for it; the framework and Rust steps ran without the GIL",
+                // Time inside produce(), not GIL-held time: numpy, pyarrow and Polars release
+                // the GIL inside, so calls of several workers overlap and the sum can exceed
+                // the wall time.
+                "python step {} ({}): {} batches; {:.1} ms in Python summed over worker threads (libraries may release the GIL inside), {:.1} ms waiting for the GIL; the framework and Rust steps ran without the GIL",
                 self.label,
                 self.what,
                 self.calls.load(Ordering::Relaxed),

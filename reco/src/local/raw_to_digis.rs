@@ -56,6 +56,29 @@ pub mod error_type {
     pub const FRAMING_OVERLAP: u8 = 104;
     /// The payload would exceed the event's word capacity: the FED is skipped.
     pub const WORD_CAPACITY: u8 = 105;
+    /// Every code above, in increasing order (docs/products.md lists each).
+    pub const ALL: [u8; 20] = [
+        INVALID_ROC,
+        GAP,
+        DUMMY,
+        FIFO_NEARLY_FULL,
+        TIMEOUT,
+        TBM_TRAILER,
+        EVENT_NUMBER,
+        SOURCE_ID,
+        TRAILER_MARKER,
+        FRAGMENT_LENGTH,
+        INVALID_CHANNEL,
+        INVALID_ROC_ID,
+        INVALID_PIXEL,
+        CRC_MODIFIED,
+        TBM_OVERFLOW,
+        HEADER_MARKER,
+        SIZE_NOT_MULTIPLE_OF_8,
+        FED_ID_OUT_OF_RANGE,
+        FRAMING_OVERLAP,
+        WORD_CAPACITY,
+    ];
 }
 
 /// The reference's `dummyDetId` for errors not attributable to a module.
