@@ -338,14 +338,15 @@ pub fn register(r: &mut Registry) {
         name: "compare",
         doc: "Compares two products of one type element by element",
         params: vec![
-            ParamSpec::float("tolerance", 0.0, "absolute tolerance for float columns (0 with relative 0: bit-identical)"),
-            ParamSpec::float("relative_tolerance", 0.0, "relative tolerance for float columns"),
+            ParamSpec::float("tolerance", 0.0, "absolute tolerance for float columns (0 with relative 0: bit-identical)").within(0.0, f64::MAX),
+            ParamSpec::float("relative_tolerance", 0.0, "relative tolerance for float columns").within(0.0, f64::MAX),
             ParamSpec::bool("strict", true, "fail the job at the first difference; otherwise count and report"),
             ParamSpec {
                 name: "column_tolerances",
                 kind: ParamKind::StrList,
                 default: Some(ParamValue::StrList(Vec::new())),
                 doc: "per-column overrides \"column=absolute[,relative]\" (also for integer columns)",
+                range: None,
             },
         ],
         signature: Signature {

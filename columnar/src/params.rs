@@ -1,5 +1,7 @@
-//! Typed step parameters: declared with defaults and one-line docs, parsed from TOML,
-//! unknown keys and wrong types rejected with the step's label and the key.
+//! Typed step parameters: declared with defaults, valid ranges and one-line docs, parsed
+//! from TOML; unknown keys, wrong types, non-finite floats and values outside the declared
+//! range rejected with the step's label, the key and the range (before any event: `quiver
+//! plan check` resolves them).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -53,6 +55,28 @@ impl fmt::Display for ParamValue {
     }
 }
 
+/// The valid values of a numeric parameter: `min..=max`, or `min` excluded (`(min, max]`).
+/// Float parameters must be finite whether or not they declare a range.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ParamRange {
+    pub min: f64,
+    pub max: f64,
+    pub min_excluded: bool,
+}
+
+impl ParamRange {
+    /// Whether `v` is valid.
+    pub fn contains(&self, v: f64) -> bool {
+        (if self.min_excluded { v > self.min } else { v >= self.min }) && v <= self.max
+    }
+}
+
+impl fmt::Display for ParamRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}, {}]", if self.min_excluded { "(" } else { "[" }, self.min, self.max)
+    }
+}
+
 /// Declaration of one parameter of a step type.
 #[derive(Clone, Debug)]
 pub struct ParamSpec {
@@ -62,32 +86,85 @@ pub struct ParamSpec {
     pub default: Option<ParamValue>,
     /// One line, with units.
     pub doc: &'static str,
+    /// Valid values of an integer or float parameter (`None`: any integer, any finite float).
+    pub range: Option<ParamRange>,
 }
 
 impl ParamSpec {
     /// An integer parameter.
     pub fn int(name: &'static str, default: i64, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Int, default: Some(ParamValue::Int(default)), doc }
+        ParamSpec { name, kind: ParamKind::Int, default: Some(ParamValue::Int(default)), doc, range: None }
     }
     /// A float parameter.
     pub fn float(name: &'static str, default: f64, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Float, default: Some(ParamValue::Float(default)), doc }
+        ParamSpec { name, kind: ParamKind::Float, default: Some(ParamValue::Float(default)), doc, range: None }
     }
     /// A boolean parameter.
     pub fn bool(name: &'static str, default: bool, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Bool, default: Some(ParamValue::Bool(default)), doc }
+        ParamSpec { name, kind: ParamKind::Bool, default: Some(ParamValue::Bool(default)), doc, range: None }
     }
     /// A string parameter.
     pub fn str(name: &'static str, default: &str, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Str, default: Some(ParamValue::Str(default.into())), doc }
+        ParamSpec { name, kind: ParamKind::Str, default: Some(ParamValue::Str(default.into())), doc, range: None }
     }
     /// A string restricted to `choices`; the default is the first.
     pub fn choice(name: &'static str, choices: &[&'static str], doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Choice(choices.to_vec()), default: Some(ParamValue::Str(choices[0].into())), doc }
+        ParamSpec { name, kind: ParamKind::Choice(choices.to_vec()), default: Some(ParamValue::Str(choices[0].into())), doc, range: None }
     }
     /// A required parameter of any kind.
     pub fn required(name: &'static str, kind: ParamKind, doc: &'static str) -> Self {
-        ParamSpec { name, kind, default: None, doc }
+        ParamSpec { name, kind, default: None, doc, range: None }
+    }
+
+    /// The same parameter with valid values `min..=max` (integers and floats).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use quiver_columnar::params::{ParamSpec, Params};
+    /// let specs = [ParamSpec::int("hits", 3, "hits per tuple").within(3.0, 4.0)];
+    /// let given: BTreeMap<String, toml::Value> = toml::from_str("hits = 5").unwrap();
+    /// let e = Params::resolve("tuples", &specs, &given).unwrap_err().to_string();
+    /// assert!(e.contains("parameter 'hits' = 5 is outside its valid range [3, 4]"), "{e}");
+    /// ```
+    pub fn within(mut self, min: f64, max: f64) -> Self {
+        self.range = Some(ParamRange { min, max, min_excluded: false });
+        self
+    }
+    /// The same parameter with valid values in `(min, max]` (e.g. a positive scale).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use quiver_columnar::params::{ParamSpec, Params};
+    /// let specs = [ParamSpec::float("ptmin", 0.9, "GeV").above(0.0, 1000.0)];
+    /// for bad in ["ptmin = 0.0", "ptmin = -1.0", "ptmin = nan", "ptmin = inf", "ptmin = 1e308"] {
+    ///     let given: BTreeMap<String, toml::Value> = toml::from_str(bad).unwrap();
+    ///     let e = Params::resolve("ca", &specs, &given).unwrap_err().to_string();
+    ///     assert!(e.contains("'ptmin'") && e.contains("(0, 1000]"), "{e}");
+    /// }
+    /// ```
+    pub fn above(mut self, min: f64, max: f64) -> Self {
+        self.range = Some(ParamRange { min, max, min_excluded: true });
+        self
+    }
+
+    /// Checks a converted value against finiteness and the declared range.
+    fn check(&self, label: &str, v: ParamValue) -> Result<ParamValue> {
+        let x = match v {
+            ParamValue::Int(i) => i as f64,
+            ParamValue::Float(x) => x,
+            _ => return Ok(v),
+        };
+        let range = self.range.map(|r| format!(" in {r}")).unwrap_or_default();
+        if !x.is_finite() {
+            return Err(Error::plan(label, format!("parameter '{}' must be a finite number{range}, got {v}", self.name)));
+        }
+        match self.range {
+            Some(r) if !r.contains(x) => Err(Error::plan(
+                label,
+                format!("parameter '{}' = {v} is outside its valid range {r} ({})", self.name, self.doc),
+            )),
+            _ => Ok(v),
+        }
     }
 
     /// Converts a TOML value, or says why not.
@@ -138,7 +215,8 @@ impl Params {
                     },
                 )
             })?;
-            values.insert(key.clone(), spec.convert(label, v)?);
+            let value = spec.convert(label, v)?;
+            values.insert(key.clone(), spec.check(label, value)?);
         }
         for s in specs {
             if !values.contains_key(s.name) {

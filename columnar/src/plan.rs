@@ -322,7 +322,11 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
     }
     let mut slots: Vec<Option<ResolvedStep>> = resolved.into_iter().map(Some).collect();
     let steps = order.into_iter().map(|i| slots[i].take().expect("each once")).collect();
-    Ok(ResolvedPlan { run: spec.run.clone(), steps })
+    let plan = ResolvedPlan { run: spec.run.clone(), steps };
+    for check in registry.plan_checks() {
+        check(&plan)?;
+    }
+    Ok(plan)
 }
 
 impl ResolvedPlan {

@@ -367,7 +367,13 @@ pub struct Registry {
     dynamic: BTreeMap<&'static str, DynamicSignatureFn>,
     /// Resolves `backend = "auto"` (set by a backend crate, e.g. quiver-gpu).
     auto: Option<fn(&StepType) -> Backend>,
+    /// Checks across steps (e.g. a parameter two step types must agree on), run on every
+    /// validated plan.
+    plan_checks: Vec<PlanCheck>,
 }
+
+/// A check of a whole validated plan, registered by the crate that knows the constraint.
+pub type PlanCheck = fn(&crate::plan::ResolvedPlan) -> Result<()>;
 
 impl Registry {
     /// An empty registry.
@@ -395,6 +401,15 @@ impl Registry {
     /// The per-step signature function of a dynamic step type.
     pub fn dynamic(&self, name: &str) -> Option<DynamicSignatureFn> {
         self.dynamic.get(name).copied()
+    }
+    /// Adds a check that runs on every plan validated against this registry, after each step
+    /// is resolved: constraints between steps that no single step type can see.
+    pub fn add_plan_check(&mut self, check: PlanCheck) {
+        self.plan_checks.push(check);
+    }
+    /// The plan checks, in the order they were added.
+    pub fn plan_checks(&self) -> &[PlanCheck] {
+        &self.plan_checks
     }
     /// Sets how `backend = "auto"` resolves for a step type (a backend crate that can
     /// probe its device installs this).
@@ -442,7 +457,8 @@ impl Registry {
             }
             for p in &t.params {
                 let d = p.default.as_ref().map(|d| d.to_string()).unwrap_or_else(|| "(required)".into());
-                let _ = writeln!(s, "    param  {:<18} {:<10} = {:<12} {}", p.name, p.kind.to_string(), d, p.doc);
+                let range = p.range.map(|r| format!(" (valid: {r})")).unwrap_or_default();
+                let _ = writeln!(s, "    param  {:<18} {:<10} = {:<12} {}{range}", p.name, p.kind.to_string(), d, p.doc);
             }
             s.push('\n');
         }

@@ -123,7 +123,7 @@ pub fn register(r: &mut Registry) {
         name: "random_floats",
         doc: "Uniform random floats, seeded per event (example source)",
         params: vec![
-            ParamSpec::int("count", 1000, "values per event"),
+            ParamSpec::int("count", 1000, "values per event").within(0.0, 1e8),
             ParamSpec::int("seed", 1, "random seed; values depend only on (seed, event)"),
             ParamSpec::float("low", 0.0, "lower bound (inclusive)"),
             ParamSpec::float("high", 1.0, "upper bound (exclusive)"),

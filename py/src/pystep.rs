@@ -154,7 +154,7 @@ pub fn python_signature(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {
         if name == "module" || name == "class" {
             return Err(Error::plan(&s.label, format!("the class declares parameter '{name}', a name reserved for Python steps")));
         }
-        params.push(ParamSpec { name: intern(&name), kind, default, doc: "declared by the Python class" });
+        params.push(ParamSpec { name: intern(&name), kind, default, doc: "declared by the Python class", range: None });
     }
     Ok((Signature { inputs, outputs }, params))
 }

@@ -373,10 +373,10 @@ pub(super) fn register(r: &mut Registry) {
         name: "calibrate",
         doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
         params: vec![
-            ParamSpec::float("gain_l1", 50.0, "VCal→electrons slope on BPix L1, e/VCal"),
-            ParamSpec::float("offset_l1", -670.0, "VCal→electrons offset on BPix L1, e"),
-            ParamSpec::float("gain", 47.0, "VCal→electrons slope elsewhere, e/VCal"),
-            ParamSpec::float("offset", -60.0, "VCal→electrons offset elsewhere, e"),
+            ParamSpec::float("gain_l1", 50.0, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
+            ParamSpec::float("offset_l1", -670.0, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
+            ParamSpec::float("gain", 47.0, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
+            ParamSpec::float("offset", -60.0, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
         ],
         signature: Signature {
             inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],
@@ -390,7 +390,7 @@ pub(super) fn register(r: &mut Registry) {
         doc: "8-connected pixel clusters per module, numbered by lowest digi index (findClus)",
         params: vec![
             ParamSpec::choice("algorithm", &["faithful", "union_find"], "the reference's label propagation, or union-find (identical output)"),
-            ParamSpec::int("max_pixels_per_module", 4000, "pixels clustered per module run at most (with capacities = \"reference\")"),
+            ParamSpec::int("max_pixels_per_module", 4000, "pixels clustered per module run at most (with capacities = \"reference\")").within(1.0, 65_534.0),
             Capacities::param(),
         ],
         signature: Signature {
@@ -404,9 +404,9 @@ pub(super) fn register(r: &mut Registry) {
         name: "cluster_charge_cut",
         doc: "Drops clusters below the charge threshold and renumbers densely (clusterChargeCut)",
         params: vec![
-            ParamSpec::int("min_charge_l1", 2000, "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it"),
-            ParamSpec::int("min_charge", 4000, "threshold elsewhere, e"),
-            ParamSpec::int("max_clusters_per_module", 1024, "clusters kept per module (with capacities = \"reference\")"),
+            ParamSpec::int("min_charge_l1", 2000, "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it").within(0.0, i32::MAX as f64),
+            ParamSpec::int("min_charge", 4000, "threshold elsewhere, e").within(0.0, i32::MAX as f64),
+            ParamSpec::int("max_clusters_per_module", 1024, "clusters kept per module (with capacities = \"reference\")").within(1.0, 1024.0),
             Capacities::param(),
         ],
         signature: Signature {

@@ -497,10 +497,35 @@ impl Step for VerticesStep {
     }
 }
 
+/// `ca_doublets` builds the layer pairs for the shortest ntuplet that `ca_ntuplets` then
+/// searches: the two steps must be given the same `min_hits_per_ntuplet`.
+fn ntuplet_hits_agree(plan: &quiver_columnar::plan::ResolvedPlan) -> Result<()> {
+    const KEY: &str = "min_hits_per_ntuplet";
+    for s in plan.steps.iter().filter(|s| s.type_name == "ca_ntuplets") {
+        let Some(n) = s.params.get(KEY) else { continue };
+        for k in s.inputs.get("doublets").into_iter().flatten() {
+            let Some(d) = plan.steps.iter().find(|p| p.label == k.label && p.type_name == "ca_doublets") else { continue };
+            if let Some(m) = d.params.get(KEY).filter(|m| *m != n) {
+                return Err(Error::plan(
+                    &s.label,
+                    format!(
+                        "parameter '{KEY}' = {n} differs from the {m} of step '{}' (ca_doublets), whose doublets it reads: \
+                         the doublet step builds the layer pairs for that ntuplet length; give both the same value",
+                        d.label
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Registers the tracking step types.
 pub(super) fn register(r: &mut Registry) {
+    r.add_plan_check(ntuplet_hits_agree);
     let cpu = vec![Backend::Cpu];
-    let min_hits = ParamSpec::int("min_hits_per_ntuplet", 3, "3: triplets and quadruplets; 4: quadruplets only (13 layer pairs)");
+    let min_hits = ParamSpec::int("min_hits_per_ntuplet", 3, "3: triplets and quadruplets; 4: quadruplets only (13 layer pairs); the same in ca_doublets and ca_ntuplets")
+        .within(3.0, 4.0);
     let fishbones = [
         ParamSpec::bool("early_fishbone", true, "kill collinear cells sharing an outer hit before the search"),
         ParamSpec::bool("late_fishbone", false, "the same after the search (off in the reference)"),
@@ -522,7 +547,7 @@ pub(super) fn register(r: &mut Registry) {
         doc: "CA ntuplets: connect cells (r–z, curvature, DCA), fishbone, depth-first search (3–5 hits), early duplicate removal",
         params: vec![
             min_hits,
-            ParamSpec::float("ptmin", 0.9, "pT of the r–z alignment cut, GeV"),
+            ParamSpec::float("ptmin", 0.9, "pT of the r–z alignment cut, GeV").above(0.0, 1000.0),
             fishbones[0].clone(),
             fishbones[1].clone(),
             Capacities::param(),
@@ -582,12 +607,12 @@ pub(super) fn register(r: &mut Registry) {
         doc: "Primary vertices: density clustering of track z0, fit, split, refit, sort by Σ pT² (PixelVertexProducerCUDA)",
         params: vec![
             ParamSpec::choice("clusterizer", &["density", "dbscan", "iterative"], "track clustering in z"),
-            ParamSpec::int("min_t", 2, "minimum neighbours for a seed (nn ≥ min_t)"),
-            ParamSpec::float("eps", 0.07, "maximum |Δz| between neighbours, cm"),
-            ParamSpec::float("errmax", 0.01, "maximum σ(z) of a track that seeds, cm"),
-            ParamSpec::float("chi2max", 9.0, "maximum Δz²/σ² between neighbours"),
-            ParamSpec::float("pt_min", 0.5, "minimum track pT, GeV"),
-            ParamSpec::int("min_hits", 4, "minimum hits of a track"),
+            ParamSpec::int("min_t", 2, "minimum neighbours for a seed (nn ≥ min_t)").within(0.0, 10_000.0),
+            ParamSpec::float("eps", 0.07, "maximum |Δz| between neighbours, cm").above(0.0, 0.1),
+            ParamSpec::float("errmax", 0.01, "maximum σ(z) of a track that seeds, cm").within(0.0, 100.0),
+            ParamSpec::float("chi2max", 9.0, "maximum Δz²/σ² between neighbours").above(0.0, 1e6),
+            ParamSpec::float("pt_min", 0.5, "minimum track pT, GeV").within(0.0, 1000.0),
+            ParamSpec::int("min_hits", 4, "minimum hits of a track (tracks have 3 to 5)").within(0.0, 5.0),
             Capacities::param(),
         ],
         signature: Signature {
@@ -604,12 +629,13 @@ pub(super) fn register(r: &mut Registry) {
             };
             let vc = VertexConfig {
                 clusterizer,
-                min_t: p.int("min_t").clamp(0, i32::MAX as i64) as i32,
+                // Within the declared ranges (checked when the plan was resolved).
+                min_t: p.int("min_t") as i32,
                 eps: p.float("eps") as f32,
                 errmax: p.float("errmax") as f32,
                 chi2max: p.float("chi2max") as f32,
                 pt_min: p.float("pt_min") as f32,
-                min_hits: p.int("min_hits").clamp(0, u16::MAX as i64) as u16,
+                min_hits: p.int("min_hits") as u16,
                 max_tracks: if Capacities::of(cfg)?.sized() { usize::MAX } else { crate::vertices::MAX_TRACKS },
                 ..Default::default()
             };
