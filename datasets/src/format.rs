@@ -83,17 +83,11 @@ fn write_ipc(path: &Path, batch: &RecordBatch) -> Result<(), DatasetError> {
 }
 
 fn read_ipc(path: &Path) -> Result<RecordBatch, DatasetError> {
-    let f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
-    let r = arrow_ipc::reader::FileReader::try_new_buffered(f, None).map_err(|e| DatasetError::format(path, e))?;
-    let schema = r.schema();
-    let mut batches = Vec::new();
-    for b in r {
-        batches.push(b.map_err(|e| DatasetError::format(path, e))?);
-    }
+    let (schema, mut batches) = crate::ipc::read_file(path)?;
     match batches.len() {
         0 => Ok(RecordBatch::new_empty(schema)),
         1 => Ok(batches.pop().expect("one batch")),
-        n => Err(DatasetError::format(path, format!("{n} record batches, expected one"))),
+        n => Err(DatasetError::damaged(path, format!("{n} record batches, expected one"))),
     }
 }
 
@@ -105,18 +99,18 @@ fn batch(path: &Path, fields: Vec<Field>, cols: Vec<ArrayRef>, meta: HashMap<Str
 fn col<'a, T: Array + 'static>(path: &Path, b: &'a RecordBatch, name: &str, rows: Option<usize>) -> Result<&'a T, DatasetError> {
     let c = b
         .column_by_name(name)
-        .ok_or_else(|| DatasetError::format(path, format!("missing column `{name}`")))?;
+        .ok_or_else(|| DatasetError::damaged(path, format!("missing column `{name}`")))?;
     let a = c
         .as_any()
         .downcast_ref::<T>()
-        .ok_or_else(|| DatasetError::format(path, format!("column `{name}` has type {}", c.data_type())))?;
+        .ok_or_else(|| DatasetError::damaged(path, format!("column `{name}` has type {}", c.data_type())))?;
     if let Some(n) = rows {
         if a.len() != n {
-            return Err(DatasetError::format(path, format!("column `{name}` has {} rows, expected {n}", a.len())));
+            return Err(DatasetError::damaged(path, format!("column `{name}` has {} rows, expected {n}", a.len())));
         }
     }
     if a.null_count() > 0 {
-        return Err(DatasetError::format(path, format!("column `{name}` has nulls")));
+        return Err(DatasetError::damaged(path, format!("column `{name}` has nulls")));
     }
     Ok(a)
 }
@@ -126,7 +120,7 @@ fn meta_f32(path: &Path, b: &RecordBatch, key: &str) -> Result<f32, DatasetError
         .metadata()
         .get(key)
         .and_then(|v| v.parse::<f32>().ok())
-        .ok_or_else(|| DatasetError::format(path, format!("missing or invalid metadata `{key}`")))
+        .ok_or_else(|| DatasetError::damaged(path, format!("missing or invalid metadata `{key}`")))
 }
 
 fn meta_u32(path: &Path, b: &RecordBatch, key: &str) -> Result<u32, DatasetError> {
@@ -134,7 +128,7 @@ fn meta_u32(path: &Path, b: &RecordBatch, key: &str) -> Result<u32, DatasetError
         .metadata()
         .get(key)
         .and_then(|v| v.parse::<u32>().ok())
-        .ok_or_else(|| DatasetError::format(path, format!("missing or invalid metadata `{key}`")))
+        .ok_or_else(|| DatasetError::damaged(path, format!("missing or invalid metadata `{key}`")))
 }
 
 macro_rules! f32col {
@@ -332,7 +326,7 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
     let b = read_ipc(&p)?;
     let fed_ids = col::<UInt32Array>(&p, &b, "fed", None)?.values().to_vec();
     if fed_ids.iter().any(|&f| !(1200..1350).contains(&f)) || fed_ids.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(DatasetError::format(&p, "FED ids must be ascending within 1200..1349"));
+        return Err(DatasetError::damaged(&p, "FED ids must be ascending within 1200..1349"));
     }
     // cabling
     let p = dir.join(CONDITION_FILES[2]);
@@ -382,7 +376,7 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
         data,
     };
     if gains.range_and_cols.iter().any(|&(f, l, _)| f > l || l as usize > gains.data.len()) {
-        return Err(DatasetError::format(&p, "gain ranges exceed the gain data"));
+        return Err(DatasetError::damaged(&p, "gain ranges exceed the gain data"));
     }
     // CPE
     let p = dir.join(CONDITION_FILES[5]);
@@ -695,13 +689,13 @@ impl Dataset {
     fn open_with(dir: &Path, verify: bool) -> Result<Dataset, DatasetError> {
         let mp = dir.join("manifest.toml");
         let text = std::fs::read_to_string(&mp).map_err(|e| DatasetError::io(&mp, e))?;
-        let manifest: Manifest = toml::from_str(&text).map_err(|e| DatasetError::format(&mp, e))?;
+        let manifest: Manifest = toml::from_str(&text).map_err(|e| DatasetError::damaged(&mp, e))?;
         if manifest.format_version != FORMAT_VERSION {
-            return Err(DatasetError::format(&mp, format!("format version {} (this reader knows {FORMAT_VERSION})", manifest.format_version)));
+            return Err(DatasetError::format(&mp, format!("format version {} (this reader knows {FORMAT_VERSION}): {}", manifest.format_version, crate::error::DAMAGED_HINT)));
         }
         for required in ["raw.arrow"].iter().chain(CONDITION_FILES.iter()) {
             if !manifest.files.contains_key(*required) {
-                return Err(DatasetError::format(&mp, format!("no checksum for `{required}`")));
+                return Err(DatasetError::damaged(&mp, format!("no checksum for `{required}`")));
             }
         }
         if verify && !verified_before(dir, &text, &manifest) {
@@ -729,17 +723,17 @@ impl Dataset {
             for r in 0..b.num_rows() {
                 let key = (ev.value(r), fed.value(r));
                 if prev.is_some_and(|p| p >= key) {
-                    return Err(DatasetError::format(&rp, format!("rows not sorted by (event, fed) at event {} fed {}", key.0, key.1)));
+                    return Err(DatasetError::damaged(&rp, format!("rows not sorted by (event, fed) at event {} fed {}", key.0, key.1)));
                 }
                 if prev.map(|p| p.0) != Some(key.0) {
                     if key.0 as usize != index.len() {
-                        return Err(DatasetError::format(&rp, format!("event {} follows event {:?}", key.0, prev.map(|p| p.0))));
+                        return Err(DatasetError::damaged(&rp, format!("event {} follows event {:?}", key.0, prev.map(|p| p.0))));
                     }
                     index.push((bi as u32, r as u32, r as u32 + 1));
                 } else {
                     let last = index.last_mut().expect("an event");
                     if last.0 != bi as u32 {
-                        return Err(DatasetError::format(&rp, format!("event {} spans two record batches", key.0)));
+                        return Err(DatasetError::damaged(&rp, format!("event {} spans two record batches", key.0)));
                     }
                     last.2 = r as u32 + 1;
                 }
@@ -747,7 +741,7 @@ impl Dataset {
             }
         }
         if index.len() != manifest.events as usize {
-            return Err(DatasetError::format(&rp, format!("{} events, manifest says {}", index.len(), manifest.events)));
+            return Err(DatasetError::damaged(&rp, format!("{} events, manifest says {}", index.len(), manifest.events)));
         }
         Ok(Dataset { dir: dir.to_path_buf(), manifest, conditions, batches, index })
     }
@@ -800,48 +794,28 @@ impl Dataset {
     }
 }
 
-/// Memory-maps an Arrow IPC file and decodes its record batches without copying the data.
+/// Memory-maps an Arrow IPC file and decodes its record batches without copying the data
+/// (each checked in full: see `ipc::decode_file`).
 fn map_ipc_file(path: &Path, expected: &SchemaRef) -> Result<Vec<RecordBatch>, DatasetError> {
     let f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
-    // SAFETY: the dataset is read-only by contract; the mapping lives as long as the buffers.
+    let len = f.metadata().map_err(|e| DatasetError::io(path, e))?.len();
+    if len == 0 {
+        // mapping an empty file fails with EINVAL, which says nothing useful
+        return Err(DatasetError::damaged(path, "empty file (0 bytes)"));
+    }
+    // SAFETY: `Mmap::map` is unsafe because another process may change the file while it is
+    // mapped; a dataset is read-only by contract (written once by `quiver generate`, its
+    // checksums in the manifest), and the mapping is owned by the buffer built from it.
     let mmap = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| DatasetError::io(path, e))?;
     let len = mmap.len();
-    if len < 18 || &mmap[..6] != b"ARROW1" || &mmap[len - 6..] != b"ARROW1" {
-        return Err(DatasetError::format(path, "not an Arrow IPC file (magic bytes missing; truncated?)"));
-    }
-    let footer_len = i32::from_le_bytes(mmap[len - 10..len - 6].try_into().expect("4 bytes"));
-    if footer_len <= 0 || footer_len as usize > len - 18 {
-        return Err(DatasetError::format(path, format!("invalid footer length {footer_len}")));
-    }
-    let fstart = len - 10 - footer_len as usize;
-    let buffer = if len == 0 {
-        Buffer::from_vec(Vec::<u8>::new())
-    } else {
-        let ptr = NonNull::new(mmap.as_ptr() as *mut u8).expect("mapped");
-        // SAFETY: `ptr` is valid for `len` bytes for as long as `mmap` (now owned by the buffer) lives.
-        unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(mmap)) }
-    };
-    let footer = arrow_ipc::root_as_footer(&buffer[fstart..len - 10]).map_err(|e| DatasetError::format(path, format!("bad footer: {e}")))?;
-    let fb_schema = footer.schema().ok_or_else(|| DatasetError::format(path, "footer has no schema"))?;
-    let schema = arrow_ipc::convert::fb_to_schema(fb_schema);
+    let ptr = NonNull::new(mmap.as_ptr() as *mut u8).ok_or_else(|| DatasetError::damaged(path, "mapping returned a null pointer"))?;
+    // SAFETY: `ptr` points to `len` initialised, immutable bytes that stay mapped as long as
+    // `mmap` lives; the buffer owns `mmap` (the `Arc`) and frees it with its last clone.
+    let buffer = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(mmap)) };
+    let (schema, batches) = crate::ipc::decode_file(path, &buffer)?;
     if schema.fields() != expected.fields() {
-        return Err(DatasetError::format(path, format!("unexpected schema {schema:?}")));
+        let names: Vec<String> = schema.fields().iter().map(|f| format!("{}: {}", f.name(), f.data_type())).collect();
+        return Err(DatasetError::damaged(path, format!("unexpected columns [{}]", names.join(", "))));
     }
-    let decoder = arrow_ipc::reader::FileDecoder::new(expected.clone(), footer.version()).with_require_alignment(false);
-    let mut out = Vec::new();
-    for block in footer.recordBatches().iter().flatten() {
-        let off = block.offset();
-        let meta = block.metaDataLength();
-        let body = block.bodyLength();
-        if off < 0 || meta < 8 || body < 0 || (off as u64).saturating_add(meta as u64).saturating_add(body as u64) > fstart as u64 {
-            return Err(DatasetError::format(path, format!("record batch block at {off} exceeds the file")));
-        }
-        let buf = buffer.slice_with_length(off as usize, meta as usize + body as usize);
-        match decoder.read_record_batch(block, &buf) {
-            Ok(Some(b)) => out.push(b),
-            Ok(None) => {}
-            Err(e) => return Err(DatasetError::format(path, format!("record batch at {off}: {e}"))),
-        }
-    }
-    Ok(out)
+    Ok(batches)
 }
