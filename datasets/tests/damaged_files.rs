@@ -133,3 +133,25 @@ fn empty_and_truncated_files_say_what_to_do() {
     std::fs::write(&raw, &good).unwrap();
     assert!(Dataset::open(dir).is_ok());
 }
+
+#[test]
+fn truth_files_are_not_needed_to_reconstruct_but_are_verified_by_their_readers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = small(tmp.path());
+    generate(&opts).unwrap();
+    let dir = &opts.output;
+    for name in ["simhits.parquet", "faults.parquet"] {
+        std::fs::remove_file(dir.join(name)).unwrap();
+    }
+    // Reconstruction reads raw data and conditions only.
+    assert!(open_and_read(dir, true).unwrap().is_ok());
+    let e = quiver_datasets::format::verify_files(dir, &["particles.parquet", "simhits.parquet"]).unwrap_err().to_string();
+    assert!(e.contains("simhits.parquet: missing") && e.contains("quiver generate"), "{e}");
+    // A damaged truth file is caught by its reader's verification.
+    let p = dir.join("particles.parquet");
+    let mut b = std::fs::read(&p).unwrap();
+    b[10] ^= 1;
+    std::fs::write(&p, &b).unwrap();
+    let e = quiver_datasets::format::verify_files(dir, &["particles.parquet"]).unwrap_err().to_string();
+    assert!(e.contains("particles.parquet: checksum mismatch") && e.contains("quiver generate"), "{e}");
+}

@@ -184,6 +184,9 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
 /// Reads `particles`, `vertices`, `simhits` and `pixel_truth` of a dataset directory.
 pub(crate) fn read_truth(dir: &Path) -> Result<BTreeMap<u32, TruthEvent>> {
     let names = ["particles", "vertices", "simhits", "pixel_truth"];
+    let files: Vec<String> = names.iter().map(|n| format!("{n}.parquet")).collect();
+    quiver_datasets::format::verify_files(dir, &files.iter().map(String::as_str).collect::<Vec<_>>())
+        .map_err(|e| crate::ValidationError::Data(e.to_string()))?;
     let b: Vec<RecordBatch> = names.iter().map(|n| read_parquet(&dir.join(format!("{n}.parquet")))).collect::<Result<_>>()?;
     let r: Vec<BTreeMap<u32, Range<usize>>> = names.iter().zip(&b).map(|(n, b)| event_ranges(b, n)).collect::<Result<_>>()?;
     let (p, v, s, x) = (&b[0], &b[1], &b[2], &b[3]);
