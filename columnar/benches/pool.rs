@@ -12,12 +12,16 @@ use quiver_columnar::{executor, plan, JobContext, PlanSpec, Registry, RunOptions
 
 struct Counting;
 static HEAP_ALLOCS: AtomicU64 = AtomicU64::new(0);
+// SAFETY: every call is forwarded unchanged to the system allocator, which upholds
+// GlobalAlloc's contract; counting touches only an atomic.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         HEAP_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's layout contract is passed on as is.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `System.alloc` with layout `l` (our `alloc`).
         unsafe { System.dealloc(p, l) }
     }
 }

@@ -199,8 +199,11 @@ struct PooledBlock {
     class: usize,
     pool: Arc<Inner>,
 }
-// SAFETY: the block is exclusively owned memory; the pool's lists are behind mutexes.
+// SAFETY: the block is exclusively owned memory (no other pointer to it exists while it is
+// out of the pool); the pool's lists are behind mutexes.
 unsafe impl Send for PooledBlock {}
+// SAFETY: shared references give no access to the bytes (only Arrow's `Buffer`, which owns
+// the block, reads them, immutably); returning it on drop takes the pool's mutex.
 unsafe impl Sync for PooledBlock {}
 impl std::panic::RefUnwindSafe for PooledBlock {}
 

@@ -222,7 +222,7 @@ impl Product {
 
     /// A product from a batch and the row count of each event.
     pub fn from_lengths(batch: RecordBatch, lengths: impl IntoIterator<Item = usize>) -> Result<Self> {
-        Self::new(batch, OffsetBuffer::from_lengths(lengths))
+        Self::new(batch, offsets_from_lengths(lengths)?)
     }
 
     /// The product type (schema name).
@@ -314,18 +314,28 @@ impl Product {
     }
 }
 
-/// Offsets from per-event lengths, in pooled memory.
-pub fn offsets_from_lengths(lengths: impl IntoIterator<Item = usize>) -> OffsetBuffer<i32> {
+/// Offsets from per-event lengths, in pooled memory; an error when the rows exceed what
+/// Arrow's 32-bit offsets address (2³¹ − 1), instead of wrapping.
+///
+/// ```
+/// use quiver_columnar::product::offsets_from_lengths;
+/// assert_eq!(offsets_from_lengths([3, 0, 5]).unwrap().as_ref(), &[0, 3, 3, 8]);
+/// assert!(offsets_from_lengths([i32::MAX as usize, 1]).is_err());
+/// ```
+pub fn offsets_from_lengths(lengths: impl IntoIterator<Item = usize>) -> Result<OffsetBuffer<i32>> {
     let it = lengths.into_iter();
     let mut v = crate::pool::global().vec::<i32>(it.size_hint().0 + 1);
     let mut acc = 0i32;
     v.push(0);
     for l in it {
-        acc += l as i32;
+        acc = i32::try_from(l).ok().and_then(|l| acc.checked_add(l)).ok_or_else(|| {
+            Error::data(format!("a product of more than {} rows in one batch (32-bit Arrow offsets): use a smaller batch size", i32::MAX))
+        })?;
         v.push(acc);
     }
-    // SAFETY: monotonically increasing from 0 by construction.
-    unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(v.into_buffer())) }
+    // SAFETY: starts at 0 and never decreases: every step adds a length checked to be ≥ 0
+    // and to keep the sum within i32.
+    Ok(unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(v.into_buffer())) })
 }
 
 #[cfg(test)]
@@ -374,7 +384,7 @@ mod tests {
 
     #[test]
     fn offsets_from_lengths_matches_arrow() {
-        let a = offsets_from_lengths([3, 0, 5]);
+        let a = offsets_from_lengths([3, 0, 5]).unwrap();
         let b = OffsetBuffer::<i32>::from_lengths([3, 0, 5]);
         assert_eq!(a.as_ref(), b.as_ref());
     }

@@ -175,8 +175,15 @@ fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Sche
 }
 
 /// Decodes an Arrow IPC file held in `buffer`: its schema and every record batch, each
-/// column validated in full. Errors name `path`.
-pub(crate) fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
+/// column validated in full. Errors name `path`; no byte content makes it panic (fuzzed:
+/// docs/reliability.md).
+///
+/// ```
+/// use arrow_buffer::Buffer;
+/// let e = quiver_datasets::ipc::decode_file("x.arrow".as_ref(), &Buffer::from_vec(b"ARROW1 not really".to_vec()));
+/// assert!(e.unwrap_err().to_string().starts_with("x.arrow: not an Arrow IPC file"));
+/// ```
+pub fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
     let len = buffer.len();
     if len == 0 {
         return Err(DatasetError::damaged(path, "empty file (0 bytes)"));

@@ -13,7 +13,7 @@ pub mod format;
 pub mod generate;
 pub mod generator;
 pub mod geometry;
-mod ipc;
+pub mod ipc;
 pub mod raw;
 pub mod topology;
 

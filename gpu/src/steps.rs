@@ -175,7 +175,7 @@ fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overfl
 
 fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
     let rb = RecordBatch::try_new(schema(type_name), columns)?;
-    batch.put(Product::new(rb, offsets_from_lengths(lengths))?)
+    batch.put(Product::new(rb, offsets_from_lengths(lengths)?)?)
 }
 
 /// Device columns for a product of `type_name` with `rows` rows, in schema order.
@@ -467,7 +467,7 @@ impl Step for RawToDigisGpu {
         let [cx, cy, ca, cm] = cols;
         let digis = vec![u16_array(cx), u16_array(cy), u16_array(ca), u16_array(cm), u32_array(rid), u32_array(pdg)];
         let on_device = device_columns(c.gpu, DIGIS, n, [xx, yy, adc, module, raw_id, pdigi].into_iter().map(Arc::new).collect())?;
-        publish_resident(batch, DIGIS, digis, offsets_from_lengths(framed.words_per_event.iter().copied()), on_device)?;
+        publish_resident(batch, DIGIS, digis, offsets_from_lengths(framed.words_per_event.iter().copied())?, on_device)?;
         let all: Vec<&PixelError> = errors.iter().flatten().collect();
         let err_cols: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
@@ -1109,7 +1109,7 @@ impl Step for RecHitsGpu {
         let mut dev_cols: Vec<Arc<DeviceBuf>> = f32s.into_iter().map(Arc::new).collect();
         dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
         let on_device = device_columns(c.gpu, HITS, nh, dev_cols)?;
-        publish_resident(batch, HITS, cols, offsets_from_lengths(hits_per_event), on_device)?;
+        publish_resident(batch, HITS, cols, offsets_from_lengths(hits_per_event)?, on_device)?;
         quiver_reco::steps::publish_hit_layers(batch, &starts)?;
         let overflows = tables
             .iter()

@@ -103,7 +103,7 @@ pub fn offsets_from_events(product: &str, events: &dyn Array, first: u64, n: usi
         }
         lengths[i as usize] += 1;
     }
-    Ok(OffsetBuffer::from_lengths(lengths))
+    quiver_columnar::product::offsets_from_lengths(lengths)
 }
 
 /// Offsets given explicitly (`n + 1` non-decreasing values from 0 to `rows`); the error

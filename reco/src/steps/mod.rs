@@ -141,7 +141,7 @@ pub(crate) fn per_event<T: Send>(batch: &EventBatch, per_event: impl Fn(usize) -
 
 pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
     let rb = RecordBatch::try_new(schema(type_name), columns)?;
-    batch.put(Product::new(rb, offsets_from_lengths(lengths))?)
+    batch.put(Product::new(rb, offsets_from_lengths(lengths)?)?)
 }
 
 /// Publishes the step's `capacity_overflows` (one list of overflows per event).

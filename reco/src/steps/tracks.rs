@@ -415,7 +415,7 @@ fn ntuplet_overflows(ca: &crate::tracks::ntuplets::CaState, n: &crate::tracks::N
 
 /// A list column from per-row lengths and flat values (pooled memory).
 pub(crate) fn list_column<T: arrow_array::ArrowPrimitiveType>(lengths: impl Iterator<Item = usize>, flat: arrow_array::PrimitiveArray<T>) -> Result<ArrayRef> {
-    let offsets = quiver_columnar::product::offsets_from_lengths(lengths);
+    let offsets = quiver_columnar::product::offsets_from_lengths(lengths)?;
     let field = Arc::new(Field::new("item", T::DATA_TYPE, false));
     Ok(Arc::new(ListArray::try_new(field, offsets, Arc::new(flat), None)?))
 }
