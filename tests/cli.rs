@@ -309,3 +309,20 @@ fn generate_prints_a_readable_summary_and_the_next_command() {
     assert!(out.contains(" FED words, ") && out.contains(" clusters\n"), "{out}");
     assert!(out.trim_end().ends_with(&format!("next: quiver run --input {}", ds.display())), "{out}");
 }
+
+#[test]
+fn an_output_that_cannot_be_a_directory_fails_before_any_event_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, b"x").unwrap();
+    for (out, expected) in [
+        (file.clone(), format!("the output directory {} is an existing file, not a directory", file.display())),
+        (file.join("sub"), format!("cannot create the output directory {}", file.join("sub").display())),
+    ] {
+        let o = quiver(&["run", "plans/examples/square.toml", "--no-progress", "--events", "5", "--output", out.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("step 'output'") && e.contains(&expected), "{e}");
+        assert!(!stdout(&o).contains("events 5"), "no event ran: {}", stdout(&o));
+    }
+}

@@ -149,6 +149,25 @@ impl OutputFile {
     }
 }
 
+/// Makes the output directory and proves it writable before any event, so that a wrong
+/// `--output` fails at once, naming the directory, not after the first batch by a temporary
+/// file's name.
+fn prepare_output_dir(label: &str, dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::plan(
+            label,
+            format!("the output directory {} is an existing file, not a directory: choose another --output or remove the file", dir.display()),
+        ));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::plan(label, format!("cannot create the output directory {}: {e}", dir.display())))?;
+    let probe = dir.join(format!(".quiver-write-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| Error::plan(label, format!("the output directory {} is not writable: {e}", dir.display())))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 struct WriteStep {
     inputs: Vec<ProductKey>,
     files: Vec<Mutex<OutputFile>>,
@@ -157,7 +176,7 @@ struct WriteStep {
 impl WriteStep {
     fn build(cfg: &StepConfig, format: Format) -> Result<Box<dyn Step>> {
         let dir = &cfg.job.output;
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        prepare_output_dir(&cfg.label, dir)?;
         // A product selected twice (by its label and by label:type) is written once.
         let mut inputs: Vec<ProductKey> = Vec::new();
         for k in cfg.inputs("products") {
