@@ -45,7 +45,7 @@ const NUMBERS: &str = "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\n
 fn unknown_step_type() {
     assert_plan_error(
         "[[step]]\nlabel = \"x\"\ntype = \"sqaure\"\n",
-        "step 'x': unknown step type 'sqaure' (`quiver steps` lists the catalogue)",
+        "step 'x': unknown step type 'sqaure' (did you mean 'square'? `quiver steps` lists the catalogue)",
     );
 }
 
@@ -295,4 +295,20 @@ fn python_commands_explain_where_they_run() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(&format!("`quiver {cmd}` is a command of the Python package")) && err.contains("pip install ./py"), "{err}");
     }
+}
+
+#[test]
+fn input_pointing_nowhere_says_how_to_make_a_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dataset");
+    let plan = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/pixel.toml");
+    for input in [missing.clone(), dir.path().to_path_buf()] {
+        let o = quiver(&["run", plan.to_str().unwrap(), "--input", input.to_str().unwrap(), "--events", "1", "--no-progress",
+                         "--output", dir.path().join("out").to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(&format!("input dataset: {}", input.display())), "{e}");
+        assert!(e.contains(&format!("make one with `quiver generate --output {}`", input.display())), "{e}");
+    }
+    assert!(stderr(&quiver(&["run", plan.to_str().unwrap(), "--input", missing.to_str().unwrap(), "--events", "1"])).contains("does not exist"));
 }
