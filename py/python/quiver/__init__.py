@@ -18,6 +18,7 @@ from ._analysis import QUALITY_NAMES, Quality
 from ._errors import PlanError, QuiverError, QuiverIOError, StepError
 from ._optional import MissingExtraError
 from ._plan import Plan, Result
+from ._report import Report, report
 from ._steps import Step, polars_step
 from .query import open, sql
 from . import _quiver
@@ -26,7 +27,7 @@ Batch = _quiver.Batch
 """The event batch a Python step's ``produce(batch)`` receives (for type hints)."""
 
 __all__ = ["Plan", "Result", "Step", "Batch", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError",
-           "MissingExtraError", "Quality", "QUALITY_NAMES", "steps", "conditions", "open", "sql"]
+           "MissingExtraError", "Quality", "QUALITY_NAMES", "Report", "report", "steps", "conditions", "open", "sql"]
 __version__ = _quiver.__version__
 
 

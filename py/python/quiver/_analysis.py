@@ -6,19 +6,21 @@ code); names are added on the Python side only, as an extra column.
 
 from __future__ import annotations
 
-import enum
-
 from ._optional import require
 
 
-class Quality(enum.IntEnum):
-    """Track quality codes of the ``quality`` column of ``tracks``, ``track_fits`` and
-    ``ntuplets`` (docs/products.md). Ordered: a track of quality ``q`` passes every
-    selection below it, so "loose or better" is ``quality >= Quality.loose``. The chain
-    produces only ``bad``, ``dup`` and ``loose``; ``strict``, ``tight`` and ``highPurity``
-    exist in the reference's enum and are never set.
+QUALITY_NAMES = ["bad", "dup", "loose", "strict", "tight", "highPurity"]
+"""Quality names in code order (index = code)."""
 
-    >>> int(Quality.loose), Quality(1).name
+
+class Quality:
+    """Track quality codes of the ``quality`` column of ``tracks``, ``track_fits`` and
+    ``ntuplets`` (docs/products.md), as plain ``int`` constants so that they compare with
+    numpy, awkward and Polars columns alike. Ordered: "loose or better" is
+    ``quality >= Quality.loose``. The chain produces only ``bad``, ``dup`` and ``loose``;
+    ``strict``, ``tight`` and ``highPurity`` exist in the reference's enum and are never set.
+
+    >>> Quality.loose, Quality.name(1)
     (2, 'dup')
     """
 
@@ -29,9 +31,13 @@ class Quality(enum.IntEnum):
     tight = 4
     highPurity = 5
 
+    @staticmethod
+    def name(code: int) -> str:
+        """The name of a quality code."""
+        if not 0 <= int(code) < len(QUALITY_NAMES):
+            raise ValueError(f"quality code {code} is not one of 0..{len(QUALITY_NAMES) - 1}")
+        return QUALITY_NAMES[int(code)]
 
-QUALITY_NAMES = [q.name for q in Quality]
-"""Quality names in code order (index = code)."""
 
 # Product types with a `quality` column holding Quality codes.
 QUALITY_TYPES = ("tracks", "track_fits", "ntuplets")
