@@ -174,3 +174,12 @@ def test_package_is_typed():
     pkg = pathlib.Path(quiver.__file__).parent
     assert (pkg / "py.typed").exists()
     assert (pkg / "_quiver.pyi").exists()
+
+
+def test_a_broken_installed_package_is_not_reported_as_missing(tmp_path, monkeypatch):
+    (tmp_path / "brokenpkg").mkdir()
+    (tmp_path / "brokenpkg/__init__.py").write_text("import no_such_dependency_of_brokenpkg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as e:
+        quiver._optional.require("brokenpkg", extra="hist")
+    assert not isinstance(e.value, MissingExtraError) and e.value.name == "no_such_dependency_of_brokenpkg"

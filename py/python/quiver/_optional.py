@@ -31,9 +31,12 @@ def require(module: str, *, extra: str, feature: str | None = None):
         raise ValueError(f"unknown extra '{extra}' (known: {', '.join(EXTRAS)})")
     try:
         return importlib.import_module(module)
-    except ImportError as e:
-        what = feature or EXTRAS[extra]
+    except ModuleNotFoundError as e:
         top = module.partition(".")[0]
+        if (e.name or "").partition(".")[0] != top:
+            raise  # the package is there but one of its own imports failed: show that
+        what = feature or EXTRAS[extra]
+        # `from None`: the traceback ends in this one line, not in importlib's.
         raise MissingExtraError(
             f"{what} needs the '{top}' package, which is not installed: pip install 'quiver[{extra}]'"
-        ) from e
+        ) from None
