@@ -57,6 +57,14 @@ pub mod default_plan {
 /// Opens a dataset directory and makes its conditions (and the dataset itself, for the
 /// `read_raw` source) available to the steps of a job.
 pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditions> {
+    if !dir.join("manifest.toml").is_file() {
+        let what = if dir.is_dir() { "holds no manifest.toml, so it is not a Quiver dataset" } else { "does not exist" };
+        return Err(columnar::Error::data(format!(
+            "input dataset: {} {what}; make one with `quiver generate --output {}` (docs/datasets.md)",
+            dir.display(),
+            dir.display()
+        )));
+    }
     let ds = datasets::Dataset::open(dir).map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
     let c = ds.conditions().clone();
     let mut store = columnar::Conditions::new();

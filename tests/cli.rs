@@ -45,7 +45,7 @@ const NUMBERS: &str = "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\n
 fn unknown_step_type() {
     assert_plan_error(
         "[[step]]\nlabel = \"x\"\ntype = \"sqaure\"\n",
-        "step 'x': unknown step type 'sqaure' (`quiver steps` lists the catalogue)",
+        "step 'x': unknown step type 'sqaure' (did you mean 'square'? `quiver steps` lists the catalogue)",
     );
 }
 
@@ -324,5 +324,20 @@ fn an_output_that_cannot_be_a_directory_fails_before_any_event_naming_it() {
         let e = stderr(&o);
         assert!(e.contains("step 'output'") && e.contains(&expected), "{e}");
         assert!(!stdout(&o).contains("events 5"), "no event ran: {}", stdout(&o));
+    }
+}
+
+#[test]
+fn input_pointing_nowhere_says_how_to_make_a_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dataset");
+    let plan = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/pixel.toml");
+    for (input, why) in [(missing, "does not exist"), (dir.path().to_path_buf(), "holds no manifest.toml")] {
+        let o = quiver(&["run", plan.to_str().unwrap(), "--input", input.to_str().unwrap(), "--events", "1", "--no-progress",
+                         "--output", dir.path().join("out").to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(&format!("input dataset: {} {why}", input.display())), "{e}");
+        assert!(e.contains(&format!("make one with `quiver generate --output {}`", input.display())), "{e}");
     }
 }

@@ -125,7 +125,7 @@ fn default_plan_checks_and_bad_input_is_named() {
     let missing = quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", "/no/such/dataset"]);
     assert_eq!(missing.status.code(), Some(1));
     let err = String::from_utf8_lossy(&missing.stderr);
-    assert!(err.contains("/no/such/dataset/manifest.toml"), "{err}");
+    assert!(err.contains("input dataset: /no/such/dataset does not exist; make one with `quiver generate --output /no/such/dataset`"), "{err}");
 
     // A truncated raw file is reported with its name, never a panic.
     let dir = tempfile::tempdir().unwrap();

@@ -186,7 +186,8 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
             return Err(Error::plan(&s.label, "duplicate label: another step of this plan has the same label"));
         }
         let t = registry.get(&s.type_name).ok_or_else(|| {
-            Error::plan(&s.label, format!("unknown step type '{}' (`quiver steps` lists the catalogue)", s.type_name))
+            let hint = closest(&s.type_name, registry.iter().map(|t| t.name)).map(|n| format!("did you mean '{n}'? ")).unwrap_or_default();
+            Error::plan(&s.label, format!("unknown step type '{}' ({hint}`quiver steps` lists the catalogue)", s.type_name))
         })?;
         let backend = match &s.backend {
             None => Backend::Cpu,
@@ -371,5 +372,53 @@ impl ResolvedPlan {
                 })
             })
             .collect()
+    }
+}
+
+/// Levenshtein distance between two strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+/// The candidate closest to `name` if it is close enough to be a typo: at most a third of
+/// the name's length in edits (at least 1), ties broken by name order.
+fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    candidates.map(|c| (edit_distance(name, c), c)).filter(|(d, _)| *d <= limit).min().map(|(_, c)| c)
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::{closest, edit_distance};
+
+    #[test]
+    fn edit_distance_counts_insertions_deletions_substitutions() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("square", "square"), 0);
+        assert_eq!(edit_distance("sqaure", "square"), 2);
+        assert_eq!(edit_distance("squar", "square"), 1);
+        assert_eq!(edit_distance("rechit", "rechits"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn closest_suggests_only_near_names() {
+        let names = ["square", "rechits", "random_floats", "clusterize"];
+        assert_eq!(closest("sqaure", names.iter().copied()), Some("square"));
+        assert_eq!(closest("rechit", names.iter().copied()), Some("rechits"));
+        assert_eq!(closest("clusterise", names.iter().copied()), Some("clusterize"));
+        assert_eq!(closest("cube", names.iter().copied()), None);
+        assert_eq!(closest("x", names.iter().copied()), None);
     }
 }

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use arrow_schema::{DataType, Field, Schema};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{IntoPyDict, PyDict};
 use pyo3_arrow::PyTable;
 use quiver_columnar::plan::{PlanSpec, RunSettings, StepSpec};
 use quiver_columnar::{collect, executor, plan, Error, Registry, RunOptions};
@@ -152,10 +152,25 @@ impl PyPlan {
             let registry = registry();
             let resolved = plan::validate(&self.spec, &registry).map_err(|e| to_pyerr(py, e))?;
             let settings: &RunSettings = &resolved.run;
-            let output = output.or(settings.output.clone());
+            // Without `output=` and `[run] output`, files go to a fresh temporary directory
+            // (removed again if the plan wrote nothing): never a silent ./quiver-out in the
+            // caller's working directory.
+            let (output, temporary) = match output.or(settings.output.clone()) {
+                Some(o) => (o, false),
+                None => {
+                    let d: PathBuf = py.import("tempfile")?.call_method("mkdtemp", (), Some(&[("prefix", "quiver-run-")].into_py_dict(py)?))?.extract()?;
+                    (d, true)
+                }
+            };
             let input = input.or(settings.input.clone());
-            let job = quiver::job_context(&resolved, input, output).map_err(|e| to_pyerr(py, e))?;
-            let steps = resolved.build(&registry, job.into()).map_err(|e| to_pyerr(py, e))?;
+            let fail = |e: Error| {
+                if temporary {
+                    let _ = std::fs::remove_dir(&output);
+                }
+                to_pyerr(py, e)
+            };
+            let job = quiver::job_context(&resolved, input, Some(output.clone())).map_err(fail)?;
+            let steps = resolved.build(&registry, job.into()).map_err(fail)?;
             let opts = RunOptions {
                 threads: threads.or(settings.threads).unwrap_or_else(executor::default_threads),
                 batch_size: batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
@@ -174,6 +189,10 @@ impl PyPlan {
                 catch_unwind(AssertUnwindSafe(|| collect::run_collect(&resolved, steps, &opts, &keys)))
                     .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
             });
+            let wrote = !temporary || std::fs::read_dir(&output).map(|mut d| d.next().is_some()).unwrap_or(false);
+            if !wrote {
+                let _ = std::fs::remove_dir(&output);
+            }
             let (summary, got) = outcome.map_err(|e| to_pyerr(py, e))?;
             let mut text = summary.render();
             let threads_txt = format!("threads {}", summary.threads);
@@ -185,6 +204,7 @@ impl PyPlan {
             numbers.set_item("batch_size", summary.batch_size)?;
             numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
             numbers.set_item("gil_released", true)?;
+            numbers.set_item("output", if wrote { Some(output.display().to_string()) } else { None })?;
             // Seconds spent in each step's calls, summed over workers.
             let step_s = PyDict::new(py);
             for st in &summary.steps {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{IntoPyDict, PyDict};
 use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use quiver_columnar::plan::StepSpec;
@@ -426,7 +426,9 @@ impl PyBatch {
         let p = self.view.product(slot, index)?;
         let rb = p.with_event_column(self.view.first_event).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         let obj = Bound::new(py, PyRecordBatch::new(rb))?;
-        py.import("polars")?.getattr("DataFrame")?.call1((obj,))
+        // Through quiver._optional: without Polars, one line naming `pip install 'quiver[polars]'`.
+        let pl = py.import("quiver._optional")?.getattr("require")?.call(("polars",), Some(&[("extra", "polars")].into_py_dict(py)?))?;
+        pl.getattr("DataFrame")?.call1((obj,))
     }
     /// Publishes a product of type `type_name` from any Arrow object (pyarrow/polars/
     /// nanoarrow/arro3 record batch, table or stream; a dict of columns). Rows are assigned

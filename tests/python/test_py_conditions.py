@@ -25,7 +25,7 @@ def test_conditions_of_a_dataset(dataset):
     r = np.stack([det.column(f"r{i}{j}").to_numpy() for i in (1, 2, 3) for j in (1, 2, 3)], axis=1).reshape(-1, 3, 3)
     assert np.allclose(r @ r.transpose(0, 2, 1), np.eye(3), atol=1e-5)
     assert c["BeamSpot"].num_rows == 1
-    with pytest.raises(quiver.QuiverError, match="missing/manifest.toml"):
+    with pytest.raises(quiver.QuiverError, match="missing does not exist; make one with `quiver generate"):
         quiver.conditions(dataset / "missing")
 
 

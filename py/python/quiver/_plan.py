@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import html
 import os
 
 from . import _quiver
+from ._analysis import to_awkward, with_quality_name
+from ._errors import QuiverError
+from ._optional import require
 from ._steps import register_class
 
 
@@ -73,6 +77,11 @@ class Plan:
         ``events`` select the events ``first_event .. first_event + events`` (products keep
         the absolute event numbers).
 
+        ``output``: the directory for the files the plan writes (``write_parquet``,
+        ``histograms``, …); default: the plan's ``[run] output``, else a new temporary
+        directory ``quiver-run-*`` (never ``./quiver-out``, unlike ``quiver run``), given
+        back as ``Result.output`` and removed again if nothing was written.
+
         ``collect``: products to keep, as ``"label"`` or ``"label:type"``; ``None`` keeps every
         product, ``[]`` none. The GIL is released while the job runs; Python steps take it
         only while their Python code runs."""
@@ -81,10 +90,20 @@ class Plan:
             None if input is None else os.fspath(input),
             None if output is None else os.fspath(output),
             collect, progress, first_event)
-        return Result(text, numbers, tables)
+        return Result(text, numbers, tables, first_event=first_event)
 
     def __repr__(self):
         return f"<quiver.Plan steps {self.labels}>"
+
+    def _repr_html_(self) -> str:
+        """The plan in a notebook: its steps resolved (order, inputs, backends), or the
+        validation error."""
+        try:
+            body, style = self.check(), ""
+        except QuiverError as e:
+            body, style = str(e), " style='color:#b00'"
+        return (f"<div><b>quiver.Plan</b>, {len(self.labels)} steps"
+                f"<pre{style}>{html.escape(body)}</pre></div>")
 
 
 SIDE_PRODUCTS = ("capacity_overflows",)
@@ -96,7 +115,7 @@ class Result:
     """What a run returns: the summary and the collected products (``event`` column first,
     product columns shared with Rust, not copied)."""
 
-    def __init__(self, summary: str, numbers: dict, tables):
+    def __init__(self, summary: str, numbers: dict, tables, first_event: int = 0):
         self.summary = summary
         """The run summary, as ``quiver run`` prints it."""
         self.numbers = dict(numbers)
@@ -104,6 +123,12 @@ class Result:
         spent in each step (by label), summed over workers."""
         self._tables = {(label, ty): (obj, addrs) for label, ty, obj, addrs in tables}
         self._pa = {}
+        self.first_event = first_event
+        self.output = self.numbers.get("output")
+        """Where the run wrote its files (``write_parquet``, ``histograms``, …): ``output=``,
+        else the plan's ``[run] output``, else a new temporary directory
+        (``quiver-run-*``); ``None`` when a run without an output directory wrote nothing."""
+        """The first event of the run (products keep absolute event numbers)."""
 
     def keys(self) -> list[str]:
         """Collected products as ``"label:type"``."""
@@ -132,10 +157,21 @@ class Result:
     __getitem__ = table
 
     def polars(self, sel: str):
-        """A product as a ``polars.DataFrame`` (zero-copy: built from the Arrow data)."""
-        import polars as pl
+        """A product as a ``polars.DataFrame`` (zero-copy: built from the Arrow data). For
+        products with a track quality (``tracks``, ``track_fits``, ``ntuplets``) a
+        ``quality_name`` column (``polars.Enum``: bad, dup, loose, …) follows the integer
+        ``quality``."""
+        pl = require("polars", extra="polars")
 
-        return pl.DataFrame(self._tables[self._key(sel)][0])
+        k = self._key(sel)
+        return with_quality_name(pl.DataFrame(self._tables[k][0]), k[1])
+
+    def awkward(self, sel: str):
+        """A product as an awkward array with one list of records per event of the run
+        (entry ``i`` is event ``first_event + i``; fields are the product's columns). The
+        columns are the Arrow buffers Rust wrote, not copied, when the product has one chunk
+        (a run in one batch); several batches are made contiguous first (one copy)."""
+        return to_awkward(self.table(sel), self.first_event, int(self.numbers.get("events") or 0))
 
     def rust_addresses(self, sel: str) -> dict[str, list[int]]:
         """For each product column, where its data buffer lives in Rust, per event batch
@@ -144,3 +180,22 @@ class Result:
 
     def __repr__(self):
         return f"<quiver.Result {self.numbers.get('events')} events, products {self.keys()}>"
+
+    def _repr_html_(self) -> str:
+        """The run in a notebook: events, threads, wall time, seconds per step, the
+        collected products (rows, columns), and the full summary text folded."""
+        n = self.numbers
+        events, wall = n.get("events") or 0, n.get("wall_s") or 0.0
+        rate = f"{events / wall:,.1f} events/s" if wall > 0 else "–"
+        head = (f"<b>quiver.Result</b>: {events} events, {n.get('threads')} threads, "
+                f"batch size {n.get('batch_size')}, {wall:.3f} s ({rate})")
+        steps = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{v:.4f}</td></tr>"
+                        for k, v in (n.get("step_s") or {}).items())
+        prods = "".join(
+            f"<tr><td>{html.escape(label)}:{html.escape(ty)}</td><td>{self.table(f'{label}:{ty}').num_rows}</td>"
+            f"<td>{html.escape(', '.join(self.table(f'{label}:{ty}').column_names))}</td></tr>"
+            for label, ty in self._tables)
+        return (f"<div>{head}"
+                f"<table><tr><th>step</th><th>s (summed over threads)</th></tr>{steps}</table>"
+                f"<table><tr><th>product</th><th>rows</th><th>columns</th></tr>{prods}</table>"
+                f"<details><summary>summary</summary><pre>{html.escape(self.summary)}</pre></details></div>")

@@ -40,6 +40,7 @@ import time
 import tomllib
 import uuid
 
+from ._optional import MissingExtraError, require
 from ._plan import SIDE_PRODUCTS
 
 MANIFEST = "manifest.json"
@@ -323,7 +324,7 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
 
     Returns a :class:`Summary`; partitions that failed are listed in ``summary.failures``
     rather than raised."""
-    from distributed import default_client
+    default_client = require("distributed", extra="dask").default_client
 
     client = client or default_client()
     text, origin = _plan_text(plan)
@@ -477,9 +478,9 @@ def main(argv=None) -> int:
     ap.add_argument("--overwrite", action="store_true", help="replace partitions made otherwise")
     a = ap.parse_args(argv)
 
-    from distributed import Client, LocalCluster
-
     try:
+        distributed = require("distributed", extra="dask")
+        Client, LocalCluster = distributed.Client, distributed.LocalCluster
         if a.scheduler:
             cluster, client = None, Client(a.scheduler)
         else:
@@ -494,7 +495,7 @@ def main(argv=None) -> int:
             client.close()
             if cluster is not None:
                 cluster.close()
-    except (ReconstructError, OSError) as e:
+    except (ReconstructError, OSError, MissingExtraError) as e:
         print(f"error: {e}")
         return 2
     print(s)

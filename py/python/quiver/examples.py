@@ -21,6 +21,8 @@ class Square(Step):
 @polars_step(consumes={"x": "floats"}, produces="floats")
 def square_polars(x):
     """Squares ``floats`` with Polars."""
-    import polars as pl
+    from ._optional import require
+
+    pl = require("polars", extra="polars")
 
     return x.select("event", (pl.col("value") * pl.col("value")).alias("value"))

@@ -5,7 +5,7 @@ The ``histograms`` step writes one row per counter (schema in docs/products.md:
 1…n the bins, n+1 the overflow). :func:`to_hist` turns them into ``hist.Hist`` objects with
 a ``Regular`` axis, flows included, ready for ``mplhep.histplot`` or ``h.plot()``.
 
-Needs the ``hist`` package (``pip install hist``); it is imported only when called.
+Needs the ``hist`` package (``pip install 'quiver[hist]'``); it is imported only when called.
 """
 
 from __future__ import annotations
@@ -20,13 +20,9 @@ _COLUMNS = ("histogram", "bin", "low_edge", "high_edge", "count")
 
 
 def _import_hist():
-    try:
-        import hist
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "quiver.hist.to_hist needs the scikit-hep 'hist' package: pip install hist"
-        ) from e
-    return hist
+    from ._optional import require
+
+    return require("hist", extra="hist", feature="quiver.hist.to_hist")
 
 
 def _columns(table: Any) -> dict[str, list]:

@@ -18,6 +18,9 @@ import collections
 import pathlib
 import re
 
+from ._analysis import to_awkward, with_quality_name
+from ._optional import MissingExtraError, require
+
 _PART_RE = re.compile(r"^part-(\d+)-(\d+)$")
 _PRODUCT_RE = re.compile(r"^([^.]+)\.([^.]+)\.parquet$")
 
@@ -76,7 +79,7 @@ def _is_histograms(path: pathlib.Path) -> bool:
 
 def _merged_histograms(files):
     """Histograms of several partitions: counters of the same bin summed."""
-    import polars as pl
+    pl = require("polars", extra="polars")
 
     return (pl.scan_parquet([str(f) for f in files])
             .group_by("histogram", "bin", maintain_order=True)
@@ -84,29 +87,104 @@ def _merged_histograms(files):
             .sort("histogram", "bin"))
 
 
-def open(run_dir, *, dataset=None) -> dict:
+class Run(dict):
+    """What :func:`open` returns: a dict of table name -> ``polars.LazyFrame``, plus
+    :meth:`awkward` and the run's event range."""
+
+    def __init__(self, frames: dict, files: dict, types: dict, run_dir):
+        super().__init__(frames)
+        self._files = files
+        self.types = types
+        """Table name -> product type (``tracks``, …) for the run's product tables."""
+        self.run_dir = pathlib.Path(run_dir)
+        self._range = None
+
+    def event_range(self) -> tuple[int, int]:
+        """``(first_event, n_events)`` of the run: from the ``part-<first>-<last>``
+        directories of a Dask run, else from the smallest and largest ``event`` of every
+        product file (Parquet statistics; a plain run's trailing events without any row in
+        any product are not seen)."""
+        if self._range is None:
+            parts = [m for d in self.run_dir.iterdir() if d.is_dir() and (m := _PART_RE.match(d.name))]
+            if parts:
+                lo, hi = min(int(m.group(1)) for m in parts), max(int(m.group(2)) for m in parts)
+            else:
+                lo, hi = _event_bounds([f for name in self.types for f in self._files[name]])
+            self._range = (lo, hi - lo + 1) if hi >= lo else (0, 0)
+        return self._range
+
+    def awkward(self, name: str):
+        """Table ``name`` (a product) as an awkward array of one list of records per event
+        of the run (entry ``i`` is event ``first_event + i``, see :meth:`event_range`).
+        The file is read once with pyarrow; awkward then uses those Arrow buffers without
+        copying them."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if name not in self.types:
+            raise QueryError(f"'{name}' is not a product of {self.run_dir} (products: {', '.join(self.types) or 'none'})")
+        first, n = self.event_range()
+        table = pa.concat_tables([pq.read_table(f) for f in self._files[name]])
+        return to_awkward(table, first, n)
+
+
+def _event_bounds(files) -> tuple[int, int]:
+    """Smallest and largest ``event`` over Parquet files (row-group statistics)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    lo, hi = None, None
+    for f in files:
+        md = pq.ParquetFile(f).metadata
+        names = [md.schema.column(i).name for i in range(md.num_columns)]
+        if "event" not in names:
+            continue
+        c = names.index("event")
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(c).statistics
+            if md.row_group(g).num_rows == 0:
+                continue
+            if st is None or not st.has_min_max:
+                ev = pq.read_table(f, columns=["event"]).column("event")
+                mn, mx = int(pc.min(ev).as_py()), int(pc.max(ev).as_py())
+            else:
+                mn, mx = int(st.min), int(st.max)
+            lo = mn if lo is None else min(lo, mn)
+            hi = mx if hi is None else max(hi, mx)
+    return (0, -1) if lo is None else (lo, hi)
+
+
+def open(run_dir, *, dataset=None) -> Run:
     """One lazy ``polars.LazyFrame`` per product of a run (``pl.scan_parquet``): nothing is
-    read until ``.collect()``. Keys as described in the module docstring.
+    read until ``.collect()``. Keys as described in the module docstring. Products with a
+    track quality (``tracks``, ``track_fits``, ``ntuplets``) get a ``quality_name`` column
+    (``polars.Enum``: bad, dup, loose, …) after the integer ``quality``. The returned dict
+    also gives each product as an awkward array: ``frames.awkward("tracks")``.
 
     >>> frames = quiver.open("out")                                     # doctest: +SKIP
-    >>> frames["tracks"].filter(pl.col("quality") >= 2).collect()       # doctest: +SKIP
+    >>> frames["tracks"].filter(pl.col("quality_name") >= "loose").collect()  # doctest: +SKIP
     """
-    import polars as pl
+    pl = require("polars", extra="polars")
 
-    out = {}
-    for name, files in tables(run_dir, dataset=dataset).items():
+    out, types = {}, {}
+    files_of = tables(run_dir, dataset=dataset)
+    for name, files in files_of.items():
         if len(files) > 1 and _is_histograms(files[0]):
             out[name] = _merged_histograms(files)
         else:
             out[name] = pl.scan_parquet([str(f) for f in files])
-    return out
+        m = _PRODUCT_RE.match(files[0].name)
+        if m and not (dataset is not None and name.startswith("truth_")):
+            types[name] = m.group(1)
+            out[name] = with_quality_name(out[name], m.group(1))
+    return Run(out, files_of, types, run_dir)
 
 
 def context(run_dir, *, dataset=None):
     """A ``datafusion.SessionContext`` with every table of the run registered (Parquet read
     by DataFusion itself, lazily, with projection and predicate pushdown)."""
     import pyarrow.dataset as pads
-    from datafusion import SessionContext
+    SessionContext = require("datafusion", extra="sql").SessionContext
 
     ctx = SessionContext()
     for name, files in tables(run_dir, dataset=dataset).items():
@@ -126,6 +204,8 @@ def sql(query: str, run_dir, *, dataset=None, polars: bool = False):
 
     >>> quiver.sql("SELECT count(*) AS n FROM tracks WHERE quality >= 2", "out")  # doctest: +SKIP
     """
+    if polars:
+        require("polars", extra="polars")
     ctx = context(run_dir, dataset=dataset)
     try:
         df = ctx.sql(query)
@@ -177,11 +257,11 @@ def main(argv=None) -> int:
                 raise QueryError(f"--output {a.output}: the file name must end in .parquet or .csv")
             print(f"{result.num_rows} rows -> {out}")
         else:
-            import polars as pl
+            pl = require("polars", extra="polars")
 
             with pl.Config(tbl_rows=a.max_rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
                 print(pl.from_arrow(result))
-    except (QueryError, OSError) as e:
+    except (QueryError, OSError, MissingExtraError) as e:
         print(f"error: {e}")
         return 2
     return 0
