@@ -129,6 +129,10 @@ def test_repr_html_of_plan_and_result(tracks_run):
     big = tracks_run._repr_html_()
     assert "<td>tracks:tracks</td>" in big and "<td>rechits</td>" not in big  # labels, not types
     assert "<td>hits</td>" in big  # the rechits step's label, with its seconds
+    counts = tracks_run.quality_counts("tracks")
+    df = tracks_run.polars("tracks")
+    assert counts == {n: df.filter(pl.col("quality_name") == n).height for n in ("bad", "dup", "loose")}
+    assert "tracks:tracks by quality: bad " + str(counts["bad"]) + ", dup " + str(counts["dup"]) in big
 
 
 def test_run_without_output_writes_to_a_temporary_directory(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import html
 import os
 
 from . import _quiver
-from ._analysis import to_awkward, with_quality_name
+from ._analysis import QUALITY_NAMES, to_awkward, with_quality_name
 from ._errors import QuiverError
 from ._optional import require
 from ._steps import register_class
@@ -181,6 +181,22 @@ class Result:
     def __repr__(self):
         return f"<quiver.Result {self.numbers.get('events')} events, products {self.keys()}>"
 
+    def quality_counts(self, sel: str = "tracks") -> dict[str, int]:
+        """Rows of a product with a ``quality`` column by quality name, in code order
+        (``{"bad": …, "dup": …, "loose": …}``; names with no row left out)."""
+        import pyarrow.compute as pc
+
+        counts = pc.value_counts(self.table(sel).column("quality")).to_pylist()
+        return {QUALITY_NAMES[c["values"]]: c["counts"] for c in sorted(counts, key=lambda c: c["values"])}
+
+    def _quality_html(self) -> str:
+        keys = [f"{label}:{ty}" for label, ty in self._tables if ty == "tracks"]
+        parts = []
+        for k in keys:
+            counts = self.quality_counts(k)
+            parts.append(f"<br>{html.escape(k)} by quality: " + ", ".join(f"{n} {v}" for n, v in counts.items()))
+        return "".join(parts)
+
     def _repr_html_(self) -> str:
         """The run in a notebook: events, threads, wall time, seconds per step, the
         collected products (rows, columns), and the full summary text folded."""
@@ -195,7 +211,7 @@ class Result:
             f"<tr><td>{html.escape(label)}:{html.escape(ty)}</td><td>{self.table(f'{label}:{ty}').num_rows}</td>"
             f"<td>{html.escape(', '.join(self.table(f'{label}:{ty}').column_names))}</td></tr>"
             for label, ty in self._tables)
-        return (f"<div>{head}"
+        return (f"<div>{head}{self._quality_html()}"
                 f"<table><tr><th>step</th><th>s (summed over threads)</th></tr>{steps}</table>"
                 f"<table><tr><th>product</th><th>rows</th><th>columns</th></tr>{prods}</table>"
                 f"<details><summary>summary</summary><pre>{html.escape(self.summary)}</pre></details></div>")
