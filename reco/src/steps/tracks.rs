@@ -286,8 +286,8 @@ struct QualityStep {
     fits: ProductKey,
     cpe: Arc<CpeParams>,
     cfg: CaConfig,
-    /// Events, tracks and loose tracks seen, for the run summary.
-    tally: [AtomicU64; 3],
+    /// Events, tracks, and tracks loose or better, dup and bad, for the run summary.
+    tally: [AtomicU64; 5],
 }
 
 fn per_event_report(tally: &[AtomicU64], what: &[&str]) -> Option<String> {
@@ -340,7 +340,11 @@ impl Step for QualityStep {
         let (out, overflows): (Vec<Vec<u8>>, Vec<EventOverflows>) = out.into_iter().unzip();
         self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
         self.tally[1].fetch_add(out.iter().map(|q| q.len() as u64).sum(), Ordering::Relaxed);
-        self.tally[2].fetch_add(out.iter().flatten().filter(|&&q| q == crate::vertices::quality::LOOSE).count() as u64, Ordering::Relaxed);
+        // tally[2..5]: loose (or better), dup, bad.
+        use crate::vertices::quality::{BAD, DUP, LOOSE};
+        for (i, pick) in [|q: u8| q >= LOOSE, |q: u8| q == DUP, |q: u8| q == BAD].into_iter().enumerate() {
+            self.tally[2 + i].fetch_add(out.iter().flatten().filter(|&&q| pick(q)).count() as u64, Ordering::Relaxed);
+        }
         // Same columns as the fits except the quality: share them.
         let fb = f.batch();
         let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
@@ -351,7 +355,10 @@ impl Step for QualityStep {
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
-        Ok(per_event_report(&self.tally, &["tracks", "loose tracks"]))
+        // Analysts want the loose ones: dup and bad rows are the reference's product too
+        // (their pT and η are 0 where the fit was not kept), not tracks to histogram.
+        let r = per_event_report(&self.tally, &["tracks", "loose or better", "dup", "bad"]).unwrap_or_default();
+        Ok(Some(format!("{r} (analyses: quality >= 2, loose or better)")))
     }
 }
 
