@@ -355,7 +355,9 @@ impl Step for QualityStep {
     }
 }
 
-fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
+/// The tracking configuration of a CA/fit step from its parameters (for the GPU
+/// implementations of the same steps).
+pub fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
     let p = &cfg.params;
     let mut c = CaConfig::default();
     if let Some(v) = p.get("include_jumping_forward_doublets") {
