@@ -8,6 +8,7 @@
 //!
 //! - [`device`]: availability probe (never panics), context, kernels, streams, pool;
 //! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
+//! - [`kernels_ca`]: the CA doublet search's kernels;
 //! - [`pool`]: size-class pool of device buffers;
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
@@ -24,6 +25,7 @@
 
 pub mod device;
 pub mod kernels;
+pub mod kernels_ca;
 pub mod pool;
 pub mod resident;
 pub mod steps;
