@@ -12,7 +12,8 @@
 //! - [`pool`]: size-class pool of device buffers;
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
-//! - [`steps`]: the GPU steps and what runs on the host vs. the device.
+//! - [`steps`]: the GPU steps and what runs on the host vs. the device;
+//! - [`steps_ca`]: the GPU `ca_doublets` step.
 //!
 //! ```
 //! use quiver_columnar::{Backend, Registry};
@@ -29,6 +30,7 @@ pub mod kernels_ca;
 pub mod pool;
 pub mod resident;
 pub mod steps;
+pub mod steps_ca;
 pub mod transfer;
 
 use std::sync::OnceLock;
