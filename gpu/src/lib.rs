@@ -37,10 +37,10 @@ use std::sync::OnceLock;
 
 use quiver_columnar::{Backend, Error, Registry, Result, Step, StepConfig, StepType};
 use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration};
-use quiver_reco::steps::{calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
+use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 
 /// Step types that have a GPU implementation.
-pub const GPU_STEP_TYPES: [&str; 5] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits"];
+pub const GPU_STEP_TYPES: [&str; 6] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets"];
 
 /// The CPU step types of `quiver_reco`, kept to build the CPU implementation (for
 /// `backend = "cpu"` and as the GPU steps' fallback).
@@ -88,6 +88,7 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, clusterize_config(cfg)?.max_pix_in_module)?),
         "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, charge_cut_config(cfg)?)?),
         "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
+        "ca_doublets" => Box::new(steps_ca::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })
 }

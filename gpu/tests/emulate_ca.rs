@@ -14,7 +14,11 @@ use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
-use quiver_gpu::steps_ca::{cell_offsets, DoubletBatch};
+use quiver_gpu::steps_ca::{cell_offsets, doublet_products, prepare, DoubletProducts};
+use quiver_reco::steps::doublet_overflows;
+use quiver_datasets::conditions::CpeParams;
+use arrow_array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt8Array};
+use std::sync::Arc;
 use quiver_reco::local;
 use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
 use quiver_reco::tracks::{layer_start_from_det_index, stage_doublet_cells, CaConfig, HitsView};
@@ -29,15 +33,13 @@ const SHIM: &str = r#"
 #define __shared__ static
 typedef unsigned int u32; typedef int i32; typedef unsigned short u16; typedef unsigned char u8; typedef unsigned long long u64;
 struct Dim3 { unsigned x, y, z; };
-static Dim3 blockIdx, blockDim;
-static thread_local Dim3 threadIdx;
+static thread_local Dim3 blockIdx, blockDim, threadIdx;
 static std::barrier<>* block_barrier = nullptr;
-extern "C" void emu_block(unsigned b, unsigned bd) {
-    blockIdx.x = b; blockDim.x = bd;
+extern "C" void emu_grid(unsigned bd) {
     delete block_barrier;
     block_barrier = new std::barrier<>(bd);
 }
-extern "C" void emu_thread(unsigned t) { threadIdx.x = t; }
+extern "C" void emu_thread(unsigned b, unsigned bd, unsigned t) { blockIdx.x = b; blockDim.x = bd; threadIdx.x = t; }
 static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __fmul_rn(float a, float b) { return a * b; }
@@ -95,31 +97,39 @@ enum Mode {
 /// threaded mode stays cheap while blocks still interleave).
 const EMU_BLOCK: u32 = 8;
 
-/// Runs `launch` over a grid of `blocks × threads`.
+/// Runs `launch` over a grid of `blocks × threads`. Threaded: one OS thread per thread of
+/// a block, each running its thread of every block in turn, the blocks one after the other
+/// (a barrier between blocks: `__shared__` memory is one per process).
 fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch: impl Fn() + Sync) {
-    type Block = unsafe extern "C" fn(u32, u32);
-    type Thread = unsafe extern "C" fn(u32);
+    type Grid = unsafe extern "C" fn(u32);
+    type Thread = unsafe extern "C" fn(u32, u32, u32);
     // SAFETY: signatures as defined in SHIM.
-    let block: libloading::Symbol<Block> = unsafe { lib.get(b"emu_block") }.unwrap();
+    let setup: libloading::Symbol<Grid> = unsafe { lib.get(b"emu_grid") }.unwrap();
     let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
-    for b in 0..blocks {
-        unsafe { block(b, threads) };
-        match mode {
-            Mode::Sequential => {
+    unsafe { setup(threads) };
+    match mode {
+        Mode::Sequential => {
+            for b in 0..blocks {
                 for t in 0..threads {
-                    unsafe { thread(t) };
+                    unsafe { thread(b, threads, t) };
                     launch();
                 }
             }
-            Mode::Threaded => std::thread::scope(|s| {
+        }
+        Mode::Threaded => {
+            let between = std::sync::Barrier::new(threads as usize);
+            std::thread::scope(|s| {
                 for t in 0..threads {
-                    let (launch, thread) = (&launch, &thread);
+                    let (launch, thread, between) = (&launch, &thread, &between);
                     s.spawn(move || {
-                        unsafe { thread(t) };
-                        launch();
+                        for b in 0..blocks {
+                            unsafe { thread(b, threads, t) };
+                            launch();
+                            between.wait();
+                        }
                     });
                 }
-            }),
+            })
         }
     }
 }
@@ -158,9 +168,10 @@ fn p<T>(v: &[T]) -> usize {
 }
 
 /// The kernel sequence of the GPU step, on the host.
-fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig) -> Cells {
-    let ls: Vec<[u32; 11]> = b.events.iter().map(|h| layer_start_from_det_index(&h.det_index).unwrap()).collect();
-    let db = DoubletBatch::new(&ls, &b.hits_per_event, cfg.n_pairs()).unwrap();
+fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
+    // The GPU step's own host preparation (checks and tables).
+    let db = prepare(&views(b, cpe), cfg).unwrap();
+    assert_eq!(db.hit_off.windows(2).map(|w| (w[1] - w[0]) as usize).collect::<Vec<_>>(), b.hits_per_event);
     let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
     let d = &cfg.doublets;
     let cuts = d.cuts();
@@ -253,21 +264,25 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig) 
         elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, n_hits as u32, a[3] as _, m, a[4] as _));
     }
     let trim = |n: usize| n_cells.min(n);
-    Cells {
+    let cells = Cells {
         inner: inner[..trim(inner.len())].to_vec(),
         outer: outer[..trim(outer.len())].to_vec(),
         pair: pair[..trim(pair.len())].to_vec(),
         listed: listed[..trim(listed.len())].to_vec(),
         cell_off,
         overflow,
-    }
+    };
+    // The GPU step's own assembly of the products from what the device wrote.
+    let products =
+        doublet_products(d, &event_total, &cells.cell_off, cells.inner.clone(), cells.outer.clone(), cells.pair.clone(), &cells.listed).unwrap();
+    (cells, products)
 }
 
-/// The CPU step's products for the same batch.
-fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &quiver_datasets::conditions::CpeParams) -> Cells {
-    let mut c = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
-    for h in &b.events {
-        let view = HitsView {
+/// Each event's hits as the tracking reads them.
+fn views<'a>(b: &'a Batch, cpe: &'a CpeParams) -> Vec<HitsView<'a>> {
+    b.events
+        .iter()
+        .map(|h| HitsView {
             x_global: &h.x_global,
             y_global: &h.y_global,
             z_global: &h.z_global,
@@ -280,8 +295,20 @@ fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &quiver_datasets::conditions::CpePara
             yerr_local: &h.yerr_local,
             cpe,
             layer_start: layer_start_from_det_index(&h.det_index).unwrap(),
-        };
+        })
+        .collect()
+}
+
+/// The CPU step's products for the same batch.
+fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
+    let mut c = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
+    let (mut lengths, mut overflows, mut flags) = (vec![], vec![], Vec::<bool>::new());
+    for view in views(b, cpe) {
+        // What the CPU step does for each event.
         let (cols, listed) = stage_doublet_cells(&view, cfg).unwrap();
+        overflows.push(doublet_overflows(&cfg.doublets, &cols.outer, &listed, cols.cells_missed));
+        lengths.push(cols.inner.len());
+        flags.extend(&listed);
         c.inner.extend(&cols.inner);
         c.outer.extend(&cols.outer);
         c.pair.extend(&cols.pair);
@@ -289,7 +316,13 @@ fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &quiver_datasets::conditions::CpePara
         c.overflow.push(cols.cells_overflow);
         c.cell_off.push(c.inner.len() as u32);
     }
-    c
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(c.inner.clone())),
+        Arc::new(UInt32Array::from(c.outer.clone())),
+        Arc::new(UInt8Array::from(c.pair.clone())),
+        Arc::new(BooleanArray::from(flags)),
+    ];
+    (c, DoubletProducts { columns, lengths, overflows })
 }
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
@@ -336,9 +369,15 @@ fn check(name: &str, cfg: &CaConfig) -> Cells {
     let Some(lib) = emulator() else { panic!("checked by the caller") };
     let (_, ds) = dataset();
     let b = batch();
-    let cpu = run_cpu(&b, cfg, &ds.conditions().cpe);
+    let cpe = &ds.conditions().cpe;
+    let (cpu, cpu_products) = run_cpu(&b, cfg, cpe);
     for mode in [Mode::Sequential, Mode::Threaded] {
-        let dev = run_device(lib, mode, &b, cfg);
+        let (dev, products) = run_device(lib, mode, &b, cfg, cpe);
+        assert_eq!(products.lengths, cpu_products.lengths, "{name} ({mode:?}): product lengths");
+        assert_eq!(products.overflows, cpu_products.overflows, "{name} ({mode:?}): capacity_overflows rows");
+        for (k, (g, c)) in products.columns.iter().zip(&cpu_products.columns).enumerate() {
+            assert!(g.to_data() == c.to_data(), "{name} ({mode:?}): doublets column {k} differs");
+        }
         assert_eq!(dev.cell_off, cpu.cell_off, "{name} ({mode:?}): cells per event");
         assert_eq!(dev.overflow, cpu.overflow, "{name} ({mode:?}): overflow flags");
         assert!(dev.inner == cpu.inner && dev.outer == cpu.outer && dev.pair == cpu.pair, "{name} ({mode:?}): cells differ");
