@@ -68,10 +68,10 @@ pub fn pair_tables(cuts: &quiver_reco::tracks::doublets::DoubletCuts) -> (Vec<i3
 
 /// The `ca_doublets` flags of a configuration.
 pub fn doublet_flags(cfg: &quiver_reco::tracks::DoubletConfig) -> u32 {
-    (cfg.do_z0_cut as u32) * FLAG_Z0_CUT
-        | (cfg.do_pt_cut as u32) * FLAG_PT_CUT
-        | (cfg.do_cluster_cut as u32) * FLAG_CLUSTER_CUT
-        | (cfg.ideal_conditions as u32) * FLAG_IDEAL_CONDITIONS
+    ((cfg.do_z0_cut as u32) * FLAG_Z0_CUT)
+        | ((cfg.do_pt_cut as u32) * FLAG_PT_CUT)
+        | ((cfg.do_cluster_cut as u32) * FLAG_CLUSTER_CUT)
+        | ((cfg.ideal_conditions as u32) * FLAG_IDEAL_CONDITIONS)
 }
 
 /// The kernels (see the module documentation). Hit indices in the products are event-local;

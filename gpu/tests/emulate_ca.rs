@@ -105,12 +105,15 @@ fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch
     type Thread = unsafe extern "C" fn(u32, u32, u32);
     // SAFETY: signatures as defined in SHIM.
     let setup: libloading::Symbol<Grid> = unsafe { lib.get(b"emu_grid") }.unwrap();
+    // SAFETY: signature as defined in SHIM.
     let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
+    // SAFETY: emu_grid as defined in SHIM.
     unsafe { setup(threads) };
     match mode {
         Mode::Sequential => {
             for b in 0..blocks {
                 for t in 0..threads {
+                    // SAFETY: emu_thread sets this thread's indices.
                     unsafe { thread(b, threads, t) };
                     launch();
                 }
@@ -123,6 +126,7 @@ fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch
                     let (launch, thread, between) = (&launch, &thread, &between);
                     s.spawn(move || {
                         for b in 0..blocks {
+                            // SAFETY: emu_thread sets this thread's indices.
                             unsafe { thread(b, threads, t) };
                             launch();
                             between.wait();
@@ -188,6 +192,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     type Sort = unsafe extern "C" fn(
         *const u32, u32, *const u32, *const f32, *const f32, *const i16, *const i16, *mut u32, *mut f32, *mut f32, *mut i16, *mut i16,
     );
+    // SAFETY: kernel signatures as in kernels_ca::CA_DOUBLETS; every buffer holds the elements the kernels index (sized from the same counts as in the GPU step).
     unsafe {
         let f: libloading::Symbol<Count> = lib.get(b"ca_bin_count").unwrap();
         let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), p(&bin_count)];
@@ -216,6 +221,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     let item_first = vec![0u32; n_items.max(1)];
     let event_total = vec![0u32; n_ev];
     let flags = doublet_flags(d);
+    // SAFETY: as above.
     let doublets = |write: u32, cell_off: &[u32], out: (&[u32], &[u32], &[u8])| unsafe {
         let f: libloading::Symbol<Doublets> = lib.get(b"ca_doublets").unwrap();
         let a = [
@@ -235,6 +241,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     };
     let dummy = ([0u32], [0u32], [0u8]);
     doublets(0, &[0, 0], (&dummy.0, &dummy.1, &dummy.2));
+    // SAFETY: as above.
     unsafe {
         type ItemScan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<ItemScan> = lib.get(b"ca_item_scan").unwrap();
@@ -250,6 +257,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
 
     let outer_count = vec![0u32; n_hits.max(1)];
     let listed = vec![7u8; n_cells.max(1)];
+    // SAFETY: as above.
     unsafe {
         type LCount = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
         type Listed = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *const u32, u32, *mut u8);
