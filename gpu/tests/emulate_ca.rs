@@ -366,6 +366,11 @@ fn batch() -> Batch {
     empty.size_y.clear();
     empty.det_index.clear();
     events.insert(1, empty);
+    batch_of(events)
+}
+
+/// A batch of these events, in order.
+fn batch_of(events: Vec<local::RecHits>) -> Batch {
     let mut b = Batch::default();
     for h in &events {
         b.hits_per_event.push(h.z_global.len());
@@ -399,8 +404,21 @@ fn check(name: &str, cfg: &CaConfig) -> Cells {
         assert!(dev.inner == cpu.inner && dev.outer == cpu.outer && dev.pair == cpu.pair, "{name} ({mode:?}): cells differ");
         assert_eq!(dev.listed, cpu.listed, "{name} ({mode:?}): listed flags");
     }
+    // Batch size: the events one by one give the same cells as the whole batch.
+    let mut one_by_one = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
+    for ev in &b.events {
+        let (d, _) = run_device(lib, Mode::Sequential, &batch_of(vec![ev.clone()]), cfg, cpe);
+        let base = *one_by_one.cell_off.last().unwrap();
+        one_by_one.cell_off.push(base + d.cell_off[1]);
+        one_by_one.overflow.extend(d.overflow);
+        one_by_one.inner.extend(d.inner);
+        one_by_one.outer.extend(d.outer);
+        one_by_one.pair.extend(d.pair);
+        one_by_one.listed.extend(d.listed);
+    }
+    assert_eq!(one_by_one, cpu, "{name}: events one by one differ from the CPU");
     println!(
-        "{name}: {} hits, {} cells per event {:?}, overflow {:?}, {} not listed",
+        "{name}: {} hits, {} cells (per event {:?}), overflow {:?}, {} not listed",
         b.z.len(),
         cpu.inner.len(),
         cpu.cell_off.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
