@@ -8,10 +8,12 @@
 //!
 //! - [`device`]: availability probe (never panics), context, kernels, streams, pool;
 //! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
+//! - [`kernels_ca`]: the CA doublet search's kernels;
 //! - [`pool`]: size-class pool of device buffers;
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
-//! - [`steps`]: the GPU steps and what runs on the host vs. the device.
+//! - [`steps`]: the GPU steps and what runs on the host vs. the device;
+//! - [`steps_ca`]: the GPU `ca_doublets` step.
 //!
 //! ```
 //! use quiver_columnar::{Backend, Registry};
@@ -24,19 +26,21 @@
 
 pub mod device;
 pub mod kernels;
+pub mod kernels_ca;
 pub mod pool;
 pub mod resident;
 pub mod steps;
+pub mod steps_ca;
 pub mod transfer;
 
 use std::sync::OnceLock;
 
 use quiver_columnar::{Backend, Error, Registry, Result, Step, StepConfig, StepType};
 use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration};
-use quiver_reco::steps::{calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
+use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 
 /// Step types that have a GPU implementation.
-pub const GPU_STEP_TYPES: [&str; 5] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits"];
+pub const GPU_STEP_TYPES: [&str; 6] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets"];
 
 /// The CPU step types of `quiver_reco`, kept to build the CPU implementation (for
 /// `backend = "cpu"` and as the GPU steps' fallback).
@@ -84,6 +88,7 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, clusterize_config(cfg)?.max_pix_in_module)?),
         "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, charge_cut_config(cfg)?)?),
         "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
+        "ca_doublets" => Box::new(steps_ca::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })
 }

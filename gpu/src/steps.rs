@@ -48,11 +48,11 @@ use crate::resident::{columns_on_device, cuda, CudaColumns};
 use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK, MODULE_BLOCK};
 use crate::transfer::{BatchTransfers, TransferStats};
 
-fn derr(e: impl std::fmt::Display) -> Error {
+pub(crate) fn derr(e: impl std::fmt::Display) -> Error {
     Error::data(format!("gpu: {e}"))
 }
 
-fn blocks(n: usize, per: u32) -> LaunchConfig {
+pub(crate) fn blocks(n: usize, per: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(per).max(1), 1, 1), block_dim: (per, 1, 1), shared_mem_bytes: 0 }
 }
 
@@ -61,7 +61,7 @@ fn per_block(n_blocks: usize) -> LaunchConfig {
 }
 
 /// One batch on the device: its stream, CUDA events around the phases, byte counts.
-struct Run {
+pub(crate) struct Run {
     gpu: &'static Gpu,
     stream: Arc<CudaStream>,
     marks: Vec<CudaEvent>,
@@ -69,7 +69,7 @@ struct Run {
 }
 
 impl Run {
-    fn start(gpu: &'static Gpu) -> Result<Run> {
+    pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
         gpu.ctx.bind_to_thread().map_err(derr)?;
         let stream = gpu.stream().map_err(derr)?;
         let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default() };
@@ -77,19 +77,23 @@ impl Run {
         Ok(r)
     }
     /// Records the end of a phase (uploads, kernels, downloads).
-    fn mark(&mut self) -> Result<()> {
+    pub(crate) fn mark(&mut self) -> Result<()> {
         let e = self.gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
         e.record(&self.stream).map_err(derr)?;
         self.marks.push(e);
         Ok(())
     }
-    fn up<T: DeviceRepr>(&mut self, host: &[T]) -> Result<DeviceBuf> {
+    /// Waits for what is queued on the stream (a download whose values size what follows).
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(derr)
+    }
+    pub(crate) fn up<T: DeviceRepr>(&mut self, host: &[T]) -> Result<DeviceBuf> {
         upload(self.gpu, &self.stream, host, &mut self.t.h2d_bytes).map_err(derr)
     }
-    fn zeros<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
+    pub(crate) fn zeros<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
         zeros::<T>(self.gpu, &self.stream, n).map_err(derr)
     }
-    fn out<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
+    pub(crate) fn out<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
         self.gpu.buffer(&self.stream, (n * std::mem::size_of::<T>()).max(1)).map_err(derr)
     }
     /// A private copy of `n` elements of a device column (for kernels that write in place
@@ -104,7 +108,7 @@ impl Run {
     }
 
     /// Downloads into a pooled host vector of `n` elements (valid after `finish`).
-    fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
+    pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
         let mut v = quiver_columnar::pool::global().vec::<T>(n);
         v.resize(n, T::default());
         download(&self.stream, buf, v.as_mut_slice(), &mut self.t.d2h_bytes).map_err(derr)?;
@@ -112,7 +116,7 @@ impl Run {
     }
     /// Waits for the stream; adds the phase times and bytes to `stats`. `marks` must hold
     /// start, after uploads, after kernels, after downloads.
-    fn finish(mut self, stats: &TransferStats) -> Result<()> {
+    pub(crate) fn finish(mut self, stats: &TransferStats) -> Result<()> {
         self.mark()?;
         self.stream.synchronize().map_err(derr)?;
         let ms = |a: usize, b: usize| -> Result<f64> {
@@ -132,17 +136,17 @@ impl Run {
 /// A kernel launch whose argument types are checked against the kernel's source signature
 /// before it is submitted (a wrong order or type is an error naming the argument, not
 /// silently wrong products).
-struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     b: LaunchArgs<'a>,
     name: &'static str,
     types: Vec<String>,
 }
 
 impl<'a> Launch<'a> {
-    fn new(run: &'a Run, name: &'static str) -> Self {
+    pub(crate) fn new(run: &'a Run, name: &'static str) -> Self {
         Launch { b: run.stream.launch_builder(run.gpu.function(name)), name, types: Vec::new() }
     }
-    fn arg<A: KernelArg>(&mut self, a: A) -> &mut Self
+    pub(crate) fn arg<A: KernelArg>(&mut self, a: A) -> &mut Self
     where
         LaunchArgs<'a>: PushKernelArg<A>,
     {
@@ -150,7 +154,7 @@ impl<'a> Launch<'a> {
         self.b.arg(a);
         self
     }
-    fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
+    pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
         check_launch(self.name, &self.types).map_err(derr)?;
         // SAFETY: the arguments match the kernel's parameters (checked above); every buffer
         // holds the elements the kernel indexes (sized by the caller from the same counts).
@@ -169,11 +173,11 @@ fn i32_array(v: quiver_columnar::PoolVec<i32>) -> ArrayRef {
     Arc::new(Int32Array::new(v.into_scalar_buffer(), None))
 }
 
-fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
+pub(crate) fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
     batch.put(quiver_columnar::overflow::overflow_product(&events)?)
 }
 
-fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
+pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
     let rb = RecordBatch::try_new(schema(type_name), columns)?;
     batch.put(Product::new(rb, offsets_from_lengths(lengths)?)?)
 }
@@ -197,7 +201,7 @@ fn publish_resident(
 }
 
 /// Hands the batch to the CPU implementation and counts it.
-fn fallback(cpu: &dyn Step, stats: &TransferStats, batch: &mut EventBatch) -> Result<()> {
+pub(crate) fn fallback(cpu: &dyn Step, stats: &TransferStats, batch: &mut EventBatch) -> Result<()> {
     stats.add_cpu_fallback();
     cpu.process(batch)
 }
@@ -210,7 +214,7 @@ pub(crate) struct Common {
 }
 
 impl Common {
-    fn report(&self) -> Option<String> {
+    pub(crate) fn report(&self) -> Option<String> {
         let p = self.gpu.pool.stats();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         Some(format!(

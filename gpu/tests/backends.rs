@@ -120,6 +120,31 @@ fn gpu_without_a_gpu_is_a_plan_error_before_any_event() {
     }
 }
 
+/// A plan whose only GPU step is `ca_doublets` (hits from the CPU): refused before any
+/// event without a GPU, naming that step.
+#[test]
+fn gpu_doublets_without_a_gpu_is_a_plan_error_before_any_event() {
+    let r = registry();
+    let mut toml = chain_plan("cpu");
+    toml += "[[step]]\nlabel = \"doublets\"\ntype = \"ca_doublets\"\nbackend = \"gpu\"\nhits = \"hits_a:hits\"\n";
+    let resolved = plan::validate(&plan::PlanSpec::from_toml(&toml, "doublets").unwrap(), &r).unwrap();
+    match (quiver_gpu::device::gpu(), resolved.build(&r, job())) {
+        (Err(missing), Err(e)) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with("plan error: step 'doublets': backend 'gpu' requested"), "{msg}");
+            assert!(msg.contains(&missing.to_string()), "{msg}");
+        }
+        (Ok(_), Ok(_)) => {}
+        (Ok(_), Err(e)) => panic!("GPU present but the plan failed: {e}"),
+        (Err(m), Ok(_)) => panic!("no GPU ({m}) but the plan built"),
+    }
+    // capacities = "sized" has no GPU implementation: refused by name as well.
+    let sized = toml.replace("hits = \"hits_a:hits\"\n", "hits = \"hits_a:hits\"\ncapacities = \"sized\"\n");
+    let resolved = plan::validate(&plan::PlanSpec::from_toml(&sized, "sized").unwrap(), &r).unwrap();
+    let Err(e) = resolved.build(&r, job()) else { panic!("sized GPU doublets built") };
+    assert!(e.to_string().starts_with("plan error: step 'doublets':"), "{e}");
+}
+
 #[test]
 fn gpu_on_a_type_without_a_device_version_is_rejected_by_validation() {
     let toml = "[[step]]\nlabel = \"raw\"\ntype = \"read_raw\"\n[[step]]\nlabel = \"bs\"\ntype = \"beamspot\"\nbackend = \"gpu\"\n";
@@ -244,5 +269,5 @@ fn compare_gpu_example_plan() {
     let opts = executor::RunOptions { threads: 2, batch_size: 4, first_event: 0, events: None, progress: false };
     let summary = executor::run(&resolved, &steps, &opts).unwrap();
     let n_compares = summary.reports.iter().filter(|(l, rep)| l.starts_with("cmp_") && rep.contains(" 0 differences")).count();
-    assert_eq!(n_compares, 9, "{}", summary.render());
+    assert_eq!(n_compares, 11, "{}", summary.render());
 }

@@ -130,26 +130,7 @@ impl Step for DoubletsStep {
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
         let d = &self.cfg.doublets;
-        let overflows: Vec<EventOverflows> = out
-            .iter()
-            .map(|(c, listed)| {
-                let mut o = Vec::new();
-                if c.cells_missed > 0 {
-                    let limit = d.max_number_of_doublets as u64;
-                    o.push(Overflow { capacity: names::DOUBLETS, limit, demanded: Some(limit + c.cells_missed), truncated: c.cells_missed });
-                }
-                let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
-                if unlisted > 0 {
-                    let mut per_hit = std::collections::HashMap::<u32, u64>::new();
-                    for &h in &c.outer {
-                        *per_hit.entry(h).or_default() += 1;
-                    }
-                    let worst = per_hit.values().copied().max();
-                    o.push(Overflow { capacity: names::CELLS_PER_HIT, limit: d.max_cells_per_hit as u64, demanded: worst, truncated: unlisted });
-                }
-                o
-            })
-            .collect();
+        let overflows: Vec<EventOverflows> = out.iter().map(|(c, listed)| doublet_overflows(d, &c.outer, listed, c.cells_missed)).collect();
         let cols: Vec<ArrayRef> = vec![
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
@@ -159,6 +140,35 @@ impl Step for DoubletsStep {
         publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))?;
         publish_overflows(batch, overflows)
     }
+}
+
+/// The `capacity_overflows` rows of one event of `ca_doublets` (also those of its GPU
+/// implementation): the cells found with the container full (`cells_missed`), and the
+/// cells not listed on their outer hit, with the largest number of cells ending on one hit.
+///
+/// ```
+/// use quiver_reco::steps::doublet_overflows;
+/// use quiver_reco::tracks::DoubletConfig;
+/// let d = DoubletConfig { max_cells_per_hit: 1, ..Default::default() };
+/// let o = doublet_overflows(&d, &[4, 4, 5], &[true, false, true], 0);
+/// assert_eq!((o.len(), o[0].demanded, o[0].truncated), (1, Some(2), 1));
+/// ```
+pub fn doublet_overflows(d: &crate::tracks::DoubletConfig, outer: &[u32], listed: &[bool], cells_missed: u64) -> EventOverflows {
+    let mut o = Vec::new();
+    if cells_missed > 0 {
+        let limit = d.max_number_of_doublets as u64;
+        o.push(Overflow { capacity: names::DOUBLETS, limit, demanded: Some(limit + cells_missed), truncated: cells_missed });
+    }
+    let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
+    if unlisted > 0 {
+        let mut per_hit = std::collections::HashMap::<u32, u64>::new();
+        for &h in outer {
+            *per_hit.entry(h).or_default() += 1;
+        }
+        let worst = per_hit.values().copied().max();
+        o.push(Overflow { capacity: names::CELLS_PER_HIT, limit: d.max_cells_per_hit as u64, demanded: worst, truncated: unlisted });
+    }
+    o
 }
 
 // --- ca_ntuplets -----------------------------------------------------------------------
@@ -362,7 +372,9 @@ impl Step for QualityStep {
     }
 }
 
-fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
+/// The tracking configuration of a CA/fit step from its parameters (for the GPU
+/// implementations of the same steps).
+pub fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
     let p = &cfg.params;
     let mut c = CaConfig::default();
     if let Some(v) = p.get("include_jumping_forward_doublets") {

@@ -145,6 +145,81 @@ impl DoubletConfig {
         }
         Ok(())
     }
+
+    /// The constants the doublet search derives from these parameters, computed once, in
+    /// the reference's precision (the CPU search and the CUDA kernel both read them).
+    ///
+    /// ```
+    /// use quiver_reco::tracks::doublets::DoubletConfig;
+    /// let c = DoubletConfig::default().cuts();
+    /// assert_eq!(c.min_radius2_t4, 4.0 * (0.5f32 * 87.78) * (0.5f32 * 87.78));
+    /// assert_eq!((c.pairs[0].inner, c.pairs[0].outer, c.pairs[0].max_dysize), (0, 1, 28));
+    /// assert!(c.pairs[1].forward_size_cut && c.pairs[1].min_ysize == 36);
+    /// ```
+    pub fn cuts(&self) -> DoubletCuts {
+        let min_radius: f32 = self.hard_pt_cut * self.radius_per_gev;
+        let pairs = std::array::from_fn(|p| {
+            let (inner, outer) = LAYER_PAIRS[p];
+            PairCuts {
+                inner,
+                outer,
+                phi_cut: self.phi_cuts[p],
+                min_z: self.min_z[p],
+                max_z: self.max_z[p],
+                max_r: self.max_r[p],
+                max_dysize: if inner == 0 { self.max_dysize_12 } else { self.max_dysize },
+                barrel_size_cut: self.do_cluster_cut && outer < 4,
+                forward_size_cut: self.do_cluster_cut && outer >= 4 && inner < 4,
+                min_ysize: match (inner, outer > 3) {
+                    (0, true) => self.min_ysize_b1,
+                    (1, true) => self.min_ysize_b2,
+                    _ => i32::MIN,
+                },
+            }
+        });
+        DoubletCuts {
+            dzdr_fact: (8.0f64 * 0.0285 / 0.015) as f32,
+            min_radius2_t4: 4.0f32 * min_radius * min_radius,
+            i2p: (std::f64::consts::PI / 32768.0) as f32,
+            pairs,
+        }
+    }
+}
+
+/// The cuts of one layer pair, as the doublet search applies them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PairCuts {
+    /// Inner and outer layer (see [`LAYER_PAIRS`]).
+    pub inner: u8,
+    pub outer: u8,
+    /// Maximum |Δφ|, int16 φ units.
+    pub phi_cut: i16,
+    /// Inner-hit z window, cm.
+    pub min_z: f32,
+    pub max_z: f32,
+    /// Maximum r_out − r_in, cm (z0 cut).
+    pub max_r: f32,
+    /// Maximum |Δ y-size| of the barrel cluster-size cut (1/8 px).
+    pub max_dysize: i32,
+    /// Barrel pair with the cluster cut on: |Δ y-size| is cut.
+    pub barrel_size_cut: bool,
+    /// Barrel → forward pair with the cluster cut on: y-size vs. the predicted one is cut.
+    pub forward_size_cut: bool,
+    /// Minimum inner y-size (1/8 px); `i32::MIN` where there is none.
+    pub min_ysize: i32,
+}
+
+/// Constants derived from a [`DoubletConfig`] ([`DoubletConfig::cuts`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DoubletCuts {
+    /// Predicted y-size per unit |dz/dr| (1/8 px): `8·0.0285/0.015`, rounded to f32.
+    pub dzdr_fact: f32,
+    /// `4·r_min²` of the pT cut, cm², with `r_min = hard_pt_cut·radius_per_gev`.
+    pub min_radius2_t4: f32,
+    /// Radians per int16 φ unit (π/32768), rounded to f32.
+    pub i2p: f32,
+    /// Per-pair cuts, rows of [`LAYER_PAIRS`].
+    pub pairs: [PairCuts; N_PAIRS],
 }
 
 /// Per-layer φ histogram of hit indices (the reference's `phiBinner`: 10 × 128 bins).
@@ -518,30 +593,22 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
     let ls = &hits.layer_start;
 
     // Reference constants, computed in the same precision.
-    let dzdr_fact: f32 = (8.0f64 * 0.0285 / 0.015) as f32;
-    let min_radius: f32 = cfg.hard_pt_cut * cfg.radius_per_gev;
-    let min_radius2_t4: f32 = 4.0f32 * min_radius * min_radius;
-    let i2p: f32 = (std::f64::consts::PI / 32768.0) as f32;
+    let cuts = cfg.cuts();
+    let (dzdr_fact, min_radius2_t4, i2p) = (cuts.dzdr_fact, cuts.min_radius2_t4, cuts.i2p);
     let max_doublets = cfg.max_number_of_doublets as usize;
     let (do_z0_cut, z0_cut) = (cfg.do_z0_cut, cfg.z0_cut);
     out.reserve(max_doublets.min(n_hits * 16));
 
-    for (pair_id, &(inner, outer)) in LAYER_PAIRS.iter().enumerate().take(n_pairs) {
+    for (pair_id, pc) in cuts.pairs.iter().enumerate().take(n_pairs) {
+        let (inner, outer) = (pc.inner, pc.outer);
         let (inner_l, outer_l) = (inner as usize, outer as usize);
-        let phicut = cfg.phi_cuts[pair_id];
-        let (minz, maxz, maxr) = (cfg.min_z[pair_id], cfg.max_z[pair_id], cfg.max_r[pair_id]);
-        // Pair-constant parts of the cluster-size cut.
-        let dy_barrel = if inner == 0 { cfg.max_dysize_12 } else { cfg.max_dysize };
+        let phicut = pc.phi_cut;
+        let (minz, maxz, maxr) = (pc.min_z, pc.max_z, pc.max_r);
         // Cluster-size cuts: |Δ size| for barrel pairs, size vs. the size predicted from the
         // doublet's slope for barrel → forward pairs.
-        let barrel_size_cut = cfg.do_cluster_cut && outer < 4;
-        let forward_size_cut = cfg.do_cluster_cut && outer >= 4 && inner < 4;
+        let (dy_barrel, barrel_size_cut, forward_size_cut) = (pc.max_dysize, pc.barrel_size_cut, pc.forward_size_cut);
         let do_pt_cut = cfg.do_pt_cut;
-        let min_ysize = match (inner, outer > 3) {
-            (0, true) => cfg.min_ysize_b1,
-            (1, true) => cfg.min_ysize_b2,
-            _ => i32::MIN,
-        };
+        let min_ysize = pc.min_ysize;
         for i in ls[inner_l] as usize..ls[inner_l + 1] as usize {
             let mi = hits.det_index[i];
             if mi > 2000 {

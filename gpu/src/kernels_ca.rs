@@ -1,0 +1,563 @@
+//! CUDA C source of the CA doublet search (`ca_doublets`), compiled by NVRTC with the local
+//! kernels (same prelude, same options: `--fmad=false`, explicit round-to-nearest
+//! intrinsics in the CPU's operation order, `__float2int_rz` for Rust's saturating `as i32`).
+//!
+//! The CPU search (`quiver_reco::tracks::doublets`) creates the cells of an event in one
+//! canonical order: layer pairs in table order, inner hits in hit order, outer φ bins from
+//! low to high with wrap-around, and inside a bin the hits in descending index (the
+//! reference's decrementing histogram fill). The device reproduces that order exactly, with
+//! no sort of the cells and whatever the thread interleaving:
+//!
+//! 1. `ca_bin_count` / `ca_bin_scan` / `ca_bin_fill` / `ca_bin_sort`: the per-event φ
+//!    histogram of the valid hits of each layer. The fill uses atomics (any order), then each
+//!    bin is sorted by descending hit index, which is the CPU's order inside a bin; the sort
+//!    also gathers z, r, φ and y-size bin by bin so that a window of bins is one contiguous
+//!    scan, as on the CPU.
+//! 2. A work item is one (event, layer pair, inner hit), numbered in the CPU's loop order.
+//!    `ca_doublets` with `write = 0` counts each item's cells; `ca_item_scan` (one block per
+//!    event) turns the counts into each item's first cell in its event; `ca_doublets` with
+//!    `write = 1` redoes the same candidate scan and writes each item's cells at that place.
+//!    Cells past `max_number_of_doublets` in that order are dropped, as the CPU stops
+//!    filling: an event overflows when its count exceeds the maximum.
+//! 3. `ca_listed_count` / `ca_listed` / `ca_listed_overfull`: whether each cell is among the
+//!    first `max_cells_per_hit` cells (in cell order) ending on its outer hit. Counts come
+//!    from atomics (order independent); only the hits with more cells than the maximum are
+//!    resolved in cell order, by one thread each.
+//!
+//! Cut arithmetic is the scalar CPU code's: `(mez·ro) − (mer·zo)`, `z0_cut·dr`,
+//! `(dφ·dφ)·(4r² − mer·ro)` vs `(ro − mer)·(ro − mer)`, `|(mez − zo)/(mer − ro)|·f + 0.5`.
+
+/// Threads per block of `ca_item_scan` (one block per event; a power of two, ≤ 1024).
+pub const SCAN_BLOCK: u32 = 256;
+
+/// Entries per event of the bin-start table: 10 layers × 128 bins, plus the end.
+pub const BIN_STARTS_PER_EVENT: usize = quiver_reco::tracks::doublets::N_LAYERS * quiver_reco::tracks::doublets::PHI_BINS + 1;
+
+/// Layout of the per-pair integer table (`pair_i`, `PAIR_INTS` entries per pair) and float
+/// table (`pair_f`, `PAIR_FLOATS` per pair) that the kernel reads.
+pub const PAIR_INTS: usize = 6;
+pub const PAIR_FLOATS: usize = 3;
+
+/// Bits of the `flags` argument of `ca_doublets`.
+pub const FLAG_Z0_CUT: u32 = 1;
+pub const FLAG_PT_CUT: u32 = 2;
+pub const FLAG_CLUSTER_CUT: u32 = 4;
+pub const FLAG_IDEAL_CONDITIONS: u32 = 8;
+
+/// The per-pair cut tables of `ca_doublets`, from the CPU's derived cuts:
+/// ints `[inner, outer, phi_cut, max_dysize, min_ysize, size-cut bits]` (bit 0 barrel
+/// size cut, bit 1 forward size cut) and floats `[min_z, max_z, max_r]` per pair.
+///
+/// ```
+/// use quiver_gpu::kernels_ca::{pair_tables, PAIR_INTS};
+/// use quiver_reco::tracks::DoubletConfig;
+/// let (i, f) = pair_tables(&DoubletConfig::default().cuts());
+/// assert_eq!(&i[..PAIR_INTS], &[0, 1, 522, 28, i32::MIN, 1]);
+/// assert_eq!(&f[..3], &[-20.0, 20.0, 20.0]);
+/// ```
+pub fn pair_tables(cuts: &quiver_reco::tracks::doublets::DoubletCuts) -> (Vec<i32>, Vec<f32>) {
+    let mut ints = Vec::with_capacity(cuts.pairs.len() * PAIR_INTS);
+    let mut floats = Vec::with_capacity(cuts.pairs.len() * PAIR_FLOATS);
+    for p in &cuts.pairs {
+        let bits = p.barrel_size_cut as i32 | (p.forward_size_cut as i32) << 1;
+        ints.extend_from_slice(&[p.inner as i32, p.outer as i32, p.phi_cut as i32, p.max_dysize, p.min_ysize, bits]);
+        floats.extend_from_slice(&[p.min_z, p.max_z, p.max_r]);
+    }
+    (ints, floats)
+}
+
+/// The `ca_doublets` flags of a configuration.
+pub fn doublet_flags(cfg: &quiver_reco::tracks::DoubletConfig) -> u32 {
+    ((cfg.do_z0_cut as u32) * FLAG_Z0_CUT)
+        | ((cfg.do_pt_cut as u32) * FLAG_PT_CUT)
+        | ((cfg.do_cluster_cut as u32) * FLAG_CLUSTER_CUT)
+        | ((cfg.ideal_conditions as u32) * FLAG_IDEAL_CONDITIONS)
+}
+
+/// The kernels (see the module documentation). Hit indices in the products are event-local;
+/// hit arrays are the batch's, event `e` holding rows `hit_off[e]..hit_off[e+1]`.
+/// `layer_start` holds 11 event-local entries per event; `bin_start` `BIN_STARTS_PER_EVENT`
+/// batch-global entries per event; `item_start` `n_events·n_pairs + 1` entries.
+pub const CA_DOUBLETS: &str = r#"
+#define CA_N_LAYERS 10
+#define CA_PHI_BINS 128
+#define CA_BINS (CA_N_LAYERS * CA_PHI_BINS)
+#define CA_BIN_STARTS (CA_BINS + 1)
+#define CA_MAX_VALID_DET 2000
+#define CA_PAIR_INTS 6
+#define CA_PAIR_FLOATS 3
+#define CA_SCAN_MAX 1024
+
+__device__ __forceinline__ i32 ca_bin(short iphi) { return (((i32)iphi) >> 9) & 127; }
+
+// Last s in [0, n) with start[s] <= k (start non-decreasing, start[0] <= k).
+__device__ __forceinline__ u32 ca_segment(const u32* start, u32 n, u32 k) {
+    u32 lo = 0u, hi = n;
+    while (hi - lo > 1u) { u32 mid = (lo + hi) / 2u; if (start[mid] <= k) lo = mid; else hi = mid; }
+    return lo;
+}
+
+// The event of batch hit h and its layer (-1 for a hit outside the layers or invalid).
+__device__ __forceinline__ i32 ca_hit_layer(u32 h, const u32* hit_off, u32 n_events, const u32* layer_start,
+                                            const u16* det, u32* event, u32* local) {
+    u32 e = ca_segment(hit_off, n_events, h);
+    u32 li = h - hit_off[e];
+    *event = e; *local = li;
+    if ((u32)det[h] > CA_MAX_VALID_DET) return -1;
+    const u32* ls = layer_start + e * 11u;
+    for (i32 l = 0; l < CA_N_LAYERS; ++l) {
+        if (li >= ls[l] && li < ls[l + 1]) return l;
+    }
+    return -1;
+}
+
+extern "C" __global__ void ca_bin_count(
+    const u16* det, const short* iphi, u32 n_hits, const u32* hit_off, const u32* layer_start, u32 n_events,
+    u32* bin_count)
+{
+    u32 h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= n_hits) return;
+    u32 e, li;
+    i32 l = ca_hit_layer(h, hit_off, n_events, layer_start, det, &e, &li);
+    if (l < 0) return;
+    atomicAdd(&bin_count[e * CA_BINS + (u32)l * CA_PHI_BINS + (u32)ca_bin(iphi[h])], 1u);
+}
+
+// One thread per event: bin starts (batch-global, from the event's first hit) and the fill
+// cursors.
+extern "C" __global__ void ca_bin_scan(const u32* bin_count, const u32* hit_off, u32 n_events, u32* bin_start, u32* cursor)
+{
+    u32 e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_events) return;
+    u32 s = hit_off[e];
+    for (u32 b = 0u; b < CA_BINS; ++b) {
+        bin_start[e * CA_BIN_STARTS + b] = s;
+        cursor[e * CA_BIN_STARTS + b] = s;
+        s += bin_count[e * CA_BINS + b];
+    }
+    bin_start[e * CA_BIN_STARTS + CA_BINS] = s;
+    cursor[e * CA_BIN_STARTS + CA_BINS] = s;
+}
+
+extern "C" __global__ void ca_bin_fill(
+    const u16* det, const short* iphi, u32 n_hits, const u32* hit_off, const u32* layer_start, u32 n_events,
+    u32* cursor, u32* packed_idx)
+{
+    u32 h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= n_hits) return;
+    u32 e, li;
+    i32 l = ca_hit_layer(h, hit_off, n_events, layer_start, det, &e, &li);
+    if (l < 0) return;
+    u32 pos = atomicAdd(&cursor[e * CA_BIN_STARTS + (u32)l * CA_PHI_BINS + (u32)ca_bin(iphi[h])], 1u);
+    packed_idx[pos] = li;
+}
+
+// One thread per (event, bin): the bin's hits by descending index (the CPU's order), then
+// their z, r, φ and y-size gathered in that order.
+extern "C" __global__ void ca_bin_sort(
+    const u32* bin_start, u32 n_events, const u32* hit_off,
+    const float* z, const float* r, const short* iphi, const short* size_y,
+    u32* packed_idx, float* packed_z, float* packed_r, short* packed_iphi, short* packed_sy)
+{
+    u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_events * CA_BINS) return;
+    u32 e = t / CA_BINS, b = t % CA_BINS;
+    u32 s = bin_start[e * CA_BIN_STARTS + b], end = bin_start[e * CA_BIN_STARTS + b + 1u];
+    for (u32 a = s + 1u; a < end; ++a) {
+        u32 v = packed_idx[a];
+        u32 j = a;
+        while (j > s && packed_idx[j - 1u] < v) { packed_idx[j] = packed_idx[j - 1u]; --j; }
+        packed_idx[j] = v;
+    }
+    u32 hb = hit_off[e];
+    for (u32 a = s; a < end; ++a) {
+        u32 h = hb + packed_idx[a];
+        packed_z[a] = z[h]; packed_r[a] = r[h]; packed_iphi[a] = iphi[h]; packed_sy[a] = size_y[h];
+    }
+}
+
+// The candidate scan of work item k (event, pair, inner hit). Returns its number of cells;
+// with write != 0 stores them from cell first (event-local) on, up to max_doublets.
+__device__ u32 ca_item(
+    u32 k, u32 write, const u32* item_start, u32 n_pairs, const u32* hit_off, const u32* layer_start,
+    const float* z, const float* r, const short* iphi, const short* size_y, const u16* det,
+    const u32* bin_start, const u32* packed_idx, const float* packed_z, const float* packed_r,
+    const short* packed_iphi, const short* packed_sy, u32 n_events,
+    const i32* pair_i, const float* pair_f, u32 flags, float z0_cut, float dzdr_fact, float min_radius2_t4,
+    float i2p, i32 max_dy_pred, u32 max_doublets, u32 first, u32 cell_base, u32* out_inner, u32* out_outer, u8* out_pair)
+{
+    u32 seg = ca_segment(item_start, n_events * n_pairs, k);
+    u32 e = seg / n_pairs, p = seg % n_pairs;
+    const i32* pi = pair_i + p * CA_PAIR_INTS;
+    const float* pf = pair_f + p * CA_PAIR_FLOATS;
+    i32 inner = pi[0], outer = pi[1];
+    const u32* ls = layer_start + e * 11u;
+    u32 i = ls[inner] + (k - item_start[seg]);
+    u32 h = hit_off[e] + i;
+    u32 mi = det[h];
+    if (mi > CA_MAX_VALID_DET) return 0u;
+    float mez = z[h];
+    if (mez < pf[0] || mez > pf[1]) return 0u;
+    i32 mes = -1;
+    if (flags & 4u) {
+        bool outer_ladder = (flags & 8u) != 0u || (mi / 8u) % 2u == 0u;
+        mes = (inner > 0 || outer_ladder) ? (i32)size_y[h] : -1;
+        if (mes > 0 && mes < pi[4]) return 0u;
+    }
+    short mep = iphi[h];
+    float mer = r[h];
+    i32 phicut = pi[2];
+    i32 kl = ca_bin((short)(mep - phicut));
+    i32 kh = ca_bin((short)(mep + phicut));
+    i32 khh = (kh + 1) % CA_PHI_BINS;
+    i32 r0a = 0, r0b = 0, r1a = 0, r1b = 0;
+    if (kl < khh) { r0a = kl; r0b = khh; }
+    else if (kl > khh) { r0a = kl; r0b = CA_PHI_BINS; r1a = 0; r1b = khh; }
+    bool do_z0 = (flags & 1u) != 0u, do_pt = (flags & 2u) != 0u;
+    bool barrel_size = (pi[5] & 1) != 0, forward_size = (pi[5] & 2) != 0;
+    float maxr = pf[2];
+    i32 dy_barrel = pi[3];
+    const u32* bs = bin_start + e * CA_BIN_STARTS + (u32)outer * CA_PHI_BINS;
+    u32 n = 0u;
+    for (i32 run = 0; run < 2; ++run) {
+        i32 b0 = run == 0 ? r0a : r1a, b1 = run == 0 ? r0b : r1b;
+        if (b0 == b1) continue;
+        u32 k0 = bs[b0], k1 = bs[b1];
+        for (u32 kk = k0; kk < k1; ++kk) {
+            float zo = packed_z[kk], ro = packed_r[kk];
+            float dr = __fsub_rn(ro, mer);
+            bool z0_fails = do_z0 && (dr > maxr || dr < 0.0f
+                || fabsf(__fsub_rn(__fmul_rn(mez, ro), __fmul_rn(mer, zo))) > __fmul_rn(z0_cut, dr));
+            i32 idphi = (i32)(short)(packed_iphi[kk] - mep);
+            if (idphi < 0) idphi = -idphi;
+            i32 so = (i32)packed_sy[kk];
+            i32 dsize = so - mes;
+            if (dsize < 0) dsize = -dsize;
+            bool size_fails = barrel_size && mes > 0 && so > 0 && dsize > dy_barrel;
+            float dphi = __fmul_rn((float)(short)(u16)idphi, i2p);
+            float dro = __fsub_rn(ro, mer);
+            bool pt_fails = do_pt && __fmul_rn(__fmul_rn(dphi, dphi), __fsub_rn(min_radius2_t4, __fmul_rn(mer, ro))) > __fmul_rn(dro, dro);
+            if (z0_fails || idphi > phicut || size_fails || pt_fails) continue;
+            if (forward_size && mes > 0) {
+                float q = fabsf(__fdiv_rn(__fsub_rn(mez, zo), __fsub_rn(mer, ro)));
+                i32 pred = __float2int_rz(__fadd_rn(__fmul_rn(q, dzdr_fact), 0.5f));
+                i32 d = mes - pred;
+                if (d < 0) d = -d;
+                if (d > max_dy_pred) continue;
+            }
+            if (write) {
+                u32 c = first + n;
+                if (c < max_doublets) {
+                    out_inner[cell_base + c] = i; out_outer[cell_base + c] = packed_idx[kk]; out_pair[cell_base + c] = (u8)p;
+                }
+            }
+            ++n;
+        }
+    }
+    return n;
+}
+
+// write == 0: item_count[k] = cells of item k. write == 1: the cells of item k at
+// cell_off[event] + item_first[k] + j, those below max_doublets in the event.
+extern "C" __global__ void ca_doublets(
+    u32 write, u32 n_items, const u32* item_start, u32 n_pairs, u32 n_events, const u32* hit_off, const u32* layer_start,
+    const float* z, const float* r, const short* iphi, const short* size_y, const u16* det,
+    const u32* bin_start, const u32* packed_idx, const float* packed_z, const float* packed_r,
+    const short* packed_iphi, const short* packed_sy,
+    const i32* pair_i, const float* pair_f, u32 flags, float z0_cut, float dzdr_fact, float min_radius2_t4,
+    float i2p, i32 max_dy_pred, u32 max_doublets,
+    u32* item_count, const u32* item_first, const u32* cell_off, u32* out_inner, u32* out_outer, u8* out_pair)
+{
+    u32 k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n_items) return;
+    u32 first = 0u, base = 0u;
+    if (write) {
+        first = item_first[k];
+        if (first >= max_doublets) return;
+        base = cell_off[ca_segment(item_start, n_events * n_pairs, k) / n_pairs];
+    }
+    u32 n = ca_item(k, write, item_start, n_pairs, hit_off, layer_start, z, r, iphi, size_y, det,
+                    bin_start, packed_idx, packed_z, packed_r, packed_iphi, packed_sy, n_events,
+                    pair_i, pair_f, flags, z0_cut, dzdr_fact, min_radius2_t4, i2p, max_dy_pred, max_doublets,
+                    first, base, out_inner, out_outer, out_pair);
+    if (!write) item_count[k] = n;
+}
+
+// One block per event (any power-of-two block size up to CA_SCAN_MAX): exclusive prefix
+// sum of the event's item counts, and the event's total.
+extern "C" __global__ void ca_item_scan(const u32* item_count, const u32* item_start, u32 n_pairs, u32* item_first, u32* event_total)
+{
+    __shared__ u32 buf[CA_SCAN_MAX];
+    __shared__ u32 carry;
+    u32 e = blockIdx.x, t = threadIdx.x, nt = blockDim.x;
+    u32 s = item_start[e * n_pairs], end = item_start[(e + 1u) * n_pairs];
+    if (t == 0u) carry = 0u;
+    __syncthreads();
+    for (u32 base = s; base < end; base += nt) {
+        u32 k = base + t;
+        u32 v = k < end ? item_count[k] : 0u;
+        buf[t] = v;
+        __syncthreads();
+        for (u32 off = 1u; off < nt; off <<= 1) {
+            u32 x = t >= off ? buf[t - off] : 0u;
+            __syncthreads();
+            buf[t] += x;
+            __syncthreads();
+        }
+        if (k < end) item_first[k] = carry + buf[t] - v;
+        __syncthreads();
+        if (t == nt - 1u) carry += buf[t];
+        __syncthreads();
+    }
+    if (t == 0u) event_total[e] = carry;
+}
+
+// The event of cell c (batch-global) from the event cell offsets.
+__device__ __forceinline__ u32 ca_cell_event(const u32* cell_off, u32 n_events, u32 c) { return ca_segment(cell_off, n_events, c); }
+
+extern "C" __global__ void ca_listed_count(const u32* outer, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* outer_count)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = ca_cell_event(cell_off, n_events, c);
+    atomicAdd(&outer_count[hit_off[e] + outer[c]], 1u);
+}
+
+extern "C" __global__ void ca_listed(const u32* outer, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off,
+                                     const u32* outer_count, u32 max_cells_per_hit, u8* listed)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = ca_cell_event(cell_off, n_events, c);
+    listed[c] = outer_count[hit_off[e] + outer[c]] <= max_cells_per_hit ? 1 : 0;
+}
+
+// One thread per batch hit with more cells than the maximum: its first cells, in cell order.
+extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_off, u32 n_events, const u32* hit_off, u32 n_hits,
+                                              const u32* outer_count, u32 max_cells_per_hit, u8* listed)
+{
+    u32 h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= n_hits || outer_count[h] <= max_cells_per_hit) return;
+    u32 e = ca_segment(hit_off, n_events, h);
+    u32 li = h - hit_off[e];
+    u32 seen = 0u;
+    for (u32 c = cell_off[e]; c < cell_off[e + 1u] && seen < max_cells_per_hit; ++c) {
+        if (outer[c] == li) { listed[c] = 1; ++seen; }
+    }
+}
+"#;
+
+/// The kernel functions of [`CA_DOUBLETS`].
+pub const CA_DOUBLETS_KERNELS: &[&str] =
+    &["ca_bin_count", "ca_bin_scan", "ca_bin_fill", "ca_bin_sort", "ca_doublets", "ca_item_scan", "ca_listed_count", "ca_listed", "ca_listed_overfull"];
+
+/// CUDA C source of the CA connect step (the first stage of `ca_ntuplets`): each cell's
+/// outer neighbours, the cells that start on its outer hit and pass the r–z alignment and
+/// circle (curvature, DCA) cuts with it.
+///
+/// The CPU connect (`quiver_reco::tracks::ntuplets::connect`) visits the cells in index
+/// order and pushes each accepted (neighbour list, cell) pair, so a cell's list holds its
+/// neighbours by ascending cell index. The device computes each list directly ("pull"): one
+/// thread per listed cell scans the cells starting on its outer hit by ascending index
+/// (`cn_inner_*` build that index: atomic counts, then each hit's cells sorted), tests the
+/// same triplet in the CPU's operation order, and writes the passing cells at the place a
+/// per-event prefix sum of the counts gives it. No atomic decides an order. The lists'
+/// capacities (`max_cell_neighbors`, `max_active_doublets`) are applied on the host.
+pub const CA_CONNECT: &str = r#"
+#define CN_LAST_BPIX1_DET 96
+#define CN_LAST_BARREL_DET 1184
+#define CN_SCAN_MAX 1024
+
+__device__ __forceinline__ u32 cn_segment(const u32* start, u32 n, u32 k) {
+    u32 lo = 0u, hi = n;
+    while (hi - lo > 1u) { u32 mid = (lo + hi) / 2u; if (start[mid] <= k) lo = mid; else hi = mid; }
+    return lo;
+}
+
+// Cells per inner hit (batch hits).
+extern "C" __global__ void cn_inner_count(const u32* inner, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* count)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    atomicAdd(&count[hit_off[e] + inner[c]], 1u);
+}
+
+// One thread per event: each hit's first entry (batch-global) in the by-inner-hit index
+// (n_hits + 1 entries), and the fill cursors.
+extern "C" __global__ void cn_inner_scan(const u32* count, const u32* hit_off, const u32* cell_off, u32 n_events, u32* start, u32* cursor)
+{
+    u32 e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_events) return;
+    u32 s = cell_off[e];
+    for (u32 h = hit_off[e]; h < hit_off[e + 1u]; ++h) {
+        start[h] = s; cursor[h] = s;
+        s += count[h];
+    }
+    if (e + 1u == n_events) start[hit_off[n_events]] = s;
+}
+
+extern "C" __global__ void cn_inner_fill(const u32* inner, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* cursor, u32* by_inner)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    u32 pos = atomicAdd(&cursor[hit_off[e] + inner[c]], 1u);
+    by_inner[pos] = c - cell_off[e];
+}
+
+// One thread per hit: its cells by ascending (event-local) index.
+extern "C" __global__ void cn_inner_sort(const u32* start, u32 n_hits, u32* by_inner)
+{
+    u32 h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= n_hits) return;
+    u32 s = start[h], end = start[h + 1u];
+    for (u32 a = s + 1u; a < end; ++a) {
+        u32 v = by_inner[a];
+        u32 j = a;
+        while (j > s && by_inner[j - 1u] > v) { by_inner[j] = by_inner[j - 1u]; --j; }
+        by_inner[j] = v;
+    }
+}
+
+// ntuplets::are_aligned_rz, operation by operation.
+__device__ __forceinline__ bool cn_aligned_rz(float r1, float z1, float ri, float zi, float ro, float zo, float ptmin, float theta_cut)
+{
+    float radius_diff = fabsf(__fsub_rn(r1, ro));
+    float dz = __fsub_rn(z1, zo);
+    float d13 = __fadd_rn(__fmul_rn(radius_diff, radius_diff), __fmul_rn(dz, dz));
+    float p_min = __fmul_rn(ptmin, __fsqrt_rn(d13));
+    float t = fabsf(__fadd_rn(__fadd_rn(__fmul_rn(z1, __fsub_rn(ri, ro)), __fmul_rn(zi, __fsub_rn(ro, r1))), __fmul_rn(zo, __fsub_rn(r1, ri))));
+    return __fmul_rn(t, p_min) <= __fmul_rn(__fmul_rn(theta_cut, d13), radius_diff);
+}
+
+// ntuplets::CircleEq::new and the DCA cut, operation by operation.
+__device__ __forceinline__ bool cn_dca_cut(float x1, float y1, float x2, float y2, float x3, float y3, float max_dca, float max_curv)
+{
+    bool noflip = fabsf(__fsub_rn(x3, x1)) < fabsf(__fsub_rn(y3, y1));
+    float x1p = noflip ? __fsub_rn(x1, x2) : __fsub_rn(y1, y2);
+    float y1p = noflip ? __fsub_rn(y1, y2) : __fsub_rn(x1, x2);
+    float d12 = __fadd_rn(__fmul_rn(x1p, x1p), __fmul_rn(y1p, y1p));
+    float x3p = noflip ? __fsub_rn(x3, x2) : __fsub_rn(y3, y2);
+    float y3p = noflip ? __fsub_rn(y3, y2) : __fsub_rn(x3, x2);
+    float d32 = __fadd_rn(__fmul_rn(x3p, x3p), __fmul_rn(y3p, y3p));
+    float num = __fsub_rn(__fmul_rn(x1p, y3p), __fmul_rn(y1p, x3p));
+    float det = __fsub_rn(__fmul_rn(d12, y3p), __fmul_rn(d32, y1p));
+    float st2 = __fsub_rn(__fmul_rn(d12, x3p), __fmul_rn(d32, x1p));
+    float seq = __fadd_rn(__fmul_rn(det, det), __fmul_rn(st2, st2));
+    float al2 = __fdiv_rn(1.0f, __fsqrt_rn(seq));
+    float be2 = __fmul_rn(-st2, al2);
+    float ct = __fmul_rn(__fmul_rn(2.0f, num), al2);
+    al2 = __fmul_rn(al2, det);
+    float c = noflip ? ct : -ct;
+    float alpha = noflip ? al2 : -be2;
+    float beta = noflip ? be2 : -al2;
+    if (c > max_curv) return false;
+    float x = __fadd_rn(__fmul_rn(c, x2), alpha);
+    float y = __fadd_rn(__fmul_rn(c, y2), beta);
+    float dca0 = __fsub_rn(__fsqrt_rn(__fadd_rn(__fmul_rn(x, x), __fmul_rn(y, y))), 1.0f);
+    return fabsf(dca0) < __fmul_rn(max_dca, fabsf(c));
+}
+
+// One thread per cell o (batch-global): the cells starting on its outer hit that connect to
+// it, by ascending index. write == 0: count[o] = how many. write == 1: their event-local
+// indices from out[push_off[e] + first[o]] on, and the used flags of both cells.
+extern "C" __global__ void cn_connect(
+    u32 write, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off,
+    const float* x, const float* y, const float* z, const float* r, const u16* det,
+    const u32* inner, const u32* outer, const u8* listed, const u32* start, const u32* by_inner,
+    float ptmin, float theta_barrel, float theta_forward, float dca_inner, float dca_outer, float hard_curv,
+    u32* count, const u32* first, const u32* push_off, u32* out, u8* used)
+{
+    u32 o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= n_cells) return;
+    if (!listed[o]) { if (!write) count[o] = 0u; return; }
+    u32 e = cn_segment(cell_off, n_events, o);
+    u32 hb = hit_off[e], cb = cell_off[e];
+    u32 oi = hb + inner[o], h = hb + outer[o];
+    float r1 = r[oi], z1 = z[oi], x1 = x[oi], y1 = y[oi];
+    float max_dca = (u32)det[oi] < CN_LAST_BPIX1_DET ? dca_inner : dca_outer;
+    u32 n = 0u;
+    for (u32 k = start[h]; k < start[h + 1u]; ++k) {
+        u32 idx = by_inner[k];
+        u32 ci = cb + idx;
+        u32 ii = hb + inner[ci], io = hb + outer[ci];
+        float theta = (u32)det[ii] < CN_LAST_BARREL_DET ? theta_barrel : theta_forward;
+        if (!cn_aligned_rz(r1, z1, r[ii], z[ii], r[io], z[io], ptmin, theta)) continue;
+        if (!cn_dca_cut(x1, y1, x[ii], y[ii], x[io], y[io], max_dca, hard_curv)) continue;
+        if (write) { out[push_off[e] + first[o] + n] = idx; used[ci] = 1; used[o] = 1; }
+        ++n;
+    }
+    if (!write) count[o] = n;
+}
+
+// One block per event (power-of-two block size up to CN_SCAN_MAX): exclusive prefix sum of
+// the event's values (segment seg_off[e]..seg_off[e+1]) and the event's total.
+extern "C" __global__ void cn_scan(const u32* value, const u32* seg_off, u32* first, u32* total)
+{
+    __shared__ u32 buf[CN_SCAN_MAX];
+    __shared__ u32 carry;
+    u32 e = blockIdx.x, t = threadIdx.x, nt = blockDim.x;
+    u32 s = seg_off[e], end = seg_off[e + 1u];
+    if (t == 0u) carry = 0u;
+    __syncthreads();
+    for (u32 base = s; base < end; base += nt) {
+        u32 k = base + t;
+        u32 v = k < end ? value[k] : 0u;
+        buf[t] = v;
+        __syncthreads();
+        for (u32 off = 1u; off < nt; off <<= 1) {
+            u32 xx = t >= off ? buf[t - off] : 0u;
+            __syncthreads();
+            buf[t] += xx;
+            __syncthreads();
+        }
+        if (k < end) first[k] = carry + buf[t] - v;
+        __syncthreads();
+        if (t == nt - 1u) carry += buf[t];
+        __syncthreads();
+    }
+    if (t == 0u) total[e] = carry;
+}
+"#;
+
+/// The kernel functions of [`CA_CONNECT`].
+pub const CA_CONNECT_KERNELS: &[&str] = &["cn_inner_count", "cn_inner_scan", "cn_inner_fill", "cn_inner_sort", "cn_connect", "cn_scan"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
+
+    /// The `#define`s of the source equal the Rust constants they stand for.
+    #[test]
+    fn source_constants_match_rust() {
+        let def = |name: &str| -> String {
+            let l = CA_DOUBLETS.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            l.split_whitespace().nth(2).unwrap().to_string()
+        };
+        assert_eq!(def("CA_N_LAYERS"), N_LAYERS.to_string());
+        assert_eq!(def("CA_PHI_BINS"), PHI_BINS.to_string());
+        assert_eq!(def("CA_PAIR_INTS"), PAIR_INTS.to_string());
+        assert_eq!(def("CA_PAIR_FLOATS"), PAIR_FLOATS.to_string());
+        assert!(def("CA_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK && SCAN_BLOCK.is_power_of_two());
+        assert_eq!(BIN_STARTS_PER_EVENT, N_LAYERS * PHI_BINS + 1);
+        // Invalid hits are the ones above det index 2000, as in the CPU search.
+        assert_eq!(def("CA_MAX_VALID_DET"), "2000");
+        assert_eq!((FLAG_Z0_CUT, FLAG_PT_CUT, FLAG_CLUSTER_CUT, FLAG_IDEAL_CONDITIONS), (1, 2, 4, 8));
+        for k in CA_DOUBLETS_KERNELS {
+            assert!(CA_DOUBLETS.contains(&format!("__global__ void {k}(")), "{k}");
+        }
+        let cdef = |name: &str| -> String {
+            let l = CA_CONNECT.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            l.split_whitespace().nth(2).unwrap().to_string()
+        };
+        use quiver_reco::tracks::ntuplets::{LAST_BARREL_DET_INDEX, LAST_BPIX1_DET_INDEX};
+        assert_eq!(cdef("CN_LAST_BPIX1_DET"), LAST_BPIX1_DET_INDEX.to_string());
+        assert_eq!(cdef("CN_LAST_BARREL_DET"), LAST_BARREL_DET_INDEX.to_string());
+        assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK);
+        for k in CA_CONNECT_KERNELS {
+            assert!(CA_CONNECT.contains(&format!("__global__ void {k}(")), "{k}");
+        }
+    }
+}

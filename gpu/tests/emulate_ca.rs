@@ -1,0 +1,619 @@
+//! The CA doublet kernels run on the host (their CUDA C compiled with the system C++ behind
+//! a small shim: `__fmul_rn` & co. are plain float operations compiled with
+//! `-ffp-contract=off`, atomics are real atomics, `__syncthreads` a barrier) and must give
+//! the CPU step's cells, listed flags and overflow flags bit for bit, on generated events
+//! batched as the GPU step batches them, with the host tables of the GPU step
+//! (`quiver_gpu::steps_ca`). Each kernel runs twice: every thread of a block one after the
+//! other on one OS thread (one thread per block for the block scan), and with real threads
+//! in each block, whose interleaving (the atomic histogram fill, the atomic counts) must not
+//! change anything. The connect kernels of `ca_ntuplets` (`kernels_ca::CA_CONNECT`, with
+//! the host's list capacities `steps_ca::capped_neighbors`) likewise equal the CPU's
+//! `connect`: neighbour lists, overflows, used flags. Skips when no C++ compiler is found.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
+use quiver_gpu::steps_ca::{capped_neighbors, cell_offsets, doublet_products, prepare, DoubletProducts};
+use quiver_reco::steps::doublet_overflows;
+use quiver_datasets::conditions::CpeParams;
+use arrow_array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt8Array};
+use std::sync::Arc;
+use quiver_reco::local;
+use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
+use quiver_reco::tracks::ntuplets::{connect, CaState};
+use quiver_reco::tracks::{doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, CaConfig, HitsView};
+
+const SHIM: &str = r#"
+#include <cmath>
+#include <climits>
+#include <barrier>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+typedef unsigned int u32; typedef int i32; typedef unsigned short u16; typedef unsigned char u8; typedef unsigned long long u64;
+struct Dim3 { unsigned x, y, z; };
+static thread_local Dim3 blockIdx, blockDim, threadIdx;
+static std::barrier<>* block_barrier = nullptr;
+extern "C" void emu_grid(unsigned bd) {
+    delete block_barrier;
+    block_barrier = new std::barrier<>(bd);
+}
+extern "C" void emu_thread(unsigned b, unsigned bd, unsigned t) { blockIdx.x = b; blockDim.x = bd; threadIdx.x = t; }
+static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+static inline int __float2int_rz(float f) {
+    if (std::isnan(f)) return 0;
+    if (f >= 2147483648.0f) return INT_MAX;
+    if (f <= -2147483648.0f) return INT_MIN;
+    return (int)f;
+}
+"#;
+
+fn emulator() -> Option<&'static libloading::Library> {
+    static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let dir = tempfile::tempdir().ok()?;
+        let cpp = dir.path().join("ca.cpp");
+        std::fs::write(&cpp, format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_CONNECT)).ok()?;
+        let so: PathBuf = dir.path().join("libca.so");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = Command::new(&cxx)
+            .args(["-shared", "-fPIC", "-O2", "-ffp-contract=off", "-fno-fast-math", "-w", "-std=c++20", "-pthread", "-x", "c++"])
+            .arg(&cpp)
+            .arg("-o")
+            .arg(&so)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => panic!("the CA kernels do not compile as C++: {}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => {
+                println!("SKIPPED: no C++ compiler '{cxx}': {e}");
+                return None;
+            }
+        }
+        // SAFETY: our own library of plain functions.
+        let lib = unsafe { libloading::Library::new(&so) }.ok()?;
+        Some((dir, lib))
+    })
+    .as_ref()
+    .map(|(_, l)| l)
+}
+
+/// How the threads of a block run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// One after the other on this thread.
+    Sequential,
+    /// Each on its own OS thread.
+    Threaded,
+}
+
+/// Threads per block of the per-element kernels in the emulation (small, so that the
+/// threaded mode stays cheap while blocks still interleave).
+const EMU_BLOCK: u32 = 8;
+
+/// Runs `launch` over a grid of `blocks × threads`. Threaded: one OS thread per thread of
+/// a block, each running its thread of every block in turn, the blocks one after the other
+/// (a barrier between blocks: `__shared__` memory is one per process).
+fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch: impl Fn() + Sync) {
+    type Grid = unsafe extern "C" fn(u32);
+    type Thread = unsafe extern "C" fn(u32, u32, u32);
+    // SAFETY: signatures as defined in SHIM.
+    let setup: libloading::Symbol<Grid> = unsafe { lib.get(b"emu_grid") }.unwrap();
+    // SAFETY: signature as defined in SHIM.
+    let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
+    // SAFETY: emu_grid as defined in SHIM.
+    unsafe { setup(threads) };
+    match mode {
+        Mode::Sequential => {
+            for b in 0..blocks {
+                for t in 0..threads {
+                    // SAFETY: emu_thread sets this thread's indices.
+                    unsafe { thread(b, threads, t) };
+                    launch();
+                }
+            }
+        }
+        Mode::Threaded => {
+            let between = std::sync::Barrier::new(threads as usize);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let (launch, thread, between) = (&launch, &thread, &between);
+                    s.spawn(move || {
+                        for b in 0..blocks {
+                            // SAFETY: emu_thread sets this thread's indices.
+                            unsafe { thread(b, threads, t) };
+                            launch();
+                            between.wait();
+                        }
+                    });
+                }
+            })
+        }
+    }
+}
+
+/// One thread per element, `EMU_BLOCK` per block.
+fn elements(lib: &libloading::Library, mode: Mode, n: usize, launch: impl Fn() + Sync) {
+    grid(lib, mode, (n as u32).div_ceil(EMU_BLOCK).max(1), EMU_BLOCK, launch)
+}
+
+/// A batch of hits, event after event.
+#[derive(Default)]
+struct Batch {
+    hits_per_event: Vec<usize>,
+    x: Vec<f32>,
+    y: Vec<f32>,
+    z: Vec<f32>,
+    r: Vec<f32>,
+    iphi: Vec<i16>,
+    size_y: Vec<i16>,
+    det: Vec<u16>,
+    events: Vec<local::RecHits>,
+}
+
+/// What the device produces for a batch.
+#[derive(Debug, PartialEq)]
+struct Cells {
+    cell_off: Vec<u32>,
+    overflow: Vec<bool>,
+    inner: Vec<u32>,
+    outer: Vec<u32>,
+    pair: Vec<u8>,
+    listed: Vec<u8>,
+}
+
+/// Pointers as integers, so that the threads of a block can share them.
+fn p<T>(v: &[T]) -> usize {
+    v.as_ptr() as usize
+}
+
+/// The kernel sequence of the GPU step, on the host.
+fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
+    // The GPU step's own host preparation (checks and tables).
+    let db = prepare(&views(b, cpe), cfg).unwrap();
+    assert_eq!(db.hit_off.windows(2).map(|w| (w[1] - w[0]) as usize).collect::<Vec<_>>(), b.hits_per_event);
+    let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
+    let d = &cfg.doublets;
+    let cuts = d.cuts();
+    let (pair_i, pair_f) = pair_tables(&cuts);
+
+    let bin_count = vec![0u32; n_ev * N_LAYERS * PHI_BINS];
+    let (bin_start, cursor) = (vec![0u32; n_ev * BIN_STARTS_PER_EVENT], vec![0u32; n_ev * BIN_STARTS_PER_EVENT]);
+    let packed_idx = vec![u32::MAX; n_hits.max(1)];
+    let (pz, pr) = (vec![0f32; n_hits.max(1)], vec![0f32; n_hits.max(1)]);
+    let (pphi, psy) = (vec![0i16; n_hits.max(1)], vec![0i16; n_hits.max(1)]);
+    type Count = unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32);
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
+    type Fill = unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32, *mut u32);
+    type Sort = unsafe extern "C" fn(
+        *const u32, u32, *const u32, *const f32, *const f32, *const i16, *const i16, *mut u32, *mut f32, *mut f32, *mut i16, *mut i16,
+    );
+    // SAFETY: kernel signatures as in kernels_ca::CA_DOUBLETS; every buffer holds the elements the kernels index (sized from the same counts as in the GPU step).
+    unsafe {
+        let f: libloading::Symbol<Count> = lib.get(b"ca_bin_count").unwrap();
+        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), p(&bin_count)];
+        elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_hits as u32, a[2] as _, a[3] as _, n_ev as u32, a[4] as _));
+        let f: libloading::Symbol<Scan> = lib.get(b"ca_bin_scan").unwrap();
+        let a = [p(&bin_count), p(&db.hit_off), p(&bin_start), p(&cursor)];
+        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, a[3] as _));
+        let f: libloading::Symbol<Fill> = lib.get(b"ca_bin_fill").unwrap();
+        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), p(&cursor), p(&packed_idx)];
+        elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_hits as u32, a[2] as _, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
+        let f: libloading::Symbol<Sort> = lib.get(b"ca_bin_sort").unwrap();
+        let a = [p(&bin_start), p(&db.hit_off), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), p(&packed_idx), p(&pz), p(&pr), p(&pphi), p(&psy)];
+        elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, || {
+            f(a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, a[10] as _)
+        });
+    }
+
+    type Doublets = unsafe extern "C" fn(
+        u32, u32, *const u32, u32, u32, *const u32, *const u32,
+        *const f32, *const f32, *const i16, *const i16, *const u16,
+        *const u32, *const u32, *const f32, *const f32, *const i16, *const i16,
+        *const i32, *const f32, u32, f32, f32, f32, f32, i32, u32,
+        *mut u32, *const u32, *const u32, *mut u32, *mut u32, *mut u8,
+    );
+    let item_count = vec![0u32; n_items.max(1)];
+    let item_first = vec![0u32; n_items.max(1)];
+    let event_total = vec![0u32; n_ev];
+    let flags = doublet_flags(d);
+    // SAFETY: as above.
+    let doublets = |write: u32, cell_off: &[u32], out: (&[u32], &[u32], &[u8])| unsafe {
+        let f: libloading::Symbol<Doublets> = lib.get(b"ca_doublets").unwrap();
+        let a = [
+            p(&db.item_start), p(&db.hit_off), p(&db.layer_start), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), p(&b.det),
+            p(&bin_start), p(&packed_idx), p(&pz), p(&pr), p(&pphi), p(&psy), p(&pair_i), p(&pair_f),
+            p(&item_count), p(&item_first), p(cell_off), p(out.0), p(out.1), p(out.2),
+        ];
+        elements(lib, mode, n_items, || {
+            f(
+                write, n_items as u32, a[0] as _, db.n_pairs, n_ev as u32, a[1] as _, a[2] as _,
+                a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _,
+                a[8] as _, a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _,
+                a[14] as _, a[15] as _, flags, d.z0_cut, cuts.dzdr_fact, cuts.min_radius2_t4, cuts.i2p, d.max_dy_pred, d.max_number_of_doublets,
+                a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _, a[21] as _,
+            )
+        });
+    };
+    let dummy = ([0u32], [0u32], [0u8]);
+    doublets(0, &[0, 0], (&dummy.0, &dummy.1, &dummy.2));
+    // SAFETY: as above.
+    unsafe {
+        type ItemScan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
+        let f: libloading::Symbol<ItemScan> = lib.get(b"ca_item_scan").unwrap();
+        let a = [p(&item_count), p(&db.item_start), p(&item_first), p(&event_total)];
+        // Sequential: one thread per block (the barriers need every thread of a block).
+        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        grid(lib, mode, n_ev as u32, threads, || f(a[0] as _, a[1] as _, db.n_pairs, a[2] as _, a[3] as _));
+    }
+    let (cell_off, overflow) = cell_offsets(&event_total, d.max_number_of_doublets).unwrap();
+    let n_cells = *cell_off.last().unwrap() as usize;
+    let (inner, outer, pair) = (vec![u32::MAX; n_cells.max(1)], vec![u32::MAX; n_cells.max(1)], vec![u8::MAX; n_cells.max(1)]);
+    doublets(1, &cell_off, (&inner, &outer, &pair));
+
+    let outer_count = vec![0u32; n_hits.max(1)];
+    let listed = vec![7u8; n_cells.max(1)];
+    // SAFETY: as above.
+    unsafe {
+        type LCount = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
+        type Listed = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *const u32, u32, *mut u8);
+        type Overfull = unsafe extern "C" fn(*const u32, *const u32, u32, *const u32, u32, *const u32, u32, *mut u8);
+        let a = [p(&outer), p(&cell_off), p(&db.hit_off), p(&outer_count), p(&listed)];
+        let m = d.max_cells_per_hit;
+        let f: libloading::Symbol<LCount> = lib.get(b"ca_listed_count").unwrap();
+        elements(lib, mode, n_cells, || f(a[0] as _, n_cells as u32, a[1] as _, n_ev as u32, a[2] as _, a[3] as _));
+        let f: libloading::Symbol<Listed> = lib.get(b"ca_listed").unwrap();
+        elements(lib, mode, n_cells, || f(a[0] as _, n_cells as u32, a[1] as _, n_ev as u32, a[2] as _, a[3] as _, m, a[4] as _));
+        let f: libloading::Symbol<Overfull> = lib.get(b"ca_listed_overfull").unwrap();
+        elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, n_hits as u32, a[3] as _, m, a[4] as _));
+    }
+    let trim = |n: usize| n_cells.min(n);
+    let cells = Cells {
+        inner: inner[..trim(inner.len())].to_vec(),
+        outer: outer[..trim(outer.len())].to_vec(),
+        pair: pair[..trim(pair.len())].to_vec(),
+        listed: listed[..trim(listed.len())].to_vec(),
+        cell_off,
+        overflow,
+    };
+    // The GPU step's own assembly of the products from what the device wrote.
+    let products =
+        doublet_products(d, &event_total, &cells.cell_off, cells.inner.clone(), cells.outer.clone(), cells.pair.clone(), &cells.listed).unwrap();
+    (cells, products)
+}
+
+/// Each event's hits as the tracking reads them.
+fn views<'a>(b: &'a Batch, cpe: &'a CpeParams) -> Vec<HitsView<'a>> {
+    b.events
+        .iter()
+        .map(|h| HitsView {
+            x_global: &h.x_global,
+            y_global: &h.y_global,
+            z_global: &h.z_global,
+            r_global: &h.r_global,
+            iphi: &h.iphi,
+            size_x: &h.size_x,
+            size_y: &h.size_y,
+            det_index: &h.det_index,
+            xerr_local: &h.xerr_local,
+            yerr_local: &h.yerr_local,
+            cpe,
+            layer_start: layer_start_from_det_index(&h.det_index).unwrap(),
+        })
+        .collect()
+}
+
+/// The CPU step's products for the same batch.
+fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
+    let mut c = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
+    let (mut lengths, mut overflows, mut flags) = (vec![], vec![], Vec::<bool>::new());
+    for view in views(b, cpe) {
+        // What the CPU step does for each event.
+        let (cols, listed) = stage_doublet_cells(&view, cfg).unwrap();
+        overflows.push(doublet_overflows(&cfg.doublets, &cols.outer, &listed, cols.cells_missed));
+        lengths.push(cols.inner.len());
+        flags.extend(&listed);
+        c.inner.extend(&cols.inner);
+        c.outer.extend(&cols.outer);
+        c.pair.extend(&cols.pair);
+        c.listed.extend(listed.iter().map(|&l| l as u8));
+        c.overflow.push(cols.cells_overflow);
+        c.cell_off.push(c.inner.len() as u32);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(c.inner.clone())),
+        Arc::new(UInt32Array::from(c.outer.clone())),
+        Arc::new(UInt8Array::from(c.pair.clone())),
+        Arc::new(BooleanArray::from(flags)),
+    ];
+    (c, DoubletProducts { columns, lengths, overflows })
+}
+
+fn dataset() -> &'static (tempfile::TempDir, Dataset) {
+    static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
+    DS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = GenerateOptions { events: 3, pileup: 50.0, seed: 23, threads: Some(1), output: dir.path().into(), corrupt_fraction: 0.0 };
+        generate(&opts).unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        (dir, ds)
+    })
+}
+
+/// The generated events' hits, with an empty event in the middle of the batch.
+fn batch() -> Batch {
+    let (_, ds) = dataset();
+    let cond = ds.conditions();
+    let c = local::LocalConditions { cabling: &cond.cabling, gains: &cond.gains, cpe: &cond.cpe, beam_spot: &cond.beam_spot };
+    let mut events: Vec<local::RecHits> =
+        ds.raw_events(0..ds.n_events()).unwrap().iter().map(|feds| local::reconstruct_event(feds, &c, &Default::default()).unwrap().hits).collect();
+    let mut empty = events[0].clone();
+    for v in [&mut empty.x_global, &mut empty.y_global, &mut empty.z_global, &mut empty.r_global, &mut empty.xerr_local, &mut empty.yerr_local] {
+        v.clear();
+    }
+    empty.iphi.clear();
+    empty.size_x.clear();
+    empty.size_y.clear();
+    empty.det_index.clear();
+    events.insert(1, empty);
+    batch_of(events)
+}
+
+/// A batch of these events, in order.
+fn batch_of(events: Vec<local::RecHits>) -> Batch {
+    let mut b = Batch::default();
+    for h in &events {
+        b.hits_per_event.push(h.z_global.len());
+        b.x.extend(&h.x_global);
+        b.y.extend(&h.y_global);
+        b.z.extend(&h.z_global);
+        b.r.extend(&h.r_global);
+        b.iphi.extend(&h.iphi);
+        b.size_y.extend(&h.size_y);
+        b.det.extend(&h.det_index);
+    }
+    b.events = events;
+    b
+}
+
+fn check(name: &str, cfg: &CaConfig) -> Cells {
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let (_, ds) = dataset();
+    let b = batch();
+    let cpe = &ds.conditions().cpe;
+    let (cpu, cpu_products) = run_cpu(&b, cfg, cpe);
+    for mode in [Mode::Sequential, Mode::Threaded] {
+        let (dev, products) = run_device(lib, mode, &b, cfg, cpe);
+        assert_eq!(products.lengths, cpu_products.lengths, "{name} ({mode:?}): product lengths");
+        assert_eq!(products.overflows, cpu_products.overflows, "{name} ({mode:?}): capacity_overflows rows");
+        for (k, (g, c)) in products.columns.iter().zip(&cpu_products.columns).enumerate() {
+            assert!(g.to_data() == c.to_data(), "{name} ({mode:?}): doublets column {k} differs");
+        }
+        assert_eq!(dev.cell_off, cpu.cell_off, "{name} ({mode:?}): cells per event");
+        assert_eq!(dev.overflow, cpu.overflow, "{name} ({mode:?}): overflow flags");
+        assert!(dev.inner == cpu.inner && dev.outer == cpu.outer && dev.pair == cpu.pair, "{name} ({mode:?}): cells differ");
+        assert_eq!(dev.listed, cpu.listed, "{name} ({mode:?}): listed flags");
+    }
+    // Batch size: the events one by one give the same cells as the whole batch.
+    let mut one_by_one = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
+    for ev in &b.events {
+        let (d, _) = run_device(lib, Mode::Sequential, &batch_of(vec![ev.clone()]), cfg, cpe);
+        let base = *one_by_one.cell_off.last().unwrap();
+        one_by_one.cell_off.push(base + d.cell_off[1]);
+        one_by_one.overflow.extend(d.overflow);
+        one_by_one.inner.extend(d.inner);
+        one_by_one.outer.extend(d.outer);
+        one_by_one.pair.extend(d.pair);
+        one_by_one.listed.extend(d.listed);
+    }
+    assert_eq!(one_by_one, cpu, "{name}: events one by one differ from the CPU");
+    println!(
+        "{name}: {} hits, {} cells (per event {:?}), overflow {:?}, {} not listed",
+        b.z.len(),
+        cpu.inner.len(),
+        cpu.cell_off.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+        cpu.overflow,
+        cpu.listed.iter().filter(|&&l| l == 0).count()
+    );
+    cpu
+}
+
+#[test]
+fn doublet_kernels_on_the_host_equal_the_cpu_step() {
+    if emulator().is_none() {
+        return;
+    }
+    // Default parameters: the 19 pairs, every cut.
+    let c = check("default", &CaConfig::default());
+    assert!(c.inner.len() > 10_000, "a realistic number of cells at PU 50");
+
+    // Capacities: few cells per event (overflow, the later cells dropped) and few cells
+    // per hit (the over-full hits' cells resolved in cell order).
+    let mut cfg = CaConfig::default();
+    cfg.doublets.max_number_of_doublets = 3000;
+    cfg.doublets.max_cells_per_hit = 2;
+    let c = check("capacities", &cfg);
+    assert!(c.overflow.iter().filter(|&&o| o).count() >= 2 && c.listed.contains(&0), "overflow and unlisted cells exercised");
+
+    // 15 pairs, the other cluster-cut branches, no pT cut.
+    let mut cfg = CaConfig::default();
+    cfg.doublets.include_jumping_forward_doublets = false;
+    cfg.doublets.ideal_conditions = false;
+    cfg.doublets.do_pt_cut = false;
+    check("15 pairs, real ladders, no pT cut", &cfg);
+
+    // Quadruplets: 13 pairs; no cluster or z0 cut.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.min_hits_per_ntuplet = 4;
+    cfg.doublets.do_cluster_cut = false;
+    cfg.doublets.do_z0_cut = false;
+    check("13 pairs, no cluster or z0 cut", &cfg);
+}
+
+/// What the device connect gives for a batch: per event the neighbour lists after the CPU's
+/// capacities (`None` when `max_active_doublets` binds), and the used flags of every cell.
+struct Connected {
+    lists: Vec<Option<(quiver_reco::tracks::doublets::Csr, u32)>>,
+    used: Vec<u8>,
+}
+
+/// The connect kernels on the device cells of a batch.
+fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Connected {
+    let n = &cfg.ntuplets;
+    let n_ev = b.hits_per_event.len();
+    let mut hit_off = vec![0u32];
+    for &h in &b.hits_per_event {
+        hit_off.push(hit_off.last().unwrap() + h as u32);
+    }
+    let n_hits = *hit_off.last().unwrap() as usize;
+    let n_cells = cells.inner.len();
+    let (cell_off, listed) = (&cells.cell_off, &cells.listed);
+    let count = vec![0u32; n_hits.max(1)];
+    let (start, cursor) = (vec![0u32; n_hits + 1], vec![0u32; n_hits.max(1)]);
+    let by_inner = vec![u32::MAX; n_cells.max(1)];
+    let ncount = vec![u32::MAX; n_cells.max(1)];
+    let (first, total) = (vec![0u32; n_cells.max(1)], vec![0u32; n_ev]);
+    type CountFill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
+    type Fill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
+    type Sort = unsafe extern "C" fn(*const u32, u32, *mut u32);
+    type SegScan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+    type Connect = unsafe extern "C" fn(
+        u32, u32, *const u32, u32, *const u32,
+        *const f32, *const f32, *const f32, *const f32, *const u16,
+        *const u32, *const u32, *const u8, *const u32, *const u32,
+        f32, f32, f32, f32, f32, f32,
+        *mut u32, *const u32, *const u32, *mut u32, *mut u8,
+    );
+    let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
+    // SAFETY: kernel signatures as in kernels_ca::CA_CONNECT; every buffer holds the
+    // elements the kernels index (sized from the same counts).
+    unsafe {
+        let f: libloading::Symbol<CountFill> = lib.get(b"cn_inner_count").unwrap();
+        let a = [p(&cells.inner), p(cell_off), p(&hit_off), p(&count)];
+        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _));
+        let f: libloading::Symbol<Scan> = lib.get(b"cn_inner_scan").unwrap();
+        let a = [p(&count), p(&hit_off), p(cell_off), p(&start), p(&cursor)];
+        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
+        let f: libloading::Symbol<Fill> = lib.get(b"cn_inner_fill").unwrap();
+        let a = [p(&cells.inner), p(cell_off), p(&hit_off), p(&cursor), p(&by_inner)];
+        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _, a[4] as _));
+        let f: libloading::Symbol<Sort> = lib.get(b"cn_inner_sort").unwrap();
+        let a = [p(&start), p(&by_inner)];
+        elements(lib, mode, n_hits, || f(a[0] as _, nh, a[1] as _));
+    }
+    let connect = |write: u32, push_off: &[u32], out: &[u32], used: &[u8]| {
+        // SAFETY: as above.
+        unsafe {
+            let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
+            let a = [
+                p(cell_off), p(&hit_off), p(&b.x), p(&b.y), p(&b.z), p(&b.r), p(&b.det),
+                p(&cells.inner), p(&cells.outer), p(listed), p(&start), p(&by_inner),
+                p(&ncount), p(&first), p(push_off), p(out), p(used),
+            ];
+            elements(lib, mode, n_cells, || {
+                f(
+                    write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
+                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _,
+                    n.ptmin, n.ca_theta_cut_barrel, n.ca_theta_cut_forward, n.dca_cut_inner_triplet, n.dca_cut_outer_triplet, n.hard_curv_cut,
+                    a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _,
+                )
+            });
+        }
+    };
+    connect(0, &[0], &[0], &[0]);
+    // SAFETY: as above.
+    unsafe {
+        let f: libloading::Symbol<SegScan> = lib.get(b"cn_scan").unwrap();
+        let a = [p(&ncount), p(cell_off), p(&first), p(&total)];
+        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        grid(lib, mode, ne, threads, || f(a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+    }
+    let mut push_off = vec![0u32];
+    for &t in &total {
+        push_off.push(push_off.last().unwrap() + t);
+    }
+    let n_push = *push_off.last().unwrap() as usize;
+    let (out, used) = (vec![u32::MAX; n_push.max(1)], vec![0u8; n_cells.max(1)]);
+    connect(1, &push_off, &out, &used);
+    let lists = (0..n_ev)
+        .map(|e| {
+            let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
+            let pushed = &out[push_off[e] as usize..push_off[e + 1] as usize];
+            capped_neighbors(&ncount[c0..c1], pushed, n.max_active_doublets, n.max_cell_neighbors)
+        })
+        .collect();
+    Connected { lists, used: used[..n_cells].to_vec() }
+}
+
+/// The device connect equals the CPU's `connect` on the CPU's own cells, event by event:
+/// neighbour lists, overflows and used flags. Returns the events the host had to hand to
+/// the CPU (`max_active_doublets` binding).
+fn check_connect(name: &str, cfg: &CaConfig) -> usize {
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let (_, ds) = dataset();
+    let b = batch();
+    let cpe = &ds.conditions().cpe;
+    let (cells, _) = run_cpu(&b, cfg, cpe);
+    let mut cpu = Vec::new();
+    for (e, view) in views(&b, cpe).iter().enumerate() {
+        let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
+        let listed: Vec<bool> = cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
+        let d = doublets_from_columns(view, &cells.inner[r.clone()], &cells.outer[r.clone()], &cells.pair[r.clone()], &listed).unwrap();
+        let mut ca = CaState::new(d);
+        connect(view, &mut ca, &cfg.ntuplets);
+        cpu.push(ca);
+    }
+    let mut fallbacks = 0;
+    for mode in [Mode::Sequential, Mode::Threaded] {
+        let dev = run_connect(lib, mode, &b, cfg, &cells);
+        fallbacks = 0;
+        for (e, ca) in cpu.iter().enumerate() {
+            let used: Vec<u8> = ca.cells.iter().map(|c| (c.used & 1) as u8).collect();
+            let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
+            assert!(dev.used[r] == used[..], "{name} ({mode:?}) event {e}: used flags");
+            match &dev.lists[e] {
+                Some((csr, overflows)) => {
+                    assert!(csr.offsets == ca.neighbors.offsets || (csr.values.is_empty() && ca.neighbors.values.is_empty()), "{name} ({mode:?}) event {e}: list offsets");
+                    assert!(csr.values == ca.neighbors.values, "{name} ({mode:?}) event {e}: neighbours");
+                    assert_eq!(*overflows, ca.neighbor_overflows, "{name} ({mode:?}) event {e}: overflows");
+                }
+                None => {
+                    fallbacks += 1;
+                    let non_empty = ca.neighbors.offsets.windows(2).filter(|w| w[1] > w[0]).count() as u32;
+                    assert_eq!(non_empty + 1, cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: handed to the CPU, whose lists are capped");
+                }
+            }
+        }
+    }
+    let links: usize = cpu.iter().map(|ca| ca.neighbors.values.len()).sum();
+    let over: u32 = cpu.iter().map(|ca| ca.neighbor_overflows).sum();
+    println!("connect {name}: {links} links, {over} overflows, {fallbacks} events handed to the CPU");
+    fallbacks
+}
+
+#[test]
+fn connect_kernels_on_the_host_equal_the_cpu_connect() {
+    if emulator().is_none() {
+        return;
+    }
+    assert_eq!(check_connect("default", &CaConfig::default()), 0);
+    // Small lists: neighbours past the capacity dropped and counted.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_cell_neighbors = 1;
+    assert_eq!(check_connect("one neighbour per cell", &cfg), 0);
+    // Few active lists: the CPU's push order decides; the host hands such events back.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_active_doublets = 50;
+    assert_eq!(check_connect("50 active lists", &cfg), 3);
+}
