@@ -176,7 +176,6 @@ struct RunArgs {
 fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
     let (resolved, job) = prepare(args.plan.as_ref(), args.input, args.output, registry)?;
     let settings = &resolved.run;
-    let steps = resolved.build(registry, job.into())?;
     let opts = RunOptions {
         threads: args.threads.or(settings.threads).unwrap_or_else(executor::default_threads),
         batch_size: args.batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
@@ -184,8 +183,13 @@ fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         events: args.events.or(settings.events),
         progress: !args.no_progress,
     };
-    let summary = executor::run(&resolved, &steps, &opts)?;
+    let origin = args.plan.as_ref().map_or(default_plan::NAME.to_string(), |p| p.display().to_string());
+    let (summary, (), committed) =
+        quiver_columnar::rundir::run_job(&resolved, registry, job, &origin, opts.first_event, |steps| Ok((executor::run(&resolved, &steps, &opts)?, ())))?;
     print!("{}", summary.render());
+    if let Some(c) = committed {
+        println!("{}", c.describe());
+    }
     Ok(())
 }
 

@@ -119,3 +119,4 @@ pub fn default_dataset_dir() -> std::path::PathBuf {
     });
     base.join("default")
 }
+

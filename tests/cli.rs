@@ -215,10 +215,12 @@ fn strict_compare_fails_the_job_with_event_row_and_values() {
         err.starts_with("error: step 'check' failed on events 0..4: numbers:floats and sq:floats differ at event 0, row 0, column 'value': "),
         "{err}"
     );
-    // The output of the failed job is kept, but never under the name of a complete file.
-    assert!(!out.join("floats.numbers.parquet").exists());
+    // The output of the failed job is kept beside the output directory, never as a run.
+    assert!(!out.exists(), "a failed job made its output directory");
+    let partial = dir.path().join("out.partial");
+    assert!(err.contains(&format!("are in {}", partial.display())), "{err}");
     // The writer ran before the failing compare on batch 0, so that batch is kept.
-    let (ev, _, _) = read_parquet(&out.join("floats.numbers.parquet.partial"));
+    let (ev, _, _) = read_parquet(&partial.join("floats.numbers.parquet.partial"));
     assert_eq!(&ev[..40], &[0u32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]);
 
     // Non-strict: the job succeeds and reports the count per column.
@@ -226,6 +228,14 @@ fn strict_compare_fails_the_job_with_event_row_and_values() {
     let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "20", "--output", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("compared numbers:floats with sq:floats: 200 rows, 0 differences"), "{}", stdout(&o));
+
+    // Failing again: the complete run in the directory stays as it was.
+    let before = quiver::columnar::rundir::verify(&out).unwrap();
+    std::fs::write(&plan, std::fs::read_to_string(&plan).unwrap().replace("strict = false\ntolerance = 2.0\n", "")).unwrap();
+    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "12", "--batch-size", "4", "--output", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains(&format!("{} is unchanged", out.display())), "{}", stderr(&o));
+    assert_eq!(quiver::columnar::rundir::verify(&out).unwrap(), before);
 }
 
 #[test]
@@ -320,9 +330,9 @@ fn an_output_that_cannot_be_a_directory_fails_before_any_event_naming_it() {
         (file.join("sub"), format!("cannot create the output directory {}", file.join("sub").display())),
     ] {
         let o = quiver(&["run", "plans/examples/square.toml", "--no-progress", "--events", "5", "--output", out.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         let e = stderr(&o);
-        assert!(e.contains("step 'output'") && e.contains(&expected), "{e}");
+        assert!(e.contains(&expected), "{e}");
         assert!(!stdout(&o).contains("events 5"), "no event ran: {}", stdout(&o));
     }
 }

@@ -37,6 +37,7 @@ pub mod plan;
 pub mod pool;
 pub mod product;
 pub mod residency;
+pub mod rundir;
 pub mod step;
 pub mod toy;
 pub mod tune;

@@ -211,7 +211,8 @@ impl Step for WriteStep {
         for f in &self.files {
             let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = f.finish(success)? {
-                lines.push(format!("{} -> {} ({} events)", f.key, path.display(), f.events_written));
+                let name = path.file_name().unwrap_or(path.as_os_str()).to_string_lossy().into_owned();
+                lines.push(format!("{} -> {name} ({} events)", f.key, f.events_written));
             }
         }
         Ok(Some(lines.join("\n")))
@@ -220,6 +221,8 @@ impl Step for WriteStep {
 
 /// Registers `write_parquet` and `write_ipc`.
 pub fn register(r: &mut Registry) {
+    r.add_file_writer("write_parquet");
+    r.add_file_writer("write_ipc");
     let inputs = vec![InputSpec::many("products", "products to write, by label (all of its products) or label:type")];
     r.add(StepType {
         name: "write_parquet",

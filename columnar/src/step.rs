@@ -370,6 +370,8 @@ pub struct Registry {
     /// Checks across steps (e.g. a parameter two step types must agree on), run on every
     /// validated plan.
     plan_checks: Vec<PlanCheck>,
+    /// Step types that write files into the job's output directory.
+    file_writers: std::collections::BTreeSet<&'static str>,
 }
 
 /// A check of a whole validated plan, registered by the crate that knows the constraint.
@@ -406,6 +408,16 @@ impl Registry {
     /// is resolved: constraints between steps that no single step type can see.
     pub fn add_plan_check(&mut self, check: PlanCheck) {
         self.plan_checks.push(check);
+    }
+    /// Declares that steps of type `name` write files into the job's output directory
+    /// ([`JobContext::output`]): a plan with one gets a whole-run atomic output directory
+    /// ([`crate::rundir`]).
+    pub fn add_file_writer(&mut self, name: &'static str) {
+        self.file_writers.insert(name);
+    }
+    /// Whether any step of `plan` writes files (see [`Registry::add_file_writer`]).
+    pub fn writes_files(&self, plan: &crate::plan::ResolvedPlan) -> bool {
+        plan.steps.iter().any(|s| self.file_writers.contains(s.type_name.as_str()))
     }
     /// The plan checks, in the order they were added.
     pub fn plan_checks(&self) -> &[PlanCheck] {

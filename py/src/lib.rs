@@ -66,24 +66,26 @@ type RunOutput<'py> = (String, Bound<'py, PyDict>, Vec<(String, String, Py<PyAny
 #[pyclass(name = "_Plan", module = "quiver._quiver")]
 struct PyPlan {
     spec: PlanSpec,
+    /// Where the plan came from (recorded in the run manifest).
+    origin: String,
 }
 
 #[pymethods]
 impl PyPlan {
     #[new]
     fn new() -> Self {
-        PyPlan { spec: PlanSpec::default() }
+        PyPlan { spec: PlanSpec::default(), origin: "<plan built in Python>".into() }
     }
 
     #[staticmethod]
     #[pyo3(signature = (text, origin = "<string>"))]
     fn from_toml(py: Python<'_>, text: &str, origin: &str) -> PyResult<Self> {
-        guard(py, || PlanSpec::from_toml(text, origin).map(|spec| PyPlan { spec }).map_err(|e| to_pyerr(py, e)))
+        guard(py, || PlanSpec::from_toml(text, origin).map(|spec| PyPlan { spec, origin: origin.to_string() }).map_err(|e| to_pyerr(py, e)))
     }
 
     #[staticmethod]
     fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        guard(py, || PlanSpec::from_file(&path).map(|spec| PyPlan { spec }).map_err(|e| to_pyerr(py, e)))
+        guard(py, || PlanSpec::from_file(&path).map(|spec| PyPlan { spec, origin: path.display().to_string() }).map_err(|e| to_pyerr(py, e)))
     }
 
     /// Appends a step; `keys` are its inputs and parameters, as in TOML.
@@ -170,7 +172,6 @@ impl PyPlan {
                 to_pyerr(py, e)
             };
             let job = quiver::job_context(&resolved, input, Some(output.clone())).map_err(fail)?;
-            let steps = resolved.build(&registry, job.into()).map_err(fail)?;
             let opts = RunOptions {
                 threads: threads.or(settings.threads).unwrap_or_else(executor::default_threads),
                 batch_size: batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
@@ -185,16 +186,25 @@ impl PyPlan {
             }
             .map_err(|e| to_pyerr(py, e))?;
             // The framework and Rust steps run without the GIL; a Python step takes it per batch.
+            let origin = self.origin.clone();
             let outcome = py.detach(|| {
-                catch_unwind(AssertUnwindSafe(|| collect::run_collect(&resolved, steps, &opts, &keys)))
-                    .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
+                catch_unwind(AssertUnwindSafe(|| {
+                    quiver_columnar::rundir::run_job(&resolved, &registry, job, &origin, opts.first_event, |steps| {
+                        collect::run_collect(&resolved, steps, &opts, &keys)
+                    })
+                }))
+                .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
             });
-            let wrote = !temporary || std::fs::read_dir(&output).map(|mut d| d.next().is_some()).unwrap_or(false);
-            if !wrote {
+            let wrote = matches!(&outcome, Ok((_, _, Some(_))));
+            if temporary && !wrote {
                 let _ = std::fs::remove_dir(&output);
             }
-            let (summary, got) = outcome.map_err(|e| to_pyerr(py, e))?;
+            let (summary, got, committed) = outcome.map_err(|e| to_pyerr(py, e))?;
             let mut text = summary.render();
+            if let Some(c) = &committed {
+                text.push_str(&c.describe());
+                text.push('\n');
+            }
             let threads_txt = format!("threads {}", summary.threads);
             text = text.replacen(&threads_txt, &format!("{threads_txt} (GIL released by the driver)"), 1);
             let numbers = PyDict::new(py);
@@ -234,6 +244,34 @@ impl PyPlan {
             Ok((text, numbers, tables))
         })
     }
+}
+
+/// A reader's check of a run directory (quiver_columnar::rundir::verify): its run manifest
+/// exists and matches every file (sizes, and SHA-256 with `checksums`). Returns the manifest
+/// as a dict: format, quiver, plan, plan_sha256, first_event, events, files (name -> dict of
+/// bytes, sha256).
+#[pyfunction]
+#[pyo3(signature = (path, checksums = true))]
+fn verify_run<'py>(py: Python<'py>, path: PathBuf, checksums: bool) -> PyResult<Bound<'py, PyDict>> {
+    use quiver_columnar::rundir::{verify_with, Check};
+    let check = if checksums { Check::Checksums } else { Check::Sizes };
+    let m = py.detach(|| verify_with(&path, check)).map_err(|e| to_pyerr(py, e))?;
+    let d = PyDict::new(py);
+    d.set_item("format", &m.format)?;
+    d.set_item("quiver", &m.quiver)?;
+    d.set_item("plan", &m.plan)?;
+    d.set_item("plan_sha256", &m.plan_sha256)?;
+    d.set_item("first_event", m.first_event)?;
+    d.set_item("events", m.events)?;
+    let files = PyDict::new(py);
+    for (name, f) in &m.files {
+        let e = PyDict::new(py);
+        e.set_item("bytes", f.bytes)?;
+        e.set_item("sha256", &f.sha256)?;
+        files.set_item(name, e)?;
+    }
+    d.set_item("files", files)?;
+    Ok(d)
 }
 
 /// The `quiver` command line inside this interpreter, with Python steps available. The GIL
@@ -299,6 +337,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlan>()?;
     m.add_class::<pystep::PyBatch>()?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_run, m)?)?;
     m.add_function(wrap_pyfunction!(describe_steps, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_addresses, m)?)?;
     m.add_function(wrap_pyfunction!(conditions, m)?)?;

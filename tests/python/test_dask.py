@@ -184,8 +184,9 @@ marker = "{marker}"
 
 
 def test_killed_attempt_leaves_nothing_that_looks_complete(small_dataset, tmp_path):
-    """A process killed mid-partition: only a .tmp-* directory remains (with the files of the
-    events it had written), no part-* directory, and queries see no products."""
+    """A process killed mid-partition: only an empty .tmp-* directory remains, with the
+    run's staging directory beside it (the files of the events it had written), no part-*
+    directory, and queries refuse the output."""
     text, marker = crash_plan(tmp_path, event=3)
     out = tmp_path / "out"
     code = (f"import quiver.dask as qd\n"
@@ -195,11 +196,12 @@ def test_killed_attempt_leaves_nothing_that_looks_complete(small_dataset, tmp_pa
     assert marker.exists()
     assert qd.complete_parts(out) == []
     (tmp,) = out.glob(".tmp-00000000-00000004-*")
-    assert not (tmp / qd.MANIFEST).exists()
-    written = [p for p in tmp.iterdir() if p.is_file()]
+    assert not any(tmp.iterdir()), "the run had not committed, its directory stays empty"
+    (staging,) = out.glob(f".{tmp.name}.quiver-staging-*")
+    written = [p for p in staging.iterdir() if p.is_file()]
     assert written, "the killed attempt had written part of its files"
     assert all(".tmp-" in p.name for p in written), written  # no final product name
-    with pytest.raises(QueryError, match="no Parquet products"):
+    with pytest.raises(QueryError, match="holds no complete Quiver run"):
         quiver.open(out)
 
 

@@ -31,7 +31,7 @@ def test_polars_joins_products_by_event(square_run):
 
 def test_no_temporary_or_partial_files(square_run):
     names = sorted(p.name for p in square_run.iterdir())
-    assert names == ["floats.numbers.parquet", "floats.squared.parquet"]
+    assert names == ["floats.numbers.parquet", "floats.squared.parquet", "quiver-run.toml"]
 
 
 def test_ipc_output_is_memory_mappable_by_pyarrow(quiver_bin, tmp_path):

@@ -133,3 +133,34 @@ def test_query_command(small_run, tmp_path, capsys):
     assert "tracks: event uint32, quality uint8" in capsys.readouterr().out
     assert quiver.cli.main(["query", str(small_run), "SELECT nonsense FROM tracks"]) == 2
     assert "error: query failed" in capsys.readouterr().out
+
+
+def test_readers_refuse_a_directory_that_is_not_one_complete_run(small_run, tmp_path):
+    """quiver.open / quiver.sql / quiver query read a run only when its run manifest
+    (quiver-run.toml, written last) matches its files."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    m = quiver.query.verified(run)
+    assert m["format"] == "quiver-run/1" and m["events"] == quiver.open(run).event_range()[1]
+    assert "tracks.tracks.parquet" in m["files"] and len(m["plan_sha256"]) == 64
+
+    # A product file of another run copied in.
+    shutil.copy(run / "hits.hits.parquet", run / "hits.other.parquet")
+    with pytest.raises(QueryError, match=r"hits\.other\.parquet: not part of the run"):
+        quiver.open(run)
+    (run / "hits.other.parquet").unlink()
+    # A file changed after the run (same size, other bytes).
+    data = bytearray((run / "vertices.vertices.parquet").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (run / "vertices.vertices.parquet").write_bytes(bytes(data))
+    with pytest.raises(QueryError, match="SHA-256 differs"):
+        quiver.sql("SELECT count(*) FROM tracks", run)
+    assert quiver.cli.main(["query", str(run), "SELECT count(*) FROM tracks"]) == 2
+    # No manifest: a run still writing, killed or failed.
+    shutil.copy(small_run / "vertices.vertices.parquet", run / "vertices.vertices.parquet")
+    quiver.open(run)
+    (run / "quiver-run.toml").unlink()
+    with pytest.raises(QueryError, match="holds no complete Quiver run"):
+        quiver.open(run)

@@ -624,10 +624,11 @@ impl Step for EventCountsStep {
         }
         let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         write_counts_parquet(&self.path, &all)?;
-        let mut report = format!("{} events -> {}", all.len(), self.path.display());
+        let name = self.path.file_name().unwrap_or(self.path.as_os_str()).to_string_lossy();
+        let mut report = format!("{} events -> {name}", all.len());
         if let Some(dir) = &self.bin_dir {
             write_counts_reference_files(dir, &all)?;
-            report += &format!(", digicluster.bin, tracks.bin, vertices.bin -> {}", dir.display());
+            report += ", digicluster.bin, tracks.bin, vertices.bin";
         }
         Ok(Some(report))
     }
@@ -697,6 +698,7 @@ fn build_event_counts(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>
 
 /// Registers `count_validator` and `event_counts`.
 pub fn register(r: &mut Registry) {
+    r.add_file_writer("event_counts");
     r.add(StepType {
         name: "event_counts",
         doc: "Writes our per-event counts (modules, digis, clusters, tracks, vertices) to <file>.parquet, a count_validator reference",

@@ -299,7 +299,7 @@ impl Step for HistogramStep {
         let n = set.histograms().count();
         Ok(Some(format!(
             "{n} histograms -> {}",
-            written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            written.iter().map(|p| p.file_name().unwrap_or(p.as_os_str()).to_string_lossy().into_owned()).collect::<Vec<_>>().join(", ")
         )))
     }
 }
@@ -322,6 +322,7 @@ fn build_histograms(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>> 
 
 /// Registers `histograms`.
 pub fn register(r: &mut Registry) {
+    r.add_file_writer("histograms");
     r.add(StepType {
         name: "histograms",
         doc: "The reference's validation histograms of the connected products, written at the end as Parquet (and text)",

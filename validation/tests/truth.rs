@@ -1,7 +1,6 @@
 //! Truth association and rates on a hand-built event with exact expected numbers, and the
 //! report end to end on a small generated dataset run through the whole pixel chain.
 
-use std::sync::Arc;
 
 use quiver_validation::truth::*;
 
@@ -247,9 +246,21 @@ fn report_on_a_generated_run() {
     quiver_validation::register(&mut r);
     let run = tmp.path().join("run");
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(PLAN, "pixel").unwrap(), &r).unwrap();
-    let job = Arc::new(JobContext { input: Some(ds.clone()), output: run.clone(), conditions });
-    let steps = resolved.build(&r, job).unwrap();
-    executor::run(&resolved, &steps, &executor::RunOptions { threads: 1, batch_size: 2, first_event: 0, events: None, progress: false }).unwrap();
+    let job = JobContext { input: Some(ds.clone()), output: run.clone(), conditions };
+    // As `quiver run` does: the report reads only a committed run (its run manifest).
+    let opts = executor::RunOptions { threads: 1, batch_size: 2, first_event: 0, events: None, progress: false };
+    quiver_columnar::rundir::run_job(&resolved, &r, job, "pixel", 0, |steps| Ok((executor::run(&resolved, &steps, &opts)?, ()))).unwrap();
+    // A directory that is not one complete run is refused.
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    for e in std::fs::read_dir(&run).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap() != "quiver-run.toml" {
+            std::fs::copy(&p, copy.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let e = report(&copy, &ds, &tmp.path().join("refused")).unwrap_err().to_string();
+    assert!(e.contains("holds no complete Quiver run"), "{e}");
 
     let out = tmp.path().join("report");
     let s = report(&run, &ds, &out).unwrap();

@@ -188,6 +188,18 @@ def read_manifest(part_dir) -> dict | None:
         return None
 
 
+def run_ok(part_dir) -> bool:
+    """Whether a partition directory holds a complete run: its run manifest
+    (``quiver-run.toml``) matches its files, sizes and checksums."""
+    from .query import QueryError, verified
+
+    try:
+        verified(part_dir)
+        return True
+    except QueryError:
+        return False
+
+
 def complete_parts(output) -> list[tuple[int, int, pathlib.Path]]:
     """``(first, last, dir)`` of every ``part-*`` directory of ``output``, in event order."""
     out = pathlib.Path(output)
@@ -236,7 +248,8 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
     name = part_name(first, events)
     final = out / name
     existing = read_manifest(final)
-    if existing is not None and all(existing.get(k) == identity[k] for k in _IDENTITY):
+    damaged = existing is not None and not run_ok(final)
+    if existing is not None and not damaged and all(existing.get(k) == identity[k] for k in _IDENTITY):
         return dict(existing, duplicate=True), {}  # a previous attempt finished: keep it
     tmp = out / f".tmp-{first:08d}-{first + events - 1:08d}-{uuid.uuid4().hex[:12]}"
     tmp.mkdir(parents=True)
@@ -277,10 +290,10 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
             os.rename(tmp, final)  # atomic: the directory appears complete or not at all
         except OSError:
             existing = read_manifest(final)
-            if existing is not None and all(existing.get(k) == identity[k] for k in _IDENTITY):
+            if existing is not None and all(existing.get(k) == identity[k] for k in _IDENTITY) and run_ok(final):
                 shutil.rmtree(tmp, ignore_errors=True)  # another attempt won: one copy only
                 return dict(existing, duplicate=True), {}
-            if not overwrite or not final.exists():
+            if not (overwrite or damaged) or not final.exists():
                 raise
             trash = out / f".old-{name}-{uuid.uuid4().hex[:12]}"
             os.rename(final, trash)
@@ -296,6 +309,8 @@ def _cleanup_temp(out: pathlib.Path) -> None:
     for d in out.glob(".tmp-*"):
         shutil.rmtree(d, ignore_errors=True)
     for d in out.glob(".old-*"):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in out.glob("..tmp-*.quiver-staging-*"):  # a run killed inside a partition's .tmp-*
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -355,10 +370,11 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     for f, k in wanted:
         ident = dict(identity_base, first_event=f, events=k)
         m = read_manifest(out / part_name(f, k)) if (f, f + k - 1) in existing else None
-        if m is not None and all(m.get(key) == ident[key] for key in _IDENTITY):
+        complete = m is not None and run_ok(out / part_name(f, k))
+        if complete and all(m.get(key) == ident[key] for key in _IDENTITY):
             skipped.append((f, k))
             continue
-        if m is not None and not overwrite:
+        if complete and not overwrite:
             diff = [key for key in _IDENTITY if m.get(key) != ident[key]]
             raise ReconstructError(f"{out / part_name(f, k)} was made with another {', '.join(diff)}; "
                                    "use another output or overwrite=True")

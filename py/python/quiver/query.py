@@ -4,7 +4,9 @@
 A run directory is what ``quiver run`` / ``Plan.run(output=...)`` writes (one
 ``<type>.<label>.parquet`` per product, see docs/products.md) or what
 :func:`quiver.dask.reconstruct` writes (the same files in ``part-<first>-<last>/``
-directories, read as one table per product in event order).
+directories, read as one table per product in event order). A run directory is read only
+when its run manifest (``quiver-run.toml``, written last by the run) matches its files
+(:func:`verified`): never a run that is incomplete or mixed with another's files.
 
 Table names: the product type (``tracks``, ``hits``, ``vertices``, …) when one file of the
 run has that type, otherwise ``<type>_<label>``; other Parquet files by their name
@@ -36,16 +38,30 @@ def _parts(run: pathlib.Path) -> list[pathlib.Path]:
     return [d for _, d in parts] or [run]
 
 
-def tables(run_dir, *, dataset=None) -> dict[str, list[pathlib.Path]]:
-    """Table name -> its Parquet files in event order (one per partition)."""
+def verified(run_dir, *, checksums: bool = True) -> dict:
+    """The run manifest (``quiver-run.toml``) of a run directory, checked against its files:
+    every listed file present with its size and SHA-256, no unlisted Parquet or Arrow file.
+    A directory without a manifest (a run still writing, killed or failed, or files from
+    elsewhere) or with files that do not match raises :class:`QueryError` saying why."""
+    from . import _quiver
+
+    try:
+        return _quiver.verify_run(str(run_dir), checksums)
+    except (ValueError, RuntimeError, OSError) as e:  # PlanError / StepError / QuiverIOError
+        raise QueryError(str(e)) from None
+
+
+def _tables(run_dir, dataset=None) -> tuple[dict[str, list[pathlib.Path]], list[dict]]:
     run = pathlib.Path(run_dir)
     if not run.is_dir():
         raise QueryError(f"run directory {run_dir} does not exist")
     parts = _parts(run)
+    manifests = [verified(d) for d in parts]
     files: dict[str, list[pathlib.Path]] = collections.defaultdict(list)
-    for d in parts:
-        for p in sorted(d.glob("*.parquet")):
-            files[p.name].append(p)
+    for d, m in zip(parts, manifests):
+        for name in sorted(m["files"]):
+            if name.endswith(".parquet"):
+                files[name].append(d / name)
     incomplete = [f"{name} ({len(fs)} of {len(parts)} partitions)" for name, fs in files.items() if len(fs) != len(parts)]
     if incomplete:
         raise QueryError(f"{run_dir}: files missing from some partitions: {', '.join(incomplete)}")
@@ -67,7 +83,13 @@ def tables(run_dir, *, dataset=None) -> dict[str, list[pathlib.Path]]:
             raise QueryError(f"dataset {dataset} has no Parquet truth tables")
         for p in truth:
             out[f"truth_{p.stem}"] = [p]
-    return out
+    return out, manifests
+
+
+def tables(run_dir, *, dataset=None) -> dict[str, list[pathlib.Path]]:
+    """Table name -> its Parquet files in event order (one per partition). Every run
+    directory is checked against its run manifest first (:func:`verified`)."""
+    return _tables(run_dir, dataset)[0]
 
 
 def _is_histograms(path: pathlib.Path) -> bool:
@@ -91,27 +113,20 @@ class Run(dict):
     """What :func:`open` returns: a dict of table name -> ``polars.LazyFrame``, plus
     :meth:`awkward` and the run's event range."""
 
-    def __init__(self, frames: dict, files: dict, types: dict, run_dir):
+    def __init__(self, frames: dict, files: dict, types: dict, run_dir, manifests: list):
         super().__init__(frames)
         self._files = files
         self.types = types
         """Table name -> product type (``tracks``, …) for the run's product tables."""
         self.run_dir = pathlib.Path(run_dir)
-        self._range = None
+        self.manifests = manifests
+        """The run manifest of each run directory read (one per partition of a Dask run)."""
 
     def event_range(self) -> tuple[int, int]:
-        """``(first_event, n_events)`` of the run: from the ``part-<first>-<last>``
-        directories of a Dask run, else from the smallest and largest ``event`` of every
-        product file (Parquet statistics; a plain run's trailing events without any row in
-        any product are not seen)."""
-        if self._range is None:
-            parts = [m for d in self.run_dir.iterdir() if d.is_dir() and (m := _PART_RE.match(d.name))]
-            if parts:
-                lo, hi = min(int(m.group(1)) for m in parts), max(int(m.group(2)) for m in parts)
-            else:
-                lo, hi = _event_bounds([f for name in self.types for f in self._files[name]])
-            self._range = (lo, hi - lo + 1) if hi >= lo else (0, 0)
-        return self._range
+        """``(first_event, n_events)`` of the run, from its run manifests (the partitions
+        of a Dask run together)."""
+        first = min(m["first_event"] for m in self.manifests)
+        return first, sum(m["events"] for m in self.manifests)
 
     def awkward(self, name: str):
         """Table ``name`` (a product) as an awkward array of one list of records per event
@@ -128,32 +143,6 @@ class Run(dict):
         return to_awkward(table, first, n)
 
 
-def _event_bounds(files) -> tuple[int, int]:
-    """Smallest and largest ``event`` over Parquet files (row-group statistics)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    lo, hi = None, None
-    for f in files:
-        md = pq.ParquetFile(f).metadata
-        names = [md.schema.column(i).name for i in range(md.num_columns)]
-        if "event" not in names:
-            continue
-        c = names.index("event")
-        for g in range(md.num_row_groups):
-            st = md.row_group(g).column(c).statistics
-            if md.row_group(g).num_rows == 0:
-                continue
-            if st is None or not st.has_min_max:
-                ev = pq.read_table(f, columns=["event"]).column("event")
-                mn, mx = int(pc.min(ev).as_py()), int(pc.max(ev).as_py())
-            else:
-                mn, mx = int(st.min), int(st.max)
-            lo = mn if lo is None else min(lo, mn)
-            hi = mx if hi is None else max(hi, mx)
-    return (0, -1) if lo is None else (lo, hi)
-
-
 def open(run_dir, *, dataset=None) -> Run:
     """One lazy ``polars.LazyFrame`` per product of a run (``pl.scan_parquet``): nothing is
     read until ``.collect()``. Keys as described in the module docstring. Products with a
@@ -167,7 +156,7 @@ def open(run_dir, *, dataset=None) -> Run:
     pl = require("polars", extra="polars")
 
     out, types = {}, {}
-    files_of = tables(run_dir, dataset=dataset)
+    files_of, manifests = _tables(run_dir, dataset)
     for name, files in files_of.items():
         if len(files) > 1 and _is_histograms(files[0]):
             out[name] = _merged_histograms(files)
@@ -177,7 +166,7 @@ def open(run_dir, *, dataset=None) -> Run:
         if m and not (dataset is not None and name.startswith("truth_")):
             types[name] = m.group(1)
             out[name] = with_quality_name(out[name], m.group(1))
-    return Run(out, files_of, types, run_dir)
+    return Run(out, files_of, types, run_dir, manifests)
 
 
 def context(run_dir, *, dataset=None):

@@ -123,6 +123,8 @@ fn u32_of(v: i64, what: &str) -> Result<u32> {
 /// Reads the run's `digis.digis`, `clustered_digis.chargecut`, `hits.hits`, `tracks.tracks`
 /// and `vertices.vertices` files, one [`RecoEvent`] per event present in `digis`.
 pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
+    // Only a complete run, whose files all come from one job (the run manifest).
+    quiver_columnar::rundir::verify(dir).map_err(|e| ValidationError::Data(e.to_string()))?;
     let names = ["digis.digis", "clustered_digis.chargecut", "hits.hits", "tracks.tracks", "vertices.vertices"];
     let b: Vec<RecordBatch> = names.iter().map(|n| read_parquet(&dir.join(format!("{n}.parquet")))).collect::<Result<_>>()?;
     let r: Vec<BTreeMap<u32, Range<usize>>> = names.iter().zip(&b).map(|(n, b)| event_ranges(b, n)).collect::<Result<_>>()?;

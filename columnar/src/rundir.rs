@@ -1,0 +1,742 @@
+//! Whole-run atomic output directories.
+//!
+//! A run's files appear in its output directory together or not at all. The output steps
+//! write into a staging directory beside the output directory
+//! (`<parent>/.<name>.quiver-staging-<host>-<pid>`); when the job has succeeded,
+//! [`StagedRun::commit`] writes the run manifest ([`MANIFEST`]: every file with its size and
+//! SHA-256, the plan's hash and the event range), then exchanges the staging directory with
+//! the output directory in one `renameat2(RENAME_EXCHANGE)` and removes the earlier run. A
+//! kill at any moment leaves the output directory holding exactly one complete run, the old
+//! or the new; what a killed run leaves beside it is removed by the next run into the same
+//! directory.
+//!
+//! A directory that holds anything but a Quiver run (files its manifest does not list, or
+//! no manifest at all) is never replaced: the run is refused before any event. Readers
+//! ([`verify`]) refuse a directory whose manifest is missing or does not match its files.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// The run manifest's file name, inside the output directory.
+pub const MANIFEST: &str = "quiver-run.toml";
+/// The manifest's format tag.
+pub const FORMAT: &str = "quiver-run/1";
+/// Written into a failed run's `<output>.partial` directory, so that a later failure may
+/// replace it (and nothing else).
+const PARTIAL_MARKER: &str = ".quiver-partial";
+
+/// One file of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// Size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of the contents, lower-case hex.
+    pub sha256: String,
+}
+
+/// What a run's manifest records.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunManifest {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// The Quiver version that wrote the run.
+    pub quiver: String,
+    /// Where the plan came from (a path, or a description).
+    pub plan: String,
+    /// SHA-256 of the resolved plan ([`crate::ResolvedPlan::describe`]): steps, backends,
+    /// inputs and every parameter, defaults included.
+    pub plan_sha256: String,
+    /// The first event of the run.
+    pub first_event: u64,
+    /// The number of events.
+    pub events: u64,
+    /// Every file of the run, by name.
+    pub files: BTreeMap<String, FileRecord>,
+}
+
+/// What [`StagedRun::commit`] needs to know about the job.
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// Where the plan came from.
+    pub plan: String,
+    /// [`plan_sha256`] of the resolved plan.
+    pub plan_sha256: String,
+    pub first_event: u64,
+    pub events: u64,
+}
+
+/// What a commit did.
+#[derive(Clone, Debug)]
+pub struct Committed {
+    /// The output directory.
+    pub dir: PathBuf,
+    /// The new run's manifest.
+    pub manifest: RunManifest,
+    /// The manifest of the run it replaced, if the directory held one.
+    pub replaced: Option<RunManifest>,
+}
+
+impl Committed {
+    /// One line for the run summary.
+    pub fn describe(&self) -> String {
+        let bytes: u64 = self.manifest.files.values().map(|f| f.bytes).sum();
+        let mut s = format!(
+            "outputs: {} files, {:.1} MB in {} (complete; listed with checksums in {MANIFEST})",
+            self.manifest.files.len(),
+            bytes as f64 / 1e6,
+            self.dir.display()
+        );
+        if let Some(old) = &self.replaced {
+            s.push_str(&format!(
+                "\n  replaced the run of events {}..{} that the directory held",
+                old.first_event,
+                old.first_event + old.events
+            ));
+        }
+        s
+    }
+}
+
+/// SHA-256 of a resolved plan, as recorded in the manifest.
+pub fn plan_sha256(plan: &crate::ResolvedPlan) -> String {
+    hex(&Sha256::digest(plan.describe().as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of a file's contents.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::io::BufReader::with_capacity(1 << 20, File::open(path).map_err(|e| Error::io(path, e))?);
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| Error::io(path, e))?;
+    Ok(hex(&h.finalize()))
+}
+
+/// This host's name, as it appears in staging directory names (letters, digits, `-`).
+fn host() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let h: String = raw.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
+    if h.is_empty() {
+        "host".into()
+    } else {
+        h
+    }
+}
+
+/// Whether process `pid` of this host still runs. Where that cannot be known (no `/proc`),
+/// it is taken to run, so that nothing of a live run is ever removed.
+fn alive(pid: u32) -> bool {
+    if !Path::new("/proc/self").exists() {
+        return true;
+    }
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// The names a run into directory `name` uses beside it.
+struct Names {
+    prefix: String,
+}
+
+impl Names {
+    fn new(name: &str) -> Self {
+        Names { prefix: format!(".{name}.quiver-staging-") }
+    }
+    fn staging(&self, host: &str, pid: u32) -> String {
+        format!("{}{host}-{pid}", self.prefix)
+    }
+    /// `(host, pid)` of a staging directory's name.
+    fn parse<'a>(&self, entry: &'a str) -> Option<(&'a str, u32)> {
+        let rest = entry.strip_prefix(self.prefix.as_str())?;
+        let (host, pid) = rest.rsplit_once('-')?;
+        Some((host, pid.parse().ok()?))
+    }
+}
+
+/// A run being written: its files go to [`StagedRun::staging_dir`] until
+/// [`StagedRun::commit`]. Dropped without a commit (the job failed before it started), the
+/// staging directory is removed.
+#[derive(Debug)]
+pub struct StagedRun {
+    dir: PathBuf,
+    staging: PathBuf,
+    finished: bool,
+}
+
+/// What a directory holds, for the decision to replace it.
+enum Holding {
+    Absent,
+    Empty,
+    Run(RunManifest),
+}
+
+/// Checks that `dir` may be replaced by a new run: absent, empty, or a Quiver run with no
+/// file its manifest does not list.
+fn holding(dir: &Path) -> Result<Holding> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Holding::Absent),
+        Err(e) => return Err(Error::Usage(format!("cannot create the output directory {}: {e}", dir.display()))),
+    };
+    if !meta.is_dir() {
+        return Err(Error::Usage(format!(
+            "the output directory {} is an existing file, not a directory: choose another --output or remove the file",
+            dir.display()
+        )));
+    }
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        entries.push(e.file_name().to_string_lossy().into_owned());
+    }
+    entries.sort();
+    if entries.is_empty() {
+        return Ok(Holding::Empty);
+    }
+    let refuse = |why: String| {
+        Error::Usage(format!(
+            "the output directory {} {why}; a run replaces its output directory as a whole, so Quiver writes only into \
+             an empty directory or one holding an earlier Quiver run: choose another --output, or move those files away",
+            dir.display()
+        ))
+    };
+    let list = |names: &[&String]| {
+        let shown: Vec<&str> = names.iter().take(5).map(|s| s.as_str()).collect();
+        let more = if names.len() > 5 { format!(" and {} more", names.len() - 5) } else { String::new() };
+        format!("{}{more}", shown.join(", "))
+    };
+    if !entries.iter().any(|e| e == MANIFEST) {
+        let all: Vec<&String> = entries.iter().collect();
+        return Err(refuse(format!("is not empty and holds no Quiver run manifest ({MANIFEST}): {}", list(&all))));
+    }
+    let manifest = read_manifest(dir)?;
+    let foreign: Vec<&String> = entries.iter().filter(|e| *e != MANIFEST && !manifest.files.contains_key(*e)).collect();
+    if !foreign.is_empty() {
+        return Err(refuse(format!("holds files that are not part of the run its {MANIFEST} describes: {}", list(&foreign))));
+    }
+    Ok(Holding::Run(manifest))
+}
+
+impl StagedRun {
+    /// Prepares a run into `dir`: checks that `dir` may be replaced (absent, empty, or an
+    /// earlier Quiver run), removes what killed runs into `dir` left beside it, and makes
+    /// the staging directory. Nothing in `dir` changes until [`StagedRun::commit`].
+    ///
+    /// ```
+    /// use quiver_columnar::rundir::{verify, RunInfo, StagedRun};
+    /// let tmp = tempfile::tempdir().unwrap();
+    /// let out = tmp.path().join("out");
+    /// let run = StagedRun::begin(&out).unwrap();
+    /// std::fs::write(run.staging_dir().join("hits.hits.parquet"), b"rows").unwrap();
+    /// let info = RunInfo { plan: "example".into(), plan_sha256: "0".repeat(64), first_event: 0, events: 10 };
+    /// run.commit(&info).unwrap();
+    /// assert_eq!(verify(&out).unwrap().files.len(), 1);
+    /// // A directory holding something else is never replaced:
+    /// std::fs::write(tmp.path().join("notes.txt"), b"mine").unwrap();
+    /// assert!(StagedRun::begin(tmp.path()).is_err());
+    /// ```
+    pub fn begin(dir: &Path) -> Result<StagedRun> {
+        let dir = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
+        // A symbolic link to a directory: the run goes where it points.
+        let dir = if dir.exists() { dir.canonicalize().map_err(|e| Error::io(&dir, e))? } else { dir };
+        let name = dir
+            .file_name()
+            .ok_or_else(|| Error::Usage(format!("the output directory {} has no name: choose a directory below it", dir.display())))?
+            .to_string_lossy()
+            .into_owned();
+        let parent = dir.parent().unwrap_or(Path::new("/")).to_path_buf();
+        holding(&dir)?;
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| Error::Usage(format!("cannot create the output directory {}: {e}", dir.display())))?;
+        let names = Names::new(&name);
+        let host = host();
+        let me = std::process::id();
+        // Leftovers of killed runs into the same directory (this host, process gone).
+        if let Ok(rd) = std::fs::read_dir(&parent) {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if let Some((h, pid)) = names.parse(&n) {
+                    if h == host && (pid == me || !alive(pid)) {
+                        let _ = std::fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        let staging = parent.join(names.staging(&host, me));
+        std::fs::create_dir(&staging).map_err(|e| {
+            Error::Usage(format!(
+                "cannot write beside the output directory {} (a run is staged in {} and moved in whole): {e}",
+                dir.display(),
+                staging.display()
+            ))
+        })?;
+        Ok(StagedRun { dir, staging, finished: false })
+    }
+
+    /// The output directory (absolute).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the job's steps write their files.
+    pub fn staging_dir(&self) -> &Path {
+        &self.staging
+    }
+
+    /// Completes the run: every staged file is checksummed and synced, the manifest written
+    /// last, and the staging directory takes the output directory's place in one atomic
+    /// exchange; the earlier run is then removed.
+    pub fn commit(mut self, info: &RunInfo) -> Result<Committed> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(&self.staging).map_err(|e| Error::io(&self.staging, e))? {
+            let e = e.map_err(|e| Error::io(&self.staging, e))?;
+            let t = e.file_type().map_err(|err| Error::io(e.path(), err))?;
+            if !t.is_file() {
+                return Err(Error::data(format!("{}: the staged run holds a non-file entry; nothing was committed", e.path().display())));
+            }
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        let files = names
+            .par_iter()
+            .map(|n| {
+                let p = self.staging.join(n);
+                let f = File::open(&p).map_err(|e| Error::io(&p, e))?;
+                f.sync_all().map_err(|e| Error::io(&p, e))?;
+                let bytes = f.metadata().map_err(|e| Error::io(&p, e))?.len();
+                Ok((n.clone(), FileRecord { bytes, sha256: sha256_file(&p)? }))
+            })
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        let manifest = RunManifest {
+            format: FORMAT.into(),
+            quiver: env!("CARGO_PKG_VERSION").into(),
+            plan: info.plan.clone(),
+            plan_sha256: info.plan_sha256.clone(),
+            first_event: info.first_event,
+            events: info.events,
+            files,
+        };
+        let text = toml::to_string(&manifest).map_err(|e| Error::data(format!("writing the run manifest: {e}")))?;
+        let mp = self.staging.join(MANIFEST);
+        {
+            use std::io::Write;
+            let mut f = File::create(&mp).map_err(|e| Error::io(&mp, e))?;
+            f.write_all(text.as_bytes()).map_err(|e| Error::io(&mp, e))?;
+            f.sync_all().map_err(|e| Error::io(&mp, e))?;
+        }
+        sync_dir(&self.staging);
+        // The directory may have changed while the job ran: check again.
+        let replaced = match holding(&self.dir)? {
+            Holding::Absent | Holding::Empty => {
+                match std::fs::rename(&self.staging, &self.dir) {
+                    Ok(()) => None,
+                    // Made (and filled) meanwhile by another run: exchange with it instead.
+                    Err(_) if self.dir.is_dir() => {
+                        exchange(&self.staging, &self.dir)?;
+                        None
+                    }
+                    Err(e) => return Err(Error::io(&self.dir, e)),
+                }
+            }
+            Holding::Run(old) => {
+                exchange(&self.staging, &self.dir)?;
+                Some(old)
+            }
+        };
+        self.finished = true;
+        // The staging path now holds the earlier run (or nothing).
+        let _ = std::fs::remove_dir_all(&self.staging);
+        if let Some(parent) = self.dir.parent() {
+            sync_dir(parent);
+        }
+        Ok(Committed { dir: self.dir.clone(), manifest, replaced })
+    }
+
+    /// Ends a failed job: the output directory is left as it was; the files the job wrote
+    /// (the events completed before the failure) are moved to `<output>.partial`, which has
+    /// no run manifest and so is never taken for a run. Returns that directory, or `None`
+    /// when the job wrote nothing.
+    pub fn keep_partial(mut self) -> Result<Option<PathBuf>> {
+        self.finished = true;
+        let empty = std::fs::read_dir(&self.staging).map(|mut d| d.next().is_none()).unwrap_or(true);
+        if empty {
+            let _ = std::fs::remove_dir_all(&self.staging);
+            return Ok(None);
+        }
+        let mut target = self.dir.clone().into_os_string();
+        target.push(".partial");
+        let mut target = PathBuf::from(target);
+        if target.exists() {
+            if target.join(PARTIAL_MARKER).is_file() {
+                std::fs::remove_dir_all(&target).map_err(|e| Error::io(&target, e))?;
+            } else {
+                let mut t = target.into_os_string();
+                t.push(format!("-{}", std::process::id()));
+                target = PathBuf::from(t);
+            }
+        }
+        let _ = std::fs::write(self.staging.join(PARTIAL_MARKER), b"the files of a failed Quiver run; not a complete run\n");
+        std::fs::rename(&self.staging, &target).map_err(|e| Error::io(&target, e))?;
+        Ok(Some(target))
+    }
+}
+
+impl Drop for StagedRun {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_dir_all(&self.staging);
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Swaps two directories atomically (Linux `renameat2(RENAME_EXCHANGE)`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn exchange(a: &Path, b: &Path) -> Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let ca = CString::new(a.as_os_str().as_bytes()).map_err(|_| Error::data(format!("{}: a NUL in the path", a.display())))?;
+    let cb = CString::new(b.as_os_str().as_bytes()).map_err(|_| Error::data(format!("{}: a NUL in the path", b.display())))?;
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call; AT_FDCWD
+    // makes them relative to the working directory (they are absolute here).
+    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        // The file system cannot exchange (or an old kernel): two renames.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => exchange_by_renames(a, b),
+        _ => Err(Error::data(format!("cannot move the new run into {}: {err}; it is kept in {}", b.display(), a.display()))),
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn exchange(a: &Path, b: &Path) -> Result<()> {
+    exchange_by_renames(a, b)
+}
+
+/// The exchange where the file system has no atomic one: `b` moves aside, `a` takes its
+/// place, the old `b` goes to `a`'s name. A kill between the two renames leaves `b` absent
+/// (the new run complete in `a`, the old in the aside directory), never mixed.
+fn exchange_by_renames(a: &Path, b: &Path) -> Result<()> {
+    let mut aside = a.as_os_str().to_owned();
+    aside.push(".old");
+    let aside = PathBuf::from(aside);
+    std::fs::rename(b, &aside).map_err(|e| Error::io(b, e))?;
+    if let Err(e) = std::fs::rename(a, b) {
+        let _ = std::fs::rename(&aside, b);
+        return Err(Error::io(b, e));
+    }
+    std::fs::rename(&aside, a).map_err(|e| Error::io(a, e))
+}
+
+fn read_manifest(dir: &Path) -> Result<RunManifest> {
+    let mp = dir.join(MANIFEST);
+    let damaged = |why: String| {
+        Error::data(format!(
+            "{}: {why}; the run manifest is damaged, so the directory cannot be trusted: run the plan again into it",
+            mp.display()
+        ))
+    };
+    let bytes = std::fs::read(&mp).map_err(|e| Error::io(&mp, e))?;
+    let text = String::from_utf8(bytes).map_err(|_| damaged("not UTF-8 text".into()))?;
+    let m: RunManifest = toml::from_str(&text).map_err(|e| damaged(e.message().to_string()))?;
+    if m.format != FORMAT {
+        return Err(damaged(format!("format '{}', expected '{FORMAT}'", m.format)));
+    }
+    for (name, f) in &m.files {
+        let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']) && name != MANIFEST;
+        if !plain {
+            return Err(damaged(format!("'{name}' is not a plain file name")));
+        }
+        if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(damaged(format!("the checksum of '{name}' is not a SHA-256")));
+        }
+    }
+    Ok(m)
+}
+
+/// How much [`verify_with`] checks of each file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Presence and size.
+    Sizes,
+    /// Presence, size and SHA-256 (reads every byte).
+    Checksums,
+}
+
+/// [`verify_with`] with [`Check::Checksums`].
+pub fn verify(dir: &Path) -> Result<RunManifest> {
+    verify_with(dir, Check::Checksums)
+}
+
+/// A reader's check of a run directory: its manifest exists and every file it lists is
+/// there, with its size (and checksum); a Parquet or Arrow file the manifest does not list
+/// is refused too. Returns the manifest. Every error names the directory or file and says
+/// what to do.
+///
+/// ```
+/// use quiver_columnar::rundir::verify;
+/// let tmp = tempfile::tempdir().unwrap();
+/// std::fs::write(tmp.path().join("hits.hits.parquet"), b"rows").unwrap();
+/// let e = verify(tmp.path()).unwrap_err().to_string();
+/// assert!(e.contains("quiver-run.toml"), "{e}");
+/// ```
+pub fn verify_with(dir: &Path, check: Check) -> Result<RunManifest> {
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!("run directory {} does not exist (or is not a directory)", dir.display())));
+    }
+    if !dir.join(MANIFEST).is_file() {
+        let mut partial = dir.as_os_str().to_owned();
+        partial.push(".partial");
+        let hint = if Path::new(&partial).is_dir() {
+            format!(" (the events of a failed run are in {}, which is not a complete run either)", Path::new(&partial).display())
+        } else {
+            String::new()
+        };
+        return Err(Error::Usage(format!(
+            "{} holds no complete Quiver run: its run manifest {MANIFEST} is missing{hint}. A run writes it last, so this \
+             is a run that is still writing or was killed, or files written by an earlier Quiver or another program: \
+             run the plan again with --output {}",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let m = read_manifest(dir)?;
+    let mismatch = |file: &str, why: String| {
+        Error::data(format!(
+            "{}: {why}; the directory no longer holds the run its {MANIFEST} describes (files changed or mixed with \
+             another run's): run the plan again into it",
+            dir.join(file).display()
+        ))
+    };
+    m.files.par_iter().try_for_each(|(name, f)| {
+        let p = dir.join(name);
+        let meta = std::fs::metadata(&p).map_err(|_| mismatch(name, "listed in the run manifest but missing".into()))?;
+        if meta.len() != f.bytes {
+            return Err(mismatch(name, format!("{} bytes, the run manifest says {}", meta.len(), f.bytes)));
+        }
+        if check == Check::Checksums && sha256_file(&p)? != f.sha256 {
+            return Err(mismatch(name, "its SHA-256 differs from the run manifest's".into()));
+        }
+        Ok(())
+    })?;
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let product_like = n.ends_with(".parquet") || n.ends_with(".arrow");
+        if product_like && !m.files.contains_key(&n) {
+            return Err(mismatch(&n, "not part of the run its manifest lists (copied in, or left by another run)".into()));
+        }
+    }
+    Ok(m)
+}
+
+/// Builds and runs a job as `quiver run` and the Python driver do, with whole-run atomic
+/// outputs: when a step of the plan writes files, they are staged beside `job.output` and
+/// committed with a run manifest only after the job succeeded (this module). A
+/// failed job leaves the output directory as it was; the files it wrote are kept in
+/// `<output>.partial`, which the error names. `run` executes the built steps (e.g.
+/// [`crate::executor::run`]) and returns the summary with any other result.
+pub fn run_job<T>(
+    resolved: &crate::plan::ResolvedPlan,
+    registry: &crate::Registry,
+    mut job: crate::JobContext,
+    plan_origin: &str,
+    first_event: u64,
+    run: impl FnOnce(Vec<Box<dyn crate::Step>>) -> crate::Result<(crate::Summary, T)>,
+) -> crate::Result<(crate::Summary, T, Option<crate::rundir::Committed>)> {
+    let staged = if registry.writes_files(resolved) { Some(StagedRun::begin(&job.output)?) } else { None };
+    if let Some(s) = &staged {
+        job.output = s.staging_dir().to_path_buf();
+    }
+    // A failed build drops `staged`, which removes the staging directory.
+    let steps = resolved.build(registry, job.into())?;
+    match run(steps) {
+        Ok((summary, value)) => {
+            let committed = match staged {
+                Some(s) => {
+                    let info = RunInfo {
+                        plan: plan_origin.to_string(),
+                        plan_sha256: plan_sha256(resolved),
+                        first_event,
+                        events: summary.events,
+                    };
+                    Some(s.commit(&info)?)
+                }
+                None => None,
+            };
+            Ok((summary, value, committed))
+        }
+        Err(e) => {
+            let Some(s) = staged else { return Err(e) };
+            let dir = s.dir().to_path_buf();
+            let note = match s.keep_partial() {
+                Ok(Some(p)) => format!(
+                    "\n{} is unchanged; the files of the events completed before the failure are in {}",
+                    dir.display(),
+                    p.display()
+                ),
+                Ok(None) => format!("\n{} is unchanged", dir.display()),
+                Err(k) => format!("\n{} is unchanged; keeping the failed run's files failed: {k}", dir.display()),
+            };
+            Err(with_note(e, &note))
+        }
+    }
+}
+
+/// `e` with `note` appended to its message, keeping its kind.
+fn with_note(e: crate::Error, note: &str) -> crate::Error {
+    match e {
+        Error::Plan { label, msg } => Error::Plan { label, msg: msg + note },
+        Error::Usage(m) => Error::Usage(m + note),
+        Error::Step { label, first, last, msg } => Error::Step { label, first, last, msg: msg + note },
+        Error::EndJob { label, msg } => Error::EndJob { label, msg: msg + note },
+        Error::Data(m) => Error::Data(m + note),
+        other => Error::Data(format!("{other}{note}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(events: u64) -> RunInfo {
+        RunInfo { plan: "test".into(), plan_sha256: "a".repeat(64), first_event: 0, events }
+    }
+
+    fn write_run(out: &Path, files: &[(&str, &[u8])], events: u64) -> Committed {
+        let run = StagedRun::begin(out).unwrap();
+        for (n, c) in files {
+            std::fs::write(run.staging_dir().join(n), c).unwrap();
+        }
+        run.commit(&info(events)).unwrap()
+    }
+
+    #[test]
+    fn a_new_run_replaces_an_earlier_one_as_a_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write_run(&out, &[("a.x.parquet", b"old a"), ("b.x.parquet", b"old b")], 8);
+        let c = write_run(&out, &[("a.x.parquet", b"new a")], 10);
+        assert_eq!(c.replaced.map(|m| m.events), Some(8));
+        let m = verify(&out).unwrap();
+        assert_eq!(m.events, 10);
+        assert!(!out.join("b.x.parquet").exists(), "a file of the earlier run survived");
+        assert_eq!(std::fs::read(out.join("a.x.parquet")).unwrap(), b"new a");
+        // Nothing is left beside the directory.
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("out")]);
+    }
+
+    #[test]
+    fn foreign_files_are_never_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("thesis.tex"), b"x").unwrap();
+        let e = StagedRun::begin(&out).unwrap_err().to_string();
+        assert!(e.contains("thesis.tex") && e.contains("no Quiver run manifest"), "{e}");
+        // A run with an extra file in it is refused too.
+        std::fs::remove_file(out.join("thesis.tex")).unwrap();
+        write_run(&out, &[("a.x.parquet", b"a")], 1);
+        std::fs::write(out.join("notes.txt"), b"x").unwrap();
+        let e = StagedRun::begin(&out).unwrap_err().to_string();
+        assert!(e.contains("notes.txt") && e.contains("not part of the run"), "{e}");
+        // A regular file as the output.
+        let f = tmp.path().join("file");
+        std::fs::write(&f, b"x").unwrap();
+        assert!(StagedRun::begin(&f).unwrap_err().to_string().contains("existing file"));
+    }
+
+    #[test]
+    fn readers_refuse_mixed_missing_or_changed_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write_run(&out, &[("a.x.parquet", b"aaaa"), ("b.x.parquet", b"bbbb")], 3);
+        verify(&out).unwrap();
+        std::fs::write(out.join("a.x.parquet"), b"AAAA").unwrap();
+        assert!(verify(&out).unwrap_err().to_string().contains("SHA-256"));
+        assert!(verify_with(&out, Check::Sizes).is_ok());
+        std::fs::write(out.join("a.x.parquet"), b"aaaaa").unwrap();
+        assert!(verify_with(&out, Check::Sizes).unwrap_err().to_string().contains("5 bytes"));
+        std::fs::write(out.join("a.x.parquet"), b"aaaa").unwrap();
+        std::fs::write(out.join("c.x.parquet"), b"c").unwrap();
+        assert!(verify(&out).unwrap_err().to_string().contains("c.x.parquet"));
+        std::fs::remove_file(out.join("c.x.parquet")).unwrap();
+        std::fs::remove_file(out.join("b.x.parquet")).unwrap();
+        assert!(verify(&out).unwrap_err().to_string().contains("missing"));
+        std::fs::remove_file(out.join(MANIFEST)).unwrap();
+        assert!(verify(&out).unwrap_err().to_string().contains("holds no complete Quiver run"));
+        // A hostile manifest cannot point outside the directory.
+        let text = toml::to_string(&RunManifest {
+            format: FORMAT.into(),
+            quiver: "x".into(),
+            plan: "p".into(),
+            plan_sha256: "0".repeat(64),
+            first_event: 0,
+            events: 1,
+            files: [("../escape".to_string(), FileRecord { bytes: 1, sha256: "0".repeat(64) })].into(),
+        })
+        .unwrap();
+        std::fs::write(out.join(MANIFEST), text).unwrap();
+        assert!(verify(&out).unwrap_err().to_string().contains("not a plain file name"));
+        std::fs::write(out.join(MANIFEST), b"\xff\x00garbage").unwrap();
+        assert!(verify(&out).unwrap_err().to_string().contains("damaged"));
+    }
+
+    #[test]
+    fn a_failed_run_keeps_its_files_beside_and_leaves_the_directory_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write_run(&out, &[("a.x.parquet", b"old")], 8);
+        let run = StagedRun::begin(&out).unwrap();
+        std::fs::write(run.staging_dir().join("a.x.parquet.partial"), b"some events").unwrap();
+        let kept = run.keep_partial().unwrap().unwrap();
+        assert_eq!(kept, tmp.path().join("out.partial"));
+        assert!(kept.join("a.x.parquet.partial").is_file());
+        assert_eq!(verify(&out).unwrap().events, 8);
+        assert!(verify(&kept).is_err(), "a partial directory passed for a run");
+        // A second failure replaces the first's partial directory, not a user's.
+        let run = StagedRun::begin(&out).unwrap();
+        std::fs::write(run.staging_dir().join("b"), b"x").unwrap();
+        assert_eq!(run.keep_partial().unwrap().unwrap(), kept);
+        assert!(!kept.join("a.x.parquet.partial").exists());
+        // A job that failed before writing anything leaves nothing.
+        let run = StagedRun::begin(&out).unwrap();
+        let staging = run.staging_dir().to_path_buf();
+        assert_eq!(run.keep_partial().unwrap(), None);
+        assert!(!staging.exists());
+    }
+
+    #[test]
+    fn leftovers_of_dead_runs_are_removed_live_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let names = Names::new("out");
+        let h = host();
+        // A pid above the kernel's maximum (2^22) is never alive.
+        let dead = tmp.path().join(names.staging(&h, 4_194_305));
+        let other_host = tmp.path().join(names.staging("elsewhere", 4_194_305));
+        let live = tmp.path().join(names.staging(&h, 1)); // init
+        for d in [&dead, &other_host, &live] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("x.y.parquet"), b"16 MB once").unwrap();
+        }
+        write_run(&out, &[("a.x.parquet", b"a")], 1);
+        assert!(!dead.exists(), "a dead run's staging directory was kept");
+        assert!(other_host.exists() && live.exists(), "a staging directory that may be live was removed");
+    }
+}
