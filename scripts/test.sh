@@ -5,7 +5,10 @@
 # virtual environment .venv and installs everything the tests need into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
+# One target directory for everything the README's commands build (`cargo run --release`
+# uses ./target too): the release build of the extension shares what it can with the main
+# job's. CI sets its own, outside the clone.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
@@ -23,3 +26,6 @@ cargo test --workspace --doc
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet -m py/Cargo.toml --release
 
 QUIVER_BIN="$CARGO_TARGET_DIR/debug/quiver" .venv/bin/python -m pytest -q tests/python
+
+# The wheel installs and runs in a clean environment with no Rust toolchain.
+./scripts/check-wheel.sh .venv/bin/python

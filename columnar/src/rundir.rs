@@ -81,6 +81,8 @@ pub struct Committed {
     pub manifest: RunManifest,
     /// The manifest of the run it replaced, if the directory held one.
     pub replaced: Option<RunManifest>,
+    /// How long the commit took (checksums, syncs, manifest, exchange, removal).
+    pub time: std::time::Duration,
 }
 
 impl Committed {
@@ -88,10 +90,11 @@ impl Committed {
     pub fn describe(&self) -> String {
         let bytes: u64 = self.manifest.files.values().map(|f| f.bytes).sum();
         let mut s = format!(
-            "outputs: {} files, {:.1} MB in {} (complete; listed with checksums in {MANIFEST})",
+            "outputs: {} files, {:.1} MB in {} (complete; listed with checksums in {MANIFEST}; committed in {:.2} s)",
             self.manifest.files.len(),
             bytes as f64 / 1e6,
-            self.dir.display()
+            self.dir.display(),
+            self.time.as_secs_f64()
         );
         if let Some(old) = &self.replaced {
             s.push_str(&format!(
@@ -291,10 +294,16 @@ impl StagedRun {
         &self.staging
     }
 
-    /// Completes the run: every staged file is checksummed and synced, the manifest written
-    /// last, and the staging directory takes the output directory's place in one atomic
+    /// Completes the run: every staged file is checksummed, the manifest written last (and
+    /// synced), and the staging directory takes the output directory's place in one atomic
     /// exchange; the earlier run is then removed.
+    ///
+    /// The files themselves are not synced: atomicity is against a killed process, whose
+    /// writes the page cache keeps. After a power loss a manifest may outlive its files'
+    /// contents; readers then refuse the run (checksums), never read it silently. Syncing
+    /// the 181 MB of the default job took 0.3 s of its 2.3 s.
     pub fn commit(mut self, info: &RunInfo) -> Result<Committed> {
+        let start = std::time::Instant::now();
         let mut names = Vec::new();
         for e in std::fs::read_dir(&self.staging).map_err(|e| Error::io(&self.staging, e))? {
             let e = e.map_err(|e| Error::io(&self.staging, e))?;
@@ -308,9 +317,7 @@ impl StagedRun {
             .par_iter()
             .map(|n| {
                 let p = self.staging.join(n);
-                let f = File::open(&p).map_err(|e| Error::io(&p, e))?;
-                f.sync_all().map_err(|e| Error::io(&p, e))?;
-                let bytes = f.metadata().map_err(|e| Error::io(&p, e))?.len();
+                let bytes = std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?.len();
                 Ok((n.clone(), FileRecord { bytes, sha256: sha256_file(&p)? }))
             })
             .collect::<Result<BTreeMap<_, _>>>()?;
@@ -356,7 +363,7 @@ impl StagedRun {
         if let Some(parent) = self.dir.parent() {
             sync_dir(parent);
         }
-        Ok(Committed { dir: self.dir.clone(), manifest, replaced })
+        Ok(Committed { dir: self.dir.clone(), manifest, replaced, time: start.elapsed() })
     }
 
     /// Ends a failed job: the output directory is left as it was; the files the job wrote
