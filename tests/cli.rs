@@ -351,3 +351,14 @@ fn input_pointing_nowhere_says_how_to_make_a_dataset() {
         assert!(e.contains(&format!("make one with `quiver generate --output {}`", input.display())), "{e}");
     }
 }
+
+#[test]
+fn plan_check_shows_when_each_product_is_dropped() {
+    let o = quiver(&["plan", "check", "plans/examples/square.toml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // Held until the output step reads it (the memory cost of writing it)...
+    assert!(out.contains("-> numbers:floats  (last read by step 5, output)"), "{out}");
+    // ...or only until the compare.
+    assert!(out.contains("-> squared_powi:floats  (last read by step 4, check)"), "{out}");
+}

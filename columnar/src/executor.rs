@@ -248,15 +248,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     }
 
     // After which step each product is no longer needed.
-    let mut last_use: HashMap<ProductKey, usize> = HashMap::new();
-    for (i, st) in plan.steps.iter().enumerate() {
-        for k in &st.outputs {
-            last_use.insert(k.clone(), i);
-        }
-        for k in st.inputs.values().flatten() {
-            last_use.insert(k.clone(), i);
-        }
-    }
+    let last_use = plan.last_use();
     let drop_after: Vec<Vec<ProductKey>> = (0..plan.steps.len())
         .map(|i| last_use.iter().filter(|(_, &l)| l == i).map(|(k, _)| k.clone()).collect())
         .collect();

@@ -331,9 +331,24 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
 }
 
 impl ResolvedPlan {
-    /// The resolved plan as text: order, backends, inputs, outputs, parameters.
+    /// For every product, the index of the last step that reads it (its producer's index
+    /// when no step does): the executor drops the product after that step, so this is how
+    /// long a product holds memory within a batch.
+    pub fn last_use(&self) -> HashMap<ProductKey, usize> {
+        let mut last: HashMap<ProductKey, usize> = HashMap::new();
+        for (i, st) in self.steps.iter().enumerate() {
+            for k in st.outputs.iter().chain(st.inputs.values().flatten()) {
+                last.insert(k.clone(), i);
+            }
+        }
+        last
+    }
+
+    /// The resolved plan as text: order, backends, inputs, outputs (with the step after
+    /// which each is dropped), parameters.
     pub fn describe(&self) -> String {
         use std::fmt::Write;
+        let last = self.last_use();
         let mut s = String::new();
         for (i, st) in self.steps.iter().enumerate() {
             let _ = writeln!(s, "{:>2}. {} ({}, {})", i + 1, st.label, st.type_name, st.backend);
@@ -341,7 +356,14 @@ impl ResolvedPlan {
                 let _ = writeln!(s, "      {slot} <- {}", keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "));
             }
             for k in &st.outputs {
-                let _ = writeln!(s, "      -> {k}");
+                match last.get(k) {
+                    Some(&l) if l > i => {
+                        let _ = writeln!(s, "      -> {k}  (last read by step {}, {})", l + 1, self.steps[l].label);
+                    }
+                    _ => {
+                        let _ = writeln!(s, "      -> {k}  (read by no step: dropped at once)");
+                    }
+                }
             }
             let params: Vec<String> = st.params.iter().map(|(k, v)| format!("{k} = {v}")).collect();
             if !params.is_empty() {
