@@ -246,6 +246,19 @@ impl PyPlan {
     }
 }
 
+/// Sets the allocator as the `quiver` command does (quiver_columnar::tune): with `always`,
+/// also when the environment holds allocator settings (a Dask worker's, from its nanny).
+/// Returns whether glibc took them.
+#[pyfunction]
+#[pyo3(signature = (always = false))]
+fn tune_malloc(always: bool) -> bool {
+    if always {
+        quiver_columnar::tune::tune_malloc_always()
+    } else {
+        quiver_columnar::tune_malloc()
+    }
+}
+
 /// A reader's check of a run directory (quiver_columnar::rundir::verify): its run manifest
 /// exists and matches every file (sizes, and SHA-256 with `checksums`). Returns the manifest
 /// as a dict: format, quiver, plan, plan_sha256, first_event, events, files (name -> dict of
@@ -338,6 +351,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pystep::PyBatch>()?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(verify_run, m)?)?;
+    m.add_function(wrap_pyfunction!(tune_malloc, m)?)?;
     m.add_function(wrap_pyfunction!(describe_steps, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_addresses, m)?)?;
     m.add_function(wrap_pyfunction!(conditions, m)?)?;

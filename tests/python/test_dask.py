@@ -271,3 +271,16 @@ def test_quiver_package_is_importable_without_dask():
     """quiver.dask imports distributed only when used."""
     code = "import sys, quiver, quiver.dask; assert 'distributed' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})
+
+
+def test_workers_get_the_command_s_allocator_settings_despite_the_nanny():
+    """Dask's nanny sets MALLOC_TRIM_THRESHOLD_; the plain setting respects a user's choice,
+    the worker's overrides it (quiver_columnar::tune, not a second copy in Python)."""
+    code = ("from quiver import _quiver\n"
+            "import quiver.dask as qd\n"
+            "assert _quiver.tune_malloc() is False, 'a user setting was overridden'\n"
+            "assert _quiver.tune_malloc(always=True) is True\n"
+            "qd._tune_malloc()\n")
+    env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr

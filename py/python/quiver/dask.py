@@ -214,21 +214,12 @@ def complete_parts(output) -> list[tuple[int, int, pathlib.Path]]:
 
 def _tune_malloc() -> None:
     """Undoes, in this worker process, the allocator setting Dask's nanny starts workers with
-    (``MALLOC_TRIM_THRESHOLD_=65536``). Setting it turns off glibc's adaptive mmap threshold,
-    so every buffer above 128 KiB is mapped and unmapped again, page fault by page fault;
-    the chain ran 35 % slower in a worker than in a plain process. Large buffers are kept
-    instead (mmap above 32 MiB, trim above 256 MiB). A no-op off glibc."""
-    import ctypes
-    import ctypes.util
+    (``MALLOC_TRIM_THRESHOLD_=65536``): the ``quiver`` command's settings, whatever the
+    environment says (quiver_columnar::tune::tune_malloc_always; the chain ran 35 % slower
+    in a worker without them). A no-op off glibc."""
+    from . import _quiver
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    mallopt(M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(M_TRIM_THRESHOLD, 256 << 20)
+    _quiver.tune_malloc(always=True)
 
 
 def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, first: int, events: int,
