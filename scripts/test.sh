@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 # uses ./target too): the release build of the extension shares what it can with the main
 # job's. CI sets its own, outside the clone.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+# A fresh machine builds everything once: incremental compilation's caches (610 MB of the
+# debug build) would only be kept, never used. Set CARGO_INCREMENTAL=1 when iterating.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
