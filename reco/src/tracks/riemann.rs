@@ -862,7 +862,7 @@ mod tests {
     #[test]
     #[ignore]
     fn eigen3_cross_check() {
-        let Ok(bin) = std::env::var("QUIVER_REF_FIT") else { return };
+        let bin = std::env::var("QUIVER_REF_FIT").expect("set QUIVER_REF_FIT to the reference fit harness binary");
         let mut g = crate::tracks::testing::Gauss::new(5);
         let mut mats = Vec::new();
         let mut input = String::new();
