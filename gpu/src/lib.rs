@@ -75,10 +75,14 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
     // The device first (the most useful message when it is missing), then the CPU step:
     // it validates parameters and conditions with the CPU's messages, and is the fallback.
     require_gpu(cfg)?;
-    if quiver_reco::capacity::Capacities::of(cfg)?.sized() {
+    // `ca_doublets` counts each event's cells on the device before it allocates them, so its
+    // buffers follow the event (a device allocation that fails is a step error naming the
+    // step); the local kernels' buffers are sized as the reference's.
+    if quiver_reco::capacity::Capacities::of(cfg)?.sized() && cfg.type_name != "ca_doublets" {
         return Err(Error::plan(
             &cfg.label,
-            "capacities = \"sized\" has no GPU implementation yet (device buffers are sized as the reference's): use backend = \"cpu\" for this step",
+            "capacities = \"sized\" has no GPU implementation for this step type yet (its device buffers are sized as the \
+             reference's; ca_doublets has one): use backend = \"cpu\" for this step",
         ));
     }
     Ok(match cfg.type_name.as_str() {

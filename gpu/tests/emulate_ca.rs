@@ -437,6 +437,11 @@ fn doublet_kernels_on_the_host_equal_the_cpu_step() {
     let c = check("capacities", &cfg);
     assert!(c.overflow.iter().filter(|&&o| o).count() >= 2 && c.listed.contains(&0), "overflow and unlisted cells exercised");
 
+    // Sized from the event (`capacities = "sized"`): every cell, every hit's cells listed;
+    // the device's count pass sizes the cell buffers exactly.
+    let c = check("sized", &CaConfig::default().with_sized_capacities());
+    assert!(!c.overflow.contains(&true) && !c.listed.contains(&0), "nothing truncated or unlisted");
+
     // 15 pairs, the other cluster-cut branches, no pT cut.
     let mut cfg = CaConfig::default();
     cfg.doublets.include_jumping_forward_doublets = false;

@@ -399,15 +399,7 @@ pub fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
         c.fit.fit5as4 = *v;
     }
     if Capacities::of(cfg)?.sized() {
-        // Nothing truncated: every container holds what the event needs.
-        c.doublets.max_hits = usize::MAX;
-        c.doublets.max_number_of_doublets = u32::MAX;
-        c.doublets.max_cells_per_hit = u32::MAX;
-        c.ntuplets.max_cell_neighbors = u32::MAX;
-        c.ntuplets.max_cell_tracks = u32::MAX;
-        c.ntuplets.max_active_doublets = u32::MAX;
-        c.ntuplets.max_tuples = u32::MAX;
-        c.fit.max_concurrent_fits = u32::MAX;
+        c = c.with_sized_capacities();
     }
     c.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
     Ok(c)

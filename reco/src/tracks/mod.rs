@@ -215,6 +215,27 @@ pub struct CaConfig {
 }
 
 impl CaConfig {
+    /// The same configuration with every capacity sized from the event (`capacities =
+    /// "sized"`): nothing is truncated, every container holds what the event needs.
+    ///
+    /// ```
+    /// use quiver_reco::tracks::CaConfig;
+    /// let c = CaConfig::default().with_sized_capacities();
+    /// assert_eq!(c.doublets.max_number_of_doublets, u32::MAX);
+    /// assert_eq!(c.ntuplets.min_hits_per_ntuplet, CaConfig::default().ntuplets.min_hits_per_ntuplet);
+    /// ```
+    pub fn with_sized_capacities(mut self) -> Self {
+        self.doublets.max_hits = usize::MAX;
+        self.doublets.max_number_of_doublets = u32::MAX;
+        self.doublets.max_cells_per_hit = u32::MAX;
+        self.ntuplets.max_cell_neighbors = u32::MAX;
+        self.ntuplets.max_cell_tracks = u32::MAX;
+        self.ntuplets.max_active_doublets = u32::MAX;
+        self.ntuplets.max_tuples = u32::MAX;
+        self.fit.max_concurrent_fits = u32::MAX;
+        self
+    }
+
     /// Checks every sub-configuration.
     pub fn validate(&self) -> Result<(), TrackError> {
         self.doublets.validate()?;
