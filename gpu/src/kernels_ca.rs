@@ -351,6 +351,179 @@ extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_
 pub const CA_DOUBLETS_KERNELS: &[&str] =
     &["ca_bin_count", "ca_bin_scan", "ca_bin_fill", "ca_bin_sort", "ca_doublets", "ca_item_scan", "ca_listed_count", "ca_listed", "ca_listed_overfull"];
 
+/// CUDA C source of the CA connect step (the first stage of `ca_ntuplets`): each cell's
+/// outer neighbours, the cells that start on its outer hit and pass the r–z alignment and
+/// circle (curvature, DCA) cuts with it.
+///
+/// The CPU connect (`quiver_reco::tracks::ntuplets::connect`) visits the cells in index
+/// order and pushes each accepted (neighbour list, cell) pair, so a cell's list holds its
+/// neighbours by ascending cell index. The device computes each list directly ("pull"): one
+/// thread per listed cell scans the cells starting on its outer hit by ascending index
+/// (`cn_inner_*` build that index: atomic counts, then each hit's cells sorted), tests the
+/// same triplet in the CPU's operation order, and writes the passing cells at the place a
+/// per-event prefix sum of the counts gives it. No atomic decides an order. The lists'
+/// capacities (`max_cell_neighbors`, `max_active_doublets`) are applied on the host.
+pub const CA_CONNECT: &str = r#"
+#define CN_LAST_BPIX1_DET 96
+#define CN_LAST_BARREL_DET 1184
+#define CN_SCAN_MAX 1024
+
+__device__ __forceinline__ u32 cn_segment(const u32* start, u32 n, u32 k) {
+    u32 lo = 0u, hi = n;
+    while (hi - lo > 1u) { u32 mid = (lo + hi) / 2u; if (start[mid] <= k) lo = mid; else hi = mid; }
+    return lo;
+}
+
+// Cells per inner hit (batch hits).
+extern "C" __global__ void cn_inner_count(const u32* inner, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* count)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    atomicAdd(&count[hit_off[e] + inner[c]], 1u);
+}
+
+// One thread per event: each hit's first entry (batch-global) in the by-inner-hit index
+// (n_hits + 1 entries), and the fill cursors.
+extern "C" __global__ void cn_inner_scan(const u32* count, const u32* hit_off, const u32* cell_off, u32 n_events, u32* start, u32* cursor)
+{
+    u32 e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_events) return;
+    u32 s = cell_off[e];
+    for (u32 h = hit_off[e]; h < hit_off[e + 1u]; ++h) {
+        start[h] = s; cursor[h] = s;
+        s += count[h];
+    }
+    if (e + 1u == n_events) start[hit_off[n_events]] = s;
+}
+
+extern "C" __global__ void cn_inner_fill(const u32* inner, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* cursor, u32* by_inner)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    u32 pos = atomicAdd(&cursor[hit_off[e] + inner[c]], 1u);
+    by_inner[pos] = c - cell_off[e];
+}
+
+// One thread per hit: its cells by ascending (event-local) index.
+extern "C" __global__ void cn_inner_sort(const u32* start, u32 n_hits, u32* by_inner)
+{
+    u32 h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= n_hits) return;
+    u32 s = start[h], end = start[h + 1u];
+    for (u32 a = s + 1u; a < end; ++a) {
+        u32 v = by_inner[a];
+        u32 j = a;
+        while (j > s && by_inner[j - 1u] > v) { by_inner[j] = by_inner[j - 1u]; --j; }
+        by_inner[j] = v;
+    }
+}
+
+// ntuplets::are_aligned_rz, operation by operation.
+__device__ __forceinline__ bool cn_aligned_rz(float r1, float z1, float ri, float zi, float ro, float zo, float ptmin, float theta_cut)
+{
+    float radius_diff = fabsf(__fsub_rn(r1, ro));
+    float dz = __fsub_rn(z1, zo);
+    float d13 = __fadd_rn(__fmul_rn(radius_diff, radius_diff), __fmul_rn(dz, dz));
+    float p_min = __fmul_rn(ptmin, __fsqrt_rn(d13));
+    float t = fabsf(__fadd_rn(__fadd_rn(__fmul_rn(z1, __fsub_rn(ri, ro)), __fmul_rn(zi, __fsub_rn(ro, r1))), __fmul_rn(zo, __fsub_rn(r1, ri))));
+    return __fmul_rn(t, p_min) <= __fmul_rn(__fmul_rn(theta_cut, d13), radius_diff);
+}
+
+// ntuplets::CircleEq::new and the DCA cut, operation by operation.
+__device__ __forceinline__ bool cn_dca_cut(float x1, float y1, float x2, float y2, float x3, float y3, float max_dca, float max_curv)
+{
+    bool noflip = fabsf(__fsub_rn(x3, x1)) < fabsf(__fsub_rn(y3, y1));
+    float x1p = noflip ? __fsub_rn(x1, x2) : __fsub_rn(y1, y2);
+    float y1p = noflip ? __fsub_rn(y1, y2) : __fsub_rn(x1, x2);
+    float d12 = __fadd_rn(__fmul_rn(x1p, x1p), __fmul_rn(y1p, y1p));
+    float x3p = noflip ? __fsub_rn(x3, x2) : __fsub_rn(y3, y2);
+    float y3p = noflip ? __fsub_rn(y3, y2) : __fsub_rn(x3, x2);
+    float d32 = __fadd_rn(__fmul_rn(x3p, x3p), __fmul_rn(y3p, y3p));
+    float num = __fsub_rn(__fmul_rn(x1p, y3p), __fmul_rn(y1p, x3p));
+    float det = __fsub_rn(__fmul_rn(d12, y3p), __fmul_rn(d32, y1p));
+    float st2 = __fsub_rn(__fmul_rn(d12, x3p), __fmul_rn(d32, x1p));
+    float seq = __fadd_rn(__fmul_rn(det, det), __fmul_rn(st2, st2));
+    float al2 = __fdiv_rn(1.0f, __fsqrt_rn(seq));
+    float be2 = __fmul_rn(-st2, al2);
+    float ct = __fmul_rn(__fmul_rn(2.0f, num), al2);
+    al2 = __fmul_rn(al2, det);
+    float c = noflip ? ct : -ct;
+    float alpha = noflip ? al2 : -be2;
+    float beta = noflip ? be2 : -al2;
+    if (c > max_curv) return false;
+    float x = __fadd_rn(__fmul_rn(c, x2), alpha);
+    float y = __fadd_rn(__fmul_rn(c, y2), beta);
+    float dca0 = __fsub_rn(__fsqrt_rn(__fadd_rn(__fmul_rn(x, x), __fmul_rn(y, y))), 1.0f);
+    return fabsf(dca0) < __fmul_rn(max_dca, fabsf(c));
+}
+
+// One thread per cell o (batch-global): the cells starting on its outer hit that connect to
+// it, by ascending index. write == 0: count[o] = how many. write == 1: their event-local
+// indices from out[push_off[e] + first[o]] on, and the used flags of both cells.
+extern "C" __global__ void cn_connect(
+    u32 write, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off,
+    const float* x, const float* y, const float* z, const float* r, const u16* det,
+    const u32* inner, const u32* outer, const u8* listed, const u32* start, const u32* by_inner,
+    float ptmin, float theta_barrel, float theta_forward, float dca_inner, float dca_outer, float hard_curv,
+    u32* count, const u32* first, const u32* push_off, u32* out, u8* used)
+{
+    u32 o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= n_cells) return;
+    if (!listed[o]) { if (!write) count[o] = 0u; return; }
+    u32 e = cn_segment(cell_off, n_events, o);
+    u32 hb = hit_off[e], cb = cell_off[e];
+    u32 oi = hb + inner[o], h = hb + outer[o];
+    float r1 = r[oi], z1 = z[oi], x1 = x[oi], y1 = y[oi];
+    float max_dca = (u32)det[oi] < CN_LAST_BPIX1_DET ? dca_inner : dca_outer;
+    u32 n = 0u;
+    for (u32 k = start[h]; k < start[h + 1u]; ++k) {
+        u32 idx = by_inner[k];
+        u32 ci = cb + idx;
+        u32 ii = hb + inner[ci], io = hb + outer[ci];
+        float theta = (u32)det[ii] < CN_LAST_BARREL_DET ? theta_barrel : theta_forward;
+        if (!cn_aligned_rz(r1, z1, r[ii], z[ii], r[io], z[io], ptmin, theta)) continue;
+        if (!cn_dca_cut(x1, y1, x[ii], y[ii], x[io], y[io], max_dca, hard_curv)) continue;
+        if (write) { out[push_off[e] + first[o] + n] = idx; used[ci] = 1; used[o] = 1; }
+        ++n;
+    }
+    if (!write) count[o] = n;
+}
+
+// One block per event (power-of-two block size up to CN_SCAN_MAX): exclusive prefix sum of
+// the event's values (segment seg_off[e]..seg_off[e+1]) and the event's total.
+extern "C" __global__ void cn_scan(const u32* value, const u32* seg_off, u32* first, u32* total)
+{
+    __shared__ u32 buf[CN_SCAN_MAX];
+    __shared__ u32 carry;
+    u32 e = blockIdx.x, t = threadIdx.x, nt = blockDim.x;
+    u32 s = seg_off[e], end = seg_off[e + 1u];
+    if (t == 0u) carry = 0u;
+    __syncthreads();
+    for (u32 base = s; base < end; base += nt) {
+        u32 k = base + t;
+        u32 v = k < end ? value[k] : 0u;
+        buf[t] = v;
+        __syncthreads();
+        for (u32 off = 1u; off < nt; off <<= 1) {
+            u32 xx = t >= off ? buf[t - off] : 0u;
+            __syncthreads();
+            buf[t] += xx;
+            __syncthreads();
+        }
+        if (k < end) first[k] = carry + buf[t] - v;
+        __syncthreads();
+        if (t == nt - 1u) carry += buf[t];
+        __syncthreads();
+    }
+    if (t == 0u) total[e] = carry;
+}
+"#;
+
+/// The kernel functions of [`CA_CONNECT`].
+pub const CA_CONNECT_KERNELS: &[&str] = &["cn_inner_count", "cn_inner_scan", "cn_inner_fill", "cn_inner_sort", "cn_connect", "cn_scan"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +547,17 @@ mod tests {
         assert_eq!((FLAG_Z0_CUT, FLAG_PT_CUT, FLAG_CLUSTER_CUT, FLAG_IDEAL_CONDITIONS), (1, 2, 4, 8));
         for k in CA_DOUBLETS_KERNELS {
             assert!(CA_DOUBLETS.contains(&format!("__global__ void {k}(")), "{k}");
+        }
+        let cdef = |name: &str| -> String {
+            let l = CA_CONNECT.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            l.split_whitespace().nth(2).unwrap().to_string()
+        };
+        use quiver_reco::tracks::ntuplets::{LAST_BARREL_DET_INDEX, LAST_BPIX1_DET_INDEX};
+        assert_eq!(cdef("CN_LAST_BPIX1_DET"), LAST_BPIX1_DET_INDEX.to_string());
+        assert_eq!(cdef("CN_LAST_BARREL_DET"), LAST_BARREL_DET_INDEX.to_string());
+        assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK);
+        for k in CA_CONNECT_KERNELS {
+            assert!(CA_CONNECT.contains(&format!("__global__ void {k}(")), "{k}");
         }
     }
 }

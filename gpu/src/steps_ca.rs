@@ -354,3 +354,45 @@ impl Step for CaDoubletsGpu {
         Ok(self.common.report())
     }
 }
+
+/// One event's neighbour lists of the CA connect from what the device computed: for each
+/// cell, the number of cells that connect to it (`count`) and those cells by ascending index
+/// (`pushed`, list after list, in cell order). Applies the CPU's list capacities: at most
+/// `max_cell_neighbors` per list (the first ones, by index), the rest counted as overflows.
+/// `None` when `max_active_doublets` would bind (as many non-empty lists as it allows, or
+/// more): the lists opened then depend on the CPU's push order across lists, which this
+/// does not reproduce — the caller hands such events to the CPU.
+///
+/// ```
+/// use quiver_gpu::steps_ca::capped_neighbors;
+/// let (csr, overflows) = capped_neighbors(&[2, 0, 1], &[4, 7, 9], 100, 1).unwrap();
+/// assert_eq!((csr.offsets, csr.values, overflows), (vec![0, 1, 1, 2], vec![4, 9], 1));
+/// // Two non-empty lists and room for one open list (max_active_doublets 2): the CPU's
+/// // push order decides, so no answer here.
+/// assert!(capped_neighbors(&[2, 0, 1], &[4, 7, 9], 2, 1).is_none());
+/// ```
+pub fn capped_neighbors(
+    count: &[u32],
+    pushed: &[u32],
+    max_active_doublets: u32,
+    max_cell_neighbors: u32,
+) -> Option<(quiver_reco::tracks::doublets::Csr, u32)> {
+    // The CPU opens a list at its first push while fewer than max_active_doublets − 1 are
+    // open: with fewer non-empty lists than that, every list opens.
+    let non_empty = count.iter().filter(|&&c| c > 0).count() as u64;
+    if non_empty + 1 > max_active_doublets as u64 || count.iter().map(|&c| c as u64).sum::<u64>() != pushed.len() as u64 {
+        return None;
+    }
+    let mut offsets = Vec::with_capacity(count.len() + 1);
+    offsets.push(0u32);
+    let mut values = Vec::new();
+    let (mut at, mut overflows) = (0usize, 0u32);
+    for &c in count {
+        let keep = c.min(max_cell_neighbors);
+        values.extend_from_slice(&pushed[at..at + keep as usize]);
+        overflows += c - keep;
+        at += c as usize;
+        offsets.push(values.len() as u32);
+    }
+    Some((quiver_reco::tracks::doublets::Csr { offsets, values }, overflows))
+}

@@ -6,7 +6,9 @@
 //! (`quiver_gpu::steps_ca`). Each kernel runs twice: every thread of a block one after the
 //! other on one OS thread (one thread per block for the block scan), and with real threads
 //! in each block, whose interleaving (the atomic histogram fill, the atomic counts) must not
-//! change anything. Skips when no C++ compiler is found.
+//! change anything. The connect kernels of `ca_ntuplets` (`kernels_ca::CA_CONNECT`, with
+//! the host's list capacities `steps_ca::capped_neighbors`) likewise equal the CPU's
+//! `connect`: neighbour lists, overflows, used flags. Skips when no C++ compiler is found.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,14 +16,15 @@ use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
-use quiver_gpu::steps_ca::{cell_offsets, doublet_products, prepare, DoubletProducts};
+use quiver_gpu::steps_ca::{capped_neighbors, cell_offsets, doublet_products, prepare, DoubletProducts};
 use quiver_reco::steps::doublet_overflows;
 use quiver_datasets::conditions::CpeParams;
 use arrow_array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt8Array};
 use std::sync::Arc;
 use quiver_reco::local;
 use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
-use quiver_reco::tracks::{layer_start_from_det_index, stage_doublet_cells, CaConfig, HitsView};
+use quiver_reco::tracks::ntuplets::{connect, CaState};
+use quiver_reco::tracks::{doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, CaConfig, HitsView};
 
 const SHIM: &str = r#"
 #include <cmath>
@@ -46,6 +49,7 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 static inline int __float2int_rz(float f) {
     if (std::isnan(f)) return 0;
     if (f >= 2147483648.0f) return INT_MAX;
@@ -59,7 +63,7 @@ fn emulator() -> Option<&'static libloading::Library> {
     LIB.get_or_init(|| {
         let dir = tempfile::tempdir().ok()?;
         let cpp = dir.path().join("ca.cpp");
-        std::fs::write(&cpp, format!("{SHIM}{}", kernels_ca::CA_DOUBLETS)).ok()?;
+        std::fs::write(&cpp, format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_CONNECT)).ok()?;
         let so: PathBuf = dir.path().join("libca.so");
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
         let out = Command::new(&cxx)
@@ -100,7 +104,14 @@ const EMU_BLOCK: u32 = 8;
 /// Runs `launch` over a grid of `blocks × threads`. Threaded: one OS thread per thread of
 /// a block, each running its thread of every block in turn, the blocks one after the other
 /// (a barrier between blocks: `__shared__` memory is one per process).
+///
+/// One launch at a time in the process: the emulated block barrier and `__shared__` memory
+/// are globals of the emulator library, so two tests launching at once (the test harness
+/// runs tests on parallel threads) would replace each other's barrier and hang; that is
+/// what made the connect test hang when it ran beside the doublet test.
 fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch: impl Fn() + Sync) {
+    static ONE_LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
     type Grid = unsafe extern "C" fn(u32);
     type Thread = unsafe extern "C" fn(u32, u32, u32);
     // SAFETY: signatures as defined in SHIM.
@@ -147,6 +158,8 @@ fn elements(lib: &libloading::Library, mode: Mode, n: usize, launch: impl Fn() +
 #[derive(Default)]
 struct Batch {
     hits_per_event: Vec<usize>,
+    x: Vec<f32>,
+    y: Vec<f32>,
     z: Vec<f32>,
     r: Vec<f32>,
     iphi: Vec<i16>,
@@ -368,6 +381,8 @@ fn batch_of(events: Vec<local::RecHits>) -> Batch {
     let mut b = Batch::default();
     for h in &events {
         b.hits_per_event.push(h.z_global.len());
+        b.x.extend(&h.x_global);
+        b.y.extend(&h.y_global);
         b.z.extend(&h.z_global);
         b.r.extend(&h.r_global);
         b.iphi.extend(&h.iphi);
@@ -455,4 +470,162 @@ fn doublet_kernels_on_the_host_equal_the_cpu_step() {
     cfg.doublets.do_cluster_cut = false;
     cfg.doublets.do_z0_cut = false;
     check("13 pairs, no cluster or z0 cut", &cfg);
+}
+
+/// What the device connect gives for a batch: per event the neighbour lists after the CPU's
+/// capacities (`None` when `max_active_doublets` binds), and the used flags of every cell.
+struct Connected {
+    lists: Vec<Option<(quiver_reco::tracks::doublets::Csr, u32)>>,
+    used: Vec<u8>,
+}
+
+/// The connect kernels on the device cells of a batch.
+fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Connected {
+    let n = &cfg.ntuplets;
+    let n_ev = b.hits_per_event.len();
+    let mut hit_off = vec![0u32];
+    for &h in &b.hits_per_event {
+        hit_off.push(hit_off.last().unwrap() + h as u32);
+    }
+    let n_hits = *hit_off.last().unwrap() as usize;
+    let n_cells = cells.inner.len();
+    let (cell_off, listed) = (&cells.cell_off, &cells.listed);
+    let count = vec![0u32; n_hits.max(1)];
+    let (start, cursor) = (vec![0u32; n_hits + 1], vec![0u32; n_hits.max(1)]);
+    let by_inner = vec![u32::MAX; n_cells.max(1)];
+    let ncount = vec![u32::MAX; n_cells.max(1)];
+    let (first, total) = (vec![0u32; n_cells.max(1)], vec![0u32; n_ev]);
+    type CountFill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
+    type Fill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
+    type Sort = unsafe extern "C" fn(*const u32, u32, *mut u32);
+    type SegScan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+    type Connect = unsafe extern "C" fn(
+        u32, u32, *const u32, u32, *const u32,
+        *const f32, *const f32, *const f32, *const f32, *const u16,
+        *const u32, *const u32, *const u8, *const u32, *const u32,
+        f32, f32, f32, f32, f32, f32,
+        *mut u32, *const u32, *const u32, *mut u32, *mut u8,
+    );
+    let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
+    // SAFETY: kernel signatures as in kernels_ca::CA_CONNECT; every buffer holds the
+    // elements the kernels index (sized from the same counts).
+    unsafe {
+        let f: libloading::Symbol<CountFill> = lib.get(b"cn_inner_count").unwrap();
+        let a = [p(&cells.inner), p(cell_off), p(&hit_off), p(&count)];
+        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _));
+        let f: libloading::Symbol<Scan> = lib.get(b"cn_inner_scan").unwrap();
+        let a = [p(&count), p(&hit_off), p(cell_off), p(&start), p(&cursor)];
+        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
+        let f: libloading::Symbol<Fill> = lib.get(b"cn_inner_fill").unwrap();
+        let a = [p(&cells.inner), p(cell_off), p(&hit_off), p(&cursor), p(&by_inner)];
+        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _, a[4] as _));
+        let f: libloading::Symbol<Sort> = lib.get(b"cn_inner_sort").unwrap();
+        let a = [p(&start), p(&by_inner)];
+        elements(lib, mode, n_hits, || f(a[0] as _, nh, a[1] as _));
+    }
+    let connect = |write: u32, push_off: &[u32], out: &[u32], used: &[u8]| {
+        // SAFETY: as above.
+        unsafe {
+            let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
+            let a = [
+                p(cell_off), p(&hit_off), p(&b.x), p(&b.y), p(&b.z), p(&b.r), p(&b.det),
+                p(&cells.inner), p(&cells.outer), p(listed), p(&start), p(&by_inner),
+                p(&ncount), p(&first), p(push_off), p(out), p(used),
+            ];
+            elements(lib, mode, n_cells, || {
+                f(
+                    write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
+                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _,
+                    n.ptmin, n.ca_theta_cut_barrel, n.ca_theta_cut_forward, n.dca_cut_inner_triplet, n.dca_cut_outer_triplet, n.hard_curv_cut,
+                    a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _,
+                )
+            });
+        }
+    };
+    connect(0, &[0], &[0], &[0]);
+    // SAFETY: as above.
+    unsafe {
+        let f: libloading::Symbol<SegScan> = lib.get(b"cn_scan").unwrap();
+        let a = [p(&ncount), p(cell_off), p(&first), p(&total)];
+        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        grid(lib, mode, ne, threads, || f(a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+    }
+    let mut push_off = vec![0u32];
+    for &t in &total {
+        push_off.push(push_off.last().unwrap() + t);
+    }
+    let n_push = *push_off.last().unwrap() as usize;
+    let (out, used) = (vec![u32::MAX; n_push.max(1)], vec![0u8; n_cells.max(1)]);
+    connect(1, &push_off, &out, &used);
+    let lists = (0..n_ev)
+        .map(|e| {
+            let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
+            let pushed = &out[push_off[e] as usize..push_off[e + 1] as usize];
+            capped_neighbors(&ncount[c0..c1], pushed, n.max_active_doublets, n.max_cell_neighbors)
+        })
+        .collect();
+    Connected { lists, used: used[..n_cells].to_vec() }
+}
+
+/// The device connect equals the CPU's `connect` on the CPU's own cells, event by event:
+/// neighbour lists, overflows and used flags. Returns the events the host had to hand to
+/// the CPU (`max_active_doublets` binding).
+fn check_connect(name: &str, cfg: &CaConfig) -> usize {
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let (_, ds) = dataset();
+    let b = batch();
+    let cpe = &ds.conditions().cpe;
+    let (cells, _) = run_cpu(&b, cfg, cpe);
+    let mut cpu = Vec::new();
+    for (e, view) in views(&b, cpe).iter().enumerate() {
+        let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
+        let listed: Vec<bool> = cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
+        let d = doublets_from_columns(view, &cells.inner[r.clone()], &cells.outer[r.clone()], &cells.pair[r.clone()], &listed).unwrap();
+        let mut ca = CaState::new(d);
+        connect(view, &mut ca, &cfg.ntuplets);
+        cpu.push(ca);
+    }
+    let mut fallbacks = 0;
+    for mode in [Mode::Sequential, Mode::Threaded] {
+        let dev = run_connect(lib, mode, &b, cfg, &cells);
+        fallbacks = 0;
+        for (e, ca) in cpu.iter().enumerate() {
+            let used: Vec<u8> = ca.cells.iter().map(|c| (c.used & 1) as u8).collect();
+            let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
+            assert!(dev.used[r] == used[..], "{name} ({mode:?}) event {e}: used flags");
+            match &dev.lists[e] {
+                Some((csr, overflows)) => {
+                    assert!(csr.offsets == ca.neighbors.offsets || (csr.values.is_empty() && ca.neighbors.values.is_empty()), "{name} ({mode:?}) event {e}: list offsets");
+                    assert!(csr.values == ca.neighbors.values, "{name} ({mode:?}) event {e}: neighbours");
+                    assert_eq!(*overflows, ca.neighbor_overflows, "{name} ({mode:?}) event {e}: overflows");
+                }
+                None => {
+                    fallbacks += 1;
+                    let non_empty = ca.neighbors.offsets.windows(2).filter(|w| w[1] > w[0]).count() as u32;
+                    assert_eq!(non_empty + 1, cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: handed to the CPU, whose lists are capped");
+                }
+            }
+        }
+    }
+    let links: usize = cpu.iter().map(|ca| ca.neighbors.values.len()).sum();
+    let over: u32 = cpu.iter().map(|ca| ca.neighbor_overflows).sum();
+    println!("connect {name}: {links} links, {over} overflows, {fallbacks} events handed to the CPU");
+    fallbacks
+}
+
+#[test]
+fn connect_kernels_on_the_host_equal_the_cpu_connect() {
+    if emulator().is_none() {
+        return;
+    }
+    assert_eq!(check_connect("default", &CaConfig::default()), 0);
+    // Small lists: neighbours past the capacity dropped and counted.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_cell_neighbors = 1;
+    assert_eq!(check_connect("one neighbour per cell", &cfg), 0);
+    // Few active lists: the CPU's push order decides; the host hands such events back.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_active_doublets = 50;
+    assert_eq!(check_connect("50 active lists", &cfg), 3);
 }

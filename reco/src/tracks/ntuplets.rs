@@ -7,9 +7,9 @@ use super::doublets::{Cell, Csr, Doublets};
 use super::{HitsView, Quality, TrackError};
 
 /// Last detIndex (exclusive) of BPix layer 1.
-const LAST_BPIX1_DET_INDEX: u16 = 96;
+pub const LAST_BPIX1_DET_INDEX: u16 = 96;
 /// Last detIndex (exclusive) of the barrel.
-const LAST_BARREL_DET_INDEX: u16 = 1184;
+pub const LAST_BARREL_DET_INDEX: u16 = 1184;
 /// Recursion depth of the reference's `find_ntuplets<6>`.
 const MAX_DEPTH: usize = 6;
 
