@@ -75,16 +75,11 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
     // The device first (the most useful message when it is missing), then the CPU step:
     // it validates parameters and conditions with the CPU's messages, and is the fallback.
     require_gpu(cfg)?;
-    // `ca_doublets` counts each event's cells on the device before it allocates them, so its
-    // buffers follow the event (a device allocation that fails is a step error naming the
-    // step); the local kernels' buffers are sized as the reference's.
-    if quiver_reco::capacity::Capacities::of(cfg)?.sized() && cfg.type_name != "ca_doublets" {
-        return Err(Error::plan(
-            &cfg.label,
-            "capacities = \"sized\" has no GPU implementation for this step type yet (its device buffers are sized as the \
-             reference's; ca_doublets has one): use backend = \"cpu\" for this step",
-        ));
-    }
+    // capacities = "sized": device buffers follow the event's counts (FED words, digis,
+    // cells: counted before they are allocated; a device allocation that fails is a step
+    // error naming the step). The charge-cut and rechits kernels keep a module's clusters in
+    // per-block arrays of the reference's size: a batch beyond them goes to the CPU's sized
+    // step (`steps::beyond_kernel_slots`). Nothing is truncated either way.
     Ok(match cfg.type_name.as_str() {
         "raw_to_digis" => Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cfg.condition::<CablingMap>()?, raw_to_digi_config(cfg)?)?),
         "calibrate" => Box::new(steps::CalibrateGpu::new(cfg, common(cfg)?, cfg.condition::<GainCalibration>()?, calib_config(cfg))?),

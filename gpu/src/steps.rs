@@ -746,6 +746,28 @@ impl ChargeCutGpu {
     }
 }
 
+/// Whether a batch's module tables (`tables[e]`: module ids, first digis, clusters per
+/// module) need more than the `cluster_charge_cut` and `rechits` kernels hold: they keep a
+/// module's clusters in per-block arrays of `MAX_CLUSTERS_PER_MODULE` and an event's hits
+/// in `MAX_NUM_CLUSTERS` slots, the reference's capacities. With `capacities = "sized"`
+/// such a batch goes to the CPU's sized step instead of being cut (a CPU fallback in the
+/// step's report).
+///
+/// ```
+/// use quiver_gpu::steps::beyond_kernel_slots;
+/// let (ids, firsts) = ([1u16, 2], [0u32, 10]);
+/// assert!(!beyond_kernel_slots(&[(&ids, &firsts, &[1024, 7])]));
+/// assert!(beyond_kernel_slots(&[(&ids, &firsts, &[1025, 7])]));          // one module
+/// let many = vec![1000u32; 50];
+/// let ids50: Vec<u16> = (0..50).collect();
+/// assert!(beyond_kernel_slots(&[(&ids50, &[0u32; 50], &many)]));         // 50 000 hits
+/// ```
+pub fn beyond_kernel_slots(tables: &[(&[u16], &[u32], &[u32])]) -> bool {
+    tables.iter().any(|(_, _, counts)| {
+        counts.iter().any(|&c| c > MAX_CLUSTERS_PER_MODULE) || counts.iter().map(|&c| c as u64).sum::<u64>() > MAX_NUM_CLUSTERS as u64
+    })
+}
+
 /// One event's module table rows: (module id, first digi, clusters).
 fn table_rows(m: &Product, e: usize) -> Result<(&[u16], &[u32], &[u32])> {
     let rows = m.event_rows(e);
@@ -849,6 +871,10 @@ impl Step for ChargeCutGpu {
         for e in 0..batch.n_events() {
             rows.push(d.event_rows(e));
             tables.push(table_rows(&m, e)?);
+        }
+        let sized = self.cfg.max_clusters_per_module > MAX_CLUSTERS_PER_MODULE;
+        if sized && beyond_kernel_slots(&tables) {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let Some(plan) = cut_runs(module, &rows, &tables) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let (rf, re, rn, rm) = (&plan.first, &plan.end, &plan.nclus, &plan.module);
@@ -1003,6 +1029,8 @@ pub(crate) struct RecHitsGpu {
     beamspot: ProductKey,
     cpe: Arc<CpeParams>,
     det: CudaSlice<f32>,
+    /// `capacities = "sized"`: batches beyond the kernel's slots go to the CPU's sized step.
+    sized: bool,
     common: Common,
 }
 
@@ -1019,6 +1047,7 @@ impl RecHitsGpu {
             beamspot: cfg.input("beamspot")?,
             cpe,
             det,
+            sized: quiver_reco::capacity::Capacities::of(cfg)?.sized(),
             common,
         })
     }
@@ -1043,6 +1072,9 @@ impl Step for RecHitsGpu {
             tables.push(table_rows(&m, e)?);
             let r0 = b.event_rows(e).start;
             beam.push([bx[r0], by[r0], bz[r0]]);
+        }
+        if self.sized && beyond_kernel_slots(&tables) {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let Some(plan) = rechit_runs(module, &rows, &tables, &beam, self.cpe.det.len()) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
