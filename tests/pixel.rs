@@ -274,7 +274,7 @@ fn report_measures_a_run_against_the_truth() {
 }
 
 #[test]
-fn parquet_products_use_dictionaries_only_for_small_integers() {
+fn parquet_products_delta_encode_small_integers_and_use_no_dictionary() {
     let out = tempfile::tempdir().unwrap();
     ok(quiver(&["run", "plans/pixel.toml", "--no-progress", "--input", dataset().to_str().unwrap(), "--output", out.path().to_str().unwrap()]));
     let f = std::fs::File::open(out.path().join("hits.hits.parquet")).unwrap();
@@ -284,7 +284,9 @@ fn parquet_products_use_dictionaries_only_for_small_integers() {
         let c = rg.column(i);
         let name = c.column_path().string();
         let small_int = ["iphi", "size_x", "size_y", "det_index"].contains(&name.as_str());
-        assert_eq!(c.dictionary_page_offset().is_some(), small_int, "hits column {name}");
+        assert!(c.dictionary_page_offset().is_none(), "hits column {name} has a dictionary");
+        let delta = c.encodings().any(|e| e == parquet::basic::Encoding::DELTA_BINARY_PACKED);
+        assert_eq!(delta, small_int, "hits column {name}: {:?}", c.encodings().collect::<Vec<_>>());
     }
 }
 

@@ -98,13 +98,17 @@ impl OutputFile {
                     .set_max_row_group_row_count(None)
                     .set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION")))
                     .set_dictionary_enabled(false);
-                // Dictionary encoding pays only for small integers (rows, columns, modules,
-                // flags); on floats and wide integers it hashes every value and then falls back
-                // to plain. Measured on the pixel products: 40 % less writing time, 11 % smaller.
+                // Small integers (rows, columns, ADC, modules, flags) as DELTA_BINARY_PACKED,
+                // everything else plain; no dictionary: interning every value cost 13 % of the
+                // default job. Measured on the default job (100 events, 2 threads, snappy):
+                // write_parquet 16.5 -> 11.3 ms/event and 180.8 -> 179.0 MB against dictionary
+                // encoding of the small integers; plain everywhere: 10.8 ms/event, 221 MB;
+                // delta for every integer column: 13.1 ms/event, 170 MB.
                 for field in b.schema().fields() {
                     use arrow_schema::DataType::*;
                     if matches!(field.data_type(), UInt8 | UInt16 | Int8 | Int16) {
-                        props = props.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(field.name().as_str()), true);
+                        let path = parquet::schema::types::ColumnPath::from(field.name().as_str());
+                        props = props.set_column_encoding(path, parquet::basic::Encoding::DELTA_BINARY_PACKED);
                     }
                 }
                 let props = props.build();
