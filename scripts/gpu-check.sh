@@ -12,7 +12,7 @@
 #      all cores, and writes a CSV under docs/perf/.
 # Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (default 400),
 # GPU_CHECK_PILEUP (default 50), GPU_CHECK_DATASET (existing dataset dir),
-# GPU_CHECK_BATCH (events per batch for every run, default: quiver's),
+# GPU_CHECK_BATCH (events per batch for every run, default 16: a launch pays per batch),
 # GPU_CHECK_THREADS (thread counts of the GPU scan, default 1,2,4,8,16),
 # QUIVER_NVRTC (libnvrtc.so.13 or its folder, when not on the loader path).
 set -euo pipefail
@@ -20,8 +20,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
 EVENTS="${GPU_CHECK_EVENTS:-400}"
 PILEUP="${GPU_CHECK_PILEUP:-50}"
-BATCH=()
-if [ -n "${GPU_CHECK_BATCH:-}" ]; then BATCH=(--batch-size "$GPU_CHECK_BATCH"); fi
+BATCH=(--batch-size "${GPU_CHECK_BATCH:-16}")
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 t0=$(date +%s)

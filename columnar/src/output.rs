@@ -1,6 +1,7 @@
 //! Output steps: products to Parquet or Arrow IPC files, one file per product, an `event`
-//! column first, one row group (or IPC record batch) per event batch in event order
-//! whatever the thread count, written under a temporary name and renamed when complete.
+//! column first, in event order whatever the thread count; a Parquet row group holds at
+//! least [`ROW_GROUP_EVENTS`] events (batches are never split), an IPC record batch one
+//! event batch. Files are written under a temporary name and renamed when complete.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -17,6 +18,12 @@ use crate::error::{Error, Result};
 use crate::params::ParamSpec;
 use crate::product::ProductKey;
 use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, StepConfig, StepType};
+
+/// Events a Parquet row group gathers before it is closed (the last one may hold fewer): row
+/// groups follow the events, not the batch size, so that small batches (less memory) do not
+/// make files with a row group per event, which Polars scans ten times slower (a filter on
+/// the tracks of 100 events: 61 ms with 100 row groups, 6 ms with 7).
+pub const ROW_GROUP_EVENTS: u64 = 16;
 
 /// File formats of the output steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,11 +52,14 @@ enum Sink {
 }
 
 impl Sink {
-    fn write(&mut self, b: &RecordBatch) -> Result<()> {
+    /// Writes a batch; `close_group` ends the Parquet row group after it.
+    fn write(&mut self, b: &RecordBatch, close_group: bool) -> Result<()> {
         match self {
             Sink::Parquet(w) => {
                 w.write(b)?;
-                w.flush()?; // closes the row group: one per event batch
+                if close_group {
+                    w.flush()?;
+                }
             }
             Sink::Ipc(w) => w.write(b)?,
         }
@@ -76,13 +86,15 @@ struct OutputFile {
     next_event: u64,
     pending: BTreeMap<u64, (u64, RecordBatch)>,
     events_written: u64,
+    /// Events in the open Parquet row group.
+    group_events: u64,
 }
 
 impl OutputFile {
     fn new(dir: &Path, key: ProductKey, format: Format) -> Self {
         let name = product_file_name(&key, format.extension());
         let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        OutputFile { path: dir.join(name), tmp, key, format, sink: None, next_event: 0, pending: BTreeMap::new(), events_written: 0 }
+        OutputFile { path: dir.join(name), tmp, key, format, sink: None, next_event: 0, pending: BTreeMap::new(), events_written: 0, group_events: 0 }
     }
 
     fn open(&mut self, b: &RecordBatch) -> Result<Sink> {
@@ -128,7 +140,12 @@ impl OutputFile {
             if self.sink.is_none() {
                 self.sink = Some(self.open(&b)?);
             }
-            self.sink.as_mut().expect("opened").write(&b).map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
+            self.group_events += n;
+            let close = self.group_events >= ROW_GROUP_EVENTS;
+            if close {
+                self.group_events = 0;
+            }
+            self.sink.as_mut().expect("opened").write(&b, close).map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
             self.next_event += n;
             self.events_written += n;
         }
@@ -230,7 +247,7 @@ pub fn register(r: &mut Registry) {
     let inputs = vec![InputSpec::many("products", "products to write, by label (all of its products) or label:type")];
     r.add(StepType {
         name: "write_parquet",
-        doc: "Writes products to Parquet, one file per product (<type>.<label>.parquet), one row group per batch",
+        doc: "Writes products to Parquet, one file per product (<type>.<label>.parquet), row groups of at least 16 events",
         params: vec![ParamSpec::choice("compression", &["snappy", "none"], "column compression")],
         signature: Signature { inputs: inputs.clone(), outputs: vec![] },
         backends: vec![Backend::Cpu],
