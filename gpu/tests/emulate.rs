@@ -14,6 +14,8 @@
 // justification for all of them instead of one per call.
 #![allow(clippy::undocumented_unsafe_blocks)]
 
+mod emu_threads;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -66,7 +68,6 @@ static inline int __float2int_rz(float f) {
 const THREADED_SHIM: &str = r#"
 #include <cmath>
 #include <climits>
-#include <barrier>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -74,14 +75,11 @@ const THREADED_SHIM: &str = r#"
 struct Dim3 { unsigned x, y, z; };
 static Dim3 blockIdx, blockDim;
 static thread_local Dim3 threadIdx;
-static std::barrier<>* block_barrier = nullptr;
-extern "C" void emu_block(unsigned b, unsigned bd) {
-    blockIdx.x = b; blockDim.x = bd;
-    delete block_barrier;
-    block_barrier = new std::barrier<>(bd);
-}
+static void (*emu_sync_fn)() = nullptr;
+extern "C" void emu_set_sync(void (*f)()) { emu_sync_fn = f; }
+extern "C" void emu_block(unsigned b, unsigned bd) { blockIdx.x = b; blockDim.x = bd; }
 extern "C" void emu_thread(unsigned t) { threadIdx.x = t; }
-static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+static inline void __syncthreads() { emu_sync_fn(); }
 template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline unsigned atomicSub(unsigned* p, unsigned v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
 static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
@@ -150,7 +148,15 @@ fn build_lib(shim: &str, extra: &[&str]) -> Option<(tempfile::TempDir, libloadin
 
 fn threaded() -> Option<&'static libloading::Library> {
     static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
-    LIB.get_or_init(|| build_lib(THREADED_SHIM, &["-std=c++20", "-pthread"])).as_ref().map(|(_, l)| l)
+    LIB.get_or_init(|| {
+        let (dir, lib) = build_lib(THREADED_SHIM, &["-std=c++20", "-pthread"])?;
+        type SetSync = unsafe extern "C" fn(extern "C" fn());
+        // SAFETY: signature as defined in THREADED_SHIM; emu_sync lives as long as the process.
+        unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_threads::emu_sync) };
+        Some((dir, lib))
+    })
+    .as_ref()
+    .map(|(_, l)| l)
 }
 
 /// Threads per block in the threaded emulation.
@@ -165,15 +171,12 @@ fn grid_threaded(lib: &libloading::Library, blocks: u32, launch: impl Fn() + Syn
     let block: libloading::Symbol<Block> = unsafe { lib.get(b"emu_block") }.unwrap();
     let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
     for b in 0..blocks {
+        // SAFETY: emu_block sets the block's indices.
         unsafe { block(b, EMU_THREADS) };
-        std::thread::scope(|s| {
-            for t in 0..EMU_THREADS {
-                let (launch, thread) = (&launch, &thread);
-                s.spawn(move || {
-                    unsafe { thread(t) };
-                    launch();
-                });
-            }
+        emu_threads::run_threads(EMU_THREADS, |t, _| {
+            // SAFETY: emu_thread sets this OS thread's thread index.
+            unsafe { thread(t) };
+            launch();
         });
     }
 }

@@ -10,6 +10,8 @@
 //! the host's list capacities `steps_ca::capped_neighbors`) likewise equal the CPU's
 //! `connect`: neighbour lists, overflows, used flags. Skips when no C++ compiler is found.
 
+mod emu_threads;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -29,7 +31,6 @@ use quiver_reco::tracks::{doublets_from_columns, layer_start_from_det_index, sta
 const SHIM: &str = r#"
 #include <cmath>
 #include <climits>
-#include <barrier>
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -37,13 +38,10 @@ const SHIM: &str = r#"
 typedef unsigned int u32; typedef int i32; typedef unsigned short u16; typedef unsigned char u8; typedef unsigned long long u64;
 struct Dim3 { unsigned x, y, z; };
 static thread_local Dim3 blockIdx, blockDim, threadIdx;
-static std::barrier<>* block_barrier = nullptr;
-extern "C" void emu_grid(unsigned bd) {
-    delete block_barrier;
-    block_barrier = new std::barrier<>(bd);
-}
+static void (*emu_sync_fn)() = nullptr;
+extern "C" void emu_set_sync(void (*f)()) { emu_sync_fn = f; }
 extern "C" void emu_thread(unsigned b, unsigned bd, unsigned t) { blockIdx.x = b; blockDim.x = bd; threadIdx.x = t; }
-static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+static inline void __syncthreads() { emu_sync_fn(); }
 template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
@@ -82,6 +80,9 @@ fn emulator() -> Option<&'static libloading::Library> {
         }
         // SAFETY: our own library of plain functions.
         let lib = unsafe { libloading::Library::new(&so) }.ok()?;
+        type SetSync = unsafe extern "C" fn(extern "C" fn());
+        // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
+        unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_threads::emu_sync) };
         Some((dir, lib))
     })
     .as_ref()
@@ -105,21 +106,16 @@ const EMU_BLOCK: u32 = 8;
 /// a block, each running its thread of every block in turn, the blocks one after the other
 /// (a barrier between blocks: `__shared__` memory is one per process).
 ///
-/// One launch at a time in the process: the emulated block barrier and `__shared__` memory
-/// are globals of the emulator library, so two tests launching at once (the test harness
-/// runs tests on parallel threads) would replace each other's barrier and hang; that is
-/// what made the connect test hang when it ran beside the doublet test.
+/// One launch at a time in the process: `__shared__` memory (and, before the per-launch
+/// barrier of `emu_threads`, the block barrier) are globals of the emulator library, so two
+/// tests launching at once (the harness runs tests on parallel threads) would share them;
+/// that is what made the connect test hang when it ran beside the doublet test.
 fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch: impl Fn() + Sync) {
     static ONE_LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
-    type Grid = unsafe extern "C" fn(u32);
     type Thread = unsafe extern "C" fn(u32, u32, u32);
-    // SAFETY: signatures as defined in SHIM.
-    let setup: libloading::Symbol<Grid> = unsafe { lib.get(b"emu_grid") }.unwrap();
     // SAFETY: signature as defined in SHIM.
     let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
-    // SAFETY: emu_grid as defined in SHIM.
-    unsafe { setup(threads) };
     match mode {
         Mode::Sequential => {
             for b in 0..blocks {
@@ -130,22 +126,16 @@ fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch
                 }
             }
         }
-        Mode::Threaded => {
-            let between = std::sync::Barrier::new(threads as usize);
-            std::thread::scope(|s| {
-                for t in 0..threads {
-                    let (launch, thread, between) = (&launch, &thread, &between);
-                    s.spawn(move || {
-                        for b in 0..blocks {
-                            // SAFETY: emu_thread sets this thread's indices.
-                            unsafe { thread(b, threads, t) };
-                            launch();
-                            between.wait();
-                        }
-                    });
+        Mode::Threaded => emu_threads::run_threads(threads, |t, between| {
+            for b in 0..blocks {
+                // SAFETY: emu_thread sets this thread's indices.
+                unsafe { thread(b, threads, t) };
+                launch();
+                if !between.wait() {
+                    return;
                 }
-            })
-        }
+            }
+        }),
     }
 }
 
@@ -628,4 +618,37 @@ fn connect_kernels_on_the_host_equal_the_cpu_connect() {
     let mut cfg = CaConfig::default();
     cfg.ntuplets.max_active_doublets = 50;
     assert_eq!(check_connect("50 active lists", &cfg), 3);
+}
+
+/// The threaded emulation cannot hang: a thread that panics between two `__syncthreads`
+/// (here `emu_sync`, what the kernels call) breaks its block's barrier, the other threads are
+/// released, and the launch fails promptly with the panic's message.
+#[test]
+fn a_panicking_emulated_thread_ends_the_launch() {
+    let t0 = std::time::Instant::now();
+    let r = std::panic::catch_unwind(|| {
+        emu_threads::run_threads(EMU_BLOCK, |t, between| {
+            emu_threads::emu_sync();
+            if t == 3 {
+                panic!("thread three fails");
+            }
+            emu_threads::emu_sync();
+            between.wait();
+        })
+    });
+    let msg = r.expect_err("the launch fails").downcast::<String>().map(|s| *s).unwrap_or_default();
+    assert!(msg.contains("emulated thread 3 panicked: thread three fails"), "{msg}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(1), "took {:?}", t0.elapsed());
+    // And a launch without a panic still synchronises: every thread sees all the writes
+    // made before the barrier.
+    let seen = std::sync::atomic::AtomicU32::new(0);
+    let ok = std::sync::atomic::AtomicU32::new(0);
+    emu_threads::run_threads(EMU_BLOCK, |_, _| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        emu_threads::emu_sync();
+        if seen.load(std::sync::atomic::Ordering::SeqCst) == EMU_BLOCK {
+            ok.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    assert_eq!(ok.into_inner(), EMU_BLOCK);
 }

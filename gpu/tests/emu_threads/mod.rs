@@ -1,0 +1,120 @@
+//! The threads of an emulated block, shared by the emulation tests (`emulate.rs`,
+//! `emulate_ca.rs`): real OS threads, and a `__syncthreads` barrier that cannot hang.
+//!
+//! Each emulated thread runs in `catch_unwind`. When one panics (or cannot be spawned), the
+//! block's barrier is *broken*: every thread waiting at it, and every later wait, returns at
+//! once, so the other threads run to their end, and the launch then fails with the first
+//! panic's message. A `std::sync::Barrier` (or a C++ `std::barrier`) would wait forever for
+//! the thread that died instead.
+//!
+//! The kernels' `__syncthreads` (C++) calls [`emu_sync`] through the function pointer the
+//! shim receives (`emu_set_sync`); it waits at the barrier of the calling thread's block.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Condvar, Mutex};
+
+/// A barrier for `n` threads that a panicking thread breaks.
+pub struct BlockBarrier {
+    n: usize,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+struct State {
+    arrived: usize,
+    generation: u64,
+    broken: bool,
+}
+
+impl BlockBarrier {
+    pub fn new(n: usize) -> Self {
+        BlockBarrier { n, state: Mutex::new(State { arrived: 0, generation: 0, broken: false }), cv: Condvar::new() }
+    }
+
+    /// Waits until all `n` threads arrive; `false` (at once) when the barrier is broken.
+    pub fn wait(&self) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.broken {
+            return false;
+        }
+        s.arrived += 1;
+        if s.arrived == self.n {
+            s.arrived = 0;
+            s.generation += 1;
+            self.cv.notify_all();
+            return true;
+        }
+        let generation = s.generation;
+        while s.generation == generation && !s.broken {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.generation != generation
+    }
+
+    /// Breaks the barrier: every waiting thread and every later wait returns `false`.
+    pub fn brk(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.broken = true;
+        self.cv.notify_all();
+    }
+}
+
+thread_local! {
+    /// The barrier of the block the calling OS thread emulates a thread of.
+    static CURRENT: Cell<*const BlockBarrier> = const { Cell::new(std::ptr::null()) };
+}
+
+/// `__syncthreads` for the C++ kernels: waits at the calling thread's block barrier. Without
+/// one (a block emulated by a single OS thread, one thread per block) there is nothing to
+/// wait for. Never unwinds into C++: a broken barrier just returns.
+pub extern "C" fn emu_sync() {
+    let b = CURRENT.with(|c| c.get());
+    if !b.is_null() {
+        // SAFETY: CURRENT is set only by `run_threads` to a barrier that outlives the
+        // thread's body and is reset to null before the barrier is dropped.
+        unsafe { &*b }.wait();
+    }
+}
+
+fn message(p: &(dyn Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
+}
+
+/// Runs `body(t, barrier)` for `t` in `0..threads`, each on its own OS thread, sharing one
+/// breakable barrier (also the one `emu_sync` waits at on these threads). Returns when all
+/// threads are done; panics with the first thread's panic message if any panicked, after the
+/// others were released.
+pub fn run_threads(threads: u32, body: impl Fn(u32, &BlockBarrier) + Sync) {
+    let barrier = BlockBarrier::new(threads as usize);
+    let first: Mutex<Option<(u32, String)>> = Mutex::new(None);
+    let fail = |t: u32, p: Box<dyn Any + Send>| {
+        let mut f = first.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some((t, message(&*p)));
+        }
+        drop(f);
+        barrier.brk();
+    };
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (body, barrier, fail) = (&body, &barrier, &fail);
+            let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
+                CURRENT.with(|c| c.set(barrier));
+                let r = catch_unwind(AssertUnwindSafe(|| body(t, barrier)));
+                CURRENT.with(|c| c.set(std::ptr::null()));
+                if let Err(p) = r {
+                    fail(t, p);
+                }
+            });
+            if let Err(e) = spawned {
+                fail(t, Box::new(format!("cannot spawn the thread: {e}")));
+                break;
+            }
+        }
+    });
+    if let Some((t, msg)) = first.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        panic!("emulated thread {t} panicked: {msg}");
+    }
+}
