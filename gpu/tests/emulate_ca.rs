@@ -174,6 +174,27 @@ fn p<T>(v: &[T]) -> usize {
     v.as_ptr() as usize
 }
 
+/// A buffer the emulated kernels write, as device memory: its elements are `UnsafeCell`s,
+/// so the kernels may write through a pointer taken from a shared reference (a plain
+/// `Vec` read by the test after a kernel wrote through such a pointer would be undefined
+/// behaviour).
+struct Dev<T>(Vec<std::cell::UnsafeCell<T>>);
+
+impl<T: Copy> Dev<T> {
+    fn new(value: T, n: usize) -> Self {
+        Dev((0..n).map(|_| std::cell::UnsafeCell::new(value)).collect())
+    }
+    /// The address the kernels take (`UnsafeCell<T>` has `T`'s layout).
+    fn ptr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+    /// The contents, once no kernel runs.
+    fn get(&self) -> Vec<T> {
+        // SAFETY: called between launches: no emulated thread writes the buffer now.
+        self.0.iter().map(|c| unsafe { *c.get() }).collect()
+    }
+}
+
 /// The kernel sequence of the GPU step, on the host.
 fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
     // The GPU step's own host preparation (checks and tables).
@@ -184,11 +205,11 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     let cuts = d.cuts();
     let (pair_i, pair_f) = pair_tables(&cuts);
 
-    let bin_count = vec![0u32; n_ev * N_LAYERS * PHI_BINS];
-    let (bin_start, cursor) = (vec![0u32; n_ev * BIN_STARTS_PER_EVENT], vec![0u32; n_ev * BIN_STARTS_PER_EVENT]);
-    let packed_idx = vec![u32::MAX; n_hits.max(1)];
-    let (pz, pr) = (vec![0f32; n_hits.max(1)], vec![0f32; n_hits.max(1)]);
-    let (pphi, psy) = (vec![0i16; n_hits.max(1)], vec![0i16; n_hits.max(1)]);
+    let bin_count = Dev::new(0u32, n_ev * N_LAYERS * PHI_BINS);
+    let (bin_start, cursor) = (Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT), Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT));
+    let packed_idx = Dev::new(u32::MAX, n_hits.max(1));
+    let (pz, pr) = (Dev::new(0f32, n_hits.max(1)), Dev::new(0f32, n_hits.max(1)));
+    let (pphi, psy) = (Dev::new(0i16, n_hits.max(1)), Dev::new(0i16, n_hits.max(1)));
     type Count = unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32);
     type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
     type Fill = unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32, *mut u32);
@@ -198,16 +219,16 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     // SAFETY: kernel signatures as in kernels_ca::CA_DOUBLETS; every buffer holds the elements the kernels index (sized from the same counts as in the GPU step).
     unsafe {
         let f: libloading::Symbol<Count> = lib.get(b"ca_bin_count").unwrap();
-        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), p(&bin_count)];
+        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), bin_count.ptr()];
         elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_hits as u32, a[2] as _, a[3] as _, n_ev as u32, a[4] as _));
         let f: libloading::Symbol<Scan> = lib.get(b"ca_bin_scan").unwrap();
-        let a = [p(&bin_count), p(&db.hit_off), p(&bin_start), p(&cursor)];
+        let a = [bin_count.ptr(), p(&db.hit_off), bin_start.ptr(), cursor.ptr()];
         elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, a[3] as _));
         let f: libloading::Symbol<Fill> = lib.get(b"ca_bin_fill").unwrap();
-        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), p(&cursor), p(&packed_idx)];
+        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), cursor.ptr(), packed_idx.ptr()];
         elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_hits as u32, a[2] as _, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
         let f: libloading::Symbol<Sort> = lib.get(b"ca_bin_sort").unwrap();
-        let a = [p(&bin_start), p(&db.hit_off), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), p(&packed_idx), p(&pz), p(&pr), p(&pphi), p(&psy)];
+        let a = [bin_start.ptr(), p(&db.hit_off), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), packed_idx.ptr(), pz.ptr(), pr.ptr(), pphi.ptr(), psy.ptr()];
         elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, || {
             f(a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, a[10] as _)
         });
@@ -220,17 +241,17 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
         *const i32, *const f32, u32, f32, f32, f32, f32, i32, u32,
         *mut u32, *const u32, *const u32, *mut u32, *mut u32, *mut u8,
     );
-    let item_count = vec![0u32; n_items.max(1)];
-    let item_first = vec![0u32; n_items.max(1)];
-    let event_total = vec![0u32; n_ev];
+    let item_count = Dev::new(0u32, n_items.max(1));
+    let item_first = Dev::new(0u32, n_items.max(1));
+    let event_total = Dev::new(0u32, n_ev);
     let flags = doublet_flags(d);
     // SAFETY: as above.
-    let doublets = |write: u32, cell_off: &[u32], out: (&[u32], &[u32], &[u8])| unsafe {
+    let doublets = |write: u32, cell_off: &[u32], out: (&Dev<u32>, &Dev<u32>, &Dev<u8>)| unsafe {
         let f: libloading::Symbol<Doublets> = lib.get(b"ca_doublets").unwrap();
         let a = [
             p(&db.item_start), p(&db.hit_off), p(&db.layer_start), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), p(&b.det),
-            p(&bin_start), p(&packed_idx), p(&pz), p(&pr), p(&pphi), p(&psy), p(&pair_i), p(&pair_f),
-            p(&item_count), p(&item_first), p(cell_off), p(out.0), p(out.1), p(out.2),
+            bin_start.ptr(), packed_idx.ptr(), pz.ptr(), pr.ptr(), pphi.ptr(), psy.ptr(), p(&pair_i), p(&pair_f),
+            item_count.ptr(), item_first.ptr(), p(cell_off), out.0.ptr(), out.1.ptr(), out.2.ptr(),
         ];
         elements(lib, mode, n_items, || {
             f(
@@ -242,30 +263,31 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
             )
         });
     };
-    let dummy = ([0u32], [0u32], [0u8]);
+    let dummy = (Dev::new(0u32, 1), Dev::new(0u32, 1), Dev::new(0u8, 1));
     doublets(0, &[0, 0], (&dummy.0, &dummy.1, &dummy.2));
     // SAFETY: as above.
     unsafe {
         type ItemScan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<ItemScan> = lib.get(b"ca_item_scan").unwrap();
-        let a = [p(&item_count), p(&db.item_start), p(&item_first), p(&event_total)];
+        let a = [item_count.ptr(), p(&db.item_start), item_first.ptr(), event_total.ptr()];
         // Sequential: one thread per block (the barriers need every thread of a block).
         let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
         grid(lib, mode, n_ev as u32, threads, || f(a[0] as _, a[1] as _, db.n_pairs, a[2] as _, a[3] as _));
     }
+    let event_total = event_total.get();
     let (cell_off, overflow) = cell_offsets(&event_total, d.max_number_of_doublets).unwrap();
     let n_cells = *cell_off.last().unwrap() as usize;
-    let (inner, outer, pair) = (vec![u32::MAX; n_cells.max(1)], vec![u32::MAX; n_cells.max(1)], vec![u8::MAX; n_cells.max(1)]);
+    let (inner, outer, pair) = (Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u8::MAX, n_cells.max(1)));
     doublets(1, &cell_off, (&inner, &outer, &pair));
 
-    let outer_count = vec![0u32; n_hits.max(1)];
-    let listed = vec![7u8; n_cells.max(1)];
+    let outer_count = Dev::new(0u32, n_hits.max(1));
+    let listed = Dev::new(7u8, n_cells.max(1));
     // SAFETY: as above.
     unsafe {
         type LCount = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
         type Listed = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *const u32, u32, *mut u8);
         type Overfull = unsafe extern "C" fn(*const u32, *const u32, u32, *const u32, u32, *const u32, u32, *mut u8);
-        let a = [p(&outer), p(&cell_off), p(&db.hit_off), p(&outer_count), p(&listed)];
+        let a = [outer.ptr(), p(&cell_off), p(&db.hit_off), outer_count.ptr(), listed.ptr()];
         let m = d.max_cells_per_hit;
         let f: libloading::Symbol<LCount> = lib.get(b"ca_listed_count").unwrap();
         elements(lib, mode, n_cells, || f(a[0] as _, n_cells as u32, a[1] as _, n_ev as u32, a[2] as _, a[3] as _));
@@ -274,6 +296,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
         let f: libloading::Symbol<Overfull> = lib.get(b"ca_listed_overfull").unwrap();
         elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, n_hits as u32, a[3] as _, m, a[4] as _));
     }
+    let (inner, outer, pair, listed) = (inner.get(), outer.get(), pair.get(), listed.get());
     let trim = |n: usize| n_cells.min(n);
     let cells = Cells {
         inner: inner[..trim(inner.len())].to_vec(),
@@ -480,11 +503,11 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
     let n_hits = *hit_off.last().unwrap() as usize;
     let n_cells = cells.inner.len();
     let (cell_off, listed) = (&cells.cell_off, &cells.listed);
-    let count = vec![0u32; n_hits.max(1)];
-    let (start, cursor) = (vec![0u32; n_hits + 1], vec![0u32; n_hits.max(1)]);
-    let by_inner = vec![u32::MAX; n_cells.max(1)];
-    let ncount = vec![u32::MAX; n_cells.max(1)];
-    let (first, total) = (vec![0u32; n_cells.max(1)], vec![0u32; n_ev]);
+    let count = Dev::new(0u32, n_hits.max(1));
+    let (start, cursor) = (Dev::new(0u32, n_hits + 1), Dev::new(0u32, n_hits.max(1)));
+    let by_inner = Dev::new(u32::MAX, n_cells.max(1));
+    let ncount = Dev::new(u32::MAX, n_cells.max(1));
+    let (first, total) = (Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, n_ev));
     type CountFill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
     type Fill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
     type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
@@ -502,26 +525,26 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
     // elements the kernels index (sized from the same counts).
     unsafe {
         let f: libloading::Symbol<CountFill> = lib.get(b"cn_inner_count").unwrap();
-        let a = [p(&cells.inner), p(cell_off), p(&hit_off), p(&count)];
+        let a = [p(&cells.inner), p(cell_off), p(&hit_off), count.ptr()];
         elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _));
         let f: libloading::Symbol<Scan> = lib.get(b"cn_inner_scan").unwrap();
-        let a = [p(&count), p(&hit_off), p(cell_off), p(&start), p(&cursor)];
+        let a = [count.ptr(), p(&hit_off), p(cell_off), start.ptr(), cursor.ptr()];
         elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
         let f: libloading::Symbol<Fill> = lib.get(b"cn_inner_fill").unwrap();
-        let a = [p(&cells.inner), p(cell_off), p(&hit_off), p(&cursor), p(&by_inner)];
+        let a = [p(&cells.inner), p(cell_off), p(&hit_off), cursor.ptr(), by_inner.ptr()];
         elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _, a[4] as _));
         let f: libloading::Symbol<Sort> = lib.get(b"cn_inner_sort").unwrap();
-        let a = [p(&start), p(&by_inner)];
+        let a = [start.ptr(), by_inner.ptr()];
         elements(lib, mode, n_hits, || f(a[0] as _, nh, a[1] as _));
     }
-    let connect = |write: u32, push_off: &[u32], out: &[u32], used: &[u8]| {
+    let connect = |write: u32, push_off: &[u32], out: &Dev<u32>, used: &Dev<u8>| {
         // SAFETY: as above.
         unsafe {
             let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
             let a = [
                 p(cell_off), p(&hit_off), p(&b.x), p(&b.y), p(&b.z), p(&b.r), p(&b.det),
-                p(&cells.inner), p(&cells.outer), p(listed), p(&start), p(&by_inner),
-                p(&ncount), p(&first), p(push_off), p(out), p(used),
+                p(&cells.inner), p(&cells.outer), p(listed), start.ptr(), by_inner.ptr(),
+                ncount.ptr(), first.ptr(), p(push_off), out.ptr(), used.ptr(),
             ];
             elements(lib, mode, n_cells, || {
                 f(
@@ -533,21 +556,22 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
             });
         }
     };
-    connect(0, &[0], &[0], &[0]);
+    connect(0, &[0], &Dev::new(0, 1), &Dev::new(0, 1));
     // SAFETY: as above.
     unsafe {
         let f: libloading::Symbol<SegScan> = lib.get(b"cn_scan").unwrap();
-        let a = [p(&ncount), p(cell_off), p(&first), p(&total)];
+        let a = [ncount.ptr(), p(cell_off), first.ptr(), total.ptr()];
         let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
         grid(lib, mode, ne, threads, || f(a[0] as _, a[1] as _, a[2] as _, a[3] as _));
     }
     let mut push_off = vec![0u32];
-    for &t in &total {
+    for &t in &total.get() {
         push_off.push(push_off.last().unwrap() + t);
     }
     let n_push = *push_off.last().unwrap() as usize;
-    let (out, used) = (vec![u32::MAX; n_push.max(1)], vec![0u8; n_cells.max(1)]);
+    let (out, used) = (Dev::new(u32::MAX, n_push.max(1)), Dev::new(0u8, n_cells.max(1)));
     connect(1, &push_off, &out, &used);
+    let (out, used, ncount) = (out.get(), used.get(), ncount.get());
     let lists = (0..n_ev)
         .map(|e| {
             let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
