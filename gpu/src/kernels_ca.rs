@@ -74,11 +74,49 @@ pub fn doublet_flags(cfg: &quiver_reco::tracks::DoubletConfig) -> u32 {
         | ((cfg.ideal_conditions as u32) * FLAG_IDEAL_CONDITIONS)
 }
 
+/// The block-wide exclusive prefix sum both CA modules use (one block per event), as CUDA
+/// source; include-guarded, since the host emulation compiles the two modules as one file.
+macro_rules! block_scan_source {
+    () => {
+        r#"
+#ifndef QUIVER_BLOCK_EXCLUSIVE_SCAN
+#define QUIVER_BLOCK_EXCLUSIVE_SCAN
+// Exclusive prefix sum of value[s..end) into first[s..end) by one block whose size is a
+// power of two; buf holds blockDim.x words of shared memory, carry one. Returns the sum of
+// the segment (in every thread).
+__device__ __forceinline__ u32 block_exclusive_scan(const u32* value, u32 s, u32 end, u32* first, u32* buf, u32* carry)
+{
+    u32 t = threadIdx.x, nt = blockDim.x;
+    if (t == 0u) *carry = 0u;
+    __syncthreads();
+    for (u32 base = s; base < end; base += nt) {
+        u32 k = base + t;
+        u32 v = k < end ? value[k] : 0u;
+        buf[t] = v;
+        __syncthreads();
+        for (u32 off = 1u; off < nt; off <<= 1) {
+            u32 x = t >= off ? buf[t - off] : 0u;
+            __syncthreads();
+            buf[t] += x;
+            __syncthreads();
+        }
+        if (k < end) first[k] = *carry + buf[t] - v;
+        __syncthreads();
+        if (t == nt - 1u) *carry += buf[t];
+        __syncthreads();
+    }
+    return *carry;
+}
+#endif
+"#
+    };
+}
+
 /// The kernels (see the module documentation). Hit indices in the products are event-local;
 /// hit arrays are the batch's, event `e` holding rows `hit_off[e]..hit_off[e+1]`.
 /// `layer_start` holds 11 event-local entries per event; `bin_start` `BIN_STARTS_PER_EVENT`
 /// batch-global entries per event; `item_start` `n_events·n_pairs + 1` entries.
-pub const CA_DOUBLETS: &str = r#"
+pub const CA_DOUBLETS: &str = concat!(block_scan_source!(), r#"
 #define CA_N_LAYERS 10
 #define CA_PHI_BINS 128
 #define CA_BINS (CA_N_LAYERS * CA_PHI_BINS)
@@ -289,27 +327,9 @@ extern "C" __global__ void ca_item_scan(const u32* item_count, const u32* item_s
 {
     __shared__ u32 buf[CA_SCAN_MAX];
     __shared__ u32 carry;
-    u32 e = blockIdx.x, t = threadIdx.x, nt = blockDim.x;
-    u32 s = item_start[e * n_pairs], end = item_start[(e + 1u) * n_pairs];
-    if (t == 0u) carry = 0u;
-    __syncthreads();
-    for (u32 base = s; base < end; base += nt) {
-        u32 k = base + t;
-        u32 v = k < end ? item_count[k] : 0u;
-        buf[t] = v;
-        __syncthreads();
-        for (u32 off = 1u; off < nt; off <<= 1) {
-            u32 x = t >= off ? buf[t - off] : 0u;
-            __syncthreads();
-            buf[t] += x;
-            __syncthreads();
-        }
-        if (k < end) item_first[k] = carry + buf[t] - v;
-        __syncthreads();
-        if (t == nt - 1u) carry += buf[t];
-        __syncthreads();
-    }
-    if (t == 0u) event_total[e] = carry;
+    u32 e = blockIdx.x;
+    u32 total = block_exclusive_scan(item_count, item_start[e * n_pairs], item_start[(e + 1u) * n_pairs], item_first, buf, &carry);
+    if (threadIdx.x == 0u) event_total[e] = total;
 }
 
 // The event of cell c (batch-global) from the event cell offsets.
@@ -345,7 +365,7 @@ extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_
         if (outer[c] == li) { listed[c] = 1; ++seen; }
     }
 }
-"#;
+"#);
 
 /// The kernel functions of [`CA_DOUBLETS`].
 pub const CA_DOUBLETS_KERNELS: &[&str] =
@@ -363,7 +383,7 @@ pub const CA_DOUBLETS_KERNELS: &[&str] =
 /// same triplet in the CPU's operation order, and writes the passing cells at the place a
 /// per-event prefix sum of the counts gives it. No atomic decides an order. The lists'
 /// capacities (`max_cell_neighbors`, `max_active_doublets`) are applied on the host.
-pub const CA_CONNECT: &str = r#"
+pub const CA_CONNECT: &str = concat!(block_scan_source!(), r#"
 #define CN_LAST_BPIX1_DET 96
 #define CN_LAST_BARREL_DET 1184
 #define CN_SCAN_MAX 1024
@@ -497,29 +517,11 @@ extern "C" __global__ void cn_scan(const u32* value, const u32* seg_off, u32* fi
 {
     __shared__ u32 buf[CN_SCAN_MAX];
     __shared__ u32 carry;
-    u32 e = blockIdx.x, t = threadIdx.x, nt = blockDim.x;
-    u32 s = seg_off[e], end = seg_off[e + 1u];
-    if (t == 0u) carry = 0u;
-    __syncthreads();
-    for (u32 base = s; base < end; base += nt) {
-        u32 k = base + t;
-        u32 v = k < end ? value[k] : 0u;
-        buf[t] = v;
-        __syncthreads();
-        for (u32 off = 1u; off < nt; off <<= 1) {
-            u32 xx = t >= off ? buf[t - off] : 0u;
-            __syncthreads();
-            buf[t] += xx;
-            __syncthreads();
-        }
-        if (k < end) first[k] = carry + buf[t] - v;
-        __syncthreads();
-        if (t == nt - 1u) carry += buf[t];
-        __syncthreads();
-    }
-    if (t == 0u) total[e] = carry;
+    u32 e = blockIdx.x;
+    u32 sum = block_exclusive_scan(value, seg_off[e], seg_off[e + 1u], first, buf, &carry);
+    if (threadIdx.x == 0u) total[e] = sum;
 }
-"#;
+"#);
 
 /// The kernel functions of [`CA_CONNECT`].
 pub const CA_CONNECT_KERNELS: &[&str] = &["cn_inner_count", "cn_inner_scan", "cn_inner_fill", "cn_inner_sort", "cn_connect", "cn_scan"];
