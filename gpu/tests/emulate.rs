@@ -16,8 +16,6 @@
 
 mod emu_threads;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
@@ -115,35 +113,13 @@ static inline int __double2int_rz(double f) {
 "#;
 
 fn build_lib(shim: &str, extra: &[&str]) -> Option<(tempfile::TempDir, libloading::Library)> {
-    let dir = tempfile::tempdir().ok()?;
     let mut src = String::from(shim);
     src.push_str(&kernels::prelude());
     for &(_, body, _) in kernels::SOURCES {
         src.push_str(body);
     }
-    let cpp = dir.path().join("kernels.cpp");
-    std::fs::write(&cpp, src).ok()?;
-    let so: PathBuf = dir.path().join("libkernels.so");
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let out = Command::new(&cxx)
-        .args(["-shared", "-fPIC", "-O1", "-ffp-contract=off", "-fno-fast-math", "-w"])
-        .args(extra)
-        .args(["-x", "c++"])
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&so)
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!("the kernels do not compile as C++: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => {
-            println!("SKIPPED: no C++ compiler '{cxx}': {e}");
-            return None;
-        }
-    }
-    // SAFETY: our own library of plain functions.
-    let lib = unsafe { libloading::Library::new(&so) }.ok()?;
-    Some((dir, lib))
+    let flags: Vec<&str> = ["-O1"].into_iter().chain(extra.iter().copied()).collect();
+    emu_threads::build_library("kernels", &src, &flags)
 }
 
 fn threaded() -> Option<&'static libloading::Library> {

@@ -12,8 +12,6 @@
 
 mod emu_threads;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
@@ -59,27 +57,8 @@ static inline int __float2int_rz(float f) {
 fn emulator() -> Option<&'static libloading::Library> {
     static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let dir = tempfile::tempdir().ok()?;
-        let cpp = dir.path().join("ca.cpp");
-        std::fs::write(&cpp, format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_CONNECT)).ok()?;
-        let so: PathBuf = dir.path().join("libca.so");
-        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        let out = Command::new(&cxx)
-            .args(["-shared", "-fPIC", "-O2", "-ffp-contract=off", "-fno-fast-math", "-w", "-std=c++20", "-pthread", "-x", "c++"])
-            .arg(&cpp)
-            .arg("-o")
-            .arg(&so)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => panic!("the CA kernels do not compile as C++: {}", String::from_utf8_lossy(&o.stderr)),
-            Err(e) => {
-                println!("SKIPPED: no C++ compiler '{cxx}': {e}");
-                return None;
-            }
-        }
-        // SAFETY: our own library of plain functions.
-        let lib = unsafe { libloading::Library::new(&so) }.ok()?;
+        let source = format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_CONNECT);
+        let (dir, lib) = emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
         type SetSync = unsafe extern "C" fn(extern "C" fn());
         // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
         unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_threads::emu_sync) };

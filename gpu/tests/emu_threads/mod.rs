@@ -124,3 +124,35 @@ pub fn run_threads(threads: u32, body: impl Fn(u32, &BlockBarrier) + Sync) {
         panic!("emulated thread {t} panicked: {msg}");
     }
 }
+
+/// Compiles `source` (a shim plus kernel sources) as C++ into a shared library and loads
+/// it: `flags` are the compiler's options besides `-shared -fPIC -ffp-contract=off
+/// -fno-fast-math -w` (no contraction, as NVRTC is told). `None`, with a line saying so, when
+/// no C++ compiler (`$CXX`, else `c++`) can be run; a source that does not compile panics
+/// with the compiler's message. The directory holds the library while it is loaded.
+pub fn build_library(name: &str, source: &str, flags: &[&str]) -> Option<(tempfile::TempDir, libloading::Library)> {
+    let dir = tempfile::tempdir().ok()?;
+    let cpp = dir.path().join(format!("{name}.cpp"));
+    std::fs::write(&cpp, source).ok()?;
+    let so = dir.path().join(format!("lib{name}.so"));
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = std::process::Command::new(&cxx)
+        .args(["-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-w"])
+        .args(flags)
+        .args(["-x", "c++"])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&so)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("the {name} kernels do not compile as C++: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            println!("SKIPPED: no C++ compiler '{cxx}': {e}");
+            return None;
+        }
+    }
+    // SAFETY: our own library of plain functions.
+    let lib = unsafe { libloading::Library::new(&so) }.ok()?;
+    Some((dir, lib))
+}
