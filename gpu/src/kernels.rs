@@ -537,7 +537,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     ("cluster_charge_cut", CHARGE_CUT, &["charge_cut"]),
     ("rechits", RECHITS, &["rechits"]),
     ("ca_doublets", crate::kernels_ca::CA_DOUBLETS, crate::kernels_ca::CA_DOUBLETS_KERNELS),
-    ("ca_connect", crate::kernels_ca::CA_CONNECT, crate::kernels_ca::CA_CONNECT_KERNELS),
+    ("ca_ntuplets", crate::kernels_ca::CA_NTUPLETS, crate::kernels_ca::CA_NTUPLETS_KERNELS),
 ];
 
 /// The full source of a kernel module: prelude + body.

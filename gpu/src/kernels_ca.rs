@@ -371,19 +371,31 @@ extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_
 pub const CA_DOUBLETS_KERNELS: &[&str] =
     &["ca_bin_count", "ca_bin_scan", "ca_bin_fill", "ca_bin_sort", "ca_doublets", "ca_item_scan", "ca_listed_count", "ca_listed", "ca_listed_overfull"];
 
-/// CUDA C source of the CA connect step (the first stage of `ca_ntuplets`): each cell's
-/// outer neighbours, the cells that start on its outer hit and pass the r–z alignment and
-/// circle (curvature, DCA) cuts with it.
+/// CUDA C source of `ca_ntuplets`: the connect, the fishbone and the ntuplet search.
 ///
-/// The CPU connect (`quiver_reco::tracks::ntuplets::connect`) visits the cells in index
-/// order and pushes each accepted (neighbour list, cell) pair, so a cell's list holds its
-/// neighbours by ascending cell index. The device computes each list directly ("pull"): one
-/// thread per listed cell scans the cells starting on its outer hit by ascending index
-/// (`cn_inner_*` build that index: atomic counts, then each hit's cells sorted), tests the
-/// same triplet in the CPU's operation order, and writes the passing cells at the place a
-/// per-event prefix sum of the counts gives it. No atomic decides an order. The lists'
-/// capacities (`max_cell_neighbors`, `max_active_doublets`) are applied on the host.
-pub const CA_CONNECT: &str = concat!(block_scan_source!(), r#"
+/// **Connect.** The CPU connect (`quiver_reco::tracks::ntuplets::connect`) visits the cells
+/// in index order and pushes each accepted (neighbour list, cell) pair, so a cell's list
+/// holds its neighbours by ascending cell index. The device computes each list directly
+/// ("pull"): one thread per listed cell scans the cells starting on its outer hit by
+/// ascending index (`cn_index_*` build that index: atomic counts, then each hit's cells
+/// sorted), tests the same triplet in the CPU's operation order, and writes the passing
+/// cells at the place a per-event prefix sum of the counts gives it. No atomic decides an
+/// order. The per-list capacity (`max_cell_neighbors`) keeps the first neighbours by index,
+/// so the search reads a prefix of each list; `max_active_doublets` opens lists in the
+/// CPU's push order, which the device does not reproduce: `nt_list_stats` counts the
+/// non-empty lists, and the host hands an event where it binds to the CPU.
+///
+/// **Fishbone.** One thread per hit over its listed cells by ascending index (the CPU's
+/// list order, from the same index built on outer hits): the same pairs in the same order,
+/// with the same `break`. A cell dies only by its own outer hit's thread: no race.
+///
+/// **Search.** One thread per starting cell runs the depth-first search iteratively (an
+/// explicit stack of `NT_MAX_DEPTH` cells). A count pass gives each cell's tuples and hits,
+/// a per-event prefix sum their places, and the write pass puts every tuple where the CPU's
+/// cell-by-cell search would have put it: the tuple order needs no sort. The tuple lists of
+/// the cells (capped lists filled in tuple order) and the early duplicate remover run on
+/// the host with the CPU's own functions.
+pub const CA_NTUPLETS: &str = concat!(block_scan_source!(), r#"
 #define CN_LAST_BPIX1_DET 96
 #define CN_LAST_BARREL_DET 1184
 #define CN_SCAN_MAX 1024
@@ -394,18 +406,20 @@ __device__ __forceinline__ u32 cn_segment(const u32* start, u32 n, u32 k) {
     return lo;
 }
 
-// Cells per inner hit (batch hits).
-extern "C" __global__ void cn_inner_count(const u32* inner, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* count)
+// An index of the cells by one of their hits (`key`: inner or outer), built in four
+// passes: count, scan, fill, sort. With `filter`, only the cells whose `only` flag is set
+// (the listed cells, for the lists by outer hit). Cells per hit (batch hits):
+extern "C" __global__ void cn_index_count(const u32* key, u32 filter, const u8* only, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* count)
 {
     u32 c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n_cells) return;
+    if (c >= n_cells || (filter && !only[c])) return;
     u32 e = cn_segment(cell_off, n_events, c);
-    atomicAdd(&count[hit_off[e] + inner[c]], 1u);
+    atomicAdd(&count[hit_off[e] + key[c]], 1u);
 }
 
-// One thread per event: each hit's first entry (batch-global) in the by-inner-hit index
-// (n_hits + 1 entries), and the fill cursors.
-extern "C" __global__ void cn_inner_scan(const u32* count, const u32* hit_off, const u32* cell_off, u32 n_events, u32* start, u32* cursor)
+// One thread per event: each hit's first entry (batch-global) in the index (n_hits + 1
+// entries), and the fill cursors.
+extern "C" __global__ void cn_index_scan(const u32* count, const u32* hit_off, const u32* cell_off, u32 n_events, u32* start, u32* cursor)
 {
     u32 e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_events) return;
@@ -417,26 +431,26 @@ extern "C" __global__ void cn_inner_scan(const u32* count, const u32* hit_off, c
     if (e + 1u == n_events) start[hit_off[n_events]] = s;
 }
 
-extern "C" __global__ void cn_inner_fill(const u32* inner, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* cursor, u32* by_inner)
+extern "C" __global__ void cn_index_fill(const u32* key, u32 filter, const u8* only, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* cursor, u32* index)
 {
     u32 c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n_cells) return;
+    if (c >= n_cells || (filter && !only[c])) return;
     u32 e = cn_segment(cell_off, n_events, c);
-    u32 pos = atomicAdd(&cursor[hit_off[e] + inner[c]], 1u);
-    by_inner[pos] = c - cell_off[e];
+    u32 pos = atomicAdd(&cursor[hit_off[e] + key[c]], 1u);
+    index[pos] = c - cell_off[e];
 }
 
 // One thread per hit: its cells by ascending (event-local) index.
-extern "C" __global__ void cn_inner_sort(const u32* start, u32 n_hits, u32* by_inner)
+extern "C" __global__ void cn_index_sort(const u32* start, u32 n_hits, u32* index)
 {
     u32 h = blockIdx.x * blockDim.x + threadIdx.x;
     if (h >= n_hits) return;
     u32 s = start[h], end = start[h + 1u];
     for (u32 a = s + 1u; a < end; ++a) {
-        u32 v = by_inner[a];
+        u32 v = index[a];
         u32 j = a;
-        while (j > s && by_inner[j - 1u] > v) { by_inner[j] = by_inner[j - 1u]; --j; }
-        by_inner[j] = v;
+        while (j > s && index[j - 1u] > v) { index[j] = index[j - 1u]; --j; }
+        index[j] = v;
     }
 }
 
@@ -521,10 +535,133 @@ extern "C" __global__ void cn_scan(const u32* value, const u32* seg_off, u32* fi
     u32 sum = block_exclusive_scan(value, seg_off[e], seg_off[e + 1u], first, buf, &carry);
     if (threadIdx.x == 0u) total[e] = sum;
 }
+
+// Per event: the cells with a non-empty neighbour list, and the neighbours past
+// `per_list` in those lists (the atomics only count).
+extern "C" __global__ void nt_list_stats(const u32* count, u32 n_cells, const u32* cell_off, u32 n_events, u32 per_list, u32* non_empty, u32* dropped)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 n = count[c];
+    if (n == 0u) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    atomicAdd(&non_empty[e], 1u);
+    if (n > per_list) atomicAdd(&dropped[e], n - per_list);
+}
+
+// ntuplets::fishbone for the cells ending on one hit (one thread per batch hit): its listed
+// cells by ascending index (start/by_outer), taken when used (and, with check_track, when
+// they carry a tuple); of two taken cells whose inner hits lie on different modules but on
+// one line through the hit, the farther one dies (dead[c] = 1). Pairs are visited in the CPU's order,
+// with its `break`; a cell dies only by its own outer hit's thread.
+__device__ __forceinline__ bool nt_taken(u32 c, const u8* used, u32 check_track, const u8* has_track)
+{
+    return used[c] && (!check_track || has_track[c]);
+}
+
+extern "C" __global__ void nt_fishbone(
+    u32 n_hits, const u32* hit_off, u32 n_events, const u32* cell_off,
+    const float* x, const float* y, const float* z, const u16* det, const u32* inner,
+    const u32* start, const u32* by_outer, const u8* used, u32 check_track, const u8* has_track, u8* dead)
+{
+    u32 h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= n_hits) return;
+    u32 k0 = start[h], k1 = start[h + 1u];
+    if (k1 - k0 < 2u) return;
+    u32 e = cn_segment(hit_off, n_events, h);
+    u32 hb = hit_off[e], cb = cell_off[e];
+    float xo = x[h], yo = y[h], zo = z[h];
+    for (u32 a = k0; a < k1; ++a) {
+        u32 ca = cb + by_outer[a];
+        if (!nt_taken(ca, used, check_track, has_track)) continue;
+        u32 ia = hb + inner[ca];
+        float xa = __fsub_rn(x[ia], xo), ya = __fsub_rn(y[ia], yo), za = __fsub_rn(z[ia], zo);
+        float na = __fadd_rn(__fadd_rn(__fmul_rn(xa, xa), __fmul_rn(ya, ya)), __fmul_rn(za, za));
+        u16 da = det[ia];
+        for (u32 b = a + 1u; b < k1; ++b) {
+            u32 cc = cb + by_outer[b];
+            if (!nt_taken(cc, used, check_track, has_track)) continue;
+            u32 ib = hb + inner[cc];
+            float xb = __fsub_rn(x[ib], xo), yb = __fsub_rn(y[ib], yo), zb = __fsub_rn(z[ib], zo);
+            float nb = __fadd_rn(__fadd_rn(__fmul_rn(xb, xb), __fmul_rn(yb, yb)), __fmul_rn(zb, zb));
+            float cos12 = __fadd_rn(__fadd_rn(__fmul_rn(xa, xb), __fmul_rn(ya, yb)), __fmul_rn(za, zb));
+            if (da != det[ib] && __fmul_rn(cos12, cos12) >= __fmul_rn(__fmul_rn(0.99999f, na), nb)) {
+                if (na > nb) { dead[ca] = 1u; break; }
+                dead[cc] = 1u;
+            }
+        }
+    }
+}
+
+#define NT_MAX_DEPTH 6
+
+// ntuplets::find_ntuplets' depth-first search from one cell (one thread per batch cell),
+// iteratively, over the live outer neighbours (the first per_list of each connect list).
+// write == 0: n_tuples[c], n_hits[c] = the tuples it finds and their hits. write == 1:
+// writes them at their places in the CPU's tuple order: event-local tuple tuple_first[c]
+// on, hit hit_first[c] on (a tuple of n hits has n - 1 cells, so its cells start at the
+// hit position minus the tuple index); tuples from max_tuples on are not stored.
+// A path longer than NT_MAX_DEPTH cells sets *error (the CPU's PathTooLong).
+extern "C" __global__ void nt_search(
+    u32 write, u32 n_cells, const u32* cell_off, u32 n_events,
+    const u32* inner, const u32* outer, const u8* pair, const u8* dead,
+    const u32* ncount, const u32* first, const u32* push_off, const u32* nbr, u32 per_list,
+    u32 min_hits, u32 max_tuples,
+    u32* n_tuples, u32* n_hits, const u32* tuple_first, const u32* hit_first, const u32* tuple_off, const u32* hit_off_out,
+    u32* tuple_len, u32* out_hits, u32* out_cells, u32* error)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 pid = pair[c];
+    bool doit = min_hits > 3u ? pid < 3u : (pid < 8u || pid > 12u);
+    if (dead[c] || !doit) { if (!write) { n_tuples[c] = 0u; n_hits[c] = 0u; } return; }
+    u32 e = cn_segment(cell_off, n_events, c);
+    u32 cb = cell_off[e], pb = push_off[e];
+    u32 stack[NT_MAX_DEPTH], pos[NT_MAX_DEPTH];
+    bool last[NT_MAX_DEPTH];
+    u32 t = 0u, nh = 0u;
+    u32 t0 = write ? tuple_first[c] : 0u, h0 = write ? hit_first[c] : 0u;
+    u32 depth = 1u;
+    stack[0] = c - cb; pos[0] = 0u; last[0] = true;
+    while (depth > 0u) {
+        u32 d = depth - 1u;
+        u32 cell = cb + stack[d];
+        u32 len = ncount[cell] < per_list ? ncount[cell] : per_list;
+        if (pos[d] < len) {
+            u32 other = nbr[pb + first[cell] + pos[d]];
+            pos[d] += 1u;
+            if (dead[cb + other]) continue;
+            last[d] = false;
+            if (depth == NT_MAX_DEPTH) { *error = 1u; return; }
+            stack[depth] = other; pos[depth] = 0u; last[depth] = true;
+            ++depth;
+            continue;
+        }
+        if (last[d] && depth + 1u >= min_hits) {
+            if (write) {
+                u32 it = t0 + t;
+                if (it < max_tuples) {
+                    u32 hp = hit_off_out[e] + h0 + nh;
+                    u32 cp = hit_off_out[e] - tuple_off[e] + h0 + nh - it;
+                    tuple_len[tuple_off[e] + it] = depth + 1u;
+                    for (u32 i = 0u; i < depth; ++i) {
+                        out_hits[hp + i] = inner[cb + stack[i]];
+                        out_cells[cp + i] = stack[i];
+                    }
+                    out_hits[hp + depth] = outer[cell];
+                }
+            }
+            t += 1u; nh += depth + 1u;
+        }
+        depth = d;
+    }
+    if (!write) { n_tuples[c] = t; n_hits[c] = nh; }
+}
 "#);
 
-/// The kernel functions of [`CA_CONNECT`].
-pub const CA_CONNECT_KERNELS: &[&str] = &["cn_inner_count", "cn_inner_scan", "cn_inner_fill", "cn_inner_sort", "cn_connect", "cn_scan"];
+/// The kernel functions of [`CA_NTUPLETS`].
+pub const CA_NTUPLETS_KERNELS: &[&str] =
+    &["cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_sort", "cn_connect", "cn_scan", "nt_list_stats", "nt_fishbone", "nt_search"];
 
 #[cfg(test)]
 mod tests {
@@ -551,15 +688,15 @@ mod tests {
             assert!(CA_DOUBLETS.contains(&format!("__global__ void {k}(")), "{k}");
         }
         let cdef = |name: &str| -> String {
-            let l = CA_CONNECT.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            let l = CA_NTUPLETS.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
             l.split_whitespace().nth(2).unwrap().to_string()
         };
         use quiver_reco::tracks::ntuplets::{LAST_BARREL_DET_INDEX, LAST_BPIX1_DET_INDEX};
         assert_eq!(cdef("CN_LAST_BPIX1_DET"), LAST_BPIX1_DET_INDEX.to_string());
         assert_eq!(cdef("CN_LAST_BARREL_DET"), LAST_BARREL_DET_INDEX.to_string());
         assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK);
-        for k in CA_CONNECT_KERNELS {
-            assert!(CA_CONNECT.contains(&format!("__global__ void {k}(")), "{k}");
+        for k in CA_NTUPLETS_KERNELS {
+            assert!(CA_NTUPLETS.contains(&format!("__global__ void {k}(")), "{k}");
         }
     }
 }

@@ -13,7 +13,7 @@
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
 //! - [`steps`]: the GPU steps and what runs on the host vs. the device;
-//! - [`steps_ca`]: the GPU `ca_doublets` step.
+//! - [`steps_ca`]: the GPU `ca_doublets` and `ca_ntuplets` steps.
 //!
 //! ```
 //! use quiver_columnar::{Backend, Registry};
@@ -40,7 +40,7 @@ use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration};
 use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 
 /// Step types that have a GPU implementation.
-pub const GPU_STEP_TYPES: [&str; 6] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets"];
+pub const GPU_STEP_TYPES: [&str; 7] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets", "ca_ntuplets"];
 
 /// The CPU step types of `quiver_reco`, kept to build the CPU implementation (for
 /// `backend = "cpu"` and as the GPU steps' fallback).
@@ -88,6 +88,7 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, charge_cut_config(cfg)?)?),
         "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
         "ca_doublets" => Box::new(steps_ca::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
+        "ca_ntuplets" => Box::new(steps_ca::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })
 }

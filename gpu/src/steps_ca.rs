@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{Float32Type, Int16Type, UInt16Type};
+use arrow_array::types::{Float32Type, Int16Type, UInt16Type, UInt32Type, UInt8Type};
 use arrow_array::{ArrayRef, BooleanArray, UInt32Array, UInt8Array};
 use cudarc::driver::CudaSlice;
 use quiver_columnar::columns::values;
@@ -19,7 +19,8 @@ use quiver_datasets::conditions::CpeParams;
 use quiver_reco::steps::types::DOUBLETS;
 use quiver_reco::steps::doublet_overflows;
 use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};
-use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, DoubletConfig, HitsView, TrackError};
+use quiver_reco::tracks::ntuplets::{early_duplicate_remover, CaState, Tuples};
+use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, DoubletConfig, HitsView, Quality, TrackError};
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
@@ -395,4 +396,282 @@ pub fn capped_neighbors(
         offsets.push(values.len() as u32);
     }
     Some((quiver_reco::tracks::doublets::Csr { offsets, values }, overflows))
+}
+
+/// One event of `ca_ntuplets` from what the device search wrote: `found` tuples in the
+/// CPU's order, of which the first `lengths.len()` (at most `max_tuples`) were stored with
+/// `lengths[i]` hits each, their `hits` and `cells` (inner to outer, tuple after tuple;
+/// longer slices are cut to what the lengths use), and the neighbours the connect dropped
+/// past `max_cell_neighbors`. Finishes the search as the CPU's `find_ntuplets` does — the
+/// tuple lists of the cells (the CPU's capped lists, filled in tuple order), the tuple
+/// overflow (the last stored tuple emptied) — and runs the early duplicate remover: the
+/// tuples and a CA state (without its cells) equal to the CPU's.
+///
+/// ```
+/// use quiver_gpu::steps_ca::ntuplet_event;
+/// use quiver_reco::tracks::{NtupletConfig, Quality};
+/// // Two tuples sharing cell 0: the shorter one is a duplicate.
+/// let (t, ca) = ntuplet_event(&NtupletConfig::default(), 4, 2, &[4, 3], &[0, 1, 2, 3, 0, 1, 4], &[0, 1, 2, 0, 3], 0).unwrap();
+/// assert_eq!(t.quality, [Quality::Bad, Quality::Dup]);
+/// assert_eq!(ca.tuple_cell_offsets, [0, 3, 5]);
+/// assert_eq!(ca.cell_tracks.of(0), &[0, 1]);
+/// ```
+pub fn ntuplet_event(
+    n: &quiver_reco::tracks::NtupletConfig,
+    n_cells: usize,
+    found: u32,
+    lengths: &[u32],
+    hits: &[u32],
+    cells: &[u32],
+    neighbor_overflows: u32,
+) -> std::result::Result<(Tuples, CaState), String> {
+    let stored = lengths.len();
+    if stored as u64 > found as u64 || stored as u64 > n.max_tuples as u64 || (found > n.max_tuples && stored as u64 != n.max_tuples as u64) {
+        return Err(format!("{stored} tuples stored of {found} found with room for {}", n.max_tuples));
+    }
+    let mut offsets = Vec::with_capacity(stored + 1);
+    let mut cell_offsets = Vec::with_capacity(stored + 1);
+    offsets.push(0u32);
+    cell_offsets.push(0u32);
+    for (i, &l) in lengths.iter().enumerate() {
+        if l < 2 || l as usize > quiver_reco::tracks::ntuplets::MAX_DEPTH + 1 {
+            return Err(format!("tuple {i} has {l} hits"));
+        }
+        offsets.push(offsets[i] + l);
+        cell_offsets.push(cell_offsets[i] + l - 1);
+    }
+    let (nh, nc) = (*offsets.last().unwrap_or(&0) as usize, *cell_offsets.last().unwrap_or(&0) as usize);
+    let (Some(hits), Some(cells)) = (hits.get(..nh), cells.get(..nc)) else {
+        return Err(format!("{} hits and {} cells for tuples of {nh} hits and {nc} cells", hits.len(), cells.len()));
+    };
+    let mut ca = CaState { neighbor_overflows, tuple_overflows: found - stored as u32, ..Default::default() };
+    ca.replay_tracks_of(n_cells, cells, &cell_offsets, n).map_err(|e| e.to_string())?;
+    ca.tuple_cells = cells.to_vec();
+    ca.tuple_cell_offsets = cell_offsets;
+    let mut t = Tuples { offsets, hits: hits.to_vec(), quality: vec![Quality::Bad; stored], overflow: found as usize > stored };
+    if t.overflow && !t.is_empty() {
+        // As the CPU's (and the reference's) overflow finalisation: the last tuple closes empty.
+        let start = t.offsets[stored - 1];
+        t.offsets[stored] = start;
+        t.hits.truncate(start as usize);
+    }
+    early_duplicate_remover(&ca, &mut t);
+    Ok((t, ca))
+}
+
+/// The GPU `ca_ntuplets` step: connect, fishbone and ntuplet search on the device
+/// ([`crate::kernels_ca::CA_NTUPLETS`]); the cells' tuple lists and the early duplicate
+/// remover on the host ([`ntuplet_event`]).
+pub(crate) struct CaNtupletsGpu {
+    hits: ProductKey,
+    doublets: ProductKey,
+    cfg: CaConfig,
+    common: Common,
+}
+
+impl CaNtupletsGpu {
+    pub fn new(cfg: &StepConfig, common: Common, ca: CaConfig) -> Result<Self> {
+        Ok(CaNtupletsGpu { hits: cfg.input("hits")?, doublets: cfg.input("doublets")?, cfg: ca, common })
+    }
+}
+
+/// Batch offsets (`n_events + 1`, u32) from a product's per-event offsets.
+fn batch_offsets(o: &arrow_buffer::OffsetBuffer<i32>) -> Vec<u32> {
+    o.iter().map(|&v| v as u32).collect()
+}
+
+/// Exclusive prefix sum with the total appended (`n + 1` entries).
+fn prefix(v: &[u32]) -> Result<Vec<u32>> {
+    let mut out = Vec::with_capacity(v.len() + 1);
+    out.push(0u32);
+    for &x in v {
+        let next = out.last().unwrap_or(&0).checked_add(x).ok_or_else(|| Error::data("gpu ca_ntuplets: more than 2^32 entries in a batch"))?;
+        out.push(next);
+    }
+    Ok(out)
+}
+
+impl Step for CaNtupletsGpu {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let c = &self.common;
+        let n = &self.cfg.ntuplets;
+        let (h, d) = (batch.get(&self.hits)?, batch.get(&self.doublets)?);
+        let det = values::<UInt16Type>(&h, "det_index")?;
+        let (inner, outer, pair) = (values::<UInt32Type>(&d, "inner")?, values::<UInt32Type>(&d, "outer")?, values::<UInt8Type>(&d, "pair")?);
+        let listed_col = d.batch().column_by_name("listed").and_then(|a| a.as_any().downcast_ref::<BooleanArray>().cloned());
+        let n_ev = batch.n_events();
+        // What the CPU step rejects (hits out of layer order, cells naming hits the event does
+        // not have, columns that do not fit) goes to the CPU step for its exact message.
+        let Some(listed_col) = listed_col else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        if h.offsets().len() != n_ev + 1 || d.offsets().len() != n_ev + 1 || outer.len() != inner.len() || pair.len() != inner.len() || listed_col.len() != inner.len() {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        for e in 0..n_ev {
+            let (hr, cr) = (h.event_rows(e), d.event_rows(e));
+            let nh = hr.len() as u32;
+            if layer_start_from_det_index(&det[hr]).is_err() || inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
+                return fallback(c.cpu.as_ref(), &c.stats, batch);
+            }
+        }
+        let (n_hits, n_cells) = (det.len(), inner.len());
+        if n_cells == 0 {
+            return c.cpu.process(batch);
+        }
+        let listed: Vec<u8> = listed_col.iter().map(|l| l == Some(true)).map(u8::from).collect();
+        let (hit_off, cell_off) = (batch_offsets(h.offsets()), batch_offsets(d.offsets()));
+        let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
+
+        let mut run = Run::start(c.gpu)?;
+        let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
+        let hc = crate::resident::cuda(&hd);
+        let (dx, dy, dz, dr, ddet) = (hc.column("x_global")?, hc.column("y_global")?, hc.column("z_global")?, hc.column("r_global")?, hc.column("det_index")?);
+        let (dho, dco) = (run.up(&hit_off)?, run.up(&cell_off)?);
+        let (di, dout, dp, dl) = (run.up(inner)?, run.up(outer)?, run.up(pair)?, run.up(&listed)?);
+        run.mark()?;
+        let (vx, vy, vz, vr, vdet) = (dx.view::<f32>(n_hits), dy.view::<f32>(n_hits), dz.view::<f32>(n_hits), dr.view::<f32>(n_hits), ddet.view::<u16>(n_hits));
+        let (vho, vco) = (dho.view::<u32>(n_ev + 1), dco.view::<u32>(n_ev + 1));
+        let (vi, vo, vp, vl) = (di.view::<u32>(n_cells), dout.view::<u32>(n_cells), dp.view::<u8>(n_cells), dl.view::<u8>(n_cells));
+
+        // The cells by one of their hits (ascending index): by inner hit for the connect, by
+        // outer hit (listed cells only) for the fishbone.
+        let index = |run: &mut Run, key: &cudarc::driver::CudaView<u32>, filter: u32| -> Result<(crate::device::DeviceBuf, crate::device::DeviceBuf)> {
+            let (mut count, mut start, mut cursor, mut idx) = (run.zeros::<u32>(n_hits)?, run.out::<u32>(n_hits + 1)?, run.out::<u32>(n_hits)?, run.out::<u32>(n_cells)?);
+            {
+                let mut v = count.view_mut::<u32>(n_hits);
+                Launch::new(run, "cn_index_count").arg(key).arg(&filter).arg(&vl).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut v).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            }
+            {
+                let v = count.view::<u32>(n_hits);
+                let (mut s, mut cu) = (start.view_mut::<u32>(n_hits + 1), cursor.view_mut::<u32>(n_hits));
+                Launch::new(run, "cn_index_scan").arg(&v).arg(&vho).arg(&vco).arg(&ne).arg(&mut s).arg(&mut cu).launch(blocks(n_ev, ELEMENT_BLOCK))?;
+            }
+            {
+                let (mut cu, mut ix) = (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
+                Launch::new(run, "cn_index_fill").arg(key).arg(&filter).arg(&vl).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut cu).arg(&mut ix).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            }
+            {
+                let (s, mut ix) = (start.view::<u32>(n_hits + 1), idx.view_mut::<u32>(n_cells));
+                Launch::new(run, "cn_index_sort").arg(&s).arg(&nh).arg(&mut ix).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            }
+            Ok((start, idx))
+        };
+        let (start_i, by_inner) = index(&mut run, &vi, 0)?;
+        let (vsi, vbi) = (start_i.view::<u32>(n_hits + 1), by_inner.view::<u32>(n_cells));
+        let (mut ncount, mut first, mut ntotal) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.out::<u32>(n_ev)?);
+        let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        let mut used = run.zeros::<u8>(n_cells)?;
+        let connect = |run: &Run, write: u32, ncount: &mut crate::device::DeviceBuf, first: &crate::device::DeviceBuf, push_off: &crate::device::DeviceBuf, out: &mut crate::device::DeviceBuf, n_out: usize, used: &mut crate::device::DeviceBuf| -> Result<()> {
+            let (mut vn, vf, vpo, mut vout, mut vu) = (ncount.view_mut::<u32>(n_cells), first.view::<u32>(n_cells), push_off.view::<u32>(n_ev + 1), out.view_mut::<u32>(n_out.max(1)), used.view_mut::<u8>(n_cells));
+            let mut l = Launch::new(run, "cn_connect");
+            l.arg(&write).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&vx).arg(&vy).arg(&vz).arg(&vr).arg(&vdet);
+            l.arg(&vi).arg(&vo).arg(&vl).arg(&vsi).arg(&vbi);
+            l.arg(&n.ptmin).arg(&n.ca_theta_cut_barrel).arg(&n.ca_theta_cut_forward).arg(&n.dca_cut_inner_triplet).arg(&n.dca_cut_outer_triplet).arg(&n.hard_curv_cut);
+            l.arg(&mut vn).arg(&vf).arg(&vpo).arg(&mut vout).arg(&mut vu);
+            l.launch(blocks(n_cells, ELEMENT_BLOCK))
+        };
+        {
+            let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
+            connect(&run, 0, &mut ncount, &first, &no_off, &mut no_out, 1, &mut used)?;
+        }
+        let scan = |run: &Run, value: &crate::device::DeviceBuf, first: &mut crate::device::DeviceBuf, total: &mut crate::device::DeviceBuf| -> Result<()> {
+            let (v, mut f, mut t) = (value.view::<u32>(n_cells), first.view_mut::<u32>(n_cells), total.view_mut::<u32>(n_ev));
+            let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
+            Launch::new(run, "cn_scan").arg(&v).arg(&vco).arg(&mut f).arg(&mut t).launch(cfg)
+        };
+        scan(&run, &ncount, &mut first, &mut ntotal)?;
+        {
+            let (vn, mut vne, mut vd) = (ncount.view::<u32>(n_cells), non_empty.view_mut::<u32>(n_ev), dropped.view_mut::<u32>(n_ev));
+            Launch::new(&run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&n.max_cell_neighbors).arg(&mut vne).arg(&mut vd).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        }
+        let (h_total, h_non_empty, h_dropped) = (run.down::<u32>(&ntotal, n_ev)?, run.down::<u32>(&non_empty, n_ev)?, run.down::<u32>(&dropped, n_ev)?);
+        run.sync()?;
+        // max_active_doublets binds: the lists opened depend on the CPU's push order.
+        if h_non_empty.iter().any(|&k| k as u64 + 1 > n.max_active_doublets as u64) {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let push_off = prefix(h_total.as_slice())?;
+        let n_push = *push_off.last().unwrap_or(&0) as usize;
+        let dpo = run.up(&push_off)?;
+        let mut nbr = run.out::<u32>(n_push.max(1))?;
+        connect(&run, 1, &mut ncount, &first, &dpo, &mut nbr, n_push, &mut used)?;
+
+        let mut dead = run.zeros::<u8>(n_cells)?;
+        let fishbone_index = if n.early_fishbone || n.late_fishbone { Some(index(&mut run, &vo, 1)?) } else { None };
+        let fishbone = |run: &Run, check_track: u32, has_track: &crate::device::DeviceBuf, dead: &mut crate::device::DeviceBuf| -> Result<()> {
+            let Some((start_o, by_outer)) = &fishbone_index else { return Ok(()) };
+            let (vs, vb, vu, vht, mut vd) = (start_o.view::<u32>(n_hits + 1), by_outer.view::<u32>(n_cells), used.view::<u8>(n_cells), has_track.view::<u8>(n_cells), dead.view_mut::<u8>(n_cells));
+            let mut l = Launch::new(run, "nt_fishbone");
+            l.arg(&nh).arg(&vho).arg(&ne).arg(&vco).arg(&vx).arg(&vy).arg(&vz).arg(&vdet).arg(&vi);
+            l.arg(&vs).arg(&vb).arg(&vu).arg(&check_track).arg(&vht).arg(&mut vd);
+            l.launch(blocks(n_hits, ELEMENT_BLOCK))
+        };
+        if n.early_fishbone {
+            fishbone(&run, 0, &used, &mut dead)?;
+        }
+
+        // The search: count, per-event prefix sums, write at the CPU's places.
+        let (mut n_tup, mut n_hit, mut err) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.zeros::<u32>(1)?);
+        let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.out::<u32>(n_ev)?, run.out::<u32>(n_ev)?);
+        let search = |run: &Run, write: u32, n_tup: &mut crate::device::DeviceBuf, n_hit: &mut crate::device::DeviceBuf, tf: &crate::device::DeviceBuf, hf: &crate::device::DeviceBuf,
+                      to: &crate::device::DeviceBuf, ho: &crate::device::DeviceBuf, outs: [&mut crate::device::DeviceBuf; 3], sizes: [usize; 3], dead: &crate::device::DeviceBuf, err: &mut crate::device::DeviceBuf| -> Result<()> {
+            let [tl, oh, oc] = outs;
+            let (vdd, vn, vf, vpo, vnb) = (dead.view::<u8>(n_cells), ncount.view::<u32>(n_cells), first.view::<u32>(n_cells), dpo.view::<u32>(n_ev + 1), nbr.view::<u32>(n_push.max(1)));
+            let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (n_tup.view_mut::<u32>(n_cells), n_hit.view_mut::<u32>(n_cells), tf.view::<u32>(n_cells), hf.view::<u32>(n_cells), to.view::<u32>(n_ev + 1), ho.view::<u32>(n_ev + 1));
+            let (mut vtl, mut voh, mut voc, mut ve) = (tl.view_mut::<u32>(sizes[0].max(1)), oh.view_mut::<u32>(sizes[1].max(1)), oc.view_mut::<u32>(sizes[2].max(1)), err.view_mut::<u32>(1));
+            let mut l = Launch::new(run, "nt_search");
+            l.arg(&write).arg(&nc).arg(&vco).arg(&ne).arg(&vi).arg(&vo).arg(&vp).arg(&vdd);
+            l.arg(&vn).arg(&vf).arg(&vpo).arg(&vnb).arg(&n.max_cell_neighbors).arg(&n.min_hits_per_ntuplet).arg(&n.max_tuples);
+            l.arg(&mut vt).arg(&mut vh).arg(&vtf).arg(&vhf).arg(&vto).arg(&vhoo).arg(&mut vtl).arg(&mut voh).arg(&mut voc).arg(&mut ve);
+            l.launch(blocks(n_cells, ELEMENT_BLOCK))
+        };
+        {
+            let (z1, z2, mut o1, mut o2, mut o3) = (run.zeros::<u32>(n_ev + 1)?, run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?);
+            search(&run, 0, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &z1, &z2, [&mut o1, &mut o2, &mut o3], [1, 1, 1], &dead, &mut err)?;
+        }
+        scan(&run, &n_tup, &mut tup_first, &mut tup_total)?;
+        scan(&run, &n_hit, &mut hit_first, &mut hit_total)?;
+        let (h_tup, h_hit, h_err) = (run.down::<u32>(&tup_total, n_ev)?, run.down::<u32>(&hit_total, n_ev)?, run.down::<u32>(&err, 1)?);
+        run.sync()?;
+        // A path longer than the search allows: the CPU step reports it.
+        if h_err.as_slice()[0] != 0 {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let (tup_off, hit_pos) = (prefix(h_tup.as_slice())?, prefix(h_hit.as_slice())?);
+        let (n_tuples, n_tuple_hits) = (*tup_off.last().unwrap_or(&0) as usize, *hit_pos.last().unwrap_or(&0) as usize);
+        let n_tuple_cells = n_tuple_hits - n_tuples;
+        let (dto, dhp) = (run.up(&tup_off)?, run.up(&hit_pos)?);
+        let (mut tlen, mut thits, mut tcells) = (run.zeros::<u32>(n_tuples.max(1))?, run.out::<u32>(n_tuple_hits.max(1))?, run.out::<u32>(n_tuple_cells.max(1))?);
+        search(&run, 1, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &dto, &dhp, [&mut tlen, &mut thits, &mut tcells], [n_tuples, n_tuple_hits, n_tuple_cells], &dead, &mut err)?;
+        let (h_len, h_hits, h_cells) = (run.down::<u32>(&tlen, n_tuples)?, run.down::<u32>(&thits, n_tuple_hits)?, run.down::<u32>(&tcells, n_tuple_cells)?);
+        run.sync()?;
+
+        let mut out = Vec::with_capacity(n_ev);
+        for e in 0..n_ev {
+            let found = h_tup[e];
+            let stored = found.min(n.max_tuples) as usize;
+            let t0 = tup_off[e] as usize;
+            let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
+            let r = ntuplet_event(n, d.event_rows(e).len(), found, &h_len[t0..t0 + stored], &h_hits[hp..hit_pos[e + 1] as usize], &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize], h_dropped[e])
+                .map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?;
+            out.push(r);
+        }
+        if n.late_fishbone {
+            // On the cells that carry a tuple (the lists just rebuilt on the host).
+            let mut has_track = Vec::with_capacity(n_cells);
+            for (_, ca) in &out {
+                has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
+            }
+            let dht = run.up(&has_track)?;
+            fishbone(&run, 1, &dht, &mut dead)?;
+        }
+        run.mark()?;
+        let h_dead = run.down::<u8>(&dead, n_cells)?;
+        run.finish(&c.stats)?;
+        let alive: Vec<bool> = h_dead.iter().map(|&k| k == 0).collect();
+        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, &alive, n)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(self.common.report())
+    }
 }

@@ -6,7 +6,7 @@
 //! (`quiver_gpu::steps_ca`). Each kernel runs twice: every thread of a block one after the
 //! other on one OS thread (one thread per block for the block scan), and with real threads
 //! in each block, whose interleaving (the atomic histogram fill, the atomic counts) must not
-//! change anything. The connect kernels of `ca_ntuplets` (`kernels_ca::CA_CONNECT`, with
+//! change anything. The connect kernels of `ca_ntuplets` (`kernels_ca::CA_NTUPLETS`, with
 //! the host's list capacities `steps_ca::capped_neighbors`) likewise equal the CPU's
 //! `connect`: neighbour lists, overflows, used flags. Skips when no C++ compiler is found.
 
@@ -16,15 +16,15 @@ use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
-use quiver_gpu::steps_ca::{capped_neighbors, cell_offsets, doublet_products, prepare, DoubletProducts};
+use quiver_gpu::steps_ca::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, prepare, DoubletProducts};
 use quiver_reco::steps::doublet_overflows;
 use quiver_datasets::conditions::CpeParams;
 use arrow_array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt8Array};
 use std::sync::Arc;
 use quiver_reco::local;
 use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
-use quiver_reco::tracks::ntuplets::{connect, CaState};
-use quiver_reco::tracks::{doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, CaConfig, HitsView};
+use quiver_reco::tracks::ntuplets::{connect, CaState, Tuples};
+use quiver_reco::tracks::{doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_ntuplets, CaConfig, HitsView, Quality};
 
 const SHIM: &str = r#"
 #include <cmath>
@@ -57,7 +57,7 @@ static inline int __float2int_rz(float f) {
 fn emulator() -> Option<&'static libloading::Library> {
     static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let source = format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_CONNECT);
+        let source = format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_NTUPLETS);
         let (dir, lib) = emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
         type SetSync = unsafe extern "C" fn(extern "C" fn());
         // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
@@ -465,33 +465,90 @@ fn doublet_kernels_on_the_host_equal_the_cpu_step() {
 }
 
 /// What the device connect gives for a batch: per event the neighbour lists after the CPU's
-/// capacities (`None` when `max_active_doublets` binds), and the used flags of every cell.
+/// capacities (`None` when `max_active_doublets` binds), and the used flags of every cell;
+/// and what the search reads: each cell's count and first place, the events' places, the
+/// pushed lists, the per-event non-empty lists and dropped neighbours (`nt_list_stats`).
 struct Connected {
     lists: Vec<Option<(quiver_reco::tracks::doublets::Csr, u32)>>,
     used: Vec<u8>,
+    hit_off: Vec<u32>,
+    ncount: Vec<u32>,
+    first: Vec<u32>,
+    push_off: Vec<u32>,
+    pushed: Vec<u32>,
+    non_empty: Vec<u32>,
+    dropped: Vec<u32>,
+}
+
+/// The cells by one of their hits (`key`), ascending index, only those with `only` set
+/// when given: the `cn_index_*` kernels. Returns each hit's first place and the index.
+fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u8]>, cell_off: &[u32], hit_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let (n_ev, n_cells, n_hits) = (cell_off.len() - 1, key.len(), *hit_off.last().unwrap() as usize);
+    let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
+    let (filter, flags) = match only {
+        Some(f) => (1u32, p(f)),
+        None => (0u32, p(&[0u8])),
+    };
+    let count = Dev::new(0u32, n_hits.max(1));
+    let (start, cursor) = (Dev::new(0u32, n_hits + 1), Dev::new(0u32, n_hits.max(1)));
+    let index = Dev::new(u32::MAX, n_cells.max(1));
+    type CountFill = unsafe extern "C" fn(*const u32, u32, *const u8, u32, *const u32, u32, *const u32, *mut u32);
+    type Fill = unsafe extern "C" fn(*const u32, u32, *const u8, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
+    type Sort = unsafe extern "C" fn(*const u32, u32, *mut u32);
+    // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
+    // elements the kernels index (sized from the same counts).
+    unsafe {
+        let f: libloading::Symbol<CountFill> = lib.get(b"cn_index_count").unwrap();
+        let a = [p(key), flags, p(cell_off), p(hit_off), count.ptr()];
+        elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _));
+        let f: libloading::Symbol<Scan> = lib.get(b"cn_index_scan").unwrap();
+        let a = [count.ptr(), p(hit_off), p(cell_off), start.ptr(), cursor.ptr()];
+        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
+        let f: libloading::Symbol<Fill> = lib.get(b"cn_index_fill").unwrap();
+        let a = [p(key), flags, p(cell_off), p(hit_off), cursor.ptr(), index.ptr()];
+        elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _));
+        let f: libloading::Symbol<Sort> = lib.get(b"cn_index_sort").unwrap();
+        let a = [start.ptr(), index.ptr()];
+        elements(lib, mode, n_hits, || f(a[0] as _, nh, a[1] as _));
+    }
+    (start.get(), index.get())
+}
+
+/// `cn_scan`: per event, the exclusive prefix sum of `value` over its cells, and its total.
+fn event_scan(lib: &libloading::Library, mode: Mode, value: &[u32], cell_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let n_ev = cell_off.len() - 1;
+    let (first, total) = (Dev::new(0u32, value.len().max(1)), Dev::new(0u32, n_ev));
+    type SegScan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+    // SAFETY: as in `index_by`.
+    unsafe {
+        let f: libloading::Symbol<SegScan> = lib.get(b"cn_scan").unwrap();
+        let a = [p(value), p(cell_off), first.ptr(), total.ptr()];
+        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        grid(lib, mode, n_ev as u32, threads, || f(a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+    }
+    (first.get(), total.get())
+}
+
+/// Exclusive prefix sum with the total appended.
+fn prefix(v: &[u32]) -> Vec<u32> {
+    let mut out = vec![0u32];
+    for &x in v {
+        out.push(out.last().unwrap() + x);
+    }
+    out
 }
 
 /// The connect kernels on the device cells of a batch.
 fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Connected {
     let n = &cfg.ntuplets;
     let n_ev = b.hits_per_event.len();
-    let mut hit_off = vec![0u32];
-    for &h in &b.hits_per_event {
-        hit_off.push(hit_off.last().unwrap() + h as u32);
-    }
-    let n_hits = *hit_off.last().unwrap() as usize;
+    let hit_off = prefix(&b.hits_per_event.iter().map(|&h| h as u32).collect::<Vec<_>>());
     let n_cells = cells.inner.len();
     let (cell_off, listed) = (&cells.cell_off, &cells.listed);
-    let count = Dev::new(0u32, n_hits.max(1));
-    let (start, cursor) = (Dev::new(0u32, n_hits + 1), Dev::new(0u32, n_hits.max(1)));
-    let by_inner = Dev::new(u32::MAX, n_cells.max(1));
+    let (start, by_inner) = index_by(lib, mode, &cells.inner, None, cell_off, &hit_off);
     let ncount = Dev::new(u32::MAX, n_cells.max(1));
-    let (first, total) = (Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, n_ev));
-    type CountFill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
-    type Fill = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
-    type Sort = unsafe extern "C" fn(*const u32, u32, *mut u32);
-    type SegScan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+    let first = Dev::new(0u32, n_cells.max(1));
     type Connect = unsafe extern "C" fn(
         u32, u32, *const u32, u32, *const u32,
         *const f32, *const f32, *const f32, *const f32, *const u16,
@@ -499,30 +556,14 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
         f32, f32, f32, f32, f32, f32,
         *mut u32, *const u32, *const u32, *mut u32, *mut u8,
     );
-    let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
-    // SAFETY: kernel signatures as in kernels_ca::CA_CONNECT; every buffer holds the
-    // elements the kernels index (sized from the same counts).
-    unsafe {
-        let f: libloading::Symbol<CountFill> = lib.get(b"cn_inner_count").unwrap();
-        let a = [p(&cells.inner), p(cell_off), p(&hit_off), count.ptr()];
-        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _));
-        let f: libloading::Symbol<Scan> = lib.get(b"cn_inner_scan").unwrap();
-        let a = [count.ptr(), p(&hit_off), p(cell_off), start.ptr(), cursor.ptr()];
-        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
-        let f: libloading::Symbol<Fill> = lib.get(b"cn_inner_fill").unwrap();
-        let a = [p(&cells.inner), p(cell_off), p(&hit_off), cursor.ptr(), by_inner.ptr()];
-        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, a[2] as _, a[3] as _, a[4] as _));
-        let f: libloading::Symbol<Sort> = lib.get(b"cn_inner_sort").unwrap();
-        let a = [start.ptr(), by_inner.ptr()];
-        elements(lib, mode, n_hits, || f(a[0] as _, nh, a[1] as _));
-    }
+    let (ne, nc) = (n_ev as u32, n_cells as u32);
     let connect = |write: u32, push_off: &[u32], out: &Dev<u32>, used: &Dev<u8>| {
-        // SAFETY: as above.
+        // SAFETY: as in `index_by`.
         unsafe {
             let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
             let a = [
                 p(cell_off), p(&hit_off), p(&b.x), p(&b.y), p(&b.z), p(&b.r), p(&b.det),
-                p(&cells.inner), p(&cells.outer), p(listed), start.ptr(), by_inner.ptr(),
+                p(&cells.inner), p(&cells.outer), p(listed), p(&start), p(&by_inner),
                 ncount.ptr(), first.ptr(), p(push_off), out.ptr(), used.ptr(),
             ];
             elements(lib, mode, n_cells, || {
@@ -536,29 +577,60 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
         }
     };
     connect(0, &[0], &Dev::new(0, 1), &Dev::new(0, 1));
-    // SAFETY: as above.
+    let counts = ncount.get();
+    let (first_h, total) = event_scan(lib, mode, &counts, cell_off);
+    // SAFETY: `first` is not read by a kernel while it is rewritten.
+    for (d, v) in first.0.iter().zip(&first_h) {
+        unsafe { *d.get() = *v };
+    }
+    let (non_empty, dropped) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
+    // SAFETY: as in `index_by`.
     unsafe {
-        let f: libloading::Symbol<SegScan> = lib.get(b"cn_scan").unwrap();
-        let a = [ncount.ptr(), p(cell_off), first.ptr(), total.ptr()];
-        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
-        grid(lib, mode, ne, threads, || f(a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+        type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
+        let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
+        let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
+        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, n.max_cell_neighbors, a[2] as _, a[3] as _));
     }
-    let mut push_off = vec![0u32];
-    for &t in &total.get() {
-        push_off.push(push_off.last().unwrap() + t);
-    }
+    let push_off = prefix(&total);
     let n_push = *push_off.last().unwrap() as usize;
     let (out, used) = (Dev::new(u32::MAX, n_push.max(1)), Dev::new(0u8, n_cells.max(1)));
     connect(1, &push_off, &out, &used);
-    let (out, used, ncount) = (out.get(), used.get(), ncount.get());
+    let (pushed, used) = (out.get(), used.get());
     let lists = (0..n_ev)
         .map(|e| {
             let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
-            let pushed = &out[push_off[e] as usize..push_off[e + 1] as usize];
-            capped_neighbors(&ncount[c0..c1], pushed, n.max_active_doublets, n.max_cell_neighbors)
+            let pushed = &pushed[push_off[e] as usize..push_off[e + 1] as usize];
+            capped_neighbors(&counts[c0..c1], pushed, n.max_active_doublets, n.max_cell_neighbors)
         })
         .collect();
-    Connected { lists, used: used[..n_cells].to_vec() }
+    Connected {
+        lists,
+        used: used[..n_cells].to_vec(),
+        hit_off,
+        ncount: counts,
+        first: first_h,
+        push_off,
+        pushed,
+        non_empty: non_empty.get(),
+        dropped: dropped.get(),
+    }
+}
+
+/// The test batch, the CPU step's cells of each event, and `f` of each event's hits and
+/// doublets (the CPU's side of a comparison).
+fn on_cpu_cells<R>(cfg: &CaConfig, f: impl Fn(&HitsView, quiver_reco::tracks::doublets::Doublets) -> R) -> (Batch, Cells, Vec<R>) {
+    let (_, ds) = dataset();
+    let b = batch();
+    let cpe = &ds.conditions().cpe;
+    let (cells, _) = run_cpu(&b, cfg, cpe);
+    let mut out = Vec::new();
+    for (e, view) in views(&b, cpe).iter().enumerate() {
+        let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
+        let listed: Vec<bool> = cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
+        let d = doublets_from_columns(view, &cells.inner[r.clone()], &cells.outer[r.clone()], &cells.pair[r.clone()], &listed).unwrap();
+        out.push(f(view, d));
+    }
+    (b, cells, out)
 }
 
 /// The device connect equals the CPU's `connect` on the CPU's own cells, event by event:
@@ -566,19 +638,11 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
 /// the CPU (`max_active_doublets` binding).
 fn check_connect(name: &str, cfg: &CaConfig) -> usize {
     let Some(lib) = emulator() else { panic!("checked by the caller") };
-    let (_, ds) = dataset();
-    let b = batch();
-    let cpe = &ds.conditions().cpe;
-    let (cells, _) = run_cpu(&b, cfg, cpe);
-    let mut cpu = Vec::new();
-    for (e, view) in views(&b, cpe).iter().enumerate() {
-        let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
-        let listed: Vec<bool> = cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
-        let d = doublets_from_columns(view, &cells.inner[r.clone()], &cells.outer[r.clone()], &cells.pair[r.clone()], &listed).unwrap();
+    let (b, cells, cpu) = on_cpu_cells(cfg, |view, d| {
         let mut ca = CaState::new(d);
         connect(view, &mut ca, &cfg.ntuplets);
-        cpu.push(ca);
-    }
+        ca
+    });
     let mut fallbacks = 0;
     for mode in [Mode::Sequential, Mode::Threaded] {
         let dev = run_connect(lib, mode, &b, cfg, &cells);
@@ -589,11 +653,14 @@ fn check_connect(name: &str, cfg: &CaConfig) -> usize {
             assert!(dev.used[r] == used[..], "{name} ({mode:?}) event {e}: used flags");
             match &dev.lists[e] {
                 Some((csr, overflows)) => {
+                    assert_eq!(dev.dropped[e], *overflows, "{name} ({mode:?}) event {e}: nt_list_stats' dropped neighbours");
+                    assert!(dev.non_empty[e] + 1 <= cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: nt_list_stats' non-empty lists");
                     assert!(csr.offsets == ca.neighbors.offsets || (csr.values.is_empty() && ca.neighbors.values.is_empty()), "{name} ({mode:?}) event {e}: list offsets");
                     assert!(csr.values == ca.neighbors.values, "{name} ({mode:?}) event {e}: neighbours");
                     assert_eq!(*overflows, ca.neighbor_overflows, "{name} ({mode:?}) event {e}: overflows");
                 }
                 None => {
+                    assert!(dev.non_empty[e] + 1 > cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: the step hands it to the CPU");
                     fallbacks += 1;
                     let non_empty = ca.neighbors.offsets.windows(2).filter(|w| w[1] > w[0]).count() as u32;
                     assert_eq!(non_empty + 1, cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: handed to the CPU, whose lists are capped");
@@ -621,6 +688,156 @@ fn connect_kernels_on_the_host_equal_the_cpu_connect() {
     let mut cfg = CaConfig::default();
     cfg.ntuplets.max_active_doublets = 50;
     assert_eq!(check_connect("50 active lists", &cfg), 3);
+}
+
+/// The whole `ca_ntuplets` of the GPU step on the host: the connect, the fishbone and the
+/// search kernels, in the step's order, then the step's own host assembly
+/// (`steps_ca::ntuplet_event`) and the late fishbone. Per event the tuples and CA state,
+/// and every cell's alive flag; `None` where the step hands the batch to the CPU.
+#[allow(clippy::type_complexity)]
+fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Option<(Vec<(Tuples, CaState)>, Vec<bool>)> {
+    let n = &cfg.ntuplets;
+    let con = run_connect(lib, mode, b, cfg, cells);
+    if con.non_empty.iter().any(|&k| k as u64 + 1 > n.max_active_doublets as u64) {
+        return None;
+    }
+    let (cell_off, hit_off) = (&cells.cell_off, &con.hit_off);
+    let (n_ev, n_cells, n_hits) = (cell_off.len() - 1, cells.inner.len(), *hit_off.last().unwrap() as usize);
+    let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
+    let dead = Dev::new(0u8, n_cells.max(1));
+    let (start_o, by_outer) = index_by(lib, mode, &cells.outer, Some(&cells.listed), cell_off, hit_off);
+    type Fishbone = unsafe extern "C" fn(
+        u32, *const u32, u32, *const u32, *const f32, *const f32, *const f32, *const u16, *const u32,
+        *const u32, *const u32, *const u8, u32, *const u8, *mut u8,
+    );
+    let fishbone = |check_track: u32, has_track: &[u8]| {
+        // SAFETY: as in `index_by`.
+        unsafe {
+            let f: libloading::Symbol<Fishbone> = lib.get(b"nt_fishbone").unwrap();
+            let a = [p(hit_off), p(cell_off), p(&b.x), p(&b.y), p(&b.z), p(&b.det), p(&cells.inner), p(&start_o), p(&by_outer), p(&con.used), p(has_track), dead.ptr()];
+            elements(lib, mode, n_hits, || {
+                f(nh, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, check_track, a[10] as _, a[11] as _)
+            });
+        }
+    };
+    if n.early_fishbone {
+        fishbone(0, &[0]);
+    }
+    type Search = unsafe extern "C" fn(
+        u32, u32, *const u32, u32, *const u32, *const u32, *const u8, *const u8,
+        *const u32, *const u32, *const u32, *const u32, u32, u32, u32,
+        *mut u32, *mut u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32, *mut u32, *mut u32,
+    );
+    let (n_tup, n_hit, err) = (Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u32::MAX, n_cells.max(1)), Dev::new(0u32, 1));
+    let search = |write: u32, firsts: (&[u32], &[u32]), offs: (&[u32], &[u32]), outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>)| {
+        // SAFETY: as in `index_by`.
+        unsafe {
+            let f: libloading::Symbol<Search> = lib.get(b"nt_search").unwrap();
+            let a = [
+                p(cell_off), p(&cells.inner), p(&cells.outer), p(&cells.pair), dead.ptr(), p(&con.ncount), p(&con.first), p(&con.push_off), p(&con.pushed),
+                n_tup.ptr(), n_hit.ptr(), p(firsts.0), p(firsts.1), p(offs.0), p(offs.1), outs.0.ptr(), outs.1.ptr(), outs.2.ptr(), err.ptr(),
+            ];
+            elements(lib, mode, n_cells, || {
+                f(
+                    write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _,
+                    a[5] as _, a[6] as _, a[7] as _, a[8] as _, n.max_cell_neighbors, n.min_hits_per_ntuplet, n.max_tuples,
+                    a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _,
+                )
+            });
+        }
+    };
+    let none = vec![0u32; n_cells.max(n_ev + 1)];
+    let one = Dev::new(0u32, 1);
+    search(0, (&none, &none), (&none, &none), (&one, &one, &one));
+    let (tup_first, tup_total) = event_scan(lib, mode, &n_tup.get(), cell_off);
+    let (hit_first, hit_total) = event_scan(lib, mode, &n_hit.get(), cell_off);
+    if err.get()[0] != 0 {
+        return None;
+    }
+    let (tup_off, hit_pos) = (prefix(&tup_total), prefix(&hit_total));
+    let (n_tuples, n_tuple_hits) = (*tup_off.last().unwrap() as usize, *hit_pos.last().unwrap() as usize);
+    let (tlen, thits, tcells) = (Dev::new(0u32, n_tuples.max(1)), Dev::new(u32::MAX, n_tuple_hits.max(1)), Dev::new(u32::MAX, (n_tuple_hits - n_tuples).max(1)));
+    search(1, (&tup_first, &hit_first), (&tup_off, &hit_pos), (&tlen, &thits, &tcells));
+    let (tlen, thits, tcells) = (tlen.get(), thits.get(), tcells.get());
+    let mut out = Vec::new();
+    for e in 0..n_ev {
+        let (t0, stored) = (tup_off[e] as usize, tup_total[e].min(n.max_tuples) as usize);
+        let (hp, cp) = (hit_pos[e] as usize, (hit_pos[e] - tup_off[e]) as usize);
+        let (he, ce) = (hit_pos[e + 1] as usize, (hit_pos[e + 1] - tup_off[e + 1]) as usize);
+        let n_ev_cells = (cell_off[e + 1] - cell_off[e]) as usize;
+        out.push(ntuplet_event(n, n_ev_cells, tup_total[e], &tlen[t0..t0 + stored], &thits[hp..he], &tcells[cp..ce], con.dropped[e]).unwrap());
+    }
+    if n.late_fishbone {
+        let has_track: Vec<u8> = out.iter().flat_map(|(_, ca)| ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect::<Vec<_>>()).collect();
+        fishbone(1, &has_track);
+    }
+    let alive = dead.get()[..n_cells].iter().map(|&d| d == 0).collect();
+    Some((out, alive))
+}
+
+/// The device `ca_ntuplets` equals the CPU's `stage_ntuplets` on the CPU's own cells, event
+/// by event: tuples (hits, quality after the early duplicate remover, overflow), their
+/// cells, the cells' tuple lists, the overflows and the alive flags. Returns the number of
+/// tuples, or `None` when the step hands the batch to the CPU. `threaded`: also with real
+/// threads per block (the expensive mode: a barrier after each of ~4 000 blocks).
+fn check_ntuplets(name: &str, cfg: &CaConfig, threaded: bool) -> Option<usize> {
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let (b, cells, cpu) = on_cpu_cells(cfg, |view, d| stage_ntuplets(view, d, cfg).unwrap());
+    let mut result = None;
+    let modes: &[Mode] = if threaded { &[Mode::Sequential, Mode::Threaded] } else { &[Mode::Sequential] };
+    for &mode in modes {
+        let Some((dev, alive)) = run_ntuplets(lib, mode, &b, cfg, &cells) else {
+            println!("ntuplets {name} ({mode:?}): handed to the CPU");
+            result = None;
+            continue;
+        };
+        let cpu_alive: Vec<bool> = cpu.iter().flat_map(|(_, ca)| ca.cells.iter().map(|c| c.doublet_id >= 0).collect::<Vec<_>>()).collect();
+        assert!(alive == cpu_alive, "{name} ({mode:?}): alive flags ({} vs {} dead)", alive.iter().filter(|&&a| !a).count(), cpu_alive.iter().filter(|&&a| !a).count());
+        for (e, ((t, ca), (dt, dca))) in cpu.iter().zip(&dev).enumerate() {
+            assert!(t == dt, "{name} ({mode:?}) event {e}: tuples ({} vs {})", t.len(), dt.len());
+            assert!(ca.tuple_cells == dca.tuple_cells && ca.tuple_cell_offsets == dca.tuple_cell_offsets, "{name} ({mode:?}) event {e}: tuple cells");
+            assert!(ca.cell_tracks.offsets == dca.cell_tracks.offsets && ca.cell_tracks.values == dca.cell_tracks.values, "{name} ({mode:?}) event {e}: tuples per cell");
+            let o = |c: &CaState| (c.neighbor_overflows, c.track_overflows, c.tuple_overflows);
+            assert_eq!(o(ca), o(dca), "{name} ({mode:?}) event {e}: overflows (neighbours, tuples per cell, tuples)");
+        }
+        result = Some(cpu.iter().map(|(t, _)| t.len()).sum());
+    }
+    let tuples: usize = cpu.iter().map(|(t, _)| t.len()).sum();
+    let dups = cpu.iter().map(|(t, _)| t.quality.iter().filter(|&&q| q == Quality::Dup).count()).sum::<usize>();
+    let o = cpu.iter().map(|(_, ca)| (ca.neighbor_overflows, ca.track_overflows, ca.tuple_overflows)).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+    println!("ntuplets {name}: {tuples} tuples ({dups} dup), overflows (neighbours, per cell, tuples) {o:?}");
+    result
+}
+
+#[test]
+fn ntuplet_kernels_on_the_host_equal_the_cpu_step() {
+    if emulator().is_none() {
+        return;
+    }
+    let t = check_ntuplets("default", &CaConfig::default(), true).expect("computed on the device");
+    assert!(t > 500, "a realistic number of tuples at PU 50: {t}");
+    // The late fishbone (on cells with tuples) as well; no early one.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.late_fishbone = true;
+    check_ntuplets("late fishbone", &cfg, true).unwrap();
+    cfg.ntuplets.early_fishbone = false;
+    check_ntuplets("late fishbone only", &cfg, false).unwrap();
+    // Capacities: few tuples (the last stored one emptied), few tuples per cell, one
+    // neighbour per cell; sized.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_tuples = 300;
+    cfg.ntuplets.max_cell_tracks = 2;
+    cfg.ntuplets.max_cell_neighbors = 1;
+    check_ntuplets("capacities", &cfg, false).unwrap();
+    check_ntuplets("sized", &CaConfig::default().with_sized_capacities(), false).unwrap();
+    // Quadruplets only (the doublets of 13 pairs).
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.min_hits_per_ntuplet = 4;
+    check_ntuplets("quadruplets", &cfg, false).unwrap();
+    // Few active lists: the CPU's push order decides; the step hands the batch to the CPU.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_active_doublets = 50;
+    assert_eq!(check_ntuplets("50 active lists", &cfg, false), None);
 }
 
 /// The threaded emulation cannot hang: a thread that panics between two `__syncthreads`

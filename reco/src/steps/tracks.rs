@@ -195,25 +195,37 @@ impl Step for NtupletsStep {
             let dd = doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l).map_err(tracking)?;
             stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
         })?;
-        let quality: Vec<Vec<u8>> = out.iter().map(|(t, _)| t.quality.iter().map(|&q| q as u8).collect()).collect();
-        let hit_lengths = out.iter().flat_map(|(t, _)| t.offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
-        let cell_lengths = out.iter().flat_map(|(_, ca)| ca.tuple_cell_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
-        let cols: Vec<ArrayRef> = vec![
-            concat_ref::<UInt8Type, _>(quality.iter().map(Vec::as_slice)),
-            list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|(t, _)| t.hits.as_slice())))?,
-            list_column(cell_lengths, concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())))?,
-        ];
-        publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
-        let n_cells = out.iter().map(|(_, ca)| ca.cells.len()).sum();
-        let mut alive = Vec::with_capacity(n_cells);
+        let mut alive = Vec::with_capacity(d.num_rows());
         for (_, ca) in &out {
             alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
         }
-        let alive = vec![bool_column(&alive)];
-        batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, d.offsets().clone())?)?;
-        let n = &self.cfg.ntuplets;
-        publish_overflows(batch, out.iter().map(|(_, ca)| ntuplet_overflows(ca, n)).collect())
+        publish_ntuplets(batch, d.offsets(), &out, &alive, &self.cfg.ntuplets)
     }
+}
+
+/// Publishes what `ca_ntuplets` makes from each event's tuples and CA state: `ntuplets`
+/// (quality, hits, cells of every tuple), `ca_cells` (whether each cell of the doublets,
+/// whose per-event offsets are `cell_offsets`, is alive) and the `capacity_overflows` rows.
+/// Shared by the CPU and GPU steps.
+pub fn publish_ntuplets(
+    batch: &mut EventBatch,
+    cell_offsets: &arrow_buffer::OffsetBuffer<i32>,
+    out: &[(crate::tracks::ntuplets::Tuples, crate::tracks::ntuplets::CaState)],
+    alive: &[bool],
+    n: &crate::tracks::NtupletConfig,
+) -> Result<()> {
+    let quality: Vec<Vec<u8>> = out.iter().map(|(t, _)| t.quality.iter().map(|&q| q as u8).collect()).collect();
+    let hit_lengths = out.iter().flat_map(|(t, _)| t.offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let cell_lengths = out.iter().flat_map(|(_, ca)| ca.tuple_cell_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let cols: Vec<ArrayRef> = vec![
+        concat_ref::<UInt8Type, _>(quality.iter().map(Vec::as_slice)),
+        list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|(t, _)| t.hits.as_slice())))?,
+        list_column(cell_lengths, concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())))?,
+    ];
+    publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
+    let alive = vec![bool_column(alive)];
+    batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, cell_offsets.clone())?)?;
+    publish_overflows(batch, out.iter().map(|(_, ca)| ntuplet_overflows(ca, n)).collect())
 }
 
 // --- track_fit / track_quality ----------------------------------------------------------
@@ -407,7 +419,7 @@ pub fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
 
 /// The list and tuple capacities a CA state reached (`ca_ntuplets`, and the replay of the
 /// tuple lists in `track_quality`).
-fn ntuplet_overflows(ca: &crate::tracks::ntuplets::CaState, n: &crate::tracks::NtupletConfig) -> EventOverflows {
+pub fn ntuplet_overflows(ca: &crate::tracks::ntuplets::CaState, n: &crate::tracks::NtupletConfig) -> EventOverflows {
     let mut o = Vec::new();
     if ca.neighbor_overflows > 0 {
         let t = ca.neighbor_overflows as u64;

@@ -10,8 +10,9 @@ use super::{HitsView, Quality, TrackError};
 pub const LAST_BPIX1_DET_INDEX: u16 = 96;
 /// Last detIndex (exclusive) of the barrel.
 pub const LAST_BARREL_DET_INDEX: u16 = 1184;
-/// Recursion depth of the reference's `find_ntuplets<6>`.
-const MAX_DEPTH: usize = 6;
+/// Recursion depth of the reference's `find_ntuplets<6>`: the longest path the depth-first
+/// search follows, in cells.
+pub const MAX_DEPTH: usize = 6;
 
 /// Parameters of the CA connection and ntuplet search. Defaults are the reference's
 /// (`CAHitNtupletGeneratorOnGPU.cc`, `CAConstants.h`).
@@ -210,7 +211,7 @@ impl CaState {
     }
 
     /// [`CaState::replay_tracks`] for `n_cells` cells (which `cells` may leave out).
-    pub(crate) fn replay_tracks_of(&mut self, n_cells: usize, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
+    pub fn replay_tracks_of(&mut self, n_cells: usize, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
         let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_tracks);
         lists.pairs.reserve(tuple_cells.len());
         for (it, w) in tuple_cell_offsets.windows(2).enumerate() {
