@@ -7,14 +7,15 @@
 //! several GPU steps read is uploaded once per batch (`EventBatch::on_device`). Device
 //! buffers return to the device pool when the last product holding them is dropped, at the
 //! end of the batch. Only plain fixed-width columns without nulls live on the device (every
-//! column the GPU steps read or write); other products stay on the host.
+//! column the GPU steps read or write; a boolean column as one byte per row, 0 or 1, as the
+//! kernels read flags); other products stay on the host.
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
 use arrow_array::types::*;
-use arrow_array::{ArrayRef, PrimitiveArray, RecordBatch};
+use arrow_array::{Array, ArrayRef, BooleanArray, PrimitiveArray, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use cudarc::driver::CudaStream;
 use quiver_columnar::residency::{Device, DeviceData};
@@ -42,7 +43,7 @@ impl fmt::Debug for CudaColumns {
 /// The width of a column type the device holds, or `None`.
 fn device_width(t: &DataType) -> Option<usize> {
     Some(match t {
-        DataType::UInt8 | DataType::Int8 => 1,
+        DataType::UInt8 | DataType::Int8 | DataType::Boolean => 1,
         DataType::UInt16 | DataType::Int16 => 2,
         DataType::UInt32 | DataType::Int32 | DataType::Float32 => 4,
         DataType::UInt64 | DataType::Int64 | DataType::Float64 => 8,
@@ -118,6 +119,15 @@ impl DeviceData for CudaColumns {
                 DataType::UInt64 => down::<UInt64Type>(&stream, b, n, &mut bytes)?,
                 DataType::Int64 => down::<Int64Type>(&stream, b, n, &mut bytes)?,
                 DataType::Float64 => down::<Float64Type>(&stream, b, n, &mut bytes)?,
+                DataType::Boolean => {
+                    let mut v = vec![0u8; n];
+                    download(&stream, b, &mut v, &mut bytes).map_err(Error::data)?;
+                    stream.synchronize().map_err(|e| Error::data(format!("gpu: {e}")))?;
+                    if let Some(x) = v.iter().find(|&&x| x > 1) {
+                        return Err(Error::data(format!("device column '{}': flag {x} is not 0 or 1", f.name())));
+                    }
+                    Arc::new(BooleanArray::from_iter(v.iter().map(|&x| Some(x == 1))))
+                }
                 t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
             });
         }
@@ -165,6 +175,11 @@ impl Device for CudaDevice {
                 DataType::UInt64 => up::<UInt64Type>(gpu, &stream, a, &mut bytes)?,
                 DataType::Int64 => up::<Int64Type>(gpu, &stream, a, &mut bytes)?,
                 DataType::Float64 => up::<Float64Type>(gpu, &stream, a, &mut bytes)?,
+                DataType::Boolean => {
+                    let b = a.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| Error::data("column type differs from its field"))?;
+                    let v: Vec<u8> = b.values().iter().map(u8::from).collect();
+                    Arc::new(upload(gpu, &stream, &v, &mut bytes).map_err(Error::data)?)
+                }
                 t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
             });
         }

@@ -183,13 +183,13 @@ pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<Arra
 }
 
 /// Device columns for a product of `type_name` with `rows` rows, in schema order.
-fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, cols: Vec<Arc<DeviceBuf>>) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
+pub(crate) fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, cols: Vec<Arc<DeviceBuf>>) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
     Ok(Arc::new(CudaColumns::new(gpu, schema(type_name), rows, cols)?))
 }
 
 /// Publishes a product whose host columns were downloaded, keeping its device columns for
 /// the next GPU step of the batch.
-fn publish_resident(
+pub(crate) fn publish_resident(
     batch: &mut EventBatch,
     type_name: &str,
     columns: Vec<ArrayRef>,

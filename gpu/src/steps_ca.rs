@@ -25,7 +25,8 @@ use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, DoubletConfig, H
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK};
-use crate::steps::{blocks, fallback, publish, publish_overflows, Common, Launch, Run};
+use crate::steps::{blocks, device_columns, fallback, publish_overflows, publish_resident, Common, Launch, Run};
+use quiver_columnar::product::offsets_from_lengths;
 
 /// The host tables of a batch for the doublet kernels.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -347,7 +348,9 @@ impl Step for CaDoubletsGpu {
         run.finish(&c.stats)?;
         let p = doublet_products(d, &totals, &cell_off, hi.as_slice().to_vec(), ho.as_slice().to_vec(), hp.as_slice().to_vec(), hl.as_slice())
             .map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
-        publish(batch, DOUBLETS, p.columns, p.lengths)?;
+        // The cells stay on the device too, for a GPU `ca_ntuplets` (no upload there).
+        let device = device_columns(c.gpu, DOUBLETS, n_cells, vec![Arc::new(inner), Arc::new(outer), Arc::new(pair), Arc::new(listed)])?;
+        publish_resident(batch, DOUBLETS, p.columns, offsets_from_lengths(p.lengths)?, device)?;
         publish_overflows(batch, p.overflows)
     }
 
@@ -517,7 +520,6 @@ impl Step for CaNtupletsGpu {
         if n_cells == 0 {
             return c.cpu.process(batch);
         }
-        let listed: Vec<u8> = listed_col.iter().map(|l| l == Some(true)).map(u8::from).collect();
         let (hit_off, cell_off) = (batch_offsets(h.offsets()), batch_offsets(d.offsets()));
         let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
 
@@ -526,7 +528,10 @@ impl Step for CaNtupletsGpu {
         let hc = crate::resident::cuda(&hd);
         let (dx, dy, dz, dr, ddet) = (hc.column("x_global")?, hc.column("y_global")?, hc.column("z_global")?, hc.column("r_global")?, hc.column("det_index")?);
         let (dho, dco) = (run.up(&hit_off)?, run.up(&cell_off)?);
-        let (di, dout, dp, dl) = (run.up(inner)?, run.up(outer)?, run.up(pair)?, run.up(&listed)?);
+        // The cells: the GPU `ca_doublets`' device columns, or one upload for the batch.
+        let dd = crate::resident::columns_on_device(batch, &self.doublets, c.gpu)?;
+        let dc = crate::resident::cuda(&dd);
+        let (di, dout, dp, dl) = (dc.column("inner")?, dc.column("outer")?, dc.column("pair")?, dc.column("listed")?);
         run.mark()?;
         let (vx, vy, vz, vr, vdet) = (dx.view::<f32>(n_hits), dy.view::<f32>(n_hits), dz.view::<f32>(n_hits), dr.view::<f32>(n_hits), ddet.view::<u16>(n_hits));
         let (vho, vco) = (dho.view::<u32>(n_ev + 1), dco.view::<u32>(n_ev + 1));
