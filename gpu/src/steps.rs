@@ -34,9 +34,9 @@ use quiver_columnar::columns::{column, concat_ref, values};
 use quiver_columnar::product::offsets_from_lengths;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
 use quiver_reco::capacity::records;
-use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED};
+use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration, CABLING_MAX_SIZE};
 use quiver_datasets::topology::{NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE};
-use quiver_reco::local::raw_to_digis::{error_type, DUMMY_DET_ID};
+use quiver_reco::local::raw_to_digis::{error_type, frame_fed, DUMMY_DET_ID};
 use quiver_reco::local::{
     CalibConfig, ChargeCutConfig, PixelError, RawToDigiConfig, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES,
 };
@@ -173,14 +173,7 @@ fn i32_array(v: quiver_columnar::PoolVec<i32>) -> ArrayRef {
     Arc::new(Int32Array::new(v.into_scalar_buffer(), None))
 }
 
-pub(crate) fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
-    batch.put(quiver_columnar::overflow::overflow_product(&events)?)
-}
-
-pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
-    let rb = RecordBatch::try_new(schema(type_name), columns)?;
-    batch.put(Product::new(rb, offsets_from_lengths(lengths)?)?)
-}
+pub(crate) use quiver_reco::steps::{publish, publish_overflows};
 
 /// Device columns for a product of `type_name` with `rows` rows, in schema order.
 pub(crate) fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, cols: Vec<Arc<DeviceBuf>>) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
@@ -288,76 +281,6 @@ impl RawToDigisGpu {
         };
         Ok(RawToDigisGpu { input: cfg.input("input")?, cfg: rcfg, cabling: cab, common })
     }
-}
-
-/// One FED's framing: where its payload starts (bytes) and how many 32-bit words it holds,
-/// plus the errors found in its header and trailer words. The same rules, in the same
-/// order, as the CPU core's framing (`quiver_reco::local::raw_to_digis`).
-pub fn frame_fed(fed: u32, bytes: &[u8], errors: &mut Vec<PixelError>) -> Option<(usize, usize)> {
-    let err = |word: u64, t: u8| PixelError { fed, word, raw_id: DUMMY_DET_ID, error_type: t };
-    if fed == 40 {
-        return None; // the trigger FED carries no pixels
-    }
-    if !(FED_ID_MIN..FED_ID_MIN + MAX_FED).contains(&fed) {
-        errors.push(err(0, error_type::FED_ID_OUT_OF_RANGE));
-        return None;
-    }
-    if !bytes.len().is_multiple_of(8) {
-        errors.push(err(bytes.len() as u64, error_type::SIZE_NOT_MULTIPLE_OF_8));
-    }
-    let n = bytes.len() / 8;
-    if n == 0 {
-        return None;
-    }
-    let word = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    let last = word(n - 1);
-    if (last >> 2) & 1 != 0 {
-        errors.push(err(last, error_type::CRC_MODIFIED));
-        return None;
-    }
-    let mut header = 0usize;
-    loop {
-        let h = word(header);
-        if (h >> 60) & 0xf != 0x5 {
-            errors.push(err(h, error_type::HEADER_MARKER));
-            break;
-        }
-        if ((h as u32) >> 8) & 0xfff != fed {
-            errors.push(err(h, error_type::SOURCE_ID));
-        }
-        if ((h as u32) >> 3) & 1 == 0 {
-            break; // no further header
-        }
-        if header + 1 >= n {
-            errors.push(err(h, error_type::FRAMING_OVERLAP));
-            return None;
-        }
-        header += 1;
-    }
-    let mut trailer = n - 1;
-    loop {
-        let t = word(trailer);
-        if (t >> 60) & 0xf != 0xa {
-            errors.push(err(t, error_type::TRAILER_MARKER));
-            break;
-        }
-        if ((t >> 32) as u32 & 0x00ff_ffff) as usize != n {
-            errors.push(err(t, error_type::FRAGMENT_LENGTH));
-        }
-        if ((t as u32) >> 3) & 1 == 0 {
-            break; // no further trailer
-        }
-        if trailer == 0 {
-            errors.push(err(t, error_type::FRAMING_OVERLAP));
-            return None;
-        }
-        trailer -= 1;
-    }
-    if trailer <= header {
-        errors.push(err(0, error_type::FRAMING_OVERLAP));
-        return None;
-    }
-    Some((8 * (header + 1), 2 * (trailer - header - 1)))
 }
 
 /// The host part of raw_to_digis for a batch: framing errors per event, the payload words of

@@ -253,8 +253,23 @@ fn word64(bytes: &[u8], i: usize) -> u64 {
 }
 
 /// Checks one FED's framing (spec §B.0). Returns the payload's first byte and its length in
-/// 32-bit words, or `None` if the FED contributes nothing.
-fn frame_fed(fed: u32, bytes: &[u8], errors: &mut Vec<PixelError>) -> Option<(usize, usize)> {
+/// 32-bit words, or `None` if the FED contributes nothing; the errors found in its header
+/// and trailer words are appended to `errors`. The CPU core and the GPU step's host
+/// preparation both frame with it.
+///
+/// ```
+/// use quiver_reco::local::raw_to_digis::frame_fed;
+/// // One header (marker 5, source id 1200), two payload words of 64 bits, one trailer
+/// // (marker 0xa, 4 words).
+/// let words: [u64; 4] = [0x5000_0000_0004_B000, 1, 2, 0xA000_0004_0000_0000];
+/// let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+/// let mut errors = Vec::new();
+/// assert_eq!(frame_fed(1200, &bytes, &mut errors), Some((8, 4)));
+/// assert!(errors.is_empty());
+/// // The pilot-blade FED 40 is skipped.
+/// assert_eq!(frame_fed(40, &bytes, &mut errors), None);
+/// ```
+pub fn frame_fed(fed: u32, bytes: &[u8], errors: &mut Vec<PixelError>) -> Option<(usize, usize)> {
     // The pilot-blade FED is skipped silently, as in the reference.
     if fed == 40 {
         return None;

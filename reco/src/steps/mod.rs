@@ -140,13 +140,15 @@ pub(crate) fn per_event<T: Send>(batch: &EventBatch, per_event: impl Fn(usize) -
         .collect()
 }
 
-pub(crate) fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
+/// Publishes a product of `type_name` (its registered schema) from its columns and the
+/// rows of each event (shared with the GPU steps of `quiver-gpu`).
+pub fn publish(batch: &mut EventBatch, type_name: &str, columns: Vec<ArrayRef>, lengths: impl IntoIterator<Item = usize>) -> Result<()> {
     let rb = RecordBatch::try_new(schema(type_name), columns)?;
     batch.put(Product::new(rb, offsets_from_lengths(lengths)?)?)
 }
 
 /// Publishes the step's `capacity_overflows` (one list of overflows per event).
-pub(crate) fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
+pub fn publish_overflows(batch: &mut EventBatch, events: Vec<quiver_columnar::overflow::EventOverflows>) -> Result<()> {
     batch.put(quiver_columnar::overflow::overflow_product(&events)?)
 }
 
