@@ -345,6 +345,13 @@ fn data_address(a: &dyn arrow_array::Array) -> usize {
     d.buffers().first().map(|buf| buf.as_ptr() as usize + d.offset() * d.data_type().primitive_width().unwrap_or(0)).unwrap_or(0)
 }
 
+/// The track quality names in code order (index = code): `quiver_reco::tracks::Quality`,
+/// the one definition Python's `quiver.Quality` and `QUALITY_NAMES` take theirs from.
+#[pyfunction]
+fn quality_names() -> Vec<&'static str> {
+    quiver::reco::tracks::Quality::ALL.iter().map(|q| q.name()).collect()
+}
+
 #[pymodule]
 fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlan>()?;
@@ -355,6 +362,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe_steps, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_addresses, m)?)?;
     m.add_function(wrap_pyfunction!(conditions, m)?)?;
+    m.add_function(wrap_pyfunction!(quality_names, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let sys = m.py().import("sys")?;
     let version: String = sys.getattr("version")?.str()?.extract::<String>()?.split_whitespace().next().unwrap_or("?").to_string();

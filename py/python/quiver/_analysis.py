@@ -6,11 +6,12 @@ code); names are added on the Python side only, as an extra column.
 
 from __future__ import annotations
 
+from . import _quiver
 from ._optional import require
 
 
-QUALITY_NAMES = ["bad", "dup", "loose", "strict", "tight", "highPurity"]
-"""Quality names in code order (index = code)."""
+QUALITY_NAMES = list(_quiver.quality_names())
+"""Quality names in code order (index = code), from the Rust enum (``quiver_reco::tracks::Quality``)."""
 
 
 class Quality:
@@ -24,6 +25,7 @@ class Quality:
     (2, 'dup')
     """
 
+    # The codes, spelled out for readers and editors; checked against the Rust enum below.
     bad = 0
     dup = 1
     loose = 2
@@ -37,6 +39,10 @@ class Quality:
         if not 0 <= int(code) < len(QUALITY_NAMES):
             raise ValueError(f"quality code {code} is not one of 0..{len(QUALITY_NAMES) - 1}")
         return QUALITY_NAMES[int(code)]
+
+
+if [getattr(Quality, n, None) for n in QUALITY_NAMES] != list(range(len(QUALITY_NAMES))):
+    raise ImportError(f"quiver.Quality disagrees with the extension's quality codes {QUALITY_NAMES}")
 
 
 # Product types with a `quality` column holding Quality codes.

@@ -196,8 +196,22 @@ impl Quality {
     /// assert_eq!(Quality::from_u8(6), None);
     /// ```
     pub fn from_u8(v: u8) -> Option<Self> {
-        use Quality::*;
-        [Bad, Dup, Loose, Strict, Tight, HighPurity].get(v as usize).copied()
+        Self::ALL.get(v as usize).copied()
+    }
+
+    /// Every quality, in code order (index = code).
+    pub const ALL: [Quality; 6] = [Quality::Bad, Quality::Dup, Quality::Loose, Quality::Strict, Quality::Tight, Quality::HighPurity];
+
+    /// The reference's name of the quality (`pixelTrack::qualityName`), the one Python and
+    /// the reports use.
+    ///
+    /// ```
+    /// use quiver_reco::tracks::Quality;
+    /// assert_eq!(Quality::Loose.name(), "loose");
+    /// assert_eq!(Quality::HighPurity.name(), "highPurity");
+    /// ```
+    pub fn name(self) -> &'static str {
+        ["bad", "dup", "loose", "strict", "tight", "highPurity"][self as usize]
     }
 }
 

@@ -48,14 +48,15 @@ mod split;
 #[cfg(test)]
 mod tests;
 
-/// Track quality codes as written by the track classifier (reference `trackQuality`).
+/// The codes of [`crate::tracks::Quality`], as the `u8` the `quality` columns hold.
 pub mod quality {
+    use crate::tracks::Quality;
     /// Rejected track.
-    pub const BAD: u8 = 0;
+    pub const BAD: u8 = Quality::Bad as u8;
     /// Duplicate of a better track.
-    pub const DUP: u8 = 1;
+    pub const DUP: u8 = Quality::Dup as u8;
     /// Good track; the only quality the vertex finder uses.
-    pub const LOOSE: u8 = 2;
+    pub const LOOSE: u8 = Quality::Loose as u8;
 }
 
 /// Most tracks per event (reference `ZVertexSoA::MAXTRACKS`).

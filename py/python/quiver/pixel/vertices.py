@@ -28,12 +28,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .._analysis import Quality
 from .._steps import Step
 
 F32 = np.float32
 
 #: Track quality written by the track classifier that the vertex finder keeps (``loose``).
-LOOSE = 2
+LOOSE = Quality.loose
 #: Most track slots per event.
 MAX_TRACKS = 32 * 1024
 #: Most vertices per event.
