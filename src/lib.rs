@@ -75,7 +75,7 @@ pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditi
     store.insert_exported(c.cabling, |m| vec![("CablingMap".into(), m.to_arrow())]);
     store.insert_exported(c.gains, |g| named(g.to_arrow()));
     store.insert_exported(c.cpe, |p| named(p.to_arrow()));
-    store.insert(ds);
+    store.insert(quiver_formats::raw::RawData::new(ds));
     Ok(store)
 }
 

@@ -221,35 +221,6 @@ pub fn build_gains(p: &GainParams) -> GainCalibration {
     }
 }
 
-impl GainCalibration {
-    /// Decoded (pedestal ADC, gain VCal/ADC, dead, noisy) of a pixel, as the reference reads it.
-    /// Out-of-range inputs read as dead.
-    pub fn ped_and_gain(&self, module: u16, col: u16, row: u16) -> (f32, f32, bool, bool) {
-        let Some(&(first, last, n_cols)) = self.range_and_cols.get(module as usize) else {
-            return (0.0, 0.0, true, false);
-        };
-        if n_cols <= 0 || last <= first {
-            return (0.0, 0.0, true, false);
-        }
-        // Fast paths for the usual layout (4 bytes per column, 80-row blocks): the same values
-        // without two integer divisions per pixel.
-        let span = last - first;
-        let len = if Some(span) == (n_cols as u32).checked_mul(4) { 4 } else { span / n_cols as u32 };
-        let block = if self.rows_averaged == 80 { row as u32 / 80 } else { row as u32 / self.rows_averaged.max(1) };
-        let off = (first + col as u32 * len + 2 * block) as usize;
-        if off + 1 >= self.data.len() || off as u32 >= last {
-            return (0.0, 0.0, true, false);
-        }
-        let (g, p) = (self.data[off] as u32, self.data[off + 1] as u32);
-        (
-            p as f32 * self.ped_precision + self.min_ped,
-            g as f32 * self.gain_precision + self.min_gain,
-            p == self.dead_flag,
-            p == self.noisy_flag,
-        )
-    }
-}
-
 /// Default beam spot: a small offset from the origin, luminous region σz 4 cm, σxy 12 µm.
 pub fn default_beam_spot() -> BeamSpot {
     BeamSpot {
@@ -335,5 +306,20 @@ mod tests {
             }
         }
         assert!(n_dead > 10 && n_dead < 1000, "{n_dead}");
+    }
+}
+
+#[cfg(test)]
+mod conditions_arrow_tests {
+    // The Arrow tables of the conditions (quiver_formats) on the generator's default conditions.
+    #[test]
+    fn cpe_tables_have_one_row_per_module() {
+        let c = super::default_conditions();
+        let t = c.cpe.to_arrow();
+        let det = &t.iter().find(|(n, _)| *n == "CpeParams.det").unwrap().1;
+        assert_eq!(det.num_rows(), c.cpe.det.len());
+        let r33 = det.column_by_name("r33").unwrap().as_any().downcast_ref::<arrow_array::Float32Array>().unwrap();
+        assert_eq!(r33.value(7), c.cpe.det[7].frame.r[8]);
+        assert_eq!(c.cabling.to_arrow().num_rows(), c.cabling.size as usize);
     }
 }

@@ -715,7 +715,7 @@ pub fn verify_files(dir: &Path, names: &[&str]) -> Result<(), DatasetError> {
 }
 
 /// The FEDs of one event: (fed id, bytes) borrowed from the memory-mapped file.
-pub type RawEvent<'a> = Vec<(u32, &'a [u8])>;
+pub use quiver_formats::raw::RawEvent;
 
 impl Dataset {
     /// Opens a dataset directory, verifying every file against the manifest's SHA-256. A
@@ -861,4 +861,14 @@ fn map_ipc_file(path: &Path, expected: &SchemaRef) -> Result<Vec<RecordBatch>, D
         return Err(DatasetError::damaged(path, format!("unexpected columns [{}]", names.join(", "))));
     }
     Ok(batches)
+}
+
+/// A dataset is a source of raw data for the reconstruction's `read_raw` step.
+impl quiver_formats::raw::RawSource for Dataset {
+    fn n_events(&self) -> usize {
+        Dataset::n_events(self)
+    }
+    fn raw_events(&self, range: std::ops::Range<usize>) -> Result<Vec<RawEvent<'_>>, String> {
+        Dataset::raw_events(self, range).map_err(|e| e.to_string())
+    }
 }

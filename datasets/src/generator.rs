@@ -8,6 +8,7 @@
 //! not depend on how events are spread over threads.
 
 use crate::builders::gauss;
+use quiver_formats::calibration;
 use crate::conditions::{BeamSpot, GainCalibration};
 use crate::geometry::{
     col_of, col_span, dot, row_of, row_span, Geometry, ModuleGeom, B_FIELD_T, DISK_Z, HALF_X,
@@ -968,10 +969,9 @@ pub fn calibrated_electrons(gains: &GainCalibration, d: &Digi) -> Option<i32> {
     if dead || noisy {
         return None;
     }
-    // The reconstruction's order of operations (calibDigis), so the estimate agrees with it exactly.
-    let vcal = d.adc as f32 * gain - ped * gain;
-    let (g, o) = if d.module < 96 { (50.0f32, -670.0f32) } else { (47.0, -60.0) };
-    Some(((vcal * g + o) as i32).max(100))
+    // The reconstruction's formula and constants, so the estimate agrees with it exactly.
+    let (g, o) = calibration::run2_constants(d.module);
+    Some(calibration::electrons(d.adc as u16, ped, gain, g, o, calibration::MIN_ELECTRONS))
 }
 
 /// Estimated cluster count of an event: 8-connected pixel groups per module whose calibrated

@@ -5,8 +5,6 @@
 //! [`export_pixeltrack`] writes the reference program's binary inputs.
 
 pub mod builders;
-pub mod conditions;
-mod conditions_arrow;
 pub mod error;
 pub mod export;
 pub mod format;
@@ -15,7 +13,10 @@ pub mod generator;
 pub mod geometry;
 pub mod ipc;
 pub mod raw;
-pub mod topology;
+
+/// The conditions and the topology are data formats (`quiver_formats`); the generator
+/// builds and writes them.
+pub use quiver_formats::{conditions, topology};
 
 pub use error::DatasetError;
 pub use export::{export_pixeltrack, write_counts_bin, EventCounts};

@@ -13,8 +13,8 @@
 //! The constants of the detector and of the formats are generated from the Rust constants
 //! ([`prelude`]) so the two sides cannot drift apart.
 
-use quiver_datasets::conditions::{FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
-use quiver_datasets::topology::{NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET};
+use quiver_formats::conditions::{FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
+use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET};
 use quiver_reco::local::{INVALID_MODULE, MAX_CLUSTERS_PER_MODULE};
 
 /// Threads per block of the per-module kernels.

@@ -36,7 +36,7 @@ pub mod transfer;
 use std::sync::OnceLock;
 
 use quiver_columnar::{Backend, Error, Registry, Result, Step, StepConfig, StepType};
-use quiver_datasets::conditions::{CablingMap, CpeParams, GainCalibration};
+use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration};
 use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 
 /// Step types that have a GPU implementation.

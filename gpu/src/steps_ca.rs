@@ -15,7 +15,7 @@ use cudarc::driver::CudaSlice;
 use quiver_columnar::columns::values;
 use quiver_columnar::overflow::EventOverflows;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
-use quiver_datasets::conditions::CpeParams;
+use quiver_formats::conditions::CpeParams;
 use quiver_reco::steps::types::DOUBLETS;
 use quiver_reco::steps::doublet_overflows;
 use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};

@@ -42,7 +42,7 @@ pub const MAX_CLUSTERS_PER_MODULE: u32 = 1024;
 /// Clusters (hits) per event at most (`MaxNumClusters`).
 pub const MAX_NUM_CLUSTERS: u32 = 48 * 1024;
 /// The `loose` value of the reference's track quality enum (bad, dup, loose, strict, …).
-pub const QUALITY_LOOSE: u8 = 2;
+pub const QUALITY_LOOSE: u8 = quiver_formats::quality::codes::LOOSE;
 /// Relative tolerance on the track count (the reference's `trackTolerance`).
 pub const TRACK_TOLERANCE: f32 = 0.012;
 /// Absolute tolerance on the vertex count (the reference's `vertexTolerance`).

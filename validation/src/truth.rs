@@ -193,7 +193,7 @@ pub struct RecoEvent {
 }
 
 /// The track quality value `loose`.
-pub const LOOSE: u8 = 2;
+pub const LOOSE: u8 = quiver_formats::quality::codes::LOOSE;
 /// Resolution quantities, in table order.
 pub const QUANTITIES: [&str; 5] = ["pt", "phi", "cot_theta", "tip", "zip"];
 

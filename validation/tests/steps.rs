@@ -323,12 +323,3 @@ fn reference_count_files_need_every_count() {
     assert!(!out.path().join("digicluster.bin").exists());
     assert!(out.path().join("counts.parquet").exists(), "the Parquet counts are still written");
 }
-
-/// Validation reads track qualities without depending on the reconstruction (it has no
-/// dependency on `quiver-reco` outside tests): its `loose` code must be the enum's.
-#[test]
-fn quality_codes_are_the_reconstructions() {
-    use quiver_reco::tracks::Quality;
-    assert_eq!(quiver_validation::counts::QUALITY_LOOSE, Quality::Loose as u8);
-    assert_eq!(quiver_validation::truth::LOOSE, Quality::Loose as u8);
-}

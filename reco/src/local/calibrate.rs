@@ -1,7 +1,8 @@
 //! ADC → electrons with per-column gains and pedestals (spec §B.2; reference
 //! `gpuCalibPixel.h`, `SiPixelGainForHLTonGPU.h`).
 
-use quiver_datasets::conditions::GainCalibration;
+use quiver_formats::calibration;
+use quiver_formats::conditions::GainCalibration;
 
 use super::{check_len, LocalError, INVALID_MODULE};
 
@@ -28,12 +29,12 @@ impl Default for CalibConfig {
     fn default() -> Self {
         Self {
             is_run2: true,
-            l1_modules: 96,
-            vcal_to_electron_gain_l1: 50.0,
-            vcal_to_electron_offset_l1: -670.0,
-            vcal_to_electron_gain: 47.0,
-            vcal_to_electron_offset: -60.0,
-            min_electrons: 100,
+            l1_modules: calibration::L1_MODULES,
+            vcal_to_electron_gain_l1: calibration::VCAL_TO_ELECTRON_GAIN_L1,
+            vcal_to_electron_offset_l1: calibration::VCAL_TO_ELECTRON_OFFSET_L1,
+            vcal_to_electron_gain: calibration::VCAL_TO_ELECTRON_GAIN,
+            vcal_to_electron_offset: calibration::VCAL_TO_ELECTRON_OFFSET,
+            min_electrons: calibration::MIN_ELECTRONS,
         }
     }
 }
@@ -53,7 +54,7 @@ pub struct CalibratedDigis {
 ///
 /// ```
 /// use quiver_reco::local::calibrate::{calibrate_digis, CalibConfig};
-/// use quiver_datasets::conditions::GainCalibration;
+/// use quiver_formats::conditions::GainCalibration;
 /// // One module (id 100) with 416 columns × 2 blocks, gain code 10, ped code 12.
 /// let mut range_and_cols = vec![(0u32, 0u32, 1i32); 2000];
 /// range_and_cols[100] = (0, 416 * 4, 416);
@@ -139,10 +140,7 @@ pub fn calibrate_digis(
         } else {
             let pedestal = ped_code as f32 * gains.ped_precision + gains.min_ped;
             let gain = gain_code as f32 * gains.gain_precision + gains.min_gain;
-            // Same association as the reference: adc·gain − ped·gain, all f32.
-            let vcal = adc[i] as f32 * gain - pedestal * gain;
-            let q = ((vcal * factor + offset) as i32).max(cfg.min_electrons);
-            out.adc[i] = q as u16;
+            out.adc[i] = calibration::electrons(adc[i], pedestal, gain, factor, offset, cfg.min_electrons) as u16;
         }
     }
     Ok(out)

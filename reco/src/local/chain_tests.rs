@@ -3,12 +3,12 @@
 
 use super::test_support::*;
 use super::*;
-use quiver_datasets::conditions::BeamSpot;
+use quiver_formats::conditions::BeamSpot;
 
 fn run_chain(
     feds: &[(u32, Vec<u8>)],
-    cabling: &quiver_datasets::conditions::CablingMap,
-    gains: &quiver_datasets::conditions::GainCalibration,
+    cabling: &quiver_formats::conditions::CablingMap,
+    gains: &quiver_formats::conditions::GainCalibration,
     algorithm: ClusterAlgorithm,
 ) -> LocalEvent {
     let refs: Vec<(u32, &[u8])> = feds.iter().map(|(f, b)| (*f, b.as_slice())).collect();
@@ -161,7 +161,7 @@ mod garbage {
     use super::super::*;
     use crate::local::test_support::{simple_cpe, uniform_gains, SplitMix};
     use proptest::prelude::*;
-    use quiver_datasets::conditions::BeamSpot;
+    use quiver_formats::conditions::BeamSpot;
 
     fn pick<T: Copy>(rng: &mut SplitMix, xs: &[T]) -> T {
         xs[rng.below(xs.len() as u64) as usize]
@@ -197,8 +197,8 @@ mod garbage {
                 cms[i] = rng.next() as u32;
             }
 
-            static GAINS: std::sync::OnceLock<quiver_datasets::conditions::GainCalibration> = std::sync::OnceLock::new();
-            static CPE: std::sync::OnceLock<quiver_datasets::conditions::CpeParams> = std::sync::OnceLock::new();
+            static GAINS: std::sync::OnceLock<quiver_formats::conditions::GainCalibration> = std::sync::OnceLock::new();
+            static CPE: std::sync::OnceLock<quiver_formats::conditions::CpeParams> = std::sync::OnceLock::new();
             let gains = GAINS.get_or_init(|| uniform_gains(30, 12));
             let _ = calibrate_digis(&module, &xx, &yy, &adc, gains, &CalibConfig::default());
             for algorithm in [ClusterAlgorithm::Faithful, ClusterAlgorithm::UnionFind] {

@@ -13,7 +13,7 @@
 //! 4000-word cap of a run (never clustered; the charge cut drops them).
 
 use super::{check_len, LocalError, INVALID_MODULE, MAX_NUM_MODULES, MAX_PIX_IN_MODULE};
-use quiver_datasets::topology::{NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE};
+use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE};
 
 /// Which connected-component algorithm to run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

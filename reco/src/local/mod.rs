@@ -112,10 +112,10 @@ pub struct LocalEvent {
 /// The conditions the local chain reads.
 #[derive(Clone, Copy, Debug)]
 pub struct LocalConditions<'a> {
-    pub cabling: &'a quiver_datasets::conditions::CablingMap,
-    pub gains: &'a quiver_datasets::conditions::GainCalibration,
-    pub cpe: &'a quiver_datasets::conditions::CpeParams,
-    pub beam_spot: &'a quiver_datasets::conditions::BeamSpot,
+    pub cabling: &'a quiver_formats::conditions::CablingMap,
+    pub gains: &'a quiver_formats::conditions::GainCalibration,
+    pub cpe: &'a quiver_formats::conditions::CpeParams,
+    pub beam_spot: &'a quiver_formats::conditions::BeamSpot,
 }
 
 /// Runs raw → digis → calibration → clusters → charge cut → rec hits on one event, chaining
@@ -123,7 +123,7 @@ pub struct LocalConditions<'a> {
 ///
 /// ```
 /// use quiver_reco::local::{reconstruct_event, LocalConditions, LocalConfig};
-/// use quiver_datasets::conditions::*;
+/// use quiver_formats::conditions::*;
 /// let n = CABLING_MAX_SIZE;
 /// let cabling = CablingMap {
 ///     fed: vec![0; n], link: vec![0; n], roc: vec![0; n], raw_id: vec![9999; n],

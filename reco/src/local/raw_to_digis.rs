@@ -9,7 +9,7 @@
 //! would read outside its buffers or tables we stop and report, with the extension codes of
 //! [`error_type`] (≥ 100) or the CMSSW codes 35/36 for impossible link/ROC fields.
 
-use quiver_datasets::conditions::{CablingMap, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
+use quiver_formats::conditions::{CablingMap, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
 
 use super::{LocalError, INVALID_MODULE, MAX_FED_WORDS, MAX_NUM_MODULES};
 
@@ -162,7 +162,7 @@ const MAX_ROC_INDEX: u32 = 8;
 ///
 /// ```
 /// use quiver_reco::local::raw_to_digis::{raw_to_digis, RawToDigiConfig, error_type};
-/// use quiver_datasets::conditions::{CablingMap, CABLING_MAX_SIZE};
+/// use quiver_formats::conditions::{CablingMap, CABLING_MAX_SIZE};
 /// let n = CABLING_MAX_SIZE;
 /// let cabling = CablingMap {
 ///     fed: vec![0; n], link: vec![0; n], roc: vec![0; n], raw_id: vec![9999; n],
@@ -633,7 +633,7 @@ mod tests {
     #[test]
     fn invalid_roc_25_not_counted_on_uncabled_link() {
         let mut c = test_cabling().clone();
-        let i = quiver_datasets::conditions::cabling_index(1200, 30, 1);
+        let i = quiver_formats::conditions::cabling_index(1200, 30, 1);
         c.link[i] = 0; // the cabling does not know ROC 1 of link 30
         let fed = build_fed(1200, &[err_word(30, 25, 0), err_word(29, 25, 0)]);
         let d = raw_to_digis(&[(1200, &fed[..])], &c, &RawToDigiConfig::default()).unwrap();
@@ -648,7 +648,7 @@ mod tests {
         let mut c = test_cabling().clone();
         let link = (w >> 26) & 0x3f;
         let roc = (w >> 21) & 0x1f;
-        c.bad_rocs[quiver_datasets::conditions::cabling_index(m.fed, link, roc)] = 1;
+        c.bad_rocs[quiver_formats::conditions::cabling_index(m.fed, link, roc)] = 1;
         let fed = build_fed(m.fed, &[w]);
         let d = raw_to_digis(&[(m.fed, &fed[..])], &c, &RawToDigiConfig::default()).unwrap();
         assert_eq!(d.module_ind[0], INVALID_MODULE);
@@ -746,7 +746,7 @@ mod tests {
         let m = module(107);
         let w = encode_pixel(&m, 100, 10, 50);
         let mut c = test_cabling().clone();
-        let i = quiver_datasets::conditions::cabling_index(m.fed, (w >> 26) & 0x3f, (w >> 21) & 0x1f);
+        let i = quiver_formats::conditions::cabling_index(m.fed, (w >> 26) & 0x3f, (w >> 21) & 0x1f);
         c.roc_in_det[i] = 16;
         let fed = build_fed(m.fed, &[w]);
         assert!(matches!(
@@ -854,9 +854,9 @@ mod tests {
 
     fn chain_conditions() -> crate::local::LocalConditions<'static> {
         use std::sync::OnceLock;
-        static G: OnceLock<quiver_datasets::conditions::GainCalibration> = OnceLock::new();
-        static C: OnceLock<quiver_datasets::conditions::CpeParams> = OnceLock::new();
-        static B: quiver_datasets::conditions::BeamSpot = quiver_datasets::conditions::BeamSpot {
+        static G: OnceLock<quiver_formats::conditions::GainCalibration> = OnceLock::new();
+        static C: OnceLock<quiver_formats::conditions::CpeParams> = OnceLock::new();
+        static B: quiver_formats::conditions::BeamSpot = quiver_formats::conditions::BeamSpot {
             x: 0.0, y: 0.0, z: 0.0, sigma_z: 0.0, beam_width_x: 0.0, beam_width_y: 0.0,
             dxdz: 0.0, dydz: 0.0, emittance_x: 0.0, emittance_y: 0.0, beta_star: 0.0,
         };

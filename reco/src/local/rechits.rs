@@ -4,8 +4,8 @@
 //! All arithmetic is f32 in the reference's order (no fused multiply-add), with its integer
 //! conversions, so that the hits match bit for bit.
 
-use quiver_datasets::conditions::{AverageGeometry, BeamSpot, CommonParams, CpeParams, DetParams};
-use quiver_datasets::topology::{
+use quiver_formats::conditions::{AverageGeometry, BeamSpot, CommonParams, CpeParams, DetParams};
+use quiver_formats::topology::{
     is_big_pix_x, is_big_pix_y, local_x, local_y, LAYER_START, NUMBER_OF_LAYERS, NUM_COLS_IN_MODULE,
     NUM_ROWS_IN_MODULE, X_OFFSET, Y_OFFSET,
 };
@@ -120,7 +120,7 @@ const EMPTY: ClusSums =
 ///
 /// ```
 /// use quiver_reco::local::rechits::{rec_hits, DigiColumns, ClusterColumns};
-/// use quiver_datasets::conditions::*;
+/// use quiver_formats::conditions::*;
 /// let det = DetParams {
 ///     is_barrel: true, is_pos_z: true, layer: 2, index: 100, raw_id: 0,
 ///     shift_x: 0.0, shift_y: 0.0, charge_width_x: 0.0, charge_width_y: 0.0,
@@ -271,7 +271,7 @@ pub fn rec_hits(
 ///
 /// ```
 /// use quiver_reco::local::rechits::average_geometry_bs;
-/// use quiver_datasets::conditions::{AverageGeometry, BeamSpot};
+/// use quiver_formats::conditions::{AverageGeometry, BeamSpot};
 /// let ag = AverageGeometry { ladder_z: vec![1.0], ladder_x: vec![3.5], ladder_y: vec![4.0],
 ///     ladder_r: vec![0.0], ladder_min_z: vec![-2.0], ladder_max_z: vec![4.0], end_cap_z: [30.0, -30.0] };
 /// let bs = BeamSpot { x: 0.5, z: 1.0, ..Default::default() };

@@ -1,7 +1,7 @@
 //! Test-only helpers: a small cabling map, a FED encoder written from the spec's encoding
 //! checklist (§F.4, independent of the decoder), and simple gain / CPE conditions.
 
-use quiver_datasets::conditions::{
+use quiver_formats::conditions::{
     cabling_index, AverageGeometry, CablingMap, CommonParams, CpeParams, DetParams, Frame, GainCalibration,
     CABLING_MAX_SIZE, MAX_NUM_MODULES,
 };
@@ -63,8 +63,8 @@ pub fn full_modules() -> &'static [TestModule] {
         (0..1856u32)
             .map(|d| {
                 let raw_id = if d < 1184 {
-                    let l = quiver_datasets::topology::layer_of(d as u16) as u32;
-                    let in_layer = d - quiver_datasets::topology::LAYER_START[l as usize];
+                    let l = quiver_formats::topology::layer_of(d as u16) as u32;
+                    let in_layer = d - quiver_formats::topology::LAYER_START[l as usize];
                     barrel_raw_id(l + 1, in_layer / 8 + 1, in_layer % 8 + 1)
                 } else {
                     let side = if d < 1520 { 2 } else { 1 };

@@ -6,8 +6,9 @@ use arrow_array::types::{Float32Type, Int16Type, Int32Type, UInt16Type, UInt32Ty
 use arrow_array::{ArrayRef, BinaryArray, Float32Array, RecordBatch};
 use quiver_columnar::columns::{binary, column, concat_ref, values};
 use quiver_columnar::{Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
-use quiver_datasets::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibration};
-use quiver_datasets::Dataset;
+use quiver_formats::calibration;
+use quiver_formats::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibration};
+use quiver_formats::raw::RawData;
 
 use super::types::*;
 use super::{cond, ev, int_param, local, per_event, publish, publish_overflows, schema};
@@ -21,17 +22,17 @@ use crate::local::{
 // --- read_raw -------------------------------------------------------------------------
 
 struct ReadRawStep {
-    dataset: Arc<Dataset>,
+    raw: Arc<RawData>,
 }
 
 impl Step for ReadRawStep {
     fn n_events(&self) -> Option<u64> {
-        Some(self.dataset.n_events() as u64)
+        Some(self.raw.source().n_events() as u64)
     }
 
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let first = batch.first_event() as usize;
-        let events = self.dataset.raw_events(first..first + batch.n_events()).map_err(|e| Error::data(e.to_string()))?;
+        let events = self.raw.source().raw_events(first..first + batch.n_events()).map_err(Error::data)?;
         // The FED bytes are read from the memory-mapped file into one pooled buffer per batch.
         let pool = quiver_columnar::pool::global();
         let n_feds: usize = events.iter().map(Vec::len).sum();
@@ -348,7 +349,7 @@ pub(super) fn register(r: &mut Registry) {
         params: vec![],
         signature: Signature { inputs: vec![], outputs: vec![FED_RAW.into()] },
         backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(ReadRawStep { dataset: cond(cfg)? })),
+        build: |cfg| Ok(Box::new(ReadRawStep { raw: cond(cfg)? })),
     });
     r.add(StepType {
         name: "beamspot",
@@ -373,10 +374,10 @@ pub(super) fn register(r: &mut Registry) {
         name: "calibrate",
         doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
         params: vec![
-            ParamSpec::float("gain_l1", 50.0, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
-            ParamSpec::float("offset_l1", -670.0, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
-            ParamSpec::float("gain", 47.0, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
-            ParamSpec::float("offset", -60.0, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
+            ParamSpec::float("gain_l1", calibration::VCAL_TO_ELECTRON_GAIN_L1 as f64, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
+            ParamSpec::float("offset_l1", calibration::VCAL_TO_ELECTRON_OFFSET_L1 as f64, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
+            ParamSpec::float("gain", calibration::VCAL_TO_ELECTRON_GAIN as f64, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
+            ParamSpec::float("offset", calibration::VCAL_TO_ELECTRON_OFFSET as f64, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
         ],
         signature: Signature {
             inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],

@@ -10,7 +10,7 @@ use quiver_columnar::columns::{concat, concat_ref, values};
 use quiver_columnar::{
     Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType,
 };
-use quiver_datasets::conditions::CpeParams;
+use quiver_formats::conditions::CpeParams;
 
 use super::types::*;
 use super::{cond, per_event, publish, publish_overflows, schema};

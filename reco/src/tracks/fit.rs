@@ -8,7 +8,7 @@
 
 use super::ntuplets::Tuples;
 use super::{HitsView, Quality, TrackError, Tracks};
-use quiver_datasets::conditions::Frame;
+use quiver_formats::conditions::Frame;
 
 /// Parameters of the fit. Defaults are the reference's.
 #[derive(Clone, Debug, PartialEq)]
@@ -297,7 +297,7 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
 ///
 /// ```
 /// use quiver_reco::tracks::fit::hit_global_cov;
-/// use quiver_datasets::conditions::Frame;
+/// use quiver_formats::conditions::Frame;
 /// // Module at φ = 90°: local x is −global x, local y is global z.
 /// let f = Frame { px: 0.0, py: 3.0, pz: 0.0, r: [-1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0] };
 /// assert_eq!(hit_global_cov(&f, 1e-6, 4e-6), [1e-6, 0.0, 0.0, 0.0, 0.0, 4e-6]);

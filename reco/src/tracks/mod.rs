@@ -33,7 +33,7 @@ pub mod quality;
 pub mod riemann;
 pub mod testing;
 
-use quiver_datasets::conditions::CpeParams;
+use quiver_formats::conditions::CpeParams;
 
 pub use doublets::DoubletConfig;
 pub use fit::FitConfig;
@@ -120,7 +120,7 @@ pub fn layer_start_from_det_index(det_index: &[u16]) -> Result<[u32; 11], TrackE
     }
     let mut ls = [0u32; 11];
     for (l, start) in ls.iter_mut().enumerate() {
-        let first_det = quiver_datasets::topology::LAYER_START[l];
+        let first_det = quiver_formats::topology::LAYER_START[l];
         *start = det_index.partition_point(|&d| (d as u32) < first_det) as u32;
     }
     Ok(ls)
@@ -174,46 +174,8 @@ impl HitsView<'_> {
     }
 }
 
-/// Track quality (the reference's `trackQuality::Quality`). Only bad, dup and loose are
-/// produced.
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Quality {
-    Bad = 0,
-    Dup = 1,
-    Loose = 2,
-    Strict = 3,
-    Tight = 4,
-    HighPurity = 5,
-}
-
-impl Quality {
-    /// The quality with this `u8` value, if any.
-    ///
-    /// ```
-    /// use quiver_reco::tracks::Quality;
-    /// assert_eq!(Quality::from_u8(2), Some(Quality::Loose));
-    /// assert_eq!(Quality::from_u8(6), None);
-    /// ```
-    pub fn from_u8(v: u8) -> Option<Self> {
-        Self::ALL.get(v as usize).copied()
-    }
-
-    /// Every quality, in code order (index = code).
-    pub const ALL: [Quality; 6] = [Quality::Bad, Quality::Dup, Quality::Loose, Quality::Strict, Quality::Tight, Quality::HighPurity];
-
-    /// The reference's name of the quality (`pixelTrack::qualityName`), the one Python and
-    /// the reports use.
-    ///
-    /// ```
-    /// use quiver_reco::tracks::Quality;
-    /// assert_eq!(Quality::Loose.name(), "loose");
-    /// assert_eq!(Quality::HighPurity.name(), "highPurity");
-    /// ```
-    pub fn name(self) -> &'static str {
-        ["bad", "dup", "loose", "strict", "tight", "highPurity"][self as usize]
-    }
-}
+/// Track quality codes: defined with the other data formats (`quiver_formats`).
+pub use quiver_formats::quality::Quality;
 
 /// All parameters of the pixel-track reconstruction; defaults are the reference's.
 #[derive(Clone, Debug, PartialEq, Default)]

@@ -2,8 +2,8 @@
 //! disks (FPix) with plausible detIndex, frames and errors. Not a detector simulation.
 
 use super::HitsView;
-use quiver_datasets::conditions::{AverageGeometry, CommonParams, CpeParams, DetParams, Frame};
-use quiver_datasets::topology::{LADDERS_PER_LAYER, LAYER_START};
+use quiver_formats::conditions::{AverageGeometry, CommonParams, CpeParams, DetParams, Frame};
+use quiver_formats::topology::{LADDERS_PER_LAYER, LAYER_START};
 use std::f64::consts::PI;
 
 /// Barrel layer radii, cm.

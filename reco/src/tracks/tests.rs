@@ -239,7 +239,7 @@ fn invalid_inputs_are_errors() {
     cols.layer_start[3] = 100;
     assert!(matches!(reconstruct_tracks(&cols.view(&cpe), &CaConfig::default()), Err(TrackError::LayerStart { .. })));
     let cols = b.build();
-    let small = quiver_datasets::conditions::CpeParams { det: cpe.det[..10].to_vec(), ..cpe.clone() };
+    let small = quiver_formats::conditions::CpeParams { det: cpe.det[..10].to_vec(), ..cpe.clone() };
     assert!(matches!(reconstruct_tracks(&cols.view(&small), &CaConfig::default()), Err(TrackError::MissingModule { .. })));
     let bad = CaConfig { fit: FitConfig { b_field: -1.0, ..FitConfig::default() }, ..CaConfig::default() };
     assert!(matches!(reconstruct_tracks(&cols.view(&cpe), &bad), Err(TrackError::Config(_))));

@@ -49,15 +49,7 @@ mod split;
 mod tests;
 
 /// The codes of [`crate::tracks::Quality`], as the `u8` the `quality` columns hold.
-pub mod quality {
-    use crate::tracks::Quality;
-    /// Rejected track.
-    pub const BAD: u8 = Quality::Bad as u8;
-    /// Duplicate of a better track.
-    pub const DUP: u8 = Quality::Dup as u8;
-    /// Good track; the only quality the vertex finder uses.
-    pub const LOOSE: u8 = Quality::Loose as u8;
-}
+pub use quiver_formats::quality::codes as quality;
 
 /// Most tracks per event (reference `ZVertexSoA::MAXTRACKS`).
 pub const MAX_TRACKS: usize = 32 * 1024;

@@ -59,7 +59,7 @@ pub const LAYER: [u8; LAYER_INDEX_SIZE] = {
 /// The layer (0..9) of a detIndex.
 ///
 /// ```
-/// use quiver_datasets::topology::layer_of;
+/// use quiver_formats::topology::layer_of;
 /// assert_eq!(layer_of(0), 0);
 /// assert_eq!(layer_of(96), 1);
 /// assert_eq!(layer_of(1855), 9);
@@ -92,7 +92,7 @@ pub const fn is_edge_y(py: u16) -> bool {
 /// Lower edge of row `px` in pitch units, counting the big rows twice.
 ///
 /// ```
-/// use quiver_datasets::topology::local_x;
+/// use quiver_formats::topology::local_x;
 /// assert_eq!(local_x(79), 79);
 /// assert_eq!(local_x(80), 81);
 /// assert_eq!(local_x(160), 162);
@@ -104,7 +104,7 @@ pub const fn local_x(px: u16) -> u16 {
 /// Lower edge of column `py` in pitch units, counting the big columns twice.
 ///
 /// ```
-/// use quiver_datasets::topology::local_y;
+/// use quiver_formats::topology::local_y;
 /// assert_eq!(local_y(0), 0);
 /// assert_eq!(local_y(1), 2);
 /// assert_eq!(local_y(416), 432);

@@ -58,7 +58,7 @@ pub struct CablingMap {
 /// Index of (fed id, link 1..48, roc 1..8) in the cabling map arrays.
 ///
 /// ```
-/// use quiver_datasets::conditions::cabling_index;
+/// use quiver_formats::conditions::cabling_index;
 /// assert_eq!(cabling_index(1200, 1, 1), 0);
 /// assert_eq!(cabling_index(1201, 2, 3), 48 * 8 + 8 + 2);
 /// ```
@@ -165,4 +165,33 @@ pub struct Conditions {
     pub cpe: CpeParams,
     /// FED ids present in the raw data, ascending (`fedIds.bin`).
     pub fed_ids: Vec<u32>,
+}
+
+impl GainCalibration {
+    /// Decoded (pedestal ADC, gain VCal/ADC, dead, noisy) of a pixel, as the reference reads it.
+    /// Out-of-range inputs read as dead.
+    pub fn ped_and_gain(&self, module: u16, col: u16, row: u16) -> (f32, f32, bool, bool) {
+        let Some(&(first, last, n_cols)) = self.range_and_cols.get(module as usize) else {
+            return (0.0, 0.0, true, false);
+        };
+        if n_cols <= 0 || last <= first {
+            return (0.0, 0.0, true, false);
+        }
+        // Fast paths for the usual layout (4 bytes per column, 80-row blocks): the same values
+        // without two integer divisions per pixel.
+        let span = last - first;
+        let len = if Some(span) == (n_cols as u32).checked_mul(4) { 4 } else { span / n_cols as u32 };
+        let block = if self.rows_averaged == 80 { row as u32 / 80 } else { row as u32 / self.rows_averaged.max(1) };
+        let off = (first + col as u32 * len + 2 * block) as usize;
+        if off + 1 >= self.data.len() || off as u32 >= last {
+            return (0.0, 0.0, true, false);
+        }
+        let (g, p) = (self.data[off] as u32, self.data[off + 1] as u32);
+        (
+            p as f32 * self.ped_precision + self.min_ped,
+            g as f32 * self.gain_precision + self.min_gain,
+            p == self.dead_flag,
+            p == self.noisy_flag,
+        )
+    }
 }

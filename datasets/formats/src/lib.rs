@@ -1,0 +1,22 @@
+//! Quiver's pixel data formats, apart from the producers and the simulation (as
+//! pixeltrack-standalone's and CMSSW's `DataFormats`/`CondFormats` are):
+//!
+//! - [`products`]: the product type names of the pixel chain and their columns;
+//! - [`quality`]: the track quality codes;
+//! - [`calibration`]: the ADC → electrons formula and its Run-2 constants;
+//! - [`conditions`]: the conditions the reconstruction reads (beam spot, cabling, gains,
+//!   CPE parameters with module frames), and their Arrow tables;
+//! - [`topology`]: the Phase-1 pixel numbering (modules, layers, ROCs);
+//! - [`raw`]: raw data as the reconstruction reads it (a source of FED bytes per event).
+//!
+//! It depends on Arrow only: the reconstruction (`quiver-reco`, `quiver-gpu`), the validation,
+//! the generator (`quiver-datasets`) and the Python bindings all take their formats from here,
+//! so none of them sits under another for a type.
+
+pub mod calibration;
+pub mod conditions;
+mod conditions_arrow;
+pub mod products;
+pub mod quality;
+pub mod raw;
+pub mod topology;
