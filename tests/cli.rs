@@ -371,3 +371,39 @@ fn plan_check_shows_when_each_product_is_dropped() {
     // ...or only until the compare.
     assert!(out.contains("-> squared_powi:floats  (last read by step 4, check)"), "{out}");
 }
+
+/// docs/concepts.md's crate map says which Quiver crates each crate depends on: it must be
+/// what the manifests say (normal dependencies; dev-dependencies do not count).
+#[test]
+fn crate_map_in_concepts_matches_the_manifests() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/concepts.md")).unwrap();
+    let short = |name: &str| name.trim_start_matches("quiver-").to_string();
+    let mut rows = 0;
+    for line in doc.lines().filter(|l| l.starts_with("| `quiver")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (name, folder) = cells[1].split_once(" (").unwrap();
+        let (name, folder) = (name.trim_matches('`'), folder.trim_end_matches(')').trim_matches('`'));
+        // The CLI's sources are in src/, its manifest is the workspace root's.
+        let dir = if folder == "src/" { root.to_path_buf() } else { root.join(folder) };
+        let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap().parse().unwrap();
+        assert_eq!(manifest["package"]["name"].as_str(), Some(name), "{folder}");
+        let mut deps: Vec<String> =
+            manifest.get("dependencies").and_then(|d| d.as_table()).map(|t| t.keys().filter(|k| k.starts_with("quiver")).map(|k| short(k)).collect()).unwrap_or_default();
+        deps.sort();
+        let listed = cells[2];
+        let mut said: Vec<String> = if listed.starts_with('—') {
+            vec![]
+        } else if listed == "all of the above" {
+            let mut all: Vec<String> = ["columnar", "formats", "datasets", "reco", "gpu", "validation"].map(String::from).to_vec();
+            all.sort();
+            all
+        } else {
+            listed.split(", ").map(|s| s.trim().to_string()).collect()
+        };
+        said.sort();
+        assert_eq!(said, deps, "docs/concepts.md: dependencies of {name}");
+        rows += 1;
+    }
+    assert_eq!(rows, 8, "one row per crate of the workspace and py/");
+}

@@ -28,7 +28,7 @@ fn job() -> Arc<JobContext> {
     store.insert(c.cabling);
     store.insert(c.gains);
     store.insert(c.cpe);
-    store.insert(ds);
+    store.insert(quiver_formats::raw::RawData::new(ds));
     Arc::new(JobContext { input: Some(dir.path().into()), output: dir.path().join("out"), conditions: store })
 }
 

@@ -84,7 +84,7 @@ fn run(plan: &str, ds: &Path, out: &Path, threads: usize) -> executor::Summary {
     conditions.insert(c.cabling);
     conditions.insert(c.gains);
     conditions.insert(c.cpe);
-    conditions.insert(ds_open);
+    conditions.insert(quiver_formats::raw::RawData::new(ds_open));
     let r = registry();
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(plan, "test").unwrap(), &r).unwrap();
     let job = Arc::new(JobContext { input: Some(ds.to_path_buf()), output: out.to_path_buf(), conditions });

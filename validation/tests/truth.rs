@@ -240,7 +240,7 @@ fn report_on_a_generated_run() {
     conditions.insert(c.cabling);
     conditions.insert(c.gains);
     conditions.insert(c.cpe);
-    conditions.insert(d);
+    conditions.insert(quiver_formats::raw::RawData::new(d));
     let mut r = Registry::with_builtin();
     quiver_reco::steps::register(&mut r);
     quiver_validation::register(&mut r);
