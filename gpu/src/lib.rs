@@ -12,8 +12,7 @@
 //! - [`pool`]: size-class pool of device buffers;
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
-//! - [`steps`]: the GPU steps and what runs on the host vs. the device;
-//! - [`steps_ca`]: the GPU `ca_doublets` and `ca_ntuplets` steps.
+//! - [`steps`]: the GPU steps (one file each) and what runs on the host vs. the device.
 //!
 //! ```
 //! use quiver_columnar::{Backend, Registry};
@@ -30,7 +29,6 @@ pub mod kernels_ca;
 pub mod pool;
 pub mod resident;
 pub mod steps;
-pub mod steps_ca;
 pub mod transfer;
 
 use std::sync::OnceLock;
@@ -87,8 +85,8 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, clusterize_config(cfg)?.max_pix_in_module)?),
         "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, charge_cut_config(cfg)?)?),
         "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
-        "ca_doublets" => Box::new(steps_ca::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
-        "ca_ntuplets" => Box::new(steps_ca::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
+        "ca_doublets" => Box::new(steps::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
+        "ca_ntuplets" => Box::new(steps::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })
 }

@@ -3,11 +3,11 @@
 //! `-ffp-contract=off`, atomics are real atomics, `__syncthreads` a barrier) and must give
 //! the CPU step's cells, listed flags and overflow flags bit for bit, on generated events
 //! batched as the GPU step batches them, with the host tables of the GPU step
-//! (`quiver_gpu::steps_ca`). Each kernel runs twice: every thread of a block one after the
+//! (`quiver_gpu::steps`). Each kernel runs twice: every thread of a block one after the
 //! other on one OS thread (one thread per block for the block scan), and with real threads
 //! in each block, whose interleaving (the atomic histogram fill, the atomic counts) must not
 //! change anything. The connect kernels of `ca_ntuplets` (`kernels_ca::CA_NTUPLETS`, with
-//! the host's list capacities `steps_ca::capped_neighbors`) likewise equal the CPU's
+//! the host's list capacities `steps::capped_neighbors`) likewise equal the CPU's
 //! `connect`: neighbour lists, overflows, used flags. Skips when no C++ compiler is found.
 
 mod emu_threads;
@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
-use quiver_gpu::steps_ca::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, prepare, DoubletProducts};
+use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, prepare, DoubletProducts};
 use quiver_reco::steps::doublet_overflows;
 use quiver_datasets::conditions::CpeParams;
 use arrow_array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt8Array};
@@ -692,7 +692,7 @@ fn connect_kernels_on_the_host_equal_the_cpu_connect() {
 
 /// The whole `ca_ntuplets` of the GPU step on the host: the connect, the fishbone and the
 /// search kernels, in the step's order, then the step's own host assembly
-/// (`steps_ca::ntuplet_event`) and the late fishbone. Per event the tuples and CA state,
+/// (`steps::ntuplet_event`) and the late fishbone. Per event the tuples and CA state,
 /// and every cell's alive flag; `None` where the step hands the batch to the CPU.
 #[allow(clippy::type_complexity)]
 fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Option<(Vec<(Tuples, CaState)>, Vec<bool>)> {

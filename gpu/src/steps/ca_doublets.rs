@@ -1,0 +1,359 @@
+//! GPU `ca_doublets` (kernels in [`crate::kernels_ca`]): the same
+//! parameters, input and product as the CPU step, bit for bit.
+//!
+//! On the host: each event's layer starts from its hits' detIndex (which also checks their
+//! order), and the table of work items; between the count and the write pass, the events'
+//! cell counts (one small download) to size the products. Everything else is on the device.
+//! Batches whose hits the CPU core rejects are handed to the CPU implementation, which
+//! reports its exact error.
+
+use std::sync::Arc;
+
+use arrow_array::types::{Float32Type, Int16Type, UInt16Type};
+use arrow_array::{ArrayRef, BooleanArray, UInt32Array, UInt8Array};
+use cudarc::driver::CudaSlice;
+use quiver_columnar::columns::values;
+use quiver_columnar::overflow::EventOverflows;
+use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
+use quiver_formats::conditions::CpeParams;
+use quiver_reco::steps::types::DOUBLETS;
+use quiver_reco::steps::doublet_overflows;
+use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};
+use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, DoubletConfig, HitsView, TrackError};
+
+use crate::device::upload_condition;
+use crate::kernels::ELEMENT_BLOCK;
+use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK};
+use crate::steps::{blocks, device_columns, fallback, publish_overflows, publish_resident, Common, Launch, Run};
+use quiver_columnar::product::offsets_from_lengths;
+
+/// The host tables of a batch for the doublet kernels.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DoubletBatch {
+    /// Batch hit offset of each event, `n_events + 1` entries.
+    pub hit_off: Vec<u32>,
+    /// Event-local layer starts, 11 per event.
+    pub layer_start: Vec<u32>,
+    /// First work item of each (event, pair), `n_events·n_pairs + 1` entries; the items of
+    /// (event, pair) are its inner layer's hits, in hit order.
+    pub item_start: Vec<u32>,
+    /// Layer pairs used (the leading rows of [`LAYER_PAIRS`]).
+    pub n_pairs: u32,
+}
+
+impl DoubletBatch {
+    /// From each event's layer starts and number of hits.
+    ///
+    /// ```
+    /// use quiver_gpu::steps::DoubletBatch;
+    /// let ls = [0, 2, 3, 3, 3, 4, 4, 4, 4, 4, 5];
+    /// let b = DoubletBatch::new(&[ls, [0; 11]], &[5, 0], 3).unwrap();
+    /// assert_eq!(b.hit_off, [0, 5, 5]);
+    /// // Pairs (0,1), (0,4), (0,7): two inner hits each, then an empty event.
+    /// assert_eq!(b.item_start, [0, 2, 4, 6, 6, 6, 6]);
+    /// assert_eq!(b.n_items(), 6);
+    /// ```
+    pub fn new(layer_starts: &[[u32; 11]], hits_per_event: &[usize], n_pairs: usize) -> Result<Self, String> {
+        if layer_starts.len() != hits_per_event.len() {
+            return Err(format!("{} layer-start rows for {} events", layer_starts.len(), hits_per_event.len()));
+        }
+        if n_pairs == 0 || n_pairs > LAYER_PAIRS.len() {
+            return Err(format!("{n_pairs} layer pairs, expected 1..={}", LAYER_PAIRS.len()));
+        }
+        let mut b = DoubletBatch { n_pairs: n_pairs as u32, ..Default::default() };
+        b.hit_off.push(0u32);
+        b.item_start.push(0u32);
+        let (mut hits, mut items) = (0u64, 0u64);
+        for (ls, &n) in layer_starts.iter().zip(hits_per_event) {
+            if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
+                return Err(format!("layer starts {ls:?} are not non-decreasing up to {n} hits"));
+            }
+            hits += n as u64;
+            b.hit_off.push(u32::try_from(hits).map_err(|_| "more than 2^32 hits in a batch".to_string())?);
+            b.layer_start.extend_from_slice(ls);
+            for &(inner, _) in &LAYER_PAIRS[..n_pairs] {
+                items += (ls[inner as usize + 1] - ls[inner as usize]) as u64;
+                b.item_start.push(u32::try_from(items).map_err(|_| "more than 2^32 work items in a batch".to_string())?);
+            }
+        }
+        Ok(b)
+    }
+
+    pub fn n_events(&self) -> usize {
+        self.hit_off.len() - 1
+    }
+
+    pub fn n_hits(&self) -> usize {
+        *self.hit_off.last().unwrap_or(&0) as usize
+    }
+
+    pub fn n_items(&self) -> usize {
+        *self.item_start.last().unwrap_or(&0) as usize
+    }
+}
+
+/// Each event's cells from its count of doublets passing the cuts: the batch cell offsets
+/// (`n_events + 1` entries, at most `max_doublets` cells per event) and whether each event
+/// overflowed (more than `max_doublets`, as the CPU search reports it).
+///
+/// ```
+/// use quiver_gpu::steps::cell_offsets;
+/// assert_eq!(cell_offsets(&[3, 0, 9], 5).unwrap(), (vec![0, 3, 3, 8], vec![false, false, true]));
+/// ```
+pub fn cell_offsets(event_total: &[u32], max_doublets: u32) -> Result<(Vec<u32>, Vec<bool>), String> {
+    let mut off = Vec::with_capacity(event_total.len() + 1);
+    off.push(0u32);
+    let mut overflow = Vec::with_capacity(event_total.len());
+    for &t in event_total {
+        let end = off.last().unwrap_or(&0).checked_add(t.min(max_doublets)).ok_or("more than 2^32 cells in a batch")?;
+        off.push(end);
+        overflow.push(t > max_doublets);
+    }
+    Ok((off, overflow))
+}
+
+/// The host tables of a batch from its events' hits, checked as the CPU search checks them
+/// (`HitsView::validate_max` with the step's hit capacity): an event the CPU would reject
+/// is an error here, and the GPU step hands such a batch to the CPU step for its message.
+///
+/// ```
+/// use quiver_gpu::steps::prepare;
+/// use quiver_reco::tracks::CaConfig;
+/// let b = prepare(&[], &CaConfig::default()).unwrap();
+/// assert_eq!((b.n_events(), b.n_hits(), b.n_items()), (0, 0, 0));
+/// ```
+pub fn prepare(events: &[HitsView], cfg: &CaConfig) -> std::result::Result<DoubletBatch, TrackError> {
+    cfg.validate()?;
+    let mut starts = Vec::with_capacity(events.len());
+    let mut n = Vec::with_capacity(events.len());
+    for h in events {
+        h.validate_max(cfg.doublets.max_hits)?;
+        starts.push(h.layer_start);
+        n.push(h.n_hits());
+    }
+    DoubletBatch::new(&starts, &n, cfg.n_pairs()).map_err(TrackError::Config)
+}
+
+/// The `doublets` product's columns and `capacity_overflows` rows of a batch, from what the
+/// device wrote: per event its cell count before the capacity (`event_total`), the cell
+/// offsets of [`cell_offsets`], and the cells' inner hit, outer hit, pair and listed flag
+/// (0 or 1) in event order. The device writes every cell at its place in the CPU's creation
+/// order (prefix sums of the per-item counts, no atomics), so the canonical order needs no
+/// sort: this checks it (offsets, flags) and builds the same Arrow columns and overflow rows
+/// as the CPU step.
+#[derive(Debug)]
+pub struct DoubletProducts {
+    /// `inner`, `outer`, `pair`, `listed`, in the schema's order.
+    pub columns: Vec<ArrayRef>,
+    /// Cells per event.
+    pub lengths: Vec<usize>,
+    /// The `capacity_overflows` rows of each event.
+    pub overflows: Vec<EventOverflows>,
+}
+
+/// See [`DoubletProducts`].
+///
+/// ```
+/// use quiver_gpu::steps::{cell_offsets, doublet_products};
+/// use quiver_reco::tracks::DoubletConfig;
+/// let d = DoubletConfig { max_number_of_doublets: 2, ..Default::default() };
+/// let (off, _) = cell_offsets(&[3], 2).unwrap();
+/// let p = doublet_products(&d, &[3], &off, vec![0, 1], vec![5, 6], vec![0, 0], &[1, 1]).unwrap();
+/// assert_eq!(p.lengths, [2]);
+/// assert_eq!(p.overflows[0][0].truncated, 1);
+/// ```
+pub fn doublet_products(
+    d: &DoubletConfig,
+    event_total: &[u32],
+    cell_off: &[u32],
+    inner: Vec<u32>,
+    outer: Vec<u32>,
+    pair: Vec<u8>,
+    listed: &[u8],
+) -> std::result::Result<DoubletProducts, String> {
+    let n = *cell_off.last().ok_or("no cell offsets")? as usize;
+    if cell_off.len() != event_total.len() + 1 || [inner.len(), outer.len(), pair.len(), listed.len()].iter().any(|&l| l != n) {
+        return Err(format!("{} cell offsets for {} events, {n} cells: columns of {}, {}, {}, {}", cell_off.len(), event_total.len(), inner.len(), outer.len(), pair.len(), listed.len()));
+    }
+    if let Some(l) = listed.iter().find(|&&l| l > 1) {
+        return Err(format!("listed flag {l} is not 0 or 1"));
+    }
+    let flags: Vec<bool> = listed.iter().map(|&l| l == 1).collect();
+    let mut lengths = Vec::with_capacity(event_total.len());
+    let mut overflows = Vec::with_capacity(event_total.len());
+    for (e, &total) in event_total.iter().enumerate() {
+        let r = cell_off[e] as usize..cell_off[e + 1] as usize;
+        let missed = total as u64 - r.len() as u64;
+        overflows.push(doublet_overflows(d, &outer[r.clone()], &flags[r.clone()], missed));
+        lengths.push(r.len());
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(UInt32Array::from(inner)),
+        Arc::new(UInt32Array::from(outer)),
+        Arc::new(UInt8Array::from(pair)),
+        Arc::new(BooleanArray::from(flags)),
+    ];
+    Ok(DoubletProducts { columns, lengths, overflows })
+}
+
+/// The GPU `ca_doublets` step (see the module documentation).
+pub(crate) struct CaDoubletsGpu {
+    hits: ProductKey,
+    cpe: Arc<CpeParams>,
+    cfg: CaConfig,
+    pair_i: CudaSlice<i32>,
+    pair_f: CudaSlice<f32>,
+    common: Common,
+}
+
+impl CaDoubletsGpu {
+    pub fn new(cfg: &StepConfig, common: Common, cpe: Arc<CpeParams>, ca: CaConfig) -> Result<Self> {
+        let (pi, pf) = pair_tables(&ca.doublets.cuts());
+        let mut bytes = 0u64;
+        let up_err = |m: String| Error::plan(&cfg.label, format!("uploading the layer-pair cuts: {m}"));
+        let pair_i = upload_condition(common.gpu, &pi, &mut bytes).map_err(up_err)?;
+        let pair_f = upload_condition(common.gpu, &pf, &mut bytes).map_err(up_err)?;
+        common.stats.add_conditions(bytes);
+        Ok(CaDoubletsGpu { hits: cfg.input("hits")?, cpe, cfg: ca, pair_i, pair_f, common })
+    }
+}
+
+impl Step for CaDoubletsGpu {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let c = &self.common;
+        let h = batch.get(&self.hits)?;
+        let f32c = |n: &str| values::<Float32Type>(&h, n);
+        let i16c = |n: &str| values::<Int16Type>(&h, n);
+        let (x, y, z, r, xe, ye) = (f32c("x_global")?, f32c("y_global")?, f32c("z_global")?, f32c("r_global")?, f32c("xerr_local")?, f32c("yerr_local")?);
+        let (iphi, sx, sy) = (i16c("iphi")?, i16c("size_x")?, i16c("size_y")?);
+        let det = values::<UInt16Type>(&h, "det_index")?;
+        let mut views = Vec::with_capacity(batch.n_events());
+        for e in 0..batch.n_events() {
+            let rr = h.event_rows(e);
+            let Ok(layer_start) = layer_start_from_det_index(&det[rr.clone()]) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+            views.push(HitsView {
+                x_global: &x[rr.clone()],
+                y_global: &y[rr.clone()],
+                z_global: &z[rr.clone()],
+                r_global: &r[rr.clone()],
+                iphi: &iphi[rr.clone()],
+                size_x: &sx[rr.clone()],
+                size_y: &sy[rr.clone()],
+                det_index: &det[rr.clone()],
+                xerr_local: &xe[rr.clone()],
+                yerr_local: &ye[rr],
+                cpe: &self.cpe,
+                layer_start,
+            });
+        }
+        // Hits the CPU search rejects: the CPU step reports its exact error.
+        let Ok(db) = prepare(&views, &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        drop(views);
+        let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
+        if n_hits == 0 || n_items == 0 || n_hits != z.len() {
+            return c.cpu.process(batch);
+        }
+        let d = &self.cfg.doublets;
+        let cuts = d.cuts();
+        let flags = doublet_flags(d);
+        let (n_ev32, n_hits32, n_items32) = (n_ev as u32, n_hits as u32, n_items as u32);
+        let n_bins = n_ev * N_LAYERS * PHI_BINS;
+        let mut run = Run::start(c.gpu)?;
+        let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
+        let hc = crate::resident::cuda(&hd);
+        let (dz, dr, dphi, dsy, ddet) = (hc.column("z_global")?, hc.column("r_global")?, hc.column("iphi")?, hc.column("size_y")?, hc.column("det_index")?);
+        let (hit_off, layer_start, item_start) = (run.up(&db.hit_off)?, run.up(&db.layer_start)?, run.up(&db.item_start)?);
+        let mut bin_count = run.zeros::<u32>(n_bins)?;
+        let (mut bin_start, mut cursor) = (run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?, run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?);
+        let (mut pidx, mut pz, mut pr, mut pphi, mut psy) = (run.out::<u32>(n_hits)?, run.out::<f32>(n_hits)?, run.out::<f32>(n_hits)?, run.out::<i16>(n_hits)?, run.out::<i16>(n_hits)?);
+        let (mut item_count, mut item_first, mut event_total) = (run.out::<u32>(n_items)?, run.out::<u32>(n_items)?, run.out::<u32>(n_ev)?);
+        run.mark()?;
+        let (vz, vr, vphi, vsy, vdet) = (dz.view::<f32>(n_hits), dr.view::<f32>(n_hits), dphi.view::<i16>(n_hits), dsy.view::<i16>(n_hits), ddet.view::<u16>(n_hits));
+        let (vho, vls, vis) = (hit_off.view::<u32>(n_ev + 1), layer_start.view::<u32>(n_ev * 11), item_start.view::<u32>(n_ev * db.n_pairs as usize + 1));
+        {
+            let mut vbc = bin_count.view_mut::<u32>(n_bins);
+            Launch::new(&run, "ca_bin_count").arg(&vdet).arg(&vphi).arg(&n_hits32).arg(&vho).arg(&vls).arg(&n_ev32).arg(&mut vbc).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+        }
+        {
+            let vbc = bin_count.view::<u32>(n_bins);
+            let (mut vbs, mut vcur) = (bin_start.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT), cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT));
+            Launch::new(&run, "ca_bin_scan").arg(&vbc).arg(&vho).arg(&n_ev32).arg(&mut vbs).arg(&mut vcur).launch(blocks(n_ev, ELEMENT_BLOCK))?;
+        }
+        {
+            let (mut vcur, mut vpi) = (cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT), pidx.view_mut::<u32>(n_hits));
+            Launch::new(&run, "ca_bin_fill").arg(&vdet).arg(&vphi).arg(&n_hits32).arg(&vho).arg(&vls).arg(&n_ev32).arg(&mut vcur).arg(&mut vpi).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+        }
+        {
+            let vbs = bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT);
+            let (mut vpi, mut vpz, mut vpr, mut vpp, mut vps) =
+                (pidx.view_mut::<u32>(n_hits), pz.view_mut::<f32>(n_hits), pr.view_mut::<f32>(n_hits), pphi.view_mut::<i16>(n_hits), psy.view_mut::<i16>(n_hits));
+            let mut l = Launch::new(&run, "ca_bin_sort");
+            l.arg(&vbs).arg(&n_ev32).arg(&vho).arg(&vz).arg(&vr).arg(&vphi).arg(&vsy);
+            l.arg(&mut vpi).arg(&mut vpz).arg(&mut vpr).arg(&mut vpp).arg(&mut vps).launch(blocks(n_bins, ELEMENT_BLOCK))?;
+        }
+        // Both passes of the candidate scan: count (write = 0), then write at the scanned places.
+        let (pi, pf) = (&self.pair_i, &self.pair_f);
+        let (vbs, vpi, vpz, vpr, vpp, vps) =
+            (bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT), pidx.view::<u32>(n_hits), pz.view::<f32>(n_hits), pr.view::<f32>(n_hits), pphi.view::<i16>(n_hits), psy.view::<i16>(n_hits));
+        let scan = |run: &Run, write: u32, item_count: &mut crate::device::DeviceBuf, item_first: &crate::device::DeviceBuf, cell_off: &crate::device::DeviceBuf, n_cells: usize,
+                    outs: (&mut crate::device::DeviceBuf, &mut crate::device::DeviceBuf, &mut crate::device::DeviceBuf)| -> Result<()> {
+            let (mut vic, vif, vco) = (item_count.view_mut::<u32>(n_items), item_first.view::<u32>(n_items), cell_off.view::<u32>(n_ev + 1));
+            let (mut oi, mut oo, mut op) = (outs.0.view_mut::<u32>(n_cells.max(1)), outs.1.view_mut::<u32>(n_cells.max(1)), outs.2.view_mut::<u8>(n_cells.max(1)));
+            let mut l = Launch::new(run, "ca_doublets");
+            l.arg(&write).arg(&n_items32).arg(&vis).arg(&db.n_pairs).arg(&n_ev32).arg(&vho).arg(&vls);
+            l.arg(&vz).arg(&vr).arg(&vphi).arg(&vsy).arg(&vdet);
+            l.arg(&vbs).arg(&vpi).arg(&vpz).arg(&vpr).arg(&vpp).arg(&vps);
+            l.arg(pi).arg(pf).arg(&flags).arg(&d.z0_cut).arg(&cuts.dzdr_fact).arg(&cuts.min_radius2_t4);
+            l.arg(&cuts.i2p).arg(&d.max_dy_pred).arg(&d.max_number_of_doublets);
+            l.arg(&mut vic).arg(&vif).arg(&vco).arg(&mut oi).arg(&mut oo).arg(&mut op);
+            l.launch(blocks(n_items, ELEMENT_BLOCK))
+        };
+        {
+            let (mut d0, mut d1, mut d2, no_off) = (run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u8>(1)?, run.zeros::<u32>(n_ev + 1)?);
+            scan(&run, 0, &mut item_count, &item_first, &no_off, 0, (&mut d0, &mut d1, &mut d2))?;
+        }
+        {
+            let vic = item_count.view::<u32>(n_items);
+            let (mut vif, mut vet) = (item_first.view_mut::<u32>(n_items), event_total.view_mut::<u32>(n_ev));
+            let cfg = cudarc::driver::LaunchConfig { grid_dim: (n_ev32, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
+            Launch::new(&run, "ca_item_scan").arg(&vic).arg(&vis).arg(&db.n_pairs).arg(&mut vif).arg(&mut vet).launch(cfg)?;
+        }
+        // The events' cell counts size the products: one small download.
+        let totals = run.down::<u32>(&event_total, n_ev)?;
+        run.sync()?;
+        let totals: Vec<u32> = totals.as_slice().to_vec();
+        let (cell_off, _) = cell_offsets(&totals, d.max_number_of_doublets).map_err(Error::data)?;
+        let n_cells = *cell_off.last().unwrap_or(&0) as usize;
+        let n_cells32 = n_cells as u32;
+        let dco = run.up(&cell_off)?;
+        let (mut inner, mut outer, mut pair) = (run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_cells.max(1))?, run.out::<u8>(n_cells.max(1))?);
+        scan(&run, 1, &mut item_count, &item_first, &dco, n_cells, (&mut inner, &mut outer, &mut pair))?;
+        let mut outer_count = run.zeros::<u32>(n_hits)?;
+        let mut listed = run.zeros::<u8>(n_cells.max(1))?;
+        if n_cells > 0 {
+            let m = d.max_cells_per_hit;
+            let (vo, vco) = (outer.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1));
+            {
+                let mut voc = outer_count.view_mut::<u32>(n_hits);
+                Launch::new(&run, "ca_listed_count").arg(&vo).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&vho).arg(&mut voc).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            }
+            let voc = outer_count.view::<u32>(n_hits);
+            let mut vl = listed.view_mut::<u8>(n_cells);
+            Launch::new(&run, "ca_listed").arg(&vo).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&vho).arg(&voc).arg(&m).arg(&mut vl).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            Launch::new(&run, "ca_listed_overfull").arg(&vo).arg(&vco).arg(&n_ev32).arg(&vho).arg(&n_hits32).arg(&voc).arg(&m).arg(&mut vl).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+        }
+        run.mark()?;
+        let (hi, ho, hp, hl) = (run.down::<u32>(&inner, n_cells)?, run.down::<u32>(&outer, n_cells)?, run.down::<u8>(&pair, n_cells)?, run.down::<u8>(&listed, n_cells)?);
+        run.finish(&c.stats)?;
+        let p = doublet_products(d, &totals, &cell_off, hi.as_slice().to_vec(), ho.as_slice().to_vec(), hp.as_slice().to_vec(), hl.as_slice())
+            .map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
+        // The cells stay on the device too, for a GPU `ca_ntuplets` (no upload there).
+        let device = device_columns(c.gpu, DOUBLETS, n_cells, vec![Arc::new(inner), Arc::new(outer), Arc::new(pair), Arc::new(listed)])?;
+        publish_resident(batch, DOUBLETS, p.columns, offsets_from_lengths(p.lengths)?, device)?;
+        publish_overflows(batch, p.overflows)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(self.common.report())
+    }
+}

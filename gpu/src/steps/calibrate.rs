@@ -1,0 +1,92 @@
+//! GPU `calibrate`: everything on the device, one thread per digi.
+
+use super::*;
+
+struct DeviceGains {
+    first: CudaSlice<u32>,
+    last: CudaSlice<u32>,
+    cols: CudaSlice<i32>,
+    data: CudaSlice<u8>,
+    host: Arc<GainCalibration>,
+}
+
+pub(crate) struct CalibrateGpu {
+    input: ProductKey,
+    cfg: CalibConfig,
+    gains: DeviceGains,
+    common: Common,
+}
+
+impl CalibrateGpu {
+    pub fn new(cfg: &StepConfig, common: Common, gains: Arc<GainCalibration>, ccfg: CalibConfig) -> Result<Self> {
+        let e = |m: String| Error::plan(&cfg.label, format!("uploading the gains: {m}"));
+        let mut bytes = 0u64;
+        let g = common.gpu;
+        let first: Vec<u32> = gains.range_and_cols.iter().map(|r| r.0).collect();
+        let last: Vec<u32> = gains.range_and_cols.iter().map(|r| r.1).collect();
+        let cols: Vec<i32> = gains.range_and_cols.iter().map(|r| r.2).collect();
+        let dg = DeviceGains {
+            first: upload_condition(g, &first, &mut bytes).map_err(e)?,
+            last: upload_condition(g, &last, &mut bytes).map_err(e)?,
+            cols: upload_condition(g, &cols, &mut bytes).map_err(e)?,
+            data: upload_condition(g, &gains.data, &mut bytes).map_err(e)?,
+            host: gains,
+        };
+        common.stats.add_conditions(bytes);
+        Ok(CalibrateGpu { input: cfg.input("input")?, cfg: ccfg, gains: dg, common })
+    }
+}
+
+impl Step for CalibrateGpu {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let c = &self.common;
+        let d = batch.get(&self.input)?;
+        // Host columns only for their count: the kernel reads the device copy.
+        let module = values::<UInt16Type>(&d, "module")?;
+        let n = module.len();
+        let g = &self.gains.host;
+        if g.rows_averaged == 0 {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        if n == 0 || n > u32::MAX as usize {
+            return c.cpu.process(batch);
+        }
+        let mut run = Run::start(c.gpu)?;
+        let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
+        let din = cuda(&on_dev);
+        let (dm, dx, dy, da) = (din.column("module")?, din.column("row")?, din.column("col")?, din.column("adc")?);
+        let mut status = run.zeros::<u32>(1)?;
+        let (mut om, mut oa) = (run.out::<u16>(n)?, run.out::<u16>(n)?);
+        run.mark()?;
+        {
+            let cf = &self.cfg;
+            let (n32, n_ranges, data_len) = (n as u32, g.range_and_cols.len() as u32, g.data.len() as u64);
+            let (is_run2, l1) = (cf.is_run2 as u32, cf.l1_modules as u32);
+            let (vm, vx, vy, va) = (dm.view::<u16>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
+            let (mut vom, mut voa, mut vst) = (om.view_mut::<u16>(n), oa.view_mut::<u16>(n), status.view_mut::<u32>(1));
+            let mut b = Launch::new(&run, "calibrate");
+            b.arg(&vm).arg(&vx).arg(&vy).arg(&va).arg(&n32);
+            b.arg(&self.gains.first).arg(&self.gains.last).arg(&self.gains.cols).arg(&n_ranges);
+            b.arg(&self.gains.data).arg(&data_len).arg(&g.min_ped).arg(&g.min_gain).arg(&g.ped_precision).arg(&g.gain_precision);
+            b.arg(&g.rows_averaged).arg(&g.dead_flag).arg(&g.noisy_flag);
+            b.arg(&is_run2).arg(&l1).arg(&cf.vcal_to_electron_gain_l1).arg(&cf.vcal_to_electron_offset_l1);
+            b.arg(&cf.vcal_to_electron_gain).arg(&cf.vcal_to_electron_offset).arg(&cf.min_electrons);
+            b.arg(&mut vom).arg(&mut voa).arg(&mut vst);
+            b.launch(blocks(n, ELEMENT_BLOCK))?;
+        }
+        run.mark()?;
+        let st = run.down::<u32>(&status, 1)?;
+        let (hm, ha) = (run.down::<u16>(&om, n)?, run.down::<u16>(&oa, n)?);
+        run.finish(&c.stats)?;
+        if st[0] != 0 {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let cols = vec![column(&d, "row")?, column(&d, "col")?, u16_array(ha), u16_array(hm)];
+        let on_device = device_columns(c.gpu, CALIBRATED_DIGIS, n, vec![dx.clone(), dy.clone(), Arc::new(oa), Arc::new(om)])?;
+        publish_resident(batch, CALIBRATED_DIGIS, cols, d.offsets().clone(), on_device)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(self.common.report())
+    }
+}

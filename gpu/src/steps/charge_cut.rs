@@ -1,0 +1,192 @@
+//! GPU `cluster_charge_cut`: run spans on the host; cut and renumbering on the device, one
+//! block per run; the hit-module table on the host.
+
+use super::*;
+
+pub(crate) struct ChargeCutGpu {
+    digis: ProductKey,
+    clusters: ProductKey,
+    modules: ProductKey,
+    cfg: ChargeCutConfig,
+    common: Common,
+}
+
+impl ChargeCutGpu {
+    pub fn new(cfg: &StepConfig, common: Common, ccfg: ChargeCutConfig) -> Result<Self> {
+        Ok(ChargeCutGpu { digis: cfg.input("digis")?, clusters: cfg.input("clusters")?, modules: cfg.input("modules")?, cfg: ccfg, common })
+    }
+}
+
+/// Whether a batch's module tables (`tables[e]`: module ids, first digis, clusters per
+/// module) need more than the `cluster_charge_cut` and `rechits` kernels hold: they keep a
+/// module's clusters in per-block arrays of `MAX_CLUSTERS_PER_MODULE` and an event's hits
+/// in `MAX_NUM_CLUSTERS` slots, the reference's capacities. With `capacities = "sized"`
+/// such a batch goes to the CPU's sized step instead of being cut (a CPU fallback in the
+/// step's report).
+///
+/// ```
+/// use quiver_gpu::steps::beyond_kernel_slots;
+/// let (ids, firsts) = ([1u16, 2], [0u32, 10]);
+/// assert!(!beyond_kernel_slots(&[(&ids, &firsts, &[1024, 7])]));
+/// assert!(beyond_kernel_slots(&[(&ids, &firsts, &[1025, 7])]));          // one module
+/// let many = vec![1000u32; 50];
+/// let ids50: Vec<u16> = (0..50).collect();
+/// assert!(beyond_kernel_slots(&[(&ids50, &[0u32; 50], &many)]));         // 50 000 hits
+/// ```
+pub fn beyond_kernel_slots(tables: &[(&[u16], &[u32], &[u32])]) -> bool {
+    tables.iter().any(|(_, _, counts)| {
+        counts.iter().any(|&c| c > MAX_CLUSTERS_PER_MODULE) || counts.iter().map(|&c| c as u64).sum::<u64>() > MAX_NUM_CLUSTERS as u64
+    })
+}
+
+/// One event's module table rows: (module id, first digi, clusters).
+pub(super) fn table_rows(m: &Product, e: usize) -> Result<(&[u16], &[u32], &[u32])> {
+    let rows = m.event_rows(e);
+    Ok((
+        &values::<UInt16Type>(m, "module")?[rows.clone()],
+        &values::<UInt32Type>(m, "first_digi")?[rows.clone()],
+        &values::<UInt32Type>(m, "clusters")?[rows],
+    ))
+}
+
+/// The module runs of a batch that the charge-cut kernel processes (batch digi indices),
+/// and what is needed to rebuild the `hit_modules` tables.
+#[derive(Debug, Default)]
+pub struct CutRuns {
+    pub first: Vec<u32>,
+    pub end: Vec<u32>,
+    pub nclus: Vec<u32>,
+    pub module: Vec<u16>,
+    /// Per event: clusters per module id before the cut, modules of the launched runs, and
+    /// the input table's module ids and first digis.
+    events: Vec<CutEvent>,
+}
+
+/// Clusters per module id before the cut, modules of the launched runs, the table's module
+/// ids and first digis.
+type CutEvent = (Vec<u32>, Vec<u16>, Vec<u16>, Vec<u32>);
+
+/// The runs the CPU core would process for each event (`rows[e]`: the event's digis in
+/// the batch; `tables[e]`: its `cluster_modules` rows), with their spans; `None` where the
+/// device path does not apply (the CPU reports an error, runs out of order, or a module
+/// repeats: its runs would depend on each other).
+pub fn cut_runs(module: &[u16], rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])]) -> Option<CutRuns> {
+    let mut out = CutRuns::default();
+    for (r, &(ids, firsts, counts)) in rows.iter().zip(tables) {
+        let (base, ne) = (r.start, r.len());
+        let id = &module[r.clone()];
+        let mut n_in_module = vec![0u32; MAX_NUM_MODULES];
+        for (&mid, &cnt) in ids.iter().zip(counts) {
+            *n_in_module.get_mut(mid as usize)? = cnt;
+        }
+        let mut seen = vec![false; MAX_NUM_MODULES];
+        let mut prev_first: Option<usize> = None;
+        let mut launched = Vec::new();
+        for &first in firsts {
+            let first = first as usize;
+            if first >= ne || prev_first.is_some_and(|p| p >= first) {
+                return None;
+            }
+            prev_first = Some(first);
+            let this = id[first];
+            if this == INVALID_MODULE {
+                continue;
+            }
+            if this as usize >= MAX_NUM_MODULES || std::mem::replace(&mut seen[this as usize], true) {
+                return None;
+            }
+            if n_in_module[this as usize] == 0 {
+                continue;
+            }
+            let end = (first..ne).find(|&i| id[i] != INVALID_MODULE && id[i] != this).unwrap_or(ne);
+            launched.push(this);
+            out.first.push((base + first) as u32);
+            out.end.push((base + end) as u32);
+            out.nclus.push(n_in_module[this as usize]);
+            out.module.push(this);
+        }
+        out.events.push((n_in_module, launched, ids.to_vec(), firsts.to_vec()));
+    }
+    Some(out)
+}
+
+impl CutRuns {
+    /// The `hit_modules` tables given the clusters kept per launched run.
+    pub fn tables(&self, kept: &[u32]) -> Vec<ModuleTable> {
+        let mut k = 0usize;
+        let mut tables = Vec::with_capacity(self.events.len());
+        for (n_in_module, launched, ids, firsts) in &self.events {
+            let mut n_in_module = n_in_module.clone();
+            for &this in launched {
+                n_in_module[this as usize] = kept[k];
+                k += 1;
+            }
+            let counts = ids.iter().map(|&mid| n_in_module[mid as usize]).collect();
+            tables.push((ids.clone(), firsts.clone(), counts));
+        }
+        tables
+    }
+}
+
+impl Step for ChargeCutGpu {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let c = &self.common;
+        let (d, cl, m) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?);
+        let module = values::<UInt16Type>(&d, "module")?;
+        let n = module.len();
+        if cl.offsets() != d.offsets() || n == 0 || n > i32::MAX as usize {
+            return c.cpu.process(batch);
+        }
+        let mut rows = Vec::with_capacity(batch.n_events());
+        let mut tables = Vec::with_capacity(batch.n_events());
+        for e in 0..batch.n_events() {
+            rows.push(d.event_rows(e));
+            tables.push(table_rows(&m, e)?);
+        }
+        let sized = self.cfg.max_clusters_per_module > MAX_CLUSTERS_PER_MODULE;
+        if sized && beyond_kernel_slots(&tables) {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let Some(plan) = cut_runs(module, &rows, &tables) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let (rf, re, rn, rm) = (&plan.first, &plan.end, &plan.nclus, &plan.module);
+        let n_runs = rf.len();
+        let mut run = Run::start(c.gpu)?;
+        let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        // The cut renumbers in place: private copies, the inputs' device columns stay intact.
+        let (mut dm, mut dc) = (run.copy::<u16>(cuda(&dig_dev).column("module")?, n)?, run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?);
+        let da = cuda(&dig_dev).column("charge")?;
+        let (drf, dre, drn, drm) = (run.up(rf)?, run.up(re)?, run.up(rn)?, run.up(rm)?);
+        let mut ncl = run.out::<u32>(n_runs.max(1))?;
+        run.mark()?;
+        if n_runs > 0 {
+            let cf = &self.cfg;
+            let (mx, l1) = (cf.max_clusters_per_module, cf.l1_modules as u32);
+            let (mut vm, mut vc, va) = (dm.view_mut::<u16>(n), dc.view_mut::<i32>(n), da.view::<u16>(n));
+            let (vf, ve, vn, vmod) = (drf.view::<u32>(n_runs), dre.view::<u32>(n_runs), drn.view::<u32>(n_runs), drm.view::<u16>(n_runs));
+            let mut vncl = ncl.view_mut::<u32>(n_runs);
+            let mut b = Launch::new(&run, "charge_cut");
+            b.arg(&mut vm).arg(&mut vc).arg(&va).arg(&vf).arg(&ve).arg(&vn).arg(&vmod);
+            b.arg(&mx).arg(&l1).arg(&cf.min_charge_l1).arg(&cf.min_charge).arg(&mut vncl);
+            b.launch(per_block(n_runs))?; // one block per run, disjoint spans
+        }
+        run.mark()?;
+        let (hm, hc) = (run.down::<u16>(&dm, n)?, run.down::<i32>(&dc, n)?);
+        let hn = run.down::<u32>(&ncl, n_runs)?;
+        run.finish(&c.stats)?;
+        // As the CPU step: a capped module's count is the clusters kept, never above the cap.
+        let cap = self.cfg.max_clusters_per_module;
+        let tables: Vec<ModuleTable> = plan.tables(&hn).into_iter().map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect())).collect();
+        let overflows = (0..batch.n_events())
+            .map(|e| Ok(records::cluster_counts(table_rows(&m, e)?.2, cap).into_iter().collect()))
+            .collect::<Result<Vec<_>>>()?;
+        let cols = vec![u16_array(hm), i32_array(hc)];
+        let on_device = device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
+        publish_resident(batch, CLUSTERED_DIGIS, cols, d.offsets().clone(), on_device)?;
+        publish_modules(batch, HIT_MODULES, &tables)?;
+        publish_overflows(batch, overflows)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(self.common.report())
+    }
+}

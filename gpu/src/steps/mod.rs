@@ -1,0 +1,252 @@
+//! GPU implementations of the local-reconstruction steps. Each takes its inputs' device
+//! columns (those an earlier GPU step of the batch kept, else one upload per batch shared by
+//! every GPU step: [`crate::resident`]), runs its kernels on the worker's stream, downloads
+//! the results into pooled host buffers and publishes the same products (same schemas, same
+//! values bit for bit) as the CPU step of `quiver_reco::steps`, with the device columns
+//! attached for the next GPU step.
+//!
+//! One file per step (as pixeltrack-standalone has one folder per module); what they share
+//! (a batch on the device, checked launches, publishing, the fallback) is here.
+//!
+//! Split between host and device:
+//! - `raw_to_digis`: FED framing (headers, trailers, their errors, word capacity) on the
+//!   host; every 32-bit payload word decoded on the device; word errors compacted on the
+//!   device and sorted back into word order on the host.
+//! - `calibrate`: everything on the device, one thread per digi.
+//! - `clusterize`: module runs found on the host (a sequential scan); clustering on the
+//!   device, one block per run.
+//! - `cluster_charge_cut`: run spans found on the host; cut and renumbering on the device,
+//!   one block per run; the hit-module table on the host.
+//! - `rechits`: hit offsets and run spans on the host; cluster sums, CPE, global position and
+//!   `iphi` on the device, one block per run.
+//!
+//! Inputs that the CPU core rejects (bad conditions, pixels outside a module, inconsistent
+//! module tables) and the rare layouts whose sequential semantics the device does not
+//! reproduce (a module appearing in two runs of an event for the charge cut) are handed to
+//! the CPU implementation of the same step, which reports its exact error or computes the
+//! batch; the end-of-job report counts such batches.
+
+use std::sync::Arc;
+
+use arrow_array::types::{UInt16Type, UInt32Type};
+use arrow_array::{ArrayRef, Int32Array, RecordBatch, UInt16Array, UInt32Array};
+use arrow_buffer::ArrowNativeType;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
+use quiver_columnar::columns::{column, concat_ref, values};
+use quiver_columnar::product::offsets_from_lengths;
+use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
+use quiver_reco::capacity::records;
+use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration, CABLING_MAX_SIZE};
+use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE};
+use quiver_reco::local::raw_to_digis::{error_type, frame_fed, DUMMY_DET_ID};
+use quiver_reco::local::{
+    CalibConfig, ChargeCutConfig, PixelError, RawToDigiConfig, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES,
+};
+use quiver_reco::steps::schema;
+use quiver_reco::steps::types::*;
+
+use crate::device::{download, upload, upload_condition, zeros, DeviceBuf, Gpu};
+use crate::resident::{columns_on_device, cuda, CudaColumns};
+use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK, MODULE_BLOCK};
+use crate::transfer::{BatchTransfers, TransferStats};
+
+
+mod ca_doublets;
+mod ca_ntuplets;
+mod calibrate;
+mod charge_cut;
+mod clusterize;
+mod raw_to_digis;
+mod rechits;
+
+pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
+pub(crate) use ca_doublets::CaDoubletsGpu;
+pub use ca_ntuplets::{capped_neighbors, ntuplet_event};
+pub(crate) use ca_ntuplets::CaNtupletsGpu;
+pub(crate) use calibrate::CalibrateGpu;
+pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};
+pub(crate) use charge_cut::ChargeCutGpu;
+pub use clusterize::{cluster_tables, module_runs, ModuleTable};
+pub(crate) use clusterize::ClusterizeGpu;
+pub use raw_to_digis::{frame_batch, merge_errors, Framed};
+pub(crate) use raw_to_digis::RawToDigisGpu;
+pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
+pub(crate) use rechits::RecHitsGpu;
+use charge_cut::table_rows;
+use clusterize::publish_modules;
+
+pub(crate) fn derr(e: impl std::fmt::Display) -> Error {
+    Error::data(format!("gpu: {e}"))
+}
+
+pub(crate) fn blocks(n: usize, per: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: ((n as u32).div_ceil(per).max(1), 1, 1), block_dim: (per, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn per_block(n_blocks: usize) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (MODULE_BLOCK, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// One batch on the device: its stream, CUDA events around the phases, byte counts.
+pub(crate) struct Run {
+    gpu: &'static Gpu,
+    stream: Arc<CudaStream>,
+    marks: Vec<CudaEvent>,
+    t: BatchTransfers,
+}
+
+impl Run {
+    pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
+        gpu.ctx.bind_to_thread().map_err(derr)?;
+        let stream = gpu.stream().map_err(derr)?;
+        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default() };
+        r.mark()?;
+        Ok(r)
+    }
+    /// Records the end of a phase (uploads, kernels, downloads).
+    pub(crate) fn mark(&mut self) -> Result<()> {
+        let e = self.gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
+        e.record(&self.stream).map_err(derr)?;
+        self.marks.push(e);
+        Ok(())
+    }
+    /// Waits for what is queued on the stream (a download whose values size what follows).
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(derr)
+    }
+    pub(crate) fn up<T: DeviceRepr>(&mut self, host: &[T]) -> Result<DeviceBuf> {
+        upload(self.gpu, &self.stream, host, &mut self.t.h2d_bytes).map_err(derr)
+    }
+    pub(crate) fn zeros<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
+        zeros::<T>(self.gpu, &self.stream, n).map_err(derr)
+    }
+    pub(crate) fn out<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
+        self.gpu.buffer(&self.stream, (n * std::mem::size_of::<T>()).max(1)).map_err(derr)
+    }
+    /// A private copy of `n` elements of a device column (for kernels that write in place
+    /// into what another product holds); device to device, no bus crossing.
+    fn copy<T: DeviceRepr>(&mut self, src: &DeviceBuf, n: usize) -> Result<DeviceBuf> {
+        let mut dst = self.out::<T>(n)?;
+        if n > 0 {
+            let mut v = dst.view_mut::<T>(n);
+            self.stream.memcpy_dtod(&src.view::<T>(n), &mut v).map_err(derr)?;
+        }
+        Ok(dst)
+    }
+
+    /// Downloads into a pooled host vector of `n` elements (valid after `finish`).
+    pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
+        let mut v = quiver_columnar::pool::global().vec::<T>(n);
+        v.resize(n, T::default());
+        download(&self.stream, buf, v.as_mut_slice(), &mut self.t.d2h_bytes).map_err(derr)?;
+        Ok(v)
+    }
+    /// Waits for the stream; adds the phase times and bytes to `stats`. `marks` must hold
+    /// start, after uploads, after kernels, after downloads.
+    pub(crate) fn finish(mut self, stats: &TransferStats) -> Result<()> {
+        self.mark()?;
+        self.stream.synchronize().map_err(derr)?;
+        let ms = |a: usize, b: usize| -> Result<f64> {
+            match (self.marks.get(a), self.marks.get(b)) {
+                (Some(x), Some(y)) => Ok(x.elapsed_ms(y).map_err(derr)? as f64 * 1e-3),
+                _ => Ok(0.0),
+            }
+        };
+        self.t.h2d_seconds = ms(0, 1)?;
+        self.t.kernel_seconds = ms(1, 2)?;
+        self.t.d2h_seconds = ms(2, 3)?;
+        stats.add(&self.t);
+        Ok(())
+    }
+}
+
+/// A kernel launch whose argument types are checked against the kernel's source signature
+/// before it is submitted (a wrong order or type is an error naming the argument, not
+/// silently wrong products).
+pub(crate) struct Launch<'a> {
+    b: LaunchArgs<'a>,
+    name: &'static str,
+    types: Vec<String>,
+}
+
+impl<'a> Launch<'a> {
+    pub(crate) fn new(run: &'a Run, name: &'static str) -> Self {
+        Launch { b: run.stream.launch_builder(run.gpu.function(name)), name, types: Vec::new() }
+    }
+    pub(crate) fn arg<A: KernelArg>(&mut self, a: A) -> &mut Self
+    where
+        LaunchArgs<'a>: PushKernelArg<A>,
+    {
+        self.types.push(A::c_type());
+        self.b.arg(a);
+        self
+    }
+    pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
+        check_launch(self.name, &self.types).map_err(derr)?;
+        // SAFETY: the arguments match the kernel's parameters (checked above); every buffer
+        // holds the elements the kernel indexes (sized by the caller from the same counts).
+        unsafe { self.b.launch(cfg) }.map_err(derr)?;
+        Ok(())
+    }
+}
+
+fn u16_array(v: quiver_columnar::PoolVec<u16>) -> ArrayRef {
+    Arc::new(UInt16Array::new(v.into_scalar_buffer(), None))
+}
+fn u32_array(v: quiver_columnar::PoolVec<u32>) -> ArrayRef {
+    Arc::new(UInt32Array::new(v.into_scalar_buffer(), None))
+}
+fn i32_array(v: quiver_columnar::PoolVec<i32>) -> ArrayRef {
+    Arc::new(Int32Array::new(v.into_scalar_buffer(), None))
+}
+
+pub(crate) use quiver_reco::steps::{publish, publish_overflows};
+
+/// Device columns for a product of `type_name` with `rows` rows, in schema order.
+pub(crate) fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, cols: Vec<Arc<DeviceBuf>>) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
+    Ok(Arc::new(CudaColumns::new(gpu, schema(type_name), rows, cols)?))
+}
+
+/// Publishes a product whose host columns were downloaded, keeping its device columns for
+/// the next GPU step of the batch.
+pub(crate) fn publish_resident(
+    batch: &mut EventBatch,
+    type_name: &str,
+    columns: Vec<ArrayRef>,
+    offsets: arrow_buffer::OffsetBuffer<i32>,
+    device: Arc<dyn quiver_columnar::residency::DeviceData>,
+) -> Result<()> {
+    let rb = RecordBatch::try_new(schema(type_name), columns)?;
+    batch.put(Product::new(rb, offsets)?.with_device(device))
+}
+
+/// Hands the batch to the CPU implementation and counts it.
+pub(crate) fn fallback(cpu: &dyn Step, stats: &TransferStats, batch: &mut EventBatch) -> Result<()> {
+    stats.add_cpu_fallback();
+    cpu.process(batch)
+}
+
+/// What every GPU step shares: the device, the CPU implementation, the counters.
+pub(crate) struct Common {
+    pub gpu: &'static Gpu,
+    pub cpu: Box<dyn Step>,
+    pub stats: TransferStats,
+}
+
+impl Common {
+    pub(crate) fn report(&self) -> Option<String> {
+        let p = self.gpu.pool.stats();
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        Some(format!(
+            "{}\ngpu: device {}; device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused",
+            self.stats.report(),
+            self.gpu.description,
+            mib(p.peak_bytes_held),
+            mib(p.bytes_held),
+            p.allocations,
+            if p.requests > 0 { 100.0 * p.hits as f64 / p.requests as f64 } else { 0.0 },
+            p.requests
+        ))
+    }
+}

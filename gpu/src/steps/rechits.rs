@@ -1,0 +1,241 @@
+//! GPU `rechits`: hit offsets and run spans on the host; cluster sums, CPE, global
+//! position and `iphi` on the device, one block per run.
+
+use super::*;
+
+/// The per-module CPE parameters as `DET_STRIDE` (23) floats per module, the layout the
+/// `rechits` kernel reads: shift x/y, charge width x/y, x0, y0, z0, sx[3], sy[3], the first
+/// six rotation entries, px, py, pz, and 1.0 for barrel modules.
+pub fn det_table(cpe: &CpeParams) -> Vec<f32> {
+    let mut t = Vec::with_capacity(cpe.det.len() * 23);
+    for d in &cpe.det {
+        t.extend_from_slice(&[d.shift_x, d.shift_y, d.charge_width_x, d.charge_width_y, d.x0, d.y0, d.z0]);
+        t.extend_from_slice(&d.sx);
+        t.extend_from_slice(&d.sy);
+        t.extend_from_slice(&d.frame.r[..6]);
+        t.extend_from_slice(&[d.frame.px, d.frame.py, d.frame.pz, if d.is_barrel { 1.0 } else { 0.0 }]);
+    }
+    t
+}
+
+/// One module run of an event for the `rechits` kernel: (first, end) event-local digis,
+/// clusters, module, first hit (event-local).
+pub type HitRun = (usize, usize, u32, u32, u32);
+
+/// The runs the CPU core would process for one event and its hit count, from the module
+/// table (`module_start`, `module_id`, clusters per module id), or `None` where the device
+/// path does not apply (the CPU reports an error, or a module repeats).
+pub fn hit_runs(module: &[u16], module_start: &[u32], module_id: &[u32], n_in_module: &[u32], n_det: usize) -> Option<(Vec<HitRun>, u32)> {
+    let cms = quiver_reco::local::charge_cut::hits_module_start(n_in_module, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS);
+    if cms.windows(2).any(|w| w[1] < w[0]) {
+        return None;
+    }
+    let n = module.len();
+    let mut seen = vec![false; MAX_NUM_MODULES];
+    let mut runs = Vec::new();
+    for (run, &me) in module_id.iter().enumerate() {
+        let me = me as usize;
+        if me >= MAX_NUM_MODULES || me >= n_det {
+            return None;
+        }
+        let slots = cms[me + 1] - cms[me];
+        let nclus = n_in_module[me].min(slots);
+        if nclus == 0 {
+            continue;
+        }
+        if std::mem::replace(&mut seen[me], true) {
+            return None; // two runs would write the same hit slots
+        }
+        let first = (module_start[1 + run] as usize).min(n);
+        let end = (first..n).find(|&i| module[i] != INVALID_MODULE && module[i] != me as u16).unwrap_or(n);
+        runs.push((first, end, nclus, me as u32, cms[me]));
+    }
+    Some((runs, cms[MAX_NUM_MODULES]))
+}
+
+/// The module runs of a batch that the `rechits` kernel processes (batch digi indices,
+/// batch hit indices), the beam spot per run, and the hits per event.
+#[derive(Debug, Default)]
+pub struct HitRuns {
+    pub first: Vec<u32>,
+    pub end: Vec<u32>,
+    pub nclus: Vec<u32>,
+    pub module: Vec<u32>,
+    pub hit: Vec<u32>,
+    /// x, y, z per run.
+    pub beam: Vec<f32>,
+    pub hits_per_event: Vec<usize>,
+}
+
+/// [`hit_runs`] for every event of a batch (`rows[e]`: its digis, `tables[e]`: its
+/// `hit_modules` rows, `beam[e]`: its beam spot x, y, z); `None` where the device path does
+/// not apply.
+pub fn rechit_runs(
+    module: &[u16],
+    rows: &[std::ops::Range<usize>],
+    tables: &[(&[u16], &[u32], &[u32])],
+    beam: &[[f32; 3]],
+    n_det: usize,
+) -> Option<HitRuns> {
+    let mut out = HitRuns::default();
+    let mut hit_base = 0u32;
+    for ((r, &(ids, firsts, counts)), bs) in rows.iter().zip(tables).zip(beam) {
+        let mut n_in_module = vec![0u32; MAX_NUM_MODULES];
+        for (&mid, &cnt) in ids.iter().zip(counts) {
+            *n_in_module.get_mut(mid as usize)? = cnt;
+        }
+        let mut module_start = Vec::with_capacity(firsts.len() + 1);
+        module_start.push(firsts.len() as u32);
+        module_start.extend_from_slice(firsts);
+        let module_id: Vec<u32> = ids.iter().map(|&x| x as u32).collect();
+        let (runs, n_hits) = hit_runs(&module[r.clone()], &module_start, &module_id, &n_in_module, n_det)?;
+        for (first, end, nclus, me, h) in runs {
+            out.first.push((r.start + first) as u32);
+            out.end.push((r.start + end) as u32);
+            out.nclus.push(nclus);
+            out.module.push(me);
+            out.hit.push(hit_base + h);
+            out.beam.extend_from_slice(bs);
+        }
+        out.hits_per_event.push(n_hits as usize);
+        hit_base += n_hits;
+    }
+    Some(out)
+}
+
+pub(crate) struct RecHitsGpu {
+    digis: ProductKey,
+    clusters: ProductKey,
+    modules: ProductKey,
+    beamspot: ProductKey,
+    cpe: Arc<CpeParams>,
+    det: CudaSlice<f32>,
+    /// `capacities = "sized"`: batches beyond the kernel's slots go to the CPU's sized step.
+    sized: bool,
+    common: Common,
+}
+
+impl RecHitsGpu {
+    pub fn new(cfg: &StepConfig, common: Common, cpe: Arc<CpeParams>) -> Result<Self> {
+        let mut bytes = 0u64;
+        let det = upload_condition(common.gpu, &det_table(&cpe), &mut bytes)
+            .map_err(|m| Error::plan(&cfg.label, format!("uploading the CPE parameters: {m}")))?;
+        common.stats.add_conditions(bytes);
+        Ok(RecHitsGpu {
+            digis: cfg.input("digis")?,
+            clusters: cfg.input("clusters")?,
+            modules: cfg.input("modules")?,
+            beamspot: cfg.input("beamspot")?,
+            cpe,
+            det,
+            sized: quiver_reco::capacity::Capacities::of(cfg)?.sized(),
+            common,
+        })
+    }
+}
+
+impl Step for RecHitsGpu {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let c = &self.common;
+        let (d, cl, m, b) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
+        let module = values::<UInt16Type>(&cl, "module")?;
+        let bs = |name: &str| values::<arrow_array::types::Float32Type>(&b, name);
+        let (bx, by, bz) = (bs("x")?, bs("y")?, bs("z")?);
+        let n = module.len();
+        if cl.offsets() != d.offsets() || n == 0 || n > i32::MAX as usize {
+            return c.cpu.process(batch);
+        }
+        let mut rows = Vec::with_capacity(batch.n_events());
+        let mut tables = Vec::with_capacity(batch.n_events());
+        let mut beam = Vec::with_capacity(batch.n_events());
+        for e in 0..batch.n_events() {
+            rows.push(d.event_rows(e));
+            tables.push(table_rows(&m, e)?);
+            let r0 = b.event_rows(e).start;
+            beam.push([bx[r0], by[r0], bz[r0]]);
+        }
+        if self.sized && beyond_kernel_slots(&tables) {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let Some(plan) = rechit_runs(module, &rows, &tables, &beam, self.cpe.det.len()) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+        let (rf, re, rn, rme, rh, rbs) = (&plan.first, &plan.end, &plan.nclus, &plan.module, &plan.hit, &plan.beam);
+        let hits_per_event = plan.hits_per_event.clone();
+        let hit_base: u32 = plan.hits_per_event.iter().sum::<usize>() as u32;
+        let (nh, n_runs) = (hit_base as usize, rf.len());
+        if nh == 0 || n_runs == 0 {
+            return c.cpu.process(batch);
+        }
+        let mut run = Run::start(c.gpu)?;
+        let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
+        let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
+        let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
+        let (drf, dre, drn, drme, drh, drbs) = (run.up(rf)?, run.up(re)?, run.up(rn)?, run.up(rme)?, run.up(rh)?, run.up(rbs)?);
+        let mut status = run.zeros::<u32>(1)?;
+        let mut f32s: Vec<DeviceBuf> = (0..8).map(|_| run.zeros::<f32>(nh)).collect::<Result<_>>()?;
+        let (mut iphi, mut chg, mut sx, mut sy, mut det_index) =
+            (run.zeros::<i16>(nh)?, run.zeros::<i32>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<u16>(nh)?);
+        run.mark()?;
+        {
+            let com = &self.cpe.common;
+            let (vm, vc, vx, vy, va) = (dm.view::<u16>(n), dc.view::<i32>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
+            let (vf, ve, vn, vme, vh, vbs) =
+                (drf.view::<u32>(n_runs), dre.view::<u32>(n_runs), drn.view::<u32>(n_runs), drme.view::<u32>(n_runs), drh.view::<u32>(n_runs), drbs.view::<f32>(3 * n_runs));
+            let mut outs: Vec<_> = f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
+            let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) =
+                (iphi.view_mut::<i16>(nh), chg.view_mut::<i32>(nh), sx.view_mut::<i16>(nh), sy.view_mut::<i16>(nh), det_index.view_mut::<u16>(nh), status.view_mut::<u32>(1));
+            let mut bld = Launch::new(&run, "rechits");
+            bld.arg(&vm).arg(&vc).arg(&vx).arg(&vy).arg(&va);
+            bld.arg(&vf).arg(&ve).arg(&vn).arg(&vme).arg(&vh).arg(&vbs).arg(&self.det);
+            bld.arg(&com.thickness_b).arg(&com.thickness_e).arg(&com.pitch_x).arg(&com.pitch_y);
+            for o in outs.iter_mut() {
+                bld.arg(o);
+            }
+            bld.arg(&mut vi).arg(&mut vq).arg(&mut vsx).arg(&mut vsy).arg(&mut vd).arg(&mut vst);
+            bld.launch(per_block(n_runs))?; // one block per run; hit slots of runs are disjoint
+        }
+        run.mark()?;
+        let st = run.down::<u32>(&status, 1)?;
+        let mut fl = Vec::with_capacity(8);
+        for buf in &f32s {
+            fl.push(run.down::<f32>(buf, nh)?);
+        }
+        let (hi, hq, hsx, hsy, hd) =
+            (run.down::<i16>(&iphi, nh)?, run.down::<i32>(&chg, nh)?, run.down::<i16>(&sx, nh)?, run.down::<i16>(&sy, nh)?, run.down::<u16>(&det_index, nh)?);
+        run.finish(&c.stats)?;
+        if st[0] != 0 {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let mut cols: Vec<ArrayRef> =
+            fl.into_iter().map(|v| Arc::new(arrow_array::Float32Array::new(v.into_scalar_buffer(), None)) as ArrayRef).collect();
+        cols.push(Arc::new(arrow_array::Int16Array::new(hi.into_scalar_buffer(), None)));
+        cols.push(i32_array(hq));
+        cols.push(Arc::new(arrow_array::Int16Array::new(hsx.into_scalar_buffer(), None)));
+        cols.push(Arc::new(arrow_array::Int16Array::new(hsy.into_scalar_buffer(), None)));
+        // hitsLayerStart from the hits' modules, as the CPU step derives it.
+        let mut starts = Vec::with_capacity(hits_per_event.len());
+        let mut first = 0;
+        for &n in &hits_per_event {
+            let det = &hd.as_slice()[first..first + n];
+            starts.push(quiver_reco::tracks::layer_start_from_det_index(det).map_err(|e| Error::data(e.to_string()))?);
+            first += n;
+        }
+        cols.push(u16_array(hd));
+        let mut dev_cols: Vec<Arc<DeviceBuf>> = f32s.into_iter().map(Arc::new).collect();
+        dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
+        let on_device = device_columns(c.gpu, HITS, nh, dev_cols)?;
+        publish_resident(batch, HITS, cols, offsets_from_lengths(hits_per_event)?, on_device)?;
+        quiver_reco::steps::publish_hit_layers(batch, &starts)?;
+        let overflows = tables
+            .iter()
+            .map(|&(_, _, counts)| records::hits_per_event(counts, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS).into_iter().collect())
+            .collect();
+        publish_overflows(batch, overflows)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(self.common.report())
+    }
+}
