@@ -10,6 +10,8 @@ use super::ntuplets::Tuples;
 use super::{HitsView, Quality, TrackError, Tracks};
 use quiver_formats::conditions::Frame;
 
+use super::linalg::{cholesky_invert, cross2, dot2, mat_vec, mul, sandwich, sqr, sub2, transpose, Mat, MX};
+
 /// Parameters of the fit. Defaults are the reference's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FitConfig {
@@ -47,58 +49,6 @@ impl FitConfig {
     }
 }
 
-/// Largest matrix handled (5 hits + the curvature correction).
-const MX: usize = 6;
-pub(crate) type Mat = [[f64; MX]; MX];
-
-#[inline]
-fn sqr(x: f64) -> f64 {
-    x * x
-}
-#[inline]
-fn cross2(a: [f64; 2], b: [f64; 2]) -> f64 {
-    a[0] * b[1] - a[1] * b[0]
-}
-#[inline]
-fn dot2(a: [f64; 2], b: [f64; 2]) -> f64 {
-    a[0] * b[0] + a[1] * b[1]
-}
-#[inline]
-fn sub2(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
-    [a[0] - b[0], a[1] - b[1]]
-}
-
-#[inline]
-fn mul<const R: usize, const K: usize, const C: usize>(a: &[[f64; K]; R], b: &[[f64; C]; K]) -> [[f64; C]; R] {
-    let mut o = [[0.0; C]; R];
-    let mut t = [0.0; K];
-    for i in 0..R {
-        for j in 0..C {
-            for k in 0..K {
-                t[k] = a[i][k] * b[k][j];
-            }
-            o[i][j] = if K % 2 == 1 { tree_sum(&t) } else { seq_sum(&t) };
-        }
-    }
-    o
-}
-
-#[inline]
-fn transpose<const R: usize, const C: usize>(a: &[[f64; C]; R]) -> [[f64; R]; C] {
-    let mut o = [[0.0; R]; C];
-    for i in 0..R {
-        for j in 0..C {
-            o[j][i] = a[i][j];
-        }
-    }
-    o
-}
-
-/// J·C·Jᵀ.
-fn sandwich<const N: usize>(j: &[[f64; N]; N], c: &[[f64; N]; N]) -> [[f64; N]; N] {
-    mul(&mul(j, c), &transpose(j))
-}
-
 /// Rotation that maps the line y = slope·x onto y = 0.
 fn rotation(slope: f64) -> [[f64; 2]; 2] {
     let r00 = 1.0 / (1.0 + sqr(slope)).sqrt();
@@ -126,172 +76,6 @@ pub fn mult_scatt(length: f64, b: f64, r: f64, slope: f64) -> f64 {
     FACT / (pt2 * (1.0 + sqr(slope))) * (length.abs() * XXI_0) * sqr(1.0 + 0.038 * (length.abs() * XXI_0).ln())
 }
 
-/// Inverse of a symmetric positive-definite `n`×`n` matrix (n = 3..6) by the reference's
-/// unrolled Cholesky formulas (reads the lower triangle, returns a symmetric matrix).
-#[inline(always)]
-pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
-    let s = |i: usize, j: usize| src[i][j];
-    let mut d = [[0.0f64; MX]; MX];
-    let luc0 = 1.0 / s(0, 0);
-    let luc1 = s(1, 0);
-    let mut luc2 = s(1, 1) - luc0 * luc1 * luc1;
-    luc2 = 1.0 / luc2;
-    let luc3 = s(2, 0);
-    let luc4 = s(2, 1) - luc0 * luc1 * luc3;
-    if n == 3 {
-        let mut luc5 = s(2, 2) - (luc0 * luc3 * luc3 + (luc2 * luc4) * luc4);
-        luc5 = 1.0 / luc5;
-        let li21 = -luc0 * luc1;
-        let li32 = -(luc2 * luc4);
-        let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
-        d[0][0] = luc5 * li31 * li31 + li21 * li21 * luc2 + luc0;
-        d[1][0] = luc5 * li31 * li32 + li21 * luc2;
-        d[1][1] = luc5 * li32 * li32 + luc2;
-        d[2][0] = luc5 * li31;
-        d[2][1] = luc5 * li32;
-        d[2][2] = luc5;
-    } else {
-        let mut luc5 = s(2, 2) - (luc0 * luc3 * luc3 + luc2 * luc4 * luc4);
-        luc5 = 1.0 / luc5;
-        let luc6 = s(3, 0);
-        let luc7 = s(3, 1) - luc0 * luc1 * luc6;
-        let luc8 = s(3, 2) - luc0 * luc3 * luc6 - luc2 * luc4 * luc7;
-        let mut luc9 = s(3, 3) - (luc0 * luc6 * luc6 + luc2 * luc7 * luc7 + luc8 * (luc8 * luc5));
-        luc9 = 1.0 / luc9;
-        let li21 = -luc1 * luc0;
-        let li32 = -luc2 * luc4;
-        let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
-        let li43 = -(luc8 * luc5);
-        let li42 = (luc4 * luc8 * luc5 - luc7) * luc2;
-        let li41 = (-luc1 * (luc2 * luc4) * (luc8 * luc5) + luc1 * (luc2 * luc7) + luc3 * (luc8 * luc5) - luc6) * luc0;
-        if n == 4 {
-            d[0][0] = luc9 * li41 * li41 + luc5 * li31 * li31 + luc2 * li21 * li21 + luc0;
-            d[1][0] = luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
-            d[1][1] = luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
-            d[2][0] = luc9 * li41 * li43 + luc5 * li31;
-            d[2][1] = luc9 * li42 * li43 + luc5 * li32;
-            d[2][2] = luc9 * li43 * li43 + luc5;
-            d[3][0] = luc9 * li41;
-            d[3][1] = luc9 * li42;
-            d[3][2] = luc9 * li43;
-            d[3][3] = luc9;
-        } else {
-            let luc10 = s(4, 0);
-            let luc11 = s(4, 1) - luc0 * luc1 * luc10;
-            let luc12 = s(4, 2) - luc0 * luc3 * luc10 - luc2 * luc4 * luc11;
-            let luc13 = s(4, 3) - luc0 * luc6 * luc10 - luc2 * luc7 * luc11 - luc5 * luc8 * luc12;
-            let mut luc14 =
-                s(4, 4) - (luc0 * luc10 * luc10 + luc2 * luc11 * luc11 + luc5 * luc12 * luc12 + luc9 * luc13 * luc13);
-            luc14 = 1.0 / luc14;
-            let li54 = -luc13 * luc9;
-            let li53 = (luc13 * luc8 * luc9 - luc12) * luc5;
-            let li52 = (-luc4 * luc8 * luc13 * luc5 * luc9 + luc4 * luc12 * luc5 + luc7 * luc13 * luc9 - luc11) * luc2;
-            let li51 = (luc1 * luc4 * luc8 * luc13 * luc2 * luc5 * luc9
-                - luc13 * luc8 * luc3 * luc9 * luc5
-                - luc12 * luc4 * luc1 * luc2 * luc5
-                - luc13 * luc7 * luc1 * luc9 * luc2
-                + luc11 * luc1 * luc2
-                + luc12 * luc3 * luc5
-                + luc13 * luc6 * luc9
-                - luc10)
-                * luc0;
-            if n == 5 {
-                d[0][0] = luc14 * li51 * li51 + luc9 * li41 * li41 + luc5 * li31 * li31 + luc2 * li21 * li21 + luc0;
-                d[1][0] = luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
-                d[1][1] = luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
-                d[2][0] = luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
-                d[2][1] = luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
-                d[2][2] = luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
-                d[3][0] = luc14 * li51 * li54 + luc9 * li41;
-                d[3][1] = luc14 * li52 * li54 + luc9 * li42;
-                d[3][2] = luc14 * li53 * li54 + luc9 * li43;
-                d[3][3] = luc14 * li54 * li54 + luc9;
-                d[4][0] = luc14 * li51;
-                d[4][1] = luc14 * li52;
-                d[4][2] = luc14 * li53;
-                d[4][3] = luc14 * li54;
-                d[4][4] = luc14;
-            } else {
-                let luc15 = s(5, 0);
-                let luc16 = s(5, 1) - luc0 * luc1 * luc15;
-                let luc17 = s(5, 2) - luc0 * luc3 * luc15 - luc2 * luc4 * luc16;
-                let luc18 = s(5, 3) - luc0 * luc6 * luc15 - luc2 * luc7 * luc16 - luc5 * luc8 * luc17;
-                let luc19 =
-                    s(5, 4) - luc0 * luc10 * luc15 - luc2 * luc11 * luc16 - luc5 * luc12 * luc17 - luc9 * luc13 * luc18;
-                let mut luc20 = s(5, 5)
-                    - (luc0 * luc15 * luc15
-                        + luc2 * luc16 * luc16
-                        + luc5 * luc17 * luc17
-                        + luc9 * luc18 * luc18
-                        + luc14 * luc19 * luc19);
-                luc20 = 1.0 / luc20;
-                let li65 = -luc19 * luc14;
-                let li64 = (luc19 * luc14 * luc13 - luc18) * luc9;
-                let li63 =
-                    (-luc8 * luc13 * (luc19 * luc14) * luc9 + luc8 * luc9 * luc18 + luc12 * (luc19 * luc14) - luc17) * luc5;
-                let li62 = (luc4 * (luc8 * luc9) * luc13 * luc5 * (luc19 * luc14)
-                    - luc18 * luc4 * (luc8 * luc9) * luc5
-                    - luc19 * luc12 * luc4 * luc14 * luc5
-                    - luc19 * luc13 * luc7 * luc14 * luc9
-                    + luc17 * luc4 * luc5
-                    + luc18 * luc7 * luc9
-                    + luc19 * luc11 * luc14
-                    - luc16)
-                    * luc2;
-                let li61 = (-luc19 * luc13 * luc8 * luc4 * luc1 * luc2 * luc5 * luc9 * luc14
-                    + luc18 * luc8 * luc4 * luc1 * luc2 * luc5 * luc9
-                    + luc19 * luc12 * luc4 * luc1 * luc2 * luc5 * luc14
-                    + luc19 * luc13 * luc7 * luc1 * luc2 * luc9 * luc14
-                    + luc19 * luc13 * luc8 * luc3 * luc5 * luc9 * luc14
-                    - luc17 * luc4 * luc1 * luc2 * luc5
-                    - luc18 * luc7 * luc1 * luc2 * luc9
-                    - luc19 * luc11 * luc1 * luc2 * luc14
-                    - luc18 * luc8 * luc3 * luc5 * luc9
-                    - luc19 * luc12 * luc3 * luc5 * luc14
-                    - luc19 * luc13 * luc6 * luc9 * luc14
-                    + luc16 * luc1 * luc2
-                    + luc17 * luc3 * luc5
-                    + luc18 * luc6 * luc9
-                    + luc19 * luc10 * luc14
-                    - luc15)
-                    * luc0;
-                d[0][0] = luc20 * li61 * li61
-                    + luc14 * li51 * li51
-                    + luc9 * li41 * li41
-                    + luc5 * li31 * li31
-                    + luc2 * li21 * li21
-                    + luc0;
-                d[1][0] = luc20 * li61 * li62 + luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
-                d[1][1] = luc20 * li62 * li62 + luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
-                d[2][0] = luc20 * li61 * li63 + luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
-                d[2][1] = luc20 * li62 * li63 + luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
-                d[2][2] = luc20 * li63 * li63 + luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
-                d[3][0] = luc20 * li61 * li64 + luc14 * li51 * li54 + luc9 * li41;
-                d[3][1] = luc20 * li62 * li64 + luc14 * li52 * li54 + luc9 * li42;
-                d[3][2] = luc20 * li63 * li64 + luc14 * li53 * li54 + luc9 * li43;
-                d[3][3] = luc20 * li64 * li64 + luc14 * li54 * li54 + luc9;
-                d[4][0] = luc20 * li61 * li65 + luc14 * li51;
-                d[4][1] = luc20 * li62 * li65 + luc14 * li52;
-                d[4][2] = luc20 * li63 * li65 + luc14 * li53;
-                d[4][3] = luc20 * li64 * li65 + luc14 * li54;
-                d[4][4] = luc20 * li65 * li65 + luc14;
-                d[5][0] = luc20 * li61;
-                d[5][1] = luc20 * li62;
-                d[5][2] = luc20 * li63;
-                d[5][3] = luc20 * li64;
-                d[5][4] = luc20 * li65;
-                d[5][5] = luc20;
-            }
-        }
-    }
-    for i in 0..n {
-        for j in 0..i {
-            d[j][i] = d[i][j];
-        }
-    }
-    d
-}
-
 /// Global covariance (xx, xy, yy, xz, yz, zz) of a hit with local variances (cxx, cyy),
 /// rotated with the module frame in f32 (`SOAFrame::toGlobal(cxx, cxy, cyy, gl)`, cxy = 0).
 ///
@@ -316,15 +100,17 @@ pub fn hit_global_cov(frame: &Frame, cxx: f32, cyy: f32) -> [f32; 6] {
     ]
 }
 
-/// Fast pre-fit: circle through the first, middle and last hits, (X0, Y0, R, tanθ-like).
+/// The Broken Line's pre-fit (`BrokenLine::fastFit`): circle through the first, middle and
+/// last hits, (X0, Y0, R, tanθ-like). The Riemann fit has its own, computed differently
+/// (`riemann::riemann_fast_fit`).
 ///
 /// ```
-/// use quiver_reco::tracks::fit::fast_fit;
-/// let f = fast_fit(&[[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [-1.0, 0.0, 2.0]]);
+/// use quiver_reco::tracks::fit::broken_line_fast_fit;
+/// let f = broken_line_fast_fit(&[[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [-1.0, 0.0, 2.0]]);
 /// assert!(f[0].abs() < 1e-12 && f[1].abs() < 1e-12 && (f[2] - 1.0).abs() < 1e-12);
 /// ```
 #[inline(always)]
-pub fn fast_fit(hits: &[[f64; 3]]) -> [f64; 4] {
+pub fn broken_line_fast_fit(hits: &[[f64; 3]]) -> [f64; 4] {
     let n = hits.len();
     let xy = |i: usize| [hits[i][0], hits[i][1]];
     let a = sub2(xy(n / 2), xy(0));
@@ -416,45 +202,6 @@ fn matrix_c_u(w: &[f64; MX], s: &[f64; MX], vb: &[f64; MX], n: usize) -> Mat {
         }
     }
     o
-}
-
-/// Sum grouped as Eigen's unrolled reduction does: halves, recursively.
-#[inline]
-fn tree_sum(t: &[f64]) -> f64 {
-    // The short lengths spelled out (same grouping) so that the sums inline.
-    match t.len() {
-        1 => t[0],
-        2 => t[0] + t[1],
-        3 => t[0] + (t[1] + t[2]),
-        _ => tree_sum_split(t),
-    }
-}
-
-fn tree_sum_split(t: &[f64]) -> f64 {
-    let h = t.len() / 2;
-    tree_sum(&t[..h]) + tree_sum(&t[h..])
-}
-
-#[inline(always)]
-fn mat_vec(m: &Mat, v: &[f64; MX], n: usize) -> [f64; MX] {
-    let mut o = [0.0; MX];
-    let mut t = [0.0; MX];
-    for i in 0..n {
-        for k in 0..n {
-            t[k] = m[i][k] * v[k];
-        }
-        o[i] = seq_sum(&t[..n]);
-    }
-    o
-}
-
-#[inline]
-fn seq_sum(t: &[f64]) -> f64 {
-    let mut s = t[0];
-    for x in &t[1..] {
-        s += x;
-    }
-    s
 }
 
 /// Circle fit result: Karimäki parameters (φ, d, κ) at the origin, covariance, χ², charge.
@@ -709,7 +456,7 @@ pub fn broken_line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<Bro
 
 fn fit_n<const N: usize>(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> BrokenLineFit {
     let (hits, ge) = (&hits[..N], &ge[..N]);
-    let ff = fast_fit(hits);
+    let ff = broken_line_fast_fit(hits);
     let mut p = prepare(hits, &ff, b);
     // The line fit must run first: the circle fit rescales the kink variances and
     // overwrites Z.

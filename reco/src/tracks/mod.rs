@@ -28,6 +28,7 @@
 
 pub mod doublets;
 pub mod fit;
+mod linalg;
 pub mod ntuplets;
 pub mod quality;
 pub mod riemann;

@@ -6,137 +6,9 @@
 //! Jacobian, f32 circle χ²). Matrix sums run in index order, which may differ from Eigen's
 //! grouping in the last bit.
 
-use super::fit::{cholesky_invert, BrokenLineFit, CircleFit, LineFit};
+use super::fit::{BrokenLineFit, CircleFit, LineFit};
+use super::linalg::{cross2, dot, sqr, Mx};
 use super::TrackError;
-use std::ops::{Index, IndexMut};
-
-/// Small dense row-major matrix.
-#[derive(Clone, Debug, PartialEq)]
-struct Mx {
-    r: usize,
-    c: usize,
-    d: Vec<f64>,
-}
-
-impl Index<(usize, usize)> for Mx {
-    type Output = f64;
-    fn index(&self, (i, j): (usize, usize)) -> &f64 {
-        &self.d[i * self.c + j]
-    }
-}
-impl IndexMut<(usize, usize)> for Mx {
-    fn index_mut(&mut self, (i, j): (usize, usize)) -> &mut f64 {
-        &mut self.d[i * self.c + j]
-    }
-}
-
-impl Mx {
-    fn zeros(r: usize, c: usize) -> Self {
-        Self { r, c, d: vec![0.0; r * c] }
-    }
-    fn from_fn(r: usize, c: usize, f: impl Fn(usize, usize) -> f64) -> Self {
-        let mut m = Self::zeros(r, c);
-        for i in 0..r {
-            for j in 0..c {
-                m[(i, j)] = f(i, j);
-            }
-        }
-        m
-    }
-    fn mul(&self, b: &Mx) -> Mx {
-        let mut o = Mx::zeros(self.r, b.c);
-        for i in 0..self.r {
-            for j in 0..b.c {
-                let mut s = self[(i, 0)] * b[(0, j)];
-                for k in 1..self.c {
-                    s += self[(i, k)] * b[(k, j)];
-                }
-                o[(i, j)] = s;
-            }
-        }
-        o
-    }
-    fn t(&self) -> Mx {
-        Mx::from_fn(self.c, self.r, |i, j| self[(j, i)])
-    }
-    fn scale(&self, s: f64) -> Mx {
-        Mx { r: self.r, c: self.c, d: self.d.iter().map(|x| x * s).collect() }
-    }
-    fn add(&self, b: &Mx) -> Mx {
-        Mx { r: self.r, c: self.c, d: self.d.iter().zip(&b.d).map(|(x, y)| x + y).collect() }
-    }
-    fn cwise(&self, b: &Mx) -> Mx {
-        Mx { r: self.r, c: self.c, d: self.d.iter().zip(&b.d).map(|(x, y)| x * y).collect() }
-    }
-    fn sum(&self) -> f64 {
-        // Column-major order, as Eigen stores matrices.
-        let mut s = 0.0;
-        let mut first = true;
-        for j in 0..self.c {
-            for i in 0..self.r {
-                if first {
-                    s = self[(i, j)];
-                    first = false;
-                } else {
-                    s += self[(i, j)];
-                }
-            }
-        }
-        s
-    }
-    fn col(&self, j: usize) -> Vec<f64> {
-        (0..self.r).map(|i| self[(i, j)]).collect()
-    }
-    fn mat_vec(&self, v: &[f64]) -> Vec<f64> {
-        (0..self.r)
-            .map(|i| {
-                let mut s = self[(i, 0)] * v[0];
-                for k in 1..self.c {
-                    s += self[(i, k)] * v[k];
-                }
-                s
-            })
-            .collect()
-    }
-    /// Copies the upper triangle onto the lower one (Eigen's `selfadjointView<Upper>`).
-    fn sym_from_upper(&mut self) {
-        for i in 0..self.r {
-            for j in 0..i {
-                self[(i, j)] = self[(j, i)];
-            }
-        }
-    }
-    fn block(&self, r0: usize, c0: usize, r: usize, c: usize) -> Mx {
-        Mx::from_fn(r, c, |i, j| self[(r0 + i, c0 + j)])
-    }
-    fn invert(&self) -> Mx {
-        let n = self.r;
-        let mut a = [[0.0f64; 6]; 6];
-        for i in 0..n {
-            for j in 0..n {
-                a[i][j] = self[(i, j)];
-            }
-        }
-        let inv = cholesky_invert(&a, n);
-        Mx::from_fn(n, n, |i, j| inv[i][j])
-    }
-}
-
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut s = a[0] * b[0];
-    for k in 1..a.len() {
-        s += a[k] * b[k];
-    }
-    s
-}
-#[inline]
-fn sqr(x: f64) -> f64 {
-    x * x
-}
-#[inline]
-fn cross2(a: [f64; 2], b: [f64; 2]) -> f64 {
-    a[0] * b[1] - a[1] * b[0]
-}
 
 macro_rules! sym_eigen3 {
     ($name:ident, $t:ty, $tree:expr, $tree_norm:expr) => {
@@ -317,14 +189,16 @@ fn min_eigen3d_fast(a: &Mx) -> [f64; 3] {
     [vec[0][k] as f64, vec[1][k] as f64, vec[2][k] as f64]
 }
 
-/// Riemann pre-fit: circle through the first, middle and last hits; (X0, Y0, R, tanθ-like).
+/// The Riemann fit's pre-fit (`Rfit::fastFit`): circle through the first, middle and last
+/// hits; (X0, Y0, R, tanθ-like), solved with the larger coordinate of the first chord as
+/// pivot (not the Broken Line's `fit::broken_line_fast_fit` formula).
 ///
 /// ```
-/// use quiver_reco::tracks::riemann::fast_fit;
-/// let f = fast_fit(&[[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [-1.0, 0.0, 2.0]]);
+/// use quiver_reco::tracks::riemann::riemann_fast_fit;
+/// let f = riemann_fast_fit(&[[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [-1.0, 0.0, 2.0]]);
 /// assert!(f[0].abs() < 1e-12 && f[1].abs() < 1e-12 && (f[2] - 1.0).abs() < 1e-12);
 /// ```
-pub fn fast_fit(hits: &[[f64; 3]]) -> [f64; 4] {
+pub fn riemann_fast_fit(hits: &[[f64; 3]]) -> [f64; 4] {
     let n = hits.len();
     let b = [hits[n / 2][0] - hits[0][0], hits[n / 2][1] - hits[0][1]];
     let c = [hits[n - 1][0] - hits[0][0], hits[n - 1][1] - hits[0][1]];
@@ -838,7 +712,7 @@ pub fn riemann_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<BrokenL
             ge.len()
         )));
     }
-    let ff = fast_fit(hits);
+    let ff = riemann_fast_fit(hits);
     let p2d: Vec<[f64; 2]> = hits.iter().map(|h| [h[0], h[1]]).collect();
     let rad: Vec<f64> = p2d.iter().map(|p| (p[0] * p[0] + p[1] * p[1]).sqrt()).collect();
     let mut hits_cov = Mx::zeros(2 * n, 2 * n);
