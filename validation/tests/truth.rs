@@ -141,33 +141,34 @@ fn rates_of_a_tiny_event_are_exact() {
     assert_eq!((r.reversed, r.reversed_pairs), (1, 1));
     assert_eq!(r.n_pileup, 1);
     // Selected: p1 (found), p2 (only a dup-quality track has 2 of its 3 hits: not found).
-    assert_eq!(r.selected.iter().map(|s| (s.0, s.3)).collect::<Vec<_>>(), vec![(2.0, true), (1.5, false)]);
+    assert_eq!(r.selected.iter().map(|s| (s.pt, s.found)).collect::<Vec<_>>(), vec![(2.0, true), (1.5, false)]);
     // p1 crosses module 10 twice: a double hit on layer 0; its duplicate counts.
-    assert_eq!(r.selected_detail, vec![(4, true, true), (2, false, false)]);
+    let detail: Vec<_> = r.selected.iter().map(|s| (s.rechit_layers, s.found_any_quality, s.double_layer_hits)).collect();
+    assert_eq!(detail, vec![(4, true, true), (2, false, false)]);
     assert_eq!(r.duplicate_double_hits, 1);
     assert_eq!((r.loose, r.fake, r.duplicate), (3, 1, 1));
     // The reversed duplicate is counted, never in the resolutions (its φ, cotθ and zip
     // describe the other leg of the particle).
     assert_eq!(r.resolution.len(), 1);
-    assert!(r.resolution[0].2[0].abs() < 1e-6 && r.resolution[0].2[1].abs() < 1.0, "{:?}", r.resolution);
+    assert!(r.resolution[0].residuals[0].abs() < 1e-6 && r.resolution[0].residuals[1].abs() < 1.0, "{:?}", r.resolution);
     let mut forward = reco.clone();
     forward.tracks[1].state[0] = 0.0;
     let f = analyze_event(&forward, &truth, &cfg()).unwrap();
     assert_eq!((f.reversed, f.resolution.len()), (0, 2));
-    assert!((f.resolution[1].2[0] - 0.05).abs() < 1e-6, "{:?}", f.resolution[1]);
+    assert!((f.resolution[1].residuals[0] - 0.05).abs() < 1e-6, "{:?}", f.resolution[1]);
     // Vertex 0: two reconstructable tracks, both in reco vertex 0 at 0.41 (truth 0.5 − 0.1).
     assert_eq!(r.vertices.len(), 1);
     let v = r.vertices[0];
-    assert_eq!((v.0, v.1, v.2, v.3), (2, true, false, false));
-    assert!((v.4 - 0.01).abs() < 1e-6 && (v.5 - 1.0).abs() < 1e-4 && v.6.is_infinite(), "{v:?}");
+    assert_eq!((v.tracks, v.found, v.merged, v.split), (2, true, false, false));
+    assert!((v.dz - 0.01).abs() < 1e-6 && (v.pull - 1.0).abs() < 1e-4 && v.nearest_dz.is_infinite(), "{v:?}");
     assert_eq!(r.fake_vertices, 1);
     // Residual of hit 0 against the nearest p1 crossing on module 10: 0.0100 − 0.0095 cm.
     // Hit 6 (secondary p4) has no sim hit on its module, hit 7 no particle.
     assert_eq!(r.residuals.len(), 6);
-    assert_eq!(r.residuals[0].0, 0);
-    assert!((r.residuals[0].2 - 5.0).abs() < 1e-3, "{:?}", r.residuals[0]);
-    assert_eq!(r.counts, [12, 8, 8, 4, 3, 2]);
-    assert_eq!(r.hits_matched, (7, 8));
+    assert_eq!(r.residuals[0].layer, 0);
+    assert!((r.residuals[0].dx_um - 5.0).abs() < 1e-3, "{:?}", r.residuals[0]);
+    assert_eq!(r.counts, Counts { digis: 12, clusters: 8, hits: 8, tracks: 4, loose_tracks: 3, vertices: 2 });
+    assert_eq!((r.hits_with_particle, r.hits), (7, 8));
 
     let s = summarize(&[r.clone(), r], &cfg(), None).unwrap();
     assert_eq!(s.events, 2);
@@ -200,8 +201,8 @@ fn a_merged_vertex_is_not_found() {
     assert_eq!(r.vertices.len(), 2);
     // Ties (2 tracks each) go to the lower vertex id: reco vertex 0's main is vertex 0.
     let v1 = r.vertices[1];
-    assert_eq!((v1.0, v1.1, v1.2, v1.3), (2, false, true, false));
-    assert!((v1.6 - 3.5).abs() < 1e-6);
+    assert_eq!((v1.tracks, v1.found, v1.merged, v1.split), (2, false, true, false));
+    assert!((v1.nearest_dz - 3.5).abs() < 1e-6);
 }
 
 #[test]
