@@ -4,12 +4,12 @@
 
 use quiver_validation::truth::*;
 
-fn digi(module: u16, row: u16, col: u16, cluster: i32) -> Digi {
-    Digi { row, col, module, cluster }
+fn digi(module: u16, row: u16, col: u16, cluster: i32) -> RecoDigi {
+    RecoDigi { row, col, module, cluster }
 }
 
-fn px(module: u16, row: u16, col: u16, particle: u32, electrons: f32) -> PixelTruth {
-    PixelTruth { module, row, col, particle, electrons }
+fn px(module: u16, row: u16, col: u16, particle: u32, electrons: f32) -> TruthPixel {
+    TruthPixel { module, row, col, particle, electrons }
 }
 
 fn hit(module: u16, x: f32, y: f32) -> RecHit {
@@ -24,8 +24,8 @@ fn particle(id: u32, process: u8, pt: f32, eta: f32, vertex: i32) -> TruthPartic
     TruthParticle { id, charge: 1, pt, eta, process, vertex, vz: 0.5, ..Default::default() }
 }
 
-fn sim(module: u16, particle: u32, lx: f32) -> SimHit {
-    SimHit { module, lx, ly: 0.0, particle }
+fn sim(module: u16, particle: u32, lx: f32) -> TruthSimHit {
+    TruthSimHit { module, lx, ly: 0.0, particle }
 }
 
 /// Hits (index: module, cluster): 0: (10, 0) p1; 1: (10, 1) p2; 2: (100, 0) p1;

@@ -12,7 +12,7 @@ use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float64Array, LargeListArray, ListArray, RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::{Digi, PixelTruth, RecHit, RecoEvent, RecoTrack, RecoVertex, SimHit, TruthEvent, TruthParticle, TruthVertex};
+use super::{RecoDigi, TruthPixel, RecHit, RecoEvent, RecoTrack, RecoVertex, TruthSimHit, TruthEvent, TruthParticle, TruthVertex};
 use crate::error::{Result, ValidationError};
 
 /// All rows of a Parquet file as one batch.
@@ -152,7 +152,7 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
         let digis = dr
             .clone()
             .zip(crow)
-            .map(|(i, j)| Digi { row: row[i] as u16, col: col[i] as u16, module: cmod[j] as u16, cluster: cclu[j] as i32 })
+            .map(|(i, j)| RecoDigi { row: row[i] as u16, col: col[i] as u16, module: cmod[j] as u16, cluster: cclu[j] as i32 })
             .collect();
         let hits = rows_of(&r[2], e)
             .map(|i| RecHit { module: hmod[i] as u16, x_local: hx[i], y_local: hy[i], size_x: sx[i] as i32, size_y: sy[i] as i32 })
@@ -220,10 +220,10 @@ pub(crate) fn read_truth(dir: &Path) -> Result<BTreeMap<u32, TruthEvent>> {
             t.vertices.push(TruthVertex { id: u32_of(vid[i], "vertex id")?, z: vzz[i], is_hard: vhard[i] != 0 });
         }
         for i in rows_of(&r[2], e) {
-            t.simhits.push(SimHit { module: smod[i] as u16, lx: slx[i], ly: sly[i], particle: u32_of(spart[i], "simhit particle")? });
+            t.simhits.push(TruthSimHit { module: smod[i] as u16, lx: slx[i], ly: sly[i], particle: u32_of(spart[i], "simhit particle")? });
         }
         for i in rows_of(&r[3], e) {
-            t.pixels.push(PixelTruth {
+            t.pixels.push(TruthPixel {
                 module: xmod[i] as u16,
                 row: xrow[i] as u16,
                 col: xcol[i] as u16,

@@ -10,11 +10,11 @@ use crate::error::{Result, ValidationError};
 /// ```
 /// use quiver_validation::truth::*;
 /// let reco = RecoEvent {
-///     digis: vec![Digi { row: 1, col: 1, module: 5, cluster: 0 }, Digi { row: 1, col: 2, module: 5, cluster: 0 }],
+///     digis: vec![RecoDigi { row: 1, col: 1, module: 5, cluster: 0 }, RecoDigi { row: 1, col: 2, module: 5, cluster: 0 }],
 ///     hits: vec![RecHit { module: 5, ..Default::default() }],
 ///     ..Default::default()
 /// };
-/// let px = |col, particle, electrons| PixelTruth { module: 5, row: 1, col, particle, electrons };
+/// let px = |col, particle, electrons| TruthPixel { module: 5, row: 1, col, particle, electrons };
 /// let truth = TruthEvent {
 ///     particles: (0..2).map(|id| TruthParticle { id, ..Default::default() }).collect(),
 ///     pixels: vec![px(1, 0, 3000.0), px(2, 0, 1000.0), px(2, 1, 5000.0)],

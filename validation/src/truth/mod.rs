@@ -118,7 +118,7 @@ pub struct TruthVertex {
 
 /// A sim hit (`simhits.parquet`), local cm.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SimHit {
+pub struct TruthSimHit {
     pub module: u16,
     pub lx: f32,
     pub ly: f32,
@@ -127,7 +127,7 @@ pub struct SimHit {
 
 /// One (pixel, particle) deposit (`pixel_truth.parquet`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PixelTruth {
+pub struct TruthPixel {
     pub module: u16,
     pub row: u16,
     pub col: u16,
@@ -140,13 +140,13 @@ pub struct PixelTruth {
 pub struct TruthEvent {
     pub particles: Vec<TruthParticle>,
     pub vertices: Vec<TruthVertex>,
-    pub simhits: Vec<SimHit>,
-    pub pixels: Vec<PixelTruth>,
+    pub simhits: Vec<TruthSimHit>,
+    pub pixels: Vec<TruthPixel>,
 }
 
 /// A digi row: pixel from `digis`, final module and cluster from `clustered_digis`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Digi {
+pub struct RecoDigi {
     pub row: u16,
     pub col: u16,
     pub module: u16,
@@ -194,7 +194,7 @@ pub struct RecoVertex {
 /// Products of one event.
 #[derive(Debug, Clone, Default)]
 pub struct RecoEvent {
-    pub digis: Vec<Digi>,
+    pub digis: Vec<RecoDigi>,
     pub hits: Vec<RecHit>,
     pub tracks: Vec<RecoTrack>,
     pub vertices: Vec<RecoVertex>,
