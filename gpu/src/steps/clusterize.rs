@@ -3,41 +3,12 @@
 
 use super::*;
 
-/// Module runs of one event, as the CPU core finds them: (first, end) event-local digi
-/// indices and the module; at most `MAX_NUM_MODULES` runs, each cut at `max_pix` digis.
-/// `None` when a digi is outside what the CPU core accepts (it reports the error).
+/// Module runs of one event, as the CPU core finds them (`quiver_reco::local::clusterize::
+/// module_runs`): (first, end) event-local digi indices and the module. `None` when a digi
+/// is outside what the CPU core accepts (the CPU step reports the error).
 pub fn module_runs(module: &[u16], xx: &[u16], yy: &[u16], max_pix: usize) -> Option<Vec<(usize, usize, u16)>> {
-    for i in 0..module.len() {
-        let m = module[i];
-        if m == INVALID_MODULE {
-            continue;
-        }
-        if m as usize >= MAX_NUM_MODULES || xx[i] >= NUM_ROWS_IN_MODULE || yy[i] >= NUM_COLS_IN_MODULE {
-            return None;
-        }
-    }
-    let mut starts = Vec::new();
-    let mut prev: Option<u16> = None;
-    for (i, &m) in module.iter().enumerate() {
-        if m == INVALID_MODULE {
-            continue;
-        }
-        if prev != Some(m) && starts.len() < MAX_NUM_MODULES {
-            starts.push(i);
-        }
-        prev = Some(m);
-    }
-    let n = module.len();
-    Some(
-        starts
-            .into_iter()
-            .map(|first| {
-                let this = module[first];
-                let end = (first..n).find(|&i| module[i] != INVALID_MODULE && module[i] != this).unwrap_or(n).min(first + max_pix);
-                (first, end, this)
-            })
-            .collect(),
-    )
+    let runs = quiver_reco::local::clusterize::module_runs(module, xx, yy, max_pix).ok()?;
+    Some(runs.into_iter().map(|r| (r.first, r.end, r.module)).collect())
 }
 
 pub(super) fn publish_modules(batch: &mut EventBatch, type_name: &str, tables: &[ModuleTable]) -> Result<()> {

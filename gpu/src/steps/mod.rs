@@ -38,7 +38,6 @@ use quiver_columnar::product::offsets_from_lengths;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
 use quiver_reco::capacity::records;
 use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration, CABLING_MAX_SIZE};
-use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE};
 use quiver_reco::local::raw_to_digis::{error_type, frame_fed, DUMMY_DET_ID};
 use quiver_reco::local::{
     CalibConfig, ChargeCutConfig, PixelError, RawToDigiConfig, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES,

@@ -93,35 +93,13 @@ pub fn clusterize(
     if cfg.max_pix_in_module == 0 || cfg.max_pix_in_module >= u16::MAX as usize {
         return Err(LocalError::Config(format!("max_pix_in_module {} not in 1..65535", cfg.max_pix_in_module)));
     }
-    for i in 0..n {
-        let m = module_ind[i];
-        if m == INVALID_MODULE {
-            continue;
-        }
-        if m as usize >= MAX_NUM_MODULES {
-            return Err(LocalError::ModuleOutOfRange { digi: i, module: m as u32, limit: MAX_NUM_MODULES });
-        }
-        if xx[i] >= NUM_ROWS_IN_MODULE || yy[i] >= NUM_COLS_IN_MODULE {
-            return Err(LocalError::PixelOutOfRange { digi: i, row: xx[i], col: yy[i] });
-        }
-    }
-
-    // countModules: every digi starts as its own cluster; a run starts at each valid digi
-    // whose previous valid digi belongs to another module.
+    let runs = module_runs(module_ind, xx, yy, cfg.max_pix_in_module)?;
+    // Every digi starts as its own cluster.
     let mut clus: Vec<i32> = (0..n as i32).collect();
-    let mut module_start = vec![0u32];
-    let mut prev: Option<u16> = None;
-    for (i, &m) in module_ind.iter().enumerate() {
-        if m == INVALID_MODULE {
-            continue;
-        }
-        if prev != Some(m) && module_start.len() <= MAX_NUM_MODULES {
-            module_start.push(i as u32);
-        }
-        prev = Some(m);
-    }
-    let n_modules = (module_start.len() - 1) as u32;
-    module_start[0] = n_modules;
+    let n_modules = runs.len() as u32;
+    let mut module_start = Vec::with_capacity(runs.len() + 1);
+    module_start.push(n_modules);
+    module_start.extend(runs.iter().map(|r| r.first as u32));
 
     let mut out = Clusters {
         clus: Vec::new(),
@@ -132,12 +110,7 @@ pub fn clusterize(
         ..Default::default()
     };
     let mut uf = UnionFind::default();
-    for run in 0..n_modules as usize {
-        let first = out.module_start[1 + run] as usize;
-        let this = module_ind[first];
-        // End of the run: first valid digi of another module.
-        let full_end = (first..n).find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != this).unwrap_or(n);
-        let end = full_end.min(first + cfg.max_pix_in_module);
+    for &ModuleRun { first, end, full_end, module: this } in &runs {
         out.max_run_pixels = out.max_run_pixels.max((full_end - first) as u32);
         if end < full_end {
             out.truncated_runs += 1;
@@ -153,6 +126,69 @@ pub fn clusterize(
     }
     out.clus = clus;
     Ok(out)
+}
+
+/// A module run of one event's digis: consecutive digis of one module, invalid words
+/// between them included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleRun {
+    /// Its first digi (event-local).
+    pub first: usize,
+    /// Where clustering stops: `full_end`, capped at `first + max_pix_in_module`.
+    pub end: usize,
+    /// The first valid digi of another module (or the event's end).
+    pub full_end: usize,
+    pub module: u16,
+}
+
+/// The module runs of one event's digis, as [`clusterize`] finds them (the reference's
+/// `countModules`): a run starts at each valid digi whose previous valid digi belongs to
+/// another module, at most `MAX_NUM_MODULES` runs. Checks the digis as `clusterize` does
+/// (module id < 2000 and a pixel inside 160 × 416 for every valid digi). The GPU
+/// `clusterize` prepares its launches with it.
+///
+/// ```
+/// use quiver_reco::local::clusterize::{module_runs, ModuleRun};
+/// let module = [7, 7, 9999, 7, 3];
+/// let runs = module_runs(&module, &[1; 5], &[1; 5], 2).unwrap();
+/// assert_eq!(runs, vec![ModuleRun { first: 0, end: 2, full_end: 4, module: 7 }, ModuleRun { first: 4, end: 5, full_end: 5, module: 3 }]);
+/// assert!(module_runs(&[2000], &[0], &[0], 2).is_err());
+/// ```
+pub fn module_runs(module_ind: &[u16], xx: &[u16], yy: &[u16], max_pix_in_module: usize) -> Result<Vec<ModuleRun>, LocalError> {
+    let n = module_ind.len();
+    check_len("xx", xx.len(), n)?;
+    check_len("yy", yy.len(), n)?;
+    for i in 0..n {
+        let m = module_ind[i];
+        if m == INVALID_MODULE {
+            continue;
+        }
+        if m as usize >= MAX_NUM_MODULES {
+            return Err(LocalError::ModuleOutOfRange { digi: i, module: m as u32, limit: MAX_NUM_MODULES });
+        }
+        if xx[i] >= NUM_ROWS_IN_MODULE || yy[i] >= NUM_COLS_IN_MODULE {
+            return Err(LocalError::PixelOutOfRange { digi: i, row: xx[i], col: yy[i] });
+        }
+    }
+    let mut firsts = Vec::new();
+    let mut prev: Option<u16> = None;
+    for (i, &m) in module_ind.iter().enumerate() {
+        if m == INVALID_MODULE {
+            continue;
+        }
+        if prev != Some(m) && firsts.len() < MAX_NUM_MODULES {
+            firsts.push(i);
+        }
+        prev = Some(m);
+    }
+    Ok(firsts
+        .into_iter()
+        .map(|first| {
+            let module = module_ind[first];
+            let full_end = (first..n).find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != module).unwrap_or(n);
+            ModuleRun { first, end: full_end.min(first + max_pix_in_module), full_end, module }
+        })
+        .collect())
 }
 
 struct Span<'a> {
