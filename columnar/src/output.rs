@@ -195,6 +195,9 @@ fn prepare_output_dir(label: &str, dir: &Path) -> Result<()> {
 struct WriteStep {
     inputs: Vec<ProductKey>,
     files: Vec<Mutex<OutputFile>>,
+    /// Time in `process` (taking the rows, encoding, writing; waiting for a file's lock
+    /// included), summed over workers, ns.
+    busy_ns: std::sync::atomic::AtomicU64,
 }
 
 impl WriteStep {
@@ -209,7 +212,7 @@ impl WriteStep {
             }
         }
         let files = inputs.iter().map(|k| Mutex::new(OutputFile::new(dir, k.clone(), format))).collect();
-        Ok(Box::new(WriteStep { inputs, files }))
+        Ok(Box::new(WriteStep { inputs, files, busy_ns: Default::default() }))
     }
 }
 
@@ -222,25 +225,48 @@ impl Step for WriteStep {
     }
 
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let t0 = std::time::Instant::now();
         for (key, file) in self.inputs.iter().zip(&self.files) {
             let p = batch.get(key)?;
             let rb = p.with_event_column(batch.first_event())?;
             file.lock().unwrap_or_else(|e| e.into_inner()).add(batch.first_event(), batch.n_events() as u64, rb)?;
         }
+        self.busy_ns.fetch_add(t0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
     fn end_job(&self, success: bool) -> Result<Option<String>> {
         let mut lines = Vec::new();
+        let (mut bytes, mut n_files) = (0u64, 0usize);
         for f in &self.files {
             let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = f.finish(success)? {
                 let name = path.file_name().unwrap_or(path.as_os_str()).to_string_lossy().into_owned();
                 lines.push(format!("{} -> {name} ({} events)", f.key, f.events_written));
+                bytes += std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+                n_files += 1;
             }
+        }
+        let busy = self.busy_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9;
+        if n_files > 0 {
+            lines.push(write_rate(bytes, n_files, busy));
         }
         Ok(Some(lines.join("\n")))
     }
+}
+
+/// The summary line of an output step: bytes written, files, and the rate over the time
+/// the step spent taking, encoding and writing rows (summed over workers).
+///
+/// ```
+/// use quiver_columnar::output::write_rate;
+/// assert_eq!(write_rate(180_000_000, 19, 0.9), "wrote 180.0 MB in 19 files; 0.90 s in the step (all workers): 200.0 MB/s");
+/// assert!(write_rate(0, 1, 0.0).ends_with("n/a"));
+/// ```
+pub fn write_rate(bytes: u64, files: usize, busy_seconds: f64) -> String {
+    let mb = bytes as f64 / 1e6;
+    let rate = if busy_seconds > 0.0 { format!("{:.1} MB/s", mb / busy_seconds) } else { "n/a".to_string() };
+    format!("wrote {mb:.1} MB in {files} files; {busy_seconds:.2} s in the step (all workers): {rate}")
 }
 
 /// Registers `write_parquet` and `write_ipc`.
