@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--csv", type=Path)
     ap.add_argument("--skip-checks", action="store_true", help="time only")
+    ap.add_argument("--checks-only", action="store_true",
+                    help="the two checks, no timing; exits non-zero when either fails (scripts/refcheck.sh)")
     a = ap.parse_args()
     for p, what in [(a.serial, "--serial"), (a.quiver, "--quiver"), (a.input, "--input")]:
         if not p.exists():
@@ -97,6 +99,8 @@ def main() -> None:
         work = Path(tmp)
         data = work / "data"
         run([quiver, "export", "pixeltrack", "--input", a.input, "--output", data])
+        if a.checks_only and a.skip_checks:
+            sys.exit("--checks-only and --skip-checks exclude each other")
         if not a.skip_checks:
             plan = work / "counts.toml"
             plan.write_text((ROOT / "plans/examples/chain.toml").read_text()
@@ -106,6 +110,7 @@ def main() -> None:
                        "--validation"], check=False, cwd=work)  # a failed validation exits non-zero
             verdict = [l for l in out.splitlines() if l.startswith("CountValidator")]
             print("reference --validation against our counts:", verdict[-1] if verdict else out[-500:])
+            validated = bool(verdict) and "passed validation" in verdict[-1]
             hist = work / "hist"
             hist.mkdir()
             run([serial, "--data", data, "--numberOfThreads", 1, "--numberOfStreams", 1, "--maxEvents", a.events,
@@ -115,6 +120,8 @@ def main() -> None:
                  "--no-progress"], cwd=ROOT)
             same = filecmp.cmp(hist / "histograms_serial.txt", ours / "histograms.txt", shallow=False)
             print("reference --histogram against quiver's histograms.txt:", "identical" if same else "DIFFERENT")
+            if a.checks_only:
+                sys.exit(0 if validated and same else 1)
 
         plain = dict(os.environ)
         plain.pop("GLIBC_TUNABLES", None)

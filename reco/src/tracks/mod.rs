@@ -17,7 +17,7 @@
 //! Faithfulness: the loops follow the serial backend's order (cell creation, neighbour and
 //! track lists, the histograms' decrementing fills), capacities are the reference's, and f32
 //! vs f64 follow its float/double. Checked against the reference's own code compiled with
-//! Eigen 3.4 (`refcheck/`, ignored tests `reference_ca_cross_check`,
+//! Eigen 3.4 (`scripts/refcheck.sh --reference DIR`, ignored tests `reference_ca_cross_check`,
 //! `reference_fit_cross_check`): on synthetic events of up to 11 k hits the tuples, their
 //! hits and qualities are identical and every Broken Line output is bit-identical; the
 //! Riemann fit agrees to rounding (≤ 1e-5 relative, the same size as a one-ulp input change).

@@ -529,7 +529,7 @@ fn timing_run(hits: &HitsView, n_gen: usize) {
 }
 
 /// Runs the reference's own CA + fit + classification (the program built from
-/// `refcheck/cah.cc`, named by `QUIVER_REF_CA`) on synthetic events and compares every tuple:
+/// `scripts/refcheck/cah.cc`, named by `QUIVER_REF_CA`; run by `scripts/refcheck.sh`) on synthetic events and compares every tuple:
 /// hits, quality, and the fit outputs.
 #[test]
 #[ignore]
@@ -628,7 +628,7 @@ fn reference_ca_cross_check() {
 }
 
 /// Cross-check of the fits against the reference's own headers compiled with Eigen: set
-/// `QUIVER_REF_FIT` to the program built from `refcheck/refit.cc` (it reads `kind n` + hit
+/// `QUIVER_REF_FIT` to the program built from `scripts/refcheck/refit.cc` (`scripts/refcheck.sh` does) (it reads `kind n` + hit
 /// bits from stdin and prints the fit results as bits). Reports bit-exact fractions and the
 /// largest relative differences.
 #[test]

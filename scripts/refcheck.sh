@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Re-checks Quiver's fidelity to the C++ reference (cms-patatrack/pixeltrack-standalone)
+# from a checkout you provide; nothing of the reference is downloaded or kept here.
+#
+#   scripts/refcheck.sh --reference DIR [--serial PATH/TO/serial]
+#
+# DIR is a pixeltrack-standalone checkout (its src/serial is read). The checks:
+#   1. fits     — our harness scripts/refcheck/refit.cc, compiled against the reference's
+#                 BrokenLine.h / RiemannFit.h with Eigen 3.4, runs the reference's fits on
+#                 600 generated tracks; reco's ignored test `reference_fit_cross_check`
+#                 compares every output (Broken Line ≤ 1e-12 relative, Riemann ≤ 1e-5).
+#   2. CA       — tuples, their hits and quality against the reference's CA
+#                 (`reference_ca_cross_check`, harness scripts/refcheck/cah.cc).
+#   3. vertices — against the reference's vertex finder (harness scripts/refcheck/vertices.cc).
+#   4. counts and histograms — scripts/bench-reference.py --checks-only with the reference's
+#                 `serial` program (--serial, or DIR/serial): its CountValidator on our
+#                 per-event counts and its --histogram file against ours, byte for byte.
+# Every check that cannot run (a harness not written yet, no Eigen, no serial program) is a
+# failure, named at the end: the script passes only when all four ran and passed.
+# Environment: EIGEN_INCLUDE (default /usr/include/eigen3; Debian: apt-get install
+# libeigen3-dev), CXX (default g++), CARGO_TARGET_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REF="" SERIAL=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --reference) REF="${2:-}"; shift 2 ;;
+        --serial) SERIAL="${2:-}"; shift 2 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        *) echo "refcheck: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$REF" ] || [ ! -d "$REF/src/serial/plugin-PixelTriplets" ]; then
+    echo "refcheck: --reference must name a pixeltrack-standalone checkout (no $REF/src/serial/plugin-PixelTriplets)" >&2
+    exit 2
+fi
+REF="$(cd "$REF" && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
+EIGEN="${EIGEN_INCLUDE:-/usr/include/eigen3}"
+CXX="${CXX:-g++}"
+BUILD="$(mktemp -d)"
+trap 'rm -rf "$BUILD"' EXIT
+declare -a PASSED=() FAILED=()
+pass() { PASSED+=("$1"); echo "refcheck: $1: passed"; }
+fail() { FAILED+=("$1: $2"); echo "refcheck: $1: FAILED — $2" >&2; }
+
+# The reference's serial sources compiled the way its Makefile compiles them (-O3, C++17).
+compile() {
+    "$CXX" -O3 -std=c++17 -I"$REF/src/serial" -I"$REF/src/serial/plugin-PixelTriplets" -I"$EIGEN" "$@"
+}
+
+echo "== 1. fits"
+if [ ! -f "$EIGEN/Eigen/Core" ]; then
+    fail fits "Eigen not found in $EIGEN (set EIGEN_INCLUDE)"
+elif ! compile scripts/refcheck/refit.cc -o "$BUILD/refit"; then
+    fail fits "scripts/refcheck/refit.cc did not compile against $REF"
+elif QUIVER_REF_FIT="$BUILD/refit" cargo test -p quiver-reco --lib reference_fit_cross_check -- --ignored --nocapture; then
+    pass fits
+else
+    fail fits "reference_fit_cross_check failed"
+fi
+
+echo "== 2. CA tuples and quality"
+if [ ! -f scripts/refcheck/cah.cc ]; then
+    fail CA "harness scripts/refcheck/cah.cc not written yet (reco test reference_ca_cross_check states its input and output)"
+elif ! compile scripts/refcheck/cah.cc -o "$BUILD/cah"; then
+    fail CA "scripts/refcheck/cah.cc did not compile against $REF"
+elif QUIVER_REF_CA="$BUILD/cah" cargo test -p quiver-reco --lib reference_ca_cross_check -- --ignored --nocapture; then
+    pass CA
+else
+    fail CA "reference_ca_cross_check failed"
+fi
+
+echo "== 3. vertices"
+if [ ! -f scripts/refcheck/vertices.cc ]; then
+    fail vertices "harness scripts/refcheck/vertices.cc not written yet"
+else
+    fail vertices "no test consumes scripts/refcheck/vertices.cc yet"
+fi
+
+echo "== 4. counts and histograms"
+[ -z "$SERIAL" ] && [ -x "$REF/serial" ] && SERIAL="$REF/serial"
+if [ -z "$SERIAL" ] || [ ! -x "$SERIAL" ]; then
+    fail counts "no reference serial program (build it in the checkout with 'make serial', or pass --serial)"
+elif ! cargo build --release --bin quiver; then
+    fail counts "the quiver release binary did not build"
+elif python3 scripts/bench-reference.py --serial "$SERIAL" --checks-only; then
+    pass counts
+else
+    fail counts "the reference's CountValidator or its histograms disagree with ours"
+fi
+
+echo
+echo "refcheck: ${#PASSED[@]} passed${PASSED[*]:+ (${PASSED[*]})}, ${#FAILED[@]} failed"
+for f in "${FAILED[@]}"; do echo "  - $f"; done
+[ ${#FAILED[@]} -eq 0 ]
