@@ -10,7 +10,7 @@
 // × f64, row major), circle χ² (f32), charge (integer), line parameters (2 × f64), line
 // covariance (2 × 2 × f64, row major), line χ² (f64); bits as unsigned integers.
 //
-// Built and run by scripts/refcheck.sh. The hits and covariances live in strided maps, as in
+// Built (with the reference's code-generation flags) and run by scripts/refcheck.sh. The hits and covariances live in strided maps, as in
 // the reference's fit kernels (BrokenLineFitOnGPU.h, RiemannFitOnGPU.h), so Eigen evaluates
 // the same expressions the same way.
 

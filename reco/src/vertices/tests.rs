@@ -591,8 +591,8 @@ fn timing_1000_tracks_40_vertices() {
 /// flags `-O2 -msse3`). Needs `QUIVER_VERTEX_REF_HARNESS` = a program that reads records
 /// `i32 algo (0 density, 1 DBSCAN, 2 iterative), u32 nt, f32 zt[nt], ezt2[nt], ptt2[nt]` from
 /// stdin and writes `u32 nv, i32 idv[nt], f32 zv[nv], wv[nv], chi2[nv], ptv2[nv],
-/// i32 ndof[nv], i32 sortInd[nv]` per record. The harness is built by the developer from the
-/// reference sources and is deliberately not part of this repository.
+/// i32 ndof[nv], i32 sortInd[nv]` per record: `scripts/refcheck/vertices.cc`, built against a
+/// reference checkout and run by `scripts/refcheck.sh --reference DIR`.
 #[test]
 #[ignore]
 fn matches_reference_harness() {
