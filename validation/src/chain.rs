@@ -27,13 +27,14 @@ impl Input {
 
     /// The product type, which is also the name of the input slot in a plan.
     pub fn type_name(self) -> &'static str {
+        use quiver_formats::products::types;
         match self {
-            Input::Digis => "digis",
-            Input::CalibratedDigis => "calibrated_digis",
-            Input::ClusteredDigis => "clustered_digis",
-            Input::Hits => "hits",
-            Input::Tracks => "tracks",
-            Input::Vertices => "vertices",
+            Input::Digis => types::DIGIS,
+            Input::CalibratedDigis => types::CALIBRATED_DIGIS,
+            Input::ClusteredDigis => types::CLUSTERED_DIGIS,
+            Input::Hits => types::HITS,
+            Input::Tracks => types::TRACKS,
+            Input::Vertices => types::VERTICES,
         }
     }
 
