@@ -5,13 +5,14 @@
 //! [`export_pixeltrack`] writes the reference program's binary inputs.
 
 pub mod builders;
-pub mod error;
+/// Errors of dataset files (shared with the condition files of `quiver_formats`).
+pub use quiver_formats::error;
 pub mod export;
 pub mod format;
 pub mod generate;
 pub mod generator;
 pub mod geometry;
-pub mod ipc;
+pub use quiver_formats::ipc;
 pub mod raw;
 
 /// The conditions and the topology are data formats (`quiver_formats`); the generator

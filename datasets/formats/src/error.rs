@@ -25,14 +25,14 @@ pub enum DatasetError {
 }
 
 impl DatasetError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         DatasetError::Io { path: path.into(), source }
     }
     /// A dataset file whose bytes are wrong (truncated, damaged): says what to do.
-    pub(crate) fn damaged(file: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
+    pub fn damaged(file: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
         DatasetError::Format { file: file.into(), what: format!("{what}; the file is damaged or incomplete: {DAMAGED_HINT}") }
     }
-    pub(crate) fn format(file: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
+    pub fn format(file: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
         DatasetError::Format { file: file.into(), what: what.to_string() }
     }
 }

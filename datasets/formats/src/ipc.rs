@@ -180,7 +180,7 @@ fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Sche
 ///
 /// ```
 /// use arrow_buffer::Buffer;
-/// let e = quiver_datasets::ipc::decode_file("x.arrow".as_ref(), &Buffer::from_vec(b"ARROW1 not really".to_vec()));
+/// let e = quiver_formats::ipc::decode_file("x.arrow".as_ref(), &Buffer::from_vec(b"ARROW1 not really".to_vec()));
 /// assert!(e.unwrap_err().to_string().starts_with("x.arrow: not an Arrow IPC file"));
 /// ```
 pub fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
@@ -225,7 +225,28 @@ pub fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<Recor
 }
 
 /// Reads a whole (small) Arrow IPC file into memory and decodes it.
-pub(crate) fn read_file(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
+pub fn read_file(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
     let bytes = std::fs::read(path).map_err(|e| DatasetError::io(path, e))?;
     decode_file(path, &Buffer::from_vec(bytes))
+}
+
+/// Column `name` of `b` (read from `path`) as `T`, with `rows` rows when given; an error
+/// naming the file and the column otherwise.
+pub fn column<'a, T: arrow_array::Array + 'static>(path: &Path, b: &'a RecordBatch, name: &str, rows: Option<usize>) -> Result<&'a T, DatasetError> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| DatasetError::damaged(path, format!("missing column `{name}`")))?;
+    let a = c
+        .as_any()
+        .downcast_ref::<T>()
+        .ok_or_else(|| DatasetError::damaged(path, format!("column `{name}` has type {}", c.data_type())))?;
+    if let Some(n) = rows {
+        if a.len() != n {
+            return Err(DatasetError::damaged(path, format!("column `{name}` has {} rows, expected {n}", a.len())));
+        }
+    }
+    if a.null_count() > 0 {
+        return Err(DatasetError::damaged(path, format!("column `{name}` has nulls")));
+    }
+    Ok(a)
 }
