@@ -142,6 +142,9 @@ pub struct Summary {
     /// Products made on a device or moved over the bus: where produced, downloads,
     /// uploads, device peak. Products absent here were made on the host and never moved.
     pub traffic: std::collections::BTreeMap<ProductKey, crate::residency::ProductTraffic>,
+    /// The process's memory at the end of the job (peak RSS, what the resident set holds);
+    /// `None` where it cannot be read.
+    pub memory: Option<crate::memory::MemoryReport>,
 }
 
 impl Summary {
@@ -200,6 +203,9 @@ impl Summary {
             p.bytes_held as f64 / (1 << 20) as f64,
             p.peak_bytes_held as f64 / (1 << 20) as f64
         );
+        if let Some(m) = &self.memory {
+            let _ = writeln!(s, "{m}");
+        }
         if !self.traffic.is_empty() {
             let _ = writeln!(
                 s,
@@ -420,5 +426,6 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         reports,
         overflows: overflows.into_inner().unwrap_or_else(|p| p.into_inner()),
         traffic: traffic.snapshot(),
+        memory: crate::memory::MemoryReport::now(&pool::global().stats()),
     })
 }

@@ -30,6 +30,7 @@ pub mod compare;
 pub mod conditions;
 pub mod error;
 pub mod executor;
+pub mod memory;
 pub mod output;
 pub mod overflow;
 pub mod params;
