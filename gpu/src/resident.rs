@@ -106,9 +106,11 @@ impl DeviceData for CudaColumns {
         self.gpu.ctx.bind_to_thread().map_err(|e| Error::data(format!("gpu: {e}")))?;
         let stream = self.gpu.stream().map_err(Error::data)?;
         let (n, mut bytes) = (self.rows, 0u64);
-        let mut cols = Vec::with_capacity(self.columns.len());
+        // Boolean columns come down as bytes (`Err`) and become Arrow booleans after the one
+        // wait for the stream.
+        let mut cols: Vec<std::result::Result<ArrayRef, Vec<u8>>> = Vec::with_capacity(self.columns.len());
         for (f, b) in self.schema.fields().iter().zip(&self.columns) {
-            cols.push(match f.data_type() {
+            cols.push(Ok(match f.data_type() {
                 DataType::UInt8 => down::<UInt8Type>(&stream, b, n, &mut bytes)?,
                 DataType::Int8 => down::<Int8Type>(&stream, b, n, &mut bytes)?,
                 DataType::UInt16 => down::<UInt16Type>(&stream, b, n, &mut bytes)?,
@@ -122,21 +124,43 @@ impl DeviceData for CudaColumns {
                 DataType::Boolean => {
                     let mut v = vec![0u8; n];
                     download(&stream, b, &mut v, &mut bytes).map_err(Error::data)?;
-                    stream.synchronize().map_err(|e| Error::data(format!("gpu: {e}")))?;
-                    if let Some(x) = v.iter().find(|&&x| x > 1) {
-                        return Err(Error::data(format!("device column '{}': flag {x} is not 0 or 1", f.name())));
-                    }
-                    Arc::new(BooleanArray::from_iter(v.iter().map(|&x| Some(x == 1))))
+                    cols.push(Err(v));
+                    continue;
                 }
                 t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
-            });
+            }));
         }
         stream.synchronize().map_err(|e| Error::data(format!("gpu: {e}")))?;
+        let cols = cols
+            .into_iter()
+            .zip(self.schema.fields())
+            .map(|(c, f)| match c {
+                Ok(a) => Ok(a),
+                Err(v) => flags_from_bytes(&v)
+                    .map(|b| Arc::new(BooleanArray::from(b)) as ArrayRef)
+                    .map_err(|m| Error::data(format!("device column '{}': {m}", f.name()))),
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Flags as the kernels write them (one byte each, 0 or 1) as booleans; an error naming the
+/// first other byte.
+///
+/// ```
+/// use quiver_gpu::resident::flags_from_bytes;
+/// assert_eq!(flags_from_bytes(&[1, 0, 1]).unwrap(), vec![true, false, true]);
+/// assert_eq!(flags_from_bytes(&[0, 7]).unwrap_err(), "flag 7 is not 0 or 1");
+/// ```
+pub fn flags_from_bytes(bytes: &[u8]) -> std::result::Result<Vec<bool>, String> {
+    if let Some(b) = bytes.iter().find(|&&b| b > 1) {
+        return Err(format!("flag {b} is not 0 or 1"));
+    }
+    Ok(bytes.iter().map(|&b| b == 1).collect())
 }
 
 fn up<T: ArrowPrimitiveType>(gpu: &'static Gpu, stream: &Arc<CudaStream>, a: &ArrayRef, bytes: &mut u64) -> Result<Arc<DeviceBuf>>

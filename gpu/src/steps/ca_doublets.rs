@@ -175,10 +175,7 @@ pub fn doublet_products(
     if cell_off.len() != event_total.len() + 1 || [inner.len(), outer.len(), pair.len(), listed.len()].iter().any(|&l| l != n) {
         return Err(format!("{} cell offsets for {} events, {n} cells: columns of {}, {}, {}, {}", cell_off.len(), event_total.len(), inner.len(), outer.len(), pair.len(), listed.len()));
     }
-    if let Some(l) = listed.iter().find(|&&l| l > 1) {
-        return Err(format!("listed flag {l} is not 0 or 1"));
-    }
-    let flags: Vec<bool> = listed.iter().map(|&l| l == 1).collect();
+    let flags = crate::resident::flags_from_bytes(listed).map_err(|m| format!("listed {m}"))?;
     let mut lengths = Vec::with_capacity(event_total.len());
     let mut overflows = Vec::with_capacity(event_total.len());
     for (e, &total) in event_total.iter().enumerate() {

@@ -73,6 +73,12 @@ pub fn capped_neighbors(
 /// assert_eq!(t.quality, [Quality::Bad, Quality::Dup]);
 /// assert_eq!(ca.tuple_cell_offsets, [0, 3, 5]);
 /// assert_eq!(ca.cell_tracks.of(0), &[0, 1]);
+/// // What the device wrote must hang together; the step reports it as an error naming the event.
+/// let n = NtupletConfig::default();
+/// assert_eq!(ntuplet_event(&n, 4, 2, &[3, 3, 3], &[0; 9], &[0; 6], 0).unwrap_err(), "3 tuples stored of 2 found with room for 32768");
+/// assert_eq!(ntuplet_event(&n, 4, 1, &[1], &[0], &[], 0).unwrap_err(), "tuple 0 has 1 hits");
+/// assert!(ntuplet_event(&n, 4, 1, &[3], &[0, 1], &[0, 1], 0).unwrap_err().contains("for tuples of 3 hits"));
+/// assert!(ntuplet_event(&n, 2, 1, &[3], &[0, 1, 2], &[0, 5], 0).unwrap_err().contains("cell 5 of 2"));
 /// ```
 pub fn ntuplet_event(
     n: &quiver_reco::tracks::NtupletConfig,
