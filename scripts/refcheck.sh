@@ -58,37 +58,32 @@ compile() {
         -I"$REF/src/serial" -I"$PT" -I"$REF/src/serial/plugin-PixelVertexFinding" -I"$EIGEN" "$@"
 }
 
+# One harness check: builds the harness from its sources and runs reco's ignored test
+# with the environment variable naming the program.
+#   harness_check NAME VARIABLE TEST SOURCE...
+harness_check() {
+    local name="$1" var="$2" test="$3"
+    shift 3
+    if [ ! -f "$EIGEN/Eigen/Core" ]; then
+        fail "$name" "Eigen not found in $EIGEN (set EIGEN_INCLUDE)"
+    elif ! compile "$@" -o "$BUILD/$name"; then
+        fail "$name" "$1 did not compile against $REF"
+    elif env "$var=$BUILD/$name" cargo test -p quiver-reco --lib "$test" -- --ignored --nocapture; then
+        pass "$name"
+    else
+        fail "$name" "$test failed"
+    fi
+}
+
 echo "== 1. fits"
-if [ ! -f "$EIGEN/Eigen/Core" ]; then
-    fail fits "Eigen not found in $EIGEN (set EIGEN_INCLUDE)"
-elif ! compile scripts/refcheck/refit.cc -o "$BUILD/refit"; then
-    fail fits "scripts/refcheck/refit.cc did not compile against $REF"
-elif QUIVER_REF_FIT="$BUILD/refit" cargo test -p quiver-reco --lib reference_fit_cross_check -- --ignored --nocapture; then
-    pass fits
-else
-    fail fits "reference_fit_cross_check failed"
-fi
+harness_check fits QUIVER_REF_FIT reference_fit_cross_check scripts/refcheck/refit.cc
 
 echo "== 2. CA tuples and quality"
-if [ ! -f "$EIGEN/Eigen/Core" ]; then
-    fail CA "Eigen not found in $EIGEN (set EIGEN_INCLUDE)"
-elif ! compile scripts/refcheck/cah.cc "$PT/CAHitNtupletGeneratorKernels.cc" "$PT/CAHitNtupletGeneratorKernelsAlloc.cc" \
-        "$PT/HelixFitOnGPU.cc" "$PT/BrokenLineFitOnGPU.cc" "$PT/RiemannFitOnGPU.cc" -o "$BUILD/cah"; then
-    fail CA "scripts/refcheck/cah.cc did not compile against $REF"
-elif QUIVER_REF_CA="$BUILD/cah" cargo test -p quiver-reco --lib reference_ca_cross_check -- --ignored --nocapture; then
-    pass CA
-else
-    fail CA "reference_ca_cross_check failed"
-fi
+harness_check CA QUIVER_REF_CA reference_ca_cross_check scripts/refcheck/cah.cc "$PT/CAHitNtupletGeneratorKernels.cc" \
+    "$PT/CAHitNtupletGeneratorKernelsAlloc.cc" "$PT/HelixFitOnGPU.cc" "$PT/BrokenLineFitOnGPU.cc" "$PT/RiemannFitOnGPU.cc"
 
 echo "== 3. vertices"
-if ! compile scripts/refcheck/vertices.cc -o "$BUILD/vertices"; then
-    fail vertices "scripts/refcheck/vertices.cc did not compile against $REF"
-elif QUIVER_VERTEX_REF_HARNESS="$BUILD/vertices" cargo test -p quiver-reco --lib matches_reference_harness -- --ignored --nocapture; then
-    pass vertices
-else
-    fail vertices "matches_reference_harness failed"
-fi
+harness_check vertices QUIVER_VERTEX_REF_HARNESS matches_reference_harness scripts/refcheck/vertices.cc
 
 echo "== 4. counts and histograms"
 [ -z "$SERIAL" ] && [ -x "$REF/serial" ] && SERIAL="$REF/serial"

@@ -15,7 +15,6 @@
 // defaults (its CAHitNtupletGeneratorOnGPU), which are also Quiver's.
 
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -27,19 +26,12 @@
 #include "CondFormats/pixelCPEforGPU.h"
 #include "CAHitNtupletGeneratorKernels.h"
 #include "HelixFitOnGPU.h"
+#include "bits.h"
 
 namespace {
 
-  float f32(uint32_t u) {
-    float x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-  }
-  uint32_t bits(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-  }
+  using refcheck::bits;
+  using refcheck::f32;
 
   cAHitNtupletGenerator::QualityCuts defaultCuts() {
     cAHitNtupletGenerator::QualityCuts c{};

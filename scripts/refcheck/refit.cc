@@ -15,13 +15,13 @@
 // the same expressions the same way.
 
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <vector>
 
 #include <Eigen/Core>
 
 #include "BrokenLine.h"
+#include "bits.h"
 #include "RiemannFit.h"
 
 namespace {
@@ -33,26 +33,9 @@ namespace {
   using Map6xNf = Eigen::Map<Eigen::Matrix<float, 6, N>, 0, Eigen::Stride<6 * kStride, kStride>>;
   using Map4d = Eigen::Map<Eigen::Vector4d, 0, Eigen::InnerStride<kStride>>;
 
-  uint64_t bits(double x) {
-    uint64_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-  }
-  uint32_t bits(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-  }
-  double f64(uint64_t u) {
-    double x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-  }
-  float f32(uint32_t u) {
-    float x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-  }
+  using refcheck::bits;
+  using refcheck::f32;
+  using refcheck::f64;
 
   template <typename Circle, typename Line, typename Fast>
   void print(Fast const& fast, Circle const& circle, Line const& line) {
