@@ -86,6 +86,9 @@ pub struct Comparison {
     pub first: Option<Difference>,
     /// Rows compared.
     pub rows: u64,
+    /// Float values equal within the tolerance but not bit-identical, per column (only
+    /// columns that have some; always empty with a zero tolerance).
+    pub inexact: BTreeMap<String, u64>,
 }
 
 impl Comparison {
@@ -134,9 +137,34 @@ fn fmt_value(a: &dyn Array, i: usize) -> String {
     }
 }
 
-/// Rows where two columns of equal length and type differ. Integers are exact unless
-/// `int_tol` is given (a per-column override).
-fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance, int_tol: Option<Tolerance>) -> Result<Vec<usize>> {
+/// Rows where two float value runs (`width` values per row) differ beyond `tol`, and the
+/// values within it that are not bit-identical.
+fn diff_floats<T: Copy>(a: &[T], b: &[T], width: usize, tol: Tolerance, wide: impl Fn(T) -> f64, same_bits: impl Fn(T, T) -> bool) -> (Vec<usize>, u64) {
+    let (mut rows, mut inexact) = (Vec::new(), 0u64);
+    for (r, (ra, rb)) in a.chunks_exact(width).zip(b.chunks_exact(width)).enumerate() {
+        let mut differs = false;
+        for (&x, &y) in ra.iter().zip(rb) {
+            if same_bits(x, y) {
+                continue;
+            }
+            if float_eq(wide(x), wide(y), tol) {
+                inexact += 1;
+            } else {
+                differs = true;
+            }
+        }
+        if differs {
+            rows.push(r);
+        }
+    }
+    (rows, inexact)
+}
+
+/// Rows where two columns of equal length and type differ, and how many float values are
+/// equal within the tolerance without being bit-identical. Floats (also inside fixed-size
+/// lists, e.g. track states) compare with `tol`; integers are exact unless `int_tol` is
+/// given (a per-column override).
+fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance, int_tol: Option<Tolerance>) -> Result<(Vec<usize>, u64)> {
     macro_rules! exact {
         ($t:ty) => {
             match int_tol {
@@ -147,12 +175,24 @@ fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance, int_tol: Option<Tol
             }
         };
     }
+    let f32s = |x: &dyn Array, y: &dyn Array, w: usize| {
+        diff_floats(x.as_primitive::<Float32Type>().values(), y.as_primitive::<Float32Type>().values(), w, tol, |v| v as f64, |p, q| p.to_bits() == q.to_bits())
+    };
+    let f64s = |x: &dyn Array, y: &dyn Array, w: usize| {
+        diff_floats(x.as_primitive::<Float64Type>().values(), y.as_primitive::<Float64Type>().values(), w, tol, |v| v, |p, q| p.to_bits() == q.to_bits())
+    };
     if a.null_count() == 0 && b.null_count() == 0 {
         let rows = match a.data_type() {
-            DataType::Float32 => diff_primitive(a.as_primitive::<Float32Type>(), b.as_primitive::<Float32Type>(), |x, y| {
-                if tol == Tolerance::default() { x.to_bits() == y.to_bits() } else { float_eq(x as f64, y as f64, tol) }
-            }),
-            DataType::Float64 => diff_primitive(a.as_primitive::<Float64Type>(), b.as_primitive::<Float64Type>(), |x, y| float_eq(x, y, tol)),
+            DataType::Float32 => return Ok(f32s(a, b, 1)),
+            DataType::Float64 => return Ok(f64s(a, b, 1)),
+            DataType::FixedSizeList(item, w) if matches!(item.data_type(), DataType::Float32 | DataType::Float64) => {
+                let (la, lb) = (a.as_fixed_size_list(), b.as_fixed_size_list());
+                let (va, vb, w) = (la.values(), lb.values(), *w as usize);
+                if w == 0 || va.null_count() + vb.null_count() > 0 || va.len() != la.len() * w || vb.len() != lb.len() * w {
+                    return Ok((diff_generic(a, b)?, 0));
+                }
+                return Ok(if *item.data_type() == DataType::Float32 { f32s(va, vb, w) } else { f64s(va, vb, w) });
+            }
             DataType::Int8 => exact!(Int8Type),
             DataType::Int16 => exact!(Int16Type),
             DataType::Int32 => exact!(Int32Type),
@@ -161,11 +201,11 @@ fn diff_column(a: &dyn Array, b: &dyn Array, tol: Tolerance, int_tol: Option<Tol
             DataType::UInt16 => exact!(UInt16Type),
             DataType::UInt32 => exact!(UInt32Type),
             DataType::UInt64 => exact!(UInt64Type),
-            _ => return diff_generic(a, b),
+            _ => return Ok((diff_generic(a, b)?, 0)),
         };
-        return Ok(rows);
+        return Ok((rows, 0));
     }
-    diff_generic(a, b)
+    Ok((diff_generic(a, b)?, 0))
 }
 
 fn diff_generic(a: &dyn Array, b: &dyn Array) -> Result<Vec<usize>> {
@@ -267,7 +307,11 @@ pub fn compare_products_with(a: &Product, b: &Product, first_event: u64, tol: &T
             }
             let (xa, xb) = (ca.slice(ra.start, ra.len()), cb.slice(rb.start, rb.len()));
             let col_tol = tol.per_column.get(name.as_str()).copied();
-            for row in diff_column(&xa, &xb, col_tol.unwrap_or(tol.default), col_tol)? {
+            let (rows, inexact) = diff_column(&xa, &xb, col_tol.unwrap_or(tol.default), col_tol)?;
+            if inexact > 0 {
+                *out.inexact.entry(name.clone()).or_default() += inexact;
+            }
+            for row in rows {
                 let d = Difference {
                     event: first_event + e as u64,
                     row,
@@ -283,12 +327,17 @@ pub fn compare_products_with(a: &Product, b: &Product, first_event: u64, tol: &T
     Ok(out)
 }
 
+/// A comparison's running totals: rows, differences per column, the first difference,
+/// inexact values per column.
+#[derive(Default)]
+struct Totals(u64, BTreeMap<String, u64>, Option<Difference>, BTreeMap<String, u64>);
+
 struct CompareStep {
     a: ProductKey,
     b: ProductKey,
     tol: Tolerances,
     strict: bool,
-    totals: Mutex<(u64, BTreeMap<String, u64>, Option<Difference>)>,
+    totals: Mutex<Totals>,
 }
 
 impl Step for CompareStep {
@@ -315,6 +364,9 @@ impl Step for CompareStep {
                 t.2 = Some(d);
             }
         }
+        for (k, v) in c.inexact {
+            *t.3.entry(k).or_default() += v;
+        }
         Ok(())
     }
 
@@ -327,6 +379,11 @@ impl Step for CompareStep {
         }
         if let Some(d) = &t.2 {
             s.push_str(&format!("\n  first: event {}, row {}, column '{}': {} vs {}", d.event, d.row, d.column, d.a, d.b));
+        }
+        if !t.3.is_empty() {
+            let n: u64 = t.3.values().sum();
+            let cols: Vec<String> = t.3.iter().map(|(c, v)| format!("{c} {v}")).collect();
+            s.push_str(&format!("\n  within tolerance but not bit-identical: {n} values ({})", cols.join(", ")));
         }
         Ok(Some(s))
     }
@@ -402,6 +459,26 @@ mod tests {
         let d = c.first.unwrap();
         assert_eq!((d.event, d.row, d.column.as_str(), d.a.as_str(), d.b.as_str()), (1, 0, "n", "3", "4"));
         assert_eq!(compare_products(&a, &a, 0, Tolerance::default()).unwrap().total(), 0);
+    }
+
+    #[test]
+    fn fixed_size_float_lists_take_the_tolerance_and_inexact_values_are_counted() {
+        let item = Arc::new(Field::new("item", DataType::Float32, false));
+        let schema = crate::product::product_schema("state", 1, vec![Field::new("state", DataType::FixedSizeList(item.clone(), 2), false)]);
+        let p = |v: Vec<f32>| {
+            let l = arrow_array::FixedSizeListArray::try_new(item.clone(), 2, Arc::new(arrow_array::Float32Array::from(v)), None).unwrap();
+            Product::from_lengths(RecordBatch::try_new(schema.clone(), vec![Arc::new(l)]).unwrap(), [1, 2]).unwrap()
+        };
+        let (a, b) = (p(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), p(vec![1.0, 2.0, 3.0, f32::from_bits(4.0f32.to_bits() + 1), 5.0, 6.5]));
+        // Bit-identical by default: rows 0 (event 1) and 1 (event 1) of the second event differ.
+        let c = compare_products(&a, &b, 0, Tolerance::default()).unwrap();
+        assert_eq!((c.per_column["state"], c.inexact.len()), (2, 0));
+        // With a relative tolerance the one-ulp difference is inexact, the 0.5 a difference.
+        let c = compare_products(&a, &b, 0, Tolerance { absolute: 0.0, relative: 1e-6 }).unwrap();
+        assert_eq!((c.per_column["state"], c.inexact["state"]), (1, 1));
+        let d = c.first.unwrap();
+        assert_eq!((d.event, d.row), (1, 1));
+        assert_eq!(compare_products(&a, &b, 0, Tolerance { absolute: 1.0, relative: 0.0 }).unwrap().total(), 0);
     }
 
     #[test]

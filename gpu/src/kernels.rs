@@ -538,6 +538,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     ("rechits", RECHITS, &["rechits"]),
     ("ca_doublets", crate::kernels_ca::CA_DOUBLETS, crate::kernels_ca::CA_DOUBLETS_KERNELS),
     ("ca_ntuplets", crate::kernels_ca::CA_NTUPLETS, crate::kernels_ca::CA_NTUPLETS_KERNELS),
+    ("track_fit", crate::kernels_fit::TRACK_FIT, crate::kernels_fit::TRACK_FIT_KERNELS),
 ];
 
 /// The full source of a kernel module: prelude + body.
@@ -617,6 +618,9 @@ impl CType for i32 {
 impl CType for f32 {
     const C: &'static str = "float";
 }
+impl CType for f64 {
+    const C: &'static str = "double";
+}
 
 /// The C type a launch argument stands for: a scalar, or a pointer to device memory.
 pub trait KernelArg {
@@ -673,7 +677,7 @@ mod tests {
         for &(_, _, names) in SOURCES {
             for n in names {
                 let sig = signature(n).unwrap_or_else(|| panic!("{n}"));
-                assert!(sig.iter().all(|t| ["u8", "u16", "u32", "u64", "short", "i32", "float"].contains(&t.trim_end_matches('*'))), "{n}: {sig:?}");
+                assert!(sig.iter().all(|t| ["u8", "u16", "u32", "u64", "short", "i32", "float", "double"].contains(&t.trim_end_matches('*'))), "{n}: {sig:?}");
             }
         }
         assert_eq!(signature("charge_cut").unwrap().len(), 12);

@@ -8,7 +8,8 @@
 //!
 //! - [`device`]: availability probe (never panics), context, kernels, streams, pool;
 //! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
-//! - [`kernels_ca`]: the CA doublet search's kernels;
+//! - [`kernels_ca`]: the CA doublet search's and ntuplet search's kernels;
+//! - [`kernels_fit`]: the Broken Line fit's kernel;
 //! - [`pool`]: size-class pool of device buffers;
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
 //! - [`transfer`]: transfer and kernel time bookkeeping, reported at the end of the job;
@@ -26,6 +27,7 @@
 pub mod device;
 pub mod kernels;
 pub mod kernels_ca;
+pub mod kernels_fit;
 pub mod pool;
 pub mod resident;
 pub mod steps;
@@ -38,7 +40,8 @@ use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration};
 use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 
 /// Step types that have a GPU implementation.
-pub const GPU_STEP_TYPES: [&str; 7] = ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets", "ca_ntuplets"];
+pub const GPU_STEP_TYPES: [&str; 8] =
+    ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets", "ca_ntuplets", "track_fit"];
 
 /// The CPU step types of `quiver_reco`, kept to build the CPU implementation (for
 /// `backend = "cpu"` and as the GPU steps' fallback).
@@ -87,6 +90,7 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
         "ca_doublets" => Box::new(steps::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         "ca_ntuplets" => Box::new(steps::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
+        "track_fit" => Box::new(steps::TrackFitGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })
 }

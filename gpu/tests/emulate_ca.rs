@@ -8,7 +8,11 @@
 //! in each block, whose interleaving (the atomic histogram fill, the atomic counts) must not
 //! change anything. The connect kernels of `ca_ntuplets` (`kernels_ca::CA_NTUPLETS`, with
 //! the host's list capacities `steps::capped_neighbors`) likewise equal the CPU's
-//! `connect`: neighbour lists, overflows, used flags. Skips when no C++ compiler is found.
+//! `connect`: neighbour lists, overflows, used flags. The Broken Line fit kernel
+//! (`kernels_fit::TRACK_FIT`, compiled against the C library's `log`, `atan2`, `sin` and
+//! `cos`, as the CPU's fit is) gives the CPU step's tracks bit for bit, with the GPU step's
+//! own host side (`steps::fit_batch`, `steps::fitted_tracks`). Skips when no C++ compiler is
+//! found.
 
 mod emu_threads;
 
@@ -57,7 +61,7 @@ static inline int __float2int_rz(float f) {
 fn emulator() -> Option<&'static libloading::Library> {
     static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let source = format!("{SHIM}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_NTUPLETS);
+        let source = format!("{SHIM}{}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_NTUPLETS, quiver_gpu::kernels_fit::TRACK_FIT);
         let (dir, lib) = emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
         type SetSync = unsafe extern "C" fn(extern "C" fn());
         // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
@@ -871,4 +875,102 @@ fn a_panicking_emulated_thread_ends_the_launch() {
         }
     });
     assert_eq!(ok.into_inner(), EMU_BLOCK);
+}
+
+/// The fit kernel on the host, with the GPU step's host side, equals the CPU's `stage_fit`
+/// on the CPU's tuples: every fit column bit for bit, and the overflow rows. Returns the
+/// number of fits.
+fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
+    use quiver_gpu::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
+    use quiver_gpu::steps::{fit_batch, fitted_tracks};
+    use quiver_reco::steps::{fit_overflows, FitInput};
+    use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov};
+    use quiver_reco::tracks::{stage_fit, Tracks};
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let (_, ds) = dataset();
+    let cpe = &ds.conditions().cpe;
+    let (b, _, tuples) = on_cpu_cells(cfg, |view, d| stage_ntuplets(view, d, cfg).unwrap().0);
+    let inputs: Vec<FitInput> = views(&b, cpe).into_iter().zip(tuples).map(|(hits, tuples)| FitInput { hits, tuples }).collect();
+    let cpu: Vec<Tracks> = inputs.iter().map(|i| stage_fit(&i.hits, &i.tuples, cfg).unwrap()).collect();
+    let starts: Vec<usize> = b.hits_per_event.iter().scan(0, |a, &n| { let s = *a; *a += n; Some(s) }).collect();
+    let fb = fit_batch(&inputs, &starts, cpe.det.len(), cfg).expect("the device path applies");
+    let nj = fb.job_n.len();
+    assert_eq!(fb.job_hits.len(), nj * FIT_HITS);
+    let frames = frame_table(cpe);
+    let xerr: Vec<f32> = b.events.iter().flat_map(|h| h.xerr_local.iter().copied()).collect();
+    let yerr: Vec<f32> = b.events.iter().flat_map(|h| h.yerr_local.iter().copied()).collect();
+    // Every float column of the tracks, as bits (NaN compares equal to itself).
+    let bits = |t: &Tracks| -> Vec<u32> {
+        let mut v: Vec<u32> = t.state.iter().flatten().chain(t.covariance.iter().flatten()).map(|x| x.to_bits()).collect();
+        for c in [&t.pt, &t.eta, &t.chi2, &t.phi, &t.tip, &t.zip] {
+            v.extend(c.iter().map(|x| x.to_bits()));
+        }
+        v
+    };
+    for &mode in modes {
+        let out = Dev::new(f64::NAN, (nj * FIT_OUT).max(1));
+        type Fit = unsafe extern "C" fn(u32, *const u32, *const u8, *const f32, *const f32, *const f32, *const f32, *const f32, *const u16, *const f32, f32, *mut f64);
+        // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; the job table holds FIT_HITS
+        // hit indices (below the batch's hits) per job, out FIT_OUT doubles per job.
+        unsafe {
+            let f: libloading::Symbol<Fit> = lib.get(b"track_fit_bl").unwrap();
+            let a = [p(&fb.job_hits), p(&fb.job_n), p(&b.x), p(&b.y), p(&b.z), p(&xerr), p(&yerr), p(&b.det), p(&frames), out.ptr()];
+            elements(lib, mode, nj, || {
+                f(nj as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, cfg.fit.b_field, a[9] as _)
+            });
+        }
+        let raw = out.get();
+        // The fits' doubles themselves (the f32 products round most last-bit differences
+        // away): the CPU's `broken_line_fit` of the same hits, job by job.
+        let mut k = 0;
+        for (input, jobs) in inputs.iter().zip(&fb.jobs) {
+            for job in jobs {
+                let hs = &input.tuples.hits_of(job.row as usize)[..job.n_fit as usize];
+                let h = &input.hits;
+                let pos: Vec<[f64; 3]> = hs.iter().map(|&i| [h.x_global[i as usize] as f64, h.y_global[i as usize] as f64, h.z_global[i as usize] as f64]).collect();
+                let ge: Vec<[f32; 6]> = hs
+                    .iter()
+                    .map(|&i| hit_global_cov(&cpe.det[h.det_index[i as usize] as usize].frame, h.xerr_local[i as usize], h.yerr_local[i as usize]))
+                    .collect();
+                let f = broken_line_fit(&pos, &ge, cfg.fit.b_field as f64).unwrap();
+                let (c, l) = (&f.circle, &f.line);
+                let want = [
+                    c.par[0], c.par[1], c.par[2], c.cov[0][0], c.cov[0][1], c.cov[0][2], c.cov[1][1], c.cov[1][2], c.cov[2][2],
+                    l.par[0], l.par[1], l.cov[0][0], l.cov[0][1], l.cov[1][1], l.chi2, c.chi2 as f64,
+                ];
+                let got = &raw[k * FIT_OUT..(k + 1) * FIT_OUT];
+                assert!(want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} ({mode:?}) fit {k} ({} hits): {want:?} vs {got:?}", job.n_fit);
+                k += 1;
+            }
+        }
+        let dev = fitted_tracks(&inputs, &fb, &raw[..nj * FIT_OUT], cfg).unwrap();
+        for (e, ((t, o), c)) in dev.iter().zip(&cpu).enumerate() {
+            assert_eq!(t.stats.n_fitted, c.stats.n_fitted, "{name} ({mode:?}) event {e}: fits");
+            let (tb, cb) = (bits(t), bits(c));
+            let differ = tb.iter().zip(&cb).filter(|(x, y)| x != y).count();
+            assert!(differ == 0 && tb.len() == cb.len(), "{name} ({mode:?}) event {e}: {differ} of {} fit values differ", cb.len());
+            assert!(t == c, "{name} ({mode:?}) event {e}: tracks");
+            assert_eq!(*o, fit_overflows(&inputs[e].tuples, c.stats.n_fitted, cfg), "{name} ({mode:?}) event {e}: overflows");
+        }
+    }
+    println!("fit {name}: {nj} fits in {} events", inputs.len());
+    nj
+}
+
+#[test]
+fn fit_kernel_on_the_host_equals_the_cpu_step() {
+    if emulator().is_none() {
+        return;
+    }
+    let n = check_fit("default", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded]);
+    assert!(n > 5_000, "a realistic number of fits at PU 50: {n}");
+    // 5-hit tuples on their 5 hits (the 6×6 inversion of the circle fit).
+    let mut cfg = CaConfig::default();
+    cfg.fit.fit5as4 = false;
+    check_fit("fit5as4 off", &cfg, &[Mode::Sequential]);
+    // The per-multiplicity capacity cuts: the same tuples are fitted, the same missed.
+    let mut cfg = CaConfig::default();
+    cfg.fit.max_concurrent_fits = 200;
+    let n = check_fit("200 fits per multiplicity", &cfg, &[Mode::Sequential]);
+    assert!(n <= 3 * 200 * 4, "{n}");
 }

@@ -19,6 +19,9 @@
 //!   one block per run; the hit-module table on the host.
 //! - `rechits`: hit offsets and run spans on the host; cluster sums, CPE, global position and
 //!   `iphi` on the device, one block per run.
+//! - `ca_doublets`, `ca_ntuplets`: see their files.
+//! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line fit
+//!   on the device, one thread per fit; the results stored into the tracks on the host.
 //!
 //! Inputs that the CPU core rejects (bad conditions, pixels outside a module, inconsistent
 //! module tables) and the rare layouts whose sequential semantics the device does not
@@ -58,6 +61,7 @@ mod charge_cut;
 mod clusterize;
 mod raw_to_digis;
 mod rechits;
+mod track_fit;
 
 pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_doublets::CaDoubletsGpu;
@@ -72,6 +76,8 @@ pub use raw_to_digis::{frame_batch, merge_errors, Framed};
 pub(crate) use raw_to_digis::RawToDigisGpu;
 pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
 pub(crate) use rechits::RecHitsGpu;
+pub use track_fit::{decode_fit, fit_batch, fitted_tracks, FitBatch};
+pub(crate) use track_fit::TrackFitGpu;
 use charge_cut::table_rows;
 use clusterize::publish_modules;
 

@@ -18,7 +18,7 @@ use crate::capacity::{names, Capacities};
 use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
 use crate::tracks::{
     ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_fit, stage_ntuplets,
-    stage_quality, tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
+    stage_quality, tuples_from_columns, ntuplets::Tuples, check_tuple_hits, CaConfig, HitsView, TrackError, Tracks,
 };
 use crate::vertices::{find_vertices, Clusterizer, TracksView, VertexConfig};
 
@@ -268,36 +268,74 @@ struct FitStep {
     cfg: CaConfig,
 }
 
+/// One event's checked `track_fit` inputs: its hits and tuples.
+pub struct FitInput<'a> {
+    pub hits: HitsView<'a>,
+    pub tuples: Tuples,
+}
+
+/// The `hits` and `ntuplets` columns `track_fit` reads, checked as the CPU step checks
+/// them.
+struct FitColumns<'a> {
+    hits: HitColumns<'a>,
+    n: &'a Product,
+    quality: &'a [u8],
+    hoff: &'a [i32],
+    hvals: &'a [u32],
+}
+
+impl<'a> FitColumns<'a> {
+    fn new(h: &'a Product, n: &'a Product) -> Result<Self> {
+        let (hoff, hvals) = list_u32(n, "hits")?;
+        Ok(FitColumns { hits: HitColumns::new(h)?, n, quality: values::<UInt8Type>(n, "quality")?, hoff, hvals })
+    }
+    fn event(&self, e: usize, cpe: &'a CpeParams) -> Result<FitInput<'a>> {
+        let hits = self.hits.event(e, cpe)?;
+        let r = self.n.event_rows(e);
+        let (off, hv) = list_rows(self.hoff, self.hvals, r.clone());
+        let tuples = tuples_from_columns(&off, &hv, &self.quality[r]).map_err(tracking)?;
+        Ok(FitInput { hits, tuples })
+    }
+}
+
+/// Every event's `track_fit` inputs (for a GPU implementation of the step), checked as the
+/// CPU step checks them: an error here is the CPU step's error too.
+pub fn fit_inputs<'a>(h: &'a Product, n: &'a Product, cpe: &'a CpeParams) -> Result<Vec<FitInput<'a>>> {
+    let cols = FitColumns::new(h, n)?;
+    (0..h.n_events()).map(|e| cols.event(e, cpe)).collect()
+}
+
+/// The overflow row of one event of `track_fit`: tuples the fit takes (3 to 5 hits, not
+/// duplicates) beyond its capacity per hit count keep zeros in the fit columns, as in the
+/// reference; say so.
+pub fn fit_overflows(tuples: &Tuples, n_fitted: u32, cfg: &CaConfig) -> EventOverflows {
+    let eligible = (0..tuples.len()).filter(|&i| (3..=5).contains(&tuples.size(i)) && tuples.quality[i] != crate::tracks::Quality::Dup).count() as u64;
+    let missed = eligible.saturating_sub(n_fitted as u64);
+    (missed > 0)
+        .then(|| Overflow { capacity: names::FITS_PER_MULTIPLICITY, limit: cfg.fit.max_concurrent_fits as u64, demanded: None, truncated: missed })
+        .into_iter()
+        .collect()
+}
+
+/// Publishes `track_fit`'s products (`track_fits` and its overflow rows) from every event's
+/// tracks and overflows.
+pub fn publish_fits(batch: &mut EventBatch, out: Vec<(Tracks, EventOverflows)>) -> Result<()> {
+    let (out, overflows): (Vec<Tracks>, Vec<EventOverflows>) = out.into_iter().unzip();
+    publish_tracks(batch, TRACK_FITS, &out)?;
+    publish_overflows(batch, overflows)
+}
+
 impl Step for FitStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, n) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?);
-        let cols = HitColumns::new(&h)?;
-        let quality = values::<UInt8Type>(&n, "quality")?;
-        let (hoff, hvals) = list_u32(&n, "hits")?;
+        let cols = FitColumns::new(&h, &n)?;
         let out = per_event(batch, |e| {
-            let hits = cols.event(e, &self.cpe)?;
-            let r = n.event_rows(e);
-            let (off, hv) = list_rows(hoff, hvals, r.clone());
-            let tuples = tuples_from_columns(&off, &hv, &quality[r]).map_err(tracking)?;
-            let tracks = stage_fit(&hits, &tuples, &self.cfg).map_err(tracking)?;
-            // Tuples the fit takes (3 to 5 hits, not duplicates) beyond its capacity per hit
-            // count keep zeros in the fit columns, as in the reference: say so.
-            let eligible = (0..tuples.len()).filter(|&i| (3..=5).contains(&tuples.size(i)) && tuples.quality[i] != crate::tracks::Quality::Dup).count() as u64;
-            let missed = eligible.saturating_sub(tracks.stats.n_fitted as u64);
-            let o: EventOverflows = (missed > 0)
-                .then(|| Overflow {
-                    capacity: names::FITS_PER_MULTIPLICITY,
-                    limit: self.cfg.fit.max_concurrent_fits as u64,
-                    demanded: None,
-                    truncated: missed,
-                })
-                .into_iter()
-                .collect();
+            let input = cols.event(e, &self.cpe)?;
+            let tracks = stage_fit(&input.hits, &input.tuples, &self.cfg).map_err(tracking)?;
+            let o = fit_overflows(&input.tuples, tracks.stats.n_fitted, &self.cfg);
             Ok((tracks, o))
         })?;
-        let (out, overflows): (Vec<Tracks>, Vec<EventOverflows>) = out.into_iter().unzip();
-        publish_tracks(batch, TRACK_FITS, &out)?;
-        publish_overflows(batch, overflows)
+        publish_fits(batch, out)
     }
 }
 
@@ -348,6 +386,7 @@ impl Step for QualityStep {
             let r = n.event_rows(e);
             let (off, hv) = list_rows(hoff, hvals, r.clone());
             let tuples = tuples_from_columns(&off, &hv, &quality[r.clone()]).map_err(tracking)?;
+            check_tuple_hits(&tuples, hits.n_hits()).map_err(tracking)?;
             let (tc_off, tc) = list_rows(coff, cvals, r);
             let cr = c.event_rows(e);
             let a: Vec<bool> = alive.values().slice(cr.start, cr.len()).iter().collect();

@@ -476,9 +476,62 @@ fn c_asinhf(x: f32) -> f32 {
     unsafe { asinhf(x) }
 }
 
-/// Stores a fit into row `i` of `tracks` as the reference's `kernelBLFit` (or, with
-/// `riemann`, `kernelLineFit`, which divides in f64 for pT) does.
-fn store(tracks: &mut Tracks, i: usize, f: &BrokenLineFit, b: f64, n_fit: usize, riemann: bool) {
+/// A tuple the fit takes: its row and how many of its hits are fitted (3 to 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FitJob {
+    pub row: u32,
+    pub n_fit: u8,
+}
+
+/// The tuples [`fit_tuples`] fits, in its order: every non-duplicate tuple of 3, 4 or 5
+/// hits (5-hit tuples on their first 4 with `fit5as4`), at most `max_concurrent_fits` per
+/// hit count, taken in the reference's bucket order (descending tuple index). A GPU fit
+/// takes the same jobs, so the same tuples are fitted and the same ones missed.
+///
+/// ```
+/// use quiver_reco::tracks::fit::{fit_selection, FitConfig, FitJob};
+/// use quiver_reco::tracks::{ntuplets::Tuples, Quality};
+/// let t = Tuples { offsets: vec![0, 5, 8, 12], hits: (0..12).collect(),
+///     quality: vec![Quality::Bad, Quality::Bad, Quality::Dup], overflow: false };
+/// let jobs = fit_selection(&t, &FitConfig::default());
+/// assert_eq!(jobs, [FitJob { row: 1, n_fit: 3 }, FitJob { row: 0, n_fit: 4 }]);
+/// ```
+pub fn fit_selection(tuples: &Tuples, cfg: &FitConfig) -> Vec<FitJob> {
+    let mut per_mult = [0u32; 8];
+    let mut jobs = Vec::with_capacity(tuples.len());
+    for it in (0..tuples.len()).rev() {
+        let nh = tuples.size(it);
+        if !(3..=5).contains(&nh) || tuples.quality[it] == Quality::Dup || per_mult[nh] >= cfg.max_concurrent_fits {
+            continue;
+        }
+        per_mult[nh] += 1;
+        let n_fit = if nh == 5 && cfg.fit5as4 { 4 } else { nh };
+        jobs.push(FitJob { row: it as u32, n_fit: n_fit as u8 });
+    }
+    jobs
+}
+
+/// Stores a fit into row `job.row` of `tracks` as the reference's `kernelBLFit` (or, for
+/// the Riemann fit, `kernelLineFit`, which divides in f64 for pT) does.
+///
+/// ```
+/// use quiver_reco::tracks::fit::{store_fit, BrokenLineFit, CircleFit, FitConfig, FitJob, LineFit};
+/// use quiver_reco::tracks::Tracks;
+/// let f = BrokenLineFit {
+///     fast: [0.0; 4],
+///     circle: CircleFit { par: [0.5, 0.01, -0.02], cov: [[1e-6; 3]; 3], chi2: 1.0, q: -1 },
+///     line: LineFit { par: [0.0, 1.0], cov: [[1e-6; 2]; 2], chi2: 2.0 },
+/// };
+/// let mut t = Tracks { state: vec![[0.0; 5]], covariance: vec![[0.0; 15]], pt: vec![0.0], eta: vec![0.0],
+///     chi2: vec![0.0], phi: vec![0.0], tip: vec![0.0], zip: vec![0.0], charge: vec![0], ..Tracks::default() };
+/// let cfg = FitConfig::default();
+/// store_fit(&mut t, FitJob { row: 0, n_fit: 4 }, &f, &cfg);
+/// assert_eq!((t.phi[0], t.zip[0], t.charge[0], t.chi2[0]), (0.5, 1.0, -1, 1.0));
+/// assert!((t.pt[0] - cfg.b_field / 0.02).abs() < 1e-4);
+/// ```
+pub fn store_fit(tracks: &mut Tracks, job: FitJob, f: &BrokenLineFit, cfg: &FitConfig) {
+    let (i, n_fit, riemann) = (job.row as usize, job.n_fit as usize, cfg.use_riemann_fit);
+    let b = cfg.b_field as f64;
     let bf = 1.0f32 / (b as f32);
     let (cp, cc, lp, lc) = (&f.circle.par, &f.circle.cov, &f.line.par, &f.line.cov);
     let mut st = [cp[0] as f32, cp[1] as f32, cp[2] as f32, lp[0] as f32, lp[1] as f32];
@@ -501,10 +554,8 @@ fn store(tracks: &mut Tracks, i: usize, f: &BrokenLineFit, b: f64, n_fit: usize,
     tracks.refresh_derived(i);
 }
 
-/// Fits every non-duplicate tuple of 3, 4 or 5 hits (5-hit tuples on their first 4 hits with
-/// `fit5as4`), at most `max_concurrent_fits` per multiplicity taken in the reference's
-/// bucket order (descending tuple index). Returns the number of fits. `tracks` must have one
-/// row per tuple.
+/// Fits every tuple of [`fit_selection`] with the Broken Line (or the Riemann fit) into
+/// `tracks` and returns the number of fits. `tracks` must have one row per tuple.
 ///
 /// ```
 /// use quiver_reco::tracks::{fit::*, ntuplets::Tuples, testing::*, Quality, Tracks};
@@ -521,21 +572,12 @@ fn store(tracks: &mut Tracks, i: usize, f: &BrokenLineFit, b: f64, n_fit: usize,
 pub fn fit_tuples(hits: &HitsView, tuples: &Tuples, cfg: &FitConfig, tracks: &mut Tracks) -> Result<u32, TrackError> {
     cfg.validate()?;
     let b = cfg.b_field as f64;
-    let mut per_mult = [0u32; 8];
-    let mut n_fits = 0u32;
     let mut pos = [[0f64; 3]; 5];
     let mut ge = [[0f32; 6]; 5];
-    for it in (0..tuples.len()).rev() {
-        let nh = tuples.size(it);
-        if !(3..=5).contains(&nh) || tuples.quality[it] == Quality::Dup {
-            continue;
-        }
-        if per_mult[nh] >= cfg.max_concurrent_fits {
-            continue;
-        }
-        per_mult[nh] += 1;
-        let n_fit = if nh == 5 && cfg.fit5as4 { 4 } else { nh };
-        for (k, &h) in tuples.hits_of(it).iter().take(n_fit).enumerate() {
+    let jobs = fit_selection(tuples, cfg);
+    for &job in &jobs {
+        let n_fit = job.n_fit as usize;
+        for (k, &h) in tuples.hits_of(job.row as usize).iter().take(n_fit).enumerate() {
             let h = h as usize;
             let det = hits.det_index[h] as usize;
             let frame = hits.cpe.det.get(det).map(|d| d.frame).ok_or(TrackError::MissingModule {
@@ -551,8 +593,7 @@ pub fn fit_tuples(hits: &HitsView, tuples: &Tuples, cfg: &FitConfig, tracks: &mu
         } else {
             broken_line_fit(&pos[..n_fit], &ge[..n_fit], b)?
         };
-        store(tracks, it, &f, b, n_fit, cfg.use_riemann_fit);
-        n_fits += 1;
+        store_fit(tracks, job, &f, cfg);
     }
-    Ok(n_fits)
+    Ok(jobs.len() as u32)
 }

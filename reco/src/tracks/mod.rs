@@ -462,11 +462,66 @@ pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) ->
 /// Stage 3 (`track_fit`): fits every tuple (Broken Line, or Riemann when configured); the
 /// quality is still the tuples' (bad or dup).
 pub fn stage_fit(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Tracks, TrackError> {
+    check_tuple_hits(tuples, hits.n_hits())?;
     let mut tracks = Tracks::zeroed(tuples, hits);
     if hits.n_hits() > 0 {
         tracks.stats.n_fitted = fit::fit_tuples(hits, tuples, &cfg.fit, &mut tracks)?;
     }
     Ok(tracks)
+}
+
+/// The fits [`stage_fit`] computes for an event, in its order: [`fit::fit_selection`], none
+/// for an event without hits.
+pub fn fit_jobs(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Vec<fit::FitJob>, TrackError> {
+    check_tuple_hits(tuples, hits.n_hits())?;
+    Ok(if hits.n_hits() > 0 { fit::fit_selection(tuples, &cfg.fit) } else { Vec::new() })
+}
+
+/// Stage 3 with the fits computed elsewhere (the GPU `track_fit`): `fits[k]` is the fit of
+/// `jobs[k]`, the jobs of [`fit_jobs`]; stored as [`stage_fit`] stores its own.
+///
+/// ```
+/// use quiver_reco::tracks::{fit::*, fit_jobs, stage_fit, stage_fit_from, ntuplets::Tuples, testing::*, CaConfig, Quality};
+/// let mut b = HitBuilder::new();
+/// b.add_helix_barrel(&Helix { pt: 2.0, ..Helix::default() }, &[0, 1, 2, 3]);
+/// let (cols, cpe, cfg) = (b.build(), HitBuilder::cpe_params(), CaConfig::default());
+/// let hits = cols.view(&cpe);
+/// let t = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 3], quality: vec![Quality::Bad], overflow: false };
+/// let jobs = fit_jobs(&hits, &t, &cfg).unwrap();
+/// let pos: Vec<[f64; 3]> = (0..4).map(|h| [hits.x_global[h] as f64, hits.y_global[h] as f64, hits.z_global[h] as f64]).collect();
+/// let ge: Vec<[f32; 6]> = (0..4)
+///     .map(|h| hit_global_cov(&cpe.det[hits.det_index[h] as usize].frame, hits.xerr_local[h], hits.yerr_local[h]))
+///     .collect();
+/// let fits = [broken_line_fit(&pos, &ge, cfg.fit.b_field as f64).unwrap()];
+/// assert_eq!(stage_fit_from(&hits, &t, &cfg, &jobs, &fits).unwrap(), stage_fit(&hits, &t, &cfg).unwrap());
+/// assert!(stage_fit_from(&hits, &t, &cfg, &jobs, &[]).is_err());
+/// ```
+pub fn stage_fit_from(
+    hits: &HitsView,
+    tuples: &ntuplets::Tuples,
+    cfg: &CaConfig,
+    jobs: &[fit::FitJob],
+    fits: &[fit::BrokenLineFit],
+) -> Result<Tracks, TrackError> {
+    check_tuple_hits(tuples, hits.n_hits())?;
+    if jobs.len() != fits.len() || jobs.iter().any(|j| j.row as usize >= tuples.len()) {
+        return Err(TrackError::Invalid(format!("{} fits for {} fit jobs of {} tuples", fits.len(), jobs.len(), tuples.len())));
+    }
+    let mut tracks = Tracks::zeroed(tuples, hits);
+    for (&job, f) in jobs.iter().zip(fits) {
+        fit::store_fit(&mut tracks, job, f, &cfg.fit);
+    }
+    tracks.stats.n_fitted = jobs.len() as u32;
+    Ok(tracks)
+}
+
+/// Every hit of the tuples must be one of the event's `n_hits` (a tuples product from
+/// elsewhere, e.g. a Python step, may name others).
+pub(crate) fn check_tuple_hits(tuples: &ntuplets::Tuples, n_hits: usize) -> Result<(), TrackError> {
+    match tuples.hits.iter().position(|&h| h as usize >= n_hits) {
+        Some(i) => Err(TrackError::Invalid(format!("tuple hit {} is not one of the event's {n_hits} hits", tuples.hits[i]))),
+        None => Ok(()),
+    }
 }
 
 /// Stage 4 (`track_quality`): classification, fishbone cleaner (with the late fishbone),

@@ -1034,3 +1034,17 @@ fn mask8_matches_bit_by_bit_packing() {
         assert_eq!(super::doublets::mask8(&pass), expect, "pattern {pattern:08b}");
     }
 }
+
+#[test]
+fn tuples_naming_hits_the_event_lacks_are_errors_not_panics() {
+    // A tuples product from elsewhere (e.g. a Python step) may name any hit.
+    let mut b = HitBuilder::new();
+    b.add_helix_barrel(&Helix::default(), &[0, 1, 2, 3]);
+    let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+    let hits = cols.view(&cpe);
+    let t = ntuplets::Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 9], quality: vec![Quality::Bad], overflow: false };
+    let cfg = CaConfig::default();
+    for e in [stage_fit(&hits, &t, &cfg).unwrap_err(), fit_jobs(&hits, &t, &cfg).unwrap_err(), stage_fit_from(&hits, &t, &cfg, &[], &[]).unwrap_err()] {
+        assert_eq!(e.to_string(), "inconsistent input: tuple hit 9 is not one of the event's 4 hits", "{e}");
+    }
+}

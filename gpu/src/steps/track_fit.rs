@@ -1,0 +1,177 @@
+//! GPU `track_fit` (kernel [`crate::kernels_fit::TRACK_FIT`]): the Broken Line fit on the
+//! device, one thread per fit; which tuples are fitted ([`quiver_reco::tracks::fit_jobs`])
+//! and the storing of the results into the tracks (the CPU's `store_fit`) on the host.
+//! The same parameters, inputs and products as the CPU step. The Riemann fit has no kernel:
+//! with `fit = "riemann"` every batch is handed to the CPU step (and counted).
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use quiver_columnar::overflow::EventOverflows;
+use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
+use quiver_formats::conditions::CpeParams;
+use quiver_reco::steps::{fit_inputs, fit_overflows, publish_fits, FitInput};
+use quiver_reco::tracks::fit::{BrokenLineFit, CircleFit, FitJob, LineFit};
+use quiver_reco::tracks::{fit_jobs, stage_fit_from, CaConfig, Tracks};
+
+use crate::device::upload_condition;
+use crate::kernels::ELEMENT_BLOCK;
+use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
+use crate::steps::{blocks, fallback, Common, Launch, Run};
+
+/// A batch's fits for the kernel: every event's jobs (the CPU's, in its order) and the job
+/// table (`FIT_HITS` batch hit indices per job, the fitted hit count per job).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FitBatch {
+    pub jobs: Vec<Vec<FitJob>>,
+    pub job_hits: Vec<u32>,
+    pub job_n: Vec<u8>,
+}
+
+/// The fits of a batch: `inputs[e]` is event `e`, whose hits start at row `hit_start[e]` of
+/// the batch's hits. `None` when the CPU step would report an error (a tuple naming a hit
+/// the event lacks, a hit whose module has no frame among `n_modules`): the caller hands
+/// the batch to it.
+///
+/// ```
+/// use quiver_gpu::steps::fit_batch;
+/// use quiver_reco::steps::FitInput;
+/// use quiver_reco::tracks::{ntuplets::Tuples, testing::*, CaConfig, Quality};
+/// let mut b = HitBuilder::new();
+/// b.add_helix_barrel(&Helix { pt: 2.0, ..Helix::default() }, &[0, 1, 2, 3]);
+/// let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+/// let tuples = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 3], quality: vec![Quality::Bad], overflow: false };
+/// let input = [FitInput { hits: cols.view(&cpe), tuples }];
+/// let fb = fit_batch(&input, &[10], cpe.det.len(), &CaConfig::default()).unwrap();
+/// assert_eq!((fb.job_n, &fb.job_hits[..4]), (vec![4], &[10, 11, 12, 13][..]));
+/// assert!(fit_batch(&input, &[10], 0, &CaConfig::default()).is_none()); // no module frames
+/// ```
+pub fn fit_batch(inputs: &[FitInput], hit_start: &[usize], n_modules: usize, cfg: &CaConfig) -> Option<FitBatch> {
+    let mut fb = FitBatch { jobs: Vec::with_capacity(inputs.len()), ..FitBatch::default() };
+    for (input, &start) in inputs.iter().zip(hit_start) {
+        let jobs = fit_jobs(&input.hits, &input.tuples, cfg).ok()?;
+        for job in &jobs {
+            let hits = input.tuples.hits_of(job.row as usize);
+            let mut slots = [u32::MAX; FIT_HITS];
+            for (k, &h) in hits.iter().take(job.n_fit as usize).enumerate() {
+                if input.hits.det_index[h as usize] as usize >= n_modules {
+                    return None;
+                }
+                slots[k] = u32::try_from(start + h as usize).ok()?;
+            }
+            fb.job_hits.extend_from_slice(&slots);
+            fb.job_n.push(job.n_fit);
+        }
+        fb.jobs.push(jobs);
+    }
+    (fb.jobs.len() == inputs.len()).then_some(fb)
+}
+
+/// One job's fit from the kernel's [`FIT_OUT`] doubles (what the CPU's `store_fit` reads of
+/// a [`BrokenLineFit`]: the circle and line parameters, the upper triangles of their
+/// covariances, the two χ²).
+///
+/// ```
+/// use quiver_gpu::steps::decode_fit;
+/// let o: Vec<f64> = (0..16).map(|i| i as f64).collect();
+/// let f = decode_fit(&o);
+/// assert_eq!((f.circle.par, f.circle.cov[1][2], f.line.cov[0][1], f.line.chi2, f.circle.chi2), ([0.0, 1.0, 2.0], 7.0, 12.0, 14.0, 15.0));
+/// ```
+pub fn decode_fit(o: &[f64]) -> BrokenLineFit {
+    let cc = [[o[3], o[4], o[5]], [o[4], o[6], o[7]], [o[5], o[7], o[8]]];
+    BrokenLineFit {
+        fast: [0.0; 4],
+        circle: CircleFit { par: [o[0], o[1], o[2]], cov: cc, chi2: o[15] as f32, q: 0 },
+        line: LineFit { par: [o[9], o[10]], cov: [[o[11], o[12]], [o[12], o[13]]], chi2: o[14] },
+    }
+}
+
+/// Every event's fitted tracks and overflow row from the kernel's output (`FIT_OUT`
+/// doubles per job of `fb`, event after event), stored as the CPU step stores its fits.
+pub fn fitted_tracks(inputs: &[FitInput], fb: &FitBatch, out: &[f64], cfg: &CaConfig) -> Result<Vec<(Tracks, EventOverflows)>> {
+    if out.len() != fb.job_n.len() * FIT_OUT {
+        return Err(Error::data(format!("gpu track_fit: {} doubles for {} fits", out.len(), fb.job_n.len())));
+    }
+    let mut at = 0;
+    let mut res = Vec::with_capacity(inputs.len());
+    for (e, (input, jobs)) in inputs.iter().zip(&fb.jobs).enumerate() {
+        let fits: Vec<BrokenLineFit> = out[at * FIT_OUT..(at + jobs.len()) * FIT_OUT].chunks_exact(FIT_OUT).map(decode_fit).collect();
+        at += jobs.len();
+        let tracks = stage_fit_from(&input.hits, &input.tuples, cfg, jobs, &fits).map_err(|m| Error::data(format!("gpu track_fit: event {e}: {m}")))?;
+        let o = fit_overflows(&input.tuples, tracks.stats.n_fitted, cfg);
+        res.push((tracks, o));
+    }
+    Ok(res)
+}
+
+/// The GPU `track_fit` step.
+pub(crate) struct TrackFitGpu {
+    hits: ProductKey,
+    ntuplets: ProductKey,
+    cpe: Arc<CpeParams>,
+    frames: CudaSlice<f32>,
+    cfg: CaConfig,
+    common: Common,
+}
+
+impl TrackFitGpu {
+    pub fn new(cfg: &StepConfig, common: Common, cpe: Arc<CpeParams>, ca: CaConfig) -> Result<Self> {
+        let mut bytes = 0u64;
+        // The module frames, once per job (the covariance rotation reads six floats each).
+        let frames = upload_condition(common.gpu, &frame_table(&cpe), &mut bytes)
+            .map_err(|m| Error::plan(&cfg.label, format!("uploading the module frames: {m}")))?;
+        common.stats.add_conditions(bytes);
+        Ok(TrackFitGpu { hits: cfg.input("hits")?, ntuplets: cfg.input("ntuplets")?, cpe, frames, cfg: ca, common })
+    }
+}
+
+impl Step for TrackFitGpu {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let c = &self.common;
+        if self.cfg.fit.use_riemann_fit {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        let (h, n) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?);
+        // What the CPU step rejects goes to it, for its exact message.
+        let Ok(inputs) = fit_inputs(&h, &n, &self.cpe) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let starts: Vec<usize> = (0..batch.n_events()).map(|e| h.event_rows(e).start).collect();
+        let Some(fb) = fit_batch(&inputs, &starts, self.cpe.det.len(), &self.cfg) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+        let n_jobs = fb.job_n.len();
+        let out = if n_jobs == 0 {
+            Vec::new()
+        } else {
+            let mut run = Run::start(c.gpu)?;
+            let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
+            let hc = crate::resident::cuda(&hd);
+            let nh = h.batch().num_rows();
+            let cols = ["x_global", "y_global", "z_global", "xerr_local", "yerr_local"].map(|name| hc.column(name));
+            let [x, y, z, xe, ye] = cols;
+            let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);
+            let (djh, djn) = (run.up(&fb.job_hits)?, run.up(&fb.job_n)?);
+            let mut dout = run.out::<f64>(n_jobs * FIT_OUT)?;
+            run.mark()?;
+            {
+                let (vjh, vjn) = (djh.view::<u32>(n_jobs * FIT_HITS), djn.view::<u8>(n_jobs));
+                let (vx, vy, vz, vxe, vye, vd) =
+                    (x.view::<f32>(nh), y.view::<f32>(nh), z.view::<f32>(nh), xe.view::<f32>(nh), ye.view::<f32>(nh), det.view::<u16>(nh));
+                let mut vo = dout.view_mut::<f64>(n_jobs * FIT_OUT);
+                let nj = n_jobs as u32;
+                let mut l = Launch::new(&run, "track_fit_bl");
+                l.arg(&nj).arg(&vjh).arg(&vjn).arg(&vx).arg(&vy).arg(&vz).arg(&vxe).arg(&vye).arg(&vd);
+                l.arg(&self.frames).arg(&self.cfg.fit.b_field).arg(&mut vo);
+                l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+            }
+            run.mark()?;
+            let out = run.down::<f64>(&dout, n_jobs * FIT_OUT)?;
+            run.finish(&c.stats)?;
+            out.as_slice().to_vec()
+        };
+        publish_fits(batch, fitted_tracks(&inputs, &fb, &out, &self.cfg)?)
+    }
+
+    fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        Ok(self.common.report())
+    }
+}
