@@ -44,6 +44,7 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
+static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, sizeof f); return f; }
 static inline int __double2int_rz(double f) {
     if (std::isnan(f)) return 0;
     if (f >= 2147483648.0) return INT_MAX;
@@ -104,6 +105,7 @@ static inline int __float2int_rz(float f) {
     if (f <= -2147483648.0f) return INT_MIN;
     return (int)f;
 }
+static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, sizeof f); return f; }
 static inline int __double2int_rz(double f) {
     if (std::isnan(f)) return 0;
     if (f >= 2147483648.0) return INT_MAX;

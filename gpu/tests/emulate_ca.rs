@@ -11,8 +11,9 @@
 //! `connect`: neighbour lists, overflows, used flags. The Broken Line fit kernel
 //! (`kernels_fit::TRACK_FIT`, compiled against the C library's `log`, `atan2`, `sin` and
 //! `cos`, as the CPU's fit is) gives the CPU step's tracks bit for bit, with the GPU step's
-//! own host side (`steps::fit_batch`, `steps::fitted_tracks`). Skips when no C++ compiler is
-//! found.
+//! own host side (`steps::fit_batch`, `steps::fitted_tracks`). The vertex finder kernel
+//! (`kernels_vertices::VERTICES`) gives the CPU's vertices bit for bit, on the chain's tracks
+//! and on synthetic events made to split. Skips when no C++ compiler is found.
 
 mod emu_threads;
 
@@ -56,12 +57,19 @@ static inline int __float2int_rz(float f) {
     if (f <= -2147483648.0f) return INT_MIN;
     return (int)f;
 }
+static inline int __double2int_rz(double f) {
+    if (std::isnan(f)) return 0;
+    if (f >= 2147483648.0) return INT_MAX;
+    if (f <= -2147483648.0) return INT_MIN;
+    return (int)f;
+}
+static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, sizeof f); return f; }
 "#;
 
 fn emulator() -> Option<&'static libloading::Library> {
     static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let source = format!("{SHIM}{}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_NTUPLETS, quiver_gpu::kernels_fit::TRACK_FIT);
+        let source = format!("{SHIM}{}{}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_NTUPLETS, quiver_gpu::kernels_fit::TRACK_FIT, quiver_gpu::kernels_vertices::VERTICES);
         let (dir, lib) = emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
         type SetSync = unsafe extern "C" fn(extern "C" fn());
         // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
@@ -973,4 +981,191 @@ fn fit_kernel_on_the_host_equals_the_cpu_step() {
     cfg.fit.max_concurrent_fits = 200;
     let n = check_fit("200 fits per multiplicity", &cfg, &[Mode::Sequential]);
     assert!(n <= 3 * 200 * 4, "{n}");
+}
+
+/// One event's tracks as the vertex finder reads them (owned).
+#[derive(Clone, Debug, Default)]
+struct VxEvent {
+    zip: Vec<f32>,
+    cov_zip: Vec<f32>,
+    pt: Vec<f32>,
+    quality: Vec<u8>,
+    n_hits: Vec<u16>,
+}
+
+impl VxEvent {
+    fn view(&self) -> quiver_reco::vertices::TracksView<'_> {
+        quiver_reco::vertices::TracksView::new(&self.zip, &self.cov_zip, &self.pt, &self.quality, &self.n_hits).unwrap()
+    }
+}
+
+/// Synthetic events: vertices along z with tracks of assorted resolutions, vertices made of
+/// three groups of precise tracks (one cluster, a bad χ²: split), an event with z on a grid
+/// (ties), tracks the
+/// selection drops (triplets, low pT, not loose), an event with one track and an empty one.
+fn synthetic_vertex_events() -> Vec<VxEvent> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut uni = move || {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 11) as f64) / (1u64 << 53) as f64
+    };
+    let mut events = Vec::new();
+    for ev in 0..6 {
+        let mut e = VxEvent::default();
+        let n_vtx = 5 + 12 * ev;
+        for v in 0..n_vtx {
+            let vz = (uni() * 20.0 - 10.0) as f32;
+            // Every fourth vertex: three groups 0.015 cm apart, σ 40 µm: neighbours chain
+            // them into one cluster whose χ² asks for a split.
+            let subs: &[f32] = if v % 4 == 0 { &[0.0, 0.015, 0.03] } else { &[0.0] };
+            let n_trk = 2 + (uni() * 25.0) as usize;
+            for k in 0..n_trk {
+                let sigma = if subs.len() > 1 { 0.004 } else { 0.002 + 0.02 * uni() };
+                let g = (-2.0 * uni().max(1e-12).ln()).sqrt() * (2.0 * std::f64::consts::PI * uni()).cos();
+                e.zip.push(vz + subs[k % subs.len()] + (g * sigma) as f32);
+                e.cov_zip.push((sigma * sigma) as f32);
+                e.pt.push((0.3 + 5.0 * uni()) as f32);
+                e.quality.push(if k % 11 == 10 { quiver_reco::vertices::quality::BAD } else { quiver_reco::vertices::quality::LOOSE });
+                e.n_hits.push(if k % 7 == 6 { 3 } else { 4 });
+            }
+        }
+        events.push(e);
+    }
+    // z on a 10 µm grid: equal distances and equal densities, so the tie rules decide.
+    let mut grid = events[3].clone();
+    for z in &mut grid.zip {
+        *z = (*z * 1000.0).round() / 1000.0;
+    }
+    events.push(grid);
+    events.push(VxEvent { zip: vec![0.5], cov_zip: vec![1e-4], pt: vec![2.0], quality: vec![quiver_reco::vertices::quality::LOOSE], n_hits: vec![4] });
+    events.push(VxEvent::default());
+    events
+}
+
+/// The vertex kernel on a batch (one block per event): its output and error flags.
+fn run_vertex_kernel(lib: &libloading::Library, mode: Mode, vb: &quiver_gpu::steps::VertexBatch, cfg: &quiver_reco::vertices::VertexConfig) -> (quiver_gpu::steps::VertexOutput, Vec<u32>) {
+    use quiver_gpu::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
+    let (n, n_ev) = (vb.zt.len(), vb.sel_off.len() - 1);
+    let (izt, bins, off) = (Dev::new(0u32, n.max(1)), Dev::new(0u32, n.max(1)), Dev::new(0u32, n_ev * VX_BIN_OFFSETS));
+    let (nn, ptr, iv) = (Dev::new(0i32, n.max(1)), Dev::new(0i32, n.max(1)), Dev::new(-7i32, n.max(1)));
+    let (s_it, s_zz, s_ww, s_new) = (Dev::new(0u32, n.max(1)), Dev::new(0f32, n.max(1)), Dev::new(0f32, n.max(1)), Dev::new(0u8, n.max(1)));
+    let (zv, wv, chi2, ndof, ptv2, sort) =
+        (Dev::new(f32::NAN, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(-7i32, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(u16::MAX, n.max(1)));
+    let (nv, err) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
+    type Find = unsafe extern "C" fn(
+        *const u32, u32, *const f32, *const f32, *const f32, i32, f32, f32, f32, f32, f32, f32,
+        *mut u32, *mut u32, *mut u32, *mut i32, *mut i32, *mut i32, *mut u32, *mut f32, *mut f32, *mut u8,
+        *mut f32, *mut f32, *mut f32, *mut i32, *mut f32, *mut u16, *mut u32, *mut u32,
+    );
+    // SAFETY: kernel signature as in kernels_vertices::VERTICES; every per-track buffer
+    // holds the batch's selected tracks, off VX_BIN_OFFSETS entries per event.
+    unsafe {
+        let f: libloading::Symbol<Find> = lib.get(b"vx_find").unwrap();
+        let a = [
+            p(&vb.sel_off), p(&vb.zt), p(&vb.ezt2), p(&vb.ptt2), izt.ptr(), bins.ptr(), off.ptr(), nn.ptr(), ptr.ptr(), iv.ptr(),
+            s_it.ptr(), s_zz.ptr(), s_ww.ptr(), s_new.ptr(), zv.ptr(), wv.ptr(), chi2.ptr(), ndof.ptr(), ptv2.ptr(), sort.ptr(), nv.ptr(), err.ptr(),
+        ];
+        // Sequential: one thread per block (the barriers need every thread of a block).
+        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        assert!(VX_BLOCK >= threads);
+        grid(lib, mode, n_ev as u32, threads, || {
+            f(
+                a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, cfg.min_t, cfg.eps, cfg.errmax, cfg.chi2max,
+                cfg.fit_chi2_max_first, cfg.split_chi2_max, cfg.fit_chi2_max_final,
+                a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _,
+                a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _, a[21] as _,
+            )
+        });
+    }
+    let out = quiver_gpu::steps::VertexOutput { iv: iv.get(), zv: zv.get(), wv: wv.get(), chi2: chi2.get(), ndof: ndof.get(), ptv2: ptv2.get(), sort_ind: sort.get(), nv: nv.get() };
+    (out, err.get())
+}
+
+/// The vertex kernel with the GPU step's host side equals `find_vertices` on every event:
+/// every field, floats bit for bit. Returns (vertices, events with a split).
+fn check_vertices(name: &str, events: &[VxEvent], cfg: &quiver_reco::vertices::VertexConfig, modes: &[Mode]) -> (usize, usize) {
+    use quiver_gpu::steps::{vertex_batch, vertices_from_device};
+    use quiver_reco::vertices::{find_vertices, select_tracks, Vertices};
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let cpu: Vec<Vertices> = events.iter().map(|e| find_vertices(&e.view(), cfg).unwrap()).collect();
+    let sel: Vec<(usize, quiver_reco::vertices::Selected)> = events.iter().map(|e| (e.zip.len(), select_tracks(&e.view(), cfg).unwrap())).collect();
+    let vb = vertex_batch(&sel.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>()).unwrap();
+    let n_ev = events.len();
+    for &mode in modes {
+        let (out, err) = run_vertex_kernel(lib, mode, &vb, cfg);
+        assert!(err.iter().all(|&x| x == 0), "{name} ({mode:?}): capacity error flagged");
+        let dev = vertices_from_device(&sel, &vb, &out).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (e, (c, d)) in cpu.iter().zip(&dev).enumerate() {
+            assert_eq!(c.nv_final, d.nv_final, "{name} ({mode:?}) event {e}: vertices");
+            assert_eq!((&c.idv, &c.ndof, &c.sort_ind), (&d.idv, &d.ndof, &d.sort_ind), "{name} ({mode:?}) event {e}");
+            for (what, x, y) in [("zv", &c.zv, &d.zv), ("wv", &c.wv, &d.wv), ("chi2", &c.chi2, &d.chi2), ("ptv2", &c.ptv2, &d.ptv2)] {
+                assert_eq!(bits(x), bits(y), "{name} ({mode:?}) event {e}: {what}");
+            }
+            assert_eq!((&c.track_offsets, &c.track_indices, c.n_selected), (&d.track_offsets, &d.track_indices, d.n_selected), "{name} ({mode:?}) event {e}");
+        }
+    }
+    let n_vertices = cpu.iter().map(|v| v.nv_final as usize).sum();
+    // Events where the CPU's chain split a vertex: more vertices than without splitting.
+    let no_split = quiver_reco::vertices::VertexConfig { split_chi2_max: f32::MAX, ..cfg.clone() };
+    let split_events = events
+        .iter()
+        .zip(&cpu)
+        .filter(|(e, v)| find_vertices(&e.view(), &no_split).unwrap().nv_final < v.nv_final)
+        .count();
+    println!("vertices {name}: {n_vertices} vertices in {n_ev} events, {split_events} events with a split");
+    (n_vertices, split_events)
+}
+
+#[test]
+fn vertex_kernel_on_the_host_equals_the_cpu_step() {
+    if emulator().is_none() {
+        return;
+    }
+    use quiver_reco::tracks::{stage_fit, stage_quality};
+    let cfg = CaConfig::default();
+    // The chain's own tracks (CPU): tuples, fit, quality.
+    let (_, _, chain) = on_cpu_cells(&cfg, |view, d| {
+        let (t, ca) = stage_ntuplets(view, d, &cfg).unwrap();
+        let mut tracks = stage_fit(view, &t, &cfg).unwrap();
+        stage_quality(view, &t, &ca, &mut tracks, &cfg);
+        VxEvent {
+            zip: tracks.zip.clone(),
+            cov_zip: tracks.covariance.iter().map(|c| c[14]).collect(),
+            pt: tracks.pt.clone(),
+            quality: tracks.quality.clone(),
+            n_hits: tracks.n_hits.clone(),
+        }
+    });
+    let vc = quiver_reco::vertices::VertexConfig::default();
+    let (n, _) = check_vertices("chain", &chain, &vc, &[Mode::Sequential, Mode::Threaded]);
+    assert!(n > 20, "vertices at PU 50: {n}");
+    let synth = synthetic_vertex_events();
+    let (n, splits) = check_vertices("synthetic", &synth, &vc, &[Mode::Sequential, Mode::Threaded]);
+    assert!(n > 100 && splits >= 3, "{n} vertices, {splits} events with splits");
+    // Triplets too, a looser seed and a tighter window.
+    let vc = quiver_reco::vertices::VertexConfig { min_hits: 3, min_t: 1, eps: 0.03, ..Default::default() };
+    check_vertices("triplets, min_t 1, eps 0.03", &synth, &vc, &[Mode::Sequential]);
+    // 1 100 isolated triplets of precise tracks: 1 100 proto-vertices, past the capacity.
+    // The CPU reports it; the kernel flags the event (the step then hands the batch to the
+    // CPU for its message).
+    let mut e = VxEvent::default();
+    for c in 0..1100 {
+        for k in 0..3 {
+            e.zip.push(-11.0 + 0.02 * c as f32 + 1e-5 * k as f32);
+            e.cov_zip.push(1e-8);
+            e.pt.push(1.0);
+            e.quality.push(quiver_reco::vertices::quality::LOOSE);
+            e.n_hits.push(4);
+        }
+    }
+    let vc = quiver_reco::vertices::VertexConfig::default();
+    let cpu = quiver_reco::vertices::find_vertices(&e.view(), &vc).unwrap_err();
+    assert!(cpu.to_string().contains("vertices exceed the capacity of 1023"), "{cpu}");
+    let sel = quiver_reco::vertices::select_tracks(&e.view(), &vc).unwrap();
+    let vb = quiver_gpu::steps::vertex_batch(&[sel]).unwrap();
+    let lib = emulator().unwrap();
+    for mode in [Mode::Sequential, Mode::Threaded] {
+        assert_eq!(run_vertex_kernel(lib, mode, &vb, &vc).1, [1], "{mode:?}");
+    }
 }

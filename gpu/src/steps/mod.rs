@@ -22,6 +22,8 @@
 //! - `ca_doublets`, `ca_ntuplets`: see their files.
 //! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line fit
 //!   on the device, one thread per fit; the results stored into the tracks on the host.
+//! - `vertices`: the track selection on the host; clustering, fits, split and Σ pT² order
+//!   on the device, one block per event; the products assembled on the host.
 //!
 //! Inputs that the CPU core rejects (bad conditions, pixels outside a module, inconsistent
 //! module tables) and the rare layouts whose sequential semantics the device does not
@@ -62,6 +64,7 @@ mod clusterize;
 mod raw_to_digis;
 mod rechits;
 mod track_fit;
+mod vertices;
 
 pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_doublets::CaDoubletsGpu;
@@ -78,6 +81,8 @@ pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
 pub(crate) use rechits::RecHitsGpu;
 pub use track_fit::{decode_fit, fit_batch, fitted_tracks, FitBatch};
 pub(crate) use track_fit::TrackFitGpu;
+pub use vertices::{vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
+pub(crate) use vertices::VerticesGpu;
 use charge_cut::table_rows;
 use clusterize::publish_modules;
 

@@ -20,7 +20,7 @@ use crate::tracks::{
     ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_fit, stage_ntuplets,
     stage_quality, tuples_from_columns, ntuplets::Tuples, check_tuple_hits, CaConfig, HitsView, TrackError, Tracks,
 };
-use crate::vertices::{find_vertices, Clusterizer, TracksView, VertexConfig};
+use crate::vertices::{find_vertices, select_tracks, Clusterizer, Selected, TracksView, VertexConfig, Vertices};
 
 fn tracking(e: TrackError) -> Error {
     Error::data(e.to_string())
@@ -507,51 +507,91 @@ struct VerticesStep {
     tally: [AtomicU64; 2],
 }
 
-impl Step for VerticesStep {
-    fn process(&self, batch: &mut EventBatch) -> Result<()> {
-        let t = batch.get(&self.input)?;
-        let (zip, pt, quality) = (values::<Float32Type>(&t, "zip")?, values::<Float32Type>(&t, "pt")?, values::<UInt8Type>(&t, "quality")?);
-        let n_hits8 = values::<UInt8Type>(&t, "n_hits")?;
-        let (cov, width) = fixed_values(&t, "covariance")?;
+/// The columns of a `tracks` product the vertex finder reads.
+struct VertexColumns<'a> {
+    t: &'a Product,
+    zip: &'a [f32],
+    pt: &'a [f32],
+    quality: &'a [u8],
+    n_hits8: &'a [u8],
+    cov: &'a [f32],
+}
+
+impl<'a> VertexColumns<'a> {
+    fn new(t: &'a Product) -> Result<Self> {
+        let (cov, width) = fixed_values(t, "covariance")?;
         if width != 15 {
             return Err(Error::data(format!("product 'tracks': covariance has {width} terms, expected 15")));
         }
-        let out = per_event(batch, |e| {
-            let rows = t.event_rows(e);
-            let cov_zip: Vec<f32> = rows.clone().map(|r| cov[r * 15 + 14]).collect();
-            let n_hits: Vec<u16> = n_hits8[rows.clone()].iter().map(|&n| n as u16).collect();
-            let view = TracksView::new_unbounded(&zip[rows.clone()], &cov_zip, &pt[rows.clone()], &quality[rows], &n_hits)
-                .map_err(|e| Error::data(e.to_string()))?;
-            find_vertices(&view, &self.cfg).map_err(|e| Error::data(e.to_string()))
-        })?;
-        // Rank 0 = largest Σ pT² (the reference's sortInd is ascending).
-        let ranks: Vec<Vec<u16>> = out
-            .iter()
-            .map(|v| {
-                let n = v.sort_ind.len();
-                let mut rank = vec![0u16; n];
-                for (k, &vi) in v.sort_ind.iter().enumerate() {
-                    rank[vi as usize] = (n - 1 - k) as u16;
-                }
-                rank
-            })
-            .collect();
-        let tracks_flat = concat::<UInt32Type, _>(out.iter().map(|v| v.track_indices.as_slice()));
-        let lengths = out.iter().flat_map(|v| v.track_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
-        let cols: Vec<ArrayRef> = vec![
-            concat_ref::<Float32Type, _>(out.iter().map(|v| v.zv.as_slice())),
-            concat_ref::<Float32Type, _>(out.iter().map(|v| v.wv.as_slice())),
-            concat_ref::<Float32Type, _>(out.iter().map(|v| v.chi2.as_slice())),
-            Arc::new(Int32Array::from(out.iter().flat_map(|v| v.ndof.iter().copied()).collect::<Vec<i32>>())),
-            concat_ref::<Float32Type, _>(out.iter().map(|v| v.ptv2.as_slice())),
-            concat_ref::<UInt16Type, _>(ranks.iter().map(Vec::as_slice)),
-            list_column(lengths, tracks_flat)?,
-        ];
+        Ok(VertexColumns {
+            t,
+            zip: values::<Float32Type>(t, "zip")?,
+            pt: values::<Float32Type>(t, "pt")?,
+            quality: values::<UInt8Type>(t, "quality")?,
+            n_hits8: values::<UInt8Type>(t, "n_hits")?,
+            cov,
+        })
+    }
+    /// Event `e`'s tracks as the finder's view, given to `f`.
+    fn with_event<R>(&self, e: usize, f: impl FnOnce(&TracksView) -> Result<R>) -> Result<R> {
+        let rows = self.t.event_rows(e);
+        let cov_zip: Vec<f32> = rows.clone().map(|r| self.cov[r * 15 + 14]).collect();
+        let n_hits: Vec<u16> = self.n_hits8[rows.clone()].iter().map(|&n| n as u16).collect();
+        let view = TracksView::new_unbounded(&self.zip[rows.clone()], &cov_zip, &self.pt[rows.clone()], &self.quality[rows], &n_hits)
+            .map_err(|e| Error::data(e.to_string()))?;
+        f(&view)
+    }
+}
+
+/// Every event's selected tracks for the vertex finder (its track slots and the selection),
+/// from a `tracks` product, with the CPU step's checks: an error here is the CPU step's
+/// error too (for a GPU implementation of `vertices`).
+pub fn vertex_selection(t: &Product, cfg: &VertexConfig) -> Result<Vec<(usize, Selected)>> {
+    let cols = VertexColumns::new(t)?;
+    (0..t.n_events())
+        .map(|e| cols.with_event(e, |view| Ok((view.len(), select_tracks(view, cfg).map_err(|e| Error::data(e.to_string()))?))))
+        .collect()
+}
+
+/// Publishes `vertices` and `track_vertices` from every event's vertices (`t`: the tracks
+/// they were found from).
+pub fn publish_vertices(batch: &mut EventBatch, t: &Product, out: &[Vertices]) -> Result<()> {
+    // Rank 0 = largest Σ pT² (the reference's sortInd is ascending).
+    let ranks: Vec<Vec<u16>> = out
+        .iter()
+        .map(|v| {
+            let n = v.sort_ind.len();
+            let mut rank = vec![0u16; n];
+            for (k, &vi) in v.sort_ind.iter().enumerate() {
+                rank[vi as usize] = (n - 1 - k) as u16;
+            }
+            rank
+        })
+        .collect();
+    let tracks_flat = concat::<UInt32Type, _>(out.iter().map(|v| v.track_indices.as_slice()));
+    let lengths = out.iter().flat_map(|v| v.track_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let cols: Vec<ArrayRef> = vec![
+        concat_ref::<Float32Type, _>(out.iter().map(|v| v.zv.as_slice())),
+        concat_ref::<Float32Type, _>(out.iter().map(|v| v.wv.as_slice())),
+        concat_ref::<Float32Type, _>(out.iter().map(|v| v.chi2.as_slice())),
+        Arc::new(Int32Array::from(out.iter().flat_map(|v| v.ndof.iter().copied()).collect::<Vec<i32>>())),
+        concat_ref::<Float32Type, _>(out.iter().map(|v| v.ptv2.as_slice())),
+        concat_ref::<UInt16Type, _>(ranks.iter().map(Vec::as_slice)),
+        list_column(lengths, tracks_flat)?,
+    ];
+    publish(batch, VERTICES, cols, out.iter().map(|v| v.zv.len()))?;
+    let idv = vec![concat_ref::<Int16Type, _>(out.iter().map(|v| v.idv.as_slice()))];
+    batch.put(Product::new(RecordBatch::try_new(schema(TRACK_VERTICES), idv)?, t.offsets().clone())?)
+}
+
+impl Step for VerticesStep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let t = batch.get(&self.input)?;
+        let cols = VertexColumns::new(&t)?;
+        let out = per_event(batch, |e| cols.with_event(e, |view| find_vertices(view, &self.cfg).map_err(|e| Error::data(e.to_string()))))?;
         self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
         self.tally[1].fetch_add(out.iter().map(|v| v.zv.len() as u64).sum(), Ordering::Relaxed);
-        publish(batch, VERTICES, cols, out.iter().map(|v| v.zv.len()))?;
-        let idv = vec![concat_ref::<Int16Type, _>(out.iter().map(|v| v.idv.as_slice()))];
-        batch.put(Product::new(RecordBatch::try_new(schema(TRACK_VERTICES), idv)?, t.offsets().clone())?)
+        publish_vertices(batch, &t, &out)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
@@ -682,28 +722,32 @@ pub(super) fn register(r: &mut Registry) {
             outputs: vec![VERTICES.into(), TRACK_VERTICES.into()],
         },
         backends: vec![Backend::Cpu],
-        build: |cfg| {
-            let p = &cfg.params;
-            let clusterizer = match p.str("clusterizer") {
-                "dbscan" => Clusterizer::Dbscan,
-                "iterative" => Clusterizer::Iterative,
-                _ => Clusterizer::Density,
-            };
-            let vc = VertexConfig {
-                clusterizer,
-                // Within the declared ranges (checked when the plan was resolved).
-                min_t: p.int("min_t") as i32,
-                eps: p.float("eps") as f32,
-                errmax: p.float("errmax") as f32,
-                chi2max: p.float("chi2max") as f32,
-                pt_min: p.float("pt_min") as f32,
-                min_hits: p.int("min_hits") as u16,
-                max_tracks: if Capacities::of(cfg)?.sized() { usize::MAX } else { crate::vertices::MAX_TRACKS },
-                ..Default::default()
-            };
-            vc.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
-            Ok(Box::new(VerticesStep { input: cfg.input("input")?, cfg: vc, tally: Default::default() }))
-        },
+        build: |cfg| Ok(Box::new(VerticesStep { input: cfg.input("input")?, cfg: vertex_config(cfg)?, tally: Default::default() })),
     });
+}
+
+/// The vertex finder's configuration from a `vertices` step's parameters (for the GPU
+/// implementation of the step).
+pub fn vertex_config(cfg: &StepConfig) -> Result<VertexConfig> {
+    let p = &cfg.params;
+    let clusterizer = match p.str("clusterizer") {
+        "dbscan" => Clusterizer::Dbscan,
+        "iterative" => Clusterizer::Iterative,
+        _ => Clusterizer::Density,
+    };
+    let vc = VertexConfig {
+        clusterizer,
+        // Within the declared ranges (checked when the plan was resolved).
+        min_t: p.int("min_t") as i32,
+        eps: p.float("eps") as f32,
+        errmax: p.float("errmax") as f32,
+        chi2max: p.float("chi2max") as f32,
+        pt_min: p.float("pt_min") as f32,
+        min_hits: p.int("min_hits") as u16,
+        max_tracks: if Capacities::of(cfg)?.sized() { usize::MAX } else { crate::vertices::MAX_TRACKS },
+        ..Default::default()
+    };
+    vc.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
+    Ok(vc)
 }
 

@@ -4,7 +4,7 @@ use super::{quality, TracksView, VertexError, MAX_SELECTED_TRACKS};
 
 /// The selected tracks, in input order.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct Selected {
+pub struct Selected {
     /// Input slot of each selected track.
     pub itrk: Vec<u32>,
     /// z at the beam spot, cm.

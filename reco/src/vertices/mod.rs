@@ -55,6 +55,8 @@ pub use quiver_formats::quality::codes as quality;
 pub const MAX_TRACKS: usize = 32 * 1024;
 /// Most vertices per event (reference `ZVertexSoA::MAXVTX`).
 pub const MAX_VERTICES: usize = 1024;
+/// Bins of the clustering's z histogram (1 mm each, ±12.8 cm).
+pub const Z_BINS: usize = histogram::NBINS;
 /// Most selected tracks the clustering histogram holds (reference: 16 000).
 pub const MAX_SELECTED_TRACKS: usize = 16_000;
 /// Vertices with this many degrees of freedom or more are never split (reference: 512 tracks).
@@ -356,17 +358,65 @@ pub enum VertexError {
 /// assert_eq!(v.tracks_of(lead), Some(&[0u32, 1, 2][..]));
 /// ```
 pub fn find_vertices(tracks: &TracksView, cfg: &VertexConfig) -> Result<Vertices, VertexError> {
+    let sel = select_tracks(tracks, cfg)?;
+    let chain = run_chain(&sel.zt, &sel.ezt2, &sel.ptt2, cfg)?;
+    Ok(vertices_from(tracks.len(), &sel, chain.into()))
+}
+
+/// The vertex finder's first stage: the parameters and columns checked, the tracks selected
+/// (≥ `min_hits` hits, `loose`, pT ≥ `pt_min`, stopping at the first empty slot), with the
+/// errors of [`find_vertices`].
+///
+/// ```
+/// use quiver_reco::vertices::{quality, select_tracks, TracksView, VertexConfig};
+/// let t = TracksView::new(&[0.1, 0.2], &[1e-4; 2], &[1.0, 0.2], &[quality::LOOSE; 2], &[4, 4]).unwrap();
+/// let s = select_tracks(&t, &VertexConfig::default()).unwrap();
+/// assert_eq!((s.itrk, s.zt), (vec![0], vec![0.1])); // the second is below pt_min
+/// ```
+pub fn select_tracks(tracks: &TracksView, cfg: &VertexConfig) -> Result<Selected, VertexError> {
     cfg.validate()?;
     tracks.validate_max(cfg.max_tracks)?;
-    let sel = load::load_tracks(tracks, cfg.pt_min, cfg.min_hits)?;
-    let chain = run_chain(&sel.zt, &sel.ezt2, &sel.ptt2, cfg)?;
-    let nv = chain.nv;
-    let iv = chain.iv;
-    let fitv = chain.fit;
-    let sorted = chain.sorted;
+    load::load_tracks(tracks, cfg.pt_min, cfg.min_hits)
+}
 
+pub use load::Selected;
+
+/// What the finder computes on the selected tracks (by [`find_vertices`] on the CPU, or a
+/// GPU implementation): per selected track its vertex or marker (`iv`), per vertex the fit
+/// (`zv`, `wv`, `chi2`, `ndof`) and Σ pT² (`ptv2`), and the ascending Σ pT² order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChainResult {
+    pub iv: Vec<i32>,
+    pub zv: Vec<f32>,
+    pub wv: Vec<f32>,
+    pub chi2: Vec<f32>,
+    pub ndof: Vec<i32>,
+    pub ptv2: Vec<f32>,
+    pub sort_ind: Vec<u16>,
+}
+
+impl From<Chain> for ChainResult {
+    fn from(c: Chain) -> Self {
+        ChainResult { iv: c.iv, zv: c.fit.zv, wv: c.fit.wv, chi2: c.fit.chi2, ndof: c.fit.ndof, ptv2: c.sorted.ptv2, sort_ind: c.sorted.sort_ind }
+    }
+}
+
+/// The vertices of an event of `n_slots` track slots from its selected tracks and the
+/// finder's results on them: the per-slot `idv` and the per-vertex track lists.
+///
+/// ```
+/// use quiver_reco::vertices::{vertices_from, ChainResult, Selected};
+/// let sel = Selected { itrk: vec![0, 2], zt: vec![0.1, 0.1], ezt2: vec![1e-4; 2], ptt2: vec![1.0; 2] };
+/// let r = ChainResult { iv: vec![0, 9997], zv: vec![0.1], wv: vec![1e4], chi2: vec![0.0], ndof: vec![0],
+///     ptv2: vec![1.0], sort_ind: vec![0] };
+/// let v = vertices_from(3, &sel, r);
+/// assert_eq!((v.idv, v.tracks_of(0)), (vec![0, -1, 9997], Some(&[0u32][..])));
+/// ```
+pub fn vertices_from(n_slots: usize, sel: &Selected, r: ChainResult) -> Vertices {
+    let nv = r.zv.len();
+    let iv = r.iv;
     // Per-track vertex index: filled only when the event has a vertex (as the reference).
-    let mut idv = vec![IDV_UNASSIGNED; tracks.len()];
+    let mut idv = vec![IDV_UNASSIGNED; n_slots];
     if nv > 0 {
         for (k, &orig) in sel.itrk.iter().enumerate() {
             // Vertex indices are < 1024 and markers are 9997/9999: all fit in i16.
@@ -392,19 +442,19 @@ pub fn find_vertices(tracks: &TracksView, cfg: &VertexConfig) -> Result<Vertices
         }
     }
 
-    Ok(Vertices {
+    Vertices {
         nv_final: nv as u32,
-        zv: fitv.zv,
-        wv: fitv.wv,
-        chi2: fitv.chi2,
-        ndof: fitv.ndof,
-        ptv2: sorted.ptv2,
-        sort_ind: sorted.sort_ind,
+        zv: r.zv,
+        wv: r.wv,
+        chi2: r.chi2,
+        ndof: r.ndof,
+        ptv2: r.ptv2,
+        sort_ind: r.sort_ind,
         idv,
         track_offsets,
         track_indices,
         n_selected: sel.zt.len() as u32,
-    })
+    }
 }
 
 /// The algorithm proper on the selected tracks' columns, in the reference's order.
@@ -413,6 +463,7 @@ pub(crate) struct Chain {
     pub iv: Vec<i32>,
     pub fit: fit::VertexFit,
     pub sorted: sort::Sorted,
+    #[cfg_attr(not(test), allow(dead_code))]
     pub nv: usize,
     /// Proto-vertices from the clustering (before splits); used by the tests.
     #[cfg_attr(not(test), allow(dead_code))]
