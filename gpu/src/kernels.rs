@@ -539,6 +539,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     ("ca_doublets", crate::kernels_ca::CA_DOUBLETS, crate::kernels_ca::CA_DOUBLETS_KERNELS),
     ("ca_ntuplets", crate::kernels_ca::CA_NTUPLETS, crate::kernels_ca::CA_NTUPLETS_KERNELS),
     ("track_fit", crate::kernels_fit::TRACK_FIT, crate::kernels_fit::TRACK_FIT_KERNELS),
+    ("track_quality", crate::kernels_quality::QUALITY, crate::kernels_quality::QUALITY_KERNELS),
     ("vertices", crate::kernels_vertices::VERTICES, crate::kernels_vertices::VERTICES_KERNELS),
 ];
 

@@ -10,6 +10,7 @@
 //! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
 //! - [`kernels_ca`]: the CA doublet search's and ntuplet search's kernels;
 //! - [`kernels_fit`]: the Broken Line fit's kernel;
+//! - [`kernels_quality`]: the track classification and cleaning kernel;
 //! - [`kernels_vertices`]: the vertex finder's kernel;
 //! - [`pool`]: size-class pool of device buffers;
 //! - [`resident`]: products whose columns stay in device memory between GPU steps;
@@ -29,6 +30,7 @@ pub mod device;
 pub mod kernels;
 pub mod kernels_ca;
 pub mod kernels_fit;
+pub mod kernels_quality;
 pub mod kernels_vertices;
 pub mod pool;
 pub mod resident;
@@ -42,8 +44,18 @@ use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration};
 use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config, vertex_config};
 
 /// Step types that have a GPU implementation.
-pub const GPU_STEP_TYPES: [&str; 9] =
-    ["raw_to_digis", "calibrate", "clusterize", "cluster_charge_cut", "rechits", "ca_doublets", "ca_ntuplets", "track_fit", "vertices"];
+pub const GPU_STEP_TYPES: [&str; 10] = [
+    "raw_to_digis",
+    "calibrate",
+    "clusterize",
+    "cluster_charge_cut",
+    "rechits",
+    "ca_doublets",
+    "ca_ntuplets",
+    "track_fit",
+    "track_quality",
+    "vertices",
+];
 
 /// The CPU step types of `quiver_reco`, kept to build the CPU implementation (for
 /// `backend = "cpu"` and as the GPU steps' fallback).
@@ -93,6 +105,7 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "ca_doublets" => Box::new(steps::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         "ca_ntuplets" => Box::new(steps::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
         "track_fit" => Box::new(steps::TrackFitGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
+        "track_quality" => Box::new(steps::TrackQualityGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         "vertices" => Box::new(steps::VerticesGpu::new(cfg, common(cfg)?, vertex_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })

@@ -11,7 +11,9 @@
 //! `connect`: neighbour lists, overflows, used flags. The Broken Line fit kernel
 //! (`kernels_fit::TRACK_FIT`, compiled against the C library's `log`, `atan2`, `sin` and
 //! `cos`, as the CPU's fit is) gives the CPU step's tracks bit for bit, with the GPU step's
-//! own host side (`steps::fit_batch`, `steps::fitted_tracks`). The vertex finder kernel
+//! own host side (`steps::fit_batch`, `steps::fitted_tracks`). The classification and
+//! cleaning kernel (`kernels_quality::QUALITY`) gives the CPU's `stage_quality`. The vertex
+//! finder kernel
 //! (`kernels_vertices::VERTICES`) gives the CPU's vertices bit for bit, on the chain's tracks
 //! and on synthetic events made to split. Skips when no C++ compiler is found.
 
@@ -69,7 +71,14 @@ static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, si
 fn emulator() -> Option<&'static libloading::Library> {
     static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
     LIB.get_or_init(|| {
-        let source = format!("{SHIM}{}{}{}{}", kernels_ca::CA_DOUBLETS, kernels_ca::CA_NTUPLETS, quiver_gpu::kernels_fit::TRACK_FIT, quiver_gpu::kernels_vertices::VERTICES);
+        let source = format!(
+            "{SHIM}{}{}{}{}{}",
+            kernels_ca::CA_DOUBLETS,
+            kernels_ca::CA_NTUPLETS,
+            quiver_gpu::kernels_fit::TRACK_FIT,
+            quiver_gpu::kernels_quality::QUALITY,
+            quiver_gpu::kernels_vertices::VERTICES
+        );
         let (dir, lib) = emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
         type SetSync = unsafe extern "C" fn(extern "C" fn());
         // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
@@ -1168,4 +1177,94 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
     for mode in [Mode::Sequential, Mode::Threaded] {
         assert_eq!(run_vertex_kernel(lib, mode, &vb, &vc).1, [1], "{mode:?}");
     }
+}
+
+/// The quality kernel, with the GPU step's host side (the CA state replayed from the tuple
+/// cells and alive flags, as the step gets it from the products), equals the CPU's
+/// `stage_quality` on every event. Returns (tracks, loose or better, dup).
+fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, usize) {
+    use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK};
+    use quiver_gpu::steps::quality_batch;
+    use quiver_reco::steps::QualityInput;
+    use quiver_reco::tracks::{ca_state_for_quality, stage_fit, stage_quality};
+    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let (_, ds) = dataset();
+    let cpe = &ds.conditions().cpe;
+    let (b, _, per_event) = on_cpu_cells(cfg, |view, d| {
+        let (t, ca) = stage_ntuplets(view, d, cfg).unwrap();
+        let tracks = stage_fit(view, &t, cfg).unwrap();
+        let mut expect = tracks.clone();
+        stage_quality(view, &t, &ca, &mut expect, cfg);
+        (t, ca, tracks, expect.quality)
+    });
+    let mut inputs = Vec::new();
+    let mut expected = Vec::new();
+    for (hits, (t, ca, tracks, q)) in views(&b, cpe).into_iter().zip(per_event) {
+        let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
+        let ca = ca_state_for_quality(&alive, &ca.tuple_cells, &ca.tuple_cell_offsets, cfg).unwrap();
+        inputs.push(QualityInput { hits, tuples: t, ca, tracks });
+        expected.push(q);
+    }
+    let qb = quality_batch(&inputs).unwrap();
+    let (n_ev, n_tup, n_th) = (inputs.len(), qb.quality.len(), qb.thits.len());
+    let n_hits = *qb.hit_off.last().unwrap() as usize;
+    let cuts = cuts_table(&cfg.quality);
+    for &mode in modes {
+        let q = Dev(qb.quality.iter().map(|&x| std::cell::UnsafeCell::new(x)).collect());
+        let (h2o, h2b) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)));
+        type Quality = unsafe extern "C" fn(
+            u32, *const u32, *const u32, *const u32, *const f32, *const f32, *const f32, *const f32,
+            *const u32, *const u32, *const u32, *const u8, u32, *const u32, *mut u32, *mut u32, *mut u8,
+        );
+        // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
+        // own (`quality_batch`), the scratch sized as the step sizes it.
+        unsafe {
+            let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
+            let a = [
+                p(&qb.tup_off), p(&qb.thit_off), p(&qb.thits), p(&qb.state), p(&qb.pt), p(&qb.chi2), p(&cuts),
+                p(&qb.cell_off), p(&qb.ct_off), p(&qb.ct_vals), p(&qb.dead), p(&qb.hit_off), h2o.ptr(), h2b.ptr(), q.ptr(),
+            ];
+            let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+            assert!(QX_BLOCK >= threads);
+            let late = cfg.ntuplets.late_fishbone as u32;
+            grid(lib, mode, n_ev as u32, threads, || {
+                f(
+                    n_ev as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
+                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, late, a[11] as _, a[12] as _, a[13] as _, a[14] as _,
+                )
+            });
+        }
+        let got = q.get();
+        for (e, want) in expected.iter().enumerate() {
+            let have = &got[qb.tup_off[e] as usize..qb.tup_off[e + 1] as usize];
+            let differ = have.iter().zip(want).filter(|(x, y)| x != y).count();
+            assert!(differ == 0 && have.len() == want.len(), "{name} ({mode:?}) event {e}: {differ} of {} qualities differ", want.len());
+        }
+    }
+    let all: Vec<u8> = expected.into_iter().flatten().collect();
+    let count = |f: &dyn Fn(u8) -> bool| all.iter().filter(|&&x| f(x)).count();
+    let r = (n_tup, count(&|x| x >= 2), count(&|x| x == 1));
+    let dead = qb.dead.iter().filter(|&&d| d == 1).count();
+    println!("quality {name}: {} tracks, {} loose, {} dup; {dead} cells killed by the late fishbone", r.0, r.1, r.2);
+    assert!(!cfg.ntuplets.late_fishbone || dead > 0, "{name}: the late fishbone killed no cell");
+    r
+}
+
+#[test]
+fn quality_kernel_on_the_host_equals_the_cpu_step() {
+    if emulator().is_none() {
+        return;
+    }
+    let (n, loose, dup) = check_quality("default", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded]);
+    assert!(n > 5_000 && loose > 500 && dup > 1_000, "{n} tracks, {loose} loose, {dup} dup");
+    // The late fishbone (alone: with the early one too it finds nothing left to kill here).
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.late_fishbone = true;
+    cfg.ntuplets.early_fishbone = false;
+    check_quality("late fishbone only", &cfg, &[Mode::Sequential, Mode::Threaded]);
+    // Few tuples per cell (the replayed lists capped), and a tight χ² cut.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_cell_tracks = 2;
+    cfg.quality.chi2_scale = 3.0;
+    check_quality("2 tuples per cell, chi2 scale 3", &cfg, &[Mode::Sequential]);
 }

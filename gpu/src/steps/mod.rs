@@ -22,6 +22,8 @@
 //! - `ca_doublets`, `ca_ntuplets`: see their files.
 //! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line fit
 //!   on the device, one thread per fit; the results stored into the tracks on the host.
+//! - `track_quality`: the checks and the cells' tuple lists (the CPU's replay) on the host;
+//!   classification and the cleaners on the device, one block per event.
 //! - `vertices`: the track selection on the host; clustering, fits, split and Σ pT² order
 //!   on the device, one block per event; the products assembled on the host.
 //!
@@ -64,6 +66,7 @@ mod clusterize;
 mod raw_to_digis;
 mod rechits;
 mod track_fit;
+mod track_quality;
 mod vertices;
 
 pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
@@ -81,6 +84,8 @@ pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
 pub(crate) use rechits::RecHitsGpu;
 pub use track_fit::{decode_fit, fit_batch, fitted_tracks, FitBatch};
 pub(crate) use track_fit::TrackFitGpu;
+pub use track_quality::{quality_batch, QualityBatch};
+pub(crate) use track_quality::TrackQualityGpu;
 pub use vertices::{vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
 pub(crate) use vertices::VerticesGpu;
 use charge_cut::table_rows;

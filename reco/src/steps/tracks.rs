@@ -346,8 +346,7 @@ struct QualityStep {
     fits: ProductKey,
     cpe: Arc<CpeParams>,
     cfg: CaConfig,
-    /// Events, tracks, and tracks loose or better, dup and bad, for the run summary.
-    tally: [AtomicU64; 5],
+    tally: QualityTally,
 }
 
 fn per_event_report(tally: &[AtomicU64], what: &[&str]) -> Option<String> {
@@ -373,53 +372,115 @@ fn fit_values_from_product(p: &Product, e: usize) -> Result<Tracks> {
     })
 }
 
+/// One event's checked `track_quality` inputs: its hits, its tuples, the CA state the
+/// cleaners read (the cells' tuple lists replayed, the alive flags with the late fishbone)
+/// and the fitted values (state, pT, χ²).
+pub struct QualityInput<'a> {
+    pub hits: HitsView<'a>,
+    pub tuples: Tuples,
+    pub ca: crate::tracks::ntuplets::CaState,
+    pub tracks: Tracks,
+}
+
+/// The products `track_quality` reads, checked as the CPU step checks them.
+struct QualityColumns<'a> {
+    hits: HitColumns<'a>,
+    n: &'a Product,
+    c: &'a Product,
+    f: &'a Product,
+    quality: &'a [u8],
+    hoff: &'a [i32],
+    hvals: &'a [u32],
+    coff: &'a [i32],
+    cvals: &'a [u32],
+    alive: BooleanArray,
+}
+
+impl<'a> QualityColumns<'a> {
+    fn new(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product) -> Result<Self> {
+        let (hoff, hvals) = list_u32(n, "hits")?;
+        let (coff, cvals) = list_u32(n, "cells")?;
+        Ok(QualityColumns { hits: HitColumns::new(h)?, n, c, f, quality: values::<UInt8Type>(n, "quality")?, hoff, hvals, coff, cvals, alive: booleans(c, "alive")? })
+    }
+    fn event(&self, e: usize, cpe: &'a CpeParams, cfg: &CaConfig) -> Result<QualityInput<'a>> {
+        let hits = self.hits.event(e, cpe)?;
+        let r = self.n.event_rows(e);
+        let (off, hv) = list_rows(self.hoff, self.hvals, r.clone());
+        let tuples = tuples_from_columns(&off, &hv, &self.quality[r.clone()]).map_err(tracking)?;
+        check_tuple_hits(&tuples, hits.n_hits()).map_err(tracking)?;
+        let (tc_off, tc) = list_rows(self.coff, self.cvals, r);
+        let cr = self.c.event_rows(e);
+        let a: Vec<bool> = self.alive.values().slice(cr.start, cr.len()).iter().collect();
+        let ca = ca_state_for_quality(&a, &tc, &tc_off, cfg).map_err(tracking)?;
+        let tracks = fit_values_from_product(self.f, e)?;
+        if tracks.pt.len() != tuples.len() {
+            return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.pt.len(), tuples.len())));
+        }
+        Ok(QualityInput { hits, tuples, ca, tracks })
+    }
+}
+
+/// Every event's `track_quality` inputs from the `hits`, `ntuplets`, `ca_cells` and
+/// `track_fits` products (for a GPU implementation of the step), with the CPU step's checks:
+/// an error here is the CPU step's error too.
+pub fn quality_inputs<'a>(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product, cpe: &'a CpeParams, cfg: &CaConfig) -> Result<Vec<QualityInput<'a>>> {
+    let cols = QualityColumns::new(h, n, c, f)?;
+    (0..h.n_events()).map(|e| cols.event(e, cpe, cfg)).collect()
+}
+
+/// Tracks per event by quality, for the run summary of `track_quality` (CPU or GPU).
+#[derive(Default)]
+pub struct QualityTally([AtomicU64; 5]);
+
+impl QualityTally {
+    /// Counts a batch of `n_events` events' track qualities.
+    pub fn add(&self, n_events: usize, quality: &[Vec<u8>]) {
+        let t = &self.0;
+        t[0].fetch_add(n_events as u64, Ordering::Relaxed);
+        t[1].fetch_add(quality.iter().map(|q| q.len() as u64).sum(), Ordering::Relaxed);
+        // t[2..5]: loose (or better), dup, bad.
+        use crate::vertices::quality::{BAD, DUP, LOOSE};
+        for (i, pick) in [|q: u8| q >= LOOSE, |q: u8| q == DUP, |q: u8| q == BAD].into_iter().enumerate() {
+            t[2 + i].fetch_add(quality.iter().flatten().filter(|&&q| pick(q)).count() as u64, Ordering::Relaxed);
+        }
+    }
+    /// The summary line.
+    pub fn report(&self) -> String {
+        // Analysts want the loose ones: dup and bad rows are the reference's product too
+        // (their pT and η are 0 where the fit was not kept), not tracks to histogram.
+        let r = per_event_report(&self.0, &["tracks", "loose or better", "dup", "bad"]).unwrap_or_default();
+        format!("{r} (analyses: quality >= 2, loose or better)")
+    }
+}
+
+/// Publishes `track_quality`'s products: `tracks` (the fits' columns, shared, with every
+/// event's final quality) and the overflow rows.
+pub fn publish_quality(batch: &mut EventBatch, f: &Product, quality: &[Vec<u8>], overflows: Vec<EventOverflows>) -> Result<()> {
+    // Same columns as the fits except the quality: share them.
+    let fb = f.batch();
+    let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
+    let qi = fb.schema().index_of("quality")?;
+    cols[qi] = concat_ref::<UInt8Type, _>(quality.iter().map(Vec::as_slice));
+    batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)?;
+    publish_overflows(batch, overflows)
+}
+
 impl Step for QualityStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, n, c, f) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
-        let cols = HitColumns::new(&h)?;
-        let quality = values::<UInt8Type>(&n, "quality")?;
-        let (hoff, hvals) = list_u32(&n, "hits")?;
-        let (coff, cvals) = list_u32(&n, "cells")?;
-        let alive = booleans(&c, "alive")?;
+        let cols = QualityColumns::new(&h, &n, &c, &f)?;
         let out = per_event(batch, |e| {
-            let hits = cols.event(e, &self.cpe)?;
-            let r = n.event_rows(e);
-            let (off, hv) = list_rows(hoff, hvals, r.clone());
-            let tuples = tuples_from_columns(&off, &hv, &quality[r.clone()]).map_err(tracking)?;
-            check_tuple_hits(&tuples, hits.n_hits()).map_err(tracking)?;
-            let (tc_off, tc) = list_rows(coff, cvals, r);
-            let cr = c.event_rows(e);
-            let a: Vec<bool> = alive.values().slice(cr.start, cr.len()).iter().collect();
-            let ca = ca_state_for_quality(&a, &tc, &tc_off, &self.cfg).map_err(tracking)?;
-            let mut tracks = fit_values_from_product(&f, e)?;
-            if tracks.pt.len() != tuples.len() {
-                return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.pt.len(), tuples.len())));
-            }
-            stage_quality(&hits, &tuples, &ca, &mut tracks, &self.cfg);
-            Ok((tracks.quality, ntuplet_overflows(&ca, &self.cfg.ntuplets)))
+            let mut input = cols.event(e, &self.cpe, &self.cfg)?;
+            stage_quality(&input.hits, &input.tuples, &input.ca, &mut input.tracks, &self.cfg);
+            Ok((input.tracks.quality, ntuplet_overflows(&input.ca, &self.cfg.ntuplets)))
         })?;
         let (out, overflows): (Vec<Vec<u8>>, Vec<EventOverflows>) = out.into_iter().unzip();
-        self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
-        self.tally[1].fetch_add(out.iter().map(|q| q.len() as u64).sum(), Ordering::Relaxed);
-        // tally[2..5]: loose (or better), dup, bad.
-        use crate::vertices::quality::{BAD, DUP, LOOSE};
-        for (i, pick) in [|q: u8| q >= LOOSE, |q: u8| q == DUP, |q: u8| q == BAD].into_iter().enumerate() {
-            self.tally[2 + i].fetch_add(out.iter().flatten().filter(|&&q| pick(q)).count() as u64, Ordering::Relaxed);
-        }
-        // Same columns as the fits except the quality: share them.
-        let fb = f.batch();
-        let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
-        let qi = fb.schema().index_of("quality")?;
-        cols[qi] = concat_ref::<UInt8Type, _>(out.iter().map(Vec::as_slice));
-        batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)?;
-        publish_overflows(batch, overflows)
+        self.tally.add(batch.n_events(), &out);
+        publish_quality(batch, &f, &out, overflows)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
-        // Analysts want the loose ones: dup and bad rows are the reference's product too
-        // (their pT and η are 0 where the fit was not kept), not tracks to histogram.
-        let r = per_event_report(&self.tally, &["tracks", "loose or better", "dup", "bad"]).unwrap_or_default();
-        Ok(Some(format!("{r} (analyses: quality >= 2, loose or better)")))
+        Ok(Some(self.tally.report()))
     }
 }
 
@@ -700,7 +761,7 @@ pub(super) fn register(r: &mut Registry) {
                 fits: cfg.input("fits")?,
                 cpe: cond(cfg)?,
                 cfg: ca_config(cfg)?,
-                tally: Default::default(),
+                tally: QualityTally::default(),
             }))
         },
     });
