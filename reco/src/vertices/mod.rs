@@ -410,7 +410,7 @@ impl From<Chain> for ChainResult {
 /// let r = ChainResult { iv: vec![0, 9997], zv: vec![0.1], wv: vec![1e4], chi2: vec![0.0], ndof: vec![0],
 ///     ptv2: vec![1.0], sort_ind: vec![0] };
 /// let v = vertices_from(3, &sel, r);
-/// assert_eq!((v.idv, v.tracks_of(0)), (vec![0, -1, 9997], Some(&[0u32][..])));
+/// assert_eq!((&v.idv, v.tracks_of(0)), (&vec![0, -1, 9997], Some(&[0u32][..])));
 /// ```
 pub fn vertices_from(n_slots: usize, sel: &Selected, r: ChainResult) -> Vertices {
     let nv = r.zv.len();
