@@ -902,6 +902,7 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
     use quiver_gpu::steps::{fit_batch, fitted_tracks};
     use quiver_reco::steps::{fit_overflows, FitInput};
     use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov};
+    use quiver_reco::tracks::riemann::riemann_fit;
     use quiver_reco::tracks::{stage_fit, Tracks};
     let Some(lib) = emulator() else { panic!("checked by the caller") };
     let (_, ds) = dataset();
@@ -930,7 +931,8 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; the job table holds FIT_HITS
         // hit indices (below the batch's hits) per job, out FIT_OUT doubles per job.
         unsafe {
-            let f: libloading::Symbol<Fit> = lib.get(b"track_fit_bl").unwrap();
+            let kernel: &[u8] = if cfg.fit.use_riemann_fit { b"track_fit_riemann" } else { b"track_fit_bl" };
+            let f: libloading::Symbol<Fit> = lib.get(kernel).unwrap();
             let a = [p(&fb.job_hits), p(&fb.job_n), p(&b.x), p(&b.y), p(&b.z), p(&xerr), p(&yerr), p(&b.det), p(&frames), out.ptr()];
             elements(lib, mode, nj, || {
                 f(nj as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, cfg.fit.b_field, a[9] as _)
@@ -949,7 +951,7 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                     .iter()
                     .map(|&i| hit_global_cov(&cpe.det[h.det_index[i as usize] as usize].frame, h.xerr_local[i as usize], h.yerr_local[i as usize]))
                     .collect();
-                let f = broken_line_fit(&pos, &ge, cfg.fit.b_field as f64).unwrap();
+                let f = if cfg.fit.use_riemann_fit { riemann_fit(&pos, &ge, cfg.fit.b_field as f64) } else { broken_line_fit(&pos, &ge, cfg.fit.b_field as f64) }.unwrap();
                 let (c, l) = (&f.circle, &f.line);
                 let want = [
                     c.par[0], c.par[1], c.par[2], c.cov[0][0], c.cov[0][1], c.cov[0][2], c.cov[1][1], c.cov[1][2], c.cov[2][2],
@@ -990,6 +992,12 @@ fn fit_kernel_on_the_host_equals_the_cpu_step() {
     cfg.fit.max_concurrent_fits = 200;
     let n = check_fit("200 fits per multiplicity", &cfg, &[Mode::Sequential]);
     assert!(n <= 3 * 200 * 4, "{n}");
+    // The Riemann fit, on 4 hits and on 5.
+    let mut cfg = CaConfig::default();
+    cfg.fit.use_riemann_fit = true;
+    check_fit("riemann", &cfg, &[Mode::Sequential, Mode::Threaded]);
+    cfg.fit.fit5as4 = false;
+    check_fit("riemann, fit5as4 off", &cfg, &[Mode::Sequential]);
 }
 
 /// One event's tracks as the vertex finder reads them (owned).

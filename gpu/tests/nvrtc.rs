@@ -1,7 +1,7 @@
 //! Every kernel source compiles to PTX with NVRTC (no GPU needed), with the options that
 //! keep results bit-identical to the CPU: our arithmetic must not be contracted into fused
-//! multiply-adds. The device's own math functions (`log`, `atan2`, `sin`, `cos` of the
-//! fit) use fused multiply-adds inside, by design; so each module is also compiled with
+//! multiply-adds. The device's own math functions (`log`, `atan`, `atan2`, `sin`, `cos` and
+//! the f32 forms of the fits) use fused multiply-adds inside, by design; so each module is also compiled with
 //! those functions replaced by opaque stubs, and that PTX must contain none.
 //! Skips, saying why, only when NVRTC is not loadable (and fails instead when
 //! `QUIVER_REQUIRE_NVRTC` is set, as CI does). NVRTC is found through
@@ -36,7 +36,10 @@ fn setup() {
 /// The device math functions the kernels call, as opaque stubs (not inlined, no arithmetic).
 const OPAQUE_MATH: &str = "__device__ __noinline__ double opaque1(double x) { return x; }\n\
     __device__ __noinline__ double opaque2(double y, double x) { return y; }\n\
-    #define log opaque1\n#define sin opaque1\n#define cos opaque1\n#define atan2 opaque2\n";
+    __device__ __noinline__ float opaque1f(float x) { return x; }\n\
+    __device__ __noinline__ float opaque2f(float y, float x) { return y; }\n\
+    #define log opaque1\n#define sin opaque1\n#define cos opaque1\n#define atan opaque1\n#define atan2 opaque2\n\
+    #define sinf opaque1f\n#define cosf opaque1f\n#define atan2f opaque2f\n";
 
 #[test]
 fn every_kernel_compiles_to_ptx_without_fma() {

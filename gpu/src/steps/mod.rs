@@ -20,8 +20,9 @@
 //! - `rechits`: hit offsets and run spans on the host; cluster sums, CPE, global position and
 //!   `iphi` on the device, one block per run.
 //! - `ca_doublets`, `ca_ntuplets`: see their files.
-//! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line fit
-//!   on the device, one thread per fit; the results stored into the tracks on the host.
+//! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line (or
+//!   Riemann) fit on the device, one thread per fit; the results stored into the tracks on
+//!   the host.
 //! - `track_quality`: the checks and the cells' tuple lists (the CPU's replay) on the host;
 //!   classification and the cleaners on the device, one block per event.
 //! - `vertices`: the track selection on the host; clustering, fits, split and Σ pT² order

@@ -1,8 +1,7 @@
-//! GPU `track_fit` (kernel [`crate::kernels_fit::TRACK_FIT`]): the Broken Line fit on the
-//! device, one thread per fit; which tuples are fitted ([`quiver_reco::tracks::fit_jobs`])
-//! and the storing of the results into the tracks (the CPU's `store_fit`) on the host.
-//! The same parameters, inputs and products as the CPU step. The Riemann fit has no kernel:
-//! with `fit = "riemann"` every batch is handed to the CPU step (and counted).
+//! GPU `track_fit` (kernels [`crate::kernels_fit::TRACK_FIT`]): the Broken Line or the
+//! Riemann fit on the device, one thread per fit; which tuples are fitted
+//! ([`quiver_reco::tracks::fit_jobs`]) and the storing of the results into the tracks (the
+//! CPU's `store_fit`) on the host. The same parameters, inputs and products as the CPU step.
 
 use std::sync::Arc;
 
@@ -128,9 +127,6 @@ impl TrackFitGpu {
 impl Step for TrackFitGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        if self.cfg.fit.use_riemann_fit {
-            return fallback(c.cpu.as_ref(), &c.stats, batch);
-        }
         let (h, n) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?);
         // What the CPU step rejects goes to it, for its exact message.
         let Ok(inputs) = fit_inputs(&h, &n, &self.cpe) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
@@ -158,7 +154,8 @@ impl Step for TrackFitGpu {
                     (x.view::<f32>(nh), y.view::<f32>(nh), z.view::<f32>(nh), xe.view::<f32>(nh), ye.view::<f32>(nh), det.view::<u16>(nh));
                 let mut vo = dout.view_mut::<f64>(n_jobs * FIT_OUT);
                 let nj = n_jobs as u32;
-                let mut l = Launch::new(&run, "track_fit_bl");
+                let kernel = if self.cfg.fit.use_riemann_fit { "track_fit_riemann" } else { "track_fit_bl" };
+                let mut l = Launch::new(&run, kernel);
                 l.arg(&nj).arg(&vjh).arg(&vjn).arg(&vx).arg(&vy).arg(&vz).arg(&vxe).arg(&vye).arg(&vd);
                 l.arg(&self.frames).arg(&self.cfg.fit.b_field).arg(&mut vo);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
