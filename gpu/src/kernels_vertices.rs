@@ -3,13 +3,16 @@
 //!
 //! One block per event, on the tracks the host selected (the CPU's `select_tracks`, with its
 //! checks). The parts that cost O(tracks × window) run one thread per track: the neighbour
-//! counts, each track's pointer to its nearest denser neighbour (the last candidate at the
-//! minimal distance in the CPU's window order), the walk to each tree's root. The parts whose
-//! result depends on an order run on the block's first thread in the CPU's order, as the CPU
-//! runs them: the z histogram (bins filled from their end in track order), the numbering of
-//! the proto-vertices in track order, the two fits and the split (f32 sums in track order),
-//! Σ pT². The Σ pT² order is each vertex's rank in the CPU's stable sort (`total_cmp`, ties
-//! by index), one thread per vertex. Only the density clustering (the default) has a kernel.
+//! counts; for the density clustering each track's pointer to its nearest denser neighbour
+//! (the last candidate at the minimal distance in the CPU's window order), for DBSCAN each
+//! core's pointer to the first core of smallest z; the walk to each tree's root; the edge
+//! tracks' attachment to their nearest core (DBSCAN, iterative). The parts whose result
+//! depends on an order run on the block's first thread in the CPU's order, as the CPU runs
+//! them: the z histogram (bins filled from their end in track order), the iterative
+//! clustering's label propagation, the numbering of the proto-vertices in track order, the
+//! two fits and the split (f32 sums in track order), Σ pT². The Σ pT² order is each
+//! vertex's rank in the CPU's stable sort (`total_cmp`, ties by index), one thread per
+//! vertex.
 //!
 //! Outputs, per event (vertex slots at the event's selected-track offset: an event has at
 //! most as many vertices as selected tracks): the vertex or marker of every selected track,
@@ -31,6 +34,9 @@ pub const VERTICES: &str = r#"
 #define VX_MARKER_LIMIT 9990
 #define VX_NOISE 9997
 #define VX_DETACHED 9999
+#define VX_DENSITY 0
+#define VX_DBSCAN 1
+#define VX_ITERATIVE 2
 
 /// The 1 mm z bin: z·10 in double truncated toward zero, clamped to the i8 range, + 128.
 __device__ u32 vx_bin(float z) {
@@ -129,13 +135,14 @@ __device__ u32 vx_split(u32 n, const float* zt, const float* ezt2, int* iv, u32 
     return nv;
 }
 
-/// One block per event: the whole vertex finder on the event's selected tracks
+/// One block per event: the whole vertex finder on the event's selected tracks, with the
+/// clustering `mode` (VX_DENSITY, VX_DBSCAN, VX_ITERATIVE)
 /// (`sel_off[e]..sel_off[e + 1]` of zt, ezt2, ptt2). Scratch and per-track outputs are at
 /// the same offsets; off holds VX_NBINS + 1 entries per event; vertex outputs at the
 /// event's selected-track offset.
 extern "C" __global__ void vx_find(
     const u32* sel_off, u32 n_events, const float* zt_all, const float* ezt2_all, const float* ptt2_all,
-    i32 min_t, float eps, float errmax, float chi2max, float chi2_first, float chi2_split, float chi2_final,
+    u32 mode, i32 min_t, float eps, float errmax, float chi2max, float chi2_first, float chi2_split, float chi2_final,
     u32* izt_all, u32* bins_all, u32* off_all, i32* nn_all, i32* ptr_all, i32* iv_all,
     u32* s_it_all, float* s_zz_all, float* s_ww_all, u8* s_new_all,
     float* zv_all, float* wv_all, float* chi2_all, i32* ndof_all, float* ptv2_all, u16* sort_all,
@@ -176,6 +183,7 @@ extern "C" __global__ void vx_find(
     }
     __syncthreads();
     float er2mx = errmax * errmax;
+    // Neighbour counts (DBSCAN's without the χ² window).
     for (u32 i = tid; i < n; i += nt) {
         if (ezt2[i] > er2mx) { nn[i] = 0; continue; }
         u32 b = izt[i];
@@ -185,44 +193,121 @@ extern "C" __global__ void vx_find(
         for (u32 k = off[lo]; k < off[hi + 1]; ++k) {
             u32 j = bins[k];
             float dist = fabsf(zi - zt[j]);
-            count += (dist <= eps) & (dist * dist <= chi2max * (ei + ezt2[j]));
+            if (mode == VX_DBSCAN) count += dist <= eps;
+            else count += (dist <= eps) & (dist * dist <= chi2max * (ei + ezt2[j]));
         }
         nn[i] = count - 1;
     }
     __syncthreads();
-    for (u32 i = tid; i < n; i += nt) {
-        u32 b = izt[i];
-        u32 lo = b > 0 ? b - 1 : 0, hi = b + 1 < VX_NBINS ? b + 1 : VX_NBINS - 1;
-        float zi = zt[i], ei = ezt2[i];
-        int ni = nn[i];
-        float m = __int_as_float(0x7f800000);
-        int best = -1;
-        for (u32 k = off[lo]; k < off[hi + 1]; ++k) {
-            u32 j = bins[k];
-            float zj = zt[j];
-            int nj = nn[j];
-            bool denser = (nj > ni) | ((nj == ni) & (zj < zi));
-            float dist = fabsf(zi - zj);
-            bool ok = denser & (dist <= eps) & (dist * dist <= chi2max * (ei + ezt2[j]));
-            // The last candidate at the minimal distance, in window order.
-            if (ok && dist <= m) { m = dist; best = (int)j; }
+    if (mode == VX_DENSITY) {
+        // Each track points to its nearest denser neighbour: the last candidate at the
+        // minimal distance, in window order.
+        for (u32 i = tid; i < n; i += nt) {
+            u32 b = izt[i];
+            u32 lo = b > 0 ? b - 1 : 0, hi = b + 1 < VX_NBINS ? b + 1 : VX_NBINS - 1;
+            float zi = zt[i], ei = ezt2[i];
+            int ni = nn[i];
+            float m = __int_as_float(0x7f800000);
+            int best = -1;
+            for (u32 k = off[lo]; k < off[hi + 1]; ++k) {
+                u32 j = bins[k];
+                float zj = zt[j];
+                int nj = nn[j];
+                bool denser = (nj > ni) | ((nj == ni) & (zj < zi));
+                float dist = fabsf(zi - zj);
+                bool ok = denser & (dist <= eps) & (dist * dist <= chi2max * (ei + ezt2[j]));
+                if (ok && dist <= m) { m = dist; best = (int)j; }
+            }
+            ptr[i] = (best >= 0 && m <= eps) ? best : (int)i;
         }
-        ptr[i] = (best >= 0 && m <= eps) ? best : (int)i;
+    } else if (mode == VX_DBSCAN) {
+        // Each core track points to the first core of smallest z within eps, in window order.
+        for (u32 i = tid; i < n; i += nt) {
+            ptr[i] = (int)i;
+            if (nn[i] < min_t) continue;
+            u32 b = izt[i];
+            u32 lo = b > 0 ? b - 1 : 0, hi = b + 1 < VX_NBINS ? b + 1 : VX_NBINS - 1;
+            float mz = zt[i];
+            for (u32 k = off[lo]; k < off[hi + 1]; ++k) {
+                u32 j = bins[k];
+                if (zt[j] >= mz || nn[j] < min_t) continue;
+                if (fabsf(zt[i] - zt[j]) > eps) continue;
+                mz = zt[j];
+                ptr[i] = (int)j;
+            }
+        }
     }
     __syncthreads();
-    for (u32 i = tid; i < n; i += nt) {
-        int r = ptr[i];
-        while (r != ptr[r]) r = ptr[r];
-        iv[i] = r;
+    if (mode != VX_ITERATIVE) {
+        for (u32 i = tid; i < n; i += nt) {
+            int r = ptr[i];
+            while (r != ptr[r]) r = ptr[r];
+            iv[i] = r;
+        }
+    } else if (tid == 0) {
+        // Label propagation among neighbouring cores, passes over the histogram alternating
+        // with in-place percolation, as the CPU runs them.
+        for (u32 i = 0; i < n; ++i) iv[i] = (int)i;
+        bool more = true;
+        u32 nloops = 0;
+        while (more) {
+            if (nloops % 2 == 1) {
+                for (u32 i = 0; i < n; ++i) {
+                    int m = iv[i];
+                    while (m != iv[m]) m = iv[m];
+                    iv[i] = m;
+                }
+            } else {
+                more = false;
+                for (u32 k = 0; k < n; ++k) {
+                    u32 i = bins[k];
+                    if (nn[i] < min_t) continue;
+                    u32 hi = izt[i] + 1 < VX_NBINS ? izt[i] + 1 : VX_NBINS - 1;
+                    u32 end = off[hi + 1];
+                    for (u32 q = (k + 1 < end ? k + 1 : end); q < end; ++q) {
+                        u32 j = bins[q];
+                        if (nn[j] < min_t) continue;
+                        float dist = fabsf(zt[i] - zt[j]);
+                        if (dist > eps) continue;
+                        if (dist * dist > chi2max * (ezt2[i] + ezt2[j])) continue;
+                        int old = iv[j];
+                        iv[j] = old < iv[i] ? old : iv[i];
+                        if (old != iv[i]) more = true;
+                        iv[i] = iv[i] < old ? iv[i] : old;
+                    }
+                }
+            }
+            nloops += 1;
+        }
+    }
+    __syncthreads();
+    if (mode != VX_DENSITY) {
+        // Edge tracks join the nearest core within eps and the χ² window (cores' labels are
+        // roots and do not change here).
+        for (u32 i = tid; i < n; i += nt) {
+            if (nn[i] >= min_t) continue;
+            u32 b = izt[i];
+            u32 lo = b > 0 ? b - 1 : 0, hi = b + 1 < VX_NBINS ? b + 1 : VX_NBINS - 1;
+            float mdist = eps;
+            for (u32 k = off[lo]; k < off[hi + 1]; ++k) {
+                u32 j = bins[k];
+                if (nn[j] < min_t) continue;
+                float dist = fabsf(zt[i] - zt[j]);
+                if (dist > mdist) continue;
+                if (dist * dist > chi2max * (ezt2[i] + ezt2[j])) continue;
+                mdist = dist;
+                iv[i] = iv[j];
+            }
+        }
     }
     __syncthreads();
     if (tid == 0) {
-        // Roots numbered in track order (labels kept as -1 - label in ptr[root]).
+        // Roots (iv[i] == i) numbered in track order; their labels kept in ptr[root].
         u32 found = 0;
         for (u32 i = 0; i < n; ++i) {
-            if (ptr[i] == (int)i) {
-                if (nn[i] >= min_t) { ptr[i] = -1 - (int)found; found += 1; }
-                else ptr[i] = -1 - VX_NOISE;
+            if (iv[i] == (int)i) {
+                if (nn[i] >= min_t) { ptr[i] = (int)found; found += 1; }
+                else ptr[i] = VX_NOISE;
             }
         }
         if (found >= VX_MAX_VERTICES) { err[e] = 1; sh_stop = 1; }
@@ -230,7 +315,7 @@ extern "C" __global__ void vx_find(
     }
     __syncthreads();
     if (sh_stop) return;
-    for (u32 i = tid; i < n; i += nt) iv[i] = -1 - ptr[iv[i]];
+    for (u32 i = tid; i < n; i += nt) iv[i] = ptr[iv[i]];
     __syncthreads();
     if (tid == 0) {
         u32 nv = sh_nv;

@@ -1070,7 +1070,7 @@ fn run_vertex_kernel(lib: &libloading::Library, mode: Mode, vb: &quiver_gpu::ste
         (Dev::new(f32::NAN, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(-7i32, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(u16::MAX, n.max(1)));
     let (nv, err) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
     type Find = unsafe extern "C" fn(
-        *const u32, u32, *const f32, *const f32, *const f32, i32, f32, f32, f32, f32, f32, f32,
+        *const u32, u32, *const f32, *const f32, *const f32, u32, i32, f32, f32, f32, f32, f32, f32,
         *mut u32, *mut u32, *mut u32, *mut i32, *mut i32, *mut i32, *mut u32, *mut f32, *mut f32, *mut u8,
         *mut f32, *mut f32, *mut f32, *mut i32, *mut f32, *mut u16, *mut u32, *mut u32,
     );
@@ -1084,10 +1084,11 @@ fn run_vertex_kernel(lib: &libloading::Library, mode: Mode, vb: &quiver_gpu::ste
         ];
         // Sequential: one thread per block (the barriers need every thread of a block).
         let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        let mode_arg = quiver_gpu::steps::clustering_mode(cfg.clusterizer);
         assert!(VX_BLOCK >= threads);
         grid(lib, mode, n_ev as u32, threads, || {
             f(
-                a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, cfg.min_t, cfg.eps, cfg.errmax, cfg.chi2max,
+                a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, mode_arg, cfg.min_t, cfg.eps, cfg.errmax, cfg.chi2max,
                 cfg.fit_chi2_max_first, cfg.split_chi2_max, cfg.fit_chi2_max_final,
                 a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _,
                 a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _, a[21] as _,
@@ -1163,6 +1164,12 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
     // Triplets too, a looser seed and a tighter window.
     let vc = quiver_reco::vertices::VertexConfig { min_hits: 3, min_t: 1, eps: 0.03, ..Default::default() };
     check_vertices("triplets, min_t 1, eps 0.03", &synth, &vc, &[Mode::Sequential]);
+    // The other clusterings, on the chain's tracks and the synthetic events.
+    for c in [quiver_reco::vertices::Clusterizer::Dbscan, quiver_reco::vertices::Clusterizer::Iterative] {
+        let vc = quiver_reco::vertices::VertexConfig { clusterizer: c, ..Default::default() };
+        check_vertices(&format!("{c:?} chain"), &chain, &vc, &[Mode::Sequential, Mode::Threaded]);
+        check_vertices(&format!("{c:?} synthetic"), &synth, &vc, &[Mode::Sequential, Mode::Threaded]);
+    }
     // 1 100 isolated triplets of precise tracks: 1 100 proto-vertices, past the capacity.
     // The CPU reports it; the kernel flags the event (the step then hands the batch to the
     // CPU for its message).

@@ -87,7 +87,7 @@ pub use track_fit::{decode_fit, fit_batch, fitted_tracks, FitBatch};
 pub(crate) use track_fit::TrackFitGpu;
 pub use track_quality::{quality_batch, QualityBatch};
 pub(crate) use track_quality::TrackQualityGpu;
-pub use vertices::{vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
+pub use vertices::{clustering_mode, vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
 pub(crate) use vertices::VerticesGpu;
 use charge_cut::table_rows;
 use clusterize::publish_modules;

@@ -1,9 +1,8 @@
 //! GPU `vertices` (kernel [`crate::kernels_vertices::VERTICES`]): the track selection (with
-//! the CPU step's checks) on the host; the density clustering, the fits, the split and the
-//! Σ pT² order on the device, one block per event; the per-track and per-vertex products
-//! assembled on the host with the CPU's `vertices_from`. The same parameters, inputs and
-//! products as the CPU step. The DBSCAN and iterative clusterings have no kernel: with
-//! them every batch is handed to the CPU step (and counted).
+//! the CPU step's checks) on the host; the clustering (density, DBSCAN or iterative), the
+//! fits, the split and the Σ pT² order on the device, one block per event; the per-track
+//! and per-vertex products assembled on the host with the CPU's `vertices_from`. The same
+//! parameters, inputs and products as the CPU step.
 
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_reco::steps::{publish_vertices, vertex_selection};
@@ -82,6 +81,21 @@ pub fn vertices_from_device(sel: &[(usize, Selected)], b: &VertexBatch, o: &Vert
     Ok(out)
 }
 
+/// The kernel's `mode` argument for a clustering.
+///
+/// ```
+/// use quiver_gpu::steps::clustering_mode;
+/// use quiver_reco::vertices::Clusterizer;
+/// assert_eq!([Clusterizer::Density, Clusterizer::Dbscan, Clusterizer::Iterative].map(clustering_mode), [0, 1, 2]);
+/// ```
+pub fn clustering_mode(c: Clusterizer) -> u32 {
+    match c {
+        Clusterizer::Density => 0,
+        Clusterizer::Dbscan => 1,
+        Clusterizer::Iterative => 2,
+    }
+}
+
 /// The GPU `vertices` step.
 pub(crate) struct VerticesGpu {
     input: ProductKey,
@@ -98,9 +112,6 @@ impl VerticesGpu {
 impl Step for VerticesGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        if self.cfg.clusterizer != Clusterizer::Density {
-            return fallback(c.cpu.as_ref(), &c.stats, batch);
-        }
         let t = batch.get(&self.input)?;
         // What the CPU step rejects goes to it, for its exact message.
         let Ok(sel) = vertex_selection(&t, &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
@@ -130,7 +141,8 @@ impl Step for VerticesGpu {
             let (mut o7, mut o8) = (nv.view_mut::<u32>(n_ev), err.view_mut::<u32>(n_ev));
             let ne = n_ev as u32;
             let mut l = Launch::new(&run, "vx_find");
-            l.arg(&vso).arg(&ne).arg(&vz).arg(&ve).arg(&vp);
+            let mode = clustering_mode(v.clusterizer);
+            l.arg(&vso).arg(&ne).arg(&vz).arg(&ve).arg(&vp).arg(&mode);
             l.arg(&v.min_t).arg(&v.eps).arg(&v.errmax).arg(&v.chi2max).arg(&v.fit_chi2_max_first).arg(&v.split_chi2_max).arg(&v.fit_chi2_max_final);
             l.arg(&mut a1).arg(&mut a2).arg(&mut a3).arg(&mut a4).arg(&mut a5).arg(&mut a6);
             l.arg(&mut a7).arg(&mut a8).arg(&mut a9).arg(&mut a10);
