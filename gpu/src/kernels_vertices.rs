@@ -150,6 +150,7 @@ extern "C" __global__ void vx_find(
 {
     __shared__ u32 sh_nv;
     __shared__ u32 sh_stop;
+    __shared__ u32 sh_end[VX_NBINS];
     u32 e = blockIdx.x;
     if (e >= n_events) return;
     u32 b0 = sel_off[e], n = sel_off[e + 1] - b0;
@@ -176,10 +177,11 @@ extern "C" __global__ void vx_find(
         for (u32 b = 0; b <= VX_NBINS; ++b) off[b] = 0;
         for (u32 i = 0; i < n; ++i) { u32 b = vx_bin(zt[i]); izt[i] = b; off[b + 1] += 1; }
         for (u32 b = 0; b < VX_NBINS; ++b) off[b + 1] += off[b];
-        // Each bin filled from its end, in track order (the reference's histogram).
-        u32 end[VX_NBINS];
-        for (u32 b = 0; b < VX_NBINS; ++b) end[b] = off[b + 1];
-        for (u32 i = 0; i < n; ++i) { end[izt[i]] -= 1; bins[end[izt[i]]] = i; }
+        // Each bin filled from its end, in track order (the reference's histogram). The
+        // cursors live in shared memory: a local array would make the driver reserve its
+        // kilobyte for every thread the device can hold.
+        for (u32 b = 0; b < VX_NBINS; ++b) sh_end[b] = off[b + 1];
+        for (u32 i = 0; i < n; ++i) { sh_end[izt[i]] -= 1; bins[sh_end[izt[i]]] = i; }
     }
     __syncthreads();
     float er2mx = errmax * errmax;

@@ -61,6 +61,21 @@ fn every_kernel_compiles_to_ptx_without_fma() {
         if text.contains("fma.") {
             println!("module {module}: fused multiply-adds only inside the device's math functions");
         }
+        // Local memory: the driver reserves a kernel's per-thread frame for every thread the
+        // device can hold (≈ 270 000 on an H200), so a kilobyte per thread is ≈ 0.3 GB.
+        let mut entry = "";
+        for l in text.lines() {
+            if let Some(rest) = l.split(".entry ").nth(1) {
+                entry = rest.split('(').next().unwrap_or("");
+            }
+            if let Some(d) = l.split("__local_depot").nth(1).filter(|_| l.contains(".local")) {
+                let bytes: usize = d.split('[').nth(1).and_then(|x| x.split(']').next()).and_then(|x| x.parse().ok()).unwrap_or(0);
+                println!("module {module}: kernel {entry}: {bytes} bytes of local memory per thread (PTX)");
+                // The Riemann fit keeps the CPU's dynamic matrices in fixed storage (docs/decisions.md).
+                let limit = if entry == "track_fit_riemann" { 48 * 1024 } else { 2 * 1024 };
+                assert!(bytes <= limit, "module {module}: kernel {entry} needs {bytes} bytes of local memory per thread");
+            }
+        }
         let header: Vec<&str> = text.lines().filter(|l| l.starts_with(".version") || l.starts_with(".target")).collect();
         println!("compiled {module}: {} bytes of PTX ({}), kernels {functions:?}", text.len(), header.join(", "));
     }
