@@ -312,7 +312,7 @@ pub fn fit_overflows(tuples: &Tuples, n_fitted: u32, cfg: &CaConfig) -> EventOve
     let eligible = (0..tuples.len()).filter(|&i| (3..=5).contains(&tuples.size(i)) && tuples.quality[i] != crate::tracks::Quality::Dup).count() as u64;
     let missed = eligible.saturating_sub(n_fitted as u64);
     (missed > 0)
-        .then(|| Overflow { capacity: names::FITS_PER_MULTIPLICITY, limit: cfg.fit.max_concurrent_fits as u64, demanded: None, truncated: missed })
+        .then_some(Overflow { capacity: names::FITS_PER_MULTIPLICITY, limit: cfg.fit.max_concurrent_fits as u64, demanded: None, truncated: missed })
         .into_iter()
         .collect()
 }
