@@ -133,7 +133,8 @@ impl Step for TrackQualityGpu {
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
+        // Counts of the batches computed here; the gpu line says how many went to the CPU step.
         let gpu = self.common.report().unwrap_or_default();
-        Ok(Some(format!("{}\n{gpu}", self.tally.report())))
+        Ok(Some(format!("{} (on the device)\n{gpu}", self.tally.report())))
     }
 }

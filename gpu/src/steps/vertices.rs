@@ -5,7 +5,7 @@
 //! parameters, inputs and products as the CPU step.
 
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
-use quiver_reco::steps::{publish_vertices, vertex_selection};
+use quiver_reco::steps::{publish_vertices, vertex_selection, VertexTally};
 use quiver_reco::vertices::{vertices_from, ChainResult, Clusterizer, Selected, VertexConfig, Vertices};
 
 use crate::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
@@ -100,12 +100,13 @@ pub fn clustering_mode(c: Clusterizer) -> u32 {
 pub(crate) struct VerticesGpu {
     input: ProductKey,
     cfg: VertexConfig,
+    tally: VertexTally,
     common: Common,
 }
 
 impl VerticesGpu {
     pub fn new(cfg: &StepConfig, common: Common, vc: VertexConfig) -> Result<Self> {
-        Ok(VerticesGpu { input: cfg.input("input")?, cfg: vc, common })
+        Ok(VerticesGpu { input: cfg.input("input")?, cfg: vc, tally: VertexTally::default(), common })
     }
 }
 
@@ -168,10 +169,13 @@ impl Step for VerticesGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let vertices = vertices_from_device(&sel, &vb, &out)?;
+        self.tally.add(&vertices);
         publish_vertices(batch, &t, &vertices)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
-        Ok(self.common.report())
+        // Counts of the batches computed here; the gpu line says how many went to the CPU step.
+        let gpu = self.common.report().unwrap_or_default();
+        Ok(Some(format!("{} (on the device)\n{gpu}", self.tally.report())))
     }
 }

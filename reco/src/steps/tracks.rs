@@ -564,8 +564,23 @@ fn fixed_values<'a>(p: &'a Product, name: &str) -> Result<(&'a [f32], usize)> {
 struct VerticesStep {
     input: ProductKey,
     cfg: VertexConfig,
-    /// Events and vertices seen, for the run summary.
-    tally: [AtomicU64; 2],
+    tally: VertexTally,
+}
+
+/// Vertices per event, for the run summary of `vertices` (CPU or GPU).
+#[derive(Default)]
+pub struct VertexTally([AtomicU64; 2]);
+
+impl VertexTally {
+    /// Counts a batch's vertices.
+    pub fn add(&self, out: &[Vertices]) {
+        self.0[0].fetch_add(out.len() as u64, Ordering::Relaxed);
+        self.0[1].fetch_add(out.iter().map(|v| v.zv.len() as u64).sum(), Ordering::Relaxed);
+    }
+    /// The summary line.
+    pub fn report(&self) -> String {
+        per_event_report(&self.0, &["vertices"]).unwrap_or_default()
+    }
 }
 
 /// The columns of a `tracks` product the vertex finder reads.
@@ -650,13 +665,12 @@ impl Step for VerticesStep {
         let t = batch.get(&self.input)?;
         let cols = VertexColumns::new(&t)?;
         let out = per_event(batch, |e| cols.with_event(e, |view| find_vertices(view, &self.cfg).map_err(|e| Error::data(e.to_string()))))?;
-        self.tally[0].fetch_add(batch.n_events() as u64, Ordering::Relaxed);
-        self.tally[1].fetch_add(out.iter().map(|v| v.zv.len() as u64).sum(), Ordering::Relaxed);
+        self.tally.add(&out);
         publish_vertices(batch, &t, &out)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
-        Ok(per_event_report(&self.tally, &["vertices"]))
+        Ok(Some(self.tally.report()))
     }
 }
 
@@ -783,7 +797,7 @@ pub(super) fn register(r: &mut Registry) {
             outputs: vec![VERTICES.into(), TRACK_VERTICES.into()],
         },
         backends: vec![Backend::Cpu],
-        build: |cfg| Ok(Box::new(VerticesStep { input: cfg.input("input")?, cfg: vertex_config(cfg)?, tally: Default::default() })),
+        build: |cfg| Ok(Box::new(VerticesStep { input: cfg.input("input")?, cfg: vertex_config(cfg)?, tally: VertexTally::default() })),
     });
 }
 
