@@ -583,15 +583,20 @@ extern "C" __global__ void track_fit_bl(
 // ---- Riemann fit (the CPU's `riemann_fit`, dynamic matrices as fixed 10×10 storage) ----
 
 #define RF_MAX 10
-struct RfM { int r, c; double d[RF_MAX * RF_MAX]; };
+/// A dense row-major matrix of at most CAP elements (the CPU's dynamic `Mx`).
+template <int CAP> struct RfMat { int r, c; double d[CAP]; };
+/// Up to 10×10: the 2n×2n hit covariances.
+typedef RfMat<RF_MAX * RF_MAX> RfM;
+/// Up to 6×6: everything else (3×3, n×n, 3×n, 3×6, 6×6), a third of the local memory.
+typedef RfMat<36> RfS;
 #define RFE(m, i, j) ((m)->d[(i) * (m)->c + (j)])
 
-__device__ void rf_zeros(RfM* m, int r, int c) {
+template <class M> __device__ void rf_zeros(M* m, int r, int c) {
     m->r = r; m->c = c;
     for (int k = 0; k < r * c; ++k) m->d[k] = 0.0;
 }
 /// o = a·b, each sum in index order. o must not alias a or b.
-__device__ void rf_mul(const RfM* a, const RfM* b, RfM* o) {
+template <class A, class B, class O> __device__ void rf_mul(const A* a, const B* b, O* o) {
     o->r = a->r; o->c = b->c;
     for (int i = 0; i < a->r; ++i)
         for (int j = 0; j < b->c; ++j) {
@@ -600,23 +605,23 @@ __device__ void rf_mul(const RfM* a, const RfM* b, RfM* o) {
             RFE(o, i, j) = s;
         }
 }
-__device__ void rf_t(const RfM* a, RfM* o) {
+template <class A, class O> __device__ void rf_t(const A* a, O* o) {
     o->r = a->c; o->c = a->r;
     for (int i = 0; i < a->c; ++i)
         for (int j = 0; j < a->r; ++j) RFE(o, i, j) = RFE(a, j, i);
 }
-__device__ void rf_scale(RfM* a, double s) {
+template <class M> __device__ void rf_scale(M* a, double s) {
     for (int k = 0; k < a->r * a->c; ++k) a->d[k] = a->d[k] * s;
 }
-__device__ void rf_add(RfM* a, const RfM* b) {
+template <class M> __device__ void rf_add(M* a, const M* b) {
     for (int k = 0; k < a->r * a->c; ++k) a->d[k] = a->d[k] + b->d[k];
 }
-__device__ void rf_cwise(const RfM* a, const RfM* b, RfM* o) {
+template <class A, class B, class O> __device__ void rf_cwise(const A* a, const B* b, O* o) {
     o->r = a->r; o->c = a->c;
     for (int k = 0; k < a->r * a->c; ++k) o->d[k] = a->d[k] * b->d[k];
 }
 /// Sum of the elements in column-major order (Eigen's storage order).
-__device__ double rf_sum(const RfM* a) {
+template <class M> __device__ double rf_sum(const M* a) {
     double s = 0.0;
     bool first = true;
     for (int j = 0; j < a->c; ++j)
@@ -626,23 +631,23 @@ __device__ double rf_sum(const RfM* a) {
         }
     return s;
 }
-__device__ void rf_mat_vec(const RfM* a, const double* v, double* o) {
+template <class M> __device__ void rf_mat_vec(const M* a, const double* v, double* o) {
     for (int i = 0; i < a->r; ++i) {
         double s = RFE(a, i, 0) * v[0];
         for (int k = 1; k < a->c; ++k) s += RFE(a, i, k) * v[k];
         o[i] = s;
     }
 }
-__device__ void rf_sym_from_upper(RfM* m) {
+template <class M> __device__ void rf_sym_from_upper(M* m) {
     for (int i = 0; i < m->r; ++i)
         for (int j = 0; j < i; ++j) RFE(m, i, j) = RFE(m, j, i);
 }
-__device__ void rf_block(const RfM* a, int r0, int c0, int r, int c, RfM* o) {
+template <class A, class O> __device__ void rf_block(const A* a, int r0, int c0, int r, int c, O* o) {
     o->r = r; o->c = c;
     for (int i = 0; i < r; ++i)
         for (int j = 0; j < c; ++j) RFE(o, i, j) = RFE(a, r0 + i, c0 + j);
 }
-__device__ void rf_invert(const RfM* a, RfM* o) {
+template <class A, class O> __device__ void rf_invert(const A* a, O* o) {
     int n = a->r;
     double s[TF_MX * TF_MX], d[TF_MX * TF_MX];
     for (int k = 0; k < TF_MX * TF_MX; ++k) s[k] = 0.0;
@@ -757,7 +762,7 @@ __device__ int rf_min_index(const double* v) { int k = 0; for (int i = 1; i < 3;
 __device__ int rf_min_index_f(const float* v) { int k = 0; for (int i = 1; i < 3; ++i) if (v[i] < v[k]) k = i; return k; }
 
 /// Eigenvector of the smallest eigenvalue of a (3×3), and that eigenvalue.
-__device__ double rf_min_eigen3d(const RfM* a, double* vv) {
+__device__ double rf_min_eigen3d(const RfS* a, double* vv) {
     double m[9], ev[3], vec[9];
     for (int k = 0; k < 9; ++k) m[k] = a->d[k];
     rf_eig_d(m, ev, vec);
@@ -766,7 +771,7 @@ __device__ double rf_min_eigen3d(const RfM* a, double* vv) {
     return ev[k];
 }
 /// The same in f32 (the numerical Jacobian).
-__device__ void rf_min_eigen3d_fast(const RfM* a, double* col) {
+__device__ void rf_min_eigen3d_fast(const RfS* a, double* col) {
     float m[9], ev[3], vec[9];
     for (int k = 0; k < 9; ++k) m[k] = (float)a->d[k];
     rf_eig_f(m, ev, vec);
@@ -801,7 +806,7 @@ __device__ void rf_rad_len_uniform(const double* lengths, int n, double* r) {
     for (int j = 1; j < n; ++j) r[j] = fabs(lengths[j] - lengths[j - 1]) * XX_0_INV;
 }
 
-__device__ void rf_scatter_cov_rad(const double (*p2d)[2], int n, const double* ff, const double* rad, double b, RfM* m) {
+__device__ void rf_scatter_cov_rad(const double (*p2d)[2], int n, const double* ff, const double* rad, double b, RfS* m) {
     double p_t = fmin(ff[2] * b, 20.0);
     double p_2 = p_t * p_t * (1.0 + 1.0 / (ff[3] * ff[3]));
     double theta = atan(ff[3]);
@@ -828,7 +833,7 @@ __device__ void rf_scatter_cov_rad(const double (*p2d)[2], int n, const double* 
         }
 }
 
-__device__ void rf_cov_radtocart(const double (*p2d)[2], int n, const RfM* cov_rad, const double* rad, RfM* c) {
+__device__ void rf_cov_radtocart(const double (*p2d)[2], int n, const RfS* cov_rad, const double* rad, RfM* c) {
     rf_zeros(c, 2 * n, 2 * n);
     double ri[5];
     for (int i = 0; i < n; ++i) ri[i] = 1.0 / rad[i];
@@ -847,14 +852,15 @@ __device__ void rf_cov_radtocart(const double (*p2d)[2], int n, const RfM* cov_r
 }
 
 /// The circle fit's result in (X0, Y0, R) form.
-struct RfCircle { double par[3]; RfM cov; int q; float chi2; };
+struct RfCircle { double par[3]; RfS cov; int q; float chi2; };
 
 /// Scratch of the circle fit (large matrices, kept out of the call's frame).
 struct RfScratch {
-    RfM v, cov_rad, scat, cart, g, x, xt, tmp, a, vcs, c[6], d[6], w_mat, h_mat, h_t, s_v, e_mat, j2, j2t, t0m, cc0, cvc, j3, j3t, m1, m2;
+    RfM v, cart, vcs, tmp;
+    RfS cov_rad, scat, g, x, xt, xg, a, c[6], d[6], w_mat, h_mat, h_t, s_v, e_mat, j2, j2t, t0m, cc0, cvc, j3, j3t, m1, m2;
 };
 
-__device__ const RfM* rf_cmat(const RfM* c, int i, int j) {
+__device__ const RfS* rf_cmat(const RfS* c, int i, int j) {
     // c00, c01, c02, c11, c12, c22 as c[0..6]
     if (i == 0 && j == 0) return &c[0];
     if (i == 0 && j == 1) return &c[1];
@@ -866,13 +872,13 @@ __device__ const RfM* rf_cmat(const RfM* c, int i, int j) {
 
 /// Element (r, c) of D(i, j), the D matrices of the error propagation: d[0..6] holds D00,
 /// D01, D02, D11, D12, D22; D10, D20, D21 are their transposes.
-__device__ double rf_dm_at(const RfM* d, int i, int j, int r, int c) {
+__device__ double rf_dm_at(const RfS* d, int i, int j, int r, int c) {
     if (i > j) { int t = i; i = j; j = t; t = r; r = c; c = t; }
     int k = i == 0 ? j : (i == 1 ? 2 + j : 5);
     return RFE(&d[k], r, c);
 }
 /// D(i, j)·v, each row's sum in index order (as the CPU's transposed copy then mat_vec).
-__device__ void rf_dm_mat_vec(const RfM* d, int i, int j, const double* v, int n, double* o) {
+__device__ void rf_dm_mat_vec(const RfS* d, int i, int j, const double* v, int n, double* o) {
     for (int r = 0; r < n; ++r) {
         double s = rf_dm_at(d, i, j, r, 0) * v[0];
         for (int k = 1; k < n; ++k) s += rf_dm_at(d, i, j, r, k) * v[k];
@@ -880,7 +886,7 @@ __device__ void rf_dm_mat_vec(const RfM* d, int i, int j, const double* v, int n
     }
 }
 /// (f·D(i, j))·v: the matrix scaled first, as the CPU does.
-__device__ void rf_dm_scaled_mat_vec(const RfM* d, int i, int j, double f, const double* v, int n, double* o) {
+__device__ void rf_dm_scaled_mat_vec(const RfS* d, int i, int j, double f, const double* v, int n, double* o) {
     for (int r = 0; r < n; ++r) {
         double s = (rf_dm_at(d, i, j, r, 0) * f) * v[0];
         for (int k = 1; k < n; ++k) s += (rf_dm_at(d, i, j, r, k) * f) * v[k];
@@ -892,7 +898,7 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
     double nf = (double)n;
     RfM* v = &w->v;
     *v = *hits_cov;
-    RfM* cov_rad = &w->cov_rad;
+    RfS* cov_rad = &w->cov_rad;
     rf_zeros(cov_rad, n, n);
     for (int i = 0; i < n; ++i) {
         if (rad[i] < 1.0e-4) RFE(cov_rad, i, i) = RFE(v, i, i);
@@ -910,7 +916,7 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
     rf_cov_radtocart(p2d, n, &w->scat, rad, &w->cart);
     rf_add(v, &w->cart);
     rf_add(cov_rad, &w->scat);
-    RfM* g = &w->g;
+    RfS* g = &w->g;
     rf_invert(cov_rad, g);
     double renorm = rf_sum(g);
     rf_scale(g, 1.0 / renorm);
@@ -923,7 +929,7 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
     double hx = p2d[0][0], hy = p2d[0][1];
     for (int i = 1; i < n; ++i) { hx += p2d[i][0]; hy += p2d[i][1]; }
     double h0 = hx / nf, h1 = hy / nf;
-    RfM p3d;
+    RfS p3d;
     rf_zeros(&p3d, 3, n);
     for (int i = 0; i < n; ++i) { RFE(&p3d, 0, i) = p2d[i][0] - h0; RFE(&p3d, 1, i) = p2d[i][1] - h1; }
     double mc[10];
@@ -937,14 +943,14 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
     }
     double r0[3];
     rf_mat_vec(&p3d, weight, r0);
-    RfM* x = &w->x;
+    RfS* x = &w->x;
     x->r = 3; x->c = n;
     for (int k = 0; k < 3; ++k)
         for (int i = 0; i < n; ++i) RFE(x, k, i) = RFE(&p3d, k, i) - r0[k];
-    rf_mul(x, g, &w->tmp);
+    rf_mul(x, g, &w->xg);
     rf_t(x, &w->xt);
-    RfM* a = &w->a;
-    rf_mul(&w->tmp, &w->xt, a);
+    RfS* a = &w->a;
+    rf_mul(&w->xg, &w->xt, a);
     double vv[3];
     double chi2 = rf_min_eigen3d(a, vv);
     double sgn = vv[2] > 0.0 ? 1.0 : -1.0;
@@ -988,8 +994,8 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
         for (int j = i; j < 2 * n; ++j) RFE(vcs, i, j) = tf_sqr(s) * RFE(v, i, j) + kfac * (mc[i] * mc[j]);
     rf_sym_from_upper(vcs);
     // c[0..6] = c00, c01 (= v01), c02, c11, c12, c22.
-    RfM* cm_ = w->c;
-    RfM v10, t0, t1, t00, t01, t11, t10, tmp1, tmp2;
+    RfS* cm_ = w->c;
+    RfS v10, t0, t1, t00, t01, t11, t10, tmp1, tmp2;
     rf_block(vcs, 0, 0, n, n, &cm_[0]);
     rf_block(vcs, 0, n, n, n, &cm_[1]);
     rf_block(vcs, n, n, n, n, &cm_[3]);
@@ -1021,11 +1027,11 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
                 + 4.0 * (e00 * RFE(&t00, i, j) + e01 * RFE(&t01, i, j) + e10 * RFE(&t10, i, j) + e11 * RFE(&t11, i, j));
         }
     rf_sym_from_upper(&cm_[5]);
-    RfM* cc0 = &w->cc0;
+    RfS* cc0 = &w->cc0;
     rf_zeros(cc0, 3, 3);
     for (int i = 0; i < 3; ++i)
         for (int j = i; j < 3; ++j) {
-            const RfM* m = rf_cmat(cm_, i, j);
+            const RfS* m = rf_cmat(cm_, i, j);
             double row[5];
             for (int jj = 0; jj < n; ++jj) {
                 double t = weight[0] * RFE(m, 0, jj);
@@ -1035,28 +1041,28 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
             RFE(cc0, i, j) = rf_dot(row, weight, n);
             RFE(cc0, j, i) = RFE(cc0, i, j);
         }
-    RfM* w_mat = &w->w_mat;
+    RfS* w_mat = &w->w_mat;
     w_mat->r = n; w_mat->c = n;
     for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j) RFE(w_mat, i, j) = weight[i] * weight[j];
-    RfM* h_mat = &w->h_mat;
+    RfS* h_mat = &w->h_mat;
     h_mat->r = n; h_mat->c = n;
     for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j) RFE(h_mat, i, j) = (i == j ? 1.0 : 0.0) - weight[j];
     rf_t(h_mat, &w->h_t);
-    RfM p3t;
+    RfS p3t;
     rf_t(&p3d, &p3t);
-    RfM* s_v = &w->s_v;
+    RfS* s_v = &w->s_v;
     rf_mul(h_mat, &p3t, s_v);
     // d[0..6] = d00, d01, d02, d11, d12, d22.
-    RfM* dm_ = w->d;
+    RfS* dm_ = w->d;
     for (int k = 0; k < 6; ++k) {
         rf_mul(h_mat, &cm_[k], &w->m1);
         rf_mul(&w->m1, &w->h_t, &w->m2);
         rf_cwise(&w->m2, w_mat, &dm_[k]);
     }
     const int NU_I[6] = {0, 0, 0, 1, 1, 2}, NU_J[6] = {0, 1, 2, 1, 2, 2};
-    RfM* e_mat = &w->e_mat;
+    RfS* e_mat = &w->e_mat;
     rf_zeros(e_mat, 6, 6);
     for (int a_ = 0; a_ < 6; ++a_) {
         int i = NU_I[a_], j = NU_J[a_];
@@ -1094,31 +1100,31 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
     }
     // Numerical Jacobian of the smallest eigenvector w.r.t. the 6 independent elements of A.
     const double DERIV_STEP = 1.0e-4;
-    RfM* j2 = &w->j2;
+    RfS* j2 = &w->j2;
     rf_zeros(j2, 3, 6);
     for (int a_ = 0; a_ < 6; ++a_) {
         int i = NU_I[a_], j = NU_J[a_];
-        RfM delta;
+        RfS delta;
         rf_zeros(&delta, 3, 3);
         double dd = fabs(RFE(a, i, j) * DERIV_STEP);
         RFE(&delta, i, j) = dd;
         RFE(&delta, j, i) = dd;
-        RfM ad = *a;
+        RfS ad = *a;
         rf_add(&ad, &delta);
         double col[3];
         rf_min_eigen3d_fast(&ad, col);
         double sign = col[2] > 0.0 ? 1.0 : -1.0;
         for (int k = 0; k < 3; ++k) RFE(j2, k, a_) = (col[k] * sign - vv[k]) / RFE(&delta, i, j);
     }
-    RfM* t0m = &w->t0m;
+    RfS* t0m = &w->t0m;
     rf_mul(j2, e_mat, &w->m1);
     rf_t(j2, &w->j2t);
     rf_mul(&w->m1, &w->j2t, t0m);
-    RfM neg = *t0m;
+    RfS neg = *t0m;
     rf_scale(&neg, -1.0);
     double t1vv[3];
     rf_mat_vec(&neg, r0, t1vv);
-    RfM* cvc = &w->cvc;
+    RfS* cvc = &w->cvc;
     rf_zeros(cvc, 4, 4);
     for (int i = 0; i < 3; ++i) {
         for (int j = 0; j < 3; ++j) RFE(cvc, i, j) = RFE(t0m, i, j);
@@ -1133,11 +1139,11 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
         for (int jj = 0; jj < 3; ++jj) { double t = r0[0] * RFE(t0m, 0, jj); for (int k = 1; k < 3; ++k) t += r0[k] * RFE(t0m, k, jj); row[jj] = t; }
         cm3 = rf_dot(row, r0, 3);
     }
-    RfM ccw;
+    RfS ccw;
     rf_cwise(cc0, t0m, &ccw);
     RFE(cvc, 3, 3) = cm1 + rf_sum(&ccw) + cm3;
     double t = 1.0 / h;
-    RfM* j3 = &w->j3;
+    RfS* j3 = &w->j3;
     j3->r = 3; j3->c = 4;
     double j3v[12] = {
         -v2x2_inv, 0.0, vv[0] * tf_sqr(v2x2_inv) * 2.0, 0.0,
@@ -1157,7 +1163,7 @@ __device__ void rf_circle_fit(const double (*p2d)[2], int n, const RfM* hits_cov
     rf_t(j3, &w->j3t);
     rf_mul(&w->m1, &w->j3t, &out->cov);
     rf_scale(&out->cov, tf_sqr(s_inv));
-    RfM pp;
+    RfS pp;
     pp.r = 3; pp.c = 3;
     for (int i = 0; i < 3; ++i)
         for (int j = 0; j < 3; ++j) RFE(&pp, i, j) = par_uvr[i] * par_uvr[j];
@@ -1170,13 +1176,13 @@ __device__ void rf_line_fit(const double (*hits)[3], const float (*ge)[6], int n
     double theta = mq * atan(ff[3]);
     if (theta < 0.0) theta += 3.141592653589793;
     double st = sin(theta), ct = cos(theta);
-    RfM rot, rot_t;
+    RfS rot, rot_t;
     rot.r = 2; rot.c = 2;
     rot.d[0] = st; rot.d[1] = ct; rot.d[2] = -ct; rot.d[3] = st;
     rf_t(&rot, &rot_t);
     double o0 = circle->par[0], o1 = circle->par[1];
     double mo0 = -o0, mo1 = -o1;
-    RfM p2d, cov, jx, jxt, m1, m2, tmp2;
+    RfS p2d, cov, jx, jxt, m1, m2, tmp2;
     rf_zeros(&p2d, 2, n);
     rf_zeros(&cov, 6, 6);
     double csz[5][4];
@@ -1237,7 +1243,7 @@ __device__ void rf_line_fit(const double (*hits)[3], const float (*ge)[6], int n
                 RFE(tmp, k + n, l + n) += fabs(s_values[k] - s_values[i]) * fabs(s_values[l] - s_values[i]) * sig2[i];
             RFE(tmp, l + n, k + n) = RFE(tmp, k + n, l + n);
         }
-    RfM cov_with_ms, p2d_rot, a_mat, a_t, vy_inv, cp0;
+    RfS cov_with_ms, p2d_rot, a_mat, a_t, vy_inv, cp0;
     rf_block(tmp, n, n, n, n, &cov_with_ms);
     rf_mul(&rot, &p2d, &p2d_rot);
     a_mat.r = 2; a_mat.c = n;
@@ -1252,7 +1258,7 @@ __device__ void rf_line_fit(const double (*hits)[3], const float (*ge)[6], int n
     double luc2 = 1.0 / (s11 - luc1);
     double li21 = luc1 * luc0 * luc2;
     double d10 = -s10 * luc0 * luc2;
-    RfM cov_params;
+    RfS cov_params;
     cov_params.r = 2; cov_params.c = 2;
     cov_params.d[0] = li21 + luc0; cov_params.d[1] = d10; cov_params.d[2] = d10; cov_params.d[3] = luc2;
     double y[5];
@@ -1262,7 +1268,7 @@ __device__ void rf_line_fit(const double (*hits)[3], const float (*ge)[6], int n
     double sol[2];
     rf_mat_vec(&m2, y, sol);
     double common_factor = 1.0 / (st - sol[1] * ct);
-    RfM j, jt, cov_mq;
+    RfS j, jt, cov_mq;
     j.r = 2; j.c = 2;
     j.d[0] = 0.0; j.d[1] = common_factor * common_factor; j.d[2] = common_factor; j.d[3] = sol[0] * ct * common_factor * common_factor;
     double m = common_factor * (sol[1] * st + ct);
@@ -1290,7 +1296,7 @@ __device__ void rf_to_perigee(const RfCircle* c, double* par, double* cov) {
     par[2] = q / r;
     double temp2 = tf_sqr(x0) * 1.0 / temp0;
     double temp3 = 1.0 / temp1 * q;
-    RfM j4, j4t, m1, m2;
+    RfS j4, j4t, m1, m2;
     j4.r = 3; j4.c = 3;
     double jv[9] = {-y0 * temp2 * 1.0 / tf_sqr(x0), temp2 * 1.0 / x0, 0.0, x0 * temp3, y0 * temp3, -q, 0.0, 0.0, (double)(-c->q) / (r * r)};
     for (int k = 0; k < 9; ++k) j4.d[k] = jv[k];
