@@ -8,7 +8,9 @@
 #      strictly (bit-identical; from the fit on, within the fit's documented tolerance) —
 #      the job fails at the first difference — and prints how many values are within the
 #      tolerance without being bit-identical;
-#   5. runs the default chain on CPU only and with every GPU step type, prints the
+#   5. reruns that comparison with one event per batch on one thread and with 64-event
+#      batches on every core: every comparison line must be the same (determinism);
+#   6. runs the default chain on CPU only and with every GPU step type, prints the
 #      transfer share, the residency table and the device memory, then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
 #      all cores, and writes a CSV under docs/perf/.
@@ -79,6 +81,23 @@ if grep -E '^compared .* [1-9][0-9]* differences' "$WORK/compare.txt"; then
 fi
 echo "values within the tolerance but not bit-identical (fits, tracks, vertices):"
 grep -B2 'within tolerance but not bit-identical' "$WORK/compare.txt" | grep -E '^compared|within' || echo "  none: every value bit-identical"
+
+# Determinism: the same comparison with one event per batch on one thread, and with 64-event
+# batches on every core. The CPU products do not depend on either; the GPU products must not
+# either, so every comparison line (rows, differences, values within the tolerance) must be
+# the same in both runs.
+say "determinism: batch size 1 on one thread vs batch size 64 on $(nproc) threads"
+for run in "1 1" "64 $(nproc)"; do
+    set -- $run
+    "$BIN" run plans/examples/compare-gpu.toml --input "$DS" --events "$EVENTS" --output "$WORK/out-det-$1" --no-progress \
+        --batch-size "$1" --threads "$2" > "$WORK/det-$1.txt"
+    grep -E '^compared|within tolerance' "$WORK/det-$1.txt" > "$WORK/det-$1.lines"
+done
+if ! diff "$WORK/det-1.lines" "$WORK/det-64.lines"; then
+    echo "error: the GPU products depend on the batch size or the number of threads" >&2
+    exit 1
+fi
+echo "the same $(wc -l < "$WORK/det-1.lines") comparison lines at both settings"
 
 # Throughput: the default chain without its output step, CPU only, then with every step
 # type that has a GPU implementation (from the catalogue) set to `backend = "gpu"`.
