@@ -9,8 +9,10 @@
 //! inversion) or the Riemann fit (`track_fit_riemann`, the CPU's `riemann_fit`: its dynamic
 //! matrices in fixed 10×10 storage with the same index-order sums, the closed-form 3×3
 //! eigen-solver in f64 and, for the numerical Jacobian, in f32). No contraction into fused
-//! multiply-adds. Each writes the fit's raw results ([`FIT_OUT`] doubles per job); the host
-//! stores them into the tracks with the CPU's own `store_fit` (so η's `asinhf` is the C
+//! multiply-adds. Each writes the fit's values in f32 ([`FIT_OUT`] floats per job, the
+//! CPU's `FitValues`: what the tracks keep, 64 bytes where the raw doubles are 128), and on
+//! request the raw doubles too (the emulation tests compare them with the CPU's fit); the
+//! host stores the values with the CPU's own `store_values` (so η's `asinhf` is the C
 //! library's).
 //!
 //! The transcendental functions (`log`, `atan`, `atan2`, `sin`, `cos`, and their f32 forms
@@ -20,10 +22,11 @@
 //! their doubles can differ in the last bits, which the f32 products almost always round
 //! away (see docs/decisions.md).
 
-/// Doubles the fit kernel writes per job: circle (φ, d, κ), its covariance (00, 01, 02,
-/// 11, 12, 22), line (cotθ, zip), its covariance (00, 01, 11), the line χ², the circle χ²
-/// (an f32 widened).
-pub const FIT_OUT: usize = 16;
+/// Floats the fit kernels write per job: the CPU's `FitValues` (state, kept covariance
+/// terms, pT, χ²/ndof). Their optional raw output has as many doubles: circle (φ, d, κ),
+/// its covariance (00, 01, 02, 11, 12, 22), line (cotθ, zip), its covariance (00, 01, 11),
+/// the line χ², the circle χ² (an f32 widened).
+pub const FIT_OUT: usize = quiver_reco::tracks::fit::FitValues::LEN;
 
 /// Hit slots per job in the job table (unused slots of shorter jobs are never read).
 pub const FIT_HITS: usize = 5;
@@ -541,26 +544,39 @@ __device__ void tf_gather(u32 j, int n, const u32* job_hits, const float* x, con
     }
 }
 
-/// Writes job j's TF_OUT doubles: circle (par, upper covariance), line (par, upper
-/// covariance, χ²), circle χ².
-__device__ void tf_store(double* out, u32 j, const double* cpar, const double* ccov, const double* lpar,
-                         const double* lcov, double lchi2, float cchi2) {
-    double* o = out + (u64)TF_OUT * j;
-    o[0] = cpar[0]; o[1] = cpar[1]; o[2] = cpar[2];
-    o[3] = ccov[0]; o[4] = ccov[1]; o[5] = ccov[2]; o[6] = ccov[4]; o[7] = ccov[5]; o[8] = ccov[8];
-    o[9] = lpar[0]; o[10] = lpar[1];
-    o[11] = lcov[0]; o[12] = lcov[1]; o[13] = lcov[3];
-    o[14] = lchi2; o[15] = (double)cchi2;
+/// Writes job j's TF_OUT floats, the values the CPU's `FitValues::of` gives: the state
+/// (circle φ, tip, curvature; line cotθ, zip), the covariance terms kept (circle 00, 01, 02,
+/// 11, 12, 22; line 00, 01, 11), pT (from the f32 curvature, or in f64 for the Riemann fit)
+/// and χ²/ndof. With write_raw, also the fit's TF_OUT doubles into raw (circle par and
+/// upper covariance, line par and upper covariance, line χ², circle χ²): the emulation
+/// tests compare those with the CPU's fit bit for bit.
+__device__ void tf_store(float* out, u32 write_raw, double* raw, u32 j, const double* cpar, const double* ccov,
+                         const double* lpar, const double* lcov, double lchi2, float cchi2, float b_field, int n,
+                         bool riemann) {
+    float* o = out + (u64)TF_OUT * j;
+    o[0] = (float)cpar[0]; o[1] = (float)cpar[1]; o[2] = (float)cpar[2]; o[3] = (float)lpar[0]; o[4] = (float)lpar[1];
+    o[5] = (float)ccov[0]; o[6] = (float)ccov[1]; o[7] = (float)ccov[2]; o[8] = (float)ccov[4]; o[9] = (float)ccov[5];
+    o[10] = (float)ccov[8]; o[11] = (float)lcov[0]; o[12] = (float)lcov[1]; o[13] = (float)lcov[3];
+    o[14] = riemann ? (float)((double)b_field / fabs(cpar[2])) : b_field / fabsf((float)cpar[2]);
+    o[15] = (float)(((double)cchi2 + lchi2) / (double)(2 * n - 5));
+    if (write_raw) {
+        double* r = raw + (u64)TF_OUT * j;
+        r[0] = cpar[0]; r[1] = cpar[1]; r[2] = cpar[2];
+        r[3] = ccov[0]; r[4] = ccov[1]; r[5] = ccov[2]; r[6] = ccov[4]; r[7] = ccov[5]; r[8] = ccov[8];
+        r[9] = lpar[0]; r[10] = lpar[1];
+        r[11] = lcov[0]; r[12] = lcov[1]; r[13] = lcov[3];
+        r[14] = lchi2; r[15] = (double)cchi2;
+    }
 }
 
 /// One thread per job: job_hits[5·j ..] the batch indices of its hits (inner to outer),
 /// job_n[j] how many are fitted (3 to 5); frames FRAME_FLOATS per module (every det index
 /// of a job's hits is below the table's length: checked on the host); out TF_OUT doubles
-/// per job.
+/// per job (raw: TF_OUT doubles per job when write_raw, else never written).
 extern "C" __global__ void track_fit_bl(
     u32 n_jobs, const u32* job_hits, const u8* job_n,
     const float* x, const float* y, const float* z, const float* xerr, const float* yerr, const u16* det,
-    const float* frames, float b_field, double* out)
+    const float* frames, float b_field, float* out, u32 write_raw, double* raw)
 {
     u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_jobs) return;
@@ -577,7 +593,7 @@ extern "C" __global__ void track_fit_bl(
     // The line fit first: the circle fit rescales the kink variances and overwrites Z.
     double lchi2 = tf_line_fit(ge, n, ff, b, &p, lpar, lcov);
     float cchi2 = tf_circle_fit(h, ge, n, ff, b, &p, cpar, ccov);
-    tf_store(out, j, cpar, ccov, lpar, lcov, lchi2, cchi2);
+    tf_store(out, write_raw, raw, j, cpar, ccov, lpar, lcov, lchi2, cchi2, b_field, n, false);
 }
 
 // ---- Riemann fit (the CPU's `riemann_fit`, dynamic matrices as fixed 10×10 storage) ----
@@ -1310,7 +1326,7 @@ __device__ void rf_to_perigee(const RfCircle* c, double* par, double* cov) {
 extern "C" __global__ void track_fit_riemann(
     u32 n_jobs, const u32* job_hits, const u8* job_n,
     const float* x, const float* y, const float* z, const float* xerr, const float* yerr, const u16* det,
-    const float* frames, float b_field, double* out)
+    const float* frames, float b_field, float* out, u32 write_raw, double* raw)
 {
     u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_jobs) return;
@@ -1342,7 +1358,7 @@ extern "C" __global__ void track_fit_riemann(
     rf_line_fit(h, ge, n, &circle, ff, b, &w, lpar, lcov, &lchi2);
     double cpar[3], ccov[9];
     rf_to_perigee(&circle, cpar, ccov);
-    tf_store(out, j, cpar, ccov, lpar, lcov, lchi2, circle.chi2);
+    tf_store(out, write_raw, raw, j, cpar, ccov, lpar, lcov, lchi2, circle.chi2, b_field, n, true);
 }
 "#;
 

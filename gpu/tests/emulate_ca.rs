@@ -901,7 +901,7 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
     use quiver_gpu::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
     use quiver_gpu::steps::{fit_batch, fitted_tracks};
     use quiver_reco::steps::{fit_overflows, FitInput};
-    use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov};
+    use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov, FitValues};
     use quiver_reco::tracks::riemann::riemann_fit;
     use quiver_reco::tracks::{stage_fit, Tracks};
     let Some(lib) = emulator() else { panic!("checked by the caller") };
@@ -926,19 +926,22 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         v
     };
     for &mode in modes {
-        let out = Dev::new(f64::NAN, (nj * FIT_OUT).max(1));
-        type Fit = unsafe extern "C" fn(u32, *const u32, *const u8, *const f32, *const f32, *const f32, *const f32, *const f32, *const u16, *const f32, f32, *mut f64);
+        let (out, raw_out) = (Dev::new(f32::NAN, (nj * FIT_OUT).max(1)), Dev::new(f64::NAN, (nj * FIT_OUT).max(1)));
+        type Fit = unsafe extern "C" fn(
+            u32, *const u32, *const u8, *const f32, *const f32, *const f32, *const f32, *const f32, *const u16, *const f32, f32, *mut f32, u32, *mut f64,
+        );
         // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; the job table holds FIT_HITS
-        // hit indices (below the batch's hits) per job, out FIT_OUT doubles per job.
+        // hit indices (below the batch's hits) per job, out FIT_OUT floats and raw FIT_OUT
+        // doubles per job.
         unsafe {
             let kernel: &[u8] = if cfg.fit.use_riemann_fit { b"track_fit_riemann" } else { b"track_fit_bl" };
             let f: libloading::Symbol<Fit> = lib.get(kernel).unwrap();
-            let a = [p(&fb.job_hits), p(&fb.job_n), p(&b.x), p(&b.y), p(&b.z), p(&xerr), p(&yerr), p(&b.det), p(&frames), out.ptr()];
+            let a = [p(&fb.job_hits), p(&fb.job_n), p(&b.x), p(&b.y), p(&b.z), p(&xerr), p(&yerr), p(&b.det), p(&frames), out.ptr(), raw_out.ptr()];
             elements(lib, mode, nj, || {
-                f(nj as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, cfg.fit.b_field, a[9] as _)
+                f(nj as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, cfg.fit.b_field, a[9] as _, 1, a[10] as _)
             });
         }
-        let raw = out.get();
+        let (values, raw) = (out.get(), raw_out.get());
         // The fits' doubles themselves (the f32 products round most last-bit differences
         // away): the CPU's `broken_line_fit` of the same hits, job by job.
         let mut k = 0;
@@ -959,10 +962,14 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                 ];
                 let got = &raw[k * FIT_OUT..(k + 1) * FIT_OUT];
                 assert!(want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} ({mode:?}) fit {k} ({} hits): {want:?} vs {got:?}", job.n_fit);
+                // And the f32 values the step downloads, as the CPU rounds them.
+                let want = FitValues::of(&f, job.n_fit as usize, &cfg.fit).to_array();
+                let got = &values[k * FIT_OUT..(k + 1) * FIT_OUT];
+                assert!(want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} ({mode:?}) fit {k} values: {want:?} vs {got:?}");
                 k += 1;
             }
         }
-        let dev = fitted_tracks(&inputs, &fb, &raw[..nj * FIT_OUT], cfg).unwrap();
+        let dev = fitted_tracks(&inputs, &fb, &values[..nj * FIT_OUT], cfg).unwrap();
         for (e, ((t, o), c)) in dev.iter().zip(&cpu).enumerate() {
             assert_eq!(t.stats.n_fitted, c.stats.n_fitted, "{name} ({mode:?}) event {e}: fits");
             let (tb, cb) = (bits(t), bits(c));

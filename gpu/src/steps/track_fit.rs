@@ -1,7 +1,7 @@
 //! GPU `track_fit` (kernels [`crate::kernels_fit::TRACK_FIT`]): the Broken Line or the
 //! Riemann fit on the device, one thread per fit; which tuples are fitted
-//! ([`quiver_reco::tracks::fit_jobs`]) and the storing of the results into the tracks (the
-//! CPU's `store_fit`) on the host. The same parameters, inputs and products as the CPU step.
+//! ([`quiver_reco::tracks::fit_jobs`]) and the storing of the fits' f32 values into the
+//! tracks (the CPU's `store_values`) on the host. The same parameters, inputs and products as the CPU step.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use quiver_columnar::overflow::EventOverflows;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
 use quiver_reco::steps::{fit_inputs, fit_overflows, publish_fits, FitInput};
-use quiver_reco::tracks::fit::{BrokenLineFit, CircleFit, FitJob, LineFit};
+use quiver_reco::tracks::fit::{FitJob, FitValues};
 use quiver_reco::tracks::{fit_jobs, stage_fit_from, CaConfig, Tracks};
 
 use crate::device::upload_condition;
@@ -66,35 +66,17 @@ pub fn fit_batch(inputs: &[FitInput], hit_start: &[usize], n_modules: usize, cfg
     (fb.jobs.len() == inputs.len()).then_some(fb)
 }
 
-/// One job's fit from the kernel's [`FIT_OUT`] doubles (what the CPU's `store_fit` reads of
-/// a [`BrokenLineFit`]: the circle and line parameters, the upper triangles of their
-/// covariances, the two χ²).
-///
-/// ```
-/// use quiver_gpu::steps::decode_fit;
-/// let o: Vec<f64> = (0..16).map(|i| i as f64).collect();
-/// let f = decode_fit(&o);
-/// assert_eq!((f.circle.par, f.circle.cov[1][2], f.line.cov[0][1], f.line.chi2, f.circle.chi2), ([0.0, 1.0, 2.0], 7.0, 12.0, 14.0, 15.0));
-/// ```
-pub fn decode_fit(o: &[f64]) -> BrokenLineFit {
-    let cc = [[o[3], o[4], o[5]], [o[4], o[6], o[7]], [o[5], o[7], o[8]]];
-    BrokenLineFit {
-        fast: [0.0; 4],
-        circle: CircleFit { par: [o[0], o[1], o[2]], cov: cc, chi2: o[15] as f32, q: 0 },
-        line: LineFit { par: [o[9], o[10]], cov: [[o[11], o[12]], [o[12], o[13]]], chi2: o[14] },
-    }
-}
-
 /// Every event's fitted tracks and overflow row from the kernel's output (`FIT_OUT`
-/// doubles per job of `fb`, event after event), stored as the CPU step stores its fits.
-pub fn fitted_tracks(inputs: &[FitInput], fb: &FitBatch, out: &[f64], cfg: &CaConfig) -> Result<Vec<(Tracks, EventOverflows)>> {
+/// floats per job of `fb`, event after event: the CPU's `FitValues`), stored as the CPU step
+/// stores its fits.
+pub fn fitted_tracks(inputs: &[FitInput], fb: &FitBatch, out: &[f32], cfg: &CaConfig) -> Result<Vec<(Tracks, EventOverflows)>> {
     if out.len() != fb.job_n.len() * FIT_OUT {
-        return Err(Error::data(format!("gpu track_fit: {} doubles for {} fits", out.len(), fb.job_n.len())));
+        return Err(Error::data(format!("gpu track_fit: {} floats for {} fits", out.len(), fb.job_n.len())));
     }
     let mut at = 0;
     let mut res = Vec::with_capacity(inputs.len());
     for (e, (input, jobs)) in inputs.iter().zip(&fb.jobs).enumerate() {
-        let fits: Vec<BrokenLineFit> = out[at * FIT_OUT..(at + jobs.len()) * FIT_OUT].chunks_exact(FIT_OUT).map(decode_fit).collect();
+        let fits: Vec<FitValues> = out[at * FIT_OUT..(at + jobs.len()) * FIT_OUT].chunks_exact(FIT_OUT).filter_map(FitValues::from_slice).collect();
         at += jobs.len();
         let tracks = stage_fit_from(&input.hits, &input.tuples, cfg, jobs, &fits).map_err(|m| Error::data(format!("gpu track_fit: event {e}: {m}")))?;
         let o = fit_overflows(&input.tuples, tracks.stats.n_fitted, cfg);
@@ -146,22 +128,24 @@ impl Step for TrackFitGpu {
             let [x, y, z, xe, ye] = cols;
             let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);
             let (djh, djn) = (run.up(&fb.job_hits)?, run.up(&fb.job_n)?);
-            let mut dout = run.out::<f64>(n_jobs * FIT_OUT)?;
+            let mut dout = run.out::<f32>(n_jobs * FIT_OUT)?;
+            // The raw doubles are for the emulation tests; here a one-element stand-in.
+            let mut draw = run.out::<f64>(1)?;
             run.mark()?;
             {
                 let (vjh, vjn) = (djh.view::<u32>(n_jobs * FIT_HITS), djn.view::<u8>(n_jobs));
                 let (vx, vy, vz, vxe, vye, vd) =
                     (x.view::<f32>(nh), y.view::<f32>(nh), z.view::<f32>(nh), xe.view::<f32>(nh), ye.view::<f32>(nh), det.view::<u16>(nh));
-                let mut vo = dout.view_mut::<f64>(n_jobs * FIT_OUT);
+                let (mut vo, mut vr, no_raw) = (dout.view_mut::<f32>(n_jobs * FIT_OUT), draw.view_mut::<f64>(1), 0u32);
                 let nj = n_jobs as u32;
                 let kernel = if self.cfg.fit.use_riemann_fit { "track_fit_riemann" } else { "track_fit_bl" };
                 let mut l = Launch::new(&run, kernel);
                 l.arg(&nj).arg(&vjh).arg(&vjn).arg(&vx).arg(&vy).arg(&vz).arg(&vxe).arg(&vye).arg(&vd);
-                l.arg(&self.frames).arg(&self.cfg.fit.b_field).arg(&mut vo);
+                l.arg(&self.frames).arg(&self.cfg.fit.b_field).arg(&mut vo).arg(&no_raw).arg(&mut vr);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             run.mark()?;
-            let out = run.down::<f64>(&dout, n_jobs * FIT_OUT)?;
+            let out = run.down::<f32>(&dout, n_jobs * FIT_OUT)?;
             run.finish(&c.stats)?;
             out.as_slice().to_vec()
         };

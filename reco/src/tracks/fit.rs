@@ -511,6 +511,91 @@ pub fn fit_selection(tuples: &Tuples, cfg: &FitConfig) -> Vec<FitJob> {
     jobs
 }
 
+/// What a fit leaves in the tracks, in f32, before the field scaling and η: the values the
+/// reference's `kernelBLFit` (or, for the Riemann fit, `kernelLineFit`) rounds to f32. A
+/// GPU fit computes these on the device, so that 16 floats per fit cross the bus.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FitValues {
+    /// Circle (φ, tip, curvature 1/R with its sign) and line (cotθ, zip).
+    pub state: [f32; 5],
+    /// The covariance terms kept: circle 00, 01, 02, 11, 12, 22; line 00, 01, 11.
+    pub cov: [f32; 9],
+    /// pT, GeV: from the f32 curvature (Broken Line) or in f64 (Riemann), as the reference.
+    pub pt: f32,
+    /// (χ²circle + χ²line) / (2·hits − 5).
+    pub chi2: f32,
+}
+
+impl FitValues {
+    /// Floats per fit in [`FitValues::to_array`]'s layout.
+    pub const LEN: usize = 16;
+
+    /// The values of fit `f` of `n_fit` hits.
+    pub fn of(f: &BrokenLineFit, n_fit: usize, cfg: &FitConfig) -> Self {
+        let b = cfg.b_field as f64;
+        let (cp, cc, lp, lc) = (&f.circle.par, &f.circle.cov, &f.line.par, &f.line.cov);
+        FitValues {
+            state: [cp[0] as f32, cp[1] as f32, cp[2] as f32, lp[0] as f32, lp[1] as f32],
+            cov: [cc[0][0], cc[0][1], cc[0][2], cc[1][1], cc[1][2], cc[2][2], lc[0][0], lc[0][1], lc[1][1]].map(|x| x as f32),
+            pt: if cfg.use_riemann_fit { (b / cp[2].abs()) as f32 } else { (b as f32) / (cp[2].abs() as f32) },
+            chi2: ((f.circle.chi2 as f64 + f.line.chi2) / (2 * n_fit as i32 - 5) as f64) as f32,
+        }
+    }
+
+    /// The 16 floats: state, covariance terms, pT, χ².
+    ///
+    /// ```
+    /// use quiver_reco::tracks::fit::FitValues;
+    /// let v = FitValues { state: [1.0, 2.0, 3.0, 4.0, 5.0], cov: [0.5; 9], pt: 6.0, chi2: 7.0 };
+    /// assert_eq!(FitValues::from_slice(&v.to_array()), Some(v));
+    /// assert_eq!(FitValues::from_slice(&[0.0; 15]), None);
+    /// ```
+    pub fn to_array(&self) -> [f32; Self::LEN] {
+        let mut a = [0.0f32; Self::LEN];
+        a[..5].copy_from_slice(&self.state);
+        a[5..14].copy_from_slice(&self.cov);
+        a[14] = self.pt;
+        a[15] = self.chi2;
+        a
+    }
+
+    /// The values from 16 floats in [`FitValues::to_array`]'s layout; `None` for another length.
+    pub fn from_slice(v: &[f32]) -> Option<Self> {
+        (v.len() == Self::LEN).then(|| FitValues {
+            state: [v[0], v[1], v[2], v[3], v[4]],
+            cov: [v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13]],
+            pt: v[14],
+            chi2: v[15],
+        })
+    }
+}
+
+/// Stores a fit's values into row `row` of `tracks`: the curvature terms scaled to q/pT by
+/// the field (in f32, as the reference), η as the C library's `asinhf` of cotθ, the
+/// state-derived columns.
+pub fn store_values(tracks: &mut Tracks, row: usize, v: &FitValues, cfg: &FitConfig) {
+    let bf = 1.0f32 / cfg.b_field;
+    let mut st = v.state;
+    st[2] *= bf;
+    let c = &v.cov;
+    let mut cov = [0.0f32; 15];
+    cov[0] = c[0];
+    cov[1] = c[1];
+    cov[2] = bf * c[2];
+    cov[5] = c[3];
+    cov[6] = bf * c[4];
+    cov[9] = bf * bf * c[5];
+    cov[12] = c[6];
+    cov[13] = c[7];
+    cov[14] = c[8];
+    tracks.state[row] = st;
+    tracks.covariance[row] = cov;
+    tracks.pt[row] = v.pt;
+    tracks.eta[row] = c_asinhf(v.state[3]);
+    tracks.chi2[row] = v.chi2;
+    tracks.refresh_derived(row);
+}
+
 /// Stores a fit into row `job.row` of `tracks` as the reference's `kernelBLFit` (or, for
 /// the Riemann fit, `kernelLineFit`, which divides in f64 for pT) does.
 ///
@@ -530,28 +615,7 @@ pub fn fit_selection(tuples: &Tuples, cfg: &FitConfig) -> Vec<FitJob> {
 /// assert!((t.pt[0] - cfg.b_field / 0.02).abs() < 1e-4);
 /// ```
 pub fn store_fit(tracks: &mut Tracks, job: FitJob, f: &BrokenLineFit, cfg: &FitConfig) {
-    let (i, n_fit, riemann) = (job.row as usize, job.n_fit as usize, cfg.use_riemann_fit);
-    let b = cfg.b_field as f64;
-    let bf = 1.0f32 / (b as f32);
-    let (cp, cc, lp, lc) = (&f.circle.par, &f.circle.cov, &f.line.par, &f.line.cov);
-    let mut st = [cp[0] as f32, cp[1] as f32, cp[2] as f32, lp[0] as f32, lp[1] as f32];
-    st[2] *= bf;
-    let mut cov = [0.0f32; 15];
-    cov[0] = cc[0][0] as f32;
-    cov[1] = cc[0][1] as f32;
-    cov[2] = bf * (cc[0][2] as f32);
-    cov[5] = cc[1][1] as f32;
-    cov[6] = bf * (cc[1][2] as f32);
-    cov[9] = bf * bf * (cc[2][2] as f32);
-    cov[12] = lc[0][0] as f32;
-    cov[13] = lc[0][1] as f32;
-    cov[14] = lc[1][1] as f32;
-    tracks.state[i] = st;
-    tracks.covariance[i] = cov;
-    tracks.pt[i] = if riemann { (b / cp[2].abs()) as f32 } else { (b as f32) / (cp[2].abs() as f32) };
-    tracks.eta[i] = c_asinhf(lp[0] as f32);
-    tracks.chi2[i] = ((f.circle.chi2 as f64 + f.line.chi2) / (2 * n_fit as i32 - 5) as f64) as f32;
-    tracks.refresh_derived(i);
+    store_values(tracks, job.row as usize, &FitValues::of(f, job.n_fit as usize, cfg), cfg);
 }
 
 /// Fits every tuple of [`fit_selection`] with the Broken Line (or the Riemann fit) into

@@ -477,8 +477,9 @@ pub fn fit_jobs(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> R
     Ok(if hits.n_hits() > 0 { fit::fit_selection(tuples, &cfg.fit) } else { Vec::new() })
 }
 
-/// Stage 3 with the fits computed elsewhere (the GPU `track_fit`): `fits[k]` is the fit of
-/// `jobs[k]`, the jobs of [`fit_jobs`]; stored as [`stage_fit`] stores its own.
+/// Stage 3 with the fits computed elsewhere (the GPU `track_fit`): `fits[k]` holds the
+/// values of the fit of `jobs[k]` (the jobs of [`fit_jobs`]); stored as [`stage_fit`]
+/// stores its own.
 ///
 /// ```
 /// use quiver_reco::tracks::{fit::*, fit_jobs, stage_fit, stage_fit_from, ntuplets::Tuples, testing::*, CaConfig, Quality};
@@ -492,7 +493,7 @@ pub fn fit_jobs(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> R
 /// let ge: Vec<[f32; 6]> = (0..4)
 ///     .map(|h| hit_global_cov(&cpe.det[hits.det_index[h] as usize].frame, hits.xerr_local[h], hits.yerr_local[h]))
 ///     .collect();
-/// let fits = [broken_line_fit(&pos, &ge, cfg.fit.b_field as f64).unwrap()];
+/// let fits = [FitValues::of(&broken_line_fit(&pos, &ge, cfg.fit.b_field as f64).unwrap(), 4, &cfg.fit)];
 /// assert_eq!(stage_fit_from(&hits, &t, &cfg, &jobs, &fits).unwrap(), stage_fit(&hits, &t, &cfg).unwrap());
 /// assert!(stage_fit_from(&hits, &t, &cfg, &jobs, &[]).is_err());
 /// ```
@@ -501,15 +502,15 @@ pub fn stage_fit_from(
     tuples: &ntuplets::Tuples,
     cfg: &CaConfig,
     jobs: &[fit::FitJob],
-    fits: &[fit::BrokenLineFit],
+    fits: &[fit::FitValues],
 ) -> Result<Tracks, TrackError> {
     check_tuple_hits(tuples, hits.n_hits())?;
     if jobs.len() != fits.len() || jobs.iter().any(|j| j.row as usize >= tuples.len()) {
         return Err(TrackError::Invalid(format!("{} fits for {} fit jobs of {} tuples", fits.len(), jobs.len(), tuples.len())));
     }
     let mut tracks = Tracks::zeroed(tuples, hits);
-    for (&job, f) in jobs.iter().zip(fits) {
-        fit::store_fit(&mut tracks, job, f, &cfg.fit);
+    for (&job, v) in jobs.iter().zip(fits) {
+        fit::store_values(&mut tracks, job.row as usize, v, &cfg.fit);
     }
     tracks.stats.n_fitted = jobs.len() as u32;
     Ok(tracks)
