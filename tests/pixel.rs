@@ -42,10 +42,9 @@ fn columns(path: &Path) -> Vec<arrow_array::ArrayRef> {
     all.columns().to_vec()
 }
 
-const PRODUCTS: [&str; 8] = [
+const PRODUCTS: [&str; 7] = [
     "digis.digis.parquet",
     "digi_errors.digis.parquet",
-    "calibrated_digis.calib.parquet",
     "clustered_digis.chargecut.parquet",
     "hits.hits.parquet",
     "tracks.tracks.parquet",
