@@ -1102,7 +1102,8 @@ fn run_vertex_kernel(lib: &libloading::Library, mode: Mode, vb: &quiver_gpu::ste
             )
         });
     }
-    let out = quiver_gpu::steps::VertexOutput { iv: iv.get(), zv: zv.get(), wv: wv.get(), chi2: chi2.get(), ndof: ndof.get(), ptv2: ptv2.get(), sort_ind: sort.get(), nv: nv.get() };
+    let rows = quiver_reco::vertices::ChainResult { iv: iv.get(), zv: zv.get(), wv: wv.get(), chi2: chi2.get(), ndof: ndof.get(), ptv2: ptv2.get(), sort_ind: sort.get() };
+    let out = quiver_gpu::steps::VertexOutput { rows, nv: nv.get() };
     (out, err.get())
 }
 

@@ -41,16 +41,12 @@ pub fn vertex_batch(sel: &[Selected]) -> Result<VertexBatch> {
     Ok(b)
 }
 
-/// What the kernel wrote for a batch (per selected track, per vertex slot, per event).
+/// What the kernel wrote for a batch: `rows` holds every event's results at the event's
+/// selected-track offset (`iv` per selected track, the others per vertex slot), `nv` the
+/// vertex count of each event.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct VertexOutput {
-    pub iv: Vec<i32>,
-    pub zv: Vec<f32>,
-    pub wv: Vec<f32>,
-    pub chi2: Vec<f32>,
-    pub ndof: Vec<i32>,
-    pub ptv2: Vec<f32>,
-    pub sort_ind: Vec<u16>,
+    pub rows: ChainResult,
     pub nv: Vec<u32>,
 }
 
@@ -61,6 +57,7 @@ pub fn vertices_from_device(sel: &[(usize, Selected)], b: &VertexBatch, o: &Vert
     for (e, (n_slots, s)) in sel.iter().enumerate() {
         let (b0, n) = (b.sel_off[e] as usize, s.zt.len());
         let nv = *o.nv.get(e).ok_or_else(|| Error::data("gpu vertices: no vertex count"))? as usize;
+        let o = &o.rows;
         if nv > n || o.iv.len() < b0 + n || [o.zv.len(), o.wv.len(), o.chi2.len(), o.ndof.len(), o.ptv2.len(), o.sort_ind.len()].iter().any(|&l| l < b0 + nv) {
             return Err(Error::data(format!("gpu vertices: event {e}: {nv} vertices for {n} selected tracks")));
         }
@@ -153,7 +150,7 @@ impl Step for VerticesGpu {
         }
         run.mark()?;
         let h_err = run.down::<u32>(&err, n_ev)?;
-        let out = VertexOutput {
+        let rows = ChainResult {
             iv: run.down::<i32>(&iv, n)?.as_slice().to_vec(),
             zv: run.down::<f32>(&zv, n)?.as_slice().to_vec(),
             wv: run.down::<f32>(&wv, n)?.as_slice().to_vec(),
@@ -161,8 +158,8 @@ impl Step for VerticesGpu {
             ndof: run.down::<i32>(&ndof, n)?.as_slice().to_vec(),
             ptv2: run.down::<f32>(&ptv2, n)?.as_slice().to_vec(),
             sort_ind: run.down::<u16>(&sort, n)?.as_slice().to_vec(),
-            nv: run.down::<u32>(&nv, n_ev)?.as_slice().to_vec(),
         };
+        let out = VertexOutput { rows, nv: run.down::<u32>(&nv, n_ev)?.as_slice().to_vec() };
         run.finish(&c.stats)?;
         // The CPU's capacity errors (proto-vertices or vertices past 1 024): its message.
         if h_err.iter().any(|&x| x != 0) {
