@@ -44,6 +44,10 @@ pub struct FitBatch {
 /// let fb = fit_batch(&input, &[10], cpe.det.len(), &CaConfig::default()).unwrap();
 /// assert_eq!((fb.job_n, &fb.job_hits[..4]), (vec![4], &[10, 11, 12, 13][..]));
 /// assert!(fit_batch(&input, &[10], 0, &CaConfig::default()).is_none()); // no module frames
+/// // A tuple naming a hit the event lacks: the CPU step reports it, so no batch here.
+/// let bad = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 40], quality: vec![Quality::Bad], overflow: false };
+/// let input = [FitInput { hits: cols.view(&cpe), tuples: bad }];
+/// assert!(fit_batch(&input, &[10], cpe.det.len(), &CaConfig::default()).is_none());
 /// ```
 pub fn fit_batch(inputs: &[FitInput], hit_start: &[usize], n_modules: usize, cfg: &CaConfig) -> Option<FitBatch> {
     let mut fb = FitBatch { jobs: Vec::with_capacity(inputs.len()), ..FitBatch::default() };
