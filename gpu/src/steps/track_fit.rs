@@ -122,7 +122,7 @@ impl Step for TrackFitGpu {
         };
         let n_jobs = fb.job_n.len();
         let out = if n_jobs == 0 {
-            Vec::new()
+            None
         } else {
             let mut run = Run::start(c.gpu)?;
             let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
@@ -151,9 +151,10 @@ impl Step for TrackFitGpu {
             run.mark()?;
             let out = run.down::<f32>(&dout, n_jobs * FIT_OUT)?;
             run.finish(&c.stats)?;
-            out.as_slice().to_vec()
+            Some(out)
         };
-        publish_fits(batch, fitted_tracks(&inputs, &fb, &out, &self.cfg)?)
+        let out = out.as_ref().map_or(&[][..], |v| v.as_slice());
+        publish_fits(batch, fitted_tracks(&inputs, &fb, out, &self.cfg)?)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -149,22 +149,25 @@ impl Step for VerticesGpu {
             l.launch(cfg)?;
         }
         run.mark()?;
-        let h_err = run.down::<u32>(&err, n_ev)?;
-        let rows = ChainResult {
-            iv: run.down::<i32>(&iv, n)?.as_slice().to_vec(),
-            zv: run.down::<f32>(&zv, n)?.as_slice().to_vec(),
-            wv: run.down::<f32>(&wv, n)?.as_slice().to_vec(),
-            chi2: run.down::<f32>(&chi2, n)?.as_slice().to_vec(),
-            ndof: run.down::<i32>(&ndof, n)?.as_slice().to_vec(),
-            ptv2: run.down::<f32>(&ptv2, n)?.as_slice().to_vec(),
-            sort_ind: run.down::<u16>(&sort, n)?.as_slice().to_vec(),
-        };
-        let out = VertexOutput { rows, nv: run.down::<u32>(&nv, n_ev)?.as_slice().to_vec() };
+        let (h_err, h_nv) = (run.down::<u32>(&err, n_ev)?, run.down::<u32>(&nv, n_ev)?);
+        let (h_iv, h_zv, h_wv, h_chi2) = (run.down::<i32>(&iv, n)?, run.down::<f32>(&zv, n)?, run.down::<f32>(&wv, n)?, run.down::<f32>(&chi2, n)?);
+        let (h_ndof, h_ptv2, h_sort) = (run.down::<i32>(&ndof, n)?, run.down::<f32>(&ptv2, n)?, run.down::<u16>(&sort, n)?);
+        // The downloads are valid once the stream is done.
         run.finish(&c.stats)?;
         // The CPU's capacity errors (proto-vertices or vertices past 1 024): its message.
         if h_err.iter().any(|&x| x != 0) {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
+        let rows = ChainResult {
+            iv: h_iv.as_slice().to_vec(),
+            zv: h_zv.as_slice().to_vec(),
+            wv: h_wv.as_slice().to_vec(),
+            chi2: h_chi2.as_slice().to_vec(),
+            ndof: h_ndof.as_slice().to_vec(),
+            ptv2: h_ptv2.as_slice().to_vec(),
+            sort_ind: h_sort.as_slice().to_vec(),
+        };
+        let out = VertexOutput { rows, nv: h_nv.as_slice().to_vec() };
         let vertices = vertices_from_device(&sel, &vb, &out)?;
         self.tally.add(&vertices);
         publish_vertices(batch, &t, &vertices)
