@@ -5,9 +5,10 @@
 #   2. checks the catalogue has the GPU step types and that a GPU and NVRTC are usable;
 #   3. generates a dataset (or uses $GPU_CHECK_DATASET);
 #   4. runs plans/examples/compare-gpu.toml: CPU and GPU chains, every product compared
-#      strictly (bit-identical; from the fit on, within the fit's documented tolerance) —
-#      the job fails at the first difference — and prints how many values are within the
-#      tolerance without being bit-identical;
+#      (bit-identical; from the fit on, within the fit's documented tolerance) and prints
+#      how many values are within the tolerance without being bit-identical. The comparisons
+#      run with `strict = false`, so that one run reports every product that differs (device
+#      time is scarce); the script still fails, at its end, when any product differs;
 #   5. reruns that comparison with one event per batch on one thread and with 64-event
 #      batches on every core: every comparison line must be the same (determinism);
 #   6. runs the default chain on CPU only and with every GPU step type, prints the
@@ -40,7 +41,8 @@ fi
 # NVRTC: use the CUDA toolkit's when it is not already on the loader path.
 if [ -z "${QUIVER_NVRTC:-}" ]; then
     for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-             /usr/lib/x86_64-linux-gnu .venv/lib/python3*/site-packages/nvidia/cu13/lib; do
+             /usr/lib/x86_64-linux-gnu .venv/lib/python3*/site-packages/nvidia/cu13/lib \
+             /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib; do
         if [ -e "$d/libnvrtc.so.13" ]; then
             QUIVER_NVRTC="$(cd "$d" && pwd)"
             export QUIVER_NVRTC
@@ -72,12 +74,16 @@ else
 fi
 echo "dataset: $DS, $EVENTS events"
 
-say "CPU vs GPU, strict comparison of every product (plans/examples/compare-gpu.toml)"
-"$BIN" run plans/examples/compare-gpu.toml --input "$DS" --events "$EVENTS" --output "$WORK/out-compare" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
+say "CPU vs GPU, every product compared (plans/examples/compare-gpu.toml, strict = false)"
+# Not strict: every product is compared and its differences counted, rather than the job
+# stopping at the first one; the script fails at its end when any product differs.
+awk '{print} /^type = "compare"$/ {print "strict = false"}' plans/examples/compare-gpu.toml > "$WORK/compare.toml"
+FAILED=""
+"$BIN" run "$WORK/compare.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-compare" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
     | tee "$WORK/compare.txt"
 if grep -E '^compared .* [1-9][0-9]* differences' "$WORK/compare.txt"; then
-    echo "error: CPU and GPU products differ" >&2
-    exit 1
+    echo "error: CPU and GPU products differ (above); the checks below still run" >&2
+    FAILED="CPU and GPU products differ"
 fi
 echo "values within the tolerance but not bit-identical (fits, tracks, vertices):"
 grep -B2 'within tolerance but not bit-identical' "$WORK/compare.txt" | grep -E '^compared|within' || echo "  none: every value bit-identical"
@@ -89,13 +95,13 @@ grep -B2 'within tolerance but not bit-identical' "$WORK/compare.txt" | grep -E 
 say "determinism: batch size 1 on one thread vs batch size 64 on $(nproc) threads"
 for run in "1 1" "64 $(nproc)"; do
     set -- $run
-    "$BIN" run plans/examples/compare-gpu.toml --input "$DS" --events "$EVENTS" --output "$WORK/out-det-$1" --no-progress \
+    "$BIN" run "$WORK/compare.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-det-$1" --no-progress \
         --batch-size "$1" --threads "$2" > "$WORK/det-$1.txt"
     grep -E '^compared|within tolerance' "$WORK/det-$1.txt" > "$WORK/det-$1.lines"
 done
 if ! diff "$WORK/det-1.lines" "$WORK/det-64.lines"; then
-    echo "error: the GPU products depend on the batch size or the number of threads" >&2
-    exit 1
+    echo "error: the GPU products depend on the batch size or the number of threads; the checks below still run" >&2
+    FAILED="${FAILED:+$FAILED; }the GPU products depend on the batch size or the number of threads"
 fi
 echo "the same $(wc -l < "$WORK/det-1.lines") comparison lines at both settings"
 
@@ -139,3 +145,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 echo "CSV: $CSV (commit it with the numbers in docs/performance.md)"
 echo "total $(( $(date +%s) - t0 )) s"
+if [ -n "$FAILED" ]; then
+    echo "error: $FAILED" >&2
+    exit 1
+fi
