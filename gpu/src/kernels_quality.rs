@@ -4,15 +4,22 @@
 //! One block per event. The classification (χ² against the pT-dependent cut, the region
 //! cuts) runs one thread per tuple, and the late fishbone's cleaner (tuples through a
 //! killed cell become bad: every write is the same value) one thread per cell. The fast
-//! duplicate remover (cell by cell) and the triplet cleaner (hit by hit, over the
-//! hit → loose tuples map) are read-modify-write passes whose result depends on their order:
-//! the block's first thread runs them in the CPU's order, with the CPU's operations. The
-//! reference's CUDA version runs them in parallel and is not deterministic; this one equals
-//! the CPU step. The cells' tuple lists come from the host (the CPU's replay, which the
-//! `ca_cells` product does not carry).
+//! duplicate remover reads what it writes (a tuple marked dup in one cell can no longer
+//! win the next), so its result depends on the cell order: the block's first thread runs
+//! it in the CPU's order, with the CPU's operations, over the cells of two tuples or more
+//! (listed in parallel first), with the event's codes and |tip| in shared memory when it
+//! fits ([`QX_SH`] tuples). The triplet cleaner (hit by hit, over the hit → loose tuples
+//! map) only writes "dup" and never reads a value that a write changes, so its hits run in
+//! parallel, with the CPU's tie rule. The reference's CUDA version runs both cleaners in
+//! parallel and is not deterministic; this one equals the CPU step. The cells' tuple lists
+//! come from the host (the CPU's replay, which the `ca_cells` product does not carry).
 
 /// Threads per block (one block per event).
 pub const QX_BLOCK: u32 = 128;
+
+/// Tuples of an event whose quality codes and |tip| the kernel keeps in shared memory
+/// (5 bytes each, within the 48 KiB of static shared memory per block).
+pub const QX_SH: usize = 9216;
 
 /// Floats of the classification cuts (`qx_classify`'s `cuts` argument): the χ² cubic's
 /// four coefficients, its pT ceiling and scale, then max |tip|, min pT, max |zip| for
@@ -41,6 +48,8 @@ pub const QUALITY: &str = r#"
 #define QX_BAD 0
 #define QX_DUP 1
 #define QX_LOOSE 2
+#define QX_BLOCK 128
+#define QX_SH 9216
 
 __device__ float qx_chi2_cut(const float* cuts, float pt) {
     pt = fminf(pt, cuts[4]);
@@ -52,28 +61,44 @@ __device__ float qx_chi2_cut(const float* cuts, float pt) {
 /// event e: cell_off[e]..cell_off[e + 1], cell c's tuples ct_vals[ct_off[c]..ct_off[c + 1]]
 /// (event-local tuple indices), dead[c] its killed flag (read with late_fishbone only); the
 /// event's hits: hit_off[e]..hit_off[e + 1]. h2t_off: (hits + 1) entries per event at
-/// hit_off[e] + e; h2t_bins: at the event's first tuple hit. q: the tuples' quality codes,
-/// updated in place.
+/// hit_off[e] + e; h2t_bins: at the event's first tuple hit; cl_all: one entry per cell
+/// (scratch). q: the tuples' quality codes, updated in place. An event of at most
+/// min(sh_cap, QX_SH) tuples keeps its codes and scores in shared memory.
 extern "C" __global__ void qx_quality(
     u32 n_events, const u32* tup_off, const u32* thit_off, const u32* thits,
     const float* state, const float* pt, const float* chi2, const float* cuts,
     const u32* cell_off, const u32* ct_off, const u32* ct_vals, const u8* dead, u32 late_fishbone,
-    const u32* hit_off, u32* h2t_off_all, u32* h2t_bins_all, u8* q_all)
+    const u32* hit_off, u32* h2t_off_all, u32* h2t_bins_all, u32* cl_all, u32 sh_cap, u8* q_all)
 {
     __shared__ u32 sh_first_empty;
+    __shared__ u32 sh_part[QX_BLOCK];
+    __shared__ u8 sh_q[QX_SH];
+    __shared__ float sh_score[QX_SH];
     u32 e = blockIdx.x;
     if (e >= n_events) return;
     u32 t0 = tup_off[e], nt = tup_off[e + 1] - t0;
-    u8* q = q_all + t0;
     u32 tid = threadIdx.x, nth = blockDim.x;
-    if (tid == 0) {
-        // The classification stops at the first empty tuple, as the CPU's loop.
-        u32 k = 0;
-        while (k < nt && thit_off[t0 + k + 1] != thit_off[t0 + k]) ++k;
-        sh_first_empty = k;
+    // The serial pass below is latency bound: the codes and |tip| of an event that fits sit
+    // in shared memory (|tip| read as fabsf(state[1]) either way).
+    bool in_sh = nt <= sh_cap && nt <= QX_SH;
+    u8* q = in_sh ? sh_q : q_all + t0;
+    const float* score = in_sh ? sh_score : state + 5 * (u64)t0 + 1;
+    u32 ss = in_sh ? 1 : 5;
+    if (tid == 0) sh_first_empty = nt;
+    if (in_sh) {
+        for (u32 it = tid; it < nt; it += nth) {
+            sh_q[it] = q_all[t0 + it];
+            sh_score[it] = fabsf(state[5 * (u64)(t0 + it) + 1]);
+        }
     }
     __syncthreads();
-    for (u32 it = tid; it < sh_first_empty; it += nth) {
+    // The classification stops at the first empty tuple, as the CPU's loop.
+    for (u32 it = tid; it < nt; it += nth) {
+        if (thit_off[t0 + it + 1] == thit_off[t0 + it]) atomicMin(&sh_first_empty, it);
+    }
+    __syncthreads();
+    u32 n_class = sh_first_empty;
+    for (u32 it = tid; it < n_class; it += nth) {
         u32 g = t0 + it;
         u32 nh = thit_off[g + 1] - thit_off[g];
         if (q[it] == QX_DUP || nh < 3) continue;
@@ -93,43 +118,82 @@ extern "C" __global__ void qx_quality(
             for (u32 k = ct_off[c0 + c]; k < ct_off[c0 + c + 1]; ++k) q[ct_vals[k]] = QX_BAD;
         }
     }
+    // The cells the duplicate remover visits (two tuples or more), in cell order: each
+    // thread counts a contiguous chunk, the chunk counts are scanned, each chunk is written.
+    u32* cl = cl_all + c0;
+    u32 chunk = (nc + nth - 1) / nth;
+    u32 ca = tid * chunk < nc ? tid * chunk : nc, cb = ca + chunk < nc ? ca + chunk : nc;
+    u32 cnt = 0;
+    for (u32 c = ca; c < cb; ++c) cnt += ct_off[c0 + c + 1] - ct_off[c0 + c] >= 2;
+    sh_part[tid] = cnt;
     __syncthreads();
-    if (tid != 0) return;
-    // The fast duplicate remover, cell by cell: the loose tuple with the smallest |tip| stays.
-    for (u32 c = 0; c < nc; ++c) {
-        u32 a = ct_off[c0 + c], b = ct_off[c0 + c + 1];
-        if (b - a < 2) continue;
-        float mc = 10000.0f;
-        u32 im = 0xffffffffu;
-        for (u32 k = a; k < b; ++k) {
-            u32 it = ct_vals[k];
-            float score = fabsf(state[5 * (u64)(t0 + it) + 1]);
-            if (q[it] == QX_LOOSE && score < mc) { mc = score; im = it; }
-        }
-        for (u32 k = a; k < b; ++k) {
-            u32 it = ct_vals[k];
-            if (q[it] != QX_BAD && it != im) q[it] = QX_DUP;
+    if (tid == 0) {
+        u32 acc = 0;
+        for (u32 i = 0; i < nth; ++i) { u32 v = sh_part[i]; sh_part[i] = acc; acc += v; }
+        sh_first_empty = acc; // reused: the number of listed cells
+    }
+    __syncthreads();
+    u32 n_listed = sh_first_empty;
+    for (u32 c = ca, w = sh_part[tid]; c < cb; ++c) {
+        if (ct_off[c0 + c + 1] - ct_off[c0 + c] >= 2) cl[w++] = c;
+    }
+    __syncthreads();
+    // The fast duplicate remover, cell by cell on one thread (it reads what it writes): the
+    // loose tuple with the smallest |tip| stays.
+    if (tid == 0) {
+        for (u32 i = 0; i < n_listed; ++i) {
+            u32 c = cl[i];
+            u32 a = ct_off[c0 + c], b = ct_off[c0 + c + 1];
+            float mc = 10000.0f;
+            u32 im = 0xffffffffu;
+            for (u32 k = a; k < b; ++k) {
+                u32 it = ct_vals[k];
+                float sc = fabsf(score[ss * it]);
+                if (q[it] == QX_LOOSE && sc < mc) { mc = sc; im = it; }
+            }
+            for (u32 k = a; k < b; ++k) {
+                u32 it = ct_vals[k];
+                if (q[it] != QX_BAD && it != im) q[it] = QX_DUP;
+            }
         }
     }
-    // The triplet cleaner over the hit -> loose tuples map (lists in descending tuple order).
+    __syncthreads();
+    // The triplet cleaner over the hit -> loose tuples map. Every write is "dup" and what it
+    // reads (hit counts, |tip|, "not bad") no write changes, so hits run in parallel; a bin's
+    // order only breaks |tip| ties, and the CPU's bins are in descending tuple order with a
+    // strict `<`: the largest tuple index among equal |tip| stays.
     u32 h0 = hit_off[e], n_hits = hit_off[e + 1] - h0;
     u32* off = h2t_off_all + h0 + e;
     u32* bins = h2t_bins_all + thit_off[t0];
-    for (u32 h = 0; h <= n_hits; ++h) off[h] = 0;
-    for (u32 it = 0; it < nt; ++it) {
+    for (u32 h = tid; h <= n_hits; h += nth) off[h] = 0;
+    __syncthreads();
+    for (u32 it = tid; it < n_class; it += nth) {
         u32 g = t0 + it;
-        if (thit_off[g + 1] == thit_off[g]) break;
         if (q[it] != QX_LOOSE) continue;
-        for (u32 k = thit_off[g]; k < thit_off[g + 1]; ++k) off[thits[k]] += 1;
+        for (u32 k = thit_off[g]; k < thit_off[g + 1]; ++k) atomicAdd(&off[thits[k]], 1u);
     }
-    for (u32 h = 1; h <= n_hits; ++h) off[h] += off[h - 1];
-    for (u32 it = 0; it < nt; ++it) {
+    __syncthreads();
+    // Inclusive prefix sum of off[0..=n_hits]: chunk sums, their scan, the chunks.
+    u32 hchunk = (n_hits + 1 + nth - 1) / nth;
+    u32 ha = tid * hchunk < n_hits + 1 ? tid * hchunk : n_hits + 1, hb = ha + hchunk < n_hits + 1 ? ha + hchunk : n_hits + 1;
+    u32 hs = 0;
+    for (u32 h = ha; h < hb; ++h) hs += off[h];
+    sh_part[tid] = hs;
+    __syncthreads();
+    if (tid == 0) {
+        u32 acc = 0;
+        for (u32 i = 0; i < nth; ++i) { u32 v = sh_part[i]; sh_part[i] = acc; acc += v; }
+    }
+    __syncthreads();
+    for (u32 h = ha, acc = sh_part[tid]; h < hb; ++h) { acc += off[h]; off[h] = acc; }
+    __syncthreads();
+    for (u32 it = tid; it < n_class; it += nth) {
         u32 g = t0 + it;
-        if (thit_off[g + 1] == thit_off[g]) break;
         if (q[it] != QX_LOOSE) continue;
-        for (u32 k = thit_off[g]; k < thit_off[g + 1]; ++k) { off[thits[k]] -= 1; bins[off[thits[k]]] = it; }
+        for (u32 k = thit_off[g]; k < thit_off[g + 1]; ++k) bins[atomicSub(&off[thits[k]], 1u) - 1] = it;
     }
-    for (u32 h = 0; h < n_hits; ++h) {
+    __syncthreads();
+    for (u32 h = tid; h < n_hits; h += nth) {
         u32 a = off[h], b = off[h + 1];
         if (b - a < 2) continue;
         u32 max_nh = 0;
@@ -140,13 +204,17 @@ extern "C" __global__ void qx_quality(
         u32 im = 0xffffffffu;
         for (u32 k = a; k < b; ++k) {
             u32 it = bins[k];
-            float tip = fabsf(state[5 * (u64)(t0 + it) + 1]);
-            if (q[it] != QX_BAD && tip < mc) { mc = tip; im = it; }
+            float tip = fabsf(score[ss * it]);
+            if (q[it] != QX_BAD && (tip < mc || (tip == mc && im != 0xffffffffu && it > im))) { mc = tip; im = it; }
         }
         for (u32 k = a; k < b; ++k) {
             u32 it = bins[k];
             if (q[it] != QX_BAD && it != im) q[it] = QX_DUP;
         }
+    }
+    __syncthreads();
+    if (in_sh) {
+        for (u32 it = tid; it < nt; it += nth) q_all[t0 + it] = sh_q[it];
     }
 }
 "#;
@@ -161,8 +229,9 @@ mod tests {
     #[test]
     fn the_source_and_the_host_agree_on_the_codes() {
         use quiver_reco::vertices::quality::{BAD, DUP, LOOSE};
-        for (name, v) in [("QX_BAD", BAD), ("QX_DUP", DUP), ("QX_LOOSE", LOOSE)] {
+        for (name, v) in [("QX_BAD", BAD), ("QX_DUP", DUP), ("QX_LOOSE", LOOSE), ("QX_BLOCK", QX_BLOCK as u8)] {
             assert!(QUALITY.contains(&format!("#define {name} {v}\n")), "{name}");
         }
+        assert!(QUALITY.contains(&format!("#define QX_SH {QX_SH}\n")));
     }
 }

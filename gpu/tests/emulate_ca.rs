@@ -48,6 +48,12 @@ extern "C" void emu_set_sync(void (*f)()) { emu_sync_fn = f; }
 extern "C" void emu_thread(unsigned b, unsigned bd, unsigned t) { blockIdx.x = b; blockDim.x = bd; threadIdx.x = t; }
 static inline void __syncthreads() { emu_sync_fn(); }
 template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicMin(T* p, T v) {
+    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return o;
+}
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
@@ -1205,8 +1211,10 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
 /// The quality kernel, with the GPU step's host side (the CA state replayed from the tuple
 /// cells and alive flags, as the step gets it from the products), equals the CPU's
 /// `stage_quality` on every event. Returns (tracks, loose or better, dup).
-fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, usize) {
-    use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK};
+/// `tip_grid` > 0 rounds every fit's tip to that grid (cm) before the CPU step and the
+/// kernel see it, so that the triplet cleaner's |tip| ties occur.
+fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (usize, usize, usize) {
+    use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK, QX_SH};
     use quiver_gpu::steps::quality_batch;
     use quiver_reco::steps::QualityInput;
     use quiver_reco::tracks::{ca_state_for_quality, stage_fit, stage_quality};
@@ -1215,7 +1223,13 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, u
     let cpe = &ds.conditions().cpe;
     let (b, _, per_event) = on_cpu_cells(cfg, |view, d| {
         let (t, ca) = stage_ntuplets(view, d, cfg).unwrap();
-        let tracks = stage_fit(view, &t, cfg).unwrap();
+        let mut tracks = stage_fit(view, &t, cfg).unwrap();
+        if tip_grid > 0.0 {
+            for (s, tip) in tracks.state.iter_mut().zip(&mut tracks.tip) {
+                s[1] = (s[1] / tip_grid).round() * tip_grid;
+                *tip = s[1];
+            }
+        }
         let mut expect = tracks.clone();
         stage_quality(view, &t, &ca, &mut expect, cfg);
         (t, ca, tracks, expect.quality)
@@ -1232,12 +1246,14 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, u
     let (n_ev, n_tup, n_th) = (inputs.len(), qb.quality.len(), qb.thits.len());
     let n_hits = *qb.hit_off.last().unwrap() as usize;
     let cuts = cuts_table(&cfg.quality);
-    for &mode in modes {
+    // sh_cap 0: every event's codes in global memory; QX_SH: in shared memory where they fit.
+    assert!(qb.tup_off.windows(2).any(|w| w[1] > w[0] && w[1] - w[0] <= QX_SH as u32), "no event fits in shared memory");
+    for (&mode, sh_cap) in modes.iter().flat_map(|m| [(m, 0u32), (m, QX_SH as u32)]) {
         let q = Dev(qb.quality.iter().map(|&x| std::cell::UnsafeCell::new(x)).collect());
-        let (h2o, h2b) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)));
+        let (h2o, h2b, cl) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)), Dev::new(0u32, qb.dead.len().max(1)));
         type Quality = unsafe extern "C" fn(
             u32, *const u32, *const u32, *const u32, *const f32, *const f32, *const f32, *const f32,
-            *const u32, *const u32, *const u32, *const u8, u32, *const u32, *mut u32, *mut u32, *mut u8,
+            *const u32, *const u32, *const u32, *const u8, u32, *const u32, *mut u32, *mut u32, *mut u32, u32, *mut u8,
         );
         // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
         // own (`quality_batch`), the scratch sized as the step sizes it.
@@ -1245,7 +1261,7 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, u
             let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
             let a = [
                 p(&qb.tup_off), p(&qb.thit_off), p(&qb.thits), p(&qb.state), p(&qb.pt), p(&qb.chi2), p(&cuts),
-                p(&qb.cell_off), p(&qb.ct_off), p(&qb.ct_vals), p(&qb.dead), p(&qb.hit_off), h2o.ptr(), h2b.ptr(), q.ptr(),
+                p(&qb.cell_off), p(&qb.ct_off), p(&qb.ct_vals), p(&qb.dead), p(&qb.hit_off), h2o.ptr(), h2b.ptr(), cl.ptr(), q.ptr(),
             ];
             let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
             assert!(QX_BLOCK >= threads);
@@ -1253,7 +1269,7 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, u
             grid(lib, mode, n_ev as u32, threads, || {
                 f(
                     n_ev as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
-                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, late, a[11] as _, a[12] as _, a[13] as _, a[14] as _,
+                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, late, a[11] as _, a[12] as _, a[13] as _, a[14] as _, sh_cap, a[15] as _,
                 )
             });
         }
@@ -1261,7 +1277,7 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode]) -> (usize, usize, u
         for (e, want) in expected.iter().enumerate() {
             let have = &got[qb.tup_off[e] as usize..qb.tup_off[e + 1] as usize];
             let differ = have.iter().zip(want).filter(|(x, y)| x != y).count();
-            assert!(differ == 0 && have.len() == want.len(), "{name} ({mode:?}) event {e}: {differ} of {} qualities differ", want.len());
+            assert!(differ == 0 && have.len() == want.len(), "{name} ({mode:?}, sh_cap {sh_cap}) event {e}: {differ} of {} qualities differ", want.len());
         }
     }
     let all: Vec<u8> = expected.into_iter().flatten().collect();
@@ -1278,16 +1294,19 @@ fn quality_kernel_on_the_host_equals_the_cpu_step() {
     if emulator().is_none() {
         return;
     }
-    let (n, loose, dup) = check_quality("default", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded]);
+    let (n, loose, dup) = check_quality("default", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded], 0.0);
     assert!(n > 5_000 && loose > 500 && dup > 1_000, "{n} tracks, {loose} loose, {dup} dup");
     // The late fishbone (alone: with the early one too it finds nothing left to kill here).
     let mut cfg = CaConfig::default();
     cfg.ntuplets.late_fishbone = true;
     cfg.ntuplets.early_fishbone = false;
-    check_quality("late fishbone only", &cfg, &[Mode::Sequential, Mode::Threaded]);
+    check_quality("late fishbone only", &cfg, &[Mode::Sequential, Mode::Threaded], 0.0);
     // Few tuples per cell (the replayed lists capped), and a tight χ² cut.
     let mut cfg = CaConfig::default();
     cfg.ntuplets.max_cell_tracks = 2;
     cfg.quality.chi2_scale = 3.0;
-    check_quality("2 tuples per cell, chi2 scale 3", &cfg, &[Mode::Sequential]);
+    check_quality("2 tuples per cell, chi2 scale 3", &cfg, &[Mode::Sequential], 0.0);
+    // Tips on a 100 µm grid: equal |tip| among the triplets of one hit, where the CPU's
+    // bin order (descending tuple index) decides which stays.
+    check_quality("tips on a 0.01 cm grid", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded], 0.01);
 }

@@ -11,7 +11,7 @@ use quiver_formats::conditions::CpeParams;
 use quiver_reco::steps::{ntuplet_overflows, publish_quality, quality_inputs, QualityInput, QualityTally};
 use quiver_reco::tracks::CaConfig;
 
-use crate::kernels_quality::{cuts_table, QX_BLOCK};
+use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_SH};
 use crate::steps::{fallback, Common, Launch, Run};
 
 /// A batch's `track_quality` inputs as the kernel reads them (see `qx_quality`).
@@ -105,19 +105,20 @@ impl Step for TrackQualityGpu {
         let (dst, dpt, dchi, dcuts) = (run.up(&qb.state)?, run.up(&qb.pt)?, run.up(&qb.chi2)?, run.up(&cuts_table(&self.cfg.quality))?);
         let (dco, dcto, dctv, ddead, dho) = (run.up(&qb.cell_off)?, run.up(&qb.ct_off)?, run.up(&qb.ct_vals)?, run.up(&qb.dead)?, run.up(&qb.hit_off)?);
         let mut dq = run.up(&qb.quality)?;
-        let (mut h2o, mut h2b) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?);
+        let n_cells = qb.dead.len();
+        let (mut h2o, mut h2b, mut dcl) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?, run.out::<u32>(n_cells.max(1))?);
         run.mark()?;
         {
-            let n_cells = qb.dead.len();
             let (vto, vtho, vth) = (dto.view::<u32>(n_ev + 1), dtho.view::<u32>(n_tup + 1), dth.view::<u32>(n_th.max(1)));
             let (vst, vpt, vchi, vcuts) = (dst.view::<f32>(5 * n_tup), dpt.view::<f32>(n_tup), dchi.view::<f32>(n_tup), dcuts.view::<f32>(crate::kernels_quality::QX_CUTS));
             let (vco, vcto, vctv, vdead, vho) =
                 (dco.view::<u32>(n_ev + 1), dcto.view::<u32>(n_cells + 1), dctv.view::<u32>(qb.ct_vals.len().max(1)), ddead.view::<u8>(n_cells.max(1)), dho.view::<u32>(n_ev + 1));
             let (mut v1, mut v2, mut vq) = (h2o.view_mut::<u32>(n_hits + n_ev), h2b.view_mut::<u32>(n_th.max(1)), dq.view_mut::<u8>(n_tup));
-            let (ne, late) = (n_ev as u32, self.cfg.ntuplets.late_fishbone as u32);
+            let mut vcl = dcl.view_mut::<u32>(n_cells.max(1));
+            let (ne, late, sh_cap) = (n_ev as u32, self.cfg.ntuplets.late_fishbone as u32, QX_SH as u32);
             let mut l = Launch::new(&run, "qx_quality");
             l.arg(&ne).arg(&vto).arg(&vtho).arg(&vth).arg(&vst).arg(&vpt).arg(&vchi).arg(&vcuts);
-            l.arg(&vco).arg(&vcto).arg(&vctv).arg(&vdead).arg(&late).arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vq);
+            l.arg(&vco).arg(&vcto).arg(&vctv).arg(&vdead).arg(&late).arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vcl).arg(&sh_cap).arg(&mut vq);
             l.launch(cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (QX_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
