@@ -130,6 +130,8 @@ pub struct Gpu {
     functions: HashMap<&'static str, CudaFunction>,
     streams: Mutex<HashMap<ThreadId, Arc<CudaStream>>>,
     pub pool: SizeClassPool<CudaSlice<u8>>,
+    /// Page-locked host memory for the batches' transfers.
+    pub staging: crate::staging::StagingPool,
 }
 
 impl fmt::Debug for Gpu {
@@ -178,7 +180,8 @@ impl Gpu {
                 functions.insert(f, func);
             }
         }
-        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new() })
+        let staging = crate::staging::StagingPool::new(ctx.clone());
+        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new(), staging })
     }
 
     /// A kernel by name (one of [`kernels::SOURCES`]).

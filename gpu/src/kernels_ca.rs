@@ -83,29 +83,34 @@ macro_rules! block_scan_source {
 #define QUIVER_BLOCK_EXCLUSIVE_SCAN
 // Exclusive prefix sum of value[s..end) into first[s..end) by one block whose size is a
 // power of two; buf holds blockDim.x words of shared memory, carry one. Returns the sum of
-// the segment (in every thread).
+// the segment (in every thread). Each thread sums a contiguous run of the segment, the runs'
+// sums are scanned in shared memory, and each thread writes its run: one pass of barriers
+// rather than one per blockDim.x values (u32 sums wrap, so the grouping changes nothing).
+// first may be value (each thread reads an element before writing it).
 __device__ __forceinline__ u32 block_exclusive_scan(const u32* value, u32 s, u32 end, u32* first, u32* buf, u32* carry)
 {
     u32 t = threadIdx.x, nt = blockDim.x;
-    if (t == 0u) *carry = 0u;
+    u32 n = end > s ? end - s : 0u;
+    u32 per = (n + nt - 1u) / nt;
+    u32 a = t * per < n ? s + t * per : end;
+    u32 b = a + per < end ? a + per : end;
+    u32 sum = 0u;
+    for (u32 k = a; k < b; ++k) sum += value[k];
+    buf[t] = sum;
     __syncthreads();
-    for (u32 base = s; base < end; base += nt) {
-        u32 k = base + t;
-        u32 v = k < end ? value[k] : 0u;
-        buf[t] = v;
+    for (u32 off = 1u; off < nt; off <<= 1) {
+        u32 x = t >= off ? buf[t - off] : 0u;
         __syncthreads();
-        for (u32 off = 1u; off < nt; off <<= 1) {
-            u32 x = t >= off ? buf[t - off] : 0u;
-            __syncthreads();
-            buf[t] += x;
-            __syncthreads();
-        }
-        if (k < end) first[k] = *carry + buf[t] - v;
-        __syncthreads();
-        if (t == nt - 1u) *carry += buf[t];
+        buf[t] += x;
         __syncthreads();
     }
-    return *carry;
+    u32 acc = buf[t] - sum;
+    if (t == nt - 1u) *carry = buf[t];
+    for (u32 k = a; k < b; ++k) { u32 v = value[k]; first[k] = acc; acc += v; }
+    __syncthreads();
+    u32 total = *carry;
+    __syncthreads();
+    return total;
 }
 #endif
 "#
@@ -417,18 +422,22 @@ extern "C" __global__ void cn_index_count(const u32* key, u32 filter, const u8* 
     atomicAdd(&count[hit_off[e] + key[c]], 1u);
 }
 
-// One thread per event: each hit's first entry (batch-global) in the index (n_hits + 1
-// entries), and the fill cursors.
+// One block per event (power-of-two block size up to CN_SCAN_MAX): each hit's first entry
+// (batch-global) in the index (n_hits + 1 entries), and the fill cursors.
 extern "C" __global__ void cn_index_scan(const u32* count, const u32* hit_off, const u32* cell_off, u32 n_events, u32* start, u32* cursor)
 {
-    u32 e = blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ u32 buf[CN_SCAN_MAX];
+    __shared__ u32 carry;
+    u32 e = blockIdx.x;
     if (e >= n_events) return;
-    u32 s = cell_off[e];
-    for (u32 h = hit_off[e]; h < hit_off[e + 1u]; ++h) {
-        start[h] = s; cursor[h] = s;
-        s += count[h];
+    u32 h0 = hit_off[e], h1 = hit_off[e + 1u], base = cell_off[e];
+    u32 sum = block_exclusive_scan(count, h0, h1, start, buf, &carry);
+    for (u32 h = h0 + threadIdx.x; h < h1; h += blockDim.x) {
+        u32 v = base + start[h];
+        start[h] = v;
+        cursor[h] = v;
     }
-    if (e + 1u == n_events) start[hit_off[n_events]] = s;
+    if (e + 1u == n_events && threadIdx.x == 0u) start[hit_off[n_events]] = base + sum;
 }
 
 extern "C" __global__ void cn_index_fill(const u32* key, u32 filter, const u8* only, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* cursor, u32* index)

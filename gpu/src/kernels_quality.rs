@@ -3,16 +3,21 @@
 //!
 //! One block per event. The classification (χ² against the pT-dependent cut, the region
 //! cuts) runs one thread per tuple, and the late fishbone's cleaner (tuples through a
-//! killed cell become bad: every write is the same value) one thread per cell. The fast
-//! duplicate remover reads what it writes (a tuple marked dup in one cell can no longer
-//! win the next), so its result depends on the cell order: the block's first thread runs
-//! it in the CPU's order, with the CPU's operations, over the cells of two tuples or more
-//! (listed in parallel first), with the event's codes and |tip| in shared memory when it
-//! fits ([`QX_SH`] tuples). The triplet cleaner (hit by hit, over the hit → loose tuples
-//! map) only writes "dup" and never reads a value that a write changes, so its hits run in
-//! parallel, with the CPU's tie rule. The reference's CUDA version runs both cleaners in
-//! parallel and is not deterministic; this one equals the CPU step. The cells' tuple lists
-//! come from the host (the CPU's replay, which the `ca_cells` product does not carry).
+//! killed cell become bad: every write is the same value) one thread per cell.
+//!
+//! The fast duplicate remover reads what it writes (a tuple marked dup in one cell can no
+//! longer win the next), so its result depends on the cell order. It runs in parallel
+//! anyway and gives the CPU's sequential result exactly: each cell depends only on earlier
+//! cells, so the kernel iterates "each cell's winner, given the earliest cell that rejected
+//! each tuple" and "each tuple's earliest rejection, given the winners" over all cells at
+//! once until no winner changes — the unique fixed point, which is the sequential answer
+//! (see the kernel's comment; [`QX_ROUNDS`] rounds at most, then the CPU's loop on one
+//! thread). The triplet cleaner (hit by hit, over the hit → loose tuples map) only writes
+//! "dup" and never reads a value that a write changes, so its hits run in parallel, with
+//! the CPU's tie rule. An event's codes and |tip| sit in shared memory when it has at most
+//! [`QX_SH`] tuples. The reference's CUDA version runs both cleaners in parallel and is not
+//! deterministic; this one equals the CPU step. The cells' tuple lists come from the host
+//! (the CPU's replay, which the `ca_cells` product does not carry).
 
 /// Threads per block (one block per event).
 pub const QX_BLOCK: u32 = 128;
@@ -20,6 +25,10 @@ pub const QX_BLOCK: u32 = 128;
 /// Tuples of an event whose quality codes and |tip| the kernel keeps in shared memory
 /// (5 bytes each, within the 48 KiB of static shared memory per block).
 pub const QX_SH: usize = 9216;
+
+/// Parallel rounds of the duplicate remover before an event falls back to the sequential
+/// loop (the test data settle in a few).
+pub const QX_ROUNDS: u32 = 64;
 
 /// Floats of the classification cuts (`qx_classify`'s `cuts` argument): the χ² cubic's
 /// four coefficients, its pT ceiling and scale, then max |tip|, min pT, max |zip| for
@@ -61,16 +70,20 @@ __device__ float qx_chi2_cut(const float* cuts, float pt) {
 /// event e: cell_off[e]..cell_off[e + 1], cell c's tuples ct_vals[ct_off[c]..ct_off[c + 1]]
 /// (event-local tuple indices), dead[c] its killed flag (read with late_fishbone only); the
 /// event's hits: hit_off[e]..hit_off[e + 1]. h2t_off: (hits + 1) entries per event at
-/// hit_off[e] + e; h2t_bins: at the event's first tuple hit; cl_all: one entry per cell
-/// (scratch). q: the tuples' quality codes, updated in place. An event of at most
-/// min(sh_cap, QX_SH) tuples keeps its codes and scores in shared memory.
+/// hit_off[e] + e; h2t_bins: at the event's first tuple hit; cl_all, win_all: one entry per
+/// cell, killed_all one per tuple (scratch). q: the tuples' quality codes, updated in place.
+/// An event of at most min(sh_cap, QX_SH) tuples keeps its codes and scores in shared
+/// memory. rounds_all[e]: the duplicate remover's parallel rounds (0xffffffff: it ran the
+/// sequential loop, after max_rounds rounds or with max_rounds 0).
 extern "C" __global__ void qx_quality(
     u32 n_events, const u32* tup_off, const u32* thit_off, const u32* thits,
     const float* state, const float* pt, const float* chi2, const float* cuts,
     const u32* cell_off, const u32* ct_off, const u32* ct_vals, const u8* dead, u32 late_fishbone,
-    const u32* hit_off, u32* h2t_off_all, u32* h2t_bins_all, u32* cl_all, u32 sh_cap, u8* q_all)
+    const u32* hit_off, u32* h2t_off_all, u32* h2t_bins_all, u32* cl_all, u32* win_all, u32* killed_all,
+    u32 sh_cap, u32 max_rounds, u32* rounds_all, u8* q_all)
 {
     __shared__ u32 sh_first_empty;
+    __shared__ u32 sh_flag;
     __shared__ u32 sh_part[QX_BLOCK];
     __shared__ u8 sh_q[QX_SH];
     __shared__ float sh_score[QX_SH];
@@ -138,9 +151,62 @@ extern "C" __global__ void qx_quality(
         if (ct_off[c0 + c + 1] - ct_off[c0 + c] >= 2) cl[w++] = c;
     }
     __syncthreads();
-    // The fast duplicate remover, cell by cell on one thread (it reads what it writes): the
-    // loose tuple with the smallest |tip| stays.
-    if (tid == 0) {
+    // The fast duplicate remover. In the CPU's order, cell by cell: among the cell's tuples
+    // still loose, the one with the smallest |tip| (the first in the list on ties) wins, and
+    // every other tuple of the cell that is not bad becomes dup. A tuple is thus still loose
+    // at cell c iff it was loose before the remover and every earlier listed cell holding it
+    // chose it. Since a cell depends on earlier cells only, iterating "winners from the
+    // earliest cell that rejected each tuple, rejections from the winners" in parallel (all
+    // cells at once) reaches the sequential result and stops there: after round k every
+    // cell whose chain of earlier cells is shorter than k is final, and a round that changes
+    // no winner is the (unique) sequential solution. Codes are written only at the end; an
+    // event not settled within max_rounds runs the sequential loop instead.
+    u32* win = win_all + c0;
+    u32* killed = killed_all + t0;
+    bool settled = false;
+    u32 rounds = 0;
+    if (max_rounds > 0) {
+        for (u32 it = tid; it < nt; it += nth) killed[it] = 0xffffffffu;
+        __syncthreads();
+        for (;;) {
+            if (tid == 0) sh_flag = 0;
+            __syncthreads();
+            for (u32 i = tid; i < n_listed; i += nth) {
+                u32 c = cl[i];
+                float mc = 10000.0f;
+                u32 im = 0xffffffffu;
+                for (u32 k = ct_off[c0 + c]; k < ct_off[c0 + c + 1]; ++k) {
+                    u32 it = ct_vals[k];
+                    float sc = fabsf(score[ss * it]);
+                    if (q[it] == QX_LOOSE && c <= killed[it] && sc < mc) { mc = sc; im = it; }
+                }
+                if (rounds == 0 || win[i] != im) { win[i] = im; sh_flag = 1; }
+            }
+            __syncthreads();
+            u32 changed = sh_flag;
+            __syncthreads();
+            if (!changed) { settled = true; break; }
+            if (++rounds > max_rounds) break;
+            for (u32 it = tid; it < nt; it += nth) killed[it] = 0xffffffffu;
+            __syncthreads();
+            for (u32 i = tid; i < n_listed; i += nth) {
+                u32 c = cl[i], im = win[i];
+                for (u32 k = ct_off[c0 + c]; k < ct_off[c0 + c + 1]; ++k) {
+                    u32 it = ct_vals[k];
+                    if (it != im) atomicMin(&killed[it], c);
+                }
+            }
+            __syncthreads();
+        }
+        if (settled) {
+            for (u32 it = tid; it < nt; it += nth) {
+                if (killed[it] != 0xffffffffu && q[it] != QX_BAD) q[it] = QX_DUP;
+            }
+        }
+    }
+    if (tid == 0) rounds_all[e] = settled ? rounds : 0xffffffffu;
+    // Not settled (or max_rounds 0): the CPU's loop, cell by cell on one thread.
+    if (!settled && tid == 0) {
         for (u32 i = 0; i < n_listed; ++i) {
             u32 c = cl[i];
             u32 a = ct_off[c0 + c], b = ct_off[c0 + c + 1];

@@ -34,6 +34,7 @@ pub mod kernels_quality;
 pub mod kernels_vertices;
 pub mod pool;
 pub mod resident;
+pub mod staging;
 pub mod steps;
 pub mod transfer;
 

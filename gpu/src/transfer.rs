@@ -3,7 +3,16 @@
 //! batch's stream around the upload, kernel and download phases (device time, not the time
 //! the host spent enqueueing).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// Whether each kernel launch is timed (CUDA events around it), for the per-kernel line of
+/// the report: `QUIVER_GPU_KERNEL_TIMES=1`. Off by default: two events per launch.
+pub fn kernel_timing() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("QUIVER_GPU_KERNEL_TIMES").is_ok_and(|v| v == "1"))
+}
 
 /// One batch's transfers and kernel time.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -28,6 +37,8 @@ pub struct TransferStats {
     cpu_fallbacks: AtomicU64,
     /// Bytes of conditions uploaded (once per job).
     conditions_bytes: AtomicU64,
+    /// Per kernel, when timed: launches and device nanoseconds.
+    kernels: Mutex<BTreeMap<&'static str, (u64, u64)>>,
 }
 
 fn ns(s: f64) -> u64 {
@@ -43,6 +54,13 @@ impl TransferStats {
         self.h2d_ns.fetch_add(ns(b.h2d_seconds), Ordering::Relaxed);
         self.kernel_ns.fetch_add(ns(b.kernel_seconds), Ordering::Relaxed);
         self.d2h_ns.fetch_add(ns(b.d2h_seconds), Ordering::Relaxed);
+    }
+    /// Adds one timed launch of kernel `name`.
+    pub fn add_kernel(&self, name: &'static str, seconds: f64) {
+        let mut k = self.kernels.lock().unwrap_or_else(|p| p.into_inner());
+        let e = k.entry(name).or_default();
+        e.0 += 1;
+        e.1 += ns(seconds);
     }
     /// Counts a batch that ran on the CPU implementation.
     pub fn add_cpu_fallback(&self) {
@@ -86,6 +104,10 @@ impl TransferStats {
     /// let r = s.report();
     /// assert!(r.contains("host→device 3.0 MiB in 3.000 ms"), "{r}");
     /// assert!(r.contains("transfer share 66.7%"), "{r}");
+    /// s.add_kernel("k_count", 0.002);
+    /// s.add_kernel("k_write", 0.003);
+    /// s.add_kernel("k_count", 0.002);
+    /// assert!(s.report().ends_with("kernel time (launches): k_count 4.000 ms (2), k_write 3.000 ms (1)"), "{}", s.report());
     /// ```
     pub fn report(&self) -> String {
         let (n, t) = self.totals();
@@ -105,6 +127,12 @@ impl TransferStats {
         let cond = self.conditions_bytes.load(Ordering::Relaxed);
         if cond > 0 {
             r.push_str(&format!("\ngpu: conditions uploaded once: {:.1} MiB", mib(cond)));
+        }
+        let mut k: Vec<_> = self.kernels.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(n, &(c, t))| (*n, c, t)).collect();
+        if !k.is_empty() {
+            k.sort_by_key(|&(n, _, t)| (std::cmp::Reverse(t), n));
+            let parts: Vec<String> = k.iter().map(|(n, c, t)| format!("{n} {:.3} ms ({c})", *t as f64 * 1e-6)).collect();
+            r.push_str(&format!("\ngpu: kernel time (launches): {}", parts.join(", ")));
         }
         let fb = self.cpu_fallbacks.load(Ordering::Relaxed);
         if fb > 0 {

@@ -531,7 +531,9 @@ fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u
         elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _));
         let f: libloading::Symbol<Scan> = lib.get(b"cn_index_scan").unwrap();
         let a = [count.ptr(), p(hit_off), p(cell_off), start.ptr(), cursor.ptr()];
-        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
+        // One block per event (the barriers need every thread of a block).
+        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        grid(lib, mode, ne, threads, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
         let f: libloading::Symbol<Fill> = lib.get(b"cn_index_fill").unwrap();
         let a = [p(key), flags, p(cell_off), p(hit_off), cursor.ptr(), index.ptr()];
         elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _));
@@ -1214,7 +1216,7 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
 /// `tip_grid` > 0 rounds every fit's tip to that grid (cm) before the CPU step and the
 /// kernel see it, so that the triplet cleaner's |tip| ties occur.
 fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (usize, usize, usize) {
-    use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK, QX_SH};
+    use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
     use quiver_gpu::steps::quality_batch;
     use quiver_reco::steps::QualityInput;
     use quiver_reco::tracks::{ca_state_for_quality, stage_fit, stage_quality};
@@ -1248,12 +1250,16 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
     let cuts = cuts_table(&cfg.quality);
     // sh_cap 0: every event's codes in global memory; QX_SH: in shared memory where they fit.
     assert!(qb.tup_off.windows(2).any(|w| w[1] > w[0] && w[1] - w[0] <= QX_SH as u32), "no event fits in shared memory");
-    for (&mode, sh_cap) in modes.iter().flat_map(|m| [(m, 0u32), (m, QX_SH as u32)]) {
+    // max_rounds 0: the duplicate remover's sequential loop; QX_ROUNDS: its parallel rounds.
+    let mut most_rounds = 0;
+    let runs = modes.iter().flat_map(|m| [(m, 0u32, QX_ROUNDS), (m, QX_SH as u32, QX_ROUNDS), (m, QX_SH as u32, 0)]);
+    for (&mode, sh_cap, max_rounds) in runs {
         let q = Dev(qb.quality.iter().map(|&x| std::cell::UnsafeCell::new(x)).collect());
         let (h2o, h2b, cl) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)), Dev::new(0u32, qb.dead.len().max(1)));
+        let (win, killed, rounds) = (Dev::new(0u32, qb.dead.len().max(1)), Dev::new(0u32, n_tup), Dev::new(0u32, n_ev));
         type Quality = unsafe extern "C" fn(
             u32, *const u32, *const u32, *const u32, *const f32, *const f32, *const f32, *const f32,
-            *const u32, *const u32, *const u32, *const u8, u32, *const u32, *mut u32, *mut u32, *mut u32, u32, *mut u8,
+            *const u32, *const u32, *const u32, *const u8, u32, *const u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32, u32, u32, *mut u32, *mut u8,
         );
         // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
         // own (`quality_batch`), the scratch sized as the step sizes it.
@@ -1261,7 +1267,7 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
             let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
             let a = [
                 p(&qb.tup_off), p(&qb.thit_off), p(&qb.thits), p(&qb.state), p(&qb.pt), p(&qb.chi2), p(&cuts),
-                p(&qb.cell_off), p(&qb.ct_off), p(&qb.ct_vals), p(&qb.dead), p(&qb.hit_off), h2o.ptr(), h2b.ptr(), cl.ptr(), q.ptr(),
+                p(&qb.cell_off), p(&qb.ct_off), p(&qb.ct_vals), p(&qb.dead), p(&qb.hit_off), h2o.ptr(), h2b.ptr(), cl.ptr(), win.ptr(), killed.ptr(), rounds.ptr(), q.ptr(),
             ];
             let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
             assert!(QX_BLOCK >= threads);
@@ -1269,22 +1275,32 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
             grid(lib, mode, n_ev as u32, threads, || {
                 f(
                     n_ev as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
-                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, late, a[11] as _, a[12] as _, a[13] as _, a[14] as _, sh_cap, a[15] as _,
+                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, late, a[11] as _, a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, sh_cap, max_rounds, a[17] as _, a[18] as _,
                 )
             });
         }
         let got = q.get();
+        let r = rounds.get();
+        if max_rounds == 0 {
+            assert!(r.iter().all(|&x| x == u32::MAX), "{name}: max_rounds 0 must run the sequential loop");
+        } else {
+            assert!(r.iter().all(|&x| x <= QX_ROUNDS), "{name}: an event did not settle in {QX_ROUNDS} rounds: {r:?}");
+            most_rounds = most_rounds.max(r.iter().copied().max().unwrap_or(0));
+        }
         for (e, want) in expected.iter().enumerate() {
             let have = &got[qb.tup_off[e] as usize..qb.tup_off[e + 1] as usize];
             let differ = have.iter().zip(want).filter(|(x, y)| x != y).count();
-            assert!(differ == 0 && have.len() == want.len(), "{name} ({mode:?}, sh_cap {sh_cap}) event {e}: {differ} of {} qualities differ", want.len());
+            assert!(differ == 0 && have.len() == want.len(), "{name} ({mode:?}, sh_cap {sh_cap}, max_rounds {max_rounds}) event {e}: {differ} of {} qualities differ", want.len());
         }
     }
     let all: Vec<u8> = expected.into_iter().flatten().collect();
     let count = |f: &dyn Fn(u8) -> bool| all.iter().filter(|&&x| f(x)).count();
     let r = (n_tup, count(&|x| x >= 2), count(&|x| x == 1));
     let dead = qb.dead.iter().filter(|&&d| d == 1).count();
-    println!("quality {name}: {} tracks, {} loose, {} dup; {dead} cells killed by the late fishbone", r.0, r.1, r.2);
+    println!("quality {name}: {} tracks, {} loose, {} dup; {dead} cells killed by the late fishbone; duplicate remover settled in ≤ {most_rounds} rounds", r.0, r.1, r.2);
+    // Some cell's winner depends on an earlier cell's choice (else one round would do and the
+    // iteration would be untested).
+    assert!(most_rounds >= 2, "{name}: the duplicate remover settled in {most_rounds} round(s)");
     assert!(!cfg.ntuplets.late_fishbone || dead > 0, "{name}: the late fishbone killed no cell");
     r
 }

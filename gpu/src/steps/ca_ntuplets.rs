@@ -209,7 +209,8 @@ impl Step for CaNtupletsGpu {
             {
                 let v = count.view::<u32>(n_hits);
                 let (mut s, mut cu) = (start.view_mut::<u32>(n_hits + 1), cursor.view_mut::<u32>(n_hits));
-                Launch::new(run, "cn_index_scan").arg(&v).arg(&vho).arg(&vco).arg(&ne).arg(&mut s).arg(&mut cu).launch(blocks(n_ev, ELEMENT_BLOCK))?;
+                let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
+                Launch::new(run, "cn_index_scan").arg(&v).arg(&vho).arg(&vco).arg(&ne).arg(&mut s).arg(&mut cu).launch(cfg)?;
             }
             {
                 let (mut cu, mut ix) = (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));

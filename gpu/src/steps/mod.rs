@@ -40,7 +40,7 @@ use arrow_array::types::{UInt16Type, UInt32Type};
 use arrow_array::{ArrayRef, Int32Array, RecordBatch, UInt16Array, UInt32Array};
 use arrow_buffer::ArrowNativeType;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 use quiver_columnar::columns::{column, concat_ref, values};
 use quiver_columnar::product::offsets_from_lengths;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
@@ -53,7 +53,8 @@ use quiver_reco::local::{
 use quiver_reco::steps::schema;
 use quiver_reco::steps::types::*;
 
-use crate::device::{download, upload, upload_condition, zeros, DeviceBuf, Gpu};
+use crate::device::{upload_condition, zeros, DeviceBuf, Gpu};
+use crate::staging::Staging;
 use crate::resident::{columns_on_device, cuda, CudaColumns};
 use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK, MODULE_BLOCK};
 use crate::transfer::{BatchTransfers, TransferStats};
@@ -104,35 +105,66 @@ fn per_block(n_blocks: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (MODULE_BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// One batch on the device: its stream, CUDA events around the phases, byte counts.
+/// One batch on the device: its stream, CUDA events around the phases, byte counts, and
+/// the page-locked staging its transfers go through ([`crate::staging`]).
 pub(crate) struct Run {
     gpu: &'static Gpu,
     stream: Arc<CudaStream>,
     marks: Vec<CudaEvent>,
     t: BatchTransfers,
+    staging: Option<Staging>,
+    /// Whether the stream is known to be idle (after `finish`).
+    idle: bool,
+    /// Events around each launch, when kernels are timed ([`crate::transfer::kernel_timing`]).
+    launches: std::cell::RefCell<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
 
 impl Run {
     pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
         gpu.ctx.bind_to_thread().map_err(derr)?;
         let stream = gpu.stream().map_err(derr)?;
-        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default() };
+        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default(), staging: Some(gpu.staging.take()), idle: false, launches: Default::default() };
         r.mark()?;
         Ok(r)
     }
     /// Records the end of a phase (uploads, kernels, downloads).
     pub(crate) fn mark(&mut self) -> Result<()> {
-        let e = self.gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
-        e.record(&self.stream).map_err(derr)?;
+        let e = self.event()?;
         self.marks.push(e);
         Ok(())
     }
-    /// Waits for what is queued on the stream (a download whose values size what follows).
-    pub(crate) fn sync(&self) -> Result<()> {
-        self.stream.synchronize().map_err(derr)
+    /// A CUDA event recorded now on the stream.
+    fn event(&self) -> Result<CudaEvent> {
+        let e = self.gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
+        e.record(&self.stream).map_err(derr)?;
+        Ok(e)
     }
+    /// Waits for what is queued on the stream; the staging's regions are free again.
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        self.stream.synchronize().map_err(derr)?;
+        if let Some(s) = self.staging.as_mut() {
+            s.reset(&self.gpu.staging);
+        }
+        Ok(())
+    }
+    /// Uploads a host slice into a pooled device buffer: copied into page-locked staging
+    /// and sent asynchronously (the host slice may change right after).
     pub(crate) fn up<T: DeviceRepr>(&mut self, host: &[T]) -> Result<DeviceBuf> {
-        upload(self.gpu, &self.stream, host, &mut self.t.h2d_bytes).map_err(derr)
+        let n = std::mem::size_of_val(host);
+        let mut buf = self.gpu.buffer(&self.stream, n.max(1)).map_err(derr)?;
+        if n > 0 {
+            let staging = self.staging.as_mut().expect("present until the run ends");
+            let region = staging.region(&self.gpu.staging, n).map_err(derr)?;
+            // SAFETY: `T` is a plain device type (DeviceRepr): its bytes are its value.
+            region.copy_from_slice(unsafe { std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), n) });
+            let mut v = buf.view_mut::<u8>(n);
+            let (dst, _record) = v.device_ptr_mut(&self.stream);
+            // SAFETY: `region` is page-locked and stays untouched until the stream has
+            // synchronised (`sync`, `down`, `finish` or the drop); `dst` holds n bytes.
+            unsafe { cudarc::driver::result::memcpy_htod_async(dst, region, self.stream.cu_stream()) }.map_err(|e| derr(format!("upload of {n} bytes: {e}")))?;
+        }
+        self.t.h2d_bytes += n as u64;
+        Ok(buf)
     }
     pub(crate) fn zeros<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
         zeros::<T>(self.gpu, &self.stream, n).map_err(derr)
@@ -151,11 +183,30 @@ impl Run {
         Ok(dst)
     }
 
-    /// Downloads into a pooled host vector of `n` elements (valid after `finish`).
+    /// Downloads into a pooled host vector of `n` elements, through page-locked staging:
+    /// waits for the stream (what is queued before, then the copy), so the values are
+    /// there on return.
     pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
         let mut v = quiver_columnar::pool::global().vec::<T>(n);
         v.resize(n, T::default());
-        download(&self.stream, buf, v.as_mut_slice(), &mut self.t.d2h_bytes).map_err(derr)?;
+        let bytes = n * std::mem::size_of::<T>();
+        if bytes > 0 {
+            let staging = self.staging.as_mut().expect("present until the run ends");
+            let region = staging.region(&self.gpu.staging, bytes).map_err(derr)?;
+            {
+                let src = buf.view::<u8>(bytes);
+                let (ptr, _record) = src.device_ptr(&self.stream);
+                // SAFETY: `region` is page-locked, `bytes` long, and read only after the
+                // stream has synchronised below; `ptr` holds at least `bytes` bytes.
+                unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *region, ptr, self.stream.cu_stream()) }
+                    .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
+            }
+            self.stream.synchronize().map_err(derr)?;
+            // SAFETY: as in `up`: the bytes of a plain device type are its value.
+            unsafe { std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes) }.copy_from_slice(region);
+            staging.reset(&self.gpu.staging);
+        }
+        self.t.d2h_bytes += bytes as u64;
         Ok(v)
     }
     /// Waits for the stream; adds the phase times and bytes to `stats`. `marks` must hold
@@ -163,6 +214,7 @@ impl Run {
     pub(crate) fn finish(mut self, stats: &TransferStats) -> Result<()> {
         self.mark()?;
         self.stream.synchronize().map_err(derr)?;
+        self.idle = true;
         let ms = |a: usize, b: usize| -> Result<f64> {
             match (self.marks.get(a), self.marks.get(b)) {
                 (Some(x), Some(y)) => Ok(x.elapsed_ms(y).map_err(derr)? as f64 * 1e-3),
@@ -173,7 +225,25 @@ impl Run {
         self.t.kernel_seconds = ms(1, 2)?;
         self.t.d2h_seconds = ms(2, 3)?;
         stats.add(&self.t);
+        for (name, a, b) in self.launches.borrow().iter() {
+            stats.add_kernel(name, a.elapsed_ms(b).map_err(derr)? as f64 * 1e-3);
+        }
         Ok(())
+    }
+}
+
+impl Drop for Run {
+    /// Gives the staging back once nothing queued can still touch it (a run that ends early,
+    /// on an error, waits for its stream first).
+    fn drop(&mut self) {
+        if let Some(s) = self.staging.take() {
+            if !self.idle && self.stream.synchronize().is_err() {
+                // The stream failed: its copies may not have ended; the memory is not reused.
+                std::mem::forget(s);
+                return;
+            }
+            self.gpu.staging.give(s);
+        }
     }
 }
 
@@ -184,11 +254,12 @@ pub(crate) struct Launch<'a> {
     b: LaunchArgs<'a>,
     name: &'static str,
     types: Vec<String>,
+    run: &'a Run,
 }
 
 impl<'a> Launch<'a> {
     pub(crate) fn new(run: &'a Run, name: &'static str) -> Self {
-        Launch { b: run.stream.launch_builder(run.gpu.function(name)), name, types: Vec::new() }
+        Launch { b: run.stream.launch_builder(run.gpu.function(name)), name, types: Vec::new(), run }
     }
     pub(crate) fn arg<A: KernelArg>(&mut self, a: A) -> &mut Self
     where
@@ -200,9 +271,14 @@ impl<'a> Launch<'a> {
     }
     pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
         check_launch(self.name, &self.types).map_err(derr)?;
+        let before = if crate::transfer::kernel_timing() { Some(self.run.event()?) } else { None };
         // SAFETY: the arguments match the kernel's parameters (checked above); every buffer
         // holds the elements the kernel indexes (sized by the caller from the same counts).
         unsafe { self.b.launch(cfg) }.map_err(derr)?;
+        if let Some(a) = before {
+            let b = self.run.event()?;
+            self.run.launches.borrow_mut().push((self.name, a, b));
+        }
         Ok(())
     }
 }
@@ -255,14 +331,15 @@ impl Common {
         let p = self.gpu.pool.stats();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         Some(format!(
-            "{}\ngpu: device {}; device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused",
+            "{}\ngpu: device {}; device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused; page-locked staging {:.1} MiB",
             self.stats.report(),
             self.gpu.description,
             mib(p.peak_bytes_held),
             mib(p.bytes_held),
             p.allocations,
             if p.requests > 0 { 100.0 * p.hits as f64 / p.requests as f64 } else { 0.0 },
-            p.requests
+            p.requests,
+            mib(self.gpu.staging.bytes())
         ))
     }
 }

@@ -11,7 +11,7 @@ use quiver_formats::conditions::CpeParams;
 use quiver_reco::steps::{ntuplet_overflows, publish_quality, quality_inputs, QualityInput, QualityTally};
 use quiver_reco::tracks::CaConfig;
 
-use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_SH};
+use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
 use crate::steps::{fallback, Common, Launch, Run};
 
 /// A batch's `track_quality` inputs as the kernel reads them (see `qx_quality`).
@@ -69,7 +69,37 @@ pub(crate) struct TrackQualityGpu {
     cpe: Arc<CpeParams>,
     cfg: CaConfig,
     tally: QualityTally,
+    rounds: RoundsTally,
     common: Common,
+}
+
+/// The duplicate remover's parallel rounds over a job: the most any event needed, and the
+/// events that ran the sequential loop instead.
+#[derive(Default)]
+struct RoundsTally {
+    max: std::sync::atomic::AtomicU32,
+    sequential: std::sync::atomic::AtomicU64,
+}
+
+impl RoundsTally {
+    fn add(&self, rounds: &[u32]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for &r in rounds {
+            if r == u32::MAX {
+                self.sequential.fetch_add(1, Relaxed);
+            } else {
+                self.max.fetch_max(r, Relaxed);
+            }
+        }
+    }
+    fn report(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        format!(
+            "gpu: duplicate remover settled in at most {} parallel rounds; {} events ran the sequential loop (past {QX_ROUNDS} rounds)",
+            self.max.load(Relaxed),
+            self.sequential.load(Relaxed)
+        )
+    }
 }
 
 impl TrackQualityGpu {
@@ -82,6 +112,7 @@ impl TrackQualityGpu {
             cpe,
             cfg: ca,
             tally: QualityTally::default(),
+            rounds: RoundsTally::default(),
             common,
         })
     }
@@ -107,6 +138,7 @@ impl Step for TrackQualityGpu {
         let mut dq = run.up(&qb.quality)?;
         let n_cells = qb.dead.len();
         let (mut h2o, mut h2b, mut dcl) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?, run.out::<u32>(n_cells.max(1))?);
+        let (mut dwin, mut dkilled, mut drounds) = (run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_tup)?, run.out::<u32>(n_ev)?);
         run.mark()?;
         {
             let (vto, vtho, vth) = (dto.view::<u32>(n_ev + 1), dtho.view::<u32>(n_tup + 1), dth.view::<u32>(n_th.max(1)));
@@ -114,16 +146,19 @@ impl Step for TrackQualityGpu {
             let (vco, vcto, vctv, vdead, vho) =
                 (dco.view::<u32>(n_ev + 1), dcto.view::<u32>(n_cells + 1), dctv.view::<u32>(qb.ct_vals.len().max(1)), ddead.view::<u8>(n_cells.max(1)), dho.view::<u32>(n_ev + 1));
             let (mut v1, mut v2, mut vq) = (h2o.view_mut::<u32>(n_hits + n_ev), h2b.view_mut::<u32>(n_th.max(1)), dq.view_mut::<u8>(n_tup));
-            let mut vcl = dcl.view_mut::<u32>(n_cells.max(1));
+            let (mut vcl, mut vwin, mut vkilled, mut vrounds) = (dcl.view_mut::<u32>(n_cells.max(1)), dwin.view_mut::<u32>(n_cells.max(1)), dkilled.view_mut::<u32>(n_tup), drounds.view_mut::<u32>(n_ev));
             let (ne, late, sh_cap) = (n_ev as u32, self.cfg.ntuplets.late_fishbone as u32, QX_SH as u32);
             let mut l = Launch::new(&run, "qx_quality");
             l.arg(&ne).arg(&vto).arg(&vtho).arg(&vth).arg(&vst).arg(&vpt).arg(&vchi).arg(&vcuts);
-            l.arg(&vco).arg(&vcto).arg(&vctv).arg(&vdead).arg(&late).arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vcl).arg(&sh_cap).arg(&mut vq);
+            l.arg(&vco).arg(&vcto).arg(&vctv).arg(&vdead).arg(&late).arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vcl).arg(&mut vwin).arg(&mut vkilled);
+            l.arg(&sh_cap).arg(&QX_ROUNDS).arg(&mut vrounds).arg(&mut vq);
             l.launch(cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (QX_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
         let q = run.down::<u8>(&dq, n_tup)?;
+        let rounds = run.down::<u32>(&drounds, n_ev)?;
         run.finish(&c.stats)?;
+        self.rounds.add(rounds.as_slice());
         let quality: Vec<Vec<u8>> = qb.tup_off.windows(2).map(|w| q.as_slice()[w[0] as usize..w[1] as usize].to_vec()).collect();
         if quality.iter().flatten().any(|&x| quiver_reco::tracks::Quality::from_u8(x).is_none()) {
             return Err(Error::data("gpu track_quality: the device wrote an unknown quality code"));
@@ -136,6 +171,6 @@ impl Step for TrackQualityGpu {
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
         // Counts of the batches computed here; the gpu line says how many went to the CPU step.
         let gpu = self.common.report().unwrap_or_default();
-        Ok(Some(format!("{} (on the device)\n{gpu}", self.tally.report())))
+        Ok(Some(format!("{} (on the device)\n{gpu}\n{}", self.tally.report(), self.rounds.report())))
     }
 }
