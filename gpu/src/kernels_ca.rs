@@ -357,6 +357,16 @@ extern "C" __global__ void ca_listed(const u32* outer, u32 n_cells, const u32* c
     listed[c] = outer_count[hit_off[e] + outer[c]] <= max_cells_per_hit ? 1 : 0;
 }
 
+// Per event, for the capacity_overflows rows: the cells not listed (their outer hit has
+// more than max_cells_per_hit cells) and the most cells of any outer hit. Thread i counts
+// hit i (below n_hits) and cell i (below n_cells); the atomics only count.
+extern "C" __global__ void ca_overflow_stats(const u32* outer_count, u32 n_hits, const u32* hit_off, const u8* listed, u32 n_cells, const u32* cell_off, u32 n_events, u32* unlisted, u32* worst)
+{
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_hits) atomicMax(&worst[ca_segment(hit_off, n_events, i)], outer_count[i]);
+    if (i < n_cells && !listed[i]) atomicAdd(&unlisted[ca_cell_event(cell_off, n_events, i)], 1u);
+}
+
 // One thread per batch hit with more cells than the maximum: its first cells, in cell order.
 extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_off, u32 n_events, const u32* hit_off, u32 n_hits,
                                               const u32* outer_count, u32 max_cells_per_hit, u8* listed)
@@ -374,7 +384,7 @@ extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_
 
 /// The kernel functions of [`CA_DOUBLETS`].
 pub const CA_DOUBLETS_KERNELS: &[&str] =
-    &["ca_bin_count", "ca_bin_scan", "ca_bin_fill", "ca_bin_sort", "ca_doublets", "ca_item_scan", "ca_listed_count", "ca_listed", "ca_listed_overfull"];
+    &["ca_bin_count", "ca_bin_scan", "ca_bin_fill", "ca_bin_sort", "ca_doublets", "ca_item_scan", "ca_listed_count", "ca_listed", "ca_listed_overfull", "ca_overflow_stats"];
 
 /// CUDA C source of `ca_ntuplets`: the connect, the fishbone and the ntuplet search.
 ///
@@ -409,6 +419,17 @@ __device__ __forceinline__ u32 cn_segment(const u32* start, u32 n, u32 k) {
     u32 lo = 0u, hi = n;
     while (hi - lo > 1u) { u32 mid = (lo + hi) / 2u; if (start[mid] <= k) lo = mid; else hi = mid; }
     return lo;
+}
+
+// Cells naming a hit their event does not have (inner or outer index past its hits): the
+// CPU step's error, checked on the device for cells that never left it. bad[0] becomes 1.
+extern "C" __global__ void cn_check_cells(const u32* inner, const u32* outer, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off, u32* bad)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    u32 nh = hit_off[e + 1u] - hit_off[e];
+    if (inner[c] >= nh || outer[c] >= nh) atomicOr(bad, 1u);
 }
 
 // An index of the cells by one of their hits (`key`: inner or outer), built in four
@@ -670,7 +691,7 @@ extern "C" __global__ void nt_search(
 
 /// The kernel functions of [`CA_NTUPLETS`].
 pub const CA_NTUPLETS_KERNELS: &[&str] =
-    &["cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_sort", "cn_connect", "cn_scan", "nt_list_stats", "nt_fishbone", "nt_search"];
+    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_sort", "cn_connect", "cn_scan", "nt_list_stats", "nt_fishbone", "nt_search"];
 
 #[cfg(test)]
 mod tests {

@@ -26,8 +26,6 @@ use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EV
 use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, prepare, DoubletProducts};
 use quiver_reco::steps::doublet_overflows;
 use quiver_datasets::conditions::CpeParams;
-use arrow_array::{Array, ArrayRef, BooleanArray, UInt32Array, UInt8Array};
-use std::sync::Arc;
 use quiver_reco::local;
 use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
 use quiver_reco::tracks::ntuplets::{connect, CaState, Tuples};
@@ -49,6 +47,12 @@ extern "C" void emu_thread(unsigned b, unsigned bd, unsigned t) { blockIdx.x = b
 static inline void __syncthreads() { emu_sync_fn(); }
 template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static inline T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicMax(T* p, T v) {
+    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (v > o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+    return o;
+}
 template <class T> static inline T atomicMin(T* p, T v) {
     T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
     while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
@@ -302,6 +306,15 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
         let f: libloading::Symbol<Overfull> = lib.get(b"ca_listed_overfull").unwrap();
         elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, n_hits as u32, a[3] as _, m, a[4] as _));
     }
+    // The overflow rows' counts, as the step counts them on the device.
+    let (unlisted, worst) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
+    // SAFETY: as above.
+    unsafe {
+        type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, *const u8, u32, *const u32, u32, *mut u32, *mut u32);
+        let f: libloading::Symbol<Stats> = lib.get(b"ca_overflow_stats").unwrap();
+        let a = [outer_count.ptr(), p(&db.hit_off), listed.ptr(), p(&cell_off), unlisted.ptr(), worst.ptr()];
+        elements(lib, mode, n_hits.max(n_cells), || f(a[0] as _, n_hits as u32, a[1] as _, a[2] as _, n_cells as u32, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
+    }
     let (inner, outer, pair, listed) = (inner.get(), outer.get(), pair.get(), listed.get());
     let trim = |n: usize| n_cells.min(n);
     let cells = Cells {
@@ -313,8 +326,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
         overflow,
     };
     // The GPU step's own assembly of the products from what the device wrote.
-    let products =
-        doublet_products(d, &event_total, &cells.cell_off, cells.inner.clone(), cells.outer.clone(), cells.pair.clone(), &cells.listed).unwrap();
+    let products = doublet_products(d, &event_total, &cells.cell_off, &unlisted.get(), &worst.get()).unwrap();
     (cells, products)
 }
 
@@ -356,13 +368,8 @@ fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProduct
         c.overflow.push(cols.cells_overflow);
         c.cell_off.push(c.inner.len() as u32);
     }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(UInt32Array::from(c.inner.clone())),
-        Arc::new(UInt32Array::from(c.outer.clone())),
-        Arc::new(UInt8Array::from(c.pair.clone())),
-        Arc::new(BooleanArray::from(flags)),
-    ];
-    (c, DoubletProducts { columns, lengths, overflows })
+    assert_eq!(flags.iter().map(|&f| f as u8).collect::<Vec<_>>(), c.listed);
+    (c, DoubletProducts { lengths, overflows })
 }
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
@@ -422,9 +429,6 @@ fn check(name: &str, cfg: &CaConfig) -> Cells {
         let (dev, products) = run_device(lib, mode, &b, cfg, cpe);
         assert_eq!(products.lengths, cpu_products.lengths, "{name} ({mode:?}): product lengths");
         assert_eq!(products.overflows, cpu_products.overflows, "{name} ({mode:?}): capacity_overflows rows");
-        for (k, (g, c)) in products.columns.iter().zip(&cpu_products.columns).enumerate() {
-            assert!(g.to_data() == c.to_data(), "{name} ({mode:?}): doublets column {k} differs");
-        }
         assert_eq!(dev.cell_off, cpu.cell_off, "{name} ({mode:?}): cells per event");
         assert_eq!(dev.overflow, cpu.overflow, "{name} ({mode:?}): overflow flags");
         assert!(dev.inner == cpu.inner && dev.outer == cpu.outer && dev.pair == cpu.pair, "{name} ({mode:?}): cells differ");
@@ -1325,4 +1329,42 @@ fn quality_kernel_on_the_host_equals_the_cpu_step() {
     // Tips on a 100 µm grid: equal |tip| among the triplets of one hit, where the CPU's
     // bin order (descending tuple index) decides which stays.
     check_quality("tips on a 0.01 cm grid", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded], 0.01);
+}
+
+/// `cn_check_cells`: the GPU `ca_ntuplets` checks device-resident cells with it (the CPU
+/// step's "cell names a hit the event does not have"); it flags nothing on real cells and
+/// flags one inner or outer index at its event's hit count.
+#[test]
+fn check_cells_kernel_flags_a_cell_past_its_event() {
+    let Some(lib) = emulator() else { return };
+    let (_, ds) = dataset();
+    let b = batch();
+    let cfg = CaConfig::default();
+    let (cells, _) = run_device(lib, Mode::Sequential, &b, &cfg, &ds.conditions().cpe);
+    let hit_off: Vec<u32> = std::iter::once(0).chain(b.hits_per_event.iter().scan(0u32, |s, &n| { *s += n as u32; Some(*s) })).collect();
+    let n_ev = b.hits_per_event.len() as u32;
+    let flag = |inner: &[u32], outer: &[u32]| -> u32 {
+        let bad = Dev::new(0u32, 1);
+        type Check = unsafe extern "C" fn(*const u32, *const u32, u32, *const u32, u32, *const u32, *mut u32);
+        // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; the cells and offsets are
+        // the step's own.
+        unsafe {
+            let f: libloading::Symbol<Check> = lib.get(b"cn_check_cells").unwrap();
+            let a = [p(inner), p(outer), p(&cells.cell_off), p(&hit_off), bad.ptr()];
+            elements(lib, Mode::Threaded, inner.len(), || f(a[0] as _, a[1] as _, inner.len() as u32, a[2] as _, n_ev, a[3] as _, a[4] as _));
+        }
+        bad.get()[0]
+    };
+    assert!(cells.inner.len() > 1000);
+    assert_eq!(flag(&cells.inner, &cells.outer), 0, "real cells flagged");
+    // The last cell of the first event with cells names its event's hit count.
+    let e = (0..n_ev as usize).find(|&e| cells.cell_off[e + 1] > cells.cell_off[e]).unwrap();
+    let c = cells.cell_off[e + 1] as usize - 1;
+    let (mut inner, mut outer) = (cells.inner.clone(), cells.outer.clone());
+    outer[c] = b.hits_per_event[e] as u32;
+    assert_eq!(flag(&cells.inner, &outer), 1, "outer index past the event");
+    inner[c] = b.hits_per_event[e] as u32;
+    assert_eq!(flag(&inner, &cells.outer), 1, "inner index past the event");
+    outer[c] -= 1;
+    assert_eq!(flag(&cells.inner, &outer), 0, "the event's last hit is a hit");
 }

@@ -10,21 +10,21 @@
 use std::sync::Arc;
 
 use arrow_array::types::{Float32Type, Int16Type, UInt16Type};
-use arrow_array::{ArrayRef, BooleanArray, UInt32Array, UInt8Array};
 use cudarc::driver::CudaSlice;
 use quiver_columnar::columns::values;
 use quiver_columnar::overflow::EventOverflows;
-use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
+use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
+use quiver_reco::steps::schema;
 use quiver_reco::steps::types::DOUBLETS;
-use quiver_reco::steps::doublet_overflows;
+use quiver_reco::steps::doublet_overflow_rows;
 use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};
 use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, DoubletConfig, HitsView, TrackError};
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK};
-use crate::steps::{blocks, device_columns, fallback, publish_overflows, publish_resident, Common, Launch, Run};
+use crate::steps::{blocks, device_columns, fallback, publish_overflows, Common, Launch, Run};
 use quiver_columnar::product::offsets_from_lengths;
 
 /// The host tables of a batch for the doublet kernels.
@@ -134,17 +134,15 @@ pub fn prepare(events: &[HitsView], cfg: &CaConfig) -> std::result::Result<Doubl
     DoubletBatch::new(&starts, &n, cfg.n_pairs()).map_err(TrackError::Config)
 }
 
-/// The `doublets` product's columns and `capacity_overflows` rows of a batch, from what the
-/// device wrote: per event its cell count before the capacity (`event_total`), the cell
-/// offsets of [`cell_offsets`], and the cells' inner hit, outer hit, pair and listed flag
-/// (0 or 1) in event order. The device writes every cell at its place in the CPU's creation
-/// order (prefix sums of the per-item counts, no atomics), so the canonical order needs no
-/// sort: this checks it (offsets, flags) and builds the same Arrow columns and overflow rows
-/// as the CPU step.
+/// The `doublets` product's event lengths and `capacity_overflows` rows of a batch, from
+/// what the device counted: per event its cell count before the capacity (`event_total`),
+/// the cell offsets of [`cell_offsets`], its cells not listed and the most cells of any
+/// outer hit (`ca_overflow_stats`). The cells themselves stay on the device (the product is
+/// device-resident; its first host consumer downloads it). The device writes every cell at
+/// its place in the CPU's creation order (prefix sums of the per-item counts, no atomics),
+/// so the canonical order needs no sort.
 #[derive(Debug)]
 pub struct DoubletProducts {
-    /// `inner`, `outer`, `pair`, `listed`, in the schema's order.
-    pub columns: Vec<ArrayRef>,
     /// Cells per event.
     pub lengths: Vec<usize>,
     /// The `capacity_overflows` rows of each event.
@@ -155,42 +153,26 @@ pub struct DoubletProducts {
 ///
 /// ```
 /// use quiver_gpu::steps::{cell_offsets, doublet_products};
-/// use quiver_reco::tracks::DoubletConfig;
-/// let d = DoubletConfig { max_number_of_doublets: 2, ..Default::default() };
+/// let d = quiver_reco::tracks::DoubletConfig { max_number_of_doublets: 2, ..Default::default() };
 /// let (off, _) = cell_offsets(&[3], 2).unwrap();
-/// let p = doublet_products(&d, &[3], &off, vec![0, 1], vec![5, 6], vec![0, 0], &[1, 1]).unwrap();
+/// let p = doublet_products(&d, &[3], &off, &[0], &[1]).unwrap();
 /// assert_eq!(p.lengths, [2]);
 /// assert_eq!(p.overflows[0][0].truncated, 1);
 /// ```
-pub fn doublet_products(
-    d: &DoubletConfig,
-    event_total: &[u32],
-    cell_off: &[u32],
-    inner: Vec<u32>,
-    outer: Vec<u32>,
-    pair: Vec<u8>,
-    listed: &[u8],
-) -> std::result::Result<DoubletProducts, String> {
-    let n = *cell_off.last().ok_or("no cell offsets")? as usize;
-    if cell_off.len() != event_total.len() + 1 || [inner.len(), outer.len(), pair.len(), listed.len()].iter().any(|&l| l != n) {
-        return Err(format!("{} cell offsets for {} events, {n} cells: columns of {}, {}, {}, {}", cell_off.len(), event_total.len(), inner.len(), outer.len(), pair.len(), listed.len()));
+pub fn doublet_products(d: &DoubletConfig, event_total: &[u32], cell_off: &[u32], unlisted: &[u32], worst: &[u32]) -> std::result::Result<DoubletProducts, String> {
+    if cell_off.len() != event_total.len() + 1 || unlisted.len() != event_total.len() || worst.len() != event_total.len() {
+        return Err(format!("{} cell offsets, {} and {} counts for {} events", cell_off.len(), unlisted.len(), worst.len(), event_total.len()));
     }
-    let flags = crate::resident::flags_from_bytes(listed).map_err(|m| format!("listed {m}"))?;
     let mut lengths = Vec::with_capacity(event_total.len());
     let mut overflows = Vec::with_capacity(event_total.len());
     for (e, &total) in event_total.iter().enumerate() {
-        let r = cell_off[e] as usize..cell_off[e + 1] as usize;
-        let missed = total as u64 - r.len() as u64;
-        overflows.push(doublet_overflows(d, &outer[r.clone()], &flags[r.clone()], missed));
-        lengths.push(r.len());
+        let n = cell_off[e + 1].checked_sub(cell_off[e]).ok_or("cell offsets decrease")? as usize;
+        let missed = (total as u64).checked_sub(n as u64).ok_or("more cells than the event counted")?;
+        let worst = (unlisted[e] > 0).then_some(worst[e] as u64);
+        overflows.push(doublet_overflow_rows(d, missed, unlisted[e] as u64, worst));
+        lengths.push(n);
     }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(UInt32Array::from(inner)),
-        Arc::new(UInt32Array::from(outer)),
-        Arc::new(UInt8Array::from(pair)),
-        Arc::new(BooleanArray::from(flags)),
-    ];
-    Ok(DoubletProducts { columns, lengths, overflows })
+    Ok(DoubletProducts { lengths, overflows })
 }
 
 /// The GPU `ca_doublets` step (see the module documentation).
@@ -339,14 +321,23 @@ impl Step for CaDoubletsGpu {
             Launch::new(&run, "ca_listed").arg(&vo).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&vho).arg(&voc).arg(&m).arg(&mut vl).launch(blocks(n_cells, ELEMENT_BLOCK))?;
             Launch::new(&run, "ca_listed_overfull").arg(&vo).arg(&vco).arg(&n_ev32).arg(&vho).arg(&n_hits32).arg(&voc).arg(&m).arg(&mut vl).launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
+        // The overflow rows' counts, counted on the device: two numbers per event come back.
+        let (mut unlisted, mut worst) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        if n_cells > 0 {
+            let (voc, vl, vco) = (outer_count.view::<u32>(n_hits), listed.view::<u8>(n_cells), dco.view::<u32>(n_ev + 1));
+            let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
+            let mut l = Launch::new(&run, "ca_overflow_stats");
+            l.arg(&voc).arg(&n_hits32).arg(&vho).arg(&vl).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&mut vu).arg(&mut vw);
+            l.launch(blocks(n_hits.max(n_cells), ELEMENT_BLOCK))?;
+        }
         run.mark()?;
-        let (hi, ho, hp, hl) = (run.down::<u32>(&inner, n_cells)?, run.down::<u32>(&outer, n_cells)?, run.down::<u8>(&pair, n_cells)?, run.down::<u8>(&listed, n_cells)?);
+        let (hu, hw) = (run.down::<u32>(&unlisted, n_ev)?, run.down::<u32>(&worst, n_ev)?);
         run.finish(&c.stats)?;
-        let p = doublet_products(d, &totals, &cell_off, hi.as_slice().to_vec(), ho.as_slice().to_vec(), hp.as_slice().to_vec(), hl.as_slice())
-            .map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
-        // The cells stay on the device too, for a GPU `ca_ntuplets` (no upload there).
+        let p = doublet_products(d, &totals, &cell_off, hu.as_slice(), hw.as_slice()).map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
+        // The cells stay on the device: a GPU `ca_ntuplets` reads them there, and the first
+        // host consumer (a CPU step, an output, `compare`) downloads them once.
         let device = device_columns(c.gpu, DOUBLETS, n_cells, vec![Arc::new(inner), Arc::new(outer), Arc::new(pair), Arc::new(listed)])?;
-        publish_resident(batch, DOUBLETS, p.columns, offsets_from_lengths(p.lengths)?, device)?;
+        batch.put(Product::on_device(schema(DOUBLETS), offsets_from_lengths(p.lengths)?, n_cells, device)?)?;
         publish_overflows(batch, p.overflows)
     }
 

@@ -159,25 +159,38 @@ impl Step for CaNtupletsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let n = &self.cfg.ntuplets;
-        let (h, d) = (batch.get(&self.hits)?, batch.get(&self.doublets)?);
+        let h = batch.get(&self.hits)?;
         let det = values::<UInt16Type>(&h, "det_index")?;
-        let (inner, outer, pair) = (values::<UInt32Type>(&d, "inner")?, values::<UInt32Type>(&d, "outer")?, values::<UInt8Type>(&d, "pair")?);
-        let listed_col = d.batch().column_by_name("listed").and_then(|a| a.as_any().downcast_ref::<BooleanArray>().cloned());
         let n_ev = batch.n_events();
+        // The cells: a GPU `ca_doublets`' device-resident product (checked on the device
+        // below, never downloaded here), or a host product (checked here, uploaded once).
+        let d = batch.get_resident(&self.doublets)?;
+        let on_device = d.device_data().is_some_and(|x| x.as_any().downcast_ref::<crate::resident::CudaColumns>().is_some());
         // What the CPU step rejects (hits out of layer order, cells naming hits the event does
         // not have, columns that do not fit) goes to the CPU step for its exact message.
-        let Some(listed_col) = listed_col else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        if h.offsets().len() != n_ev + 1 || d.offsets().len() != n_ev + 1 || outer.len() != inner.len() || pair.len() != inner.len() || listed_col.len() != inner.len() {
+        if h.offsets().len() != n_ev + 1 || d.offsets().len() != n_ev + 1 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
+        if !on_device {
+            let d = batch.get(&self.doublets)?;
+            let (inner, outer, pair) = (values::<UInt32Type>(&d, "inner")?, values::<UInt32Type>(&d, "outer")?, values::<UInt8Type>(&d, "pair")?);
+            let listed = d.batch().column_by_name("listed").and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
+            if listed != Some(inner.len()) || outer.len() != inner.len() || pair.len() != inner.len() {
+                return fallback(c.cpu.as_ref(), &c.stats, batch);
+            }
+            for e in 0..n_ev {
+                let (nh, cr) = (h.event_rows(e).len() as u32, d.event_rows(e));
+                if inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
+                    return fallback(c.cpu.as_ref(), &c.stats, batch);
+                }
+            }
+        }
         for e in 0..n_ev {
-            let (hr, cr) = (h.event_rows(e), d.event_rows(e));
-            let nh = hr.len() as u32;
-            if layer_start_from_det_index(&det[hr]).is_err() || inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
+            if layer_start_from_det_index(&det[h.event_rows(e)]).is_err() {
                 return fallback(c.cpu.as_ref(), &c.stats, batch);
             }
         }
-        let (n_hits, n_cells) = (det.len(), inner.len());
+        let (n_hits, n_cells) = (det.len(), *d.offsets().last().unwrap_or(&0) as usize);
         if n_cells == 0 {
             return c.cpu.process(batch);
         }
@@ -193,6 +206,18 @@ impl Step for CaNtupletsGpu {
         let dd = crate::resident::columns_on_device(batch, &self.doublets, c.gpu)?;
         let dc = crate::resident::cuda(&dd);
         let (di, dout, dp, dl) = (dc.column("inner")?, dc.column("outer")?, dc.column("pair")?, dc.column("listed")?);
+        if on_device {
+            // Before any kernel indexes hits by these cells.
+            let mut bad = run.zeros::<u32>(1)?;
+            {
+                let (vi, vo, vco, vho, mut vb) = (di.view::<u32>(n_cells), dout.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1), dho.view::<u32>(n_ev + 1), bad.view_mut::<u32>(1));
+                Launch::new(&run, "cn_check_cells").arg(&vi).arg(&vo).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut vb).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            }
+            if run.down::<u32>(&bad, 1)?.as_slice()[0] != 0 {
+                drop(run);
+                return fallback(c.cpu.as_ref(), &c.stats, batch);
+            }
+        }
         run.mark()?;
         let (vx, vy, vz, vr, vdet) = (dx.view::<f32>(n_hits), dy.view::<f32>(n_hits), dz.view::<f32>(n_hits), dr.view::<f32>(n_hits), ddet.view::<u16>(n_hits));
         let (vho, vco) = (dho.view::<u32>(n_ev + 1), dco.view::<u32>(n_ev + 1));

@@ -14,7 +14,8 @@ use quiver_reco::tracks::CaConfig;
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
 use crate::steps::{fallback, Common, Launch, Run};
 
-/// A batch's `track_quality` inputs as the kernel reads them (see `qx_quality`).
+/// A batch's `track_quality` inputs as the kernel reads them (see `qx_quality`). The
+/// "cells" are each event's cells that carry a tuple, in cell order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QualityBatch {
     pub tup_off: Vec<u32>,
@@ -46,10 +47,16 @@ pub fn quality_batch(inputs: &[QualityInput]) -> Option<QualityBatch> {
         b.pt.extend_from_slice(&i.tracks.pt);
         b.chi2.extend_from_slice(&i.tracks.chi2);
         b.tup_off.push(u(b.quality.len())?);
+        // Only the cells that carry a tuple, in cell order: the others take part in nothing
+        // (the order of those listed is all the cleaners need).
         let lists = &i.ca.cell_tracks;
         let n_lists = lists.offsets.len().saturating_sub(1);
         for c in 0..n_lists {
-            b.ct_vals.extend_from_slice(&lists.values[lists.offsets[c] as usize..lists.offsets[c + 1] as usize]);
+            let (a, z) = (lists.offsets[c] as usize, lists.offsets[c + 1] as usize);
+            if a == z {
+                continue;
+            }
+            b.ct_vals.extend_from_slice(&lists.values[a..z]);
             b.ct_off.push(u(b.ct_vals.len())?);
             // The cells (alive flags) are in the state with the late fishbone only.
             b.dead.push(i.ca.cells.get(c).is_some_and(|cell| cell.doublet_id < 0) as u8);

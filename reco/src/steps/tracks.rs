@@ -154,18 +154,38 @@ impl Step for DoubletsStep {
 /// assert_eq!((o.len(), o[0].demanded, o[0].truncated), (1, Some(2), 1));
 /// ```
 pub fn doublet_overflows(d: &crate::tracks::DoubletConfig, outer: &[u32], listed: &[bool], cells_missed: u64) -> EventOverflows {
+    let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
+    let worst = if unlisted > 0 {
+        let mut per_hit = std::collections::HashMap::<u32, u64>::new();
+        for &h in outer {
+            *per_hit.entry(h).or_default() += 1;
+        }
+        per_hit.values().copied().max()
+    } else {
+        None
+    };
+    doublet_overflow_rows(d, cells_missed, unlisted, worst)
+}
+
+/// [`doublet_overflows`] from the event's counts: cells past `max_number_of_doublets`,
+/// cells not listed, and the most cells of any outer hit (a GPU step counts them on the
+/// device).
+///
+/// ```
+/// use quiver_reco::steps::{doublet_overflow_rows, doublet_overflows};
+/// use quiver_reco::tracks::DoubletConfig;
+/// let d = DoubletConfig::default();
+/// let (outer, listed) = ([4, 4, 4, 9], [false, false, false, true]);
+/// assert_eq!(doublet_overflows(&d, &outer, &listed, 2), doublet_overflow_rows(&d, 2, 3, Some(3)));
+/// assert!(doublet_overflow_rows(&d, 0, 0, None).is_empty());
+/// ```
+pub fn doublet_overflow_rows(d: &crate::tracks::DoubletConfig, cells_missed: u64, unlisted: u64, worst: Option<u64>) -> EventOverflows {
     let mut o = Vec::new();
     if cells_missed > 0 {
         let limit = d.max_number_of_doublets as u64;
         o.push(Overflow { capacity: names::DOUBLETS, limit, demanded: Some(limit + cells_missed), truncated: cells_missed });
     }
-    let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
     if unlisted > 0 {
-        let mut per_hit = std::collections::HashMap::<u32, u64>::new();
-        for &h in outer {
-            *per_hit.entry(h).or_default() += 1;
-        }
-        let worst = per_hit.values().copied().max();
         o.push(Overflow { capacity: names::CELLS_PER_HIT, limit: d.max_cells_per_hit as u64, demanded: worst, truncated: unlisted });
     }
     o
