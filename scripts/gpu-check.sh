@@ -14,7 +14,9 @@
 #   6. runs the default chain on CPU only and with every GPU step type, prints the
 #      transfer share, the residency table and the device memory, then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
-#      all cores, and writes a CSV under docs/perf/.
+#      all cores, then both chains without the validation histograms (the reconstruction
+#      alone, raw data to tracks and vertices: the issue's target), and writes a CSV under
+#      docs/perf/.
 # Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (default 400),
 # GPU_CHECK_PILEUP (default 50), GPU_CHECK_DATASET (existing dataset dir),
 # GPU_CHECK_BATCH (events per batch for every run, default 16: a launch pays per batch),
@@ -111,6 +113,11 @@ GPU_TYPES="$("$BIN" steps | awk '/^[a-z_]+ +\[cpu, gpu\]/{print $1}' | paste -sd
 echo "GPU step types: ${GPU_TYPES//|/, }"
 awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "write_parquet"/' plans/pixel.toml > "$WORK/cpu.toml"
 awk -v re="^type = \"($GPU_TYPES)\"$" '{print} $0 ~ re {print "backend = \"gpu\""}' "$WORK/cpu.toml" > "$WORK/gpu.toml"
+# The reconstruction alone (the issue's target: raw data to tracks and vertices, which the
+# GPU steps download): the same plans without the validation histograms.
+for kind in cpu gpu; do
+    awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "histograms"/' "$WORK/$kind.toml" > "$WORK/$kind-reco.toml"
+done
 NCPU="$(nproc)"
 SCAN="${GPU_CHECK_THREADS:-1,2,4,8,16}"
 for kind in cpu gpu; do
@@ -121,13 +128,16 @@ done
 say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
 "$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 "$BIN" bench "$WORK/cpu.toml" --input "$DS" --events "$EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+say "reconstruction alone (no validation histograms): GPU chain on ${SCAN##*,} threads, CPU chain on all $NCPU cores"
+"$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/gpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench "$WORK/cpu-reco.toml" --input "$DS" --events "$EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 
 say "summary"
 mkdir -p docs/perf
 CSV="docs/perf/gpu-check-$(date -u +%Y%m%d-%H%M).csv"
 {
     echo "chain,threads,events,pileup,events_per_s"
-    for kind in gpu cpu; do
+    for kind in gpu cpu gpu-reco cpu-reco; do
         awk -F, -v k="$kind" -v p="$PILEUP" 'NR > 1 && !seen[$1]++ {print k "," $1 "," $3 "," p "," $5}' "$WORK/$kind-scan.csv"
     done
 } > "$CSV"
@@ -135,6 +145,9 @@ cat "$CSV"
 best_gpu="$(awk -F, '$1 == "gpu" {if ($5 > b) b = $5} END {print b + 0}' "$CSV")"
 cpu_all="$(awk -F, '$1 == "cpu" {print $5}' "$CSV" | tail -1)"
 echo "GPU chain, best: $best_gpu events/s; CPU chain on $NCPU cores: $cpu_all events/s; ratio $(awk -v a="$best_gpu" -v b="$cpu_all" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
+reco_gpu="$(awk -F, '$1 == "gpu-reco" {print $5}' "$CSV" | tail -1)"
+reco_cpu="$(awk -F, '$1 == "cpu-reco" {print $5}' "$CSV" | tail -1)"
+echo "reconstruction alone (no histograms): GPU chain $reco_gpu events/s; CPU chain $reco_cpu events/s; ratio $(awk -v a="$reco_gpu" -v b="$reco_cpu" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
 echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 echo "GPU steps (transfers and kernel time, per step):"
 grep -B1 -A4 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
