@@ -28,7 +28,7 @@
 //! `(dφ·dφ)·(4r² − mer·ro)` vs `(ro − mer)·(ro − mer)`, `|(mez − zo)/(mer − ro)|·f + 0.5`.
 
 /// Threads per block of `ca_item_scan` (one block per event; a power of two, ≤ 1024).
-pub const SCAN_BLOCK: u32 = 256;
+pub const SCAN_BLOCK: u32 = 1024;
 
 /// Entries per event of the bin-start table: 10 layers × 128 bins, plus the end.
 pub const BIN_STARTS_PER_EVENT: usize = quiver_reco::tracks::doublets::N_LAYERS * quiver_reco::tracks::doublets::PHI_BINS + 1;

@@ -20,7 +20,7 @@
 //! (the CPU's replay, which the `ca_cells` product does not carry).
 
 /// Threads per block (one block per event).
-pub const QX_BLOCK: u32 = 128;
+pub const QX_BLOCK: u32 = 512;
 
 /// Tuples of an event whose quality codes and |tip| the kernel keeps in shared memory
 /// (5 bytes each, within the 48 KiB of static shared memory per block).
@@ -57,7 +57,7 @@ pub const QUALITY: &str = r#"
 #define QX_BAD 0
 #define QX_DUP 1
 #define QX_LOOSE 2
-#define QX_BLOCK 128
+#define QX_BLOCK 512
 #define QX_SH 9216
 
 __device__ float qx_chi2_cut(const float* cuts, float pt) {
@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn the_source_and_the_host_agree_on_the_codes() {
         use quiver_reco::vertices::quality::{BAD, DUP, LOOSE};
-        for (name, v) in [("QX_BAD", BAD), ("QX_DUP", DUP), ("QX_LOOSE", LOOSE), ("QX_BLOCK", QX_BLOCK as u8)] {
+        for (name, v) in [("QX_BAD", BAD as u32), ("QX_DUP", DUP as u32), ("QX_LOOSE", LOOSE as u32), ("QX_BLOCK", QX_BLOCK)] {
             assert!(QUALITY.contains(&format!("#define {name} {v}\n")), "{name}");
         }
         assert!(QUALITY.contains(&format!("#define QX_SH {QX_SH}\n")));
