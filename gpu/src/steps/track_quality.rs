@@ -34,29 +34,54 @@ pub struct QualityBatch {
 
 /// The kernel's inputs from every event's checked inputs; `None` past 2³² entries.
 pub fn quality_batch(inputs: &[QualityInput]) -> Option<QualityBatch> {
-    let mut b = QualityBatch { tup_off: vec![0], thit_off: vec![0], cell_off: vec![0], ct_off: vec![0], hit_off: vec![0], ..QualityBatch::default() };
     let u = |n: usize| u32::try_from(n).ok();
+    let n_tup: usize = inputs.iter().map(|i| i.tuples.len()).sum();
+    let n_th: usize = inputs.iter().map(|i| i.tuples.offsets.last().copied().unwrap_or(0) as usize).sum();
+    let n_ct: usize = inputs.iter().map(|i| i.ca.cell_tracks.values.len()).sum();
+    let mut b = QualityBatch {
+        tup_off: Vec::with_capacity(inputs.len() + 1),
+        thit_off: Vec::with_capacity(n_tup + 1),
+        thits: Vec::with_capacity(n_th),
+        quality: Vec::with_capacity(n_tup),
+        state: Vec::with_capacity(5 * n_tup),
+        pt: Vec::with_capacity(n_tup),
+        chi2: Vec::with_capacity(n_tup),
+        cell_off: Vec::with_capacity(inputs.len() + 1),
+        ct_off: vec![0],
+        ct_vals: Vec::with_capacity(n_ct),
+        dead: Vec::new(),
+        hit_off: Vec::with_capacity(inputs.len() + 1),
+    };
+    b.tup_off.push(0);
+    b.thit_off.push(0);
+    b.cell_off.push(0);
+    b.hit_off.push(0);
     for i in inputs {
         let t = &i.tuples;
-        for it in 0..t.len() {
-            b.thits.extend_from_slice(t.hits_of(it));
-            b.thit_off.push(u(b.thits.len())?);
+        // The tuples' hits as they are, their offsets moved past the batch's earlier hits.
+        let offsets = t.offsets.get(..=t.len())?;
+        let (first, last) = (offsets[0], offsets[t.len()]);
+        let base = u(b.thits.len())?.checked_sub(first)?;
+        b.thits.extend_from_slice(t.hits.get(first as usize..last as usize)?);
+        for w in offsets.windows(2) {
+            if w[1] < w[0] {
+                return None;
+            }
+            b.thit_off.push(base.checked_add(w[1])?);
         }
         b.quality.extend(t.quality.iter().map(|&q| q as u8));
-        b.state.extend(i.tracks.state.iter().flatten());
+        b.state.extend_from_slice(i.tracks.state.as_flattened());
         b.pt.extend_from_slice(&i.tracks.pt);
         b.chi2.extend_from_slice(&i.tracks.chi2);
         b.tup_off.push(u(b.quality.len())?);
         // Only the cells that carry a tuple, in cell order: the others take part in nothing
         // (the order of those listed is all the cleaners need).
         let lists = &i.ca.cell_tracks;
-        let n_lists = lists.offsets.len().saturating_sub(1);
-        for c in 0..n_lists {
-            let (a, z) = (lists.offsets[c] as usize, lists.offsets[c + 1] as usize);
-            if a == z {
+        for (c, w) in lists.offsets.windows(2).enumerate() {
+            if w[0] == w[1] {
                 continue;
             }
-            b.ct_vals.extend_from_slice(&lists.values[a..z]);
+            b.ct_vals.extend_from_slice(&lists.values[w[0] as usize..w[1] as usize]);
             b.ct_off.push(u(b.ct_vals.len())?);
             // The cells (alive flags) are in the state with the late fishbone only.
             b.dead.push(i.ca.cells.get(c).is_some_and(|cell| cell.doublet_id < 0) as u8);

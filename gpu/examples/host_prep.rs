@@ -1,0 +1,155 @@
+//! The host side of the GPU `track_quality` and `track_fit` steps, timed on a CPU (no GPU
+//! needed): the CPU chain to the tracks, and beside it two steps that do only what the GPU
+//! steps do on the host before their kernels (the CPU step's checks, the cells' tuple lists,
+//! the kernels' tables). On a GPU machine the host side is what bounds the chain
+//! (docs/performance.md); this measures it where there is none.
+//!
+//!   cargo run --release -p quiver-gpu --example host_prep -- DATASET [EVENTS] [BATCH]
+//!
+//! Prints the run summary: compare `quality_prep` with `tracks` (the CPU `track_quality`)
+//! and `fit_prep` with `fit` (the CPU `track_fit`), in ms/event.
+
+use std::sync::Arc;
+
+use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
+use quiver_datasets::Dataset;
+use quiver_formats::conditions::CpeParams;
+use quiver_gpu::steps::{fit_batch, quality_batch};
+use quiver_reco::steps::types::{CA_CELLS, HITS, NTUPLETS, TRACK_FITS};
+use quiver_reco::steps::{fit_inputs, quality_inputs};
+use quiver_reco::tracks::CaConfig;
+
+struct QualityPrep {
+    keys: [ProductKey; 4],
+    cpe: Arc<CpeParams>,
+}
+
+impl Step for QualityPrep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let [h, n, c, f] = [0, 1, 2, 3].map(|i| batch.get(&self.keys[i]));
+        let (h, n, c, f) = (h?, n?, c?, f?);
+        let inputs = quality_inputs(&h, &n, &c, &f, &self.cpe, &CaConfig::default())?;
+        std::hint::black_box(quality_batch(&inputs));
+        Ok(())
+    }
+}
+
+struct FitPrep {
+    keys: [ProductKey; 2],
+    cpe: Arc<CpeParams>,
+}
+
+impl Step for FitPrep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (h, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
+        let inputs = fit_inputs(&h, &n, &self.cpe)?;
+        let starts: Vec<usize> = (0..inputs.len()).map(|e| h.event_rows(e).start).collect();
+        std::hint::black_box(fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default()));
+        Ok(())
+    }
+}
+
+const PLAN: &str = r#"
+[[step]]
+label = "raw"
+type = "read_raw"
+[[step]]
+label = "beamspot"
+type = "beamspot"
+[[step]]
+label = "digis"
+type = "raw_to_digis"
+[[step]]
+label = "calib"
+type = "calibrate"
+[[step]]
+label = "clusters"
+type = "clusterize"
+[[step]]
+label = "chargecut"
+type = "cluster_charge_cut"
+[[step]]
+label = "hits"
+type = "rechits"
+[[step]]
+label = "doublets"
+type = "ca_doublets"
+[[step]]
+label = "ntuplets"
+type = "ca_ntuplets"
+[[step]]
+label = "fit"
+type = "track_fit"
+[[step]]
+label = "fit_prep"
+type = "fit_host_prep"
+hits = "hits:hits"
+ntuplets = "ntuplets:ntuplets"
+[[step]]
+label = "quality_prep"
+type = "quality_host_prep"
+hits = "hits:hits"
+ntuplets = "ntuplets:ntuplets"
+cells = "ntuplets:ca_cells"
+fits = "fit:track_fits"
+[[step]]
+label = "tracks"
+type = "track_quality"
+"#;
+
+fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(dir) = args.first() else {
+        return Err("usage: host_prep DATASET [EVENTS] [BATCH]".into());
+    };
+    let events = args.get(1).map(|s| s.parse::<u64>()).transpose()?;
+    let batch_size = args.get(2).map(|s| s.parse::<usize>()).transpose()?.unwrap_or(16);
+    let ds = Dataset::open(std::path::Path::new(dir))?;
+    let c = ds.conditions().clone();
+    let mut store = Conditions::new();
+    store.insert(c.beam_spot);
+    store.insert(c.cabling);
+    store.insert(c.gains);
+    store.insert(c.cpe);
+    store.insert(quiver_formats::raw::RawData::new(ds));
+    let out = tempfile::tempdir()?;
+    let job = Arc::new(JobContext { input: Some(dir.into()), output: out.path().into(), conditions: store });
+
+    let mut r = Registry::with_builtin();
+    quiver_reco::steps::register(&mut r);
+    let cpu = vec![quiver_columnar::Backend::Cpu];
+    r.add(StepType {
+        name: "quality_host_prep",
+        doc: "the GPU track_quality's host preparation alone",
+        params: vec![],
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("hits", HITS, "rec hits"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+                InputSpec::one("cells", CA_CELLS, "cells"),
+                InputSpec::one("fits", TRACK_FITS, "fits"),
+            ],
+            outputs: vec![],
+        },
+        backends: cpu.clone(),
+        build: |cfg: &StepConfig| {
+            let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
+            Ok(Box::new(QualityPrep { keys, cpe: cfg.condition::<CpeParams>()? }))
+        },
+    });
+    r.add(StepType {
+        name: "fit_host_prep",
+        doc: "the GPU track_fit's host preparation alone",
+        params: vec![],
+        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        backends: cpu,
+        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()? })),
+    });
+    let spec = plan::PlanSpec::from_toml(PLAN, "host_prep")?;
+    let resolved = plan::validate(&spec, &r)?;
+    let steps = resolved.build(&r, job)?;
+    let opts = executor::RunOptions { threads: 1, batch_size, first_event: 0, events, progress: false };
+    let summary = executor::run(&resolved, &steps, &opts)?;
+    println!("{}", summary.render());
+    Ok(())
+}
