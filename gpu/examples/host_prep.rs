@@ -1,23 +1,56 @@
 //! The host side of the GPU `track_quality` and `track_fit` steps, timed on a CPU (no GPU
 //! needed): the CPU chain to the tracks, and beside it two steps that do only what the GPU
 //! steps do on the host before their kernels (the CPU step's checks, the cells' tuple lists,
-//! the kernels' tables). On a GPU machine the host side is what bounds the chain
-//! (docs/performance.md); this measures it where there is none.
+//! the kernels' tables), and a third that finishes `ca_ntuplets` from the CPU's tuples as
+//! the GPU step does from the device's (the cells' capped tuple lists, the early duplicate
+//! remover). On a GPU machine the host side is what bounds the chain (docs/performance.md);
+//! this measures it where there is none.
 //!
 //!   cargo run --release -p quiver-gpu --example host_prep -- DATASET [EVENTS] [BATCH]
 //!
-//! Prints the run summary: compare `quality_prep` with `tracks` (the CPU `track_quality`)
-//! and `fit_prep` with `fit` (the CPU `track_fit`), in ms/event.
+//! Prints the run summary: compare `quality_prep` with `tracks` (the CPU `track_quality`),
+//! `fit_prep` with `fit` (the CPU `track_fit`) and `ntuplets_prep` with `ntuplets`, in
+//! ms/event.
 
 use std::sync::Arc;
 
 use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
 use quiver_datasets::Dataset;
 use quiver_formats::conditions::CpeParams;
-use quiver_gpu::steps::{fit_batch, quality_batch};
-use quiver_reco::steps::types::{CA_CELLS, HITS, NTUPLETS, TRACK_FITS};
+use quiver_gpu::steps::{fit_batch, ntuplet_event, quality_batch};
+use quiver_reco::steps::types::{CA_CELLS, DOUBLETS, HITS, NTUPLETS, TRACK_FITS};
 use quiver_reco::steps::{fit_inputs, quality_inputs};
 use quiver_reco::tracks::CaConfig;
+
+/// A list column's offsets and values.
+fn list<'a>(p: &'a quiver_columnar::Product, name: &str) -> Result<(&'a [i32], &'a [u32])> {
+    use arrow_array::Array;
+    let l = p.batch().column_by_name(name).and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>());
+    let l = l.ok_or_else(|| quiver_columnar::Error::data(format!("no list column '{name}'")))?;
+    let v = l.values().as_any().downcast_ref::<arrow_array::UInt32Array>().ok_or_else(|| quiver_columnar::Error::data(format!("'{name}' does not hold u32")))?;
+    Ok((l.value_offsets(), v.values()))
+}
+
+struct NtupletsPrep {
+    keys: [ProductKey; 2],
+}
+
+impl Step for NtupletsPrep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let (d, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
+        let ((ho, hv), (co, cv)) = (list(&n, "hits")?, list(&n, "cells")?);
+        let cfg = CaConfig::default();
+        for e in 0..n.n_events() {
+            let r = n.event_rows(e);
+            let lengths: Vec<u32> = ho[r.start..=r.end].windows(2).map(|w| (w[1] - w[0]) as u32).collect();
+            let hits = &hv[ho[r.start] as usize..ho[r.end] as usize];
+            let cells = &cv[co[r.start] as usize..co[r.end] as usize];
+            let out = ntuplet_event(&cfg.ntuplets, d.event_rows(e).len(), r.len() as u32, &lengths, hits, cells, 0).map_err(quiver_columnar::Error::data)?;
+            std::hint::black_box(out);
+        }
+        Ok(())
+    }
+}
 
 struct QualityPrep {
     keys: [ProductKey; 4],
@@ -77,6 +110,11 @@ type = "ca_doublets"
 [[step]]
 label = "ntuplets"
 type = "ca_ntuplets"
+[[step]]
+label = "ntuplets_prep"
+type = "ntuplets_host_prep"
+doublets = "doublets:doublets"
+ntuplets = "ntuplets:ntuplets"
 [[step]]
 label = "fit"
 type = "track_fit"
@@ -144,6 +182,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
         backends: cpu,
         build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()? })),
+    });
+    r.add(StepType {
+        name: "ntuplets_host_prep",
+        doc: "the GPU ca_ntuplets' host finish alone",
+        params: vec![],
+        signature: Signature { inputs: vec![InputSpec::one("doublets", DOUBLETS, "cells"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?] })),
     });
     let spec = plan::PlanSpec::from_toml(PLAN, "host_prep")?;
     let resolved = plan::validate(&spec, &r)?;
