@@ -12,7 +12,8 @@
 #   5. reruns that comparison with one event per batch on one thread and with 64-event
 #      batches on every core: every comparison line must be the same (determinism);
 #   6. runs the default chain on CPU only and with every GPU step type, prints the
-#      transfer share, the residency table and the device memory, then scans the GPU chain's
+#      transfer share, each kernel's device time, the residency table and the device
+#      memory, then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
 #      all cores, then both chains without the validation histograms (the reconstruction
 #      alone, raw data to tracks and vertices: the issue's target), and writes a CSV under
@@ -121,8 +122,10 @@ done
 NCPU="$(nproc)"
 SCAN="${GPU_CHECK_THREADS:-1,2,4,8,16}"
 for kind in cpu gpu; do
-    say "one run of the $kind plan (summary: transfers, residency, device memory)"
-    "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
+    say "one run of the $kind plan (summary: transfers, kernel times, residency, device memory)"
+    # The GPU run times every kernel (two CUDA events per launch; the scan below does not).
+    timing=0; [ "$kind" = gpu ] && timing=1
+    QUIVER_GPU_KERNEL_TIMES="$timing" "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
         | tee "$WORK/$kind.txt"
 done
 say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
@@ -150,7 +153,7 @@ reco_cpu="$(awk -F, '$1 == "cpu-reco" {print $5}' "$CSV" | tail -1)"
 echo "reconstruction alone (no histograms): GPU chain $reco_gpu events/s; CPU chain $reco_cpu events/s; ratio $(awk -v a="$reco_gpu" -v b="$reco_cpu" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
 echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 echo "GPU steps (transfers and kernel time, per step):"
-grep -B1 -A4 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
+grep -B1 -A5 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
 echo "residency (per product: where made, bus crossings, device peak):"
 sed -n '/^product (residency)/,/^$/p' "$WORK/gpu.txt" || true
 if command -v nvidia-smi >/dev/null; then
