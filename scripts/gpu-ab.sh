@@ -23,9 +23,7 @@ EVENTS=()
 [ -n "${GPU_AB_EVENTS:-}" ] && EVENTS=(--events "$GPU_AB_EVENTS")
 # The GPU plan as scripts/gpu-check.sh builds it, from B's catalogue (A must know the same
 # step types; a plan error says so).
-GPU_TYPES="$("$B" steps | awk '/^[a-z_]+ +\[cpu, gpu\]/{print $1}' | paste -sd'|')"
-awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "write_parquet"/' plans/pixel.toml \
-    | awk -v re="^type = \"($GPU_TYPES)\"$" '{print} $0 ~ re {print "backend = \"gpu\""}' > "$WORK/gpu.toml"
+scripts/gpu-plans.sh "$B" "$WORK" > /dev/null
 for round in $(seq "$ROUNDS"); do
     for side in A B; do
         bin="$A"; [ "$side" = B ] && bin="$B"

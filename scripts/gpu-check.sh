@@ -110,15 +110,7 @@ echo "the same $(wc -l < "$WORK/det-1.lines") comparison lines at both settings"
 
 # Throughput: the default chain without its output step, CPU only, then with every step
 # type that has a GPU implementation (from the catalogue) set to `backend = "gpu"`.
-GPU_TYPES="$("$BIN" steps | awk '/^[a-z_]+ +\[cpu, gpu\]/{print $1}' | paste -sd'|')"
-echo "GPU step types: ${GPU_TYPES//|/, }"
-awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "write_parquet"/' plans/pixel.toml > "$WORK/cpu.toml"
-awk -v re="^type = \"($GPU_TYPES)\"$" '{print} $0 ~ re {print "backend = \"gpu\""}' "$WORK/cpu.toml" > "$WORK/gpu.toml"
-# The reconstruction alone (the issue's target: raw data to tracks and vertices, which the
-# GPU steps download): the same plans without the validation histograms.
-for kind in cpu gpu; do
-    awk 'BEGIN{RS=""; ORS="\n\n"} !/type = "histograms"/' "$WORK/$kind.toml" > "$WORK/$kind-reco.toml"
-done
+scripts/gpu-plans.sh "$BIN" "$WORK"
 NCPU="$(nproc)"
 SCAN="${GPU_CHECK_THREADS:-1,2,4,8,16}"
 for kind in cpu gpu; do

@@ -8,7 +8,8 @@
 //!
 //!   cargo run --release -p quiver-gpu --example host_prep -- DATASET [EVENTS] [BATCH]
 //!
-//! Prints the run summary: compare `quality_prep` with `tracks` (the CPU `track_quality`),
+//! Prints the run summary of `plans/examples/chain.toml` with those steps added: compare
+//! `quality_prep` with `tracks` (the CPU `track_quality`),
 //! `fit_prep` with `fit` (the CPU `track_fit`) and `ntuplets_prep` with `ntuplets`, in
 //! ms/event.
 
@@ -82,42 +83,14 @@ impl Step for FitPrep {
     }
 }
 
-const PLAN: &str = r#"
-[[step]]
-label = "raw"
-type = "read_raw"
-[[step]]
-label = "beamspot"
-type = "beamspot"
-[[step]]
-label = "digis"
-type = "raw_to_digis"
-[[step]]
-label = "calib"
-type = "calibrate"
-[[step]]
-label = "clusters"
-type = "clusterize"
-[[step]]
-label = "chargecut"
-type = "cluster_charge_cut"
-[[step]]
-label = "hits"
-type = "rechits"
-[[step]]
-label = "doublets"
-type = "ca_doublets"
-[[step]]
-label = "ntuplets"
-type = "ca_ntuplets"
+/// `plans/examples/chain.toml` (the CPU chain to the vertices) with the three host-side
+/// steps after it: the executor keeps their inputs until they have run.
+const PREP_STEPS: &str = r#"
 [[step]]
 label = "ntuplets_prep"
 type = "ntuplets_host_prep"
 doublets = "doublets:doublets"
 ntuplets = "ntuplets:ntuplets"
-[[step]]
-label = "fit"
-type = "track_fit"
 [[step]]
 label = "fit_prep"
 type = "fit_host_prep"
@@ -130,9 +103,6 @@ hits = "hits:hits"
 ntuplets = "ntuplets:ntuplets"
 cells = "ntuplets:ca_cells"
 fits = "fit:track_fits"
-[[step]]
-label = "tracks"
-type = "track_quality"
 "#;
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
@@ -191,7 +161,8 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         backends: vec![quiver_columnar::Backend::Cpu],
         build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?] })),
     });
-    let spec = plan::PlanSpec::from_toml(PLAN, "host_prep")?;
+    let plan_text = format!("{}{PREP_STEPS}", include_str!("../../plans/examples/chain.toml"));
+    let spec = plan::PlanSpec::from_toml(&plan_text, "host_prep")?;
     let resolved = plan::validate(&spec, &r)?;
     let steps = resolved.build(&r, job)?;
     let opts = executor::RunOptions { threads: 1, batch_size, first_event: 0, events, progress: false };
