@@ -83,6 +83,7 @@ extern "C" __global__ void qx_quality(
     u32 sh_cap, u32 max_rounds, u32* rounds_all, u8* q_all)
 {
     __shared__ u32 sh_first_empty;
+    __shared__ u32 sh_n_listed;
     __shared__ u32 sh_flag;
     __shared__ u32 sh_part[QX_BLOCK];
     __shared__ u8 sh_q[QX_SH];
@@ -143,10 +144,10 @@ extern "C" __global__ void qx_quality(
     if (tid == 0) {
         u32 acc = 0;
         for (u32 i = 0; i < nth; ++i) { u32 v = sh_part[i]; sh_part[i] = acc; acc += v; }
-        sh_first_empty = acc; // reused: the number of listed cells
+        sh_n_listed = acc;
     }
     __syncthreads();
-    u32 n_listed = sh_first_empty;
+    u32 n_listed = sh_n_listed;
     for (u32 c = ca, w = sh_part[tid]; c < cb; ++c) {
         if (ct_off[c0 + c + 1] - ct_off[c0 + c] >= 2) cl[w++] = c;
     }

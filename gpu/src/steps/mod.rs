@@ -188,7 +188,6 @@ impl Run {
     /// there on return.
     pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
         let mut v = quiver_columnar::pool::global().vec::<T>(n);
-        v.resize(n, T::default());
         let bytes = n * std::mem::size_of::<T>();
         if bytes > 0 {
             let staging = self.staging.as_mut().expect("present until the run ends");
@@ -202,8 +201,17 @@ impl Run {
                     .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
             }
             self.stream.synchronize().map_err(derr)?;
-            // SAFETY: as in `up`: the bytes of a plain device type are its value.
-            unsafe { std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes) }.copy_from_slice(region);
+            // SAFETY: as in `up`: the bytes of a plain device type are its value. Regions
+            // start 256 bytes apart from a page-aligned chunk, so `T` is aligned there (one
+            // copy straight into the pooled vector, no zero fill first).
+            let (pre, values, post) = unsafe { region.align_to::<T>() };
+            if pre.is_empty() && post.is_empty() {
+                v.extend_from_slice(values);
+            } else {
+                v.resize(n, T::default());
+                // SAFETY: as above.
+                unsafe { std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes) }.copy_from_slice(region);
+            }
             staging.reset(&self.gpu.staging);
         }
         self.t.d2h_bytes += bytes as u64;
