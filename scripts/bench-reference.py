@@ -18,7 +18,10 @@ The script
    event-loop timer), the reference with the glibc allocator settings the `quiver` command
    uses, and `quiver bench plans/examples/chain.toml --threads T --repeat 2` (the second
    of two runs), `--repeat` times each per thread count, and prints events/s (median, min,
-   max) and the ratios of the medians.
+   max) and the ratios of the medians;
+4. in the same rounds, each program as a user runs it: the whole process's wall time and
+   peak resident set (`wait4`'s rusage), the reference's plain run above against
+   `quiver run plans/examples/chain.toml --threads T` (no outputs, no progress bar).
 
 Only the standard library is needed. `--quiver` defaults to the release binary of
 `$CARGO_TARGET_DIR` (or `target/`).
@@ -35,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +56,19 @@ def default_dataset() -> Path:
     return Path(base) / "default" if base else Path.home() / ".cache" / "quiver" / "datasets" / "default"
 
 
+def process(cmd: list, env: dict, cwd: Path) -> tuple[str, float, float]:
+    """Runs cmd to its end: (stdout + stderr, wall seconds, peak RSS in MB from wait4)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    out = p.stdout.read().decode(errors="replace")
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{out[-2000:]}")
+    return out, wall, usage.ru_maxrss / 1000.0  # ru_maxrss is in KiB on Linux
+
+
 def run(cmd: list, check: bool = True, **kw) -> str:
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     if check and p.returncode != 0:
@@ -59,13 +76,21 @@ def run(cmd: list, check: bool = True, **kw) -> str:
     return p.stdout + p.stderr
 
 
-def reference_rate(serial: Path, data: Path, threads: int, events: int, env: dict) -> float:
-    out = run([serial, "--data", data, "--numberOfThreads", threads, "--numberOfStreams", threads, "--maxEvents", events],
-              env=env, cwd=data.parent)
+def reference_rate(serial: Path, data: Path, threads: int, events: int, env: dict) -> tuple[float, float, float]:
+    """The reference's event-loop rate (its own timer), and its process's wall seconds and peak RSS (MB)."""
+    out, wall, rss = process([serial, "--data", data, "--numberOfThreads", threads, "--numberOfStreams", threads,
+                              "--maxEvents", events], env, data.parent)
     m = re.search(r"throughput ([0-9.eE+-]+) events/s", out)
     if not m:
         sys.exit(f"no throughput line in the reference's output:\n{out[-2000:]}")
-    return float(m.group(1))
+    return float(m.group(1)), wall, rss
+
+
+def quiver_process(quiver: Path, dataset: Path, threads: int, events: int, out_dir: Path) -> tuple[float, float]:
+    """`quiver run plans/examples/chain.toml` as a user runs it: wall seconds and peak RSS (MB)."""
+    _, wall, rss = process([quiver, "run", ROOT / "plans/examples/chain.toml", "--input", dataset, "--threads", threads,
+                            "--events", events, "--output", out_dir, "--no-progress"], dict(os.environ), ROOT)
+    return wall, rss
 
 
 def quiver_rate(quiver: Path, dataset: Path, threads: int, events: int) -> float:
@@ -129,22 +154,43 @@ def main() -> None:
         rows = []
         for t in [int(x) for x in a.threads.split(",")]:
             rates: dict[str, list[float]] = {"reference": [], "reference, tuned malloc": [], "quiver": []}
+            # The whole process as a user runs it: the reference's plain run, and `quiver run`.
+            walls: dict[str, list[float]] = {"reference": [], "quiver": []}
+            rss: dict[str, list[float]] = {"reference": [], "quiver": []}
             for i in range(a.repeat):
-                rates["reference"].append(reference_rate(serial, data, t, a.events, plain))
-                rates["reference, tuned malloc"].append(reference_rate(serial, data, t, a.events, tuned))
+                rate, wall, peak = reference_rate(serial, data, t, a.events, plain)
+                rates["reference"].append(rate)
+                walls["reference"].append(wall)
+                rss["reference"].append(peak)
+                rates["reference, tuned malloc"].append(reference_rate(serial, data, t, a.events, tuned)[0])
                 rates["quiver"].append(quiver_rate(quiver, a.input, t, a.events))
-                print(f"threads {t} run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items()), flush=True)
+                wall, peak = quiver_process(quiver, a.input, t, a.events, work / "run")
+                walls["quiver"].append(wall)
+                rss["quiver"].append(peak)
+                print(f"threads {t} run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items())
+                      + "; process " + ", ".join(f"{k} {walls[k][-1]:.2f} s {rss[k][-1]:.0f} MB" for k in walls),
+                      flush=True)
             q = statistics.median(rates["quiver"])
+            qw = statistics.median(walls["quiver"])
             for k, v in rates.items():
                 med = statistics.median(v)
                 rows.append({"threads": t, "program": k, "median_events_per_s": round(med, 2), "min": round(min(v), 2),
                              "max": round(max(v), 2), "wall_ms_per_event": round(1000 / med, 2) if med else None,
-                             "quiver_over_this": round(q / med, 2), "runs": " ".join(f"{x:.2f}" for x in v)})
+                             "quiver_over_this": round(q / med, 2), "runs": " ".join(f"{x:.2f}" for x in v),
+                             "process_wall_s": round(statistics.median(walls[k]), 3) if k in walls else None,
+                             "process_quiver_over_this": round(statistics.median(walls[k]) / qw, 2) if k in walls else None,
+                             "peak_rss_mb": round(statistics.median(rss[k]), 1) if k in rss else None,
+                             "peak_rss_mb_max": round(max(rss[k]), 1) if k in rss else None})
 
     print(f"\n{'threads':>7}  {'program':<24} {'events/s median [min-max]':>27}  {'quiver / this':>13}")
     for r in rows:
         print(f"{r['threads']:>7}  {r['program']:<24} {r['median_events_per_s']:>10.2f} [{r['min']:.2f}-{r['max']:.2f}]"
               f"  {r['quiver_over_this']:>13.2f}")
+    print(f"\n{'threads':>7}  {'program (whole process)':<24} {'wall s':>8} {'this / quiver':>13} {'peak RSS MB (max)':>18}")
+    for r in rows:
+        if r["process_wall_s"] is not None:
+            print(f"{r['threads']:>7}  {r['program']:<24} {r['process_wall_s']:>8.3f} {r['process_quiver_over_this']:>13.2f}"
+                  f" {r['peak_rss_mb']:>10.1f} ({r['peak_rss_mb_max']:.1f})")
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

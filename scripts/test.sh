@@ -5,12 +5,16 @@
 # virtual environment .venv and installs everything the tests need into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# One target directory for everything the README's commands build (`cargo run --release`
-# uses ./target too): the release build of the extension shares what it can with the main
-# job's. CI sets its own, outside the clone.
+# One target directory and one profile for everything the README's commands build: the
+# main job (`cargo run --release`), these tests and the Python extension share one compiled
+# dependency graph (workspace-hack/Cargo.toml; scripts/check-features.py guards it), so a
+# fresh machine compiles arrow, parquet and Quiver once, not three times
+# (docs/decisions.md, "One build for the README's two commands"). CI sets its own target
+# directory, outside the clone.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
-# A fresh machine builds everything once: incremental compilation's caches (610 MB of the
-# debug build) would only be kept, never used. Set CARGO_INCREMENTAL=1 when iterating.
+# A fresh machine builds everything once: incremental compilation's caches would only be
+# kept, never used (the release profile has it off already; this keeps it off for a
+# CARGO_PROFILE_* override too). Set CARGO_INCREMENTAL=1 when iterating.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 if [ ! -x .venv/bin/python ]; then
@@ -22,13 +26,15 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc==13.0.88"
 export QUIVER_REQUIRE_NVRTC=1
 
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+# quiver-py, the extension module, is built by maturin below and tested from Python.
+cargo test --release --workspace --exclude quiver-py --all-targets
+cargo test --release --workspace --exclude quiver-py --doc
 
-# The Python package (py/, its own cargo workspace) into the virtual environment.
+# The Python package (py/) into the virtual environment.
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet -m py/Cargo.toml --release
+python3 scripts/check-features.py
 
-QUIVER_BIN="$CARGO_TARGET_DIR/debug/quiver" .venv/bin/python -m pytest -q tests/python
+QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver" .venv/bin/python -m pytest -q tests/python
 
 # The wheel installs and runs in a clean environment with no Rust toolchain.
 ./scripts/check-wheel.sh .venv/bin/python

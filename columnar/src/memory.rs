@@ -109,7 +109,8 @@ mod tests {
         }
         let before = before.unwrap();
         assert!(before.rss > 0 && before.peak_rss >= before.rss, "{before:?}");
-        let v = vec![1u8; 8 << 20];
+        // black_box: an optimised build would otherwise drop the unused allocation.
+        let v = std::hint::black_box(vec![1u8; 8 << 20]);
         let after = MemoryReport::now(&PoolStats::default()).unwrap();
         if let (Some(a), Some(b)) = (after.heap_in_use, before.heap_in_use) {
             assert!(a >= b + (8 << 20), "heap in use {b} -> {a} with 8 MiB more");
