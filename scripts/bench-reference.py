@@ -34,6 +34,7 @@ import csv
 import filecmp
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -130,7 +131,12 @@ def main() -> None:
             plan = work / "counts.toml"
             plan.write_text((ROOT / "plans/examples/chain.toml").read_text()
                             + '\n[[step]]\nlabel = "counts"\ntype = "event_counts"\nreference_files = true\n')
-            run([quiver, "run", plan, "--input", a.input, "--events", a.events, "--output", data, "--no-progress"])
+            # A run writes only into a directory of its own; the count files then join the export.
+            counts = work / "counts"
+            run([quiver, "run", plan, "--input", a.input, "--events", a.events, "--output", counts, "--no-progress"])
+            for f in counts.iterdir():
+                if f.is_file() and f.name != "quiver-run.toml":
+                    shutil.copy(f, data / f.name)
             out = run([serial, "--data", data, "--numberOfThreads", 1, "--numberOfStreams", 1, "--maxEvents", a.events,
                        "--validation"], check=False, cwd=work)  # a failed validation exits non-zero
             verdict = [l for l in out.splitlines() if l.startswith("CountValidator")]

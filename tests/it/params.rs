@@ -68,7 +68,7 @@ fn every_numeric_parameter_has_a_range_and_rejects_nonsense() {
 }
 
 fn plan_check(edit: &str, value: &str) -> String {
-    let plan = include_str!("../plans/pixel.toml");
+    let plan = include_str!("../../plans/pixel.toml");
     let (section, key) = edit.split_once('.').unwrap();
     // Insert `key = value` after the step's `type = "section"` line.
     let anchor = format!("type = \"{section}\"\n");

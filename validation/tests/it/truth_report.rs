@@ -1,7 +1,7 @@
 //! Runs the truth report on an existing run and dataset, for measurements by hand, and
 //! prints its tables:
 //! `QUIVER_RUN=run QUIVER_TRUTH=dataset QUIVER_REPORT=out cargo test -p quiver-validation
-//! --test truth_report -- --ignored --nocapture`.
+//! --test it truth_report -- --ignored --nocapture`.
 
 use std::path::PathBuf;
 

@@ -14,7 +14,7 @@
 // justification for all of them instead of one per call.
 #![allow(clippy::undocumented_unsafe_blocks)]
 
-mod emu_threads;
+use crate::emu_threads;
 
 use std::sync::OnceLock;
 

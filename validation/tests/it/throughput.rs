@@ -1,5 +1,5 @@
 //! Fill throughput of the histogram kernel on large columns (run with
-//! `cargo test --release -p quiver-validation --test throughput -- --ignored --nocapture`).
+//! `cargo test --release -p quiver-validation --test it throughput -- --ignored --nocapture`).
 
 use std::time::Instant;
 

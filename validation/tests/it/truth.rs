@@ -224,7 +224,7 @@ fn truth_tip_follows_the_reference_sign_and_the_beam_spot() {
     assert!(tip.abs() < 1e-9);
 }
 
-const PLAN: &str = include_str!("../../plans/pixel.toml");
+const PLAN: &str = include_str!("../../../plans/pixel.toml");
 
 #[test]
 fn report_on_a_generated_run() {

@@ -17,7 +17,7 @@
 //! (`kernels_vertices::VERTICES`) gives the CPU's vertices bit for bit, on the chain's tracks
 //! and on synthetic events made to split. Skips when no C++ compiler is found.
 
-mod emu_threads;
+use crate::emu_threads;
 
 use std::sync::OnceLock;
 

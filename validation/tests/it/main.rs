@@ -1,0 +1,9 @@
+//! The integration tests of this crate, in one binary: each module was a test target of its own.
+//! One binary links the crate and its dependencies once instead of once per file (link time and
+//! disk on a fresh machine: docs/decisions.md, "One build for the README's two commands").
+
+mod pixel_chain;
+mod steps;
+mod throughput;
+mod truth;
+mod truth_report;
