@@ -24,9 +24,10 @@ cargo run --release -- run > "$work/main-job.log" 2>&1
 t1=$(date +%s)
 ./scripts/test.sh > "$work/tests.log" 2>&1
 t2=$(date +%s)
-du_of() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s}'; }
+du_of() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 echo "main job (cargo run --release -- run): $((t1 - t0)) s"
 echo "tests (./scripts/test.sh):             $((t2 - t1)) s"
 echo "both:                                  $((t2 - t0)) s"
 echo "disk: target $(du_of target) MiB, .venv $(du_of .venv) MiB, cargo home $(du_of "$CARGO_HOME") MiB," \
-     "pip cache $(du_of "$PIP_CACHE_DIR") MiB, dataset $(du_of "$QUIVER_DATA") MiB; all $(du_of "$work") MiB"
+     "pip cache $(du_of "$PIP_CACHE_DIR") MiB, dataset $(du_of "$QUIVER_DATA") MiB," \
+     "the main job's quiver-out $(du_of quiver-out) MiB; all $(du_of "$work") MiB"
