@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 wheel=("$tmp"/dist/quiver-*.whl)
 [ -f "${wheel[0]}" ] || { echo "check-wheel: maturin made no wheel" >&2; exit 1; }
 "$py" -m venv "$tmp/venv"
-"$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${wheel[0]}"
+"$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "${wheel[0]}"
 # No cargo or rustc on PATH, no cargo home, another working directory: only what the wheel
 # installed can answer.
 env -i HOME="$tmp" PATH="$tmp/venv/bin:/usr/local/bin:/usr/bin:/bin" LANG=C.UTF-8 QUIVER_DATA="$tmp/data" \

@@ -20,10 +20,12 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+# --no-compile: Python caches the bytecode of what the tests import when they import it,
+# instead of pip compiling every module of every package up front (115 MB, and time).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -r tests/python/requirements.txt
 # NVRTC (no GPU needed): the GPU crate's tests compile every CUDA kernel to PTX with it, and
 # must fail rather than skip when it is missing.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc==13.0.88"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile "nvidia-cuda-nvrtc==13.0.88"
 export QUIVER_REQUIRE_NVRTC=1
 
 # quiver-py, the extension module, is built by maturin below and tested from Python.
