@@ -1,3 +1,4 @@
-// Empty: cargo resolves a package's build-dependencies (and so their features) only when the
-// package has a build script. See Cargo.toml for why this crate exists.
+// Empty. This crate's build-dependencies (Cargo.toml) exist only to unify syn's features on
+// the host; build-dependencies belong to a build script, so the crate has one, as the
+// workspace-hack crates cargo-hakari generates do.
 fn main() {}
