@@ -68,7 +68,7 @@ harness_check() {
         fail "$name" "Eigen not found in $EIGEN (set EIGEN_INCLUDE)"
     elif ! compile "$@" -o "$BUILD/$name"; then
         fail "$name" "$1 did not compile against $REF"
-    elif env "$var=$BUILD/$name" cargo test -p quiver-reco --lib "$test" -- --ignored --nocapture; then
+    elif env "$var=$BUILD/$name" cargo test --release -p quiver-reco --lib "$test" -- --ignored --nocapture; then
         pass "$name"
     else
         fail "$name" "$test failed"
