@@ -64,9 +64,9 @@ def process(cmd: list, env: dict, cwd: Path) -> tuple[str, float, float]:
     out = p.stdout.read().decode(errors="replace")
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}): {' '.join(map(str, cmd))}\n{out[-2000:]}")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"failed ({code}): {' '.join(map(str, cmd))}\n{out[-2000:]}")
     return out, wall, usage.ru_maxrss / 1000.0  # ru_maxrss is in KiB on Linux
 
 

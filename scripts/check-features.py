@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def graph(edges: str, select: list[str]) -> dict[str, tuple[str, str]]:
+def graph(edges: str, select: list[str]) -> dict[str, str]:
     """name version -> features of every crate `cargo tree` lists for the host, for one selection."""
     cmd = ["cargo", "tree", "--offline", "--locked", "--manifest-path", str(ROOT / "Cargo.toml"), "-e", edges,
            "--prefix", "none", "-f", "{p}|{f}"] + select
