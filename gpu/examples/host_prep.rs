@@ -1,26 +1,26 @@
-//! The host side of the GPU `track_quality` and `track_fit` steps, timed on a CPU (no GPU
-//! needed): the CPU chain to the tracks, and beside it two steps that do only what the GPU
-//! steps do on the host before their kernels (the CPU step's checks, the cells' tuple lists,
-//! the kernels' tables), and a third that finishes `ca_ntuplets` from the CPU's tuples as
-//! the GPU step does from the device's (the cells' capped tuple lists, the early duplicate
-//! remover). On a GPU machine the host side is what bounds the chain (docs/performance.md);
-//! this measures it where there is none.
+//! The host side of the GPU `ca_ntuplets`, `track_fit` and `track_quality` steps, timed on a
+//! CPU (no GPU needed): the CPU chain to the tracks, and beside it steps that do only what
+//! the GPU steps do on the host — `ca_ntuplets`' finish from the tuples (with the device's
+//! tuple lists and qualities: `ntuplets_prep`; with the host replay of the lists it falls
+//! back to where `max_active_doublets` binds: `ntuplets_replay`), `track_fit`'s checks and
+//! job tables (`fit_prep`), `track_quality`'s checks and tables (`quality_prep`; the
+//! per-event inputs with the replay it used to build: `quality_replay`). On a GPU machine
+//! the host side is what bounds the chain (docs/performance.md); this measures it where
+//! there is none.
 //!
 //!   cargo run --release -p quiver-gpu --example host_prep -- DATASET [EVENTS] [BATCH]
 //!
 //! Prints the run summary of `plans/examples/chain.toml` with those steps added: compare
-//! `quality_prep` with `tracks` (the CPU `track_quality`),
-//! `fit_prep` with `fit` (the CPU `track_fit`) and `ntuplets_prep` with `ntuplets`, in
-//! ms/event.
+//! them with `ntuplets`, `fit` and `tracks` (the CPU steps), in ms/event.
 
 use std::sync::Arc;
 
 use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
 use quiver_datasets::Dataset;
 use quiver_formats::conditions::CpeParams;
-use quiver_gpu::steps::{fit_batch, ntuplet_event, quality_batch};
+use quiver_gpu::steps::{fit_batch, ntuplet_event, ntuplet_event_listed, quality_tables};
 use quiver_reco::steps::types::{CA_CELLS, DOUBLETS, HITS, NTUPLETS, TRACK_FITS};
-use quiver_reco::steps::{fit_inputs, quality_inputs};
+use quiver_reco::steps::{fit_inputs, quality_columns, quality_inputs};
 use quiver_reco::tracks::CaConfig;
 
 /// A list column's offsets and values.
@@ -34,6 +34,9 @@ fn list<'a>(p: &'a quiver_columnar::Product, name: &str) -> Result<(&'a [i32], &
 
 struct NtupletsPrep {
     keys: [ProductKey; 2],
+    /// The host replay of the cells' tuple lists (the GPU step's path where
+    /// `max_active_doublets` binds), else the assembly after the device built them.
+    replay: bool,
 }
 
 impl Step for NtupletsPrep {
@@ -41,12 +44,18 @@ impl Step for NtupletsPrep {
         let (d, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
         let ((ho, hv), (co, cv)) = (list(&n, "hits")?, list(&n, "cells")?);
         let cfg = CaConfig::default();
+        let quality = quiver_columnar::columns::values::<arrow_array::types::UInt8Type>(&n, "quality")?;
         for e in 0..n.n_events() {
             let r = n.event_rows(e);
             let lengths: Vec<u32> = ho[r.start..=r.end].windows(2).map(|w| (w[1] - w[0]) as u32).collect();
             let hits = &hv[ho[r.start] as usize..ho[r.end] as usize];
             let cells = &cv[co[r.start] as usize..co[r.end] as usize];
-            let out = ntuplet_event(&cfg.ntuplets, d.event_rows(e).len(), r.len() as u32, &lengths, hits, cells, 0).map_err(quiver_columnar::Error::data)?;
+            let out = if self.replay {
+                ntuplet_event(&cfg.ntuplets, d.event_rows(e).len(), r.len() as u32, &lengths, hits, cells, 0)
+            } else {
+                ntuplet_event_listed(&cfg.ntuplets, r.len() as u32, &lengths, hits, cells, &quality[r], 0, 0)
+            };
+            let out = out.map_err(quiver_columnar::Error::data)?;
             std::hint::black_box(out);
         }
         Ok(())
@@ -56,14 +65,42 @@ impl Step for NtupletsPrep {
 struct QualityPrep {
     keys: [ProductKey; 4],
     cpe: Arc<CpeParams>,
+    /// The CPU step's per-event inputs with the host replay of the cells' tuple lists (what
+    /// the GPU step prepared before the lists moved to the device), else the GPU step's
+    /// checks and tables.
+    replay: bool,
+}
+
+impl QualityPrep {
+    fn new(cfg: &StepConfig, replay: bool) -> Result<Self> {
+        let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
+        Ok(QualityPrep { keys, cpe: cfg.condition::<CpeParams>()?, replay })
+    }
+}
+
+/// The inputs of `track_quality`.
+fn quality_signature() -> Signature {
+    Signature {
+        inputs: vec![
+            InputSpec::one("hits", HITS, "rec hits"),
+            InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+            InputSpec::one("cells", CA_CELLS, "cells"),
+            InputSpec::one("fits", TRACK_FITS, "fits"),
+        ],
+        outputs: vec![],
+    }
 }
 
 impl Step for QualityPrep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let [h, n, c, f] = [0, 1, 2, 3].map(|i| batch.get(&self.keys[i]));
         let (h, n, c, f) = (h?, n?, c?, f?);
-        let inputs = quality_inputs(&h, &n, &c, &f, &self.cpe, &CaConfig::default())?;
-        std::hint::black_box(quality_batch(&inputs));
+        if self.replay {
+            std::hint::black_box(quality_inputs(&h, &n, &c, &f, &self.cpe, &CaConfig::default())?);
+        } else {
+            let v = quality_columns(&h, &n, &c, &f)?;
+            std::hint::black_box(quality_tables(&v, n.offsets(), h.offsets(), c.offsets(), false));
+        }
         Ok(())
     }
 }
@@ -92,6 +129,11 @@ type = "ntuplets_host_prep"
 doublets = "doublets:doublets"
 ntuplets = "ntuplets:ntuplets"
 [[step]]
+label = "ntuplets_replay"
+type = "ntuplets_host_replay"
+doublets = "doublets:doublets"
+ntuplets = "ntuplets:ntuplets"
+[[step]]
 label = "fit_prep"
 type = "fit_host_prep"
 hits = "hits:hits"
@@ -99,6 +141,13 @@ ntuplets = "ntuplets:ntuplets"
 [[step]]
 label = "quality_prep"
 type = "quality_host_prep"
+hits = "hits:hits"
+ntuplets = "ntuplets:ntuplets"
+cells = "ntuplets:ca_cells"
+fits = "fit:track_fits"
+[[step]]
+label = "quality_replay"
+type = "quality_host_replay"
 hits = "hits:hits"
 ntuplets = "ntuplets:ntuplets"
 cells = "ntuplets:ca_cells"
@@ -130,20 +179,17 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         name: "quality_host_prep",
         doc: "the GPU track_quality's host preparation alone",
         params: vec![],
-        signature: Signature {
-            inputs: vec![
-                InputSpec::one("hits", HITS, "rec hits"),
-                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
-                InputSpec::one("cells", CA_CELLS, "cells"),
-                InputSpec::one("fits", TRACK_FITS, "fits"),
-            ],
-            outputs: vec![],
-        },
+        signature: quality_signature(),
         backends: cpu.clone(),
-        build: |cfg: &StepConfig| {
-            let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
-            Ok(Box::new(QualityPrep { keys, cpe: cfg.condition::<CpeParams>()? }))
-        },
+        build: |cfg: &StepConfig| Ok(Box::new(QualityPrep::new(cfg, false)?)),
+    });
+    r.add(StepType {
+        name: "quality_host_replay",
+        doc: "the CPU track_quality's inputs with the host replay of the cells' tuple lists",
+        params: vec![],
+        signature: quality_signature(),
+        backends: cpu.clone(),
+        build: |cfg: &StepConfig| Ok(Box::new(QualityPrep::new(cfg, true)?)),
     });
     r.add(StepType {
         name: "fit_host_prep",
@@ -159,7 +205,15 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         params: vec![],
         signature: Signature { inputs: vec![InputSpec::one("doublets", DOUBLETS, "cells"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?] })),
+        build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?], replay: false })),
+    });
+    r.add(StepType {
+        name: "ntuplets_host_replay",
+        doc: "the GPU ca_ntuplets' host finish with the host replay of the lists",
+        params: vec![],
+        signature: Signature { inputs: vec![InputSpec::one("doublets", DOUBLETS, "cells"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?], replay: true })),
     });
     let plan_text = format!("{}{PREP_STEPS}", include_str!("../../plans/examples/chain.toml"));
     let spec = plan::PlanSpec::from_toml(&plan_text, "host_prep")?;

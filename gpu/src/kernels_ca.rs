@@ -407,9 +407,15 @@ pub const CA_DOUBLETS_KERNELS: &[&str] =
 /// **Search.** One thread per starting cell runs the depth-first search iteratively (an
 /// explicit stack of `NT_MAX_DEPTH` cells). A count pass gives each cell's tuples and hits,
 /// a per-event prefix sum their places, and the write pass puts every tuple where the CPU's
-/// cell-by-cell search would have put it: the tuple order needs no sort. The tuple lists of
-/// the cells (capped lists filled in tuple order) and the early duplicate remover run on
-/// the host with the CPU's own functions.
+/// cell-by-cell search would have put it: the tuple order needs no sort.
+///
+/// **Tuples per cell.** The cells' tuple lists (the CPU's capped lists, filled in tuple
+/// order) are built like the index above: atomic counts, a scan, an atomic fill, each list
+/// sorted by tuple index — the CPU's order, since a tuple pushes into its cells in tuple
+/// order. The early duplicate remover then runs one thread per cell (it only writes "dup"
+/// and reads the hit counts, which no write changes). `max_active_doublets` opens lists in
+/// push order here too: where it binds, the host replays the lists with the CPU's function.
+/// `track_quality` builds the same lists from the `ntuplets` product with these kernels.
 pub const CA_NTUPLETS: &str = concat!(block_scan_source!(), r#"
 #define CN_LAST_BPIX1_DET 96
 #define CN_LAST_BARREL_DET 1184
@@ -630,7 +636,8 @@ extern "C" __global__ void nt_fishbone(
 // write == 0: n_tuples[c], n_hits[c] = the tuples it finds and their hits. write == 1:
 // writes them at their places in the CPU's tuple order: event-local tuple tuple_first[c]
 // on, hit hit_first[c] on (a tuple of n hits has n - 1 cells, so its cells start at the
-// hit position minus the tuple index); tuples from max_tuples on are not stored.
+// hit position minus the tuple index; tuple_cstart/tuple_cend: the batch-global range of a
+// stored tuple's cells); tuples from max_tuples on are not stored.
 // A path longer than NT_MAX_DEPTH cells sets *error (the CPU's PathTooLong).
 extern "C" __global__ void nt_search(
     u32 write, u32 n_cells, const u32* cell_off, u32 n_events,
@@ -638,7 +645,7 @@ extern "C" __global__ void nt_search(
     const u32* ncount, const u32* first, const u32* push_off, const u32* nbr, u32 per_list,
     u32 min_hits, u32 max_tuples,
     u32* n_tuples, u32* n_hits, const u32* tuple_first, const u32* hit_first, const u32* tuple_off, const u32* hit_off_out,
-    u32* tuple_len, u32* out_hits, u32* out_cells, u32* error)
+    u32* tuple_len, u32* tuple_cstart, u32* tuple_cend, u32* out_hits, u32* out_cells, u32* error)
 {
     u32 c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= n_cells) return;
@@ -674,6 +681,8 @@ extern "C" __global__ void nt_search(
                     u32 hp = hit_off_out[e] + h0 + nh;
                     u32 cp = hit_off_out[e] - tuple_off[e] + h0 + nh - it;
                     tuple_len[tuple_off[e] + it] = depth + 1u;
+                    tuple_cstart[tuple_off[e] + it] = cp;
+                    tuple_cend[tuple_off[e] + it] = cp + depth;
                     for (u32 i = 0u; i < depth; ++i) {
                         out_hits[hp + i] = inner[cb + stack[i]];
                         out_cells[cp + i] = stack[i];
@@ -687,11 +696,93 @@ extern "C" __global__ void nt_search(
     }
     if (!write) { n_tuples[c] = t; n_hits[c] = nh; }
 }
+
+// The cells' tuple lists (the CPU's CappedLists, filled in tuple order), built on the
+// device in four passes: ct_count, cn_scan of the counts, ct_fill, ct_sort. Tuples of event
+// e: tup_off[e]..tup_off[e + 1] (batch numbering), the first `limit` of them listed; tuple
+// g's cells: cells[cstart[g]..cend[g]] (event-local cell indices). The list of batch cell c
+// (event e) is vals[base[e] + first[c] ..][..count[c]], by ascending event-local tuple
+// index after ct_sort; the CPU keeps its first per_list entries (nt_list_stats counts the
+// rest, and the non-empty lists: the lists opened under max_active_doublets follow the
+// CPU's push order, so where it binds the host replays the lists instead). A cell index
+// past its event's cells sets *bad and is not listed.
+extern "C" __global__ void ct_count(u32 n_tuples, const u32* tup_off, u32 n_events, u32 limit, const u32* cstart, const u32* cend,
+    const u32* cells, const u32* cell_off, u32* count, u32* bad)
+{
+    u32 g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_tuples) return;
+    u32 e = cn_segment(tup_off, n_events, g);
+    if (g - tup_off[e] >= limit) return;
+    u32 cb = cell_off[e], nc = cell_off[e + 1u] - cb;
+    for (u32 k = cstart[g]; k < cend[g]; ++k) {
+        u32 c = cells[k];
+        if (c >= nc) { atomicOr(bad, 1u); continue; }
+        atomicAdd(&count[cb + c], 1u);
+    }
+}
+
+extern "C" __global__ void ct_fill(u32 n_tuples, const u32* tup_off, u32 n_events, u32 limit, const u32* cstart, const u32* cend,
+    const u32* cells, const u32* cell_off, const u32* first, const u32* base, u32* cursor, u32* vals)
+{
+    u32 g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_tuples) return;
+    u32 e = cn_segment(tup_off, n_events, g);
+    u32 it = g - tup_off[e];
+    if (it >= limit) return;
+    u32 cb = cell_off[e], nc = cell_off[e + 1u] - cb;
+    for (u32 k = cstart[g]; k < cend[g]; ++k) {
+        u32 c = cells[k];
+        if (c >= nc) continue;
+        vals[base[e] + first[cb + c] + atomicAdd(&cursor[cb + c], 1u)] = it;
+    }
+}
+
+// One thread per batch cell: its list by ascending tuple index (the CPU's push order).
+extern "C" __global__ void ct_sort(u32 n_cells, const u32* cell_off, u32 n_events, const u32* count, const u32* first, const u32* base, u32* vals)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells || count[c] < 2u) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    u32* l = vals + base[e] + first[c];
+    for (u32 a = 1u; a < count[c]; ++a) {
+        u32 v = l[a], b = a;
+        while (b > 0u && l[b - 1u] > v) { l[b] = l[b - 1u]; --b; }
+        l[b] = v;
+    }
+}
+
+// ntuplets::early_duplicate_remover, one thread per batch cell: of a (capped) list of two
+// tuples or more, those with fewer hits than the longest become dup (q[g] = 1; every write
+// is the same value and no write changes what is read). With a tuple overflow the last
+// stored tuple was emptied before the remover ran: it counts as 0 hits. has_track[c]: the
+// capped list is not empty (what the late fishbone tests).
+extern "C" __global__ void nt_early_dup(u32 n_cells, const u32* cell_off, u32 n_events, const u32* count, const u32* first, const u32* base,
+    const u32* vals, u32 per_list, const u32* tup_off, const u32* tuple_len, const u32* found, u32 max_tuples, u8* q, u8* has_track)
+{
+    u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n_cells) return;
+    u32 k = count[c] < per_list ? count[c] : per_list;
+    has_track[c] = k > 0u;
+    if (k < 2u) return;
+    u32 e = cn_segment(cell_off, n_events, c);
+    const u32* l = vals + base[e] + first[c];
+    u32 t0 = tup_off[e];
+    u32 emptied = found[e] > max_tuples ? max_tuples - 1u : 0xffffffffu;
+    u32 max_nh = 0u;
+    for (u32 i = 0u; i < k; ++i) {
+        u32 nh = l[i] == emptied ? 0u : tuple_len[t0 + l[i]];
+        if (nh > max_nh) max_nh = nh;
+    }
+    for (u32 i = 0u; i < k; ++i) {
+        u32 nh = l[i] == emptied ? 0u : tuple_len[t0 + l[i]];
+        if (nh != max_nh) q[t0 + l[i]] = 1u;
+    }
+}
 "#);
 
 /// The kernel functions of [`CA_NTUPLETS`].
 pub const CA_NTUPLETS_KERNELS: &[&str] =
-    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_sort", "cn_connect", "cn_scan", "nt_list_stats", "nt_fishbone", "nt_search"];
+    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_sort", "cn_connect", "cn_scan", "nt_list_stats", "nt_fishbone", "nt_search", "ct_count", "ct_fill", "ct_sort", "nt_early_dup"];
 
 #[cfg(test)]
 mod tests {

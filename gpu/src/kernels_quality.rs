@@ -16,8 +16,9 @@
 //! "dup" and never reads a value that a write changes, so its hits run in parallel, with
 //! the CPU's tie rule. An event's codes and |tip| sit in shared memory when it has at most
 //! [`QX_SH`] tuples. The reference's CUDA version runs both cleaners in parallel and is not
-//! deterministic; this one equals the CPU step. The cells' tuple lists come from the host
-//! (the CPU's replay, which the `ca_cells` product does not carry).
+//! deterministic; this one equals the CPU step. The cells' tuple lists (which the `ca_cells`
+//! product does not carry) are built on the device from the tuples' cells, with the CA
+//! module's `ct_*` kernels.
 
 /// Threads per block (one block per event).
 pub const QX_BLOCK: u32 = 512;
@@ -67,8 +68,10 @@ __device__ float qx_chi2_cut(const float* cuts, float pt) {
 
 /// One block per event. Tuples of event e: tup_off[e]..tup_off[e + 1] (batch numbering),
 /// tuple t's hits thits[thit_off[t]..thit_off[t + 1]] (event-local hit indices); cells of
-/// event e: cell_off[e]..cell_off[e + 1], cell c's tuples ct_vals[ct_off[c]..ct_off[c + 1]]
-/// (event-local tuple indices), dead[c] its killed flag (read with late_fishbone only); the
+/// event e: cell_off[e]..cell_off[e + 1], cell c's tuples the first per_list of
+/// ct_vals[ct_base[e] + ct_first[c]..][..ct_count[c]] (event-local tuple indices, ascending:
+/// the lists `ct_*` of the CA module build), dead[c] its killed flag (read with
+/// late_fishbone only); the
 /// event's hits: hit_off[e]..hit_off[e + 1]. h2t_off: (hits + 1) entries per event at
 /// hit_off[e] + e; h2t_bins: at the event's first tuple hit; cl_all, win_all: one entry per
 /// cell, killed_all one per tuple (scratch). q: the tuples' quality codes, updated in place.
@@ -78,7 +81,7 @@ __device__ float qx_chi2_cut(const float* cuts, float pt) {
 extern "C" __global__ void qx_quality(
     u32 n_events, const u32* tup_off, const u32* thit_off, const u32* thits,
     const float* state, const float* pt, const float* chi2, const float* cuts,
-    const u32* cell_off, const u32* ct_off, const u32* ct_vals, const u8* dead, u32 late_fishbone,
+    const u32* cell_off, const u32* ct_count, const u32* ct_first, const u32* ct_base, u32 per_list, const u32* ct_vals, const u8* dead, u32 late_fishbone,
     const u32* hit_off, u32* h2t_off_all, u32* h2t_bins_all, u32* cl_all, u32* win_all, u32* killed_all,
     u32 sh_cap, u32 max_rounds, u32* rounds_all, u8* q_all)
 {
@@ -126,10 +129,14 @@ extern "C" __global__ void qx_quality(
     }
     __syncthreads();
     u32 c0 = cell_off[e], nc = cell_off[e + 1] - c0;
+    // Cell c's tuples: its list's first per_list entries, ct_l[QX_S(c)..][..QX_N(c)].
+    const u32* ct_l = ct_vals + ct_base[e];
+#define QX_S(c) (ct_first[c0 + (c)])
+#define QX_N(c) (ct_count[c0 + (c)] < per_list ? ct_count[c0 + (c)] : per_list)
     if (late_fishbone) {
         for (u32 c = tid; c < nc; c += nth) {
             if (!dead[c0 + c]) continue;
-            for (u32 k = ct_off[c0 + c]; k < ct_off[c0 + c + 1]; ++k) q[ct_vals[k]] = QX_BAD;
+            for (u32 k = QX_S(c), kend = k + QX_N(c); k < kend; ++k) q[ct_l[k]] = QX_BAD;
         }
     }
     // The cells the duplicate remover visits (two tuples or more), in cell order: each
@@ -138,7 +145,7 @@ extern "C" __global__ void qx_quality(
     u32 chunk = (nc + nth - 1) / nth;
     u32 ca = tid * chunk < nc ? tid * chunk : nc, cb = ca + chunk < nc ? ca + chunk : nc;
     u32 cnt = 0;
-    for (u32 c = ca; c < cb; ++c) cnt += ct_off[c0 + c + 1] - ct_off[c0 + c] >= 2;
+    for (u32 c = ca; c < cb; ++c) cnt += QX_N(c) >= 2;
     sh_part[tid] = cnt;
     __syncthreads();
     if (tid == 0) {
@@ -149,7 +156,7 @@ extern "C" __global__ void qx_quality(
     __syncthreads();
     u32 n_listed = sh_n_listed;
     for (u32 c = ca, w = sh_part[tid]; c < cb; ++c) {
-        if (ct_off[c0 + c + 1] - ct_off[c0 + c] >= 2) cl[w++] = c;
+        if (QX_N(c) >= 2) cl[w++] = c;
     }
     __syncthreads();
     // The fast duplicate remover. In the CPU's order, cell by cell: among the cell's tuples
@@ -176,8 +183,8 @@ extern "C" __global__ void qx_quality(
                 u32 c = cl[i];
                 float mc = 10000.0f;
                 u32 im = 0xffffffffu;
-                for (u32 k = ct_off[c0 + c]; k < ct_off[c0 + c + 1]; ++k) {
-                    u32 it = ct_vals[k];
+                for (u32 k = QX_S(c), kend = k + QX_N(c); k < kend; ++k) {
+                    u32 it = ct_l[k];
                     float sc = fabsf(score[ss * it]);
                     if (q[it] == QX_LOOSE && c <= killed[it] && sc < mc) { mc = sc; im = it; }
                 }
@@ -192,8 +199,8 @@ extern "C" __global__ void qx_quality(
             __syncthreads();
             for (u32 i = tid; i < n_listed; i += nth) {
                 u32 c = cl[i], im = win[i];
-                for (u32 k = ct_off[c0 + c]; k < ct_off[c0 + c + 1]; ++k) {
-                    u32 it = ct_vals[k];
+                for (u32 k = QX_S(c), kend = k + QX_N(c); k < kend; ++k) {
+                    u32 it = ct_l[k];
                     if (it != im) atomicMin(&killed[it], c);
                 }
             }
@@ -210,16 +217,16 @@ extern "C" __global__ void qx_quality(
     if (!settled && tid == 0) {
         for (u32 i = 0; i < n_listed; ++i) {
             u32 c = cl[i];
-            u32 a = ct_off[c0 + c], b = ct_off[c0 + c + 1];
+            u32 a = QX_S(c), b = a + QX_N(c);
             float mc = 10000.0f;
             u32 im = 0xffffffffu;
             for (u32 k = a; k < b; ++k) {
-                u32 it = ct_vals[k];
+                u32 it = ct_l[k];
                 float sc = fabsf(score[ss * it]);
                 if (q[it] == QX_LOOSE && sc < mc) { mc = sc; im = it; }
             }
             for (u32 k = a; k < b; ++k) {
-                u32 it = ct_vals[k];
+                u32 it = ct_l[k];
                 if (q[it] != QX_BAD && it != im) q[it] = QX_DUP;
             }
         }
@@ -284,6 +291,8 @@ extern "C" __global__ void qx_quality(
         for (u32 it = tid; it < nt; it += nth) q_all[t0 + it] = sh_q[it];
     }
 }
+#undef QX_S
+#undef QX_N
 "#;
 
 /// The kernel functions of [`QUALITY`].

@@ -106,7 +106,7 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
         "ca_doublets" => Box::new(steps::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
         "ca_ntuplets" => Box::new(steps::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
         "track_fit" => Box::new(steps::TrackFitGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
-        "track_quality" => Box::new(steps::TrackQualityGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
+        "track_quality" => Box::new(steps::TrackQualityGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
         "vertices" => Box::new(steps::VerticesGpu::new(cfg, common(cfg)?, vertex_config(cfg)?)?),
         other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
     })

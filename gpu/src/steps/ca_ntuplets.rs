@@ -1,7 +1,8 @@
-//! GPU `ca_ntuplets` (kernels in [`crate::kernels_ca::CA_NTUPLETS`]): connect, fishbone and
-//! the depth-first search on the device; the capped tuple lists of the cells and the early
-//! duplicate remover on the host, with the CPU's functions ([`ntuplet_event`]). The same
-//! parameters, inputs and products as the CPU step, bit for bit.
+//! GPU `ca_ntuplets` (kernels in [`crate::kernels_ca::CA_NTUPLETS`]): connect, fishbone, the
+//! depth-first search, the capped tuple lists of the cells and the early duplicate remover
+//! on the device; the host assembles the products ([`ntuplet_event_listed`]), or replays the
+//! lists with the CPU's functions where `max_active_doublets` binds ([`ntuplet_event`]). The
+//! same parameters, inputs and products as the CPU step, bit for bit.
 
 use arrow_array::types::{UInt16Type, UInt32Type, UInt8Type};
 use arrow_array::{Array, BooleanArray};
@@ -10,6 +11,9 @@ use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_reco::tracks::ntuplets::{early_duplicate_remover, CaState, Tuples};
 use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, Quality};
 
+use cudarc::driver::CudaView;
+
+use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::SCAN_BLOCK;
 use crate::steps::{blocks, fallback, Common, Launch, Run};
@@ -89,6 +93,62 @@ pub fn ntuplet_event(
     cells: &[u32],
     neighbor_overflows: u32,
 ) -> std::result::Result<(Tuples, CaState), String> {
+    let (mut t, mut ca) = stored_tuples(n, found, lengths, hits, cells, neighbor_overflows)?;
+    // The lists from the cells as the search wrote them (the overflow empties hits only).
+    let (tc, tco) = (std::mem::take(&mut ca.tuple_cells), std::mem::take(&mut ca.tuple_cell_offsets));
+    ca.replay_tracks_of(n_cells, &tc, &tco, n).map_err(|e| e.to_string())?;
+    (ca.tuple_cells, ca.tuple_cell_offsets) = (tc, tco);
+    early_duplicate_remover(&ca, &mut t);
+    Ok((t, ca))
+}
+
+/// [`ntuplet_event`] where the device built the cells' tuple lists and ran the early
+/// duplicate remover (`ct_*`, `nt_early_dup` in [`crate::kernels_ca::CA_NTUPLETS`]): the
+/// tuples with the device's quality codes (one per stored tuple) and the CA state with the
+/// list overflows the device counted (`track_overflows`); the state carries no lists (the
+/// product does not either).
+///
+/// ```
+/// use quiver_gpu::steps::{ntuplet_event, ntuplet_event_listed};
+/// use quiver_reco::tracks::NtupletConfig;
+/// let n = NtupletConfig::default();
+/// let (l, h, c) = ([4, 3], [0, 1, 2, 3, 0, 1, 4], [0, 1, 2, 0, 3]);
+/// let (t, ca) = ntuplet_event(&n, 4, 2, &l, &h, &c, 0).unwrap();
+/// let (dt, dca) = ntuplet_event_listed(&n, 2, &l, &h, &c, &[0, 1], 0, 0).unwrap();
+/// assert_eq!((t, ca.tuple_cell_offsets), (dt, dca.tuple_cell_offsets));
+/// assert_eq!(ntuplet_event_listed(&n, 2, &l, &h, &c, &[0, 9], 0, 0).unwrap_err(), "tuple 1: quality code 9");
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn ntuplet_event_listed(
+    n: &quiver_reco::tracks::NtupletConfig,
+    found: u32,
+    lengths: &[u32],
+    hits: &[u32],
+    cells: &[u32],
+    quality: &[u8],
+    neighbor_overflows: u32,
+    track_overflows: u32,
+) -> std::result::Result<(Tuples, CaState), String> {
+    let (mut t, mut ca) = stored_tuples(n, found, lengths, hits, cells, neighbor_overflows)?;
+    if quality.len() != t.len() {
+        return Err(format!("{} quality codes for {} tuples", quality.len(), t.len()));
+    }
+    for (i, (q, &code)) in t.quality.iter_mut().zip(quality).enumerate() {
+        *q = Quality::from_u8(code).filter(|q| *q <= Quality::Dup).ok_or_else(|| format!("tuple {i}: quality code {code}"))?;
+    }
+    ca.track_overflows = track_overflows;
+    Ok((t, ca))
+}
+
+/// The stored tuples (all bad) and their cells, checked, with the tuple overflow applied.
+fn stored_tuples(
+    n: &quiver_reco::tracks::NtupletConfig,
+    found: u32,
+    lengths: &[u32],
+    hits: &[u32],
+    cells: &[u32],
+    neighbor_overflows: u32,
+) -> std::result::Result<(Tuples, CaState), String> {
     let stored = lengths.len();
     if stored as u64 > found as u64 || stored as u64 > n.max_tuples as u64 || (found > n.max_tuples && stored as u64 != n.max_tuples as u64) {
         return Err(format!("{stored} tuples stored of {found} found with room for {}", n.max_tuples));
@@ -108,10 +168,7 @@ pub fn ntuplet_event(
     let (Some(hits), Some(cells)) = (hits.get(..nh), cells.get(..nc)) else {
         return Err(format!("{} hits and {} cells for tuples of {nh} hits and {nc} cells", hits.len(), cells.len()));
     };
-    let mut ca = CaState { neighbor_overflows, tuple_overflows: found - stored as u32, ..Default::default() };
-    ca.replay_tracks_of(n_cells, cells, &cell_offsets, n).map_err(|e| e.to_string())?;
-    ca.tuple_cells = cells.to_vec();
-    ca.tuple_cell_offsets = cell_offsets;
+    let ca = CaState { neighbor_overflows, tuple_overflows: found - stored as u32, tuple_cells: cells.to_vec(), tuple_cell_offsets: cell_offsets, ..Default::default() };
     let mut t = Tuples { offsets, hits: hits.to_vec(), quality: vec![Quality::Bad; stored], overflow: found as usize > stored };
     if t.overflow && !t.is_empty() {
         // As the CPU's (and the reference's) overflow finalisation: the last tuple closes empty.
@@ -119,13 +176,11 @@ pub fn ntuplet_event(
         t.offsets[stored] = start;
         t.hits.truncate(start as usize);
     }
-    early_duplicate_remover(&ca, &mut t);
     Ok((t, ca))
 }
 
-/// The GPU `ca_ntuplets` step: connect, fishbone and ntuplet search on the device
-/// ([`crate::kernels_ca::CA_NTUPLETS`]); the cells' tuple lists and the early duplicate
-/// remover on the host ([`ntuplet_event`]).
+/// The GPU `ca_ntuplets` step: connect, fishbone, ntuplet search, the cells' tuple lists and
+/// the early duplicate remover on the device ([`crate::kernels_ca::CA_NTUPLETS`]).
 pub(crate) struct CaNtupletsGpu {
     hits: ProductKey,
     doublets: ProductKey,
@@ -153,6 +208,80 @@ fn prefix(v: &[u32]) -> Result<Vec<u32>> {
         out.push(next);
     }
     Ok(out)
+}
+
+/// What [`CellTracks::build`] reads: `n_tuples` tuples in events (`tup_off`, `n_ev + 1`
+/// entries), the first `limit` of each event listed, tuple `g`'s event-local cells at
+/// `cells[cstart[g]..cend[g]]`; `n_cells` batch cells (`cell_off`); `base[e]` the first
+/// of event `e`'s list slots, `n_entries` slots in all (at least the listed tuples' cells).
+pub(crate) struct CellTracksIn<'a> {
+    pub n_ev: usize,
+    pub n_cells: usize,
+    pub n_tuples: usize,
+    pub n_entries: usize,
+    pub limit: u32,
+    pub tup_off: CudaView<'a, u32>,
+    pub cstart: CudaView<'a, u32>,
+    pub cend: CudaView<'a, u32>,
+    pub cells: CudaView<'a, u32>,
+    pub cell_off: CudaView<'a, u32>,
+    pub base: DeviceBuf,
+}
+
+/// The cells' tuple lists on the device (`ct_*` in [`crate::kernels_ca::CA_NTUPLETS`]):
+/// the list of batch cell `c` of event `e` is `vals[base[e] + first[c]..][..count[c]]`, by
+/// ascending tuple index, uncapped (readers keep the first `max_cell_tracks`); `bad[0]` is
+/// set when a tuple names a cell past its event's.
+pub(crate) struct CellTracks {
+    pub count: DeviceBuf,
+    pub first: DeviceBuf,
+    pub base: DeviceBuf,
+    pub vals: DeviceBuf,
+    pub bad: DeviceBuf,
+    n_ev: usize,
+    n_cells: usize,
+}
+
+impl CellTracks {
+    pub(crate) fn build(run: &mut Run, i: CellTracksIn) -> Result<Self> {
+        let (ne, nc, nt) = (i.n_ev as u32, i.n_cells as u32, i.n_tuples as u32);
+        let (mut count, mut first, mut total, mut cursor) = (run.zeros::<u32>(i.n_cells)?, run.out::<u32>(i.n_cells)?, run.out::<u32>(i.n_ev)?, run.zeros::<u32>(i.n_cells)?);
+        let (mut vals, mut bad) = (run.out::<u32>(i.n_entries.max(1))?, run.zeros::<u32>(1)?);
+        let (vto, vcs, vce, vcells, vco, vb) = (&i.tup_off, &i.cstart, &i.cend, &i.cells, &i.cell_off, i.base.view::<u32>(i.n_ev));
+        {
+            let (mut vn, mut vbad) = (count.view_mut::<u32>(i.n_cells), bad.view_mut::<u32>(1));
+            let mut l = Launch::new(run, "ct_count");
+            l.arg(&nt).arg(vto).arg(&ne).arg(&i.limit).arg(vcs).arg(vce).arg(vcells).arg(vco).arg(&mut vn).arg(&mut vbad);
+            l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
+        }
+        {
+            let (vn, mut vf, mut vt) = (count.view::<u32>(i.n_cells), first.view_mut::<u32>(i.n_cells), total.view_mut::<u32>(i.n_ev));
+            let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
+            Launch::new(run, "cn_scan").arg(&vn).arg(vco).arg(&mut vf).arg(&mut vt).launch(cfg)?;
+        }
+        {
+            let (vf, mut vcu, mut vv) = (first.view::<u32>(i.n_cells), cursor.view_mut::<u32>(i.n_cells), vals.view_mut::<u32>(i.n_entries.max(1)));
+            let mut l = Launch::new(run, "ct_fill");
+            l.arg(&nt).arg(vto).arg(&ne).arg(&i.limit).arg(vcs).arg(vce).arg(vcells).arg(vco).arg(&vf).arg(&vb).arg(&mut vcu).arg(&mut vv);
+            l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
+        }
+        {
+            let (vn, vf, mut vv) = (count.view::<u32>(i.n_cells), first.view::<u32>(i.n_cells), vals.view_mut::<u32>(i.n_entries.max(1)));
+            let mut l = Launch::new(run, "ct_sort");
+            l.arg(&nc).arg(vco).arg(&ne).arg(&vn).arg(&vf).arg(&vb).arg(&mut vv);
+            l.launch(blocks(i.n_cells, ELEMENT_BLOCK))?;
+        }
+        drop(vb);
+        Ok(CellTracks { count, first, base: i.base, vals, bad, n_ev: i.n_ev, n_cells: i.n_cells })
+    }
+
+    /// Per event: the non-empty lists, and the entries past `per_list` (the CPU's list
+    /// overflows).
+    pub(crate) fn stats(&self, run: &Run, cell_off: &DeviceBuf, per_list: u32, non_empty: &mut DeviceBuf, dropped: &mut DeviceBuf) -> Result<()> {
+        let (ne, nc) = (self.n_ev as u32, self.n_cells as u32);
+        let (vn, vco, mut vne, mut vd) = (self.count.view::<u32>(self.n_cells), cell_off.view::<u32>(self.n_ev + 1), non_empty.view_mut::<u32>(self.n_ev), dropped.view_mut::<u32>(self.n_ev));
+        Launch::new(run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&per_list).arg(&mut vne).arg(&mut vd).launch(blocks(self.n_cells, ELEMENT_BLOCK))
+    }
 }
 
 impl Step for CaNtupletsGpu {
@@ -305,20 +434,21 @@ impl Step for CaNtupletsGpu {
         let (mut n_tup, mut n_hit, mut err) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.zeros::<u32>(1)?);
         let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.out::<u32>(n_ev)?, run.out::<u32>(n_ev)?);
         let search = |run: &Run, write: u32, n_tup: &mut crate::device::DeviceBuf, n_hit: &mut crate::device::DeviceBuf, tf: &crate::device::DeviceBuf, hf: &crate::device::DeviceBuf,
-                      to: &crate::device::DeviceBuf, ho: &crate::device::DeviceBuf, outs: [&mut crate::device::DeviceBuf; 3], sizes: [usize; 3], dead: &crate::device::DeviceBuf, err: &mut crate::device::DeviceBuf| -> Result<()> {
-            let [tl, oh, oc] = outs;
+                      to: &crate::device::DeviceBuf, ho: &crate::device::DeviceBuf, outs: [&mut crate::device::DeviceBuf; 5], sizes: [usize; 3], dead: &crate::device::DeviceBuf, err: &mut crate::device::DeviceBuf| -> Result<()> {
+            let [tl, tcs, tce, oh, oc] = outs;
             let (vdd, vn, vf, vpo, vnb) = (dead.view::<u8>(n_cells), ncount.view::<u32>(n_cells), first.view::<u32>(n_cells), dpo.view::<u32>(n_ev + 1), nbr.view::<u32>(n_push.max(1)));
             let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (n_tup.view_mut::<u32>(n_cells), n_hit.view_mut::<u32>(n_cells), tf.view::<u32>(n_cells), hf.view::<u32>(n_cells), to.view::<u32>(n_ev + 1), ho.view::<u32>(n_ev + 1));
             let (mut vtl, mut voh, mut voc, mut ve) = (tl.view_mut::<u32>(sizes[0].max(1)), oh.view_mut::<u32>(sizes[1].max(1)), oc.view_mut::<u32>(sizes[2].max(1)), err.view_mut::<u32>(1));
+            let (mut vcs, mut vce) = (tcs.view_mut::<u32>(sizes[0].max(1)), tce.view_mut::<u32>(sizes[0].max(1)));
             let mut l = Launch::new(run, "nt_search");
             l.arg(&write).arg(&nc).arg(&vco).arg(&ne).arg(&vi).arg(&vo).arg(&vp).arg(&vdd);
             l.arg(&vn).arg(&vf).arg(&vpo).arg(&vnb).arg(&n.max_cell_neighbors).arg(&n.min_hits_per_ntuplet).arg(&n.max_tuples);
-            l.arg(&mut vt).arg(&mut vh).arg(&vtf).arg(&vhf).arg(&vto).arg(&vhoo).arg(&mut vtl).arg(&mut voh).arg(&mut voc).arg(&mut ve);
+            l.arg(&mut vt).arg(&mut vh).arg(&vtf).arg(&vhf).arg(&vto).arg(&vhoo).arg(&mut vtl).arg(&mut vcs).arg(&mut vce).arg(&mut voh).arg(&mut voc).arg(&mut ve);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))
         };
         {
-            let (z1, z2, mut o1, mut o2, mut o3) = (run.zeros::<u32>(n_ev + 1)?, run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?);
-            search(&run, 0, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &z1, &z2, [&mut o1, &mut o2, &mut o3], [1, 1, 1], &dead, &mut err)?;
+            let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (run.zeros::<u32>(n_ev + 1)?, run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?);
+            search(&run, 0, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &z1, &z2, [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5], [1, 1, 1], &dead, &mut err)?;
         }
         scan(&run, &n_tup, &mut tup_first, &mut tup_total)?;
         scan(&run, &n_hit, &mut hit_first, &mut hit_total)?;
@@ -333,9 +463,43 @@ impl Step for CaNtupletsGpu {
         let n_tuple_cells = n_tuple_hits - n_tuples;
         let (dto, dhp) = (run.up(&tup_off)?, run.up(&hit_pos)?);
         let (mut tlen, mut thits, mut tcells) = (run.zeros::<u32>(n_tuples.max(1))?, run.out::<u32>(n_tuple_hits.max(1))?, run.out::<u32>(n_tuple_cells.max(1))?);
-        search(&run, 1, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &dto, &dhp, [&mut tlen, &mut thits, &mut tcells], [n_tuples, n_tuple_hits, n_tuple_cells], &dead, &mut err)?;
+        let (mut cstart, mut cend) = (run.out::<u32>(n_tuples.max(1))?, run.out::<u32>(n_tuples.max(1))?);
+        search(&run, 1, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &dto, &dhp, [&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells], [n_tuples, n_tuple_hits, n_tuple_cells], &dead, &mut err)?;
+        // The cells' tuple lists and the early duplicate remover, on the device.
+        let list_base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
+        let base = run.up(&list_base)?;
+        let lists = CellTracks::build(
+            &mut run,
+            CellTracksIn {
+                n_ev,
+                n_cells,
+                n_tuples,
+                n_entries: n_tuple_cells,
+                limit: n.max_tuples,
+                tup_off: dto.view(n_ev + 1),
+                cstart: cstart.view(n_tuples.max(1)),
+                cend: cend.view(n_tuples.max(1)),
+                cells: tcells.view(n_tuple_cells.max(1)),
+                cell_off: dco.view(n_ev + 1),
+                base,
+            },
+        )?;
+        let (mut track_non_empty, mut track_dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        lists.stats(&run, &dco, n.max_cell_tracks, &mut track_non_empty, &mut track_dropped)?;
+        let (mut dq, mut has_track) = (run.zeros::<u8>(n_tuples.max(1))?, run.out::<u8>(n_cells)?);
+        {
+            let (vn, vf, vb, vv, vto, vtl, vfound) = (lists.count.view::<u32>(n_cells), lists.first.view::<u32>(n_cells), lists.base.view::<u32>(n_ev), lists.vals.view::<u32>(n_tuple_cells.max(1)), dto.view::<u32>(n_ev + 1), tlen.view::<u32>(n_tuples.max(1)), tup_total.view::<u32>(n_ev));
+            let (mut vq, mut vht) = (dq.view_mut::<u8>(n_tuples.max(1)), has_track.view_mut::<u8>(n_cells));
+            let mut l = Launch::new(&run, "nt_early_dup");
+            l.arg(&nc).arg(&vco).arg(&ne).arg(&vn).arg(&vf).arg(&vb).arg(&vv).arg(&n.max_cell_tracks).arg(&vto).arg(&vtl).arg(&vfound).arg(&n.max_tuples).arg(&mut vq).arg(&mut vht);
+            l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        }
         let (h_len, h_hits, h_cells) = (run.down::<u32>(&tlen, n_tuples)?, run.down::<u32>(&thits, n_tuple_hits)?, run.down::<u32>(&tcells, n_tuple_cells)?);
+        let (h_q, h_tne, h_tdrop, h_bad) = (run.down::<u8>(&dq, n_tuples)?, run.down::<u32>(&track_non_empty, n_ev)?, run.down::<u32>(&track_dropped, n_ev)?, run.down::<u32>(&lists.bad, 1)?);
         run.sync()?;
+        // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
+        // past its event (the CPU's error): the CPU's replay, event by event.
+        let on_device = h_bad.as_slice()[0] == 0 && h_tne.iter().all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
 
         let mut out = Vec::with_capacity(n_ev);
         for e in 0..n_ev {
@@ -343,18 +507,26 @@ impl Step for CaNtupletsGpu {
             let stored = found.min(n.max_tuples) as usize;
             let t0 = tup_off[e] as usize;
             let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
-            let r = ntuplet_event(n, d.event_rows(e).len(), found, &h_len[t0..t0 + stored], &h_hits[hp..hit_pos[e + 1] as usize], &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize], h_dropped[e])
-                .map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?;
-            out.push(r);
+            let (lengths, hits, cells) = (&h_len[t0..t0 + stored], &h_hits[hp..hit_pos[e + 1] as usize], &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize]);
+            let r = if on_device {
+                ntuplet_event_listed(n, found, lengths, hits, cells, &h_q[t0..t0 + stored], h_dropped[e], h_tdrop[e])
+            } else {
+                ntuplet_event(n, d.event_rows(e).len(), found, lengths, hits, cells, h_dropped[e])
+            };
+            out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
         }
         if n.late_fishbone {
-            // On the cells that carry a tuple (the lists just rebuilt on the host).
-            let mut has_track = Vec::with_capacity(n_cells);
-            for (_, ca) in &out {
-                has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
+            // On the cells that carry a tuple.
+            if on_device {
+                fishbone(&run, 1, &has_track, &mut dead)?;
+            } else {
+                let mut has_track = Vec::with_capacity(n_cells);
+                for (_, ca) in &out {
+                    has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
+                }
+                let dht = run.up(&has_track)?;
+                fishbone(&run, 1, &dht, &mut dead)?;
             }
-            let dht = run.up(&has_track)?;
-            fishbone(&run, 1, &dht, &mut dead)?;
         }
         run.mark()?;
         let h_dead = run.down::<u8>(&dead, n_cells)?;

@@ -73,7 +73,7 @@ mod vertices;
 
 pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_doublets::CaDoubletsGpu;
-pub use ca_ntuplets::{capped_neighbors, ntuplet_event};
+pub use ca_ntuplets::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
 pub(crate) use ca_ntuplets::CaNtupletsGpu;
 pub(crate) use calibrate::CalibrateGpu;
 pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};
@@ -86,7 +86,7 @@ pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
 pub(crate) use rechits::RecHitsGpu;
 pub use track_fit::{fit_batch, fitted_tracks, FitBatch};
 pub(crate) use track_fit::TrackFitGpu;
-pub use track_quality::{quality_batch, QualityBatch};
+pub use track_quality::{quality_tables, QualityTables};
 pub(crate) use track_quality::TrackQualityGpu;
 pub use vertices::{clustering_mode, vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
 pub(crate) use vertices::VerticesGpu;

@@ -1,95 +1,58 @@
 //! GPU `track_quality` (kernel [`crate::kernels_quality::QUALITY`]): the CPU step's checks
-//! and the cells' tuple lists (the CPU's replay) on the host; the classification, the late
-//! fishbone's cleaner, the fast duplicate remover and the triplet cleaner on the device, one
-//! block per event; the `tracks` product (the fits' columns with the new quality) published
+//! on the host, the columns sent as the products hold them; on the device the cells' tuple
+//! lists (the CPU's replay, `ct_*`), then one block per event for the classification, the
+//! late fishbone's cleaner, the fast duplicate remover and the triplet cleaner; the `tracks` product (the fits' columns with the new quality) published
 //! as the CPU step publishes it. The same parameters, inputs and products as the CPU step.
 
-use std::sync::Arc;
-
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
-use quiver_formats::conditions::CpeParams;
-use quiver_reco::steps::{ntuplet_overflows, publish_quality, quality_inputs, QualityInput, QualityTally};
+use quiver_reco::steps::{ntuplet_overflows, publish_quality, quality_columns, QualityColumnsView, QualityTally};
+use quiver_reco::tracks::ntuplets::CaState;
 use quiver_reco::tracks::CaConfig;
 
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
+use crate::steps::ca_ntuplets::{CellTracks, CellTracksIn};
 use crate::steps::{fallback, Common, Launch, Run};
 
-/// A batch's `track_quality` inputs as the kernel reads them (see `qx_quality`). The
-/// "cells" are each event's cells that carry a tuple, in cell order.
+/// The small host tables of a batch's `track_quality` kernels; everything else goes to the
+/// device as the products hold it ([`QualityColumnsView`]). Tuples of event `e`:
+/// `tup_off[e]..tup_off[e + 1]`; its hits `hit_off`, its cells `cell_off` (batch numbering);
+/// `list_base[e]` the first slot of its cells' tuple lists (the event's first tuple cell in
+/// the `cells` values); `dead` one byte per batch cell with the late fishbone (the cells'
+/// killed flags), else empty.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct QualityBatch {
+pub struct QualityTables {
     pub tup_off: Vec<u32>,
-    pub thit_off: Vec<u32>,
-    pub thits: Vec<u32>,
-    pub quality: Vec<u8>,
-    pub state: Vec<f32>,
-    pub pt: Vec<f32>,
-    pub chi2: Vec<f32>,
-    pub cell_off: Vec<u32>,
-    pub ct_off: Vec<u32>,
-    pub ct_vals: Vec<u32>,
-    pub dead: Vec<u8>,
     pub hit_off: Vec<u32>,
+    pub cell_off: Vec<u32>,
+    pub list_base: Vec<u32>,
+    pub dead: Vec<u8>,
 }
 
-/// The kernel's inputs from every event's checked inputs; `None` past 2³² entries.
-pub fn quality_batch(inputs: &[QualityInput]) -> Option<QualityBatch> {
-    let u = |n: usize| u32::try_from(n).ok();
-    let n_tup: usize = inputs.iter().map(|i| i.tuples.len()).sum();
-    let n_th: usize = inputs.iter().map(|i| i.tuples.offsets.last().copied().unwrap_or(0) as usize).sum();
-    let n_ct: usize = inputs.iter().map(|i| i.ca.cell_tracks.values.len()).sum();
-    let mut b = QualityBatch {
-        tup_off: Vec::with_capacity(inputs.len() + 1),
-        thit_off: Vec::with_capacity(n_tup + 1),
-        thits: Vec::with_capacity(n_th),
-        quality: Vec::with_capacity(n_tup),
-        state: Vec::with_capacity(5 * n_tup),
-        pt: Vec::with_capacity(n_tup),
-        chi2: Vec::with_capacity(n_tup),
-        cell_off: Vec::with_capacity(inputs.len() + 1),
-        ct_off: vec![0],
-        ct_vals: Vec::with_capacity(n_ct),
-        dead: Vec::new(),
-        hit_off: Vec::with_capacity(inputs.len() + 1),
-    };
-    b.tup_off.push(0);
-    b.thit_off.push(0);
-    b.cell_off.push(0);
-    b.hit_off.push(0);
-    for i in inputs {
-        let t = &i.tuples;
-        // The tuples' hits as they are, their offsets moved past the batch's earlier hits.
-        let offsets = t.offsets.get(..=t.len())?;
-        let (first, last) = (offsets[0], offsets[t.len()]);
-        let base = u(b.thits.len())?.checked_sub(first)?;
-        b.thits.extend_from_slice(t.hits.get(first as usize..last as usize)?);
-        for w in offsets.windows(2) {
-            if w[1] < w[0] {
-                return None;
-            }
-            b.thit_off.push(base.checked_add(w[1])?);
-        }
-        b.quality.extend(t.quality.iter().map(|&q| q as u8));
-        b.state.extend_from_slice(i.tracks.state.as_flattened());
-        b.pt.extend_from_slice(&i.tracks.pt);
-        b.chi2.extend_from_slice(&i.tracks.chi2);
-        b.tup_off.push(u(b.quality.len())?);
-        // Only the cells that carry a tuple, in cell order: the others take part in nothing
-        // (the order of those listed is all the cleaners need).
-        let lists = &i.ca.cell_tracks;
-        for (c, w) in lists.offsets.windows(2).enumerate() {
-            if w[0] == w[1] {
-                continue;
-            }
-            b.ct_vals.extend_from_slice(&lists.values[w[0] as usize..w[1] as usize]);
-            b.ct_off.push(u(b.ct_vals.len())?);
-            // The cells (alive flags) are in the state with the late fishbone only.
-            b.dead.push(i.ca.cells.get(c).is_some_and(|cell| cell.doublet_id < 0) as u8);
-        }
-        b.cell_off.push(u(b.dead.len())?);
-        b.hit_off.push(u(*b.hit_off.last().unwrap_or(&0) as usize + i.hits.n_hits())?);
-    }
-    Some(b)
+/// The tables from the products' per-event offsets (tuples, hits, cells) and the checked
+/// columns; `None` where a count passes 2³² (the kernels index with 32 bits).
+///
+/// ```
+/// use arrow_array::BooleanArray;
+/// use quiver_gpu::steps::quality_tables;
+/// use quiver_reco::steps::QualityColumnsView;
+/// // Two events: 2 tuples and 1 (cells 0-1 | 1 | 0), 3 and 2 cells, the second one killed.
+/// let v = QualityColumnsView {
+///     hit_offsets: &[0, 3, 5, 7], hits: &[0, 1, 2, 0, 1, 1, 0],
+///     cell_offsets: &[0, 2, 3, 4], cells: &[0, 1, 1, 0],
+///     quality: &[0, 0, 0], state: &[0.0; 15], pt: &[1.0; 3], chi2: &[0.0; 3],
+///     alive: BooleanArray::from(vec![true, false, true, true, true]),
+/// };
+/// let t = quality_tables(&v, &[0, 2, 3], &[0, 10, 20], &[0, 3, 5], true).unwrap();
+/// assert_eq!((t.tup_off, t.cell_off, t.list_base), (vec![0, 2, 3], vec![0, 3, 5], vec![0, 3]));
+/// assert_eq!(t.dead, vec![0, 1, 0, 0, 0]);
+/// assert!(quality_tables(&v, &[0, 2, 3], &[0, 10, 20], &[0, 3, 5], false).unwrap().dead.is_empty());
+/// ```
+pub fn quality_tables(v: &QualityColumnsView, tuples: &[i32], hits: &[i32], cells: &[i32], late_fishbone: bool) -> Option<QualityTables> {
+    let u = |o: &[i32]| o.iter().map(|&x| u32::try_from(x).ok()).collect::<Option<Vec<u32>>>();
+    let tup_off = u(tuples)?;
+    let list_base = tup_off[..tup_off.len().saturating_sub(1)].iter().map(|&t| v.cell_offsets.get(t as usize).and_then(|&o| u32::try_from(o).ok())).collect::<Option<_>>()?;
+    let dead = if late_fishbone { v.alive.values().iter().map(|a| u8::from(!a)).collect() } else { Vec::new() };
+    Some(QualityTables { tup_off, hit_off: u(hits)?, cell_off: u(cells)?, list_base, dead })
 }
 
 /// The GPU `track_quality` step.
@@ -98,7 +61,6 @@ pub(crate) struct TrackQualityGpu {
     ntuplets: ProductKey,
     cells: ProductKey,
     fits: ProductKey,
-    cpe: Arc<CpeParams>,
     cfg: CaConfig,
     tally: QualityTally,
     rounds: RoundsTally,
@@ -135,13 +97,12 @@ impl RoundsTally {
 }
 
 impl TrackQualityGpu {
-    pub fn new(cfg: &StepConfig, common: Common, cpe: Arc<CpeParams>, ca: CaConfig) -> Result<Self> {
+    pub fn new(cfg: &StepConfig, common: Common, ca: CaConfig) -> Result<Self> {
         Ok(TrackQualityGpu {
             hits: cfg.input("hits")?,
             ntuplets: cfg.input("ntuplets")?,
             cells: cfg.input("cells")?,
             fits: cfg.input("fits")?,
-            cpe,
             cfg: ca,
             tally: QualityTally::default(),
             rounds: RoundsTally::default(),
@@ -154,48 +115,81 @@ impl Step for TrackQualityGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let (h, n, cl, f) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
-        // What the CPU step rejects goes to it, for its exact message.
-        let Ok(inputs) = quality_inputs(&h, &n, &cl, &f, &self.cpe, &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        let Some(qb) = quality_batch(&inputs) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        let (n_ev, n_tup) = (inputs.len(), qb.quality.len());
+        // What the CPU step rejects goes to it, for its exact message (the cells of the
+        // tuples are checked on the device, below).
+        let Ok(v) = quality_columns(&h, &n, &cl, &f) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let late = self.cfg.ntuplets.late_fishbone;
+        let Some(qt) = quality_tables(&v, n.offsets(), h.offsets(), cl.offsets(), late) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let (n_ev, n_tup) = (batch.n_events(), n.offsets().last().copied().unwrap_or(0) as usize);
         if n_tup == 0 {
             return c.cpu.process(batch);
         }
-        let n_th = qb.thits.len();
-        let n_hits = *qb.hit_off.last().unwrap_or(&0) as usize;
+        let (n_hits, n_cells) = (*qt.hit_off.last().unwrap_or(&0) as usize, *qt.cell_off.last().unwrap_or(&0) as usize);
+        let (n_th, n_tc) = (v.hit_offsets[n_tup] as usize, v.cell_offsets[n_tup] as usize);
         let mut run = Run::start(c.gpu)?;
-        let (dto, dtho, dth) = (run.up(&qb.tup_off)?, run.up(&qb.thit_off)?, run.up(&qb.thits)?);
-        let (dst, dpt, dchi, dcuts) = (run.up(&qb.state)?, run.up(&qb.pt)?, run.up(&qb.chi2)?, run.up(&cuts_table(&self.cfg.quality))?);
-        let (dco, dcto, dctv, ddead, dho) = (run.up(&qb.cell_off)?, run.up(&qb.ct_off)?, run.up(&qb.ct_vals)?, run.up(&qb.dead)?, run.up(&qb.hit_off)?);
-        let mut dq = run.up(&qb.quality)?;
-        let n_cells = qb.dead.len();
-        let (mut h2o, mut h2b, mut dcl) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?, run.out::<u32>(n_cells.max(1))?);
-        let (mut dwin, mut dkilled, mut drounds) = (run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_tup)?, run.out::<u32>(n_ev)?);
+        let (dto, dtho, dth) = (run.up(&qt.tup_off)?, run.up(&v.hit_offsets[..=n_tup])?, run.up(&v.hits[..n_th])?);
+        let (dst, dpt, dchi, dcuts) = (run.up(&v.state[..5 * n_tup])?, run.up(&v.pt[..n_tup])?, run.up(&v.chi2[..n_tup])?, run.up(&cuts_table(&self.cfg.quality))?);
+        let (dco, dtco, dtc, dho) = (run.up(&qt.cell_off)?, run.up(&v.cell_offsets[..=n_tup])?, run.up(&v.cells[..n_tc])?, run.up(&qt.hit_off)?);
+        let ddead = if late { run.up(&qt.dead)? } else { run.zeros::<u8>(1)? };
+        let base = run.up(&qt.list_base)?;
+        let mut dq = run.up(&v.quality[..n_tup])?;
+        let (mut h2o, mut h2b) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?);
+        let (mut dcl, mut dwin, mut dkilled, mut drounds) = (run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_tup)?, run.out::<u32>(n_ev)?);
+        let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         run.mark()?;
+        let per_list = self.cfg.ntuplets.max_cell_tracks;
+        // The cells' tuple lists, as the CPU's replay (all tuples listed, in tuple order).
+        let vtco = dtco.view::<u32>(n_tup + 1);
+        let lists = CellTracks::build(
+            &mut run,
+            CellTracksIn {
+                n_ev,
+                n_cells,
+                n_tuples: n_tup,
+                n_entries: n_tc,
+                limit: u32::MAX,
+                tup_off: dto.view(n_ev + 1),
+                cstart: vtco.slice(..n_tup),
+                cend: vtco.slice(1..),
+                cells: dtc.view(n_tc.max(1)),
+                cell_off: dco.view(n_ev + 1),
+                base,
+            },
+        )?;
+        lists.stats(&run, &dco, per_list, &mut non_empty, &mut dropped)?;
         {
             let (vto, vtho, vth) = (dto.view::<u32>(n_ev + 1), dtho.view::<u32>(n_tup + 1), dth.view::<u32>(n_th.max(1)));
             let (vst, vpt, vchi, vcuts) = (dst.view::<f32>(5 * n_tup), dpt.view::<f32>(n_tup), dchi.view::<f32>(n_tup), dcuts.view::<f32>(crate::kernels_quality::QX_CUTS));
-            let (vco, vcto, vctv, vdead, vho) =
-                (dco.view::<u32>(n_ev + 1), dcto.view::<u32>(n_cells + 1), dctv.view::<u32>(qb.ct_vals.len().max(1)), ddead.view::<u8>(n_cells.max(1)), dho.view::<u32>(n_ev + 1));
+            let (vco, vcount, vfirst, vbase, vvals) = (dco.view::<u32>(n_ev + 1), lists.count.view::<u32>(n_cells), lists.first.view::<u32>(n_cells), lists.base.view::<u32>(n_ev), lists.vals.view::<u32>(n_tc.max(1)));
+            let (vdead, vho) = (ddead.view::<u8>(if late { n_cells.max(1) } else { 1 }), dho.view::<u32>(n_ev + 1));
             let (mut v1, mut v2, mut vq) = (h2o.view_mut::<u32>(n_hits + n_ev), h2b.view_mut::<u32>(n_th.max(1)), dq.view_mut::<u8>(n_tup));
             let (mut vcl, mut vwin, mut vkilled, mut vrounds) = (dcl.view_mut::<u32>(n_cells.max(1)), dwin.view_mut::<u32>(n_cells.max(1)), dkilled.view_mut::<u32>(n_tup), drounds.view_mut::<u32>(n_ev));
-            let (ne, late, sh_cap) = (n_ev as u32, self.cfg.ntuplets.late_fishbone as u32, QX_SH as u32);
+            let (ne, late, sh_cap) = (n_ev as u32, late as u32, QX_SH as u32);
             let mut l = Launch::new(&run, "qx_quality");
             l.arg(&ne).arg(&vto).arg(&vtho).arg(&vth).arg(&vst).arg(&vpt).arg(&vchi).arg(&vcuts);
-            l.arg(&vco).arg(&vcto).arg(&vctv).arg(&vdead).arg(&late).arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vcl).arg(&mut vwin).arg(&mut vkilled);
+            l.arg(&vco).arg(&vcount).arg(&vfirst).arg(&vbase).arg(&per_list).arg(&vvals).arg(&vdead).arg(&late);
+            l.arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vcl).arg(&mut vwin).arg(&mut vkilled);
             l.arg(&sh_cap).arg(&QX_ROUNDS).arg(&mut vrounds).arg(&mut vq);
             l.launch(cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (QX_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
         let q = run.down::<u8>(&dq, n_tup)?;
         let rounds = run.down::<u32>(&drounds, n_ev)?;
+        let (h_non_empty, h_dropped, h_bad) = (run.down::<u32>(&non_empty, n_ev)?, run.down::<u32>(&dropped, n_ev)?, run.down::<u32>(&lists.bad, 1)?);
+        drop(lists);
         run.finish(&c.stats)?;
+        // A tuple's cell past its event's (the CPU's error), or lists opened in the CPU's
+        // push order (max_active_doublets binds): the CPU step.
+        let max_lists = self.cfg.ntuplets.max_active_doublets as u64;
+        if h_bad.as_slice()[0] != 0 || h_non_empty.iter().any(|&k| k as u64 + 1 > max_lists) {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
         self.rounds.add(rounds.as_slice());
-        let quality: Vec<Vec<u8>> = qb.tup_off.windows(2).map(|w| q.as_slice()[w[0] as usize..w[1] as usize].to_vec()).collect();
+        let quality: Vec<Vec<u8>> = qt.tup_off.windows(2).map(|w| q.as_slice()[w[0] as usize..w[1] as usize].to_vec()).collect();
         if quality.iter().flatten().any(|&x| quiver_reco::tracks::Quality::from_u8(x).is_none()) {
             return Err(Error::data("gpu track_quality: the device wrote an unknown quality code"));
         }
-        let overflows = inputs.iter().map(|i| ntuplet_overflows(&i.ca, &self.cfg.ntuplets)).collect();
+        let overflows = h_dropped.iter().map(|&d| ntuplet_overflows(&CaState { track_overflows: d, ..Default::default() }, &self.cfg.ntuplets)).collect();
         self.tally.add(n_ev, &quality);
         publish_quality(batch, &f, &quality, overflows)
     }

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
-use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, prepare, DoubletProducts};
+use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, ntuplet_event_listed, prepare, DoubletProducts};
 use quiver_reco::steps::doublet_overflows;
 use quiver_datasets::conditions::CpeParams;
 use quiver_reco::local;
@@ -563,6 +563,71 @@ fn event_scan(lib: &libloading::Library, mode: Mode, value: &[u32], cell_off: &[
     (first.get(), total.get())
 }
 
+/// The device's tuple lists of the cells (`ct_count`, `cn_scan`, `ct_fill`, `ct_sort`, then
+/// `nt_list_stats` with `per_list`), as the GPU steps run them: the lists capped at
+/// `per_list` as the CPU's CSR, per event (cell order), with the per-event non-empty lists
+/// and entries past `per_list`, and the bad-cell flag.
+struct DeviceLists {
+    lists: Vec<quiver_reco::tracks::doublets::Csr>,
+    non_empty: Vec<u32>,
+    dropped: Vec<u32>,
+    bad: bool,
+    /// Counts, firsts, event bases, values (what `nt_early_dup` and `qx_quality` read).
+    raw: (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cell_track_lists(
+    lib: &libloading::Library, mode: Mode, tup_off: &[u32], limit: u32, cstart: &[u32], cend: &[u32], cells: &[u32], cell_off: &[u32], base: &[u32], n_entries: usize, per_list: u32,
+) -> DeviceLists {
+    let (n_ev, n_tuples, n_cells) = (cell_off.len() - 1, *tup_off.last().unwrap() as usize, *cell_off.last().unwrap() as usize);
+    let (ne, nt, nc) = (n_ev as u32, n_tuples as u32, n_cells as u32);
+    let (count, cursor, bad) = (Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, 1));
+    let vals = Dev::new(u32::MAX, n_entries.max(1));
+    type Count = unsafe extern "C" fn(u32, *const u32, u32, u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32);
+    type Fill = unsafe extern "C" fn(u32, *const u32, u32, u32, *const u32, *const u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32);
+    type Sort = unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *mut u32);
+    // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
+    // elements the kernels index (sized from the same counts).
+    unsafe {
+        let f: libloading::Symbol<Count> = lib.get(b"ct_count").unwrap();
+        let a = [p(tup_off), p(cstart), p(cend), p(cells), p(cell_off), count.ptr(), bad.ptr()];
+        elements(lib, mode, n_tuples, || f(nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _));
+    }
+    let counts = count.get();
+    let (first, _) = event_scan(lib, mode, &counts, cell_off);
+    // SAFETY: as above.
+    unsafe {
+        let f: libloading::Symbol<Fill> = lib.get(b"ct_fill").unwrap();
+        let a = [p(tup_off), p(cstart), p(cend), p(cells), p(cell_off), p(&first), p(base), cursor.ptr(), vals.ptr()];
+        elements(lib, mode, n_tuples, || f(nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _));
+        let f: libloading::Symbol<Sort> = lib.get(b"ct_sort").unwrap();
+        let a = [p(cell_off), p(&counts), p(&first), p(base), vals.ptr()];
+        elements(lib, mode, n_cells, || f(nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _));
+    }
+    let (non_empty, dropped) = (Dev::new(0u32, n_ev.max(1)), Dev::new(0u32, n_ev.max(1)));
+    // SAFETY: as above.
+    unsafe {
+        type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
+        let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
+        let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
+        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _));
+    }
+    let v = vals.get();
+    let lists = (0..n_ev)
+        .map(|e| {
+            let mut csr = quiver_reco::tracks::doublets::Csr { offsets: vec![0], values: Vec::new() };
+            for c in cell_off[e] as usize..cell_off[e + 1] as usize {
+                let s = (base[e] + first[c]) as usize;
+                csr.values.extend_from_slice(&v[s..s + counts[c].min(per_list) as usize]);
+                csr.offsets.push(csr.values.len() as u32);
+            }
+            csr
+        })
+        .collect();
+    DeviceLists { lists, non_empty: non_empty.get()[..n_ev].to_vec(), dropped: dropped.get()[..n_ev].to_vec(), bad: bad.get()[0] != 0, raw: (counts, first, base.to_vec(), v) }
+}
+
 /// Exclusive prefix sum with the total appended.
 fn prefix(v: &[u32]) -> Vec<u32> {
     let mut out = vec![0u32];
@@ -759,29 +824,29 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
     type Search = unsafe extern "C" fn(
         u32, u32, *const u32, u32, *const u32, *const u32, *const u8, *const u8,
         *const u32, *const u32, *const u32, *const u32, u32, u32, u32,
-        *mut u32, *mut u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32, *mut u32, *mut u32,
+        *mut u32, *mut u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32,
     );
     let (n_tup, n_hit, err) = (Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u32::MAX, n_cells.max(1)), Dev::new(0u32, 1));
-    let search = |write: u32, firsts: (&[u32], &[u32]), offs: (&[u32], &[u32]), outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>)| {
+    let search = |write: u32, firsts: (&[u32], &[u32]), offs: (&[u32], &[u32]), outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>)| {
         // SAFETY: as in `index_by`.
         unsafe {
             let f: libloading::Symbol<Search> = lib.get(b"nt_search").unwrap();
             let a = [
                 p(cell_off), p(&cells.inner), p(&cells.outer), p(&cells.pair), dead.ptr(), p(&con.ncount), p(&con.first), p(&con.push_off), p(&con.pushed),
-                n_tup.ptr(), n_hit.ptr(), p(firsts.0), p(firsts.1), p(offs.0), p(offs.1), outs.0.ptr(), outs.1.ptr(), outs.2.ptr(), err.ptr(),
+                n_tup.ptr(), n_hit.ptr(), p(firsts.0), p(firsts.1), p(offs.0), p(offs.1), outs.0.ptr(), outs.1.ptr(), outs.2.ptr(), outs.3.ptr(), outs.4.ptr(), err.ptr(),
             ];
             elements(lib, mode, n_cells, || {
                 f(
                     write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _,
                     a[5] as _, a[6] as _, a[7] as _, a[8] as _, n.max_cell_neighbors, n.min_hits_per_ntuplet, n.max_tuples,
-                    a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _,
+                    a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _,
                 )
             });
         }
     };
     let none = vec![0u32; n_cells.max(n_ev + 1)];
     let one = Dev::new(0u32, 1);
-    search(0, (&none, &none), (&none, &none), (&one, &one, &one));
+    search(0, (&none, &none), (&none, &none), (&one, &one, &one, &one, &one));
     let (tup_first, tup_total) = event_scan(lib, mode, &n_tup.get(), cell_off);
     let (hit_first, hit_total) = event_scan(lib, mode, &n_hit.get(), cell_off);
     if err.get()[0] != 0 {
@@ -790,19 +855,49 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
     let (tup_off, hit_pos) = (prefix(&tup_total), prefix(&hit_total));
     let (n_tuples, n_tuple_hits) = (*tup_off.last().unwrap() as usize, *hit_pos.last().unwrap() as usize);
     let (tlen, thits, tcells) = (Dev::new(0u32, n_tuples.max(1)), Dev::new(u32::MAX, n_tuple_hits.max(1)), Dev::new(u32::MAX, (n_tuple_hits - n_tuples).max(1)));
-    search(1, (&tup_first, &hit_first), (&tup_off, &hit_pos), (&tlen, &thits, &tcells));
+    let (cstart, cend) = (Dev::new(u32::MAX, n_tuples.max(1)), Dev::new(u32::MAX, n_tuples.max(1)));
+    search(1, (&tup_first, &hit_first), (&tup_off, &hit_pos), (&tlen, &cstart, &cend, &thits, &tcells));
     let (tlen, thits, tcells) = (tlen.get(), thits.get(), tcells.get());
+    // The cells' tuple lists and the early duplicate remover on the device, as the step.
+    let base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
+    let dl = cell_track_lists(lib, mode, &tup_off, n.max_tuples, &cstart.get(), &cend.get(), &tcells, cell_off, &base, tcells.len(), n.max_cell_tracks);
+    assert!(!dl.bad, "the search's cells are inside their events");
+    let on_device = dl.non_empty.iter().all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
+    let (q, has_track) = (Dev::new(0u8, n_tuples.max(1)), Dev::new(7u8, n_cells.max(1)));
+    // SAFETY: as in `index_by`.
+    unsafe {
+        type EarlyDup = unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *const u32, u32, *const u32, *const u32, *const u32, u32, *mut u8, *mut u8);
+        let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
+        let (counts, first, base, vals) = &dl.raw;
+        let a = [p(cell_off), p(counts), p(first), p(base), p(vals), p(&tup_off), p(&tlen), p(&tup_total), q.ptr(), has_track.ptr()];
+        elements(lib, mode, n_cells, || {
+            f(nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, n.max_cell_tracks, a[5] as _, a[6] as _, a[7] as _, n.max_tuples, a[8] as _, a[9] as _)
+        });
+    }
+    let q = q.get();
     let mut out = Vec::new();
     for e in 0..n_ev {
         let (t0, stored) = (tup_off[e] as usize, tup_total[e].min(n.max_tuples) as usize);
         let (hp, cp) = (hit_pos[e] as usize, (hit_pos[e] - tup_off[e]) as usize);
         let (he, ce) = (hit_pos[e + 1] as usize, (hit_pos[e + 1] - tup_off[e + 1]) as usize);
         let n_ev_cells = (cell_off[e + 1] - cell_off[e]) as usize;
-        out.push(ntuplet_event(n, n_ev_cells, tup_total[e], &tlen[t0..t0 + stored], &thits[hp..he], &tcells[cp..ce], con.dropped[e]).unwrap());
+        let (lengths, hits, tc) = (&tlen[t0..t0 + stored], &thits[hp..he], &tcells[cp..ce]);
+        if on_device {
+            let (t, mut ca) = ntuplet_event_listed(n, tup_total[e], lengths, hits, tc, &q[t0..t0 + stored], con.dropped[e], dl.dropped[e]).unwrap();
+            // The lists the device built, for the comparison with the CPU's.
+            ca.cell_tracks = dl.lists[e].clone();
+            out.push((t, ca));
+        } else {
+            out.push(ntuplet_event(n, n_ev_cells, tup_total[e], lengths, hits, tc, con.dropped[e]).unwrap());
+        }
+    }
+    let has_tuple: Vec<u8> = out.iter().flat_map(|(_, ca)| ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect::<Vec<_>>()).collect();
+    if on_device {
+        // The late fishbone reads the device's "carries a tuple" flags.
+        assert_eq!(has_track.get()[..n_cells], has_tuple[..], "has_track");
     }
     if n.late_fishbone {
-        let has_track: Vec<u8> = out.iter().flat_map(|(_, ca)| ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect::<Vec<_>>()).collect();
-        fishbone(1, &has_track);
+        fishbone(1, &has_tuple);
     }
     let alive = dead.get()[..n_cells].iter().map(|&d| d == 0).collect();
     Some((out, alive))
@@ -862,6 +957,10 @@ fn ntuplet_kernels_on_the_host_equal_the_cpu_step() {
     cfg.ntuplets.max_cell_tracks = 2;
     cfg.ntuplets.max_cell_neighbors = 1;
     check_ntuplets("capacities", &cfg, false).unwrap();
+    // Few tuples alone: the emptied last tuple among duplicates.
+    let mut cfg = CaConfig::default();
+    cfg.ntuplets.max_tuples = 2000;
+    check_ntuplets("2000 tuples", &cfg, false).unwrap();
     check_ntuplets("sized", &CaConfig::default().with_sized_capacities(), false).unwrap();
     // Quadruplets only (the doublets of 13 pairs).
     let mut cfg = CaConfig::default();
@@ -1221,13 +1320,11 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
 /// kernel see it, so that the triplet cleaner's |tip| ties occur.
 fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (usize, usize, usize) {
     use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
-    use quiver_gpu::steps::quality_batch;
-    use quiver_reco::steps::QualityInput;
-    use quiver_reco::tracks::{ca_state_for_quality, stage_fit, stage_quality};
+    use quiver_gpu::steps::quality_tables;
+    use quiver_reco::steps::QualityColumnsView;
+    use quiver_reco::tracks::{stage_fit, stage_quality};
     let Some(lib) = emulator() else { panic!("checked by the caller") };
-    let (_, ds) = dataset();
-    let cpe = &ds.conditions().cpe;
-    let (b, _, per_event) = on_cpu_cells(cfg, |view, d| {
+    let (b, cells, per_event) = on_cpu_cells(cfg, |view, d| {
         let (t, ca) = stage_ntuplets(view, d, cfg).unwrap();
         let mut tracks = stage_fit(view, &t, cfg).unwrap();
         if tip_grid > 0.0 {
@@ -1240,46 +1337,82 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
         stage_quality(view, &t, &ca, &mut expect, cfg);
         (t, ca, tracks, expect.quality)
     });
-    let mut inputs = Vec::new();
+    // The batch's columns as the products hold them (what the step reads).
+    let (mut tuple_ev, mut hit_ev, mut cell_ev) = (vec![0i32], vec![0i32], vec![0i32]);
+    let (mut hoff, mut hv, mut coff, mut cv) = (vec![0i32], Vec::new(), vec![0i32], Vec::new());
+    let (mut quality, mut state, mut pt, mut chi2, mut alive) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut expected = Vec::new();
-    for (hits, (t, ca, tracks, q)) in views(&b, cpe).into_iter().zip(per_event) {
-        let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
-        let ca = ca_state_for_quality(&alive, &ca.tuple_cells, &ca.tuple_cell_offsets, cfg).unwrap();
-        inputs.push(QualityInput { hits, tuples: t, ca, tracks });
-        expected.push(q);
+    for (e, (t, ca, tracks, q)) in per_event.iter().enumerate() {
+        for i in 0..t.len() {
+            hv.extend_from_slice(t.hits_of(i));
+            hoff.push(hv.len() as i32);
+            cv.extend_from_slice(&ca.tuple_cells[ca.tuple_cell_offsets[i] as usize..ca.tuple_cell_offsets[i + 1] as usize]);
+            coff.push(cv.len() as i32);
+        }
+        quality.extend(t.quality.iter().map(|&x| x as u8));
+        state.extend_from_slice(tracks.state.as_flattened());
+        pt.extend_from_slice(&tracks.pt);
+        chi2.extend_from_slice(&tracks.chi2);
+        alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
+        tuple_ev.push(quality.len() as i32);
+        hit_ev.push(hit_ev[e] + b.hits_per_event[e] as i32);
+        cell_ev.push(alive.len() as i32);
+        expected.push(q.clone());
     }
-    let qb = quality_batch(&inputs).unwrap();
-    let (n_ev, n_tup, n_th) = (inputs.len(), qb.quality.len(), qb.thits.len());
-    let n_hits = *qb.hit_off.last().unwrap() as usize;
+    assert_eq!(cell_ev.iter().map(|&x| x as u32).collect::<Vec<_>>(), cells.cell_off);
+    let v = QualityColumnsView {
+        hit_offsets: &hoff,
+        hits: &hv,
+        cell_offsets: &coff,
+        cells: &cv,
+        quality: &quality,
+        state: &state,
+        pt: &pt,
+        chi2: &chi2,
+        alive: arrow_array::BooleanArray::from(alive.clone()),
+    };
+    let late = cfg.ntuplets.late_fishbone;
+    let qt = quality_tables(&v, &tuple_ev, &hit_ev, &cell_ev, late).unwrap();
+    let (n_ev, n_tup, n_th, n_cells) = (per_event.len(), quality.len(), hv.len(), alive.len());
+    let n_hits = *qt.hit_off.last().unwrap() as usize;
     let cuts = cuts_table(&cfg.quality);
+    let per_list = cfg.ntuplets.max_cell_tracks;
+    let dead = if late { qt.dead.clone() } else { vec![0u8] };
     // sh_cap 0: every event's codes in global memory; QX_SH: in shared memory where they fit.
-    assert!(qb.tup_off.windows(2).any(|w| w[1] > w[0] && w[1] - w[0] <= QX_SH as u32), "no event fits in shared memory");
+    assert!(qt.tup_off.windows(2).any(|w| w[1] > w[0] && w[1] - w[0] <= QX_SH as u32), "no event fits in shared memory");
     // max_rounds 0: the duplicate remover's sequential loop; QX_ROUNDS: its parallel rounds.
     let mut most_rounds = 0;
     let runs = modes.iter().flat_map(|m| [(m, 0u32, QX_ROUNDS), (m, QX_SH as u32, QX_ROUNDS), (m, QX_SH as u32, 0)]);
     for (&mode, sh_cap, max_rounds) in runs {
-        let q = Dev(qb.quality.iter().map(|&x| std::cell::UnsafeCell::new(x)).collect());
-        let (h2o, h2b, cl) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)), Dev::new(0u32, qb.dead.len().max(1)));
-        let (win, killed, rounds) = (Dev::new(0u32, qb.dead.len().max(1)), Dev::new(0u32, n_tup), Dev::new(0u32, n_ev));
+        // The cells' tuple lists on the device, as the step builds them (every tuple listed).
+        let coff_u: Vec<u32> = coff.iter().map(|&x| x as u32).collect();
+        let dl = cell_track_lists(lib, mode, &qt.tup_off, u32::MAX, &coff_u[..n_tup], &coff_u[1..], &cv, &qt.cell_off, &qt.list_base, cv.len(), per_list);
+        assert!(!dl.bad && dl.non_empty.iter().all(|&k| k as u64 + 1 <= cfg.ntuplets.max_active_doublets as u64), "{name}: the step would hand the batch to the CPU");
+        let (counts, first, base, vals) = &dl.raw;
+        let hoff_u: Vec<u32> = hoff.iter().map(|&x| x as u32).collect();
+        let q = Dev(quality.iter().map(|&x| std::cell::UnsafeCell::new(x)).collect());
+        let (h2o, h2b, cl) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)), Dev::new(0u32, n_cells.max(1)));
+        let (win, killed, rounds) = (Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, n_tup), Dev::new(0u32, n_ev));
         type Quality = unsafe extern "C" fn(
             u32, *const u32, *const u32, *const u32, *const f32, *const f32, *const f32, *const f32,
-            *const u32, *const u32, *const u32, *const u8, u32, *const u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32, u32, u32, *mut u32, *mut u8,
+            *const u32, *const u32, *const u32, *const u32, u32, *const u32, *const u8, u32,
+            *const u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32, u32, u32, *mut u32, *mut u8,
         );
         // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
-        // own (`quality_batch`), the scratch sized as the step sizes it.
+        // own (`quality_tables`, the device lists), the scratch sized as the step sizes it.
         unsafe {
             let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
             let a = [
-                p(&qb.tup_off), p(&qb.thit_off), p(&qb.thits), p(&qb.state), p(&qb.pt), p(&qb.chi2), p(&cuts),
-                p(&qb.cell_off), p(&qb.ct_off), p(&qb.ct_vals), p(&qb.dead), p(&qb.hit_off), h2o.ptr(), h2b.ptr(), cl.ptr(), win.ptr(), killed.ptr(), rounds.ptr(), q.ptr(),
+                p(&qt.tup_off), p(&hoff_u), p(&hv), p(&state), p(&pt), p(&chi2), p(&cuts),
+                p(&qt.cell_off), p(counts), p(first), p(base), p(vals), p(&dead), p(&qt.hit_off), h2o.ptr(), h2b.ptr(), cl.ptr(), win.ptr(), killed.ptr(), rounds.ptr(), q.ptr(),
             ];
             let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
             assert!(QX_BLOCK >= threads);
-            let late = cfg.ntuplets.late_fishbone as u32;
             grid(lib, mode, n_ev as u32, threads, || {
                 f(
                     n_ev as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
-                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, late, a[11] as _, a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, sh_cap, max_rounds, a[17] as _, a[18] as _,
+                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, per_list, a[11] as _, a[12] as _, late as u32,
+                    a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, sh_cap, max_rounds, a[19] as _, a[20] as _,
                 )
             });
         }
@@ -1292,20 +1425,25 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
             most_rounds = most_rounds.max(r.iter().copied().max().unwrap_or(0));
         }
         for (e, want) in expected.iter().enumerate() {
-            let have = &got[qb.tup_off[e] as usize..qb.tup_off[e + 1] as usize];
+            let have = &got[qt.tup_off[e] as usize..qt.tup_off[e + 1] as usize];
             let differ = have.iter().zip(want).filter(|(x, y)| x != y).count();
             assert!(differ == 0 && have.len() == want.len(), "{name} ({mode:?}, sh_cap {sh_cap}, max_rounds {max_rounds}) event {e}: {differ} of {} qualities differ", want.len());
+        }
+        // The list overflows the step reports are the CPU replay's.
+        for (e, (_, ca, _, _)) in per_event.iter().enumerate() {
+            let replay = quiver_reco::tracks::ca_state_for_quality(&alive[cell_ev[e] as usize..cell_ev[e + 1] as usize], &ca.tuple_cells, &ca.tuple_cell_offsets, cfg).unwrap();
+            assert_eq!(dl.dropped[e], replay.track_overflows, "{name} event {e}: list overflows");
         }
     }
     let all: Vec<u8> = expected.into_iter().flatten().collect();
     let count = |f: &dyn Fn(u8) -> bool| all.iter().filter(|&&x| f(x)).count();
     let r = (n_tup, count(&|x| x >= 2), count(&|x| x == 1));
-    let dead = qb.dead.iter().filter(|&&d| d == 1).count();
-    println!("quality {name}: {} tracks, {} loose, {} dup; {dead} cells killed by the late fishbone; duplicate remover settled in ≤ {most_rounds} rounds", r.0, r.1, r.2);
+    let killed = alive.iter().filter(|&&a| !a).count();
+    println!("quality {name}: {} tracks, {} loose, {} dup; {killed} cells killed by the fishbones; duplicate remover settled in ≤ {most_rounds} rounds", r.0, r.1, r.2);
     // Some cell's winner depends on an earlier cell's choice (else one round would do and the
     // iteration would be untested).
     assert!(most_rounds >= 2, "{name}: the duplicate remover settled in {most_rounds} round(s)");
-    assert!(!cfg.ntuplets.late_fishbone || dead > 0, "{name}: the late fishbone killed no cell");
+    assert!(!late || killed > 0, "{name}: the late fishbone killed no cell");
     r
 }
 
@@ -1367,4 +1505,97 @@ fn check_cells_kernel_flags_a_cell_past_its_event() {
     assert_eq!(flag(&inner, &cells.outer), 1, "inner index past the event");
     outer[c] -= 1;
     assert_eq!(flag(&cells.inner, &outer), 0, "the event's last hit is a hit");
+}
+
+/// The cells' tuple lists and the early duplicate remover on the device (`ct_*`,
+/// `nt_early_dup`) equal the CPU's replay and remover (`steps::ntuplet_event`) on random
+/// events: tuples of 2 to 6 hits through random cells, lists capped at 3, and a tuple
+/// overflow whose emptied last tuple counts as 0 hits. Both thread modes.
+#[test]
+fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
+    let Some(lib) = emulator() else { return };
+    let mut n = quiver_reco::tracks::NtupletConfig::default();
+    (n.max_cell_tracks, n.max_tuples) = (3, 40);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |m: u32| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % m as u64) as u32
+    };
+    // Per event: cells, found tuples, each tuple's hits and cells (the search's layout: a
+    // tuple of k hits has k - 1 cells; the cells of the found tuples one after the other).
+    let (mut cell_off, mut tup_off, mut hit_pos) = (vec![0u32], vec![0u32], vec![0u32]);
+    let (mut tlen, mut thits, mut tcells, mut cstart, mut cend) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for e in 0..12u32 {
+        let nc = 20 + rnd(40);
+        let found = if e % 3 == 0 { n.max_tuples + 1 + rnd(5) } else { rnd(n.max_tuples) };
+        for it in 0..found {
+            // The last stored tuple of an overflowing event as long as any: a duplicate only
+            // because the overflow empties it.
+            let len = if found > n.max_tuples && it + 1 == n.max_tuples { 6 } else { 2 + rnd(5) };
+            tlen.push(len);
+            let cp = tcells.len() as u32;
+            for _ in 0..len {
+                thits.push(rnd(50));
+            }
+            // Distinct cells (a path visits a cell once).
+            let mut cs: Vec<u32> = Vec::new();
+            while cs.len() < (len - 1) as usize {
+                let c = rnd(nc);
+                if !cs.contains(&c) {
+                    cs.push(c);
+                }
+            }
+            tcells.extend_from_slice(&cs);
+            if it < n.max_tuples {
+                (cstart.push(cp), cend.push(cp + len - 1));
+            } else {
+                (cstart.push(0), cend.push(0));
+            }
+        }
+        cell_off.push(cell_off.last().unwrap() + nc);
+        tup_off.push(tup_off.last().unwrap() + found);
+        hit_pos.push(thits.len() as u32);
+    }
+    let n_ev = cell_off.len() - 1;
+    let found: Vec<u32> = tup_off.windows(2).map(|w| w[1] - w[0]).collect();
+    let base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
+    let (n_cells, n_tuples) = (*cell_off.last().unwrap() as usize, tlen.len());
+    for mode in [Mode::Sequential, Mode::Threaded] {
+        let dl = cell_track_lists(lib, mode, &tup_off, n.max_tuples, &cstart, &cend, &tcells, &cell_off, &base, tcells.len(), n.max_cell_tracks);
+        let (q, has_track) = (Dev::new(0u8, n_tuples), Dev::new(7u8, n_cells));
+        // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; buffers sized as the step sizes them.
+        unsafe {
+            type EarlyDup = unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *const u32, u32, *const u32, *const u32, *const u32, u32, *mut u8, *mut u8);
+            let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
+            let (counts, first, base, vals) = &dl.raw;
+            let a = [p(&cell_off), p(counts), p(first), p(base), p(vals), p(&tup_off), p(&tlen), p(&found), q.ptr(), has_track.ptr()];
+            elements(lib, mode, n_cells, || {
+                f(n_cells as u32, a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, a[4] as _, n.max_cell_tracks, a[5] as _, a[6] as _, a[7] as _, n.max_tuples, a[8] as _, a[9] as _)
+            });
+        }
+        let (q, has_track) = (q.get(), has_track.get());
+        let (mut dups, mut emptied_dup) = (0, 0);
+        for e in 0..n_ev {
+            let (t0, stored) = (tup_off[e] as usize, found[e].min(n.max_tuples) as usize);
+            let cp = (hit_pos[e] - tup_off[e]) as usize;
+            let ce = (hit_pos[e + 1] - tup_off[e + 1]) as usize;
+            let lengths = &tlen[t0..t0 + stored];
+            let nc = (cell_off[e + 1] - cell_off[e]) as usize;
+            let (t, ca) = ntuplet_event(&n, nc, found[e], lengths, &thits[hit_pos[e] as usize..hit_pos[e + 1] as usize], &tcells[cp..ce], 0).unwrap();
+            assert_eq!(dl.lists[e], ca.cell_tracks, "{mode:?} event {e}: tuples per cell");
+            assert_eq!(dl.dropped[e], ca.track_overflows, "{mode:?} event {e}: list overflows");
+            let want: Vec<u8> = t.quality.iter().map(|&x| x as u8).collect();
+            assert_eq!(q[t0..t0 + stored], want[..], "{mode:?} event {e}: early duplicate remover");
+            let has: Vec<u8> = ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect();
+            assert_eq!(has_track[cell_off[e] as usize..cell_off[e + 1] as usize], has[..], "{mode:?} event {e}: has_track");
+            dups += want.iter().filter(|&&x| x == 1).count();
+            let last = stored.wrapping_sub(1) as u32;
+            emptied_dup += usize::from(t.overflow && want.last() == Some(&1) && ca.cell_tracks.iter().any(|l| l.len() > 1 && l.contains(&last)));
+        }
+        // The cases the kernels must get right occur: duplicates, capped lists, and an
+        // emptied last tuple that is a duplicate only because it is emptied.
+        assert!(dups > 20 && dl.dropped.iter().sum::<u32>() > 5 && emptied_dup > 0, "{dups} dups, {:?} dropped, {emptied_dup}", dl.dropped);
+    }
 }

@@ -450,6 +450,61 @@ pub fn quality_inputs<'a>(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a
     (0..h.n_events()).map(|e| cols.event(e, cpe, cfg)).collect()
 }
 
+/// `track_quality`'s inputs as the batch's columns (no copy), for a GPU implementation that
+/// builds the cells' tuple lists itself: the tuples' hits and cells (list offsets and
+/// values as the products hold them), their quality codes, the fits' state (5 per row), pT
+/// and χ², and the cells' alive flags.
+pub struct QualityColumnsView<'a> {
+    pub hit_offsets: &'a [i32],
+    pub hits: &'a [u32],
+    pub cell_offsets: &'a [i32],
+    pub cells: &'a [u32],
+    pub quality: &'a [u8],
+    pub state: &'a [f32],
+    pub pt: &'a [f32],
+    pub chi2: &'a [f32],
+    pub alive: BooleanArray,
+}
+
+/// The columns of [`quality_inputs`] with every one of its checks except those of the
+/// cells' tuple lists (a tuple's cell past its event's cells, which the caller checks where
+/// it builds the lists): an error here is the CPU step's error too.
+pub fn quality_columns<'a>(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product) -> Result<QualityColumnsView<'a>> {
+    let cols = QualityColumns::new(h, n, c, f)?;
+    let (state, w5) = fixed_values(f, "state")?;
+    if w5 != 5 {
+        return Err(Error::data(format!("product '{}': state width {w5}, expected 5", f.type_name())));
+    }
+    let (pt, chi2) = (values::<Float32Type>(f, "pt")?, values::<Float32Type>(f, "chi2")?);
+    if let Some(&q) = cols.quality.iter().find(|&&q| crate::tracks::Quality::from_u8(q).is_none()) {
+        return Err(tracking(TrackError::Invalid(format!("tuple quality {q}"))));
+    }
+    for e in 0..h.n_events() {
+        let hr = h.event_rows(e);
+        layer_start_from_det_index(&cols.hits.det[hr.clone()]).map_err(tracking)?;
+        let r = n.event_rows(e);
+        let hits = &cols.hvals[cols.hoff[r.start] as usize..cols.hoff[r.end] as usize];
+        if let Some(&bad) = hits.iter().find(|&&x| x as usize >= hr.len()) {
+            return Err(tracking(TrackError::Invalid(format!("tuple hit {bad} is not one of the event's {} hits", hr.len()))));
+        }
+        let fr = f.event_rows(e);
+        if fr.len() != r.len() {
+            return Err(Error::data(format!("{} fitted tracks for {} tuples", fr.len(), r.len())));
+        }
+    }
+    Ok(QualityColumnsView {
+        hit_offsets: cols.hoff,
+        hits: cols.hvals,
+        cell_offsets: cols.coff,
+        cells: cols.cvals,
+        quality: cols.quality,
+        state,
+        pt,
+        chi2,
+        alive: cols.alive,
+    })
+}
+
 /// Tracks per event by quality, for the run summary of `track_quality` (CPU or GPU).
 #[derive(Default)]
 pub struct QualityTally([AtomicU64; 5]);
