@@ -1599,3 +1599,127 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
         assert!(dups > 20 && dl.dropped.iter().sum::<u32>() > 5 && emptied_dup > 0, "{dups} dups, {:?} dropped, {emptied_dup}", dl.dropped);
     }
 }
+
+/// `quality_columns` (what the GPU `track_quality` checks on the host) refuses exactly the
+/// products the CPU step's `quality_inputs` refuses, on the chain's own products and on
+/// damaged copies of them — except a tuple's cell past its event's cells, which the GPU step
+/// checks on the device (`ct_count`'s flag) and hands to the CPU step for its message.
+#[test]
+fn quality_columns_refuse_what_the_cpu_step_refuses() {
+    use std::sync::{Arc, Mutex};
+    use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
+    use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, Product, ProductKey, Registry, Signature, Step, StepConfig, StepType};
+    use quiver_reco::steps::types::{CA_CELLS, HITS, NTUPLETS, TRACK_FITS};
+    use quiver_reco::steps::{quality_columns, quality_inputs};
+
+    /// `p` with column `name` replaced.
+    fn with(p: &Product, name: &str, col: ArrayRef) -> Arc<Product> {
+        let b = p.batch();
+        let mut cols = b.columns().to_vec();
+        cols[b.schema().index_of(name).unwrap()] = col;
+        Arc::new(Product::new(RecordBatch::try_new(b.schema(), cols).unwrap(), p.offsets().clone()).unwrap())
+    }
+    /// A list column of `p` with its values changed by `f`.
+    fn list_with(p: &Product, name: &str, f: impl Fn(&mut Vec<u32>)) -> Arc<Product> {
+        let l = p.batch().column_by_name(name).unwrap().as_any().downcast_ref::<ListArray>().unwrap().clone();
+        let mut v = l.values().as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec();
+        f(&mut v);
+        let (field, offsets, _, nulls) = l.into_parts();
+        with(p, name, Arc::new(ListArray::new(field, offsets, Arc::new(UInt32Array::from(v)), nulls)))
+    }
+
+    struct Check {
+        keys: [ProductKey; 4],
+        cpe: Arc<quiver_formats::conditions::CpeParams>,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+    impl Step for Check {
+        fn process(&self, batch: &mut EventBatch) -> quiver_columnar::Result<()> {
+            let [h, n, c, f] = [0, 1, 2, 3].map(|i| batch.get(&self.keys[i]).unwrap());
+            let cfg = CaConfig::default();
+            let (n_ev, n_tup) = (h.n_events(), n.batch().num_rows());
+            if n_tup < 2 {
+                return Ok(());
+            }
+            let first_hits = h.event_rows(0).len() as u32;
+            let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index").unwrap().to_vec();
+            let q = quiver_columnar::columns::values::<arrow_array::types::UInt8Type>(&n, "quality").unwrap().to_vec();
+            let mut fit_lengths: Vec<usize> = (0..n_ev).map(|e| f.event_rows(e).len()).collect();
+            let mut cases: Vec<(&str, [Arc<Product>; 4], bool)> = vec![("as produced", [h.clone(), n.clone(), c.clone(), f.clone()], true)];
+            let mut bad_q = q.clone();
+            bad_q[1] = 9;
+            cases.push(("quality code 9", [h.clone(), with(&n, "quality", Arc::new(UInt8Array::from(bad_q))), c.clone(), f.clone()], false));
+            cases.push(("tuple hit past the event's hits", [h.clone(), list_with(&n, "hits", |v| v[0] = first_hits), c.clone(), f.clone()], false));
+            let mut rev = det.clone();
+            rev[..first_hits as usize].reverse();
+            cases.push(("hits out of layer order", [with(&h, "det_index", Arc::new(UInt16Array::from(rev))), n.clone(), c.clone(), f.clone()], false));
+            // One fitted track moved from the first event with tracks to the next event.
+            if let Some(e) = (0..n_ev - 1).find(|&e| fit_lengths[e] > 0) {
+                fit_lengths[e] -= 1;
+                fit_lengths[e + 1] += 1;
+                let moved = Arc::new(Product::new(f.batch().clone(), arrow_buffer::OffsetBuffer::from_lengths(fit_lengths)).unwrap());
+                cases.push(("fits of other events", [h.clone(), n.clone(), c.clone(), moved], false));
+            }
+            let mut seen = self.seen.lock().unwrap();
+            for (what, [h, n, c, f], accepted) in &cases {
+                let cpu = quality_inputs(h, n, c, f, &self.cpe, &cfg).map(|_| ());
+                let gpu = quality_columns(h, n, c, f).map(|_| ());
+                assert_eq!(cpu.is_ok(), *accepted, "{what}: the CPU step's inputs: {cpu:?}");
+                assert_eq!(gpu.is_ok(), *accepted, "{what}: the GPU step's columns: {:?}", gpu.err());
+                seen.push(what.to_string());
+            }
+            // A tuple's cell past its event's: the CPU's replay refuses it; the GPU step's
+            // host checks leave it to the device.
+            let n_cells0 = c.event_rows(0).len() as u32;
+            let n2 = list_with(&n, "cells", |v| v[0] = n_cells0);
+            assert!(quality_inputs(&h, &n2, &c, &f, &self.cpe, &cfg).is_err() && quality_columns(&h, &n2, &c, &f).is_ok());
+            Ok(())
+        }
+    }
+
+    let (dir, ds) = dataset();
+    let cond = ds.conditions().clone();
+    let mut store = Conditions::new();
+    store.insert(cond.beam_spot);
+    store.insert(cond.cabling);
+    store.insert(cond.gains);
+    store.insert(cond.cpe);
+    store.insert(quiver_formats::raw::RawData::new(Dataset::open(dir.path()).unwrap()));
+    let out = tempfile::tempdir().unwrap();
+    let job = Arc::new(JobContext { input: Some(dir.path().into()), output: out.path().into(), conditions: store });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    static SEEN: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
+    SEEN.set(seen.clone()).ok();
+    let mut r = Registry::with_builtin();
+    quiver_reco::steps::register(&mut r);
+    r.add(StepType {
+        name: "quality_columns_check",
+        doc: "quality_columns against quality_inputs",
+        params: vec![],
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("hits", HITS, "rec hits"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+                InputSpec::one("cells", CA_CELLS, "cells"),
+                InputSpec::one("fits", TRACK_FITS, "fits"),
+            ],
+            outputs: vec![],
+        },
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| {
+            let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
+            Ok(Box::new(Check { keys, cpe: cfg.condition()?, seen: SEEN.get().unwrap().clone() }))
+        },
+    });
+    let plan_text = format!(
+        "{}\n[[step]]\nlabel = \"check\"\ntype = \"quality_columns_check\"\nhits = \"hits:hits\"\nntuplets = \"ntuplets:ntuplets\"\ncells = \"ntuplets:ca_cells\"\nfits = \"fit:track_fits\"\n",
+        include_str!("../../../plans/examples/chain.toml")
+    );
+    let spec = plan::PlanSpec::from_toml(&plan_text, "check").unwrap();
+    let resolved = plan::validate(&spec, &r).unwrap();
+    let steps = resolved.build(&r, job).unwrap();
+    let opts = executor::RunOptions { threads: 1, batch_size: 3, first_event: 0, events: Some(3), progress: false };
+    executor::run(&resolved, &steps, &opts).unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 5, "every case ran: {seen:?}");
+}
