@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use quiver_columnar::{executor, plan, Backend, Conditions, JobContext, Registry};
+use quiver_columnar::{executor, plan, Backend, JobContext, Registry};
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
@@ -21,15 +21,7 @@ fn dataset() -> &'static (tempfile::TempDir, Dataset) {
 
 fn job() -> Arc<JobContext> {
     let (dir, _) = dataset();
-    let ds = Dataset::open(dir.path()).unwrap();
-    let c = ds.conditions().clone();
-    let mut store = Conditions::new();
-    store.insert(c.beam_spot);
-    store.insert(c.cabling);
-    store.insert(c.gains);
-    store.insert(c.cpe);
-    store.insert(quiver_formats::raw::RawData::new(ds));
-    Arc::new(JobContext { input: Some(dir.path().into()), output: dir.path().join("out"), conditions: store })
+    crate::job_on(dir.path(), dir.path().join("out"))
 }
 
 fn registry() -> Registry {

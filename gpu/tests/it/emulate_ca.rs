@@ -1608,7 +1608,7 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
 fn quality_columns_refuse_what_the_cpu_step_refuses() {
     use std::sync::{Arc, Mutex};
     use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
-    use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, Product, ProductKey, Registry, Signature, Step, StepConfig, StepType};
+    use quiver_columnar::{executor, plan, EventBatch, InputSpec, Product, ProductKey, Registry, Signature, Step, StepConfig, StepType};
     use quiver_reco::steps::types::{CA_CELLS, HITS, NTUPLETS, TRACK_FITS};
     use quiver_reco::steps::{quality_columns, quality_inputs};
 
@@ -1628,10 +1628,11 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
         with(p, name, Arc::new(ListArray::new(field, offsets, Arc::new(UInt32Array::from(v)), nulls)))
     }
 
+    /// The cases checked (a step is built from a plain function: no captured state).
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
     struct Check {
         keys: [ProductKey; 4],
         cpe: Arc<quiver_formats::conditions::CpeParams>,
-        seen: Arc<Mutex<Vec<String>>>,
     }
     impl Step for Check {
         fn process(&self, batch: &mut EventBatch) -> quiver_columnar::Result<()> {
@@ -1660,7 +1661,7 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
                 let moved = Arc::new(Product::new(f.batch().clone(), arrow_buffer::OffsetBuffer::from_lengths(fit_lengths)).unwrap());
                 cases.push(("fits of other events", [h.clone(), n.clone(), c.clone(), moved], false));
             }
-            let mut seen = self.seen.lock().unwrap();
+            let mut seen = SEEN.lock().unwrap();
             for (what, [h, n, c, f], accepted) in &cases {
                 let cpu = quality_inputs(h, n, c, f, &self.cpe, &cfg).map(|_| ());
                 let gpu = quality_columns(h, n, c, f).map(|_| ());
@@ -1677,19 +1678,9 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
         }
     }
 
-    let (dir, ds) = dataset();
-    let cond = ds.conditions().clone();
-    let mut store = Conditions::new();
-    store.insert(cond.beam_spot);
-    store.insert(cond.cabling);
-    store.insert(cond.gains);
-    store.insert(cond.cpe);
-    store.insert(quiver_formats::raw::RawData::new(Dataset::open(dir.path()).unwrap()));
+    let (dir, _) = dataset();
     let out = tempfile::tempdir().unwrap();
-    let job = Arc::new(JobContext { input: Some(dir.path().into()), output: out.path().into(), conditions: store });
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    static SEEN: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
-    SEEN.set(seen.clone()).ok();
+    let job = crate::job_on(dir.path(), out.path().into());
     let mut r = Registry::with_builtin();
     quiver_reco::steps::register(&mut r);
     r.add(StepType {
@@ -1708,7 +1699,7 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
         backends: vec![quiver_columnar::Backend::Cpu],
         build: |cfg: &StepConfig| {
             let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
-            Ok(Box::new(Check { keys, cpe: cfg.condition()?, seen: SEEN.get().unwrap().clone() }))
+            Ok(Box::new(Check { keys, cpe: cfg.condition()? }))
         },
     });
     let plan_text = format!(
@@ -1720,6 +1711,6 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
     let steps = resolved.build(&r, job).unwrap();
     let opts = executor::RunOptions { threads: 1, batch_size: 3, first_event: 0, events: Some(3), progress: false };
     executor::run(&resolved, &steps, &opts).unwrap();
-    let seen = seen.lock().unwrap();
+    let seen = SEEN.lock().unwrap();
     assert_eq!(seen.len(), 5, "every case ran: {seen:?}");
 }

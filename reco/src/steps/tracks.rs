@@ -443,8 +443,9 @@ impl<'a> QualityColumns<'a> {
 }
 
 /// Every event's `track_quality` inputs from the `hits`, `ntuplets`, `ca_cells` and
-/// `track_fits` products (for a GPU implementation of the step), with the CPU step's checks:
-/// an error here is the CPU step's error too.
+/// `track_fits` products, as the CPU step reads them (the cells' tuple lists replayed), with
+/// its checks: an error here is the CPU step's error too. The GPU step reads the batch's
+/// columns instead ([`quality_columns`]).
 pub fn quality_inputs<'a>(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product, cpe: &'a CpeParams, cfg: &CaConfig) -> Result<Vec<QualityInput<'a>>> {
     let cols = QualityColumns::new(h, n, c, f)?;
     (0..h.n_events()).map(|e| cols.event(e, cpe, cfg)).collect()
