@@ -1,6 +1,7 @@
-//! The host side of the GPU `ca_ntuplets`, `track_fit` and `track_quality` steps, timed on a
-//! CPU (no GPU needed): the CPU chain to the tracks, and beside it steps that do only what
-//! the GPU steps do on the host — `ca_ntuplets`' finish from the tuples (with the device's
+//! The host side of the GPU steps, timed on a CPU (no GPU needed): the CPU chain to the
+//! tracks, and beside it steps that do only what the GPU steps do on the host — the local
+//! steps' module tables and runs (`local_prep`; with the scans of the digis they made before
+//! the module runs and the runs' ends moved to the device: `local_scan`), `ca_ntuplets`' finish from the tuples (with the device's
 //! tuple lists and qualities: `ntuplets_prep`; with the host replay of the lists it falls
 //! back to where `max_active_doublets` binds: `ntuplets_replay`), `track_fit`'s checks and
 //! job tables (`fit_prep`), `track_quality`'s checks and tables (`quality_prep`; the
@@ -18,8 +19,8 @@ use std::sync::Arc;
 use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
 use quiver_datasets::Dataset;
 use quiver_formats::conditions::CpeParams;
-use quiver_gpu::steps::{fit_batch, ntuplet_event, ntuplet_event_listed, quality_tables};
-use quiver_reco::steps::types::{CA_CELLS, DOUBLETS, HITS, NTUPLETS, TRACK_FITS};
+use quiver_gpu::steps::{cluster_tables, cut_runs, fit_batch, ntuplet_event, ntuplet_event_listed, quality_tables, rechit_runs};
+use quiver_reco::steps::types::{CALIBRATED_DIGIS, CA_CELLS, CLUSTERED_DIGIS, CLUSTER_MODULES, DOUBLETS, HITS, HIT_MODULES, NTUPLETS, TRACK_FITS};
 use quiver_reco::steps::{fit_inputs, quality_columns, quality_inputs};
 use quiver_reco::tracks::CaConfig;
 
@@ -105,6 +106,67 @@ impl Step for QualityPrep {
     }
 }
 
+/// The host side of the GPU `clusterize`, `cluster_charge_cut` and `rechits`: the module
+/// tables, the runs from them, the capacity records (`local_prep`); with `scan`, also what
+/// it did before the module runs and the runs' ends moved to the device (`local_scan`): the
+/// module runs and their capacity record from the calibrated digis, and each run's end from
+/// the digis' modules.
+struct LocalPrep {
+    keys: [ProductKey; 4],
+    n_det: usize,
+    scan: bool,
+}
+
+impl Step for LocalPrep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        use arrow_array::types::{UInt16Type, UInt32Type};
+        use quiver_columnar::columns::values;
+        let [cal, cm, cd, hm] = [0, 1, 2, 3].map(|i| batch.get(&self.keys[i]));
+        let (cal, cm, cd, hm) = (cal?, cm?, cd?, hm?);
+        let table = |m: &quiver_columnar::Product, e: usize| -> Result<(Vec<u16>, Vec<u32>, Vec<u32>)> {
+            let r = m.event_rows(e);
+            Ok((
+                values::<UInt16Type>(m, "module")?[r.clone()].to_vec(),
+                values::<UInt32Type>(m, "first_digi")?[r.clone()].to_vec(),
+                values::<UInt32Type>(m, "clusters")?[r].to_vec(),
+            ))
+        };
+        let n_ev = batch.n_events();
+        let rows: Vec<_> = (0..n_ev).map(|e| cal.event_rows(e)).collect();
+        let (ct, ht): (Vec<_>, Vec<_>) = ((0..n_ev).map(|e| table(&cm, e)).collect::<Result<_>>()?, (0..n_ev).map(|e| table(&hm, e)).collect::<Result<_>>()?);
+        let cut_in: Vec<(&[u16], &[u32], &[u32])> = ct.iter().map(|t| (&t.0[..], &t.1[..], &t.2[..])).collect();
+        let hit_in: Vec<(&[u16], &[u32], &[u32])> = ht.iter().map(|t| (&t.0[..], &t.1[..], &t.2[..])).collect();
+        // clusterize: the table from the runs (here the CPU's) and their cluster counts.
+        let runs: Vec<Vec<(u32, u16)>> = ct.iter().map(|t| t.1.iter().zip(&t.0).map(|(&f, &m)| (f, m)).collect()).collect();
+        let found: Vec<u32> = ct.iter().flat_map(|t| t.2.iter().copied()).collect();
+        std::hint::black_box(cluster_tables(&runs, &found));
+        let cut = cut_runs(&rows, &cut_in).ok_or_else(|| quiver_columnar::Error::data("cut_runs"))?;
+        let hits = rechit_runs(&rows, &hit_in, &vec![[0.0; 3]; n_ev], self.n_det).ok_or_else(|| quiver_columnar::Error::data("rechit_runs"))?;
+        if self.scan {
+            let (m, x, y) = (values::<UInt16Type>(&cal, "module")?, values::<UInt16Type>(&cal, "row")?, values::<UInt16Type>(&cal, "col")?);
+            for r in &rows {
+                let (m, x, y) = (&m[r.clone()], &x[r.clone()], &y[r.clone()]);
+                std::hint::black_box(quiver_reco::local::clusterize::module_runs(m, x, y, quiver_reco::local::MAX_PIX_IN_MODULE).map_err(|e| quiver_columnar::Error::data(e.to_string()))?);
+                std::hint::black_box(quiver_reco::capacity::records::pixel_runs(m, quiver_reco::local::MAX_PIX_IN_MODULE));
+            }
+            let ends = |module: &[u16], first: &[u32], run_module: &[u32], limit: &[u32]| -> Vec<u32> {
+                let invalid = quiver_reco::local::INVALID_MODULE;
+                (0..first.len())
+                    .map(|k| {
+                        let (f, lim, me) = (first[k] as usize, limit[k] as usize, run_module[k] as u16);
+                        (f..lim).find(|&i| module[i] != invalid && module[i] != me).unwrap_or(lim) as u32
+                    })
+                    .collect()
+            };
+            let cut_module: Vec<u32> = cut.module.iter().map(|&x| x as u32).collect();
+            std::hint::black_box(ends(m, &cut.first, &cut_module, &cut.limit));
+            std::hint::black_box(ends(values::<UInt16Type>(&cd, "module")?, &hits.first, &hits.module, &hits.limit));
+        }
+        std::hint::black_box((cut, hits));
+        Ok(())
+    }
+}
+
 struct FitPrep {
     keys: [ProductKey; 2],
     cpe: Arc<CpeParams>,
@@ -123,6 +185,20 @@ impl Step for FitPrep {
 /// `plans/examples/chain.toml` (the CPU chain to the vertices) with the three host-side
 /// steps after it: the executor keeps their inputs until they have run.
 const PREP_STEPS: &str = r#"
+[[step]]
+label = "local_prep"
+type = "local_host_prep"
+calibrated = "calib:calibrated_digis"
+cluster_modules = "clusters:cluster_modules"
+clustered = "chargecut:clustered_digis"
+hit_modules = "chargecut:hit_modules"
+[[step]]
+label = "local_scan"
+type = "local_host_scan"
+calibrated = "calib:calibrated_digis"
+cluster_modules = "clusters:cluster_modules"
+clustered = "chargecut:clustered_digis"
+hit_modules = "chargecut:hit_modules"
 [[step]]
 label = "ntuplets_prep"
 type = "ntuplets_host_prep"
@@ -198,6 +274,35 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
         backends: cpu,
         build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()? })),
+    });
+    let local_signature = || Signature {
+        inputs: vec![
+            InputSpec::one("calibrated", CALIBRATED_DIGIS, "calibrated digis"),
+            InputSpec::one("cluster_modules", CLUSTER_MODULES, "clusterize's module table"),
+            InputSpec::one("clustered", CLUSTERED_DIGIS, "clustered digis"),
+            InputSpec::one("hit_modules", HIT_MODULES, "the charge cut's module table"),
+        ],
+        outputs: vec![],
+    };
+    fn local(cfg: &StepConfig, scan: bool) -> Result<Box<dyn Step>> {
+        let keys = [cfg.input("calibrated")?, cfg.input("cluster_modules")?, cfg.input("clustered")?, cfg.input("hit_modules")?];
+        Ok(Box::new(LocalPrep { keys, n_det: cfg.condition::<CpeParams>()?.det.len(), scan }))
+    }
+    r.add(StepType {
+        name: "local_host_prep",
+        doc: "the GPU local steps' host preparation alone",
+        params: vec![],
+        signature: local_signature(),
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| local(cfg, false),
+    });
+    r.add(StepType {
+        name: "local_host_scan",
+        doc: "the GPU local steps' host preparation with the digi scans it made before",
+        params: vec![],
+        signature: local_signature(),
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| local(cfg, true),
     });
     r.add(StepType {
         name: "ntuplets_host_prep",

@@ -15,7 +15,7 @@
 
 use quiver_formats::conditions::{FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
 use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET};
-use quiver_reco::local::{INVALID_MODULE, MAX_CLUSTERS_PER_MODULE};
+use quiver_reco::local::{INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_MODULES};
 
 /// Threads per block of the per-module kernels.
 pub const MODULE_BLOCK: u32 = 256;
@@ -33,7 +33,7 @@ pub fn prelude() -> String {
          typedef unsigned long long u64;\n\
          #define FED_ID_MIN {FED_ID_MIN}u\n#define MAX_FED {MAX_FED}u\n#define MAX_LINK {MAX_LINK}u\n#define MAX_ROC {MAX_ROC}u\n\
          #define INVALID_MODULE {INVALID_MODULE}u\n#define N_ROWS {NUM_ROWS_IN_MODULE}\n#define N_COLS {NUM_COLS_IN_MODULE}\n\
-         #define MAX_CLUS_PER_MODULE {MAX_CLUSTERS_PER_MODULE}\n#define STATUS_BAD_INPUT {STATUS_BAD_INPUT}u\n\
+         #define MAX_CLUS_PER_MODULE {MAX_CLUSTERS_PER_MODULE}\n#define MAX_MODULES {MAX_NUM_MODULES}u\n#define STATUS_BAD_INPUT {STATUS_BAD_INPUT}u\n\
          #define ROWS_IN_ROC {NUM_ROWS_IN_ROC}u\n#define COLS_IN_ROC {NUM_COLS_IN_ROC}u\n#define X_OFFSET ({X_OFFSET})\n#define Y_OFFSET ({Y_OFFSET})\n"
     )
 }
@@ -326,6 +326,91 @@ extern "C" __global__ void clusterize(
 }
 "#;
 
+/// Module runs on the device, so that the local steps' host preparation reads only the
+/// module tables and the events' offsets, never the digis:
+/// - `mr_flag`, `mr_fill`: `clusterize`'s runs (the CPU's `module_runs`). A run starts at
+///   a valid digi whose previous valid digi in the event is of another module (or none) and
+///   ends at the next valid digi of another module; the first `MAX_MODULES` runs of an event
+///   fill its slots in order (one thread per digi: the start flags, their per-event block
+///   scan by `ca_ntuplets`' `cn_scan`, then each start writes its run), longer runs are cut
+///   at `max_pix` digis and counted per event for the capacity report. A digi outside what the CPU accepts sets `status`: the step takes the CPU path.
+/// - `run_check`, `run_ends`: the charge cut's and `rechits`' run spans from a module table
+///   (the CPU's `find` of the next valid digi of another module); `run_check` tells whether
+///   every table row's first digi is of its module, which the host's spans assume.
+pub const MODULE_RUNS: &str = r#"
+__device__ __forceinline__ u32 mr_event(const u32* event_offsets, u32 n_events, u32 g) {
+    u32 lo = 0u, hi = n_events;
+    while (hi - lo > 1u) { u32 mid = (lo + hi) / 2u; if (event_offsets[mid] <= g) lo = mid; else hi = mid; }
+    return lo;
+}
+
+extern "C" __global__ void mr_flag(const u16* module, const u16* xx, const u16* yy, u32 n, const u32* event_offsets, u32 n_events, u32* start, u32* status)
+{
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    u32 m = module[i], s = 0u;
+    if (m != INVALID_MODULE) {
+        if (m >= MAX_MODULES || xx[i] >= N_ROWS || yy[i] >= N_COLS) {
+            atomicOr(status, STATUS_BAD_INPUT);
+        } else {
+            u32 b = event_offsets[mr_event(event_offsets, n_events, i)], j = i;
+            s = 1u;
+            while (j > b) {
+                --j;
+                u32 p = module[j];
+                if (p != INVALID_MODULE) { s = p != m ? 1u : 0u; break; }
+            }
+        }
+    }
+    start[i] = s;
+}
+
+// Slots e * MAX_MODULES + k (zero-filled: an unused slot is an empty run): run k of event e,
+// batch digi indices; per event the longest run and the runs past max_pix with their digis
+// cut (atomics that only count).
+extern "C" __global__ void mr_fill(
+    const u16* module, u32 n, const u32* event_offsets, u32 n_events, const u32* start, const u32* pos, u32 max_pix,
+    u32* run_first, u32* run_end, u32* run_base, u16* run_module, u32* worst, u32* over, u64* cut)
+{
+    u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || start[i] == 0u) return;
+    u32 e = mr_event(event_offsets, n_events, i);
+    u32 b = event_offsets[e], eend = event_offsets[e + 1u];
+    u32 m = module[i], j = i + 1u;
+    while (j < eend && (module[j] == INVALID_MODULE || module[j] == m)) ++j;
+    u32 len = j - i;
+    atomicMax(&worst[e], len);
+    if (len > max_pix) { atomicAdd(&over[e], 1u); atomicAdd(&cut[e], (u64)(len - max_pix)); }
+    u32 k = pos[i];
+    if (k < MAX_MODULES) {
+        u32 slot = e * MAX_MODULES + k;
+        run_first[slot] = i;
+        run_end[slot] = len > max_pix ? i + max_pix : j;
+        run_base[slot] = b;
+        run_module[slot] = (u16)m;
+    }
+}
+
+// Table row r: its first digi (batch index) must be of row_module[r].
+extern "C" __global__ void run_check(const u16* module, u32 n_rows, const u32* row_first, const u16* row_module, u32* status)
+{
+    u32 r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n_rows) return;
+    if (module[row_first[r]] != row_module[r]) atomicOr(status, STATUS_BAD_INPUT);
+}
+
+// Run r's end: from run_first[r], the first valid digi of another module than run_module[r]
+// before run_limit[r] (its event's end), else run_limit[r].
+extern "C" __global__ void run_ends(const u16* module, u32 n_runs, const u32* run_first, const u32* run_module, const u32* run_limit, u32* run_end)
+{
+    u32 r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n_runs) return;
+    u32 m = run_module[r], lim = run_limit[r], j = run_first[r];
+    while (j < lim && (module[j] == INVALID_MODULE || module[j] == m)) ++j;
+    run_end[r] = j;
+}
+"#;
+
 /// cluster_charge_cut: one block per module run, modifying module and cluster columns in
 /// place (the host uploads copies). Charges are summed with wrapping atomic adds (order
 /// independent); the prefix scan and the renumbering table are built by one thread.
@@ -534,6 +619,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     ("raw_to_digis", RAW_TO_DIGIS, &["raw_to_digis"]),
     ("calibrate", CALIBRATE, &["calibrate"]),
     ("clusterize", CLUSTERIZE, &["clus_init", "clusterize"]),
+    ("module_runs", MODULE_RUNS, &["mr_flag", "mr_fill", "run_check", "run_ends"]),
     ("cluster_charge_cut", CHARGE_CUT, &["charge_cut"]),
     ("rechits", RECHITS, &["rechits"]),
     ("ca_doublets", crate::kernels_ca::CA_DOUBLETS, crate::kernels_ca::CA_DOUBLETS_KERNELS),

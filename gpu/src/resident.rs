@@ -21,7 +21,7 @@ use cudarc::driver::CudaStream;
 use quiver_columnar::residency::{Device, DeviceData};
 use quiver_columnar::{Error, EventBatch, ProductKey, Result};
 
-use crate::device::{download, upload, DeviceBuf, Gpu};
+use crate::device::{upload, DeviceBuf, Gpu};
 
 /// The name the device goes by in products and the run summary.
 pub const DEVICE_NAME: &str = "cuda:0";
@@ -85,14 +85,9 @@ impl CudaColumns {
     }
 }
 
-fn down<T: ArrowPrimitiveType>(stream: &Arc<CudaStream>, buf: &DeviceBuf, rows: usize, bytes: &mut u64) -> Result<ArrayRef>
-where
-    T::Native: cudarc::driver::DeviceRepr,
-{
-    let mut v = quiver_columnar::pool::global().vec::<T::Native>(rows);
-    v.resize(rows, T::Native::default());
-    download(stream, buf, v.as_mut_slice(), bytes).map_err(Error::data)?;
-    Ok(Arc::new(PrimitiveArray::<T>::new(v.into_scalar_buffer(), None)))
+/// A downloaded column's bytes as an array of `T` (pooled blocks are 64-byte aligned).
+fn typed<T: ArrowPrimitiveType>(bytes: quiver_columnar::PoolVec<u8>, rows: usize) -> ArrayRef {
+    Arc::new(PrimitiveArray::<T>::new(arrow_buffer::ScalarBuffer::new(bytes.into_buffer(), 0, rows), None))
 }
 
 impl DeviceData for CudaColumns {
@@ -102,45 +97,36 @@ impl DeviceData for CudaColumns {
     fn nbytes(&self) -> usize {
         self.schema.fields().iter().map(|f| device_width(f.data_type()).unwrap_or(0) * self.rows).sum()
     }
+    /// Every column through page-locked staging on the worker's stream, with one wait for
+    /// the stream (pageable copies serialise on the driver's staging between workers).
     fn download(&self) -> Result<RecordBatch> {
-        self.gpu.ctx.bind_to_thread().map_err(|e| Error::data(format!("gpu: {e}")))?;
-        let stream = self.gpu.stream().map_err(Error::data)?;
-        let (n, mut bytes) = (self.rows, 0u64);
-        // Boolean columns come down as bytes (`Err`) and become Arrow booleans after the one
-        // wait for the stream.
-        let mut cols: Vec<std::result::Result<ArrayRef, Vec<u8>>> = Vec::with_capacity(self.columns.len());
+        let mut run = crate::steps::Run::start(self.gpu)?;
+        let n = self.rows;
+        let mut queued = Vec::with_capacity(self.columns.len());
         for (f, b) in self.schema.fields().iter().zip(&self.columns) {
-            cols.push(Ok(match f.data_type() {
-                DataType::UInt8 => down::<UInt8Type>(&stream, b, n, &mut bytes)?,
-                DataType::Int8 => down::<Int8Type>(&stream, b, n, &mut bytes)?,
-                DataType::UInt16 => down::<UInt16Type>(&stream, b, n, &mut bytes)?,
-                DataType::Int16 => down::<Int16Type>(&stream, b, n, &mut bytes)?,
-                DataType::UInt32 => down::<UInt32Type>(&stream, b, n, &mut bytes)?,
-                DataType::Int32 => down::<Int32Type>(&stream, b, n, &mut bytes)?,
-                DataType::Float32 => down::<Float32Type>(&stream, b, n, &mut bytes)?,
-                DataType::UInt64 => down::<UInt64Type>(&stream, b, n, &mut bytes)?,
-                DataType::Int64 => down::<Int64Type>(&stream, b, n, &mut bytes)?,
-                DataType::Float64 => down::<Float64Type>(&stream, b, n, &mut bytes)?,
-                DataType::Boolean => {
-                    let mut v = vec![0u8; n];
-                    download(&stream, b, &mut v, &mut bytes).map_err(Error::data)?;
-                    cols.push(Err(v));
-                    continue;
-                }
-                t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
-            }));
+            let w = device_width(f.data_type())
+                .ok_or_else(|| Error::data(format!("column '{}' of type {} cannot live on the device", f.name(), f.data_type())))?;
+            queued.push(run.queue::<u8>(b, n * w)?);
         }
-        stream.synchronize().map_err(|e| Error::data(format!("gpu: {e}")))?;
-        let cols = cols
-            .into_iter()
-            .zip(self.schema.fields())
-            .map(|(c, f)| match c {
-                Ok(a) => Ok(a),
-                Err(v) => flags_from_bytes(&v)
-                    .map(|b| Arc::new(BooleanArray::from(b)) as ArrayRef)
-                    .map_err(|m| Error::data(format!("device column '{}': {m}", f.name()))),
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut cols = Vec::with_capacity(queued.len());
+        for (q, f) in queued.into_iter().zip(self.schema.fields()) {
+            let v = run.take(q)?;
+            cols.push(match f.data_type() {
+                DataType::UInt8 => typed::<UInt8Type>(v, n),
+                DataType::Int8 => typed::<Int8Type>(v, n),
+                DataType::UInt16 => typed::<UInt16Type>(v, n),
+                DataType::Int16 => typed::<Int16Type>(v, n),
+                DataType::UInt32 => typed::<UInt32Type>(v, n),
+                DataType::Int32 => typed::<Int32Type>(v, n),
+                DataType::Float32 => typed::<Float32Type>(v, n),
+                DataType::UInt64 => typed::<UInt64Type>(v, n),
+                DataType::Int64 => typed::<Int64Type>(v, n),
+                DataType::Float64 => typed::<Float64Type>(v, n),
+                // Flags come down as bytes, 0 or 1, and become Arrow booleans.
+                DataType::Boolean => Arc::new(BooleanArray::from(flags_from_bytes(&v).map_err(|m| Error::data(format!("device column '{}': {m}", f.name())))?)),
+                t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
+            });
+        }
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
     }
     fn as_any(&self) -> &dyn Any {

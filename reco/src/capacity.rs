@@ -158,7 +158,19 @@ pub mod records {
         if let Some((start, _)) = first {
             close(start, module.len());
         }
-        (runs > 0).then(|| Overflow { capacity: names::PIXELS_PER_MODULE, limit: max_pix as u64, demanded: Some(worst as u64), truncated: cut })
+        pixel_run_stats(worst as u64, runs, cut, max_pix)
+    }
+
+    /// [`pixel_runs`]' record from its statistics: the longest run, the runs longer than
+    /// `max_pix` and the digis cut from them (what a device counts without the host).
+    ///
+    /// ```
+    /// use quiver_reco::capacity::records::pixel_run_stats;
+    /// assert_eq!(pixel_run_stats(5, 1, 3, 2).unwrap().truncated, 3);
+    /// assert!(pixel_run_stats(2, 0, 0, 2).is_none());
+    /// ```
+    pub fn pixel_run_stats(worst: u64, runs_over: u32, cut: u64, max_pix: usize) -> Option<Overflow> {
+        (runs_over > 0).then(|| Overflow { capacity: names::PIXELS_PER_MODULE, limit: max_pix as u64, demanded: Some(worst), truncated: cut })
     }
 
     /// Modules whose cluster count (before the charge cut) is above the cap.

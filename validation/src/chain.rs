@@ -94,12 +94,14 @@ impl ChainKeys {
     pub fn has(&self, input: Input) -> bool {
         self.keys[input.index()].is_some()
     }
-    /// The connected products of one batch.
+    /// The connected products of one batch. Of the raw `digis` only the rows per event are
+    /// read (nDigis), so a copy that lives on a device stays there (no download); every
+    /// other product is taken with its host view.
     pub fn get(&self, batch: &EventBatch) -> quiver_columnar::Result<ChainProducts> {
         let mut p = ChainProducts { products: Default::default(), n_events: batch.n_events() };
-        for (slot, key) in p.products.iter_mut().zip(&self.keys) {
+        for ((slot, key), input) in p.products.iter_mut().zip(&self.keys).zip(Input::ALL) {
             if let Some(k) = key {
-                *slot = Some(batch.get(k)?);
+                *slot = Some(if input == Input::Digis { batch.get_resident(k)? } else { batch.get(k)? });
             }
         }
         Ok(p)
@@ -159,8 +161,7 @@ impl ChainProducts {
 ///            "column 'floats.value' has type Float32, expected UInt16");
 /// ```
 pub fn column<'a, T: ArrowPrimitiveType>(p: &'a Product, name: &str) -> Result<&'a PrimitiveArray<T>> {
-    let c = p
-        .batch()
+    let c = host(p)?
         .column_by_name(name)
         .ok_or_else(|| ValidationError::MissingColumn { product: p.type_name().into(), column: name.into() })?;
     let a = c.as_primitive_opt::<T>().ok_or_else(|| ValidationError::ColumnType {
@@ -174,9 +175,15 @@ pub fn column<'a, T: ArrowPrimitiveType>(p: &'a Product, name: &str) -> Result<&
     Ok(a)
 }
 
+/// The host view of `p` (made here when it lives only on a device); a failed download is an
+/// error naming the product, not a panic.
+fn host(p: &Product) -> Result<&arrow_array::RecordBatch> {
+    p.host().map_err(|e| ValidationError::Data(format!("{}: {e}", p.type_name())))
+}
+
 /// Column `name` of `p` as a dynamically typed array.
 pub fn any_column<'a>(p: &'a Product, name: &str) -> Result<&'a dyn Array> {
-    p.batch()
+    host(p)?
         .column_by_name(name)
         .map(|c| c.as_ref())
         .ok_or_else(|| ValidationError::MissingColumn { product: p.type_name().into(), column: name.into() })

@@ -331,7 +331,8 @@ impl Step for CaDoubletsGpu {
             l.launch(blocks(n_hits.max(n_cells), ELEMENT_BLOCK))?;
         }
         run.mark()?;
-        let (hu, hw) = (run.down::<u32>(&unlisted, n_ev)?, run.down::<u32>(&worst, n_ev)?);
+        let (hu, hw) = (run.queue::<u32>(&unlisted, n_ev)?, run.queue::<u32>(&worst, n_ev)?);
+        let (hu, hw) = (run.take(hu)?, run.take(hw)?);
         run.finish(&c.stats)?;
         let p = doublet_products(d, &totals, &cell_off, hu.as_slice(), hw.as_slice()).map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
         // The cells stay on the device: a GPU `ca_ntuplets` reads them there, and the first

@@ -404,7 +404,8 @@ impl Step for CaNtupletsGpu {
             let (vn, mut vne, mut vd) = (ncount.view::<u32>(n_cells), non_empty.view_mut::<u32>(n_ev), dropped.view_mut::<u32>(n_ev));
             Launch::new(&run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&n.max_cell_neighbors).arg(&mut vne).arg(&mut vd).launch(blocks(n_cells, ELEMENT_BLOCK))?;
         }
-        let (h_total, h_non_empty, h_dropped) = (run.down::<u32>(&ntotal, n_ev)?, run.down::<u32>(&non_empty, n_ev)?, run.down::<u32>(&dropped, n_ev)?);
+        let (h_total, h_non_empty, h_dropped) = (run.queue::<u32>(&ntotal, n_ev)?, run.queue::<u32>(&non_empty, n_ev)?, run.queue::<u32>(&dropped, n_ev)?);
+        let (h_total, h_non_empty, h_dropped) = (run.take(h_total)?, run.take(h_non_empty)?, run.take(h_dropped)?);
         run.sync()?;
         // max_active_doublets binds: the lists opened depend on the CPU's push order.
         if h_non_empty.iter().any(|&k| k as u64 + 1 > n.max_active_doublets as u64) {
@@ -452,7 +453,8 @@ impl Step for CaNtupletsGpu {
         }
         scan(&run, &n_tup, &mut tup_first, &mut tup_total)?;
         scan(&run, &n_hit, &mut hit_first, &mut hit_total)?;
-        let (h_tup, h_hit, h_err) = (run.down::<u32>(&tup_total, n_ev)?, run.down::<u32>(&hit_total, n_ev)?, run.down::<u32>(&err, 1)?);
+        let (h_tup, h_hit, h_err) = (run.queue::<u32>(&tup_total, n_ev)?, run.queue::<u32>(&hit_total, n_ev)?, run.queue::<u32>(&err, 1)?);
+        let (h_tup, h_hit, h_err) = (run.take(h_tup)?, run.take(h_hit)?, run.take(h_err)?);
         run.sync()?;
         // A path longer than the search allows: the CPU step reports it.
         if h_err.as_slice()[0] != 0 {
@@ -494,8 +496,9 @@ impl Step for CaNtupletsGpu {
             l.arg(&nc).arg(&vco).arg(&ne).arg(&vn).arg(&vf).arg(&vb).arg(&vv).arg(&n.max_cell_tracks).arg(&vto).arg(&vtl).arg(&vfound).arg(&n.max_tuples).arg(&mut vq).arg(&mut vht);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
         }
-        let (h_len, h_hits, h_cells) = (run.down::<u32>(&tlen, n_tuples)?, run.down::<u32>(&thits, n_tuple_hits)?, run.down::<u32>(&tcells, n_tuple_cells)?);
-        let (h_q, h_tne, h_tdrop, h_bad) = (run.down::<u8>(&dq, n_tuples)?, run.down::<u32>(&track_non_empty, n_ev)?, run.down::<u32>(&track_dropped, n_ev)?, run.down::<u32>(&lists.bad, 1)?);
+        let (h_len, h_hits, h_cells) = (run.queue::<u32>(&tlen, n_tuples)?, run.queue::<u32>(&thits, n_tuple_hits)?, run.queue::<u32>(&tcells, n_tuple_cells)?);
+        let (h_q, h_tne, h_tdrop, h_bad) = (run.queue::<u8>(&dq, n_tuples)?, run.queue::<u32>(&track_non_empty, n_ev)?, run.queue::<u32>(&track_dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
+        let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (run.take(h_len)?, run.take(h_hits)?, run.take(h_cells)?, run.take(h_q)?, run.take(h_tne)?, run.take(h_tdrop)?, run.take(h_bad)?);
         run.sync()?;
         // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
         // past its event (the CPU's error): the CPU's replay, event by event.

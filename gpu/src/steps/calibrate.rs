@@ -40,10 +40,10 @@ impl CalibrateGpu {
 impl Step for CalibrateGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let d = batch.get(&self.input)?;
-        // Host columns only for their count: the kernel reads the device copy.
-        let module = values::<UInt16Type>(&d, "module")?;
-        let n = module.len();
+        // Only the rows' count and offsets on the host: the kernel reads the device copy
+        // (no download of the digis).
+        let d = batch.get_resident(&self.input)?;
+        let n = d.num_rows();
         let g = &self.gains.host;
         if g.rows_averaged == 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
@@ -76,14 +76,14 @@ impl Step for CalibrateGpu {
         }
         run.mark()?;
         let st = run.down::<u32>(&status, 1)?;
-        let (hm, ha) = (run.down::<u16>(&om, n)?, run.down::<u16>(&oa, n)?);
         run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let cols = vec![column(&d, "row")?, column(&d, "col")?, u16_array(ha), u16_array(hm)];
+        // On the device only, like the digis: `clusterize` makes the host view when it needs
+        // one (one download), the later GPU steps read the device columns.
         let on_device = device_columns(c.gpu, CALIBRATED_DIGIS, n, vec![dx.clone(), dy.clone(), Arc::new(oa), Arc::new(om)])?;
-        publish_resident(batch, CALIBRATED_DIGIS, cols, d.offsets().clone(), on_device)
+        batch.put(Product::on_device(schema(CALIBRATED_DIGIS), d.offsets().clone(), n, on_device)?)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -1,5 +1,6 @@
-//! GPU `cluster_charge_cut`: run spans on the host; cut and renumbering on the device, one
-//! block per run; the hit-module table on the host.
+//! GPU `cluster_charge_cut`: the runs from the module table on the host, their ends on the
+//! device (`run_ends`); cut and renumbering on the device, one block per run; the hit-module
+//! table on the host. The clustered digis stay on the device.
 
 use super::*;
 
@@ -49,14 +50,21 @@ pub(super) fn table_rows(m: &Product, e: usize) -> Result<(&[u16], &[u32], &[u32
     ))
 }
 
-/// The module runs of a batch that the charge-cut kernel processes (batch digi indices),
-/// and what is needed to rebuild the `hit_modules` tables.
+/// The module runs of a batch that the charge-cut kernel processes (batch digi indices;
+/// their ends are found on the device by `run_ends`), the table rows whose first digi the
+/// device checks (`run_check`), and what is needed to rebuild the `hit_modules` tables.
 #[derive(Debug, Default)]
 pub struct CutRuns {
     pub first: Vec<u32>,
-    pub end: Vec<u32>,
+    /// The end of the run's event (batch digi index): its end lies at or before it.
+    pub limit: Vec<u32>,
     pub nclus: Vec<u32>,
     pub module: Vec<u16>,
+    /// Every table row's first digi (batch index) and module: the spans above hold only if
+    /// each row's first digi is of its module (as `clusterize` makes them); the device
+    /// checks it, and where one is not the step takes the CPU's path.
+    pub row_first: Vec<u32>,
+    pub row_module: Vec<u16>,
     /// Per event: clusters per module id before the cut, modules of the launched runs, and
     /// the input table's module ids and first digis.
     events: Vec<CutEvent>,
@@ -67,14 +75,27 @@ pub struct CutRuns {
 type CutEvent = (Vec<u32>, Vec<u16>, Vec<u16>, Vec<u32>);
 
 /// The runs the CPU core would process for each event (`rows[e]`: the event's digis in
-/// the batch; `tables[e]`: its `cluster_modules` rows), with their spans; `None` where the
-/// device path does not apply (the CPU reports an error, runs out of order, or a module
-/// repeats: its runs would depend on each other).
-pub fn cut_runs(module: &[u16], rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])]) -> Option<CutRuns> {
+/// the batch; `tables[e]`: its `cluster_modules` rows), from the tables alone, given that
+/// each row's first digi is of the row's module (which the device checks: `row_first`,
+/// `row_module`); `None` where the device path does not apply (the CPU reports an error,
+/// runs out of order, or a module repeats: its runs would depend on each other).
+///
+/// ```
+/// use quiver_gpu::steps::cut_runs;
+/// // One event of 10 digis: module 7 from digi 0 (3 clusters), module 9 from digi 4 (none).
+/// let (ids, firsts, counts) = ([7u16, 9], [0u32, 4], [3u32, 0]);
+/// let r = cut_runs(&[5..15], &[(&ids, &firsts, &counts)]).unwrap();
+/// assert_eq!((r.first, r.limit, r.nclus, r.module), (vec![5], vec![15], vec![3], vec![7]));
+/// assert_eq!((r.row_first, r.row_module), (vec![5, 9], vec![7, 9]));
+/// assert!(cut_runs(&[5..15], &[(&ids, &[4u32, 0], &counts)]).is_none()); // out of order
+/// ```
+pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])]) -> Option<CutRuns> {
     let mut out = CutRuns::default();
     for (r, &(ids, firsts, counts)) in rows.iter().zip(tables) {
         let (base, ne) = (r.start, r.len());
-        let id = &module[r.clone()];
+        if ids.len() != firsts.len() {
+            return None;
+        }
         let mut n_in_module = vec![0u32; MAX_NUM_MODULES];
         for (&mid, &cnt) in ids.iter().zip(counts) {
             *n_in_module.get_mut(mid as usize)? = cnt;
@@ -82,13 +103,14 @@ pub fn cut_runs(module: &[u16], rows: &[std::ops::Range<usize>], tables: &[(&[u1
         let mut seen = vec![false; MAX_NUM_MODULES];
         let mut prev_first: Option<usize> = None;
         let mut launched = Vec::new();
-        for &first in firsts {
+        for (&this, &first) in ids.iter().zip(firsts) {
             let first = first as usize;
             if first >= ne || prev_first.is_some_and(|p| p >= first) {
                 return None;
             }
             prev_first = Some(first);
-            let this = id[first];
+            out.row_first.push((base + first) as u32);
+            out.row_module.push(this);
             if this == INVALID_MODULE {
                 continue;
             }
@@ -98,10 +120,9 @@ pub fn cut_runs(module: &[u16], rows: &[std::ops::Range<usize>], tables: &[(&[u1
             if n_in_module[this as usize] == 0 {
                 continue;
             }
-            let end = (first..ne).find(|&i| id[i] != INVALID_MODULE && id[i] != this).unwrap_or(ne);
             launched.push(this);
             out.first.push((base + first) as u32);
-            out.end.push((base + end) as u32);
+            out.limit.push((base + ne) as u32);
             out.nclus.push(n_in_module[this as usize]);
             out.module.push(this);
         }
@@ -131,9 +152,10 @@ impl CutRuns {
 impl Step for ChargeCutGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let (d, cl, m) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?);
-        let module = values::<UInt16Type>(&d, "module")?;
-        let n = module.len();
+        // The digis' and clusters' offsets only on the host (the kernels read their device
+        // copies), and the module table.
+        let (d, cl, m) = (batch.get_resident(&self.digis)?, batch.get_resident(&self.clusters)?, batch.get(&self.modules)?);
+        let n = d.num_rows();
         if cl.offsets() != d.offsets() || n == 0 || n > i32::MAX as usize {
             return c.cpu.process(batch);
         }
@@ -147,18 +169,31 @@ impl Step for ChargeCutGpu {
         if sized && beyond_kernel_slots(&tables) {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let Some(plan) = cut_runs(module, &rows, &tables) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        let (rf, re, rn, rm) = (&plan.first, &plan.end, &plan.nclus, &plan.module);
-        let n_runs = rf.len();
+        let Some(plan) = cut_runs(&rows, &tables) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let (rf, rl, rn, rm) = (&plan.first, &plan.limit, &plan.nclus, &plan.module);
+        let (n_runs, n_rows) = (rf.len(), plan.row_first.len());
+        let rm32: Vec<u32> = rm.iter().map(|&x| x as u32).collect();
         let mut run = Run::start(c.gpu)?;
         let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        let dm_in = cuda(&dig_dev).column("module")?;
         // The cut renumbers in place: private copies, the inputs' device columns stay intact.
-        let (mut dm, mut dc) = (run.copy::<u16>(cuda(&dig_dev).column("module")?, n)?, run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?);
+        let (mut dm, mut dc) = (run.copy::<u16>(dm_in, n)?, run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?);
         let da = cuda(&dig_dev).column("charge")?;
-        let (drf, dre, drn, drm) = (run.up(rf)?, run.up(re)?, run.up(rn)?, run.up(rm)?);
-        let mut ncl = run.out::<u32>(n_runs.max(1))?;
+        let (drf, drl, drn, drm, drm32) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rm)?, run.up(&rm32)?);
+        let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
+        let mut status = run.zeros::<u32>(1)?;
+        let (mut ncl, mut dre) = (run.out::<u32>(n_runs.max(1))?, run.out::<u32>(n_runs.max(1))?);
         run.mark()?;
+        let vin = dm_in.view::<u16>(n);
+        if n_rows > 0 {
+            let (vf, vm, mut vst) = (drow_f.view::<u32>(n_rows), drow_m.view::<u16>(n_rows), status.view_mut::<u32>(1));
+            Launch::new(&run, "run_check").arg(&vin).arg(&(n_rows as u32)).arg(&vf).arg(&vm).arg(&mut vst).launch(blocks(n_rows, ELEMENT_BLOCK))?;
+        }
         if n_runs > 0 {
+            {
+                let (vf, vm, vl, mut ve) = (drf.view::<u32>(n_runs), drm32.view::<u32>(n_runs), drl.view::<u32>(n_runs), dre.view_mut::<u32>(n_runs));
+                Launch::new(&run, "run_ends").arg(&vin).arg(&(n_runs as u32)).arg(&vf).arg(&vm).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+            }
             let cf = &self.cfg;
             let (mx, l1) = (cf.max_clusters_per_module, cf.l1_modules as u32);
             let (mut vm, mut vc, va) = (dm.view_mut::<u16>(n), dc.view_mut::<i32>(n), da.view::<u16>(n));
@@ -170,18 +205,21 @@ impl Step for ChargeCutGpu {
             b.launch(per_block(n_runs))?; // one block per run, disjoint spans
         }
         run.mark()?;
-        let (hm, hc) = (run.down::<u16>(&dm, n)?, run.down::<i32>(&dc, n)?);
-        let hn = run.down::<u32>(&ncl, n_runs)?;
+        let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&ncl, n_runs)?);
+        let (st, hn) = (run.take(st)?, run.take(hn)?);
         run.finish(&c.stats)?;
+        if st[0] != 0 {
+            return fallback(c.cpu.as_ref(), &c.stats, batch); // a row's first digi is not of its module
+        }
         // As the CPU step: a capped module's count is the clusters kept, never above the cap.
         let cap = self.cfg.max_clusters_per_module;
         let tables: Vec<ModuleTable> = plan.tables(&hn).into_iter().map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect())).collect();
         let overflows = (0..batch.n_events())
             .map(|e| Ok(records::cluster_counts(table_rows(&m, e)?.2, cap).into_iter().collect()))
             .collect::<Result<Vec<_>>>()?;
-        let cols = vec![u16_array(hm), i32_array(hc)];
+        // The clustered digis stay on the device: the GPU `rechits` reads them there.
         let on_device = device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
-        publish_resident(batch, CLUSTERED_DIGIS, cols, d.offsets().clone(), on_device)?;
+        batch.put(Product::on_device(schema(CLUSTERED_DIGIS), d.offsets().clone(), n, on_device)?)?;
         publish_modules(batch, HIT_MODULES, &tables)?;
         publish_overflows(batch, overflows)
     }

@@ -1,15 +1,9 @@
-//! GPU `clusterize`: module runs found on the host (a sequential scan), clustering on
-//! the device, one block per run.
+//! GPU `clusterize`: module runs found on the device (`kernels::MODULE_RUNS`), clustering
+//! on the device, one block per run slot; the host builds the `cluster_modules` tables from
+//! the runs' first digis, modules and cluster counts. Neither the calibrated digis nor the
+//! clusters are downloaded.
 
 use super::*;
-
-/// Module runs of one event, as the CPU core finds them (`quiver_reco::local::clusterize::
-/// module_runs`): (first, end) event-local digi indices and the module. `None` when a digi
-/// is outside what the CPU core accepts (the CPU step reports the error).
-pub fn module_runs(module: &[u16], xx: &[u16], yy: &[u16], max_pix: usize) -> Option<Vec<(usize, usize, u16)>> {
-    let runs = quiver_reco::local::clusterize::module_runs(module, xx, yy, max_pix).ok()?;
-    Some(runs.into_iter().map(|r| (r.first, r.end, r.module)).collect())
-}
 
 pub(super) fn publish_modules(batch: &mut EventBatch, type_name: &str, tables: &[ModuleTable]) -> Result<()> {
     let cols = vec![
@@ -23,24 +17,36 @@ pub(super) fn publish_modules(batch: &mut EventBatch, type_name: &str, tables: &
 /// A per-event module table: module ids, first digi (event-local), clusters.
 pub type ModuleTable = (Vec<u16>, Vec<u32>, Vec<u32>);
 
-/// The `cluster_modules` tables from each event's runs and the clusters found per run (all
-/// events' runs in order); a module seen in two runs of an event keeps its last run's count,
-/// as in the CPU step.
-pub fn cluster_tables(per_event: &[Vec<(usize, usize, u16)>], found: &[u32]) -> Vec<ModuleTable> {
+/// The `cluster_modules` tables from each event's runs (event-local first digi, module, as
+/// the device's module-run kernels list them) and the clusters found per run (all events'
+/// runs in order); a module seen in two runs of an event keeps its last run's count, as in
+/// the CPU step. `None` if a module is not below `MAX_NUM_MODULES` (the kernels refuse such
+/// digis).
+///
+/// ```
+/// use quiver_gpu::steps::cluster_tables;
+/// let runs = vec![vec![(0, 7), (5, 3), (9, 7)], vec![]];
+/// let t = cluster_tables(&runs, &[2, 4, 1]).unwrap();
+/// assert_eq!(t[0], (vec![7, 3, 7], vec![0, 5, 9], vec![1, 4, 1])); // module 7: its last run's
+/// assert!(t[1].0.is_empty());
+/// assert!(cluster_tables(&[vec![(0, 2000)]], &[1]).is_none());
+/// ```
+pub fn cluster_tables(per_event: &[Vec<(u32, u16)>], found: &[u32]) -> Option<Vec<ModuleTable>> {
     let mut k = 0usize;
     let mut tables = Vec::with_capacity(per_event.len());
+    let mut counts = vec![0u32; MAX_NUM_MODULES];
     for runs in per_event {
-        let mut counts = std::collections::HashMap::new();
-        for (j, &(_, _, m)) in runs.iter().enumerate() {
-            counts.insert(m, found[k + j]);
+        let found = found.get(k..k + runs.len())?;
+        for (&(_, m), &f) in runs.iter().zip(found) {
+            *counts.get_mut(m as usize)? = f;
         }
-        let ids: Vec<u16> = runs.iter().map(|r| r.2).collect();
-        let firsts: Vec<u32> = runs.iter().map(|r| r.0 as u32).collect();
-        let n_cl: Vec<u32> = runs.iter().map(|r| counts[&r.2]).collect();
+        let ids: Vec<u16> = runs.iter().map(|r| r.1).collect();
+        let firsts: Vec<u32> = runs.iter().map(|r| r.0).collect();
+        let n_cl: Vec<u32> = runs.iter().map(|r| counts[r.1 as usize]).collect();
         k += runs.len();
         tables.push((ids, firsts, n_cl));
     }
-    tables
+    Some(tables)
 }
 
 pub(crate) struct ClusterizeGpu {
@@ -58,63 +64,83 @@ impl ClusterizeGpu {
 impl Step for ClusterizeGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let d = batch.get(&self.input)?;
-        let (row, col, module) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?, values::<UInt16Type>(&d, "module")?);
-        let n = module.len();
+        // The digis' offsets only on the host: the module runs are found on the device.
+        let d = batch.get_resident(&self.input)?;
+        let n = d.num_rows();
         if n == 0 || n > i32::MAX as usize {
             return c.cpu.process(batch);
         }
-        let mut per_event = Vec::with_capacity(batch.n_events());
-        let (mut rf, mut re, mut rb) = (Vec::new(), Vec::new(), Vec::new());
-        for e in 0..batch.n_events() {
-            let rows = d.event_rows(e);
-            let base = rows.start;
-            let Some(runs) = module_runs(&module[rows.clone()], &row[rows.clone()], &col[rows], self.max_pix) else {
-                return fallback(c.cpu.as_ref(), &c.stats, batch);
-            };
-            for &(f, end, _) in &runs {
-                rf.push((base + f) as u32);
-                re.push((base + end) as u32);
-                rb.push(base as u32);
-            }
-            per_event.push(runs);
-        }
+        let n_ev = batch.n_events();
+        let slots = n_ev * MAX_NUM_MODULES;
         let offsets: Vec<u32> = d.offsets().iter().map(|&o| o as u32).collect();
-        let n_runs = rf.len();
         let mut run = Run::start(c.gpu)?;
         let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
         let din = cuda(&on_dev);
         let (dm, dx, dy) = (din.column("module")?, din.column("row")?, din.column("col")?);
         let dof = run.up(&offsets)?;
-        let (drf, dre, drb) = (run.up(&rf)?, run.up(&re)?, run.up(&rb)?);
-        let (mut clus, mut bins, mut found) = (run.out::<i32>(n)?, run.out::<u32>(n)?, run.out::<u32>(n_runs.max(1))?);
+        let mut status = run.zeros::<u32>(1)?;
+        let (mut start, mut pos, mut total) = (run.out::<u32>(n)?, run.out::<u32>(n)?, run.out::<u32>(n_ev)?);
+        // Unused slots stay empty runs (first = end = 0): their blocks do nothing.
+        let (mut rf, mut re, mut rb, mut rm) = (run.zeros::<u32>(slots)?, run.zeros::<u32>(slots)?, run.zeros::<u32>(slots)?, run.zeros::<u16>(slots)?);
+        let (mut worst, mut over, mut cut) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?, run.zeros::<u64>(n_ev)?);
+        let (mut clus, mut bins, mut found) = (run.out::<i32>(n)?, run.out::<u32>(n)?, run.out::<u32>(slots)?);
         run.mark()?;
         {
-            let (n32, n_ev) = (n as u32, batch.n_events() as u32);
-            let mut vc = clus.view_mut::<i32>(n);
-            let vo = dof.view::<u32>(offsets.len());
-            let mut b = Launch::new(&run, "clus_init");
-            b.arg(&mut vc).arg(&n32).arg(&vo).arg(&n_ev);
-            b.launch(blocks(n, ELEMENT_BLOCK))?;
-        }
-        if n_runs > 0 {
-            let (vm, vx, vy) = (dm.view::<u16>(n), dx.view::<u16>(n), dy.view::<u16>(n));
-            let (vf, ve, vb) = (drf.view::<u32>(n_runs), dre.view::<u32>(n_runs), drb.view::<u32>(n_runs));
-            let (mut vc, mut vbins, mut vfound) = (clus.view_mut::<i32>(n), bins.view_mut::<u32>(n), found.view_mut::<u32>(n_runs));
+            let (n32, n_ev32, max_pix) = (n as u32, n_ev as u32, self.max_pix.min(u32::MAX as usize) as u32);
+            let (vm, vx, vy, vo) = (dm.view::<u16>(n), dx.view::<u16>(n), dy.view::<u16>(n), dof.view::<u32>(n_ev + 1));
+            {
+                let (mut vs, mut vst) = (start.view_mut::<u32>(n), status.view_mut::<u32>(1));
+                Launch::new(&run, "mr_flag").arg(&vm).arg(&vx).arg(&vy).arg(&n32).arg(&vo).arg(&n_ev32).arg(&mut vs).arg(&mut vst).launch(blocks(n, ELEMENT_BLOCK))?;
+            }
+            let vs = start.view::<u32>(n);
+            {
+                let (mut vp, mut vt) = (pos.view_mut::<u32>(n), total.view_mut::<u32>(n_ev));
+                let cfg = LaunchConfig { grid_dim: (n_ev32, 1, 1), block_dim: (crate::kernels_ca::SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
+                Launch::new(&run, "cn_scan").arg(&vs).arg(&vo).arg(&mut vp).arg(&mut vt).launch(cfg)?;
+            }
+            {
+                let vp = pos.view::<u32>(n);
+                let (mut vf, mut ve, mut vb, mut vmod) = (rf.view_mut::<u32>(slots), re.view_mut::<u32>(slots), rb.view_mut::<u32>(slots), rm.view_mut::<u16>(slots));
+                let (mut vw, mut vov, mut vc) = (worst.view_mut::<u32>(n_ev), over.view_mut::<u32>(n_ev), cut.view_mut::<u64>(n_ev));
+                let mut b = Launch::new(&run, "mr_fill");
+                b.arg(&vm).arg(&n32).arg(&vo).arg(&n_ev32).arg(&vs).arg(&vp).arg(&max_pix);
+                b.arg(&mut vf).arg(&mut ve).arg(&mut vb).arg(&mut vmod).arg(&mut vw).arg(&mut vov).arg(&mut vc);
+                b.launch(blocks(n, ELEMENT_BLOCK))?;
+            }
+            {
+                let mut vc = clus.view_mut::<i32>(n);
+                Launch::new(&run, "clus_init").arg(&mut vc).arg(&n32).arg(&vo).arg(&n_ev32).launch(blocks(n, ELEMENT_BLOCK))?;
+            }
+            let (vf, ve, vb) = (rf.view::<u32>(slots), re.view::<u32>(slots), rb.view::<u32>(slots));
+            let (mut vc, mut vbins, mut vfound) = (clus.view_mut::<i32>(n), bins.view_mut::<u32>(n), found.view_mut::<u32>(slots));
             let mut b = Launch::new(&run, "clusterize");
             b.arg(&vm).arg(&vx).arg(&vy).arg(&vf).arg(&ve).arg(&vb).arg(&mut vc).arg(&mut vbins).arg(&mut vfound);
-            b.launch(per_block(n_runs))?; // one block per run, spans inside the batch
+            b.launch(per_block(slots))?; // one block per slot, runs disjoint inside the batch
         }
         run.mark()?;
-        let hc = run.down::<i32>(&clus, n)?;
-        let hf = run.down::<u32>(&found, n_runs)?;
+        let (st, tot, w, ov, ct) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&total, n_ev)?, run.queue::<u32>(&worst, n_ev)?, run.queue::<u32>(&over, n_ev)?, run.queue::<u64>(&cut, n_ev)?);
+        let (hf, hm, hfound) = (run.queue::<u32>(&rf, slots)?, run.queue::<u16>(&rm, slots)?, run.queue::<u32>(&found, slots)?);
+        let (st, tot, w, ov, ct) = (run.take(st)?, run.take(tot)?, run.take(w)?, run.take(ov)?, run.take(ct)?);
+        let (hf, hm, hfound) = (run.take(hf)?, run.take(hm)?, run.take(hfound)?);
         run.finish(&c.stats)?;
-        let tables = cluster_tables(&per_event, &hf);
-        let cols = vec![column(&d, "module")?, i32_array(hc)];
+        if st[0] != 0 {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
+        // Each event's first MAX_NUM_MODULES runs, as the CPU lists them.
+        let mut per_event = Vec::with_capacity(n_ev);
+        let mut found_used = Vec::with_capacity(slots);
+        for e in 0..n_ev {
+            let s0 = e * MAX_NUM_MODULES;
+            let kept = (tot[e] as usize).min(MAX_NUM_MODULES);
+            per_event.push((s0..s0 + kept).map(|k| (hf[k] - offsets[e], hm[k])).collect::<Vec<_>>());
+            found_used.extend_from_slice(&hfound[s0..s0 + kept]);
+        }
+        let tables = cluster_tables(&per_event, &found_used).ok_or_else(|| derr("clusterize: a run's module past MAX_NUM_MODULES passed the device's checks"))?;
+        // The clusters stay on the device: the GPU `cluster_charge_cut` reads them there.
         let on_device = device_columns(c.gpu, PIXEL_CLUSTERS, n, vec![dm.clone(), Arc::new(clus)])?;
-        publish_resident(batch, PIXEL_CLUSTERS, cols, d.offsets().clone(), on_device)?;
+        batch.put(Product::on_device(schema(PIXEL_CLUSTERS), d.offsets().clone(), n, on_device)?)?;
         publish_modules(batch, CLUSTER_MODULES, &tables)?;
-        let overflows = (0..batch.n_events()).map(|e| records::pixel_runs(&module[d.event_rows(e)], self.max_pix).into_iter().collect()).collect();
+        let overflows = (0..n_ev).map(|e| records::pixel_run_stats(w[e] as u64, ov[e], ct[e], self.max_pix).into_iter().collect()).collect();
         publish_overflows(batch, overflows)
     }
 

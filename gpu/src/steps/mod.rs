@@ -1,9 +1,12 @@
 //! GPU implementations of the local-reconstruction steps. Each takes its inputs' device
 //! columns (those an earlier GPU step of the batch kept, else one upload per batch shared by
-//! every GPU step: [`crate::resident`]), runs its kernels on the worker's stream, downloads
-//! the results into pooled host buffers and publishes the same products (same schemas, same
-//! values bit for bit) as the CPU step of `quiver_reco::steps`, with the device columns
-//! attached for the next GPU step.
+//! every GPU step: [`crate::resident`]), runs its kernels on the worker's stream and
+//! publishes the same products (same schemas, same values bit for bit) as the CPU step of
+//! `quiver_reco::steps`, with the device columns attached for the next GPU step. A product
+//! that no later step's host preparation reads (the raw, calibrated and clustered digis, the
+//! clusters, the doublets) lives on the device only, and its first host consumer downloads
+//! it; the others are also downloaded into pooled host buffers, a step's downloads queued
+//! together and waited for once ([`Run::queue`], [`Run::take`]).
 //!
 //! One file per step (as pixeltrack-standalone has one folder per module); what they share
 //! (a batch on the device, checked launches, publishing, the fallback) is here.
@@ -13,12 +16,12 @@
 //!   host; every 32-bit payload word decoded on the device; word errors compacted on the
 //!   device and sorted back into word order on the host.
 //! - `calibrate`: everything on the device, one thread per digi.
-//! - `clusterize`: module runs found on the host (a sequential scan); clustering on the
-//!   device, one block per run.
-//! - `cluster_charge_cut`: run spans found on the host; cut and renumbering on the device,
-//!   one block per run; the hit-module table on the host.
-//! - `rechits`: hit offsets and run spans on the host; cluster sums, CPE, global position and
-//!   `iphi` on the device, one block per run.
+//! - `clusterize`: module runs and clustering on the device, one block per run slot; the
+//!   module table on the host from the runs' first digis, modules and cluster counts.
+//! - `cluster_charge_cut`: the runs from the module table on the host, their ends, the cut
+//!   and the renumbering on the device, one block per run; the hit-module table on the host.
+//! - `rechits`: hit offsets and runs from the module table on the host; the runs' ends,
+//!   cluster sums, CPE, global position and `iphi` on the device, one block per run.
 //! - `ca_doublets`, `ca_ntuplets`: see their files.
 //! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line (or
 //!   Riemann) fit on the device, one thread per fit; the results stored into the tracks on
@@ -41,7 +44,7 @@ use arrow_array::{ArrayRef, Int32Array, RecordBatch, UInt16Array, UInt32Array};
 use arrow_buffer::ArrowNativeType;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
-use quiver_columnar::columns::{column, concat_ref, values};
+use quiver_columnar::columns::{concat_ref, values};
 use quiver_columnar::product::offsets_from_lengths;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
 use quiver_reco::capacity::records;
@@ -78,7 +81,7 @@ pub(crate) use ca_ntuplets::CaNtupletsGpu;
 pub(crate) use calibrate::CalibrateGpu;
 pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};
 pub(crate) use charge_cut::ChargeCutGpu;
-pub use clusterize::{cluster_tables, module_runs, ModuleTable};
+pub use clusterize::{cluster_tables, ModuleTable};
 pub(crate) use clusterize::ClusterizeGpu;
 pub use raw_to_digis::{frame_batch, merge_errors, Framed};
 pub(crate) use raw_to_digis::RawToDigisGpu;
@@ -115,6 +118,10 @@ pub(crate) struct Run {
     staging: Option<Staging>,
     /// Whether the stream is known to be idle (after `finish`).
     idle: bool,
+    /// Whether every queued download has landed (the stream synchronised since).
+    landed: bool,
+    /// Staging resets so far: a queued download is valid only in the epoch it was queued.
+    epoch: u64,
     /// Events around each launch, when kernels are timed ([`crate::transfer::kernel_timing`]).
     launches: std::cell::RefCell<Vec<(&'static str, CudaEvent, CudaEvent)>>,
 }
@@ -123,7 +130,7 @@ impl Run {
     pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
         gpu.ctx.bind_to_thread().map_err(derr)?;
         let stream = gpu.stream().map_err(derr)?;
-        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default(), staging: Some(gpu.staging.take()), idle: false, launches: Default::default() };
+        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default(), staging: Some(gpu.staging.take()), idle: false, landed: true, epoch: 0, launches: Default::default() };
         r.mark()?;
         Ok(r)
     }
@@ -145,6 +152,8 @@ impl Run {
         if let Some(s) = self.staging.as_mut() {
             s.reset(&self.gpu.staging);
         }
+        self.landed = true;
+        self.epoch += 1;
         Ok(())
     }
     /// Uploads a host slice into a pooled device buffer: copied into page-locked staging
@@ -183,39 +192,64 @@ impl Run {
         Ok(dst)
     }
 
+    /// Queues a download of `n` elements of `buf` into page-locked staging, without waiting:
+    /// [`Run::take`] gives the values. Downloads queued together cost one wait for the
+    /// stream (each synchronisation is a round trip that 16 workers contend for).
+    pub(crate) fn queue<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
+        let bytes = n * std::mem::size_of::<T>();
+        let mut at = 0usize;
+        if bytes > 0 {
+            let staging = self.staging.as_mut().expect("present until the run ends");
+            let region = staging.region(&self.gpu.staging, bytes).map_err(derr)?;
+            at = region.as_mut_ptr() as usize;
+            let src = buf.view::<u8>(bytes);
+            let (ptr, _record) = src.device_ptr(&self.stream);
+            // SAFETY: `region` is page-locked, `bytes` long, and stays untouched until the
+            // stream has synchronised (`take`); `ptr` holds at least `bytes` bytes.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *region, ptr, self.stream.cu_stream()) }
+                .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
+            self.landed = false;
+        }
+        self.t.d2h_bytes += bytes as u64;
+        Ok(Queued { at, n, epoch: self.epoch, _t: std::marker::PhantomData })
+    }
+    /// The values of a queued download in a pooled host vector: waits for the stream once
+    /// for everything queued before, then copies them out of the staging.
+    pub(crate) fn take<T: DeviceRepr + ArrowNativeType>(&mut self, q: Queued<T>) -> Result<quiver_columnar::PoolVec<T>> {
+        let mut v = quiver_columnar::pool::global().vec::<T>(q.n);
+        if q.n == 0 {
+            return Ok(v);
+        }
+        if q.epoch != self.epoch {
+            return Err(derr("a queued download was taken after its staging was reset (a bug in the step)"));
+        }
+        if !self.landed {
+            self.stream.synchronize().map_err(derr)?;
+            self.landed = true;
+        }
+        let bytes = q.n * std::mem::size_of::<T>();
+        // SAFETY: the region [at, at + bytes) was handed out in this epoch (its chunk is
+        // still held) and the stream has synchronised since the copy into it was queued.
+        let region = unsafe { std::slice::from_raw_parts(q.at as *const u8, bytes) };
+        // SAFETY: the bytes of a plain device type (DeviceRepr) are its value. Regions start
+        // 256 bytes apart from a page-aligned chunk, so `T` is aligned there (one copy
+        // straight into the pooled vector, no zero fill first).
+        let (pre, values, post) = unsafe { region.align_to::<T>() };
+        if pre.is_empty() && post.is_empty() {
+            v.extend_from_slice(values);
+        } else {
+            v.resize(q.n, T::default());
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes) }.copy_from_slice(region);
+        }
+        Ok(v)
+    }
     /// Downloads into a pooled host vector of `n` elements, through page-locked staging:
     /// waits for the stream (what is queued before, then the copy), so the values are
     /// there on return.
     pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
-        let mut v = quiver_columnar::pool::global().vec::<T>(n);
-        let bytes = n * std::mem::size_of::<T>();
-        if bytes > 0 {
-            let staging = self.staging.as_mut().expect("present until the run ends");
-            let region = staging.region(&self.gpu.staging, bytes).map_err(derr)?;
-            {
-                let src = buf.view::<u8>(bytes);
-                let (ptr, _record) = src.device_ptr(&self.stream);
-                // SAFETY: `region` is page-locked, `bytes` long, and read only after the
-                // stream has synchronised below; `ptr` holds at least `bytes` bytes.
-                unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *region, ptr, self.stream.cu_stream()) }
-                    .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
-            }
-            self.stream.synchronize().map_err(derr)?;
-            // SAFETY: as in `up`: the bytes of a plain device type are its value. Regions
-            // start 256 bytes apart from a page-aligned chunk, so `T` is aligned there (one
-            // copy straight into the pooled vector, no zero fill first).
-            let (pre, values, post) = unsafe { region.align_to::<T>() };
-            if pre.is_empty() && post.is_empty() {
-                v.extend_from_slice(values);
-            } else {
-                v.resize(n, T::default());
-                // SAFETY: as above.
-                unsafe { std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes) }.copy_from_slice(region);
-            }
-            staging.reset(&self.gpu.staging);
-        }
-        self.t.d2h_bytes += bytes as u64;
-        Ok(v)
+        let q = self.queue::<T>(buf, n)?;
+        self.take(q)
     }
     /// Waits for the stream; adds the phase times and bytes to `stats`. `marks` must hold
     /// start, after uploads, after kernels, after downloads.
@@ -253,6 +287,14 @@ impl Drop for Run {
             self.gpu.staging.give(s);
         }
     }
+}
+
+/// A download queued on a run's stream ([`Run::queue`]): where it lands in the staging.
+pub(crate) struct Queued<T> {
+    at: usize,
+    n: usize,
+    epoch: u64,
+    _t: std::marker::PhantomData<T>,
 }
 
 /// A kernel launch whose argument types are checked against the kernel's source signature
@@ -293,9 +335,6 @@ impl<'a> Launch<'a> {
 
 fn u16_array(v: quiver_columnar::PoolVec<u16>) -> ArrayRef {
     Arc::new(UInt16Array::new(v.into_scalar_buffer(), None))
-}
-fn u32_array(v: quiver_columnar::PoolVec<u32>) -> ArrayRef {
-    Arc::new(UInt32Array::new(v.into_scalar_buffer(), None))
 }
 fn i32_array(v: quiver_columnar::PoolVec<i32>) -> ArrayRef {
     Arc::new(Int32Array::new(v.into_scalar_buffer(), None))

@@ -156,23 +156,21 @@ impl Step for RawToDigisGpu {
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;
-        let st = run.down::<u32>(&status, 1)?;
-        let cnt = run.down::<u32>(&err_count, 1)?;
-        let cols = [run.down::<u16>(&xx, n)?, run.down::<u16>(&yy, n)?, run.down::<u16>(&adc, n)?, run.down::<u16>(&module, n)?];
-        let (rid, pdg) = (run.down::<u32>(&raw_id, n)?, run.down::<u32>(&pdigi, n)?);
-        run.stream.synchronize().map_err(derr)?;
+        let (st, cnt) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&err_count, 1)?);
+        let (st, cnt) = (run.take(st)?, run.take(cnt)?);
         let n_err = (cnt[0] as usize).min(n);
-        let (ei, et, er) = (run.down::<u32>(&e_index, n_err)?, run.down::<u8>(&e_type, n_err)?, run.down::<u32>(&e_raw, n_err)?);
+        let (ei, et, er) = (run.queue::<u32>(&e_index, n_err)?, run.queue::<u8>(&e_type, n_err)?, run.queue::<u32>(&e_raw, n_err)?);
+        let (ei, et, er) = (run.take(ei)?, run.take(et)?, run.take(er)?);
         run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let werr: Vec<(u32, u8, u32)> = (0..n_err).map(|k| (ei[k], et[k], er[k])).collect();
         let errors = merge_errors(&framed, werr);
-        let [cx, cy, ca, cm] = cols;
-        let digis = vec![u16_array(cx), u16_array(cy), u16_array(ca), u16_array(cm), u32_array(rid), u32_array(pdg)];
+        // The digis stay on the device: the GPU `calibrate` reads them there, and the first
+        // host consumer (a CPU step, an output, `compare`) downloads them once.
         let on_device = device_columns(c.gpu, DIGIS, n, [xx, yy, adc, module, raw_id, pdigi].into_iter().map(Arc::new).collect())?;
-        publish_resident(batch, DIGIS, digis, offsets_from_lengths(framed.words_per_event.iter().copied())?, on_device)?;
+        batch.put(Product::on_device(schema(DIGIS), offsets_from_lengths(framed.words_per_event.iter().copied())?, n, on_device)?)?;
         let all: Vec<&PixelError> = errors.iter().flatten().collect();
         let err_cols: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),

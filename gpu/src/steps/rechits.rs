@@ -1,5 +1,6 @@
-//! GPU `rechits`: hit offsets and run spans on the host; cluster sums, CPE, global
-//! position and `iphi` on the device, one block per run.
+//! GPU `rechits`: hit offsets and runs from the module table on the host, the runs' ends on
+//! the device (`run_ends`); cluster sums, CPE, global position and `iphi` on the device, one
+//! block per run.
 
 use super::*;
 
@@ -18,19 +19,18 @@ pub fn det_table(cpe: &CpeParams) -> Vec<f32> {
     t
 }
 
-/// One module run of an event for the `rechits` kernel: (first, end) event-local digis,
-/// clusters, module, first hit (event-local).
-pub type HitRun = (usize, usize, u32, u32, u32);
+/// One module run of an event for the `rechits` kernel: first digi (event-local; its end is
+/// found on the device), clusters, module, first hit (event-local).
+pub type HitRun = (usize, u32, u32, u32);
 
-/// The runs the CPU core would process for one event and its hit count, from the module
-/// table (`module_start`, `module_id`, clusters per module id), or `None` where the device
-/// path does not apply (the CPU reports an error, or a module repeats).
-pub fn hit_runs(module: &[u16], module_start: &[u32], module_id: &[u32], n_in_module: &[u32], n_det: usize) -> Option<(Vec<HitRun>, u32)> {
+/// The runs the CPU core would process for one event of `n` digis and its hit count, from
+/// the module table (`module_start`, `module_id`, clusters per module id) alone, or `None`
+/// where the device path does not apply (the CPU reports an error, or a module repeats).
+pub fn hit_runs(n: usize, module_start: &[u32], module_id: &[u32], n_in_module: &[u32], n_det: usize) -> Option<(Vec<HitRun>, u32)> {
     let cms = quiver_reco::local::charge_cut::hits_module_start(n_in_module, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS);
     if cms.windows(2).any(|w| w[1] < w[0]) {
         return None;
     }
-    let n = module.len();
     let mut seen = vec![false; MAX_NUM_MODULES];
     let mut runs = Vec::new();
     for (run, &me) in module_id.iter().enumerate() {
@@ -46,19 +46,19 @@ pub fn hit_runs(module: &[u16], module_start: &[u32], module_id: &[u32], n_in_mo
         if std::mem::replace(&mut seen[me], true) {
             return None; // two runs would write the same hit slots
         }
-        let first = (module_start[1 + run] as usize).min(n);
-        let end = (first..n).find(|&i| module[i] != INVALID_MODULE && module[i] != me as u16).unwrap_or(n);
-        runs.push((first, end, nclus, me as u32, cms[me]));
+        let first = (*module_start.get(1 + run)? as usize).min(n);
+        runs.push((first, nclus, me as u32, cms[me]));
     }
     Some((runs, cms[MAX_NUM_MODULES]))
 }
 
 /// The module runs of a batch that the `rechits` kernel processes (batch digi indices,
-/// batch hit indices), the beam spot per run, and the hits per event.
+/// batch hit indices; each run ends on the device, at or before its event's end `limit`),
+/// the beam spot per run, and the hits per event.
 #[derive(Debug, Default)]
 pub struct HitRuns {
     pub first: Vec<u32>,
-    pub end: Vec<u32>,
+    pub limit: Vec<u32>,
     pub nclus: Vec<u32>,
     pub module: Vec<u32>,
     pub hit: Vec<u32>,
@@ -70,13 +70,16 @@ pub struct HitRuns {
 /// [`hit_runs`] for every event of a batch (`rows[e]`: its digis, `tables[e]`: its
 /// `hit_modules` rows, `beam[e]`: its beam spot x, y, z); `None` where the device path does
 /// not apply.
-pub fn rechit_runs(
-    module: &[u16],
-    rows: &[std::ops::Range<usize>],
-    tables: &[(&[u16], &[u32], &[u32])],
-    beam: &[[f32; 3]],
-    n_det: usize,
-) -> Option<HitRuns> {
+///
+/// ```
+/// use quiver_gpu::steps::rechit_runs;
+/// // One event of 10 digis: module 7 from digi 0 with 2 clusters, module 9 from digi 4 with none.
+/// let (ids, firsts, counts) = ([7u16, 9], [0u32, 4], [2u32, 0]);
+/// let r = rechit_runs(&[5..15], &[(&ids, &firsts, &counts)], &[[0.0; 3]], 1856).unwrap();
+/// assert_eq!((r.first, r.limit, r.nclus, r.module), (vec![5], vec![15], vec![2], vec![7]));
+/// assert_eq!(r.hits_per_event, vec![2]);
+/// ```
+pub fn rechit_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])], beam: &[[f32; 3]], n_det: usize) -> Option<HitRuns> {
     let mut out = HitRuns::default();
     let mut hit_base = 0u32;
     for ((r, &(ids, firsts, counts)), bs) in rows.iter().zip(tables).zip(beam) {
@@ -88,10 +91,10 @@ pub fn rechit_runs(
         module_start.push(firsts.len() as u32);
         module_start.extend_from_slice(firsts);
         let module_id: Vec<u32> = ids.iter().map(|&x| x as u32).collect();
-        let (runs, n_hits) = hit_runs(&module[r.clone()], &module_start, &module_id, &n_in_module, n_det)?;
-        for (first, end, nclus, me, h) in runs {
+        let (runs, n_hits) = hit_runs(r.len(), &module_start, &module_id, &n_in_module, n_det)?;
+        for (first, nclus, me, h) in runs {
             out.first.push((r.start + first) as u32);
-            out.end.push((r.start + end) as u32);
+            out.limit.push(r.end as u32);
             out.nclus.push(nclus);
             out.module.push(me);
             out.hit.push(hit_base + h);
@@ -137,11 +140,12 @@ impl RecHitsGpu {
 impl Step for RecHitsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let (d, cl, m, b) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
-        let module = values::<UInt16Type>(&cl, "module")?;
+        // The digis' offsets only on the host (the kernels read their device copies), the
+        // module table and the beam spot.
+        let (d, cl, m, b) = (batch.get_resident(&self.digis)?, batch.get_resident(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
         let bs = |name: &str| values::<arrow_array::types::Float32Type>(&b, name);
         let (bx, by, bz) = (bs("x")?, bs("y")?, bs("z")?);
-        let n = module.len();
+        let n = cl.num_rows();
         if cl.offsets() != d.offsets() || n == 0 || n > i32::MAX as usize {
             return c.cpu.process(batch);
         }
@@ -157,10 +161,10 @@ impl Step for RecHitsGpu {
         if self.sized && beyond_kernel_slots(&tables) {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let Some(plan) = rechit_runs(module, &rows, &tables, &beam, self.cpe.det.len()) else {
+        let Some(plan) = rechit_runs(&rows, &tables, &beam, self.cpe.det.len()) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
-        let (rf, re, rn, rme, rh, rbs) = (&plan.first, &plan.end, &plan.nclus, &plan.module, &plan.hit, &plan.beam);
+        let (rf, rl, rn, rme, rh, rbs) = (&plan.first, &plan.limit, &plan.nclus, &plan.module, &plan.hit, &plan.beam);
         let hits_per_event = plan.hits_per_event.clone();
         let hit_base: u32 = plan.hits_per_event.iter().sum::<usize>() as u32;
         let (nh, n_runs) = (hit_base as usize, rf.len());
@@ -172,12 +176,17 @@ impl Step for RecHitsGpu {
         let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
         let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
         let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
-        let (drf, dre, drn, drme, drh, drbs) = (run.up(rf)?, run.up(re)?, run.up(rn)?, run.up(rme)?, run.up(rh)?, run.up(rbs)?);
+        let (drf, drl, drn, drme, drh, drbs) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rme)?, run.up(rh)?, run.up(rbs)?);
+        let mut dre = run.out::<u32>(n_runs)?;
         let mut status = run.zeros::<u32>(1)?;
         let mut f32s: Vec<DeviceBuf> = (0..8).map(|_| run.zeros::<f32>(nh)).collect::<Result<_>>()?;
         let (mut iphi, mut chg, mut sx, mut sy, mut det_index) =
             (run.zeros::<i16>(nh)?, run.zeros::<i32>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<u16>(nh)?);
         run.mark()?;
+        {
+            let (vm, vf, vme, vl, mut ve) = (dm.view::<u16>(n), drf.view::<u32>(n_runs), drme.view::<u32>(n_runs), drl.view::<u32>(n_runs), dre.view_mut::<u32>(n_runs));
+            Launch::new(&run, "run_ends").arg(&vm).arg(&(n_runs as u32)).arg(&vf).arg(&vme).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+        }
         {
             let com = &self.cpe.common;
             let (vm, vc, vx, vy, va) = (dm.view::<u16>(n), dc.view::<i32>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
@@ -197,13 +206,14 @@ impl Step for RecHitsGpu {
             bld.launch(per_block(n_runs))?; // one block per run; hit slots of runs are disjoint
         }
         run.mark()?;
-        let st = run.down::<u32>(&status, 1)?;
-        let mut fl = Vec::with_capacity(8);
-        for buf in &f32s {
-            fl.push(run.down::<f32>(buf, nh)?);
-        }
+        // Queued together: one wait for the stream.
+        let st = run.queue::<u32>(&status, 1)?;
+        let fl = f32s.iter().map(|buf| run.queue::<f32>(buf, nh)).collect::<Result<Vec<_>>>()?;
         let (hi, hq, hsx, hsy, hd) =
-            (run.down::<i16>(&iphi, nh)?, run.down::<i32>(&chg, nh)?, run.down::<i16>(&sx, nh)?, run.down::<i16>(&sy, nh)?, run.down::<u16>(&det_index, nh)?);
+            (run.queue::<i16>(&iphi, nh)?, run.queue::<i32>(&chg, nh)?, run.queue::<i16>(&sx, nh)?, run.queue::<i16>(&sy, nh)?, run.queue::<u16>(&det_index, nh)?);
+        let st = run.take(st)?;
+        let fl = fl.into_iter().map(|q| run.take(q)).collect::<Result<Vec<_>>>()?;
+        let (hi, hq, hsx, hsy, hd) = (run.take(hi)?, run.take(hq)?, run.take(hsx)?, run.take(hsy)?, run.take(hd)?);
         run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);

@@ -173,9 +173,10 @@ impl Step for TrackQualityGpu {
             l.launch(cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (QX_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
-        let q = run.down::<u8>(&dq, n_tup)?;
-        let rounds = run.down::<u32>(&drounds, n_ev)?;
-        let (h_non_empty, h_dropped, h_bad) = (run.down::<u32>(&non_empty, n_ev)?, run.down::<u32>(&dropped, n_ev)?, run.down::<u32>(&lists.bad, 1)?);
+        let q = run.queue::<u8>(&dq, n_tup)?;
+        let rounds = run.queue::<u32>(&drounds, n_ev)?;
+        let (h_non_empty, h_dropped, h_bad) = (run.queue::<u32>(&non_empty, n_ev)?, run.queue::<u32>(&dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
+        let (q, rounds, h_non_empty, h_dropped, h_bad) = (run.take(q)?, run.take(rounds)?, run.take(h_non_empty)?, run.take(h_dropped)?, run.take(h_bad)?);
         drop(lists);
         run.finish(&c.stats)?;
         // A tuple's cell past its event's (the CPU's error), or lists opened in the CPU's

@@ -149,10 +149,10 @@ impl Step for VerticesGpu {
             l.launch(cfg)?;
         }
         run.mark()?;
-        let (h_err, h_nv) = (run.down::<u32>(&err, n_ev)?, run.down::<u32>(&nv, n_ev)?);
-        let (h_iv, h_zv, h_wv, h_chi2) = (run.down::<i32>(&iv, n)?, run.down::<f32>(&zv, n)?, run.down::<f32>(&wv, n)?, run.down::<f32>(&chi2, n)?);
-        let (h_ndof, h_ptv2, h_sort) = (run.down::<i32>(&ndof, n)?, run.down::<f32>(&ptv2, n)?, run.down::<u16>(&sort, n)?);
-        // The downloads are valid once the stream is done.
+        let (h_err, h_nv) = (run.queue::<u32>(&err, n_ev)?, run.queue::<u32>(&nv, n_ev)?);
+        let (h_iv, h_zv, h_wv, h_chi2) = (run.queue::<i32>(&iv, n)?, run.queue::<f32>(&zv, n)?, run.queue::<f32>(&wv, n)?, run.queue::<f32>(&chi2, n)?);
+        let (h_ndof, h_ptv2, h_sort) = (run.queue::<i32>(&ndof, n)?, run.queue::<f32>(&ptv2, n)?, run.queue::<u16>(&sort, n)?);
+        let (h_err, h_nv, h_iv, h_zv, h_wv, h_chi2, h_ndof, h_ptv2, h_sort) = (run.take(h_err)?, run.take(h_nv)?, run.take(h_iv)?, run.take(h_zv)?, run.take(h_wv)?, run.take(h_chi2)?, run.take(h_ndof)?, run.take(h_ptv2)?, run.take(h_sort)?);
         run.finish(&c.stats)?;
         // The CPU's capacity errors (proto-vertices or vertices past 1 024): its message.
         if h_err.iter().any(|&x| x != 0) {

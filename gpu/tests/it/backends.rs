@@ -214,36 +214,6 @@ fn host_framing_matches_the_cpu_core() {
 }
 
 #[test]
-fn host_module_runs_match_the_cpu_clusterizer() {
-    let (_, ds) = dataset();
-    let c = ds.conditions();
-    let events = ds.raw_events(0..ds.n_events()).unwrap();
-    for (e, feds) in events.iter().enumerate() {
-        let d = quiver_reco::local::raw_to_digis(feds, &c.cabling, &Default::default()).unwrap();
-        let cal = quiver_reco::local::calibrate_digis(&d.module_ind, &d.xx, &d.yy, &d.adc, &c.gains, &Default::default()).unwrap();
-        for max_pix in [4000, 7] {
-            let cfg = quiver_reco::local::ClusterizeConfig { max_pix_in_module: max_pix, ..Default::default() };
-            let cl = quiver_reco::local::clusterize(&cal.module_ind, &d.xx, &d.yy, &cfg).unwrap();
-            let runs = quiver_gpu::steps::module_runs(&cal.module_ind, &d.xx, &d.yy, max_pix).unwrap();
-            assert_eq!(runs.len(), cl.n_modules as usize, "event {e}");
-            let firsts: Vec<u32> = runs.iter().map(|r| r.0 as u32).collect();
-            assert_eq!(&cl.module_start[1..], &firsts[..], "event {e}");
-            let ids: Vec<u32> = runs.iter().map(|r| r.2 as u32).collect();
-            assert_eq!(cl.module_id, ids, "event {e}");
-            // Digis past a run's end keep their own index: the CPU leaves them unclustered.
-            for &(f, end, _) in &runs {
-                assert!(end > f && end - f <= max_pix);
-                if let Some(i) = (end..cal.module_ind.len()).next() {
-                    if cal.module_ind[i] == runs.iter().find(|r| r.0 == f).unwrap().2 {
-                        assert_eq!(cl.clus[i], i as i32, "event {e}: digi {i} past the cap");
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[test]
 fn compare_gpu_example_plan() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plans/examples/compare-gpu.toml");
     let text = std::fs::read_to_string(&path).unwrap();

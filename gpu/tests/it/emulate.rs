@@ -34,6 +34,7 @@ static Dim3 blockIdx, threadIdx, blockDim;
 extern "C" void emu_set(unsigned b, unsigned t, unsigned bd) { blockIdx.x = b; threadIdx.x = t; blockDim.x = bd; }
 static inline void __syncthreads() {}
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { unsigned long long o = *p; *p = o + v; return o; }
 static inline int atomicAdd(int* p, int v) { int o = *p; *p = (int)((unsigned)o + (unsigned)v); return o; }
 static inline unsigned atomicSub(unsigned* p, unsigned v) { unsigned o = *p; *p = o - v; return o; }
 static inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p = o | v; return o; }
@@ -143,6 +144,7 @@ const EMU_THREADS: u32 = 8;
 /// Runs a block kernel with `EMU_THREADS` real threads per block; `launch` gets raw
 /// pointers as integers so that it can be shared by the threads.
 fn grid_threaded(lib: &libloading::Library, blocks: u32, launch: impl Fn() + Sync) {
+    let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
     type Block = unsafe extern "C" fn(u32, u32);
     type Thread = unsafe extern "C" fn(u32);
     // SAFETY: signatures as defined in THREADED_SHIM.
@@ -166,8 +168,14 @@ fn emulator() -> Option<&'static libloading::Library> {
 
 type SetFn = unsafe extern "C" fn(u32, u32, u32);
 
+/// One launch at a time in the process: the block and thread indices and `__shared__`
+/// memory are globals of the emulator libraries, and the harness runs tests on parallel
+/// threads.
+static ONE_LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `launch` for every (block, thread) of a grid, as the device would (sequentially).
 fn grid(lib: &libloading::Library, blocks: u32, threads: u32, mut launch: impl FnMut()) {
+    let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: signature as defined in SHIM.
     let set: libloading::Symbol<SetFn> = unsafe { lib.get(b"emu_set") }.unwrap();
     for b in 0..blocks {
@@ -195,6 +203,160 @@ fn offsets(lengths: impl IntoIterator<Item = usize>) -> Vec<u32> {
         o.push(o.last().unwrap() + l as u32);
     }
     o
+}
+
+/// A batch's module runs as the device finds them (`mr_flag`, `cn_scan`, `mr_fill`):
+/// `MAX_NUM_MODULES` slots per event (batch digi indices), the run count and the
+/// capacity statistics per event, and the status.
+struct DeviceRuns {
+    status: u32,
+    start: Vec<u32>,
+    pos: Vec<u32>,
+    total: Vec<u32>,
+    first: Vec<u32>,
+    end: Vec<u32>,
+    base: Vec<u32>,
+    module: Vec<u16>,
+    worst: Vec<u32>,
+    over: Vec<u32>,
+    cut: Vec<u64>,
+}
+
+fn device_module_runs(lib: &libloading::Library, module: &[u16], xx: &[u16], yy: &[u16], ev_off: &[u32], max_pix: u32) -> DeviceRuns {
+    let (n, n_ev) = (module.len(), ev_off.len() - 1);
+    let slots = n_ev * local::MAX_NUM_MODULES;
+    let mut r = DeviceRuns {
+        status: 0,
+        start: vec![7; n],
+        pos: vec![7; n],
+        total: vec![7; n_ev],
+        first: vec![0; slots],
+        end: vec![0; slots],
+        base: vec![0; slots],
+        module: vec![0; slots],
+        worst: vec![0; n_ev],
+        over: vec![0; n_ev],
+        cut: vec![0; n_ev],
+    };
+    let bs = kernels::ELEMENT_BLOCK;
+    let blocks = (n as u32).div_ceil(bs);
+    type Flag = unsafe extern "C" fn(*const u16, *const u16, *const u16, u32, *const u32, u32, *mut u32, *mut u32);
+    let flag: libloading::Symbol<Flag> = unsafe { lib.get(b"mr_flag") }.unwrap();
+    grid(lib, blocks, bs, || unsafe {
+        flag(module.as_ptr(), xx.as_ptr(), yy.as_ptr(), n as u32, ev_off.as_ptr(), n_ev as u32, r.start.as_mut_ptr(), &mut r.status)
+    });
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+    let scan: libloading::Symbol<Scan> = unsafe { lib.get(b"cn_scan") }.unwrap();
+    grid(lib, n_ev as u32, 1, || unsafe { scan(r.start.as_ptr(), ev_off.as_ptr(), r.pos.as_mut_ptr(), r.total.as_mut_ptr()) });
+    type Fill = unsafe extern "C" fn(
+        *const u16, u32, *const u32, u32, *const u32, *const u32, u32, *mut u32, *mut u32, *mut u32, *mut u16, *mut u32, *mut u32, *mut u64,
+    );
+    let fill: libloading::Symbol<Fill> = unsafe { lib.get(b"mr_fill") }.unwrap();
+    grid(lib, blocks, bs, || unsafe {
+        fill(
+            module.as_ptr(), n as u32, ev_off.as_ptr(), n_ev as u32, r.start.as_ptr(), r.pos.as_ptr(), max_pix,
+            r.first.as_mut_ptr(), r.end.as_mut_ptr(), r.base.as_mut_ptr(), r.module.as_mut_ptr(), r.worst.as_mut_ptr(), r.over.as_mut_ptr(), r.cut.as_mut_ptr(),
+        )
+    });
+    r
+}
+
+/// `run_check` over table rows (batch first digi, module): the status.
+fn run_check(lib: &libloading::Library, module: &[u16], row_first: &[u32], row_module: &[u16]) -> u32 {
+    let mut status = 0u32;
+    type F = unsafe extern "C" fn(*const u16, u32, *const u32, *const u16, *mut u32);
+    let f: libloading::Symbol<F> = unsafe { lib.get(b"run_check") }.unwrap();
+    let bs = kernels::ELEMENT_BLOCK;
+    grid(lib, (row_first.len() as u32).div_ceil(bs), bs, || unsafe {
+        f(module.as_ptr(), row_first.len() as u32, row_first.as_ptr(), row_module.as_ptr(), &mut status)
+    });
+    status
+}
+
+/// `run_ends` over runs (batch first digi, module, event end), checked against the CPU's
+/// spans: the first valid digi of another module from the first one, else the event's end.
+fn run_ends(lib: &libloading::Library, module: &[u16], first: &[u32], run_module: &[u32], limit: &[u32]) -> Vec<u32> {
+    let mut end = vec![7u32; first.len()];
+    type F = unsafe extern "C" fn(*const u16, u32, *const u32, *const u32, *const u32, *mut u32);
+    let f: libloading::Symbol<F> = unsafe { lib.get(b"run_ends") }.unwrap();
+    let bs = kernels::ELEMENT_BLOCK;
+    grid(lib, (first.len() as u32).div_ceil(bs), bs, || unsafe {
+        f(module.as_ptr(), first.len() as u32, first.as_ptr(), run_module.as_ptr(), limit.as_ptr(), end.as_mut_ptr())
+    });
+    for (r, &e) in end.iter().enumerate() {
+        let (f, lim, m) = (first[r] as usize, limit[r] as usize, run_module[r] as u16);
+        let want = (f..lim).find(|&i| module[i] != local::INVALID_MODULE && module[i] != m).unwrap_or(lim.max(f));
+        assert_eq!(e as usize, want, "run {r}: end");
+    }
+    end
+}
+
+#[test]
+fn device_module_runs_equal_the_cpu_clusterizer() {
+    let Some(lib) = emulator() else { return };
+    let (_, ds) = dataset();
+    let c = ds.conditions();
+    let events = ds.raw_events(0..ds.n_events()).unwrap();
+    let (mut module, mut xx, mut yy, mut lengths) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for feds in &events {
+        let d = local::raw_to_digis(feds, &c.cabling, &Default::default()).unwrap();
+        let cal = local::calibrate_digis(&d.module_ind, &d.xx, &d.yy, &d.adc, &c.gains, &Default::default()).unwrap();
+        module.extend_from_slice(&cal.module_ind);
+        xx.extend_from_slice(&d.xx);
+        yy.extend_from_slice(&d.yy);
+        lengths.push(cal.module_ind.len());
+    }
+    // A synthetic event past the run capacity: MAX_NUM_MODULES + 5 runs of 2 digis (modules
+    // alternating 1, 2, with invalid digis between runs), and an empty event.
+    let n_syn = local::MAX_NUM_MODULES + 5;
+    for k in 0..n_syn {
+        module.extend_from_slice(&[1 + (k % 2) as u16, 1 + (k % 2) as u16, local::INVALID_MODULE]);
+        xx.extend_from_slice(&[1, 2, 0]);
+        yy.extend_from_slice(&[3, 3, 0]);
+    }
+    lengths.extend([3 * n_syn, 0]);
+    let ev_off = offsets(lengths.iter().copied());
+    for max_pix in [4000u32, 7, 3, 1] { // 3: the synthetic runs are exactly that long
+        let r = device_module_runs(lib, &module, &xx, &yy, &ev_off, max_pix);
+        assert_eq!(r.status, 0);
+        if let Some(tl) = threaded() {
+            let (mut pos, mut total) = (vec![0u32; module.len()], vec![0u32; lengths.len()]);
+            type Scan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+            let scan: libloading::Symbol<Scan> = unsafe { tl.get(b"cn_scan") }.unwrap();
+            let p = [r.start.as_ptr() as usize, ev_off.as_ptr() as usize, pos.as_mut_ptr() as usize, total.as_mut_ptr() as usize];
+            grid_threaded(tl, lengths.len() as u32, || unsafe { scan(p[0] as _, p[1] as _, p[2] as _, p[3] as _) });
+            assert_eq!((pos, total), (r.pos.clone(), r.total.clone()), "threaded scan");
+        }
+        for (e, &len) in lengths.iter().enumerate() {
+            let rows = ev_off[e] as usize..ev_off[e + 1] as usize;
+            let (m, x, y) = (&module[rows.clone()], &xx[rows.clone()], &yy[rows.clone()]);
+            let want = local::clusterize::module_runs(m, x, y, max_pix as usize).unwrap();
+            let s0 = e * local::MAX_NUM_MODULES;
+            let kept = (r.total[e] as usize).min(local::MAX_NUM_MODULES);
+            assert_eq!(kept, want.len(), "event {e}, max_pix {max_pix}: runs");
+            for (k, w) in want.iter().enumerate() {
+                let got = (r.first[s0 + k] - ev_off[e], r.end[s0 + k] - ev_off[e], r.base[s0 + k], r.module[s0 + k]);
+                assert_eq!(got, (w.first as u32, w.end as u32, ev_off[e], w.module), "event {e} run {k}, max_pix {max_pix}");
+            }
+            assert!((s0 + kept..s0 + local::MAX_NUM_MODULES).all(|k| r.first[k] == 0 && r.end[k] == 0), "event {e}: empty slots");
+            let stats = quiver_reco::capacity::records::pixel_run_stats(r.worst[e] as u64, r.over[e], r.cut[e], max_pix as usize);
+            assert_eq!(stats, quiver_reco::capacity::records::pixel_runs(m, max_pix as usize), "event {e}, max_pix {max_pix}: overflow");
+            if len == 3 * n_syn {
+                assert_eq!((r.total[e] as usize, kept), (n_syn, local::MAX_NUM_MODULES), "the capacity binds");
+            }
+        }
+    }
+    // Digis the CPU refuses (a module or a pixel out of range) set the status.
+    for (i, (m, x, y)) in [(local::MAX_NUM_MODULES as u16, 1, 1), (5, 200, 1), (5, 1, 500)].into_iter().enumerate() {
+        let (mut m2, mut x2, mut y2) = (module.clone(), xx.clone(), yy.clone());
+        (m2[10], x2[10], y2[10]) = (m, x, y);
+        assert!(local::clusterize::module_runs(&m2[..lengths[0]], &x2[..lengths[0]], &y2[..lengths[0]], 4000).is_err());
+        assert_eq!(device_module_runs(lib, &m2, &x2, &y2, &ev_off, 4000).status, kernels::STATUS_BAD_INPUT, "case {i}");
+    }
+    // A table row whose first digi is not of its module is caught.
+    let first = vec![0u32, 3];
+    assert_eq!(run_check(lib, &module, &first, &[module[0], module[3]]), 0);
+    assert_eq!(run_check(lib, &module, &first, &[module[0], module[3].wrapping_add(1)]), kernels::STATUS_BAD_INPUT);
 }
 
 #[test]
@@ -284,17 +446,19 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         assert_eq!((&cm[r.clone()], &ca[r.clone()]), (&ev.calibrated.module_ind[..], &ev.calibrated.adc[..]), "event {e}: calibrate");
     }
 
-    // --- clusterize: host module runs, clus_init, one block per run.
-    let (mut rf, mut re, mut rb, mut runs_per_event) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // --- clusterize: module runs on the device, clus_init, one block per run slot.
+    let runs = device_module_runs(lib, &cm, &xx, &yy, &ev_off, local::MAX_PIX_IN_MODULE as u32);
+    assert_eq!(runs.status, 0);
+    let (rf, re, rb) = (runs.first.clone(), runs.end.clone(), runs.base.clone());
+    let mut runs_per_event = Vec::new();
     for e in 0..events.len() {
-        let r = ev_off[e] as usize..ev_off[e + 1] as usize;
-        let runs = quiver_gpu::steps::module_runs(&cm[r.clone()], &xx[r.clone()], &yy[r.clone()], local::MAX_PIX_IN_MODULE).unwrap();
-        for &(f, end, _) in &runs {
-            rf.push(r.start as u32 + f as u32);
-            re.push(r.start as u32 + end as u32);
-            rb.push(r.start as u32);
-        }
-        runs_per_event.push(runs);
+        let s0 = e * local::MAX_NUM_MODULES;
+        let kept = (runs.total[e] as usize).min(local::MAX_NUM_MODULES);
+        runs_per_event.push((s0..s0 + kept).map(|k| (runs.first[k] - ev_off[e], runs.module[k])).collect::<Vec<_>>());
+        let c = &cpu[e].clusters;
+        let firsts: Vec<u32> = runs_per_event[e].iter().map(|r| r.0).collect();
+        let ids: Vec<u32> = runs_per_event[e].iter().map(|r| r.1 as u32).collect();
+        assert_eq!((&firsts[..], &ids), (&c.module_start[1..], &c.module_id), "event {e}: module runs");
     }
     let (mut clus, mut bins, mut found) = (vec![-5i32; n], vec![0u32; n], vec![0u32; rf.len()]);
     {
@@ -328,17 +492,19 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         assert_eq!(clus_t, clus, "threaded clusterize");
         assert_eq!(found_t, found, "threaded clusterize: clusters per run");
     }
-    let mut k = 0;
+    let mut found_used = Vec::new();
     for (e, ev) in cpu.iter().enumerate() {
         let r = ev_off[e] as usize..ev_off[e + 1] as usize;
         assert_eq!(&clus[r.clone()], &ev.clusters.clus[..], "event {e}: clusters");
+        let s0 = e * local::MAX_NUM_MODULES;
         for (j, run) in runs_per_event[e].iter().enumerate() {
             // Modules appear once per event in generated data.
-            assert_eq!(found[k + j], ev.clusters.n_clusters_in_module[run.2 as usize], "event {e} run {j}");
+            assert_eq!(found[s0 + j], ev.clusters.n_clusters_in_module[run.1 as usize], "event {e} run {j}");
         }
-        k += runs_per_event[e].len();
+        assert!(found[s0 + runs_per_event[e].len()..s0 + local::MAX_NUM_MODULES].iter().all(|&f| f == 0), "event {e}: empty slots");
+        found_used.extend_from_slice(&found[s0..s0 + runs_per_event[e].len()]);
     }
-    let tables = quiver_gpu::steps::cluster_tables(&runs_per_event, &found);
+    let tables = quiver_gpu::steps::cluster_tables(&runs_per_event, &found_used).unwrap();
     for (e, ev) in cpu.iter().enumerate() {
         let c = &ev.clusters;
         let ids: Vec<u16> = c.module_id.iter().map(|&m| m as u16).collect();
@@ -351,8 +517,11 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     let rows: Vec<std::ops::Range<usize>> = (0..events.len()).map(|e| ev_off[e] as usize..ev_off[e + 1] as usize).collect();
     let ids16: Vec<Vec<u16>> = tables.iter().map(|t| t.0.clone()).collect();
     let cut_in: Vec<(&[u16], &[u32], &[u32])> = tables.iter().zip(&ids16).map(|(t, ids)| (ids.as_slice(), t.1.as_slice(), t.2.as_slice())).collect();
-    let plan = quiver_gpu::steps::cut_runs(&cm, &rows, &cut_in).unwrap();
-    let (rf, re, rn, rm) = (plan.first.clone(), plan.end.clone(), plan.nclus.clone(), plan.module.clone());
+    let plan = quiver_gpu::steps::cut_runs(&rows, &cut_in).unwrap();
+    assert_eq!(run_check(lib, &cm, &plan.row_first, &plan.row_module), 0, "every row's first digi is of its module");
+    let rm32: Vec<u32> = plan.module.iter().map(|&m| m as u32).collect();
+    let re = run_ends(lib, &cm, &plan.first, &rm32, &plan.limit);
+    let (rf, rn, rm) = (plan.first.clone(), plan.nclus.clone(), plan.module.clone());
     let mut ncl = vec![0u32; rf.len()];
     {
         type F = unsafe extern "C" fn(*mut u16, *mut i32, *const u16, *const u32, *const u32, *const u32, *const u16, u32, u32, i32, i32, *mut u32);
@@ -392,8 +561,9 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     let hit_in: Vec<(&[u16], &[u32], &[u32])> =
         cut_tables.iter().map(|t| (t.0.as_slice(), t.1.as_slice(), t.2.as_slice())).collect();
     let beam = vec![[cond.beam_spot.x, cond.beam_spot.y, cond.beam_spot.z]; events.len()];
-    let hplan = quiver_gpu::steps::rechit_runs(&qm, &rows, &hit_in, &beam, cond.cpe.det.len()).unwrap();
-    let (rf, re, rn, rme, rh, rbs) = (hplan.first.clone(), hplan.end.clone(), hplan.nclus.clone(), hplan.module.clone(), hplan.hit.clone(), hplan.beam.clone());
+    let hplan = quiver_gpu::steps::rechit_runs(&rows, &hit_in, &beam, cond.cpe.det.len()).unwrap();
+    let re = run_ends(lib, &qm, &hplan.first, &hplan.module, &hplan.limit);
+    let (rf, rn, rme, rh, rbs) = (hplan.first.clone(), hplan.nclus.clone(), hplan.module.clone(), hplan.hit.clone(), hplan.beam.clone());
     let mut hit_off = vec![0u32];
     for &h in &hplan.hits_per_event {
         hit_off.push(hit_off.last().unwrap() + h as u32);

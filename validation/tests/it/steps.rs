@@ -323,3 +323,51 @@ fn reference_count_files_need_every_count() {
     assert!(!out.path().join("digicluster.bin").exists());
     assert!(out.path().join("counts.parquet").exists(), "the Parquet counts are still written");
 }
+
+/// Device memory that cannot be read back: a download is counted and fails.
+#[derive(Debug)]
+struct Unreadable(std::sync::atomic::AtomicUsize);
+
+impl quiver_columnar::residency::DeviceData for Unreadable {
+    fn device(&self) -> &str {
+        "fake:0"
+    }
+    fn nbytes(&self) -> usize {
+        0
+    }
+    fn download(&self) -> quiver_columnar::Result<RecordBatch> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(quiver_columnar::Error::data("fake:0 cannot be read"))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+#[test]
+fn raw_digis_on_a_device_are_counted_without_a_download() {
+    use quiver_validation::chain::{column, ChainKeys, Input};
+    use quiver_validation::histograms::HistogramSet;
+    // Raw digis that live only on a device (as the GPU raw_to_digis publishes them): nDigis
+    // needs their rows per event alone.
+    let data = Arc::new(Unreadable(Default::default()));
+    let key = quiver_columnar::ProductKey::new("digis", "digis");
+    let p = Product::on_device(quiver_reco::steps::schema("digis"), arrow_buffer::OffsetBuffer::from_lengths([3, 0, 40_000]), 40_003, data.clone())
+        .unwrap();
+    let mut batch = EventBatch::new(0, 3);
+    batch.set_allowed(&[key.clone()]);
+    batch.put(p).unwrap();
+    let keys = ChainKeys::from_keys([(Input::Digis, key)]);
+    let products = keys.get(&batch).unwrap();
+    let mut set = HistogramSet::for_inputs(|i| keys.has(i)).unwrap();
+    set.fill_batch(&products).unwrap();
+    let h = set.get("digi_n").unwrap();
+    // [0, 1e5) in 100 bins: 3 and 0 in the first, 40 000 in bin 40.
+    assert_eq!((h.counts[1], h.counts[41], h.entries()), (2, 1, 3));
+    assert_eq!(quiver_validation::counts::batch_counts(&products).unwrap().n_digis, Some(vec![3, 0, 40_000]));
+    assert_eq!(data.0.load(std::sync::atomic::Ordering::SeqCst), 0, "no download");
+    // A column of it is a download; one that fails is an error naming the product, not a panic.
+    let d = products.get(Input::Digis).unwrap();
+    let err = column::<arrow_array::types::UInt16Type>(d, "adc").unwrap_err().to_string();
+    assert!(err.contains("digis") && err.contains("cannot be read"), "{err}");
+}
