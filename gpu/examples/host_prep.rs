@@ -21,7 +21,7 @@ use quiver_datasets::Dataset;
 use quiver_formats::conditions::CpeParams;
 use quiver_gpu::steps::{cluster_tables, cut_runs, fit_batch, ntuplet_event, ntuplet_event_listed, quality_tables, rechit_runs};
 use quiver_reco::steps::types::{CALIBRATED_DIGIS, CA_CELLS, CLUSTERED_DIGIS, CLUSTER_MODULES, DOUBLETS, HITS, HIT_MODULES, NTUPLETS, TRACK_FITS};
-use quiver_reco::steps::{fit_inputs, quality_columns, quality_inputs};
+use quiver_reco::steps::{fit_tuples, quality_columns, quality_inputs, HitDets};
 use quiver_reco::tracks::CaConfig;
 
 /// A list column's offsets and values.
@@ -99,7 +99,9 @@ impl Step for QualityPrep {
         if self.replay {
             std::hint::black_box(quality_inputs(&h, &n, &c, &f, &self.cpe, &CaConfig::default())?);
         } else {
-            let v = quality_columns(&h, &n, &c, &f)?;
+            // The hits' detIndex as the GPU step has it (the copy the GPU rechits keeps).
+            let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
+            let v = quality_columns(HitDets { det, offsets: h.offsets() }, &n, &c, &f)?;
             std::hint::black_box(quality_tables(&v, n.offsets(), h.offsets(), c.offsets(), false));
         }
         Ok(())
@@ -177,7 +179,8 @@ struct FitPrep {
 impl Step for FitPrep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
-        let inputs = fit_inputs(&h, &n, &self.cpe)?;
+        let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
+        let inputs = fit_tuples(HitDets { det, offsets: h.offsets() }, &n)?;
         let starts: Vec<usize> = (0..inputs.len()).map(|e| h.event_rows(e).start).collect();
         let fb = fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default()).ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
         if self.store {

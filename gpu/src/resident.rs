@@ -32,6 +32,10 @@ pub struct CudaColumns {
     schema: SchemaRef,
     rows: usize,
     columns: Vec<Arc<DeviceBuf>>,
+    /// Host copies of a few small columns that the next GPU steps' host preparation reads
+    /// (the hits' detIndex), downloaded by the producing step: they spare the download of
+    /// the whole product.
+    host: Vec<(String, ArrayRef)>,
 }
 
 impl fmt::Debug for CudaColumns {
@@ -70,7 +74,24 @@ impl CudaColumns {
                 return Err(Error::data(format!("device column '{}': {} bytes for {rows} rows", f.name(), c.len_bytes())));
             }
         }
-        Ok(CudaColumns { gpu, schema, rows, columns })
+        Ok(CudaColumns { gpu, schema, rows, columns, host: Vec::new() })
+    }
+
+    /// Keeps a host copy of column `name` (its values, as downloaded by the producing step)
+    /// for [`CudaColumns::host_column`]; an error if the product has no such column or the
+    /// copy's type or length differs from it.
+    pub fn with_host_column(mut self, name: &str, values: ArrayRef) -> Result<Self> {
+        let f = self.schema.field_with_name(name).map_err(|_| Error::data(format!("device product has no column '{name}'")))?;
+        if values.data_type() != f.data_type() || values.len() != self.rows || values.null_count() > 0 {
+            return Err(Error::data(format!("host copy of column '{name}': {} rows of {} for {} rows of {}", values.len(), values.data_type(), self.rows, f.data_type())));
+        }
+        self.host.push((name.to_string(), values));
+        Ok(self)
+    }
+
+    /// The host copy of column `name`, if the producing step kept one.
+    pub fn host_column(&self, name: &str) -> Option<&ArrayRef> {
+        self.host.iter().find(|(n, _)| n == name).map(|(_, a)| a)
     }
 
     /// Rows of every column.

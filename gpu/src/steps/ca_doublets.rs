@@ -9,9 +9,7 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{Float32Type, Int16Type, UInt16Type};
 use cudarc::driver::CudaSlice;
-use quiver_columnar::columns::values;
 use quiver_columnar::overflow::EventOverflows;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
@@ -19,12 +17,13 @@ use quiver_reco::steps::schema;
 use quiver_reco::steps::types::DOUBLETS;
 use quiver_reco::steps::doublet_overflow_rows;
 use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};
-use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, DoubletConfig, HitsView, TrackError};
+use quiver_reco::steps::HitDets;
+use quiver_reco::tracks::{check_hit_modules, layer_start_from_det_index, CaConfig, DoubletConfig, TrackError};
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK};
-use crate::steps::{blocks, device_columns, fallback, publish_overflows, Common, Launch, Run};
+use crate::steps::{blocks, device_columns, fallback, publish_overflows, Common, HostDets, Launch, Run};
 use quiver_columnar::product::offsets_from_lengths;
 
 /// The host tables of a batch for the doublet kernels.
@@ -112,24 +111,31 @@ pub fn cell_offsets(event_total: &[u32], max_doublets: u32) -> Result<(Vec<u32>,
     Ok((off, overflow))
 }
 
-/// The host tables of a batch from its events' hits, checked as the CPU search checks them
-/// (`HitsView::validate_max` with the step's hit capacity): an event the CPU would reject
-/// is an error here, and the GPU step hands such a batch to the CPU step for its message.
+/// The host tables of a batch from its hits' detIndex column, checked as the CPU search
+/// checks them (the hits in module order, `HitsView::validate_max` past the column lengths:
+/// `check_hit_modules` with the step's hit capacity and `n_modules` module frames): an event
+/// the CPU would reject is an error here, and the GPU step hands such a batch to the CPU
+/// step for its message.
 ///
 /// ```
 /// use quiver_gpu::steps::prepare;
+/// use quiver_reco::steps::HitDets;
 /// use quiver_reco::tracks::CaConfig;
-/// let b = prepare(&[], &CaConfig::default()).unwrap();
-/// assert_eq!((b.n_events(), b.n_hits(), b.n_items()), (0, 0, 0));
+/// let b = prepare(HitDets { det: &[], offsets: &[0, 0] }, 1856, &CaConfig::default()).unwrap(); // one empty event
+/// assert_eq!((b.n_events(), b.n_hits(), b.n_items()), (1, 0, 0));
+/// let unsorted = HitDets { det: &[5, 3], offsets: &[0, 2] };
+/// assert!(prepare(unsorted, 1856, &CaConfig::default()).is_err());
 /// ```
-pub fn prepare(events: &[HitsView], cfg: &CaConfig) -> std::result::Result<DoubletBatch, TrackError> {
+pub fn prepare(h: HitDets, n_modules: usize, cfg: &CaConfig) -> std::result::Result<DoubletBatch, TrackError> {
     cfg.validate()?;
-    let mut starts = Vec::with_capacity(events.len());
-    let mut n = Vec::with_capacity(events.len());
-    for h in events {
-        h.validate_max(cfg.doublets.max_hits)?;
-        starts.push(h.layer_start);
-        n.push(h.n_hits());
+    let mut starts = Vec::with_capacity(h.n_events());
+    let mut n = Vec::with_capacity(h.n_events());
+    for e in 0..h.n_events() {
+        let det = h.event(e);
+        let layer_start = layer_start_from_det_index(det)?;
+        check_hit_modules(det, &layer_start, n_modules, cfg.doublets.max_hits)?;
+        starts.push(layer_start);
+        n.push(det.len());
     }
     DoubletBatch::new(&starts, &n, cfg.n_pairs()).map_err(TrackError::Config)
 }
@@ -200,36 +206,12 @@ impl CaDoubletsGpu {
 impl Step for CaDoubletsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let h = batch.get(&self.hits)?;
-        let f32c = |n: &str| values::<Float32Type>(&h, n);
-        let i16c = |n: &str| values::<Int16Type>(&h, n);
-        let (x, y, z, r, xe, ye) = (f32c("x_global")?, f32c("y_global")?, f32c("z_global")?, f32c("r_global")?, f32c("xerr_local")?, f32c("yerr_local")?);
-        let (iphi, sx, sy) = (i16c("iphi")?, i16c("size_x")?, i16c("size_y")?);
-        let det = values::<UInt16Type>(&h, "det_index")?;
-        let mut views = Vec::with_capacity(batch.n_events());
-        for e in 0..batch.n_events() {
-            let rr = h.event_rows(e);
-            let Ok(layer_start) = layer_start_from_det_index(&det[rr.clone()]) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-            views.push(HitsView {
-                x_global: &x[rr.clone()],
-                y_global: &y[rr.clone()],
-                z_global: &z[rr.clone()],
-                r_global: &r[rr.clone()],
-                iphi: &iphi[rr.clone()],
-                size_x: &sx[rr.clone()],
-                size_y: &sy[rr.clone()],
-                det_index: &det[rr.clone()],
-                xerr_local: &xe[rr.clone()],
-                yerr_local: &ye[rr],
-                cpe: &self.cpe,
-                layer_start,
-            });
-        }
+        // The hits' detIndex only on the host: the kernels read the other columns there.
+        let hd = HostDets::get(batch, &self.hits)?;
         // Hits the CPU search rejects: the CPU step reports its exact error.
-        let Ok(db) = prepare(&views, &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        drop(views);
+        let Ok(db) = prepare(hd.view(), self.cpe.det.len(), &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
-        if n_hits == 0 || n_items == 0 || n_hits != z.len() {
+        if n_hits == 0 || n_items == 0 || n_hits != hd.product.num_rows() {
             return c.cpu.process(batch);
         }
         let d = &self.cfg.doublets;

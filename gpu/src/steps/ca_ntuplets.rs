@@ -4,7 +4,7 @@
 //! lists with the CPU's functions where `max_active_doublets` binds ([`ntuplet_event`]). The
 //! same parameters, inputs and products as the CPU step, bit for bit.
 
-use arrow_array::types::{UInt16Type, UInt32Type, UInt8Type};
+use arrow_array::types::{UInt32Type, UInt8Type};
 use arrow_array::{Array, BooleanArray};
 use quiver_columnar::columns::values;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
@@ -16,7 +16,7 @@ use cudarc::driver::CudaView;
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::SCAN_BLOCK;
-use crate::steps::{blocks, fallback, Common, Launch, Run};
+use crate::steps::{blocks, fallback, Common, HostDets, Launch, Run};
 
 /// One event's neighbour lists of the CA connect from what the device computed: for each
 /// cell, the number of cells that connect to it (`count`) and those cells by ascending index
@@ -288,8 +288,9 @@ impl Step for CaNtupletsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let n = &self.cfg.ntuplets;
-        let h = batch.get(&self.hits)?;
-        let det = values::<UInt16Type>(&h, "det_index")?;
+        // The hits' detIndex only on the host: the kernels read the other columns there.
+        let hd = HostDets::get(batch, &self.hits)?;
+        let (h, det) = (&hd.product, hd.det());
         let n_ev = batch.n_events();
         // The cells: a GPU `ca_doublets`' device-resident product (checked on the device
         // below, never downloaded here), or a host product (checked here, uploaded once).

@@ -2,11 +2,12 @@
 //! columns (those an earlier GPU step of the batch kept, else one upload per batch shared by
 //! every GPU step: [`crate::resident`]), runs its kernels on the worker's stream and
 //! publishes the same products (same schemas, same values bit for bit) as the CPU step of
-//! `quiver_reco::steps`, with the device columns attached for the next GPU step. A product
-//! that no later step's host preparation reads (the raw, calibrated and clustered digis, the
-//! clusters, the doublets) lives on the device only, and its first host consumer downloads
-//! it; the others are also downloaded into pooled host buffers, a step's downloads queued
-//! together and waited for once ([`Run::queue`], [`Run::take`]).
+//! `quiver_reco::steps`. The intermediate products (the raw, calibrated and clustered
+//! digis, the clusters, the hits with a host copy of their detIndex for the tracking steps'
+//! checks: `HostDets`, the doublets) live on the device only, and their first host
+//! consumer downloads them; the chain's results (tuples, fits, tracks, vertices) and small
+//! tables are downloaded into pooled host buffers, a step's downloads queued together and
+//! waited for once (`Run::queue`, `Run::take`).
 //!
 //! One file per step (as pixeltrack-standalone has one folder per module); what they share
 //! (a batch on the device, checked launches, publishing, the fallback) is here.
@@ -26,8 +27,8 @@
 //! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line (or
 //!   Riemann) fit on the device, one thread per fit; the results stored into the tracks on
 //!   the host.
-//! - `track_quality`: the checks and the cells' tuple lists (the CPU's replay) on the host;
-//!   classification and the cleaners on the device, one block per event.
+//! - `track_quality`: the checks on the host; the cells' tuple lists, the classification and
+//!   the cleaners on the device, one block per event.
 //! - `vertices`: the track selection on the host; clustering, fits, split and Σ pT² order
 //!   on the device, one block per event; the products assembled on the host.
 //!
@@ -40,7 +41,7 @@
 use std::sync::Arc;
 
 use arrow_array::types::{UInt16Type, UInt32Type};
-use arrow_array::{ArrayRef, Int32Array, RecordBatch, UInt16Array, UInt32Array};
+use arrow_array::{ArrayRef, UInt16Array, UInt32Array};
 use arrow_buffer::ArrowNativeType;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
@@ -336,9 +337,6 @@ impl<'a> Launch<'a> {
 fn u16_array(v: quiver_columnar::PoolVec<u16>) -> ArrayRef {
     Arc::new(UInt16Array::new(v.into_scalar_buffer(), None))
 }
-fn i32_array(v: quiver_columnar::PoolVec<i32>) -> ArrayRef {
-    Arc::new(Int32Array::new(v.into_scalar_buffer(), None))
-}
 
 pub(crate) use quiver_reco::steps::{publish, publish_overflows};
 
@@ -347,17 +345,41 @@ pub(crate) fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, co
     Ok(Arc::new(CudaColumns::new(gpu, schema(type_name), rows, cols)?))
 }
 
-/// Publishes a product whose host columns were downloaded, keeping its device columns for
-/// the next GPU step of the batch.
-pub(crate) fn publish_resident(
-    batch: &mut EventBatch,
-    type_name: &str,
-    columns: Vec<ArrayRef>,
-    offsets: arrow_buffer::OffsetBuffer<i32>,
-    device: Arc<dyn quiver_columnar::residency::DeviceData>,
-) -> Result<()> {
-    let rb = RecordBatch::try_new(schema(type_name), columns)?;
-    batch.put(Product::new(rb, offsets)?.with_device(device))
+/// The hits' rows and detIndex column on the host, without the rest of the hits (what the
+/// tracking steps' host preparation reads of them: `quiver_reco::steps::HitDets`). From the
+/// copy that the GPU `rechits` keeps beside its device-only hits, else from the host product
+/// (made with one download if it lives only on a device), its columns checked as the CPU
+/// steps check them.
+pub(crate) struct HostDets {
+    pub product: Arc<Product>,
+    det: arrow_buffer::ScalarBuffer<u16>,
+}
+
+impl HostDets {
+    pub(crate) fn get(batch: &EventBatch, key: &ProductKey) -> Result<Self> {
+        let p = batch.get_resident(key)?;
+        let copy = p
+            .device_data()
+            .and_then(|d| d.as_any().downcast_ref::<CudaColumns>())
+            .and_then(|c| c.host_column("det_index"))
+            .and_then(|a| a.as_any().downcast_ref::<UInt16Array>())
+            .map(|a| a.values().clone());
+        // The copy stands for the checks only with the canonical schema (the GPU `rechits`').
+        if let Some(det) = copy.filter(|d| d.len() == p.num_rows() && p.schema().fields() == schema(HITS).fields()) {
+            return Ok(HostDets { product: p, det });
+        }
+        let p = batch.get(key)?;
+        quiver_reco::steps::check_hit_columns(&p)?;
+        let det = p.host()?.column_by_name("det_index").and_then(|a| a.as_any().downcast_ref::<UInt16Array>()).map(|a| a.values().clone());
+        let det = det.ok_or_else(|| Error::data("hits: no detIndex column of u16"))?;
+        Ok(HostDets { product: p, det })
+    }
+    pub(crate) fn det(&self) -> &[u16] {
+        &self.det
+    }
+    pub(crate) fn view(&self) -> quiver_reco::steps::HitDets<'_> {
+        quiver_reco::steps::HitDets { det: &self.det, offsets: self.product.offsets() }
+    }
 }
 
 /// Hands the batch to the CPU implementation and counts it.

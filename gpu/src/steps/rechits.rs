@@ -1,6 +1,6 @@
 //! GPU `rechits`: hit offsets and runs from the module table on the host, the runs' ends on
 //! the device (`run_ends`); cluster sums, CPE, global position and `iphi` on the device, one
-//! block per run.
+//! block per run. The hits stay on the device with a host copy of their detIndex.
 
 use super::*;
 
@@ -206,24 +206,15 @@ impl Step for RecHitsGpu {
             bld.launch(per_block(n_runs))?; // one block per run; hit slots of runs are disjoint
         }
         run.mark()?;
-        // Queued together: one wait for the stream.
-        let st = run.queue::<u32>(&status, 1)?;
-        let fl = f32s.iter().map(|buf| run.queue::<f32>(buf, nh)).collect::<Result<Vec<_>>>()?;
-        let (hi, hq, hsx, hsy, hd) =
-            (run.queue::<i16>(&iphi, nh)?, run.queue::<i32>(&chg, nh)?, run.queue::<i16>(&sx, nh)?, run.queue::<i16>(&sy, nh)?, run.queue::<u16>(&det_index, nh)?);
-        let st = run.take(st)?;
-        let fl = fl.into_iter().map(|q| run.take(q)).collect::<Result<Vec<_>>>()?;
-        let (hi, hq, hsx, hsy, hd) = (run.take(hi)?, run.take(hq)?, run.take(hsx)?, run.take(hsy)?, run.take(hd)?);
+        // The hits stay on the device; only their detIndex comes back (2 of the 52 bytes per
+        // hit): the layer starts here, and the host checks of the tracking steps
+        // (`HostDets`). Their first host consumer downloads the rest.
+        let (st, hd) = (run.queue::<u32>(&status, 1)?, run.queue::<u16>(&det_index, nh)?);
+        let (st, hd) = (run.take(st)?, run.take(hd)?);
         run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let mut cols: Vec<ArrayRef> =
-            fl.into_iter().map(|v| Arc::new(arrow_array::Float32Array::new(v.into_scalar_buffer(), None)) as ArrayRef).collect();
-        cols.push(Arc::new(arrow_array::Int16Array::new(hi.into_scalar_buffer(), None)));
-        cols.push(i32_array(hq));
-        cols.push(Arc::new(arrow_array::Int16Array::new(hsx.into_scalar_buffer(), None)));
-        cols.push(Arc::new(arrow_array::Int16Array::new(hsy.into_scalar_buffer(), None)));
         // hitsLayerStart from the hits' modules, as the CPU step derives it.
         let mut starts = Vec::with_capacity(hits_per_event.len());
         let mut first = 0;
@@ -232,11 +223,10 @@ impl Step for RecHitsGpu {
             starts.push(quiver_reco::tracks::layer_start_from_det_index(det).map_err(|e| Error::data(e.to_string()))?);
             first += n;
         }
-        cols.push(u16_array(hd));
         let mut dev_cols: Vec<Arc<DeviceBuf>> = f32s.into_iter().map(Arc::new).collect();
         dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
-        let on_device = device_columns(c.gpu, HITS, nh, dev_cols)?;
-        publish_resident(batch, HITS, cols, offsets_from_lengths(hits_per_event)?, on_device)?;
+        let on_device = CudaColumns::new(c.gpu, schema(HITS), nh, dev_cols)?.with_host_column("det_index", u16_array(hd))?;
+        batch.put(Product::on_device(schema(HITS), offsets_from_lengths(hits_per_event)?, nh, Arc::new(on_device))?)?;
         quiver_reco::steps::publish_hit_layers(batch, &starts)?;
         let overflows = tables
             .iter()

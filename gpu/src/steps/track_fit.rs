@@ -9,14 +9,14 @@ use cudarc::driver::CudaSlice;
 use quiver_columnar::overflow::EventOverflows;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
-use quiver_reco::steps::{fit_inputs, fit_overflows, publish_fits, FitInput};
+use quiver_reco::steps::{fit_overflows, fit_tuples, publish_fits, FitTuples};
 use quiver_reco::tracks::fit::{FitJob, FitValues};
-use quiver_reco::tracks::{fit_jobs, stage_fit_from, CaConfig, Tracks};
+use quiver_reco::tracks::{fit_jobs_of, stage_fit_from_det, CaConfig, Tracks};
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
-use crate::steps::{blocks, fallback, Common, Launch, Run};
+use crate::steps::{blocks, fallback, Common, HostDets, Launch, Run};
 
 /// A batch's fits for the kernel: every event's jobs (the CPU's, in its order) and the job
 /// table (`FIT_HITS` batch hit indices per job, the fitted hit count per job).
@@ -34,30 +34,28 @@ pub struct FitBatch {
 ///
 /// ```
 /// use quiver_gpu::steps::fit_batch;
-/// use quiver_reco::steps::FitInput;
-/// use quiver_reco::tracks::{ntuplets::Tuples, testing::*, CaConfig, Quality};
-/// let mut b = HitBuilder::new();
-/// b.add_helix_barrel(&Helix { pt: 2.0, ..Helix::default() }, &[0, 1, 2, 3]);
-/// let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+/// use quiver_reco::steps::FitTuples;
+/// use quiver_reco::tracks::{ntuplets::Tuples, CaConfig, Quality};
+/// let det = [3u16, 100, 300, 500]; // the hits' detIndex
 /// let tuples = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 3], quality: vec![Quality::Bad], overflow: false };
-/// let input = [FitInput { hits: cols.view(&cpe), tuples }];
-/// let fb = fit_batch(&input, &[10], cpe.det.len(), &CaConfig::default()).unwrap();
+/// let input = [FitTuples { det: &det, tuples }];
+/// let fb = fit_batch(&input, &[10], 1856, &CaConfig::default()).unwrap();
 /// assert_eq!((fb.job_n, &fb.job_hits[..4]), (vec![4], &[10, 11, 12, 13][..]));
 /// assert!(fit_batch(&input, &[10], 0, &CaConfig::default()).is_none()); // no module frames
 /// // A tuple naming a hit the event lacks: the CPU step reports it, so no batch here.
 /// let bad = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 40], quality: vec![Quality::Bad], overflow: false };
-/// let input = [FitInput { hits: cols.view(&cpe), tuples: bad }];
-/// assert!(fit_batch(&input, &[10], cpe.det.len(), &CaConfig::default()).is_none());
+/// let input = [FitTuples { det: &det, tuples: bad }];
+/// assert!(fit_batch(&input, &[10], 1856, &CaConfig::default()).is_none());
 /// ```
-pub fn fit_batch(inputs: &[FitInput], hit_start: &[usize], n_modules: usize, cfg: &CaConfig) -> Option<FitBatch> {
+pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cfg: &CaConfig) -> Option<FitBatch> {
     let mut fb = FitBatch { jobs: Vec::with_capacity(inputs.len()), ..FitBatch::default() };
     for (input, &start) in inputs.iter().zip(hit_start) {
-        let jobs = fit_jobs(&input.hits, &input.tuples, cfg).ok()?;
+        let jobs = fit_jobs_of(input.det.len(), &input.tuples, cfg).ok()?;
         for job in &jobs {
             let hits = input.tuples.hits_of(job.row as usize);
             let mut slots = [u32::MAX; FIT_HITS];
             for (k, &h) in hits.iter().take(job.n_fit as usize).enumerate() {
-                if input.hits.det_index[h as usize] as usize >= n_modules {
+                if input.det[h as usize] as usize >= n_modules {
                     return None;
                 }
                 slots[k] = u32::try_from(start + h as usize).ok()?;
@@ -73,7 +71,7 @@ pub fn fit_batch(inputs: &[FitInput], hit_start: &[usize], n_modules: usize, cfg
 /// Every event's fitted tracks and overflow row from the kernel's output (`FIT_OUT`
 /// floats per job of `fb`, event after event: the CPU's `FitValues`), stored as the CPU step
 /// stores its fits.
-pub fn fitted_tracks(inputs: &[FitInput], fb: &FitBatch, out: &[f32], cfg: &CaConfig) -> Result<Vec<(Tracks, EventOverflows)>> {
+pub fn fitted_tracks(inputs: &[FitTuples], fb: &FitBatch, out: &[f32], cfg: &CaConfig) -> Result<Vec<(Tracks, EventOverflows)>> {
     if out.len() != fb.job_n.len() * FIT_OUT {
         return Err(Error::data(format!("gpu track_fit: {} floats for {} fits", out.len(), fb.job_n.len())));
     }
@@ -82,7 +80,7 @@ pub fn fitted_tracks(inputs: &[FitInput], fb: &FitBatch, out: &[f32], cfg: &CaCo
     for (e, (input, jobs)) in inputs.iter().zip(&fb.jobs).enumerate() {
         let fits: Vec<FitValues> = out[at * FIT_OUT..(at + jobs.len()) * FIT_OUT].chunks_exact(FIT_OUT).filter_map(FitValues::from_slice).collect();
         at += jobs.len();
-        let tracks = stage_fit_from(&input.hits, &input.tuples, cfg, jobs, &fits).map_err(|m| Error::data(format!("gpu track_fit: event {e}: {m}")))?;
+        let tracks = stage_fit_from_det(input.det, &input.tuples, cfg, jobs, &fits).map_err(|m| Error::data(format!("gpu track_fit: event {e}: {m}")))?;
         let o = fit_overflows(&input.tuples, tracks.stats.n_fitted, cfg);
         res.push((tracks, o));
     }
@@ -113,9 +111,11 @@ impl TrackFitGpu {
 impl Step for TrackFitGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let (h, n) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?);
+        // The hits' detIndex only on the host: the kernel reads the other columns there.
+        let (hd, n) = (HostDets::get(batch, &self.hits)?, batch.get(&self.ntuplets)?);
+        let h = &hd.product;
         // What the CPU step rejects goes to it, for its exact message.
-        let Ok(inputs) = fit_inputs(&h, &n, &self.cpe) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(inputs) = fit_tuples(hd.view(), &n) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let starts: Vec<usize> = (0..batch.n_events()).map(|e| h.event_rows(e).start).collect();
         let Some(fb) = fit_batch(&inputs, &starts, self.cpe.det.len(), &self.cfg) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
@@ -127,7 +127,7 @@ impl Step for TrackFitGpu {
             let mut run = Run::start(c.gpu)?;
             let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
             let hc = crate::resident::cuda(&hd);
-            let nh = h.batch().num_rows();
+            let nh = h.num_rows();
             let cols = ["x_global", "y_global", "z_global", "xerr_local", "yerr_local"].map(|name| hc.column(name));
             let [x, y, z, xe, ye] = cols;
             let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);

@@ -11,7 +11,7 @@ use quiver_reco::tracks::CaConfig;
 
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
 use crate::steps::ca_ntuplets::{CellTracks, CellTracksIn};
-use crate::steps::{fallback, Common, Launch, Run};
+use crate::steps::{fallback, Common, HostDets, Launch, Run};
 
 /// The small host tables of a batch's `track_quality` kernels; everything else goes to the
 /// device as the products hold it ([`QualityColumnsView`]). Tuples of event `e`:
@@ -114,10 +114,12 @@ impl TrackQualityGpu {
 impl Step for TrackQualityGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let (h, n, cl, f) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
+        // The hits' detIndex only on the host (see HostDets).
+        let (hd, n, cl, f) = (HostDets::get(batch, &self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
+        let h = &hd.product;
         // What the CPU step rejects goes to it, for its exact message (the cells of the
         // tuples are checked on the device, below).
-        let Ok(v) = quality_columns(&h, &n, &cl, &f) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(v) = quality_columns(hd.view(), &n, &cl, &f) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let late = self.cfg.ntuplets.late_fishbone;
         let Some(qt) = quality_tables(&v, n.offsets(), h.offsets(), cl.offsets(), late) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let (n_ev, n_tup) = (batch.n_events(), n.offsets().last().copied().unwrap_or(0) as usize);

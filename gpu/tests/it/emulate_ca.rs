@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
 use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, ntuplet_event_listed, prepare, DoubletProducts};
-use quiver_reco::steps::doublet_overflows;
+use quiver_reco::steps::{doublet_overflows, HitDets};
 use quiver_datasets::conditions::CpeParams;
 use quiver_reco::local;
 use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
@@ -208,7 +208,9 @@ impl<T: Copy> Dev<T> {
 /// The kernel sequence of the GPU step, on the host.
 fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
     // The GPU step's own host preparation (checks and tables).
-    let db = prepare(&views(b, cpe), cfg).unwrap();
+    let det: Vec<u16> = b.events.iter().flat_map(|h| h.det_index.iter().copied()).collect();
+    let hit_off: Vec<i32> = std::iter::once(0).chain(b.hits_per_event.iter().scan(0i32, |a, &n| { *a += n as i32; Some(*a) })).collect();
+    let db = prepare(HitDets { det: &det, offsets: &hit_off }, cpe.det.len(), cfg).unwrap();
     assert_eq!(db.hit_off.windows(2).map(|w| (w[1] - w[0]) as usize).collect::<Vec<_>>(), b.hits_per_event);
     let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
     let d = &cfg.doublets;
@@ -1011,7 +1013,7 @@ fn a_panicking_emulated_thread_ends_the_launch() {
 fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
     use quiver_gpu::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
     use quiver_gpu::steps::{fit_batch, fitted_tracks};
-    use quiver_reco::steps::{fit_overflows, FitInput};
+    use quiver_reco::steps::{fit_overflows, FitTuples};
     use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov, FitValues};
     use quiver_reco::tracks::riemann::riemann_fit;
     use quiver_reco::tracks::{stage_fit, Tracks};
@@ -1019,8 +1021,11 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
     let (_, ds) = dataset();
     let cpe = &ds.conditions().cpe;
     let (b, _, tuples) = on_cpu_cells(cfg, |view, d| stage_ntuplets(view, d, cfg).unwrap().0);
-    let inputs: Vec<FitInput> = views(&b, cpe).into_iter().zip(tuples).map(|(hits, tuples)| FitInput { hits, tuples }).collect();
-    let cpu: Vec<Tracks> = inputs.iter().map(|i| stage_fit(&i.hits, &i.tuples, cfg).unwrap()).collect();
+    let hits = views(&b, cpe);
+    let cpu: Vec<Tracks> = hits.iter().zip(&tuples).map(|(h, t)| stage_fit(h, t, cfg).unwrap()).collect();
+    // The GPU step's inputs: each event's detIndex and tuples (its other hit columns live on
+    // the device).
+    let inputs: Vec<FitTuples> = hits.iter().zip(tuples).map(|(h, tuples)| FitTuples { det: h.det_index, tuples }).collect();
     let starts: Vec<usize> = b.hits_per_event.iter().scan(0, |a, &n| { let s = *a; *a += n; Some(s) }).collect();
     let fb = fit_batch(&inputs, &starts, cpe.det.len(), cfg).expect("the device path applies");
     let nj = fb.job_n.len();
@@ -1056,10 +1061,9 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         // The fits' doubles themselves (the f32 products round most last-bit differences
         // away): the CPU's `broken_line_fit` of the same hits, job by job.
         let mut k = 0;
-        for (input, jobs) in inputs.iter().zip(&fb.jobs) {
+        for ((input, jobs), h) in inputs.iter().zip(&fb.jobs).zip(&hits) {
             for job in jobs {
                 let hs = &input.tuples.hits_of(job.row as usize)[..job.n_fit as usize];
-                let h = &input.hits;
                 let pos: Vec<[f64; 3]> = hs.iter().map(|&i| [h.x_global[i as usize] as f64, h.y_global[i as usize] as f64, h.z_global[i as usize] as f64]).collect();
                 let ge: Vec<[f32; 6]> = hs
                     .iter()
@@ -1610,7 +1614,14 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
     use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
     use quiver_columnar::{executor, plan, EventBatch, InputSpec, Product, ProductKey, Registry, Signature, Step, StepConfig, StepType};
     use quiver_reco::steps::types::{CA_CELLS, HITS, NTUPLETS, TRACK_FITS};
-    use quiver_reco::steps::{quality_columns, quality_inputs};
+    use quiver_reco::steps::{check_hit_columns, quality_columns, quality_inputs, HitDets};
+
+    /// The GPU step's host checks of a host `hits` product: its columns (`HostDets`), then
+    /// `quality_columns` on its detIndex.
+    fn gpu_columns(h: &Product, n: &Product, c: &Product, f: &Product) -> quiver_columnar::Result<()> {
+        let det = check_hit_columns(h)?;
+        quality_columns(HitDets { det, offsets: h.offsets() }, n, c, f).map(|_| ())
+    }
 
     /// `p` with column `name` replaced.
     fn with(p: &Product, name: &str, col: ArrayRef) -> Arc<Product> {
@@ -1664,7 +1675,7 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
             let mut seen = SEEN.lock().unwrap();
             for (what, [h, n, c, f], accepted) in &cases {
                 let cpu = quality_inputs(h, n, c, f, &self.cpe, &cfg).map(|_| ());
-                let gpu = quality_columns(h, n, c, f).map(|_| ());
+                let gpu = gpu_columns(h, n, c, f).map(|_| ());
                 assert_eq!(cpu.is_ok(), *accepted, "{what}: the CPU step's inputs: {cpu:?}");
                 assert_eq!(gpu.is_ok(), *accepted, "{what}: the GPU step's columns: {:?}", gpu.err());
                 seen.push(what.to_string());
@@ -1673,7 +1684,7 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
             // host checks leave it to the device.
             let n_cells0 = c.event_rows(0).len() as u32;
             let n2 = list_with(&n, "cells", |v| v[0] = n_cells0);
-            assert!(quality_inputs(&h, &n2, &c, &f, &self.cpe, &cfg).is_err() && quality_columns(&h, &n2, &c, &f).is_ok());
+            assert!(quality_inputs(&h, &n2, &c, &f, &self.cpe, &cfg).is_err() && gpu_columns(&h, &n2, &c, &f).is_ok());
             Ok(())
         }
     }

@@ -26,6 +26,43 @@ fn tracking(e: TrackError) -> Error {
     Error::data(e.to_string())
 }
 
+/// The hits as the host side of a GPU tracking step reads them: the rows per event and the
+/// detIndex column, all that the checks, the fit selection and the tables of `ca_doublets`,
+/// `ca_ntuplets`, `track_fit` and `track_quality` read of them (the positions stay on the
+/// device). For a host product, [`check_hit_columns`] first (the CPU steps' column checks).
+#[derive(Clone, Copy, Debug)]
+pub struct HitDets<'a> {
+    pub det: &'a [u16],
+    pub offsets: &'a [i32],
+}
+
+impl<'a> HitDets<'a> {
+    /// Events.
+    pub fn n_events(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+    /// The detIndex column of event `e`.
+    pub fn event(&self, e: usize) -> &'a [u16] {
+        &self.det[self.offsets[e] as usize..self.offsets[e + 1] as usize]
+    }
+}
+
+/// Every column the tracking steps read of a `hits` product, checked as the CPU steps check
+/// them (present, of its type, no nulls); the detIndex column on success.
+///
+/// ```
+/// use quiver_columnar::Product;
+/// use quiver_reco::steps::{check_hit_columns, schema};
+/// let b = arrow_array::RecordBatch::new_empty(schema("hits"));
+/// let h = Product::from_lengths(b, [0]).unwrap();
+/// assert!(check_hit_columns(&h).unwrap().is_empty());
+/// let other = Product::from_lengths(arrow_array::RecordBatch::new_empty(schema("digis")), [0]).unwrap();
+/// assert!(check_hit_columns(&other).is_err());
+/// ```
+pub fn check_hit_columns(h: &Product) -> Result<&[u16]> {
+    Ok(HitColumns::new(h)?.det)
+}
+
 /// The columns of one event's hits as the tracking reads them.
 struct HitColumns<'a> {
     p: &'a Product,
@@ -318,11 +355,32 @@ impl<'a> FitColumns<'a> {
     }
 }
 
-/// Every event's `track_fit` inputs (for a GPU implementation of the step), checked as the
-/// CPU step checks them: an error here is the CPU step's error too.
-pub fn fit_inputs<'a>(h: &'a Product, n: &'a Product, cpe: &'a CpeParams) -> Result<Vec<FitInput<'a>>> {
-    let cols = FitColumns::new(h, n)?;
-    (0..h.n_events()).map(|e| cols.event(e, cpe)).collect()
+/// One event's checked `track_fit` inputs as a GPU step reads them: its hits' detIndex
+/// column and its tuples.
+pub struct FitTuples<'a> {
+    pub det: &'a [u16],
+    pub tuples: Tuples,
+}
+
+/// Every event's [`FitTuples`] from the hits' detIndex ([`HitDets`]) and the `ntuplets`
+/// product, checked as the CPU step checks them (the hits in module order, the tuples'
+/// lists): an error here is the CPU step's error too.
+pub fn fit_tuples<'a>(h: HitDets<'a>, n: &'a Product) -> Result<Vec<FitTuples<'a>>> {
+    let (hoff, hvals) = list_u32(n, "hits")?;
+    let quality = values::<UInt8Type>(n, "quality")?;
+    if n.n_events() != h.n_events() {
+        return Err(Error::data(format!("{} events of tuples for {} of hits", n.n_events(), h.n_events())));
+    }
+    (0..h.n_events())
+        .map(|e| {
+            let det = h.event(e);
+            layer_start_from_det_index(det).map_err(tracking)?;
+            let r = n.event_rows(e);
+            let (off, hv) = list_rows(hoff, hvals, r.clone());
+            let tuples = tuples_from_columns(&off, &hv, &quality[r]).map_err(tracking)?;
+            Ok(FitTuples { det, tuples })
+        })
+        .collect()
 }
 
 /// The overflow row of one event of `track_fit`: tuples the fit takes (3 to 5 hits, not
@@ -469,41 +527,37 @@ pub struct QualityColumnsView<'a> {
 
 /// The columns of [`quality_inputs`] with every one of its checks except those of the
 /// cells' tuple lists (a tuple's cell past its event's cells, which the caller checks where
-/// it builds the lists): an error here is the CPU step's error too.
-pub fn quality_columns<'a>(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product) -> Result<QualityColumnsView<'a>> {
-    let cols = QualityColumns::new(h, n, c, f)?;
+/// it builds the lists) and of the hit columns other than detIndex (see [`HitDets`]): an
+/// error here is the CPU step's error too.
+pub fn quality_columns<'a>(h: HitDets<'a>, n: &'a Product, c: &'a Product, f: &'a Product) -> Result<QualityColumnsView<'a>> {
+    let (hoff, hvals) = list_u32(n, "hits")?;
+    let (coff, cvals) = list_u32(n, "cells")?;
+    let (quality, alive) = (values::<UInt8Type>(n, "quality")?, booleans(c, "alive")?);
     let (state, w5) = fixed_values(f, "state")?;
     if w5 != 5 {
         return Err(Error::data(format!("product '{}': state width {w5}, expected 5", f.type_name())));
     }
     let (pt, chi2) = (values::<Float32Type>(f, "pt")?, values::<Float32Type>(f, "chi2")?);
-    if let Some(&q) = cols.quality.iter().find(|&&q| crate::tracks::Quality::from_u8(q).is_none()) {
+    if let Some(&q) = quality.iter().find(|&&q| crate::tracks::Quality::from_u8(q).is_none()) {
         return Err(tracking(TrackError::Invalid(format!("tuple quality {q}"))));
     }
+    if n.n_events() != h.n_events() {
+        return Err(Error::data(format!("{} events of tuples for {} of hits", n.n_events(), h.n_events())));
+    }
     for e in 0..h.n_events() {
-        let hr = h.event_rows(e);
-        layer_start_from_det_index(&cols.hits.det[hr.clone()]).map_err(tracking)?;
+        let det = h.event(e);
+        layer_start_from_det_index(det).map_err(tracking)?;
         let r = n.event_rows(e);
-        let hits = &cols.hvals[cols.hoff[r.start] as usize..cols.hoff[r.end] as usize];
-        if let Some(&bad) = hits.iter().find(|&&x| x as usize >= hr.len()) {
-            return Err(tracking(TrackError::Invalid(format!("tuple hit {bad} is not one of the event's {} hits", hr.len()))));
+        let hits = &hvals[hoff[r.start] as usize..hoff[r.end] as usize];
+        if let Some(&bad) = hits.iter().find(|&&x| x as usize >= det.len()) {
+            return Err(tracking(TrackError::Invalid(format!("tuple hit {bad} is not one of the event's {} hits", det.len()))));
         }
         let fr = f.event_rows(e);
         if fr.len() != r.len() {
             return Err(Error::data(format!("{} fitted tracks for {} tuples", fr.len(), r.len())));
         }
     }
-    Ok(QualityColumnsView {
-        hit_offsets: cols.hoff,
-        hits: cols.hvals,
-        cell_offsets: cols.coff,
-        cells: cols.cvals,
-        quality: cols.quality,
-        state,
-        pt,
-        chi2,
-        alive: cols.alive,
-    })
+    Ok(QualityColumnsView { hit_offsets: hoff, hits: hvals, cell_offsets: coff, cells: cvals, quality, state, pt, chi2, alive })
 }
 
 /// Tracks per event by quality, for the run summary of `track_quality` (CPU or GPU).

@@ -158,21 +158,37 @@ impl HitsView<'_> {
                 return Err(TrackError::ColumnLength { column, len, expected: n });
             }
         }
-        if n > max_hits {
-            return Err(TrackError::TooManyHits { n, max: max_hits });
-        }
-        let ls = &self.layer_start;
-        if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
-            return Err(TrackError::LayerStart { layer_start: *ls, n_hits: n });
-        }
-        let n_modules = self.cpe.det.len();
-        for (hit, &det) in self.det_index.iter().enumerate() {
-            if det <= 2000 && det as usize >= n_modules {
-                return Err(TrackError::MissingModule { hit, det, n_modules });
-            }
-        }
-        Ok(())
+        check_hit_modules(self.det_index, &self.layer_start, self.cpe.det.len(), max_hits)
     }
+}
+
+/// The checks of [`HitsView::validate_max`] past the column lengths, from the hits'
+/// detIndex column alone (what a step whose hit columns live on a device has on the host):
+/// the capacity, `layer_start`, and a module frame (of `n_modules`) for each valid hit.
+///
+/// ```
+/// use quiver_reco::tracks::{check_hit_modules, layer_start_from_det_index};
+/// let det = [3u16, 50, 1200];
+/// let ls = layer_start_from_det_index(&det).unwrap();
+/// assert!(check_hit_modules(&det, &ls, 1856, 100).is_ok());
+/// assert!(check_hit_modules(&det, &ls, 1000, 100).is_err()); // no frame for module 1200
+/// assert!(check_hit_modules(&det, &ls, 1856, 2).is_err());   // above the capacity
+/// ```
+pub fn check_hit_modules(det_index: &[u16], layer_start: &[u32; 11], n_modules: usize, max_hits: usize) -> Result<(), TrackError> {
+    let n = det_index.len();
+    if n > max_hits {
+        return Err(TrackError::TooManyHits { n, max: max_hits });
+    }
+    let ls = layer_start;
+    if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
+        return Err(TrackError::LayerStart { layer_start: *ls, n_hits: n });
+    }
+    for (hit, &det) in det_index.iter().enumerate() {
+        if det <= 2000 && det as usize >= n_modules {
+            return Err(TrackError::MissingModule { hit, det, n_modules });
+        }
+    }
+    Ok(())
 }
 
 /// Track quality codes: defined with the other data formats (`quiver_formats`).
@@ -463,7 +479,7 @@ pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) ->
 /// quality is still the tuples' (bad or dup).
 pub fn stage_fit(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Tracks, TrackError> {
     check_tuple_hits(tuples, hits.n_hits())?;
-    let mut tracks = Tracks::zeroed(tuples, hits);
+    let mut tracks = Tracks::zeroed(tuples, hits.det_index);
     if hits.n_hits() > 0 {
         tracks.stats.n_fitted = fit::fit_tuples(hits, tuples, &cfg.fit, &mut tracks)?;
     }
@@ -473,8 +489,13 @@ pub fn stage_fit(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> 
 /// The fits [`stage_fit`] computes for an event, in its order: [`fit::fit_selection`], none
 /// for an event without hits.
 pub fn fit_jobs(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Vec<fit::FitJob>, TrackError> {
-    check_tuple_hits(tuples, hits.n_hits())?;
-    Ok(if hits.n_hits() > 0 { fit::fit_selection(tuples, &cfg.fit) } else { Vec::new() })
+    fit_jobs_of(hits.n_hits(), tuples, cfg)
+}
+
+/// [`fit_jobs`] for an event of `n_hits` hits (all the selection reads of them).
+pub fn fit_jobs_of(n_hits: usize, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Vec<fit::FitJob>, TrackError> {
+    check_tuple_hits(tuples, n_hits)?;
+    Ok(if n_hits > 0 { fit::fit_selection(tuples, &cfg.fit) } else { Vec::new() })
 }
 
 /// Stage 3 with the fits computed elsewhere (the GPU `track_fit`): `fits[k]` holds the
@@ -504,11 +525,22 @@ pub fn stage_fit_from(
     jobs: &[fit::FitJob],
     fits: &[fit::FitValues],
 ) -> Result<Tracks, TrackError> {
-    check_tuple_hits(tuples, hits.n_hits())?;
+    stage_fit_from_det(hits.det_index, tuples, cfg, jobs, fits)
+}
+
+/// [`stage_fit_from`] from the hits' detIndex column (all it reads of the hits).
+pub fn stage_fit_from_det(
+    det_index: &[u16],
+    tuples: &ntuplets::Tuples,
+    cfg: &CaConfig,
+    jobs: &[fit::FitJob],
+    fits: &[fit::FitValues],
+) -> Result<Tracks, TrackError> {
+    check_tuple_hits(tuples, det_index.len())?;
     if jobs.len() != fits.len() || jobs.iter().any(|j| j.row as usize >= tuples.len()) {
         return Err(TrackError::Invalid(format!("{} fits for {} fit jobs of {} tuples", fits.len(), jobs.len(), tuples.len())));
     }
-    let mut tracks = Tracks::zeroed(tuples, hits);
+    let mut tracks = Tracks::zeroed(tuples, det_index);
     for (&job, v) in jobs.iter().zip(fits) {
         fit::store_values(&mut tracks, job.row as usize, v, &cfg.fit);
     }
@@ -585,7 +617,7 @@ pub fn tuples_from_columns(offsets: &[u32], hits: &[u32], quality: &[u8]) -> Res
 
 impl Tracks {
     /// Rows for every tuple with the fit columns zeroed and the hit lists filled.
-    fn zeroed(tuples: &ntuplets::Tuples, hits: &HitsView) -> Self {
+    fn zeroed(tuples: &ntuplets::Tuples, det_index: &[u16]) -> Self {
         let n = tuples.len();
         let mut t = Tracks {
             quality: tuples.quality.iter().map(|&x| x as u8).collect(),
@@ -601,7 +633,7 @@ impl Tracks {
             n_hits: Vec::with_capacity(n),
             hit_offsets: tuples.offsets.clone(),
             hit_indices: tuples.hits.clone(),
-            det_indices: tuples.hits.iter().map(|&h| hits.det_index[h as usize]).collect(),
+            det_indices: tuples.hits.iter().map(|&h| det_index[h as usize]).collect(),
             stats: TrackStats::default(),
         };
         for i in 0..n {
