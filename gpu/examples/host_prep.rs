@@ -172,7 +172,8 @@ impl Step for LocalPrep {
 struct FitPrep {
     keys: [ProductKey; 2],
     cpe: Arc<CpeParams>,
-    /// Also the storing of the kernel's output into the tracks (`fit_store`).
+    /// Also the storing of the kernel's output into the tracks and their publishing
+    /// (`fit_store`).
     store: bool,
 }
 
@@ -188,7 +189,12 @@ impl Step for FitPrep {
             // not depend on them).
             let mut out = vec![0.5f32; fb.job_n.len() * quiver_gpu::kernels_fit::FIT_OUT];
             out.chunks_exact_mut(quiver_gpu::kernels_fit::FIT_OUT).for_each(|v| v[14] = 2.0);
-            std::hint::black_box(quiver_gpu::steps::fitted_tracks(&inputs, &fb, &out, &CaConfig::default())?);
+            let fits = quiver_gpu::steps::fitted_tracks(&inputs, &fb, &out, &CaConfig::default())?;
+            // And publishing them, as the step does, into a scratch batch.
+            let mut scratch = EventBatch::new(batch.first_event(), batch.n_events());
+            scratch.set_allowed(&[ProductKey::new(TRACK_FITS, "fit_store"), ProductKey::new(quiver_columnar::overflow::CAPACITY_OVERFLOWS, "fit_store")]);
+            quiver_reco::steps::publish_fits(&mut scratch, fits)?;
+            std::hint::black_box(scratch);
         }
         std::hint::black_box(fb);
         Ok(())
