@@ -88,7 +88,7 @@ pub use raw_to_digis::{frame_batch, merge_errors, Framed};
 pub(crate) use raw_to_digis::RawToDigisGpu;
 pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
 pub(crate) use rechits::RecHitsGpu;
-pub use track_fit::{fit_batch, fitted_tracks, FitBatch};
+pub use track_fit::{fit_batch, FitBatch};
 pub(crate) use track_fit::TrackFitGpu;
 pub use track_quality::{quality_tables, QualityTables};
 pub(crate) use track_quality::TrackQualityGpu;

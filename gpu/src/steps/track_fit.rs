@@ -1,17 +1,18 @@
 //! GPU `track_fit` (kernels [`crate::kernels_fit::TRACK_FIT`]): the Broken Line or the
 //! Riemann fit on the device, one thread per fit; which tuples are fitted
 //! ([`quiver_reco::tracks::fit_jobs`]) and the storing of the fits' f32 values into the
-//! tracks (the CPU's `store_values`) on the host. The same parameters, inputs and products as the CPU step.
+//! `track_fits` columns (the CPU's `StoredFit`: `quiver_reco::steps::publish_fit_values`)
+//! on the host. The same parameters, inputs and products as the CPU step.
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use quiver_columnar::overflow::EventOverflows;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
-use quiver_reco::steps::{fit_overflows, fit_tuples, publish_fits, FitTuples};
-use quiver_reco::tracks::fit::{FitJob, FitValues};
-use quiver_reco::tracks::{fit_jobs_of, stage_fit_from_det, CaConfig, Tracks};
+use quiver_reco::steps::{fit_tuples, publish_fit_values, FitTuples};
+use quiver_reco::tracks::fit::FitJob;
+use quiver_reco::tracks::ntuplets::Tuples;
+use quiver_reco::tracks::{fit_jobs_of, CaConfig};
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
@@ -66,25 +67,6 @@ pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cf
         fb.jobs.push(jobs);
     }
     (fb.jobs.len() == inputs.len()).then_some(fb)
-}
-
-/// Every event's fitted tracks and overflow row from the kernel's output (`FIT_OUT`
-/// floats per job of `fb`, event after event: the CPU's `FitValues`), stored as the CPU step
-/// stores its fits.
-pub fn fitted_tracks(inputs: &[FitTuples], fb: &FitBatch, out: &[f32], cfg: &CaConfig) -> Result<Vec<(Tracks, EventOverflows)>> {
-    if out.len() != fb.job_n.len() * FIT_OUT {
-        return Err(Error::data(format!("gpu track_fit: {} floats for {} fits", out.len(), fb.job_n.len())));
-    }
-    let mut at = 0;
-    let mut res = Vec::with_capacity(inputs.len());
-    for (e, (input, jobs)) in inputs.iter().zip(&fb.jobs).enumerate() {
-        let fits: Vec<FitValues> = out[at * FIT_OUT..(at + jobs.len()) * FIT_OUT].chunks_exact(FIT_OUT).filter_map(FitValues::from_slice).collect();
-        at += jobs.len();
-        let tracks = stage_fit_from_det(input.det, &input.tuples, cfg, jobs, &fits).map_err(|m| Error::data(format!("gpu track_fit: event {e}: {m}")))?;
-        let o = fit_overflows(&input.tuples, tracks.stats.n_fitted, cfg);
-        res.push((tracks, o));
-    }
-    Ok(res)
 }
 
 /// The GPU `track_fit` step.
@@ -154,7 +136,8 @@ impl Step for TrackFitGpu {
             Some(out)
         };
         let out = out.as_ref().map_or(&[][..], |v| v.as_slice());
-        publish_fits(batch, fitted_tracks(&inputs, &fb, out, &self.cfg)?)
+        let tuples: Vec<&Tuples> = inputs.iter().map(|i| &i.tuples).collect();
+        publish_fit_values(batch, &tuples, &fb.jobs, out, &self.cfg)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

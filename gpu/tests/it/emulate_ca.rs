@@ -1012,8 +1012,12 @@ fn a_panicking_emulated_thread_ends_the_launch() {
 /// number of fits.
 fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
     use quiver_gpu::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
-    use quiver_gpu::steps::{fit_batch, fitted_tracks};
-    use quiver_reco::steps::{fit_overflows, FitTuples};
+    use quiver_columnar::compare::{compare_products, Tolerance};
+    use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
+    use quiver_columnar::{EventBatch, ProductKey};
+    use quiver_gpu::steps::fit_batch;
+    use quiver_reco::steps::types::TRACK_FITS;
+    use quiver_reco::steps::{fit_overflows, publish_fit_values, publish_fits, FitTuples};
     use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov, FitValues};
     use quiver_reco::tracks::riemann::riemann_fit;
     use quiver_reco::tracks::{stage_fit, Tracks};
@@ -1084,15 +1088,27 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                 k += 1;
             }
         }
-        let dev = fitted_tracks(&inputs, &fb, &values[..nj * FIT_OUT], cfg).unwrap();
-        for (e, ((t, o), c)) in dev.iter().zip(&cpu).enumerate() {
-            assert_eq!(t.stats.n_fitted, c.stats.n_fitted, "{name} ({mode:?}) event {e}: fits");
-            let (tb, cb) = (bits(t), bits(c));
-            let differ = tb.iter().zip(&cb).filter(|(x, y)| x != y).count();
-            assert!(differ == 0 && tb.len() == cb.len(), "{name} ({mode:?}) event {e}: {differ} of {} fit values differ", cb.len());
-            assert!(t == c, "{name} ({mode:?}) event {e}: tracks");
-            assert_eq!(*o, fit_overflows(&inputs[e].tuples, c.stats.n_fitted, cfg), "{name} ({mode:?}) event {e}: overflows");
+        // The step's products from the device's values against the CPU step's from its
+        // tracks: every column of `track_fits` bit for bit, and the overflow rows.
+        let keys = [ProductKey::new(TRACK_FITS, "fit"), ProductKey::new(CAPACITY_OVERFLOWS, "fit")];
+        let scratch = || {
+            let mut b = EventBatch::new(0, inputs.len());
+            b.set_allowed(&keys);
+            b
+        };
+        let (mut gpu_b, mut cpu_b) = (scratch(), scratch());
+        let tuples: Vec<&Tuples> = inputs.iter().map(|i| &i.tuples).collect();
+        publish_fit_values(&mut gpu_b, &tuples, &fb.jobs, &values[..nj * FIT_OUT], cfg).unwrap();
+        let cpu_out = cpu.iter().zip(&inputs).map(|(c, i)| (c.clone(), fit_overflows(&i.tuples, c.stats.n_fitted, cfg))).collect();
+        publish_fits(&mut cpu_b, cpu_out).unwrap();
+        for k in &keys {
+            let (g, c) = (gpu_b.get(k).unwrap(), cpu_b.get(k).unwrap());
+            let cmp = compare_products(&g, &c, 0, Tolerance::default()).unwrap();
+            assert_eq!(cmp.total(), 0, "{name} ({mode:?}) {k}: {:?}", cmp.first);
+            assert!(cmp.rows as usize == c.num_rows() && g.num_rows() == c.num_rows(), "{name} ({mode:?}) {k}: rows");
         }
+        // The values that take part: a fitted track's are not all zero.
+        assert!(cpu.iter().any(|c| bits(c).iter().any(|&b| b != 0)), "{name}: no fitted values");
     }
     println!("fit {name}: {nj} fits in {} events", inputs.len());
     nj

@@ -7,7 +7,7 @@ mod local;
 mod tracks;
 
 pub use local::{calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
-pub use tracks::{ca_config, check_hit_columns, doublet_overflow_rows, doublet_overflows, fit_overflows, fit_tuples, ntuplet_overflows, publish_fits, publish_ntuplets, publish_quality, publish_vertices, quality_columns, quality_inputs, vertex_config, vertex_selection, FitInput,
+pub use tracks::{ca_config, check_hit_columns, doublet_overflow_rows, doublet_overflows, fit_overflows, fit_tuples, ntuplet_overflows, publish_fit_values, publish_fits, publish_ntuplets, publish_quality, publish_vertices, quality_columns, quality_inputs, vertex_config, vertex_selection, FitInput,
     FitTuples, HitDets, QualityColumnsView, QualityInput, QualityTally, VertexTally};
 
 use std::sync::Arc;

@@ -297,9 +297,6 @@ fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Re
     let n_hits: Vec<Vec<u8>> = out.iter().map(|t| t.n_hits.iter().map(|&n| n.min(255) as u8).collect()).collect();
     let state = concat::<Float32Type, _>(out.iter().map(|t| t.state.as_flattened()));
     let cov = concat::<Float32Type, _>(out.iter().map(|t| t.covariance.as_flattened()));
-    let fixed = |v: arrow_array::Float32Array, n: i32| -> Result<ArrayRef> {
-        Ok(Arc::new(FixedSizeListArray::try_new(Arc::new(Field::new("item", arrow_schema::DataType::Float32, false)), n, Arc::new(v), None)?))
-    };
     let hit_lengths = out.iter().flat_map(|t| t.hit_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
     let cols: Vec<ArrayRef> = vec![
         cat!(UInt8Type, quality),
@@ -311,11 +308,16 @@ fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Re
         cat!(Float32Type, chi2),
         cat!(Int8Type, charge),
         concat_ref::<UInt8Type, _>(n_hits.iter().map(Vec::as_slice)),
-        fixed(state, 5)?,
-        fixed(cov, 15)?,
+        fixed_list(state, 5)?,
+        fixed_list(cov, 15)?,
         list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|t| t.hit_indices.as_slice())))?,
     ];
     publish(batch, type_name, cols, out.iter().map(|t| t.quality.len()))
+}
+
+/// A fixed-size-list column of `n` f32 per row.
+fn fixed_list(v: Float32Array, n: i32) -> Result<ArrayRef> {
+    Ok(Arc::new(FixedSizeListArray::try_new(Arc::new(Field::new("item", arrow_schema::DataType::Float32, false)), n, Arc::new(v), None)?))
 }
 
 struct FitStep {
@@ -400,6 +402,97 @@ pub fn fit_overflows(tuples: &Tuples, n_fitted: u32, cfg: &CaConfig) -> EventOve
 pub fn publish_fits(batch: &mut EventBatch, out: Vec<(Tracks, EventOverflows)>) -> Result<()> {
     let (out, overflows): (Vec<Tracks>, Vec<EventOverflows>) = out.into_iter().unzip();
     publish_tracks(batch, TRACK_FITS, &out)?;
+    publish_overflows(batch, overflows)
+}
+
+/// Publishes `track_fit`'s products straight from the fits' values (a GPU fit): `tuples[e]`
+/// and `jobs[e]` are event `e`'s tuples and fit jobs (the CPU's selection, in its order),
+/// `values` holds `FitValues::LEN` floats per job, event after event. The same products as
+/// [`publish_fits`] of the tracks that `stage_fit_from_det` stores, written into the
+/// columns' pooled buffers with no per-event tracks in between (about half of the GPU step's
+/// host finish went to building and concatenating those).
+///
+/// ```
+/// use quiver_columnar::{EventBatch, ProductKey};
+/// use quiver_reco::steps::publish_fit_values;
+/// use quiver_reco::tracks::{fit::{FitJob, FitValues}, ntuplets::Tuples, CaConfig, Quality};
+/// let t = Tuples { offsets: vec![0, 3, 7], hits: (0..7).collect(), quality: vec![Quality::Bad; 2], overflow: false };
+/// let mut v = vec![0.25f32; FitValues::LEN];
+/// v[14] = 2.0; // pT
+/// let batch = || {
+///     let mut b = EventBatch::new(0, 1);
+///     b.set_allowed(&[ProductKey::new("track_fits", "fit"), ProductKey::new("capacity_overflows", "fit")]);
+///     b
+/// };
+/// let mut b = batch();
+/// publish_fit_values(&mut b, &[&t], &[vec![FitJob { row: 1, n_fit: 4 }]], &v, &CaConfig::default()).unwrap();
+/// let p = b.get(&ProductKey::new("track_fits", "fit")).unwrap();
+/// let pt = quiver_columnar::columns::values::<arrow_array::types::Float32Type>(&p, "pt").unwrap();
+/// assert_eq!(pt, &[0.0, 2.0]); // the tuple not fitted keeps zeros
+/// let err = publish_fit_values(&mut batch(), &[&t], &[vec![FitJob { row: 2, n_fit: 4 }]], &v, &CaConfig::default());
+/// assert!(err.unwrap_err().to_string().contains("a fit of tuple 2 of 2"));
+/// ```
+pub fn publish_fit_values(batch: &mut EventBatch, tuples: &[&Tuples], jobs: &[Vec<crate::tracks::fit::FitJob>], values: &[f32], cfg: &CaConfig) -> Result<()> {
+    use crate::tracks::fit::{FitValues, StoredFit};
+    let n_jobs: usize = jobs.iter().map(Vec::len).sum();
+    if tuples.len() != jobs.len() || values.len() != n_jobs * FitValues::LEN {
+        return Err(Error::data(format!("{} values for {n_jobs} fits of {} events ({} with jobs)", values.len(), tuples.len(), jobs.len())));
+    }
+    let rows: usize = tuples.iter().map(|t| t.len()).sum();
+    let pool = quiver_columnar::pool::global();
+    let filled = |n: usize, x: f32| {
+        let mut v = pool.vec::<f32>(n);
+        v.resize(n, x);
+        v
+    };
+    let (mut quality, mut n_hits) = (pool.vec::<u8>(rows), pool.vec::<u8>(rows));
+    let mut hits = pool.vec::<u32>(tuples.iter().map(|t| t.hits.len()).sum());
+    for t in tuples {
+        quality.extend(t.quality.iter().map(|&q| q as u8));
+        // As `Tracks` holds them (u16) and `publish_tracks` writes them.
+        n_hits.extend((0..t.len()).map(|i| (t.size(i) as u16).min(255) as u8));
+        hits.extend_from_slice(&t.hits);
+    }
+    let (mut pt, mut eta, mut phi, mut tip, mut zip, mut chi2) = (filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0));
+    let mut charge = pool.vec::<i8>(rows);
+    charge.resize(rows, 1);
+    let (mut state, mut cov) = (filled(5 * rows, 0.0), filled(15 * rows, 0.0));
+    let mut overflows = Vec::with_capacity(tuples.len());
+    let (mut base, mut at) = (0usize, 0usize);
+    for (e, (t, js)) in tuples.iter().zip(jobs).enumerate() {
+        for job in js {
+            let r = job.row as usize;
+            if r >= t.len() {
+                return Err(tracking(TrackError::Invalid(format!("event {e}: a fit of tuple {r} of {}", t.len()))));
+            }
+            let v = FitValues::from_slice(&values[at * FitValues::LEN..(at + 1) * FitValues::LEN]).expect("a slice of FitValues::LEN");
+            at += 1;
+            let s = StoredFit::of(&v, &cfg.fit);
+            let row = base + r;
+            state[5 * row..5 * row + 5].copy_from_slice(&s.state);
+            cov[15 * row..15 * row + 15].copy_from_slice(&s.cov);
+            (pt[row], eta[row], chi2[row]) = (v.pt, s.eta, v.chi2);
+            (phi[row], tip[row], zip[row], charge[row]) = (s.state[0], s.state[1], s.state[4], s.charge());
+        }
+        overflows.push(fit_overflows(t, js.len() as u32, cfg));
+        base += t.len();
+    }
+    let f32s = |v: quiver_columnar::PoolVec<f32>| Float32Array::new(v.into_scalar_buffer(), None);
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(arrow_array::UInt8Array::new(quality.into_scalar_buffer(), None)),
+        Arc::new(f32s(pt)),
+        Arc::new(f32s(eta)),
+        Arc::new(f32s(phi)),
+        Arc::new(f32s(tip)),
+        Arc::new(f32s(zip)),
+        Arc::new(f32s(chi2)),
+        Arc::new(arrow_array::Int8Array::new(charge.into_scalar_buffer(), None)),
+        Arc::new(arrow_array::UInt8Array::new(n_hits.into_scalar_buffer(), None)),
+        fixed_list(f32s(state), 5)?,
+        fixed_list(f32s(cov), 15)?,
+        list_column(tuples.iter().flat_map(|t| (0..t.len()).map(|i| t.size(i))), arrow_array::UInt32Array::new(hits.into_scalar_buffer(), None))?,
+    ];
+    publish(batch, TRACK_FITS, cols, tuples.iter().map(|t| t.len()))?;
     publish_overflows(batch, overflows)
 }
 

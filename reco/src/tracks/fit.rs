@@ -574,26 +574,54 @@ impl FitValues {
 /// the field (in f32, as the reference), η as the C library's `asinhf` of cotθ, the
 /// state-derived columns.
 pub fn store_values(tracks: &mut Tracks, row: usize, v: &FitValues, cfg: &FitConfig) {
-    let bf = 1.0f32 / cfg.b_field;
-    let mut st = v.state;
-    st[2] *= bf;
-    let c = &v.cov;
-    let mut cov = [0.0f32; 15];
-    cov[0] = c[0];
-    cov[1] = c[1];
-    cov[2] = bf * c[2];
-    cov[5] = c[3];
-    cov[6] = bf * c[4];
-    cov[9] = bf * bf * c[5];
-    cov[12] = c[6];
-    cov[13] = c[7];
-    cov[14] = c[8];
-    tracks.state[row] = st;
-    tracks.covariance[row] = cov;
+    let s = StoredFit::of(v, cfg);
+    tracks.state[row] = s.state;
+    tracks.covariance[row] = s.cov;
     tracks.pt[row] = v.pt;
-    tracks.eta[row] = c_asinhf(v.state[3]);
+    tracks.eta[row] = s.eta;
     tracks.chi2[row] = v.chi2;
     tracks.refresh_derived(row);
+}
+
+/// A track's stored state and covariance from its fit: what [`store_values`] writes (the
+/// other columns are the fit's pT and χ² and, from the state, φ, tip, zip and the charge).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StoredFit {
+    /// (φ, tip, q/pT, cotθ, zip): the curvature term scaled to q/pT by the field.
+    pub state: [f32; 5],
+    /// Upper triangle of the 5×5 covariance, row by row.
+    pub cov: [f32; 15],
+    /// η: the C library's `asinhf` of cotθ.
+    pub eta: f32,
+}
+
+impl StoredFit {
+    /// The stored values of fit `v` (in f32, as the reference).
+    pub fn of(v: &FitValues, cfg: &FitConfig) -> Self {
+        let bf = 1.0f32 / cfg.b_field;
+        let mut st = v.state;
+        st[2] *= bf;
+        let c = &v.cov;
+        let mut cov = [0.0f32; 15];
+        cov[0] = c[0];
+        cov[1] = c[1];
+        cov[2] = bf * c[2];
+        cov[5] = c[3];
+        cov[6] = bf * c[4];
+        cov[9] = bf * bf * c[5];
+        cov[12] = c[6];
+        cov[13] = c[7];
+        cov[14] = c[8];
+        StoredFit { state: st, cov, eta: c_asinhf(v.state[3]) }
+    }
+    /// The charge: the sign of q/pT (+1 for 0, as copysign does).
+    pub fn charge(&self) -> i8 {
+        if self.state[2].is_sign_negative() {
+            -1
+        } else {
+            1
+        }
+    }
 }
 
 /// Stores a fit into row `job.row` of `tracks` as the reference's `kernelBLFit` (or, for
