@@ -169,6 +169,30 @@ impl Step for LocalPrep {
     }
 }
 
+/// The host side of the GPU `raw_to_digis` (the FED framing: `raw_prep`) and `vertices`
+/// (the track selection and the kernel's tables: `vertex_prep`).
+struct EndsPrep {
+    key: ProductKey,
+    vertices: bool,
+}
+
+impl Step for EndsPrep {
+    fn process(&self, batch: &mut EventBatch) -> Result<()> {
+        let p = batch.get(&self.key)?;
+        if self.vertices {
+            let sel = quiver_reco::steps::vertex_selection(&p, &quiver_reco::vertices::VertexConfig::default())?;
+            let selected: Vec<_> = sel.iter().map(|(_, s)| s.clone()).collect();
+            std::hint::black_box(quiver_gpu::steps::vertex_batch(&selected)?);
+        } else {
+            let fed = quiver_columnar::columns::values::<arrow_array::types::UInt32Type>(&p, "fed")?;
+            let data = quiver_columnar::columns::binary(&p, "data")?;
+            let events = (0..batch.n_events()).map(|e| p.event_rows(e).map(|r| (fed[r], data.value(r))).collect());
+            std::hint::black_box(quiver_gpu::steps::frame_batch(events, quiver_reco::local::MAX_FED_WORDS));
+        }
+        Ok(())
+    }
+}
+
 struct FitPrep {
     keys: [ProductKey; 2],
     cpe: Arc<CpeParams>,
@@ -228,6 +252,14 @@ impl Step for FitPrep {
 /// `plans/examples/chain.toml` (the CPU chain to the vertices) with the three host-side
 /// steps after it: the executor keeps their inputs until they have run.
 const PREP_STEPS: &str = r#"
+[[step]]
+label = "raw_prep"
+type = "raw_host_prep"
+input = "raw:fed_raw"
+[[step]]
+label = "vertex_prep"
+type = "vertex_host_prep"
+input = "tracks:tracks"
 [[step]]
 label = "local_prep"
 type = "local_host_prep"
@@ -343,6 +375,22 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
         backends: vec![quiver_columnar::Backend::Cpu],
         build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: Some(Store::Tracks) })),
+    });
+    r.add(StepType {
+        name: "raw_host_prep",
+        doc: "the GPU raw_to_digis' FED framing alone",
+        params: vec![],
+        signature: Signature { inputs: vec![InputSpec::one("input", quiver_reco::steps::types::FED_RAW, "raw data")], outputs: vec![] },
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| Ok(Box::new(EndsPrep { key: cfg.input("input")?, vertices: false })),
+    });
+    r.add(StepType {
+        name: "vertex_host_prep",
+        doc: "the GPU vertices' track selection and tables alone",
+        params: vec![],
+        signature: Signature { inputs: vec![InputSpec::one("input", quiver_reco::steps::types::TRACKS, "tracks")], outputs: vec![] },
+        backends: vec![quiver_columnar::Backend::Cpu],
+        build: |cfg: &StepConfig| Ok(Box::new(EndsPrep { key: cfg.input("input")?, vertices: true })),
     });
     let local_signature = || Signature {
         inputs: vec![
