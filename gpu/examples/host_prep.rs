@@ -101,7 +101,7 @@ impl Step for QualityPrep {
         } else {
             // The hits' detIndex as the GPU step has it (the copy the GPU rechits keeps).
             let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
-            let v = quality_columns(HitDets { det, offsets: h.offsets() }, &n, &c, &f)?;
+            let v = quality_columns(HitDets::new(det, h.offsets())?, &n, &c, &f)?;
             std::hint::black_box(quality_tables(&v, n.offsets(), h.offsets(), c.offsets(), false));
         }
         Ok(())
@@ -212,7 +212,7 @@ impl Step for FitPrep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
         let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
-        let inputs = fit_tuples(HitDets { det, offsets: h.offsets() }, &n)?;
+        let inputs = fit_tuples(HitDets::new(det, h.offsets())?, &n)?;
         let starts: Vec<usize> = (0..inputs.len()).map(|e| h.event_rows(e).start).collect();
         let fb = fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default()).ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
         if let Some(how) = self.store {

@@ -121,9 +121,9 @@ pub fn cell_offsets(event_total: &[u32], max_doublets: u32) -> Result<(Vec<u32>,
 /// use quiver_gpu::steps::prepare;
 /// use quiver_reco::steps::HitDets;
 /// use quiver_reco::tracks::CaConfig;
-/// let b = prepare(HitDets { det: &[], offsets: &[0, 0] }, 1856, &CaConfig::default()).unwrap(); // one empty event
+/// let b = prepare(HitDets::new(&[], &[0, 0]).unwrap(), 1856, &CaConfig::default()).unwrap(); // one empty event
 /// assert_eq!((b.n_events(), b.n_hits(), b.n_items()), (1, 0, 0));
-/// let unsorted = HitDets { det: &[5, 3], offsets: &[0, 2] };
+/// let unsorted = HitDets::new(&[5, 3], &[0, 2]).unwrap();
 /// assert!(prepare(unsorted, 1856, &CaConfig::default()).is_err());
 /// ```
 pub fn prepare(h: HitDets, n_modules: usize, cfg: &CaConfig) -> std::result::Result<DoubletBatch, TrackError> {
@@ -209,7 +209,7 @@ impl Step for CaDoubletsGpu {
         // The hits' detIndex only on the host: the kernels read the other columns there.
         let hd = HostDets::get(batch, &self.hits)?;
         // Hits the CPU search rejects: the CPU step reports its exact error.
-        let Ok(db) = prepare(hd.view(), self.cpe.det.len(), &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(db) = prepare(hd.view()?, self.cpe.det.len(), &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
         if n_hits == 0 || n_items == 0 || n_hits != hd.product.num_rows() {
             return c.cpu.process(batch);

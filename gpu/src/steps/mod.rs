@@ -377,8 +377,8 @@ impl HostDets {
     pub(crate) fn det(&self) -> &[u16] {
         &self.det
     }
-    pub(crate) fn view(&self) -> quiver_reco::steps::HitDets<'_> {
-        quiver_reco::steps::HitDets { det: &self.det, offsets: self.product.offsets() }
+    pub(crate) fn view(&self) -> Result<quiver_reco::steps::HitDets<'_>> {
+        quiver_reco::steps::HitDets::new(&self.det, self.product.offsets())
     }
 }
 

@@ -97,7 +97,7 @@ impl Step for TrackFitGpu {
         let (hd, n) = (HostDets::get(batch, &self.hits)?, batch.get(&self.ntuplets)?);
         let h = &hd.product;
         // What the CPU step rejects goes to it, for its exact message.
-        let Ok(inputs) = fit_tuples(hd.view(), &n) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(inputs) = fit_tuples(hd.view()?, &n) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let starts: Vec<usize> = (0..batch.n_events()).map(|e| h.event_rows(e).start).collect();
         let Some(fb) = fit_batch(&inputs, &starts, self.cpe.det.len(), &self.cfg) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);

@@ -119,7 +119,7 @@ impl Step for TrackQualityGpu {
         let h = &hd.product;
         // What the CPU step rejects goes to it, for its exact message (the cells of the
         // tuples are checked on the device, below).
-        let Ok(v) = quality_columns(hd.view(), &n, &cl, &f) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(v) = quality_columns(hd.view()?, &n, &cl, &f) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let late = self.cfg.ntuplets.late_fishbone;
         let Some(qt) = quality_tables(&v, n.offsets(), h.offsets(), cl.offsets(), late) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let (n_ev, n_tup) = (batch.n_events(), n.offsets().last().copied().unwrap_or(0) as usize);

@@ -210,7 +210,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     // The GPU step's own host preparation (checks and tables).
     let det: Vec<u16> = b.events.iter().flat_map(|h| h.det_index.iter().copied()).collect();
     let hit_off: Vec<i32> = std::iter::once(0).chain(b.hits_per_event.iter().scan(0i32, |a, &n| { *a += n as i32; Some(*a) })).collect();
-    let db = prepare(HitDets { det: &det, offsets: &hit_off }, cpe.det.len(), cfg).unwrap();
+    let db = prepare(HitDets::new(&det, &hit_off).unwrap(), cpe.det.len(), cfg).unwrap();
     assert_eq!(db.hit_off.windows(2).map(|w| (w[1] - w[0]) as usize).collect::<Vec<_>>(), b.hits_per_event);
     let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
     let d = &cfg.doublets;
@@ -1636,7 +1636,7 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
     /// `quality_columns` on its detIndex.
     fn gpu_columns(h: &Product, n: &Product, c: &Product, f: &Product) -> quiver_columnar::Result<()> {
         let det = check_hit_columns(h)?;
-        quality_columns(HitDets { det, offsets: h.offsets() }, n, c, f).map(|_| ())
+        quality_columns(HitDets::new(det, h.offsets())?, n, c, f).map(|_| ())
     }
 
     /// `p` with column `name` replaced.

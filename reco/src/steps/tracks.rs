@@ -32,14 +32,31 @@ fn tracking(e: TrackError) -> Error {
 /// device). For a host product, [`check_hit_columns`] first (the CPU steps' column checks).
 #[derive(Clone, Copy, Debug)]
 pub struct HitDets<'a> {
-    pub det: &'a [u16],
-    pub offsets: &'a [i32],
+    det: &'a [u16],
+    offsets: &'a [i32],
 }
 
 impl<'a> HitDets<'a> {
+    /// The detIndex column of a batch's hits and its per-event row offsets (from 0, not
+    /// decreasing, ending at the column's length).
+    ///
+    /// ```
+    /// use quiver_reco::steps::HitDets;
+    /// let h = HitDets::new(&[3, 50, 7], &[0, 2, 3]).unwrap();
+    /// assert_eq!((h.n_events(), h.event(1)), (2, &[7u16][..]));
+    /// assert!(HitDets::new(&[3, 50, 7], &[0, 2]).is_err()); // a hit of no event
+    /// assert!(HitDets::new(&[3], &[0, 2, 1]).is_err());
+    /// ```
+    pub fn new(det: &'a [u16], offsets: &'a [i32]) -> Result<Self> {
+        let ok = offsets.first() == Some(&0) && offsets.windows(2).all(|w| w[0] <= w[1]) && offsets.last().is_some_and(|&l| l as usize == det.len());
+        if !ok {
+            return Err(Error::data(format!("hits: {} offsets do not cover {} detIndex values in order", offsets.len(), det.len())));
+        }
+        Ok(HitDets { det, offsets })
+    }
     /// Events.
     pub fn n_events(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
+        self.offsets.len() - 1
     }
     /// The detIndex column of event `e`.
     pub fn event(&self, e: usize) -> &'a [u16] {
