@@ -196,16 +196,9 @@ impl Step for EndsPrep {
 struct FitPrep {
     keys: [ProductKey; 2],
     cpe: Arc<CpeParams>,
-    /// Also the storing of the kernel's output and the publishing of the fits: straight into
-    /// the columns as the step does (`Store::Columns`, `fit_store`), or through per-event
-    /// tracks as it did before (`Store::Tracks`, `fit_store_tracks`).
-    store: Option<Store>,
-}
-
-#[derive(Clone, Copy)]
-enum Store {
-    Columns,
-    Tracks,
+    /// Also the storing of the kernel's output and the publishing of the fits, as the step
+    /// does (`fit_store`).
+    store: bool,
 }
 
 impl Step for FitPrep {
@@ -215,33 +208,16 @@ impl Step for FitPrep {
         let inputs = fit_tuples(HitDets::new(det, h.offsets())?, &n)?;
         let starts: Vec<usize> = (0..inputs.len()).map(|e| h.event_rows(e).start).collect();
         let fb = fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default()).ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
-        if let Some(how) = self.store {
+        if self.store {
             // The step's finish from the kernel's output (plausible values: the timing does
             // not depend on them), published into a scratch batch.
             use quiver_gpu::kernels_fit::FIT_OUT;
-            let cfg = CaConfig::default();
             let mut out = vec![0.5f32; fb.job_n.len() * FIT_OUT];
             out.chunks_exact_mut(FIT_OUT).for_each(|v| v[14] = 2.0);
             let mut scratch = EventBatch::new(batch.first_event(), batch.n_events());
             scratch.set_allowed(&[ProductKey::new(TRACK_FITS, "fit_store"), ProductKey::new(quiver_columnar::overflow::CAPACITY_OVERFLOWS, "fit_store")]);
-            match how {
-                Store::Columns => {
-                    let tuples: Vec<&quiver_reco::tracks::ntuplets::Tuples> = inputs.iter().map(|i| &i.tuples).collect();
-                    quiver_reco::steps::publish_fit_values(&mut scratch, &tuples, &fb.jobs, &out, &cfg)?;
-                }
-                Store::Tracks => {
-                    let mut at = 0;
-                    let mut fits = Vec::with_capacity(inputs.len());
-                    for (input, jobs) in inputs.iter().zip(&fb.jobs) {
-                        let values: Vec<_> = out[at * FIT_OUT..(at + jobs.len()) * FIT_OUT].chunks_exact(FIT_OUT).filter_map(quiver_reco::tracks::fit::FitValues::from_slice).collect();
-                        at += jobs.len();
-                        let tracks = quiver_reco::tracks::stage_fit_from_det(input.det, &input.tuples, &cfg, jobs, &values).map_err(|e| quiver_columnar::Error::data(e.to_string()))?;
-                        let o = quiver_reco::steps::fit_overflows(&input.tuples, tracks.stats.n_fitted, &cfg);
-                        fits.push((tracks, o));
-                    }
-                    quiver_reco::steps::publish_fits(&mut scratch, fits)?;
-                }
-            }
+            let tuples: Vec<&quiver_reco::tracks::ntuplets::Tuples> = inputs.iter().map(|i| &i.tuples).collect();
+            quiver_reco::steps::publish_fit_values(&mut scratch, &tuples, &fb.jobs, &out, &CaConfig::default())?;
             std::hint::black_box(scratch);
         }
         std::hint::black_box(fb);
@@ -292,11 +268,6 @@ ntuplets = "ntuplets:ntuplets"
 [[step]]
 label = "fit_store"
 type = "fit_host_store"
-hits = "hits:hits"
-ntuplets = "ntuplets:ntuplets"
-[[step]]
-label = "fit_store_tracks"
-type = "fit_host_store_tracks"
 hits = "hits:hits"
 ntuplets = "ntuplets:ntuplets"
 [[step]]
@@ -358,7 +329,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         params: vec![],
         signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
         backends: cpu,
-        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: None })),
+        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: false })),
     });
     r.add(StepType {
         name: "fit_host_store",
@@ -366,15 +337,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         params: vec![],
         signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: Some(Store::Columns) })),
-    });
-    r.add(StepType {
-        name: "fit_host_store_tracks",
-        doc: "the same through per-event tracks (the step's former finish)",
-        params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
-        backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: Some(Store::Tracks) })),
+        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: true })),
     });
     r.add(StepType {
         name: "raw_host_prep",

@@ -268,18 +268,6 @@ pub fn zeros<T: DeviceRepr>(gpu: &'static Gpu, stream: &Arc<CudaStream>, n: usiz
     Ok(buf)
 }
 
-/// Downloads the first `out.len()` elements of `buf` into `out` (asynchronously: valid after
-/// the stream synchronises); counts the bytes.
-pub fn download<T: DeviceRepr>(stream: &Arc<CudaStream>, buf: &DeviceBuf, out: &mut [T], bytes: &mut u64) -> Result<(), String> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    let v = buf.view::<T>(out.len());
-    stream.memcpy_dtoh(&v, out).map_err(|e| format!("download of {} bytes: {e}", std::mem::size_of_val(out)))?;
-    *bytes += std::mem::size_of_val(out) as u64;
-    Ok(())
-}
-
 /// Uploads a conditions table once (for the job), synchronously, on a fresh slice.
 pub fn upload_condition<T: DeviceRepr>(gpu: &Gpu, host: &[T], bytes: &mut u64) -> Result<CudaSlice<T>, String> {
     let stream = gpu.ctx.default_stream();

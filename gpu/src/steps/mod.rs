@@ -25,8 +25,8 @@
 //!   cluster sums, CPE, global position and `iphi` on the device, one block per run.
 //! - `ca_doublets`, `ca_ntuplets`: see their files.
 //! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line (or
-//!   Riemann) fit on the device, one thread per fit; the results stored into the tracks on
-//!   the host.
+//!   Riemann) fit on the device, one thread per fit; the results written into the
+//!   `track_fits` columns on the host.
 //! - `track_quality`: the checks on the host; the cells' tuple lists, the classification and
 //!   the cleaners on the device, one block per event.
 //! - `vertices`: the track selection on the host; clustering, fits, split and Σ pT² order

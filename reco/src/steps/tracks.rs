@@ -425,7 +425,7 @@ pub fn publish_fits(batch: &mut EventBatch, out: Vec<(Tracks, EventOverflows)>) 
 /// Publishes `track_fit`'s products straight from the fits' values (a GPU fit): `tuples[e]`
 /// and `jobs[e]` are event `e`'s tuples and fit jobs (the CPU's selection, in its order),
 /// `values` holds `FitValues::LEN` floats per job, event after event. The same products as
-/// [`publish_fits`] of the tracks that `stage_fit_from_det` stores, written into the
+/// [`publish_fits`] of the tracks that `stage_fit_from` stores, written into the
 /// columns' pooled buffers with no per-event tracks in between (about half of the GPU step's
 /// host finish went to building and concatenating those).
 ///
@@ -489,7 +489,7 @@ pub fn publish_fit_values(batch: &mut EventBatch, tuples: &[&Tuples], jobs: &[Ve
             state[5 * row..5 * row + 5].copy_from_slice(&s.state);
             cov[15 * row..15 * row + 15].copy_from_slice(&s.cov);
             (pt[row], eta[row], chi2[row]) = (v.pt, s.eta, v.chi2);
-            (phi[row], tip[row], zip[row], charge[row]) = (s.state[0], s.state[1], s.state[4], s.charge());
+            (phi[row], tip[row], zip[row], charge[row]) = (s.phi(), s.tip(), s.zip(), s.charge());
         }
         overflows.push(fit_overflows(t, js.len() as u32, cfg));
         base += t.len();

@@ -580,11 +580,11 @@ pub fn store_values(tracks: &mut Tracks, row: usize, v: &FitValues, cfg: &FitCon
     tracks.pt[row] = v.pt;
     tracks.eta[row] = s.eta;
     tracks.chi2[row] = v.chi2;
-    tracks.refresh_derived(row);
+    (tracks.phi[row], tracks.tip[row], tracks.zip[row], tracks.charge[row]) = (s.phi(), s.tip(), s.zip(), s.charge());
 }
 
-/// A track's stored state and covariance from its fit: what [`store_values`] writes (the
-/// other columns are the fit's pT and χ² and, from the state, φ, tip, zip and the charge).
+/// A track's stored values from its fit: what [`store_values`] writes besides the fit's pT
+/// and χ² (φ, tip, zip and the charge are read from the state).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StoredFit {
     /// (φ, tip, q/pT, cotθ, zip): the curvature term scaled to q/pT by the field.
@@ -613,6 +613,18 @@ impl StoredFit {
         cov[13] = c[7];
         cov[14] = c[8];
         StoredFit { state: st, cov, eta: c_asinhf(v.state[3]) }
+    }
+    /// φ at the point of closest approach (the state's first term).
+    pub fn phi(&self) -> f32 {
+        self.state[0]
+    }
+    /// The transverse impact parameter (the state's second term).
+    pub fn tip(&self) -> f32 {
+        self.state[1]
+    }
+    /// z at the point of closest approach (the state's last term).
+    pub fn zip(&self) -> f32 {
+        self.state[4]
     }
     /// The charge: the sign of q/pT (+1 for 0, as copysign does).
     pub fn charge(&self) -> i8 {

@@ -525,22 +525,11 @@ pub fn stage_fit_from(
     jobs: &[fit::FitJob],
     fits: &[fit::FitValues],
 ) -> Result<Tracks, TrackError> {
-    stage_fit_from_det(hits.det_index, tuples, cfg, jobs, fits)
-}
-
-/// [`stage_fit_from`] from the hits' detIndex column (all it reads of the hits).
-pub fn stage_fit_from_det(
-    det_index: &[u16],
-    tuples: &ntuplets::Tuples,
-    cfg: &CaConfig,
-    jobs: &[fit::FitJob],
-    fits: &[fit::FitValues],
-) -> Result<Tracks, TrackError> {
-    check_tuple_hits(tuples, det_index.len())?;
+    check_tuple_hits(tuples, hits.n_hits())?;
     if jobs.len() != fits.len() || jobs.iter().any(|j| j.row as usize >= tuples.len()) {
         return Err(TrackError::Invalid(format!("{} fits for {} fit jobs of {} tuples", fits.len(), jobs.len(), tuples.len())));
     }
-    let mut tracks = Tracks::zeroed(tuples, det_index);
+    let mut tracks = Tracks::zeroed(tuples, hits.det_index);
     for (&job, v) in jobs.iter().zip(fits) {
         fit::store_values(&mut tracks, job.row as usize, v, &cfg.fit);
     }
@@ -642,14 +631,6 @@ impl Tracks {
         t
     }
 
-    /// Copies the state-derived columns (φ, tip, zip, charge) of track `i` from `state`.
-    pub(crate) fn refresh_derived(&mut self, i: usize) {
-        let s = self.state[i];
-        self.phi[i] = s[0];
-        self.tip[i] = s[1];
-        self.zip[i] = s[4];
-        self.charge[i] = if s[2].is_sign_negative() { -1 } else { 1 };
-    }
 }
 
 #[cfg(test)]
