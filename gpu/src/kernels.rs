@@ -331,8 +331,8 @@ extern "C" __global__ void clusterize(
 /// - `mr_flag`, `mr_fill`: `clusterize`'s runs (the CPU's `module_runs`). A run starts at
 ///   a valid digi whose previous valid digi in the event is of another module (or none) and
 ///   ends at the next valid digi of another module; the first `MAX_MODULES` runs of an event
-///   fill its slots in order (one thread per digi: the start flags, their per-event block
-///   scan by `ca_ntuplets`' `cn_scan`, then each start writes its run), longer runs are cut
+///   fill its slots in order (one thread per digi: the start flags, their per-event
+///   segmented scan `sg_tile_*`, then each start writes its run), longer runs are cut
 ///   at `max_pix` digis and counted per event for the capacity report. A digi outside what the CPU accepts sets `status`: the step takes the CPU path.
 /// - `run_check`, `run_ends`: the charge cut's and `rechits`' run spans from a module table
 ///   (the CPU's `find` of the next valid digi of another module); `run_check` tells whether

@@ -22,7 +22,7 @@ use quiver_reco::tracks::{check_hit_modules, layer_start_from_det_index, CaConfi
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK};
+use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK, STATS_RUN};
 use crate::steps::{blocks, device_columns, fallback, publish_overflows, Common, HostDets, Launch, Run};
 use quiver_columnar::product::offsets_from_lengths;
 
@@ -310,7 +310,7 @@ impl Step for CaDoubletsGpu {
             let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
             let mut l = Launch::new(&run, "ca_overflow_stats");
             l.arg(&voc).arg(&n_hits32).arg(&vho).arg(&vl).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&mut vu).arg(&mut vw);
-            l.launch(blocks(n_hits.max(n_cells), ELEMENT_BLOCK))?;
+            l.launch(blocks(n_hits.max(n_cells).div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
         }
         run.mark()?;
         let (hu, hw) = (run.queue::<u32>(&unlisted, n_ev)?, run.queue::<u32>(&worst, n_ev)?);

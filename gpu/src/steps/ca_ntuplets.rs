@@ -15,8 +15,8 @@ use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::SCAN_BLOCK;
-use crate::steps::{blocks, fallback, Common, HostDets, Launch, Run};
+use crate::kernels_ca::{RANK_LANES, SCAN_BLOCK, STATS_RUN};
+use crate::steps::{blocks, fallback, seg_scan, Common, HostDets, Launch, Run};
 
 /// One event's neighbour lists of the CA connect from what the device computed: for each
 /// cell, the number of cells that connect to it (`count`) and those cells by ascending index
@@ -225,6 +225,8 @@ pub(crate) struct CellTracksIn<'a> {
     pub cend: CudaView<'a, u32>,
     pub cells: CudaView<'a, u32>,
     pub cell_off: CudaView<'a, u32>,
+    /// `cell_off` on the host.
+    pub cell_off_host: &'a [u32],
     pub base: DeviceBuf,
 }
 
@@ -256,8 +258,7 @@ impl CellTracks {
         }
         {
             let (vn, mut vf, mut vt) = (count.view::<u32>(i.n_cells), first.view_mut::<u32>(i.n_cells), total.view_mut::<u32>(i.n_ev));
-            let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
-            Launch::new(run, "cn_scan").arg(&vn).arg(vco).arg(&mut vf).arg(&mut vt).launch(cfg)?;
+            seg_scan(run, &vn, i.cell_off_host, vco, &mut vf, &mut vt)?;
         }
         {
             let (vf, mut vcu, mut vv) = (first.view::<u32>(i.n_cells), cursor.view_mut::<u32>(i.n_cells), vals.view_mut::<u32>(i.n_entries.max(1)));
@@ -280,7 +281,7 @@ impl CellTracks {
     pub(crate) fn stats(&self, run: &Run, cell_off: &DeviceBuf, per_list: u32, non_empty: &mut DeviceBuf, dropped: &mut DeviceBuf) -> Result<()> {
         let (ne, nc) = (self.n_ev as u32, self.n_cells as u32);
         let (vn, vco, mut vne, mut vd) = (self.count.view::<u32>(self.n_cells), cell_off.view::<u32>(self.n_ev + 1), non_empty.view_mut::<u32>(self.n_ev), dropped.view_mut::<u32>(self.n_ev));
-        Launch::new(run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&per_list).arg(&mut vne).arg(&mut vd).launch(blocks(self.n_cells, ELEMENT_BLOCK))
+        Launch::new(run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&per_list).arg(&mut vne).arg(&mut vd).launch(blocks(self.n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))
     }
 }
 
@@ -324,6 +325,10 @@ impl Step for CaNtupletsGpu {
         if n_cells == 0 {
             return c.cpu.process(batch);
         }
+        // The index's rank kernel runs RANK_LANES threads per hit, numbered in 32 bits.
+        if n_hits.saturating_mul(RANK_LANES as usize) > u32::MAX as usize {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        }
         let (hit_off, cell_off) = (batch_offsets(h.offsets()), batch_offsets(d.offsets()));
         let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
 
@@ -357,6 +362,7 @@ impl Step for CaNtupletsGpu {
         // outer hit (listed cells only) for the fishbone.
         let index = |run: &mut Run, key: &cudarc::driver::CudaView<u32>, filter: u32| -> Result<(crate::device::DeviceBuf, crate::device::DeviceBuf)> {
             let (mut count, mut start, mut cursor, mut idx) = (run.zeros::<u32>(n_hits)?, run.out::<u32>(n_hits + 1)?, run.out::<u32>(n_hits)?, run.out::<u32>(n_cells)?);
+            let mut sorted = run.out::<u32>(n_cells)?;
             {
                 let mut v = count.view_mut::<u32>(n_hits);
                 Launch::new(run, "cn_index_count").arg(key).arg(&filter).arg(&vl).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut v).launch(blocks(n_cells, ELEMENT_BLOCK))?;
@@ -372,10 +378,10 @@ impl Step for CaNtupletsGpu {
                 Launch::new(run, "cn_index_fill").arg(key).arg(&filter).arg(&vl).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut cu).arg(&mut ix).launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             {
-                let (s, mut ix) = (start.view::<u32>(n_hits + 1), idx.view_mut::<u32>(n_cells));
-                Launch::new(run, "cn_index_sort").arg(&s).arg(&nh).arg(&mut ix).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+                let (s, ix, mut so) = (start.view::<u32>(n_hits + 1), idx.view::<u32>(n_cells), sorted.view_mut::<u32>(n_cells));
+                Launch::new(run, "cn_index_rank").arg(&s).arg(&nh).arg(&ix).arg(&mut so).launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
             }
-            Ok((start, idx))
+            Ok((start, sorted))
         };
         let (start_i, by_inner) = index(&mut run, &vi, 0)?;
         let (vsi, vbi) = (start_i.view::<u32>(n_hits + 1), by_inner.view::<u32>(n_cells));
@@ -395,15 +401,14 @@ impl Step for CaNtupletsGpu {
             let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
             connect(&run, 0, &mut ncount, &first, &no_off, &mut no_out, 1, &mut used)?;
         }
-        let scan = |run: &Run, value: &crate::device::DeviceBuf, first: &mut crate::device::DeviceBuf, total: &mut crate::device::DeviceBuf| -> Result<()> {
+        let scan = |run: &mut Run, value: &crate::device::DeviceBuf, first: &mut crate::device::DeviceBuf, total: &mut crate::device::DeviceBuf| -> Result<()> {
             let (v, mut f, mut t) = (value.view::<u32>(n_cells), first.view_mut::<u32>(n_cells), total.view_mut::<u32>(n_ev));
-            let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
-            Launch::new(run, "cn_scan").arg(&v).arg(&vco).arg(&mut f).arg(&mut t).launch(cfg)
+            seg_scan(run, &v, &cell_off, &vco, &mut f, &mut t)
         };
-        scan(&run, &ncount, &mut first, &mut ntotal)?;
+        scan(&mut run, &ncount, &mut first, &mut ntotal)?;
         {
             let (vn, mut vne, mut vd) = (ncount.view::<u32>(n_cells), non_empty.view_mut::<u32>(n_ev), dropped.view_mut::<u32>(n_ev));
-            Launch::new(&run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&n.max_cell_neighbors).arg(&mut vne).arg(&mut vd).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            Launch::new(&run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&n.max_cell_neighbors).arg(&mut vne).arg(&mut vd).launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
         }
         let (h_total, h_non_empty, h_dropped) = (run.queue::<u32>(&ntotal, n_ev)?, run.queue::<u32>(&non_empty, n_ev)?, run.queue::<u32>(&dropped, n_ev)?);
         let (h_total, h_non_empty, h_dropped) = (run.take(h_total)?, run.take(h_non_empty)?, run.take(h_dropped)?);
@@ -452,8 +457,8 @@ impl Step for CaNtupletsGpu {
             let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (run.zeros::<u32>(n_ev + 1)?, run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?);
             search(&run, 0, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &z1, &z2, [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5], [1, 1, 1], &dead, &mut err)?;
         }
-        scan(&run, &n_tup, &mut tup_first, &mut tup_total)?;
-        scan(&run, &n_hit, &mut hit_first, &mut hit_total)?;
+        scan(&mut run, &n_tup, &mut tup_first, &mut tup_total)?;
+        scan(&mut run, &n_hit, &mut hit_first, &mut hit_total)?;
         let (h_tup, h_hit, h_err) = (run.queue::<u32>(&tup_total, n_ev)?, run.queue::<u32>(&hit_total, n_ev)?, run.queue::<u32>(&err, 1)?);
         let (h_tup, h_hit, h_err) = (run.take(h_tup)?, run.take(h_hit)?, run.take(h_err)?);
         run.sync()?;
@@ -484,6 +489,7 @@ impl Step for CaNtupletsGpu {
                 cend: cend.view(n_tuples.max(1)),
                 cells: tcells.view(n_tuple_cells.max(1)),
                 cell_off: dco.view(n_ev + 1),
+                cell_off_host: &cell_off,
                 base,
             },
         )?;

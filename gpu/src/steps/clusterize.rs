@@ -95,8 +95,7 @@ impl Step for ClusterizeGpu {
             let vs = start.view::<u32>(n);
             {
                 let (mut vp, mut vt) = (pos.view_mut::<u32>(n), total.view_mut::<u32>(n_ev));
-                let cfg = LaunchConfig { grid_dim: (n_ev32, 1, 1), block_dim: (crate::kernels_ca::SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
-                Launch::new(&run, "cn_scan").arg(&vs).arg(&vo).arg(&mut vp).arg(&mut vt).launch(cfg)?;
+                seg_scan(&mut run, &vs, &offsets, &vo, &mut vp, &mut vt)?;
             }
             {
                 let vp = pos.view::<u32>(n);

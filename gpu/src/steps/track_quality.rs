@@ -155,6 +155,7 @@ impl Step for TrackQualityGpu {
                 cend: vtco.slice(1..),
                 cells: dtc.view(n_tc.max(1)),
                 cell_off: dco.view(n_ev + 1),
+                cell_off_host: &qt.cell_off,
                 base,
             },
         )?;

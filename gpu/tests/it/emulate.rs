@@ -205,7 +205,7 @@ fn offsets(lengths: impl IntoIterator<Item = usize>) -> Vec<u32> {
     o
 }
 
-/// A batch's module runs as the device finds them (`mr_flag`, `cn_scan`, `mr_fill`):
+/// A batch's module runs as the device finds them (`mr_flag`, the segmented scan, `mr_fill`):
 /// `MAX_NUM_MODULES` slots per event (batch digi indices), the run count and the
 /// capacity statistics per event, and the status.
 struct DeviceRuns {
@@ -245,9 +245,7 @@ fn device_module_runs(lib: &libloading::Library, module: &[u16], xx: &[u16], yy:
     grid(lib, blocks, bs, || unsafe {
         flag(module.as_ptr(), xx.as_ptr(), yy.as_ptr(), n as u32, ev_off.as_ptr(), n_ev as u32, r.start.as_mut_ptr(), &mut r.status)
     });
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
-    let scan: libloading::Symbol<Scan> = unsafe { lib.get(b"cn_scan") }.unwrap();
-    grid(lib, n_ev as u32, 1, || unsafe { scan(r.start.as_ptr(), ev_off.as_ptr(), r.pos.as_mut_ptr(), r.total.as_mut_ptr()) });
+    (r.pos, r.total) = seg_scan(lib, false, &r.start, ev_off);
     type Fill = unsafe extern "C" fn(
         *const u16, u32, *const u32, u32, *const u32, *const u32, u32, *mut u32, *mut u32, *mut u32, *mut u16, *mut u32, *mut u32, *mut u64,
     );
@@ -259,6 +257,34 @@ fn device_module_runs(lib: &libloading::Library, module: &[u16], xx: &[u16], yy:
         )
     });
     r
+}
+
+/// Values per tile of the emulated segmented scan (the events span several tiles).
+const EMU_TILE: u32 = 211;
+
+/// The segmented scan as `steps::seg_scan` launches it (`sg_tile_sum`, `sg_tile_scan`):
+/// per segment of `seg_off`, the exclusive prefix sums of `value` and the total. `threaded`:
+/// `lib` is the threaded emulator, `EMU_THREADS` threads per block.
+fn seg_scan(lib: &libloading::Library, threaded: bool, value: &[u32], seg_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let n_ev = seg_off.len() - 1;
+    let tiles = seg_off.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0).div_ceil(EMU_TILE).max(1);
+    let n_tiles = n_ev as u32 * tiles;
+    let (mut sums, mut first, mut total) = (vec![7u32; n_tiles as usize], vec![7u32; value.len()], vec![7u32; n_ev]);
+    type Sum = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *mut u32);
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
+    let sum: libloading::Symbol<Sum> = unsafe { lib.get(b"sg_tile_sum") }.unwrap();
+    let scan: libloading::Symbol<Scan> = unsafe { lib.get(b"sg_tile_scan") }.unwrap();
+    let a = [value.as_ptr() as usize, seg_off.as_ptr() as usize, sums.as_mut_ptr() as usize, first.as_mut_ptr() as usize, total.as_mut_ptr() as usize];
+    let run_sum = || unsafe { sum(a[0] as _, a[1] as _, tiles, EMU_TILE, a[2] as _) };
+    let run_scan = || unsafe { scan(a[0] as _, a[1] as _, tiles, EMU_TILE, a[2] as _, a[3] as _, a[4] as _) };
+    if threaded {
+        grid_threaded(lib, n_tiles, run_sum);
+        grid_threaded(lib, n_tiles, run_scan);
+    } else {
+        grid(lib, n_tiles, 1, run_sum);
+        grid(lib, n_tiles, 1, run_scan);
+    }
+    (first, total)
 }
 
 /// `run_check` over table rows (batch first digi, module): the status.
@@ -320,12 +346,7 @@ fn device_module_runs_equal_the_cpu_clusterizer() {
         let r = device_module_runs(lib, &module, &xx, &yy, &ev_off, max_pix);
         assert_eq!(r.status, 0);
         if let Some(tl) = threaded() {
-            let (mut pos, mut total) = (vec![0u32; module.len()], vec![0u32; lengths.len()]);
-            type Scan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
-            let scan: libloading::Symbol<Scan> = unsafe { tl.get(b"cn_scan") }.unwrap();
-            let p = [r.start.as_ptr() as usize, ev_off.as_ptr() as usize, pos.as_mut_ptr() as usize, total.as_mut_ptr() as usize];
-            grid_threaded(tl, lengths.len() as u32, || unsafe { scan(p[0] as _, p[1] as _, p[2] as _, p[3] as _) });
-            assert_eq!((pos, total), (r.pos.clone(), r.total.clone()), "threaded scan");
+            assert_eq!(seg_scan(tl, true, &r.start, &ev_off), (r.pos.clone(), r.total.clone()), "threaded scan");
         }
         for (e, &len) in lengths.iter().enumerate() {
             let rows = ev_off[e] as usize..ev_off[e + 1] as usize;

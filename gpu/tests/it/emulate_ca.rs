@@ -22,7 +22,7 @@ use crate::emu_threads;
 use std::sync::OnceLock;
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
-use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT};
+use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN};
 use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, ntuplet_event_listed, prepare, DoubletProducts};
 use quiver_reco::steps::{doublet_overflows, HitDets};
 use quiver_datasets::conditions::CpeParams;
@@ -315,7 +315,7 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
         type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, *const u8, u32, *const u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<Stats> = lib.get(b"ca_overflow_stats").unwrap();
         let a = [outer_count.ptr(), p(&db.hit_off), listed.ptr(), p(&cell_off), unlisted.ptr(), worst.ptr()];
-        elements(lib, mode, n_hits.max(n_cells), || f(a[0] as _, n_hits as u32, a[1] as _, a[2] as _, n_cells as u32, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
+        elements(lib, mode, n_hits.max(n_cells).div_ceil(STATS_RUN as usize), || f(a[0] as _, n_hits as u32, a[1] as _, a[2] as _, n_cells as u32, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
     }
     let (inner, outer, pair, listed) = (inner.get(), outer.get(), pair.get(), listed.get());
     let trim = |n: usize| n_cells.min(n);
@@ -528,7 +528,7 @@ fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u
     type CountFill = unsafe extern "C" fn(*const u32, u32, *const u8, u32, *const u32, u32, *const u32, *mut u32);
     type Fill = unsafe extern "C" fn(*const u32, u32, *const u8, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
     type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
-    type Sort = unsafe extern "C" fn(*const u32, u32, *mut u32);
+    type Rank = unsafe extern "C" fn(*const u32, u32, *const u32, *mut u32);
     // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
     // elements the kernels index (sized from the same counts).
     unsafe {
@@ -543,29 +543,90 @@ fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u
         let f: libloading::Symbol<Fill> = lib.get(b"cn_index_fill").unwrap();
         let a = [p(key), flags, p(cell_off), p(hit_off), cursor.ptr(), index.ptr()];
         elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _));
-        let f: libloading::Symbol<Sort> = lib.get(b"cn_index_sort").unwrap();
-        let a = [start.ptr(), index.ptr()];
-        elements(lib, mode, n_hits, || f(a[0] as _, nh, a[1] as _));
     }
-    (start.get(), index.get())
+    // The fill's order is the atomics' (ascending in the sequential emulation): each hit's
+    // entries reversed, so that the rank kernel has an order to restore.
+    let (st, mut filled) = (start.get(), index.get());
+    for w in st.windows(2) {
+        filled[w[0] as usize..w[1] as usize].reverse();
+    }
+    let sorted = Dev::new(u32::MAX, n_cells.max(1));
+    // SAFETY: as above.
+    unsafe {
+        let f: libloading::Symbol<Rank> = lib.get(b"cn_index_rank").unwrap();
+        let a = [start.ptr(), p(&filled), sorted.ptr()];
+        elements(lib, mode, n_hits * RANK_LANES as usize, || f(a[0] as _, nh, a[1] as _, a[2] as _));
+    }
+    (st, sorted.get())
 }
 
-/// `cn_scan`: per event, the exclusive prefix sum of `value` over its cells, and its total.
-fn event_scan(lib: &libloading::Library, mode: Mode, value: &[u32], cell_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let n_ev = cell_off.len() - 1;
-    let (first, total) = (Dev::new(0u32, value.len().max(1)), Dev::new(0u32, n_ev));
-    type SegScan = unsafe extern "C" fn(*const u32, *const u32, *mut u32, *mut u32);
+/// Values per tile of the emulated segmented scan: small and odd, so that the events'
+/// segments span many tiles and tiles end mid-block.
+const EMU_TILE: u32 = 37;
+
+/// The segmented scan as `steps::seg_scan` launches it (`sg_tile_sum`, then
+/// `sg_tile_scan`), with tiles of `tile` values: per segment, the exclusive prefix sum of
+/// `value`, and its total.
+fn seg_scan_tiled(lib: &libloading::Library, mode: Mode, value: &[u32], seg_off: &[u32], tile: u32) -> (Vec<u32>, Vec<u32>) {
+    let n_ev = seg_off.len() - 1;
+    let longest = seg_off.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let tiles = longest.div_ceil(tile).max(1);
+    let n_tiles = n_ev as u32 * tiles;
+    let (sums, first, total) = (Dev::new(7u32, n_tiles as usize), Dev::new(7u32, value.len().max(1)), Dev::new(7u32, n_ev));
+    type Sum = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *mut u32);
+    type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
+    let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
     // SAFETY: as in `index_by`.
     unsafe {
-        let f: libloading::Symbol<SegScan> = lib.get(b"cn_scan").unwrap();
-        let a = [p(value), p(cell_off), first.ptr(), total.ptr()];
-        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
-        grid(lib, mode, n_ev as u32, threads, || f(a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+        let f: libloading::Symbol<Sum> = lib.get(b"sg_tile_sum").unwrap();
+        let a = [p(value), p(seg_off), sums.ptr()];
+        grid(lib, mode, n_tiles, threads, || f(a[0] as _, a[1] as _, tiles, tile, a[2] as _));
+        let f: libloading::Symbol<Scan> = lib.get(b"sg_tile_scan").unwrap();
+        let a = [p(value), p(seg_off), sums.ptr(), first.ptr(), total.ptr()];
+        grid(lib, mode, n_tiles, threads, || f(a[0] as _, a[1] as _, tiles, tile, a[2] as _, a[3] as _, a[4] as _));
     }
     (first.get(), total.get())
 }
 
-/// The device's tuple lists of the cells (`ct_count`, `cn_scan`, `ct_fill`, `ct_sort`, then
+/// Per event, the exclusive prefix sum of `value` over its cells, and its total.
+fn event_scan(lib: &libloading::Library, mode: Mode, value: &[u32], cell_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    seg_scan_tiled(lib, mode, value, cell_off, EMU_TILE)
+}
+
+#[test]
+fn segmented_scan_equals_prefix_sums_for_any_tiling() {
+    let Some(lib) = emulator() else { return };
+    for mode in [Mode::Sequential, Mode::Threaded] {
+        // Segments: empty ones first, between and last; one a tile long; sums that wrap.
+        let lengths = [0u32, 5, 0, 37, 38, 1, 200, 0];
+        let seg_off: Vec<u32> = std::iter::once(0).chain(lengths.iter().scan(0, |a, &l| { *a += l; Some(*a) })).collect();
+        let n = *seg_off.last().unwrap() as usize;
+        let mut x = 12345u32;
+        let value: Vec<u32> = (0..n)
+            .map(|i| {
+                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                if i % 50 == 7 { u32::MAX - (x >> 28) } else { x >> 24 }
+            })
+            .collect();
+        let mut want_first = vec![0u32; n];
+        let mut want_total = Vec::new();
+        for w in seg_off.windows(2) {
+            let mut acc = 0u32;
+            for k in w[0] as usize..w[1] as usize {
+                want_first[k] = acc;
+                acc = acc.wrapping_add(value[k]);
+            }
+            want_total.push(acc);
+        }
+        for tile in [1u32, 2, 8, 37, 64, 4096] {
+            let (first, total) = seg_scan_tiled(lib, mode, &value, &seg_off, tile);
+            assert_eq!(&first[..n], &want_first[..], "{mode:?}, tile {tile}: firsts");
+            assert_eq!(total, want_total, "{mode:?}, tile {tile}: totals");
+        }
+    }
+}
+
+/// The device's tuple lists of the cells (`ct_count`, the segmented scan, `ct_fill`, `ct_sort`, then
 /// `nt_list_stats` with `per_list`), as the GPU steps run them: the lists capped at
 /// `per_list` as the CPU's CSR, per event (cell order), with the per-event non-empty lists
 /// and entries past `per_list`, and the bad-cell flag.
@@ -613,7 +674,7 @@ fn cell_track_lists(
         type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
         let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _));
+        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _));
     }
     let v = vals.get();
     let lists = (0..n_ev)
@@ -689,7 +750,7 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
         type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
         let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells, || f(a[0] as _, nc, a[1] as _, ne, n.max_cell_neighbors, a[2] as _, a[3] as _));
+        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || f(a[0] as _, nc, a[1] as _, ne, n.max_cell_neighbors, a[2] as _, a[3] as _));
     }
     let push_off = prefix(&total);
     let n_push = *push_off.last().unwrap() as usize;
