@@ -3,7 +3,9 @@
 # its output step with every GPU step type on the device, benchmarked alternately with
 # binary A and binary B on the same dataset (A, B, A, B), at the given thread counts.
 # Prints each run's events/s and the B/A ratio per thread count, from the best of the
-# runs of each (the machine is shared: alternating keeps drifts out of the ratio).
+# runs of each (the machine is shared: alternating keeps drifts out of the ratio). Each
+# benchmark discards a warm-up run; use a dataset of a few thousand events, so that 16
+# workers run many batches each (400 events are 25 batches: the last round half empty).
 #   scripts/gpu-ab.sh OLD_BINARY NEW_BINARY DATASET [THREADS (default 1,16)] [ROUNDS (default 2)]
 # Environment: GPU_AB_EVENTS (default: all events of DATASET), GPU_AB_BATCH (default 16).
 set -euo pipefail
@@ -27,7 +29,10 @@ scripts/gpu-plans.sh "$B" "$WORK" > /dev/null
 for round in $(seq "$ROUNDS"); do
     for side in A B; do
         bin="$A"; [ "$side" = B ] && bin="$B"
-        "$bin" bench "$WORK/gpu.toml" --input "$DS" ${EVENTS[@]+"${EVENTS[@]}"} --threads "$THREADS" --repeat 1 \
+        # --repeat 2: the first run of each thread count is a warm-up (kernels compiled, the
+        # device pool and staging filled) and is not reported; with one run, the 16-thread
+        # numbers measured mostly that set-up.
+        "$bin" bench "$WORK/gpu.toml" --input "$DS" ${EVENTS[@]+"${EVENTS[@]}"} --threads "$THREADS" --repeat 2 \
             --batch-size "${GPU_AB_BATCH:-16}" --csv "$WORK/$side-$round.csv" > "$WORK/$side-$round.txt"
         awk -F, -v s="$side" -v r="$round" 'NR > 1 && !seen[$1]++ {printf "%s round %s: %s threads %.1f events/s\n", s, r, $1, $5}' "$WORK/$side-$round.csv"
     done

@@ -18,7 +18,10 @@
 #      all cores, then both chains without the validation histograms (the reconstruction
 #      alone, raw data to tracks and vertices: the issue's target), and writes a CSV under
 #      docs/perf/.
-# Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (default 400),
+# Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (events compared, default
+# 400), GPU_CHECK_BENCH_EVENTS (events of the throughput runs, default 2400: with 16 workers
+# and 16-event batches, 400 events are 25 batches and the last round runs half empty;
+# with GPU_CHECK_DATASET, GPU_CHECK_EVENTS),
 # GPU_CHECK_PILEUP (default 50), GPU_CHECK_DATASET (existing dataset dir),
 # GPU_CHECK_BATCH (events per batch for every run, default 16: a launch pays per batch),
 # GPU_CHECK_THREADS (thread counts of the GPU scan, default 1,2,4,8,16),
@@ -27,6 +30,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/quiver-target}"
 EVENTS="${GPU_CHECK_EVENTS:-400}"
+# With a dataset of one's own, as many as are compared unless said otherwise.
+if [ -n "${GPU_CHECK_DATASET:-}" ]; then BENCH_EVENTS="${GPU_CHECK_BENCH_EVENTS:-$EVENTS}"; else BENCH_EVENTS="${GPU_CHECK_BENCH_EVENTS:-2400}"; fi
 PILEUP="${GPU_CHECK_PILEUP:-50}"
 BATCH=(--batch-size "${GPU_CHECK_BATCH:-16}")
 WORK="$(mktemp -d)"
@@ -73,9 +78,9 @@ if [ -n "${GPU_CHECK_DATASET:-}" ]; then
     DS="$GPU_CHECK_DATASET"
 else
     DS="$WORK/dataset"
-    "$BIN" generate --events "$EVENTS" --pileup "$PILEUP" --output "$DS" >/dev/null
+    "$BIN" generate --events "$(( EVENTS > BENCH_EVENTS ? EVENTS : BENCH_EVENTS ))" --pileup "$PILEUP" --output "$DS" >/dev/null
 fi
-echo "dataset: $DS, $EVENTS events"
+echo "dataset: $DS; $EVENTS events compared, $BENCH_EVENTS benchmarked"
 
 say "CPU vs GPU, every product compared (plans/examples/compare-gpu.toml, strict = false)"
 # Not strict: every product is compared and its differences counted, rather than the job
@@ -121,11 +126,11 @@ for kind in cpu gpu; do
         | tee "$WORK/$kind.txt"
 done
 say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
-"$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
-"$BIN" bench "$WORK/cpu.toml" --input "$DS" --events "$EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench "$WORK/cpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 say "reconstruction alone (no validation histograms): GPU chain on ${SCAN##*,} threads, CPU chain on all $NCPU cores"
-"$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/gpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
-"$BIN" bench "$WORK/cpu-reco.toml" --input "$DS" --events "$EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/gpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench "$WORK/cpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 
 say "summary"
 mkdir -p docs/perf
