@@ -16,8 +16,10 @@
 #      memory, then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
 #      all cores, then both chains without the validation histograms (the reconstruction
-#      alone, raw data to tracks and vertices: the issue's target), and writes a CSV under
-#      docs/perf/.
+#      alone, raw data to tracks and vertices: the issue's target);
+#   7. with QUIVER_GPU_SYNC=streams (no per-buffer CUDA events): the comparison again (the
+#      same lines as in 4) and both GPU benchmarks on the most threads, beside step 6's;
+#      and writes a CSV under docs/perf/.
 # Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (events compared, default
 # 400), GPU_CHECK_BENCH_EVENTS (events of the throughput runs, default 2400: with 16 workers
 # and 16-event batches, 400 events are 25 batches and the last round runs half empty;
@@ -132,12 +134,29 @@ say "reconstruction alone (no validation histograms): GPU chain on ${SCAN##*,} t
 "$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/gpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 "$BIN" bench "$WORK/cpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 
+# The streams kept apart without per-buffer events (QUIVER_GPU_SYNC=streams, not yet the
+# default): the same comparison lines as above (no race changes a product), then the same
+# two benchmarks on 16 threads beside the default's.
+say "QUIVER_GPU_SYNC=streams: the comparison again, then the GPU benchmarks on ${SCAN##*,} threads"
+QUIVER_GPU_SYNC=streams "$BIN" run "$WORK/compare.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-streams" --no-progress ${BATCH[@]+"${BATCH[@]}"} > "$WORK/streams.txt"
+grep -E '^compared|within tolerance' "$WORK/compare.txt" > "$WORK/events.lines"
+grep -E '^compared|within tolerance' "$WORK/streams.txt" > "$WORK/streams.lines"
+if ! diff "$WORK/events.lines" "$WORK/streams.lines"; then
+    echo "error: with QUIVER_GPU_SYNC=streams the comparison differs (above)" >&2
+    FAILED="${FAILED:+$FAILED; }QUIVER_GPU_SYNC=streams changes the comparison"
+fi
+echo "the same $(wc -l < "$WORK/streams.lines") comparison lines with QUIVER_GPU_SYNC=streams"
+grep -h 'stream sync' "$WORK/streams.txt" | head -1
+for kind in gpu gpu-reco; do
+    QUIVER_GPU_SYNC=streams "$BIN" bench "$WORK/$kind.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/$kind-streams-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+done
+
 say "summary"
 mkdir -p docs/perf
 CSV="docs/perf/gpu-check-$(date -u +%Y%m%d-%H%M).csv"
 {
     echo "chain,threads,events,pileup,events_per_s"
-    for kind in gpu cpu gpu-reco cpu-reco; do
+    for kind in gpu cpu gpu-reco cpu-reco gpu-streams gpu-reco-streams; do
         awk -F, -v k="$kind" -v p="$PILEUP" 'NR > 1 && !seen[$1]++ {print k "," $1 "," $3 "," p "," $5}' "$WORK/$kind-scan.csv"
     done
 } > "$CSV"
@@ -148,6 +167,7 @@ echo "GPU chain, best: $best_gpu events/s; CPU chain on $NCPU cores: $cpu_all ev
 reco_gpu="$(awk -F, '$1 == "gpu-reco" {print $5}' "$CSV" | tail -1)"
 reco_cpu="$(awk -F, '$1 == "cpu-reco" {print $5}' "$CSV" | tail -1)"
 echo "reconstruction alone (no histograms): GPU chain $reco_gpu events/s; CPU chain $reco_cpu events/s; ratio $(awk -v a="$reco_gpu" -v b="$reco_cpu" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
+echo "with QUIVER_GPU_SYNC=streams on ${SCAN##*,} threads: GPU chain $(awk -F, '$1 == "gpu-streams" {print $5}' "$CSV") events/s, reconstruction alone $(awk -F, '$1 == "gpu-reco-streams" {print $5}' "$CSV") events/s"
 echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 echo "GPU steps (transfers and kernel time, per step):"
 grep -B1 -A5 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true

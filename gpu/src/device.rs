@@ -23,6 +23,43 @@ use crate::pool::SizeClassPool;
 /// on the loader's search path, e.g. from PyPI's `nvidia-cuda-nvrtc` wheel.
 pub const NVRTC_ENV: &str = "QUIVER_NVRTC";
 
+/// Environment variable choosing how the workers' streams are kept apart
+/// ([`SyncMode`]): `events` (the default) or `streams`.
+pub const SYNC_ENV: &str = "QUIVER_GPU_SYNC";
+
+/// How work on different streams (one per worker) is kept from touching a buffer another
+/// stream still uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncMode {
+    /// cudarc's event tracking: every buffer records a CUDA event at each use, and every
+    /// launch or copy waits on the events of its arguments (two driver calls per argument
+    /// and launch); pooled buffers pass freely between streams.
+    Events,
+    /// No per-buffer events: a pooled buffer goes back only to the stream it was taken for
+    /// (work on one stream is ordered), products never leave their batch's worker, and at
+    /// the end of a job the device is synchronised and the free buffers shared again
+    /// ([`Gpu::settle`]). Not yet measured on a GPU: the default stays `Events`.
+    Streams,
+}
+
+impl SyncMode {
+    /// The mode a [`SYNC_ENV`] value names; unset is `Events`.
+    ///
+    /// ```
+    /// use quiver_gpu::device::SyncMode;
+    /// assert_eq!(SyncMode::parse(None), Ok(SyncMode::Events));
+    /// assert_eq!(SyncMode::parse(Some("streams")), Ok(SyncMode::Streams));
+    /// assert!(SyncMode::parse(Some("fast")).unwrap_err().contains("QUIVER_GPU_SYNC=fast"));
+    /// ```
+    pub fn parse(value: Option<&str>) -> Result<SyncMode, String> {
+        match value {
+            None | Some("events") => Ok(SyncMode::Events),
+            Some("streams") => Ok(SyncMode::Streams),
+            Some(v) => Err(format!("{SYNC_ENV}={v}: the values are 'events' (the default) and 'streams'")),
+        }
+    }
+}
+
 /// What stops the GPU backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Missing {
@@ -34,6 +71,8 @@ pub enum Missing {
     Device,
     /// The kernels did not compile or load.
     Kernels,
+    /// A setting of the GPU backend (an environment variable) has a value it does not take.
+    Setting,
 }
 
 /// Why the GPU backend cannot run here.
@@ -50,6 +89,7 @@ impl fmt::Display for Unavailable {
             Missing::Nvrtc => "the CUDA 13 runtime compiler libnvrtc.so.13 is not loadable",
             Missing::Device => "no usable CUDA device",
             Missing::Kernels => "the GPU kernels could not be built",
+            Missing::Setting => "a setting of the GPU backend is invalid",
         };
         write!(f, "{what}: {}", self.detail)
     }
@@ -132,6 +172,8 @@ pub struct Gpu {
     pub pool: SizeClassPool<CudaSlice<u8>>,
     /// Page-locked host memory for the batches' transfers.
     pub staging: crate::staging::StagingPool,
+    /// How the streams are kept apart ([`SYNC_ENV`]).
+    pub sync: SyncMode,
 }
 
 impl fmt::Debug for Gpu {
@@ -154,6 +196,8 @@ pub fn available() -> bool {
 
 impl Gpu {
     fn create() -> Result<Gpu, Unavailable> {
+        let var = std::env::var(SYNC_ENV).ok();
+        let sync = SyncMode::parse(var.as_deref()).map_err(|detail| Unavailable { missing: Missing::Setting, detail })?;
         driver_status()?;
         nvrtc_status()?;
         let device = |detail: String| Unavailable { missing: Missing::Device, detail };
@@ -166,6 +210,11 @@ impl Gpu {
         let ctx = catch_unwind(|| CudaContext::new(0))
             .map_err(|p| device(format!("creating the context panicked: {}", panic_text(p))))?
             .map_err(|e| device(format!("creating a context on device 0 failed: {e}")))?;
+        if sync == SyncMode::Streams {
+            // SAFETY: before any buffer exists; from here on the pool keeps each buffer on
+            // its stream (see SyncMode::Streams).
+            unsafe { ctx.disable_event_tracking() };
+        }
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         let cc = ctx.compute_capability().map(|(a, b)| format!("sm_{a}{b}")).unwrap_or_default();
         let kernels_err = |detail: String| Unavailable { missing: Missing::Kernels, detail };
@@ -181,7 +230,7 @@ impl Gpu {
             }
         }
         let staging = crate::staging::StagingPool::new(ctx.clone());
-        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new(), staging })
+        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new(), staging, sync })
     }
 
     /// A kernel by name (one of [`kernels::SOURCES`]).
@@ -202,15 +251,28 @@ impl Gpu {
         Ok(st)
     }
 
-    /// A pooled device buffer of at least `bytes` bytes (returned to the pool on drop).
+    /// A pooled device buffer of at least `bytes` bytes for work on `stream` (returned to
+    /// the pool on drop: to that stream's free lists under [`SyncMode::Streams`]).
     pub fn buffer(&'static self, stream: &Arc<CudaStream>, bytes: usize) -> Result<DeviceBuf, String> {
-        let (slice, class) = self
-            .pool
-            .take(bytes, |n| {
-                // SAFETY: the bytes are written (upload or kernel) before they are read.
-                unsafe { stream.alloc::<u8>(n) }.map_err(|e| format!("device allocation of {n} bytes: {e}"))
-            })?;
-        Ok(DeviceBuf { slice: Some(slice), class, gpu: self })
+        let owner = match self.sync {
+            SyncMode::Events => crate::pool::SETTLED,
+            SyncMode::Streams => stream.cu_stream() as usize,
+        };
+        let (slice, class) = self.pool.take(owner, bytes, |n| {
+            // SAFETY: the bytes are written (upload or kernel) before they are read.
+            unsafe { stream.alloc::<u8>(n) }.map_err(|e| format!("device allocation of {n} bytes: {e}"))
+        })?;
+        Ok(DeviceBuf { slice: Some(slice), class, owner, gpu: self })
+    }
+
+    /// At the end of a job: under [`SyncMode::Streams`], waits for the whole device, then
+    /// lets any stream take the free buffers (the next job's workers have new streams).
+    pub fn settle(&self) -> Result<(), String> {
+        if self.sync == SyncMode::Streams {
+            self.ctx.synchronize().map_err(|e| format!("synchronising the device at the end of the job: {e}"))?;
+            self.pool.settle();
+        }
+        Ok(())
     }
 }
 
@@ -218,6 +280,8 @@ impl Gpu {
 pub struct DeviceBuf {
     slice: Option<CudaSlice<u8>>,
     class: usize,
+    /// The pool owner it returns to ([`Gpu::buffer`]).
+    owner: usize,
     gpu: &'static Gpu,
 }
 
@@ -243,7 +307,7 @@ impl DeviceBuf {
 impl Drop for DeviceBuf {
     fn drop(&mut self) {
         if let Some(s) = self.slice.take() {
-            self.gpu.pool.give(self.class, s);
+            self.gpu.pool.give(self.owner, self.class, s);
         }
     }
 }

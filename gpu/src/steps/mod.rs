@@ -423,13 +423,19 @@ pub(crate) struct Common {
 }
 
 impl Common {
+    /// The step's report at the end of a job; the device's free buffers are settled first
+    /// ([`Gpu::settle`]: every step's end of job does it; the first one waits).
     pub(crate) fn report(&self) -> Option<String> {
+        if let Err(e) = self.gpu.settle() {
+            return Some(format!("{}\ngpu: {e}", self.stats.report()));
+        }
         let p = self.gpu.pool.stats();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         Some(format!(
-            "{}\ngpu: device {}; device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused; page-locked staging {:.1} MiB",
+            "{}\ngpu: device {} (stream sync: {:?}); device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused; page-locked staging {:.1} MiB",
             self.stats.report(),
             self.gpu.description,
+            self.gpu.sync,
             mib(p.peak_bytes_held),
             mib(p.bytes_held),
             p.allocations,
