@@ -19,7 +19,8 @@
 #      alone, raw data to tracks and vertices: the issue's target);
 #   7. with QUIVER_GPU_SYNC=streams (no per-buffer CUDA events): the comparison again (the
 #      same lines as in 4) and both GPU benchmarks on the most threads, beside step 6's;
-#      and writes a CSV under docs/perf/.
+#   8. the reconstruction on 16 and 32 threads with QUIVER_GPU_WAIT=block and =yield (a
+#      waiting worker frees its core); and writes a CSV under docs/perf/.
 # Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (events compared, default
 # 400), GPU_CHECK_BENCH_EVENTS (events of the throughput runs, default 2400: with 16 workers
 # and 16-event batches, 400 events are 25 batches and the last round runs half empty;
@@ -151,12 +152,20 @@ for kind in gpu gpu-reco; do
     QUIVER_GPU_SYNC=streams "$BIN" bench "$WORK/$kind.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/$kind-streams-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 done
 
+# How a worker waits for its stream (QUIVER_GPU_WAIT): the driver spins by default, so a
+# waiting worker holds its core; blocking frees it, so that more workers than cores can
+# prepare batches while others wait. The reconstruction at 16 and 32 threads each way.
+say "QUIVER_GPU_WAIT=block and =yield: the reconstruction on 16 and 32 threads"
+for wait in block yield; do
+    QUIVER_GPU_WAIT=$wait "$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads 16,32 --repeat 2 --csv "$WORK/gpu-reco-$wait-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+done
+
 say "summary"
 mkdir -p docs/perf
 CSV="docs/perf/gpu-check-$(date -u +%Y%m%d-%H%M).csv"
 {
     echo "chain,threads,events,pileup,events_per_s"
-    for kind in gpu cpu gpu-reco cpu-reco gpu-streams gpu-reco-streams; do
+    for kind in gpu cpu gpu-reco cpu-reco gpu-streams gpu-reco-streams gpu-reco-block gpu-reco-yield; do
         awk -F, -v k="$kind" -v p="$PILEUP" 'NR > 1 && !seen[$1]++ {print k "," $1 "," $3 "," p "," $5}' "$WORK/$kind-scan.csv"
     done
 } > "$CSV"
@@ -168,6 +177,9 @@ reco_gpu="$(awk -F, '$1 == "gpu-reco" {print $5}' "$CSV" | tail -1)"
 reco_cpu="$(awk -F, '$1 == "cpu-reco" {print $5}' "$CSV" | tail -1)"
 echo "reconstruction alone (no histograms): GPU chain $reco_gpu events/s; CPU chain $reco_cpu events/s; ratio $(awk -v a="$reco_gpu" -v b="$reco_cpu" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
 echo "with QUIVER_GPU_SYNC=streams on ${SCAN##*,} threads: GPU chain $(awk -F, '$1 == "gpu-streams" {print $5}' "$CSV") events/s, reconstruction alone $(awk -F, '$1 == "gpu-reco-streams" {print $5}' "$CSV") events/s"
+for wait in block yield; do
+    echo "with QUIVER_GPU_WAIT=$wait, reconstruction alone: $(awk -F, -v k="gpu-reco-$wait" '$1 == k {printf "%s threads %s events/s; ", $2, $5}' "$CSV")"
+done
 echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 echo "GPU steps (transfers and kernel time, per step):"
 grep -B1 -A5 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true

@@ -60,6 +60,55 @@ impl SyncMode {
     }
 }
 
+/// Environment variable choosing how a worker waits for its stream ([`WaitMode`]):
+/// `spin`, `yield` or `block`; unset, the driver's default.
+pub const WAIT_ENV: &str = "QUIVER_GPU_WAIT";
+
+/// How a thread waits for the device (the context's scheduling flag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitMode {
+    /// The driver's choice: with one context and more cores than contexts, it spins.
+    Auto,
+    /// Spin on the core until the work is done (lowest latency; the core does nothing else).
+    Spin,
+    /// Spin, yielding the core to other threads between checks.
+    Yield,
+    /// Sleep on a driver primitive: the core is free for other workers' host work, at the
+    /// cost of a wake-up per wait. With more workers than cores, some prepare batches while
+    /// others wait.
+    Block,
+}
+
+impl WaitMode {
+    /// The mode a [`WAIT_ENV`] value names; unset is `Auto`.
+    ///
+    /// ```
+    /// use quiver_gpu::device::WaitMode;
+    /// assert_eq!(WaitMode::parse(None), Ok(WaitMode::Auto));
+    /// assert_eq!(WaitMode::parse(Some("block")), Ok(WaitMode::Block));
+    /// assert!(WaitMode::parse(Some("sleep")).unwrap_err().contains("QUIVER_GPU_WAIT=sleep"));
+    /// ```
+    pub fn parse(value: Option<&str>) -> Result<WaitMode, String> {
+        match value {
+            None | Some("auto") => Ok(WaitMode::Auto),
+            Some("spin") => Ok(WaitMode::Spin),
+            Some("yield") => Ok(WaitMode::Yield),
+            Some("block") => Ok(WaitMode::Block),
+            Some(v) => Err(format!("{WAIT_ENV}={v}: the values are 'auto' (the default), 'spin', 'yield' and 'block'")),
+        }
+    }
+
+    fn flags(self) -> Option<cudarc::driver::sys::CUctx_flags> {
+        use cudarc::driver::sys::CUctx_flags::*;
+        match self {
+            WaitMode::Auto => None,
+            WaitMode::Spin => Some(CU_CTX_SCHED_SPIN),
+            WaitMode::Yield => Some(CU_CTX_SCHED_YIELD),
+            WaitMode::Block => Some(CU_CTX_SCHED_BLOCKING_SYNC),
+        }
+    }
+}
+
 /// What stops the GPU backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Missing {
@@ -174,6 +223,8 @@ pub struct Gpu {
     pub staging: crate::staging::StagingPool,
     /// How the streams are kept apart ([`SYNC_ENV`]).
     pub sync: SyncMode,
+    /// How workers wait for their streams ([`WAIT_ENV`]).
+    pub wait: WaitMode,
 }
 
 impl fmt::Debug for Gpu {
@@ -198,6 +249,8 @@ impl Gpu {
     fn create() -> Result<Gpu, Unavailable> {
         let var = std::env::var(SYNC_ENV).ok();
         let sync = SyncMode::parse(var.as_deref()).map_err(|detail| Unavailable { missing: Missing::Setting, detail })?;
+        let var = std::env::var(WAIT_ENV).ok();
+        let wait = WaitMode::parse(var.as_deref()).map_err(|detail| Unavailable { missing: Missing::Setting, detail })?;
         driver_status()?;
         nvrtc_status()?;
         let device = |detail: String| Unavailable { missing: Missing::Device, detail };
@@ -215,6 +268,9 @@ impl Gpu {
             // its stream (see SyncMode::Streams).
             unsafe { ctx.disable_event_tracking() };
         }
+        if let Some(flags) = wait.flags() {
+            ctx.set_flags(flags).map_err(|e| device(format!("setting the context's wait policy ({WAIT_ENV}): {e}")))?;
+        }
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
         let cc = ctx.compute_capability().map(|(a, b)| format!("sm_{a}{b}")).unwrap_or_default();
         let kernels_err = |detail: String| Unavailable { missing: Missing::Kernels, detail };
@@ -230,7 +286,7 @@ impl Gpu {
             }
         }
         let staging = crate::staging::StagingPool::new(ctx.clone());
-        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new(), staging, sync })
+        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new(), staging, sync, wait })
     }
 
     /// A kernel by name (one of [`kernels::SOURCES`]).

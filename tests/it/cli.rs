@@ -408,3 +408,30 @@ fn crate_map_in_concepts_matches_the_manifests() {
     }
     assert_eq!(rows, 8, "one row per crate of the workspace and py/");
 }
+
+/// A GPU setting with a value it does not take refuses a GPU plan before any event, naming
+/// the variable and its values (with or without a GPU: the settings are read first).
+#[test]
+fn a_bad_gpu_setting_is_a_plan_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let g = quiver(&["generate", "--events", "1", "--pileup", "1", "--output", ds.to_str().unwrap()]);
+    assert!(g.status.success(), "{}", stderr(&g));
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/plans/examples/compare-gpu.toml");
+    for (var, value, says) in [
+        ("QUIVER_GPU_SYNC", "bogus", "QUIVER_GPU_SYNC=bogus: the values are 'events' (the default) and 'streams'"),
+        ("QUIVER_GPU_WAIT", "sleepy", "QUIVER_GPU_WAIT=sleepy: the values are 'auto' (the default), 'spin', 'yield' and 'block'"),
+    ] {
+        let out = dir.path().join(format!("out-{var}"));
+        let o = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["run", "--no-progress", "--input", ds.to_str().unwrap(), "--output", out.to_str().unwrap(), plan])
+            .env(var, value)
+            .output()
+            .expect("runs quiver");
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{var}: no panic, a plan error: {e}");
+        assert!(e.contains("plan error: step '") && e.contains("backend 'gpu' requested"), "{var}: {e}");
+        assert!(e.contains(says), "{var}: {e}");
+        assert!(!out.join("compare").exists(), "{var}: nothing written");
+    }
+}

@@ -432,10 +432,11 @@ impl Common {
         let p = self.gpu.pool.stats();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         Some(format!(
-            "{}\ngpu: device {} (stream sync: {:?}); device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused; page-locked staging {:.1} MiB",
+            "{}\ngpu: device {} (stream sync: {:?}, wait: {:?}); device pool (all GPU steps): peak {:.1} MiB held, {:.1} MiB now, {} allocations, {:.1}% of {} requests reused; page-locked staging {:.1} MiB",
             self.stats.report(),
             self.gpu.description,
             self.gpu.sync,
+            self.gpu.wait,
             mib(p.peak_bytes_held),
             mib(p.bytes_held),
             p.allocations,
