@@ -139,17 +139,19 @@ say "reconstruction alone (no validation histograms): GPU chain on ${SCAN##*,} t
 # default): the same comparison lines as above (no race changes a product), then the same
 # two benchmarks on 16 threads beside the default's.
 say "QUIVER_GPU_SYNC=streams: the comparison again, then the GPU benchmarks on ${SCAN##*,} threads"
-QUIVER_GPU_SYNC=streams "$BIN" run "$WORK/compare.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-streams" --no-progress ${BATCH[@]+"${BATCH[@]}"} > "$WORK/streams.txt"
+QUIVER_GPU_SYNC=streams "$BIN" run "$WORK/compare.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-streams" --no-progress ${BATCH[@]+"${BATCH[@]}"} > "$WORK/streams.txt" \
+    || FAILED="${FAILED:+$FAILED; }the comparison with QUIVER_GPU_SYNC=streams failed"
 grep -E '^compared|within tolerance' "$WORK/compare.txt" > "$WORK/events.lines"
-grep -E '^compared|within tolerance' "$WORK/streams.txt" > "$WORK/streams.lines"
+grep -E '^compared|within tolerance' "$WORK/streams.txt" > "$WORK/streams.lines" || true
 if ! diff "$WORK/events.lines" "$WORK/streams.lines"; then
     echo "error: with QUIVER_GPU_SYNC=streams the comparison differs (above)" >&2
     FAILED="${FAILED:+$FAILED; }QUIVER_GPU_SYNC=streams changes the comparison"
 fi
 echo "the same $(wc -l < "$WORK/streams.lines") comparison lines with QUIVER_GPU_SYNC=streams"
-grep -h 'stream sync' "$WORK/streams.txt" | head -1
+grep -h 'stream sync' "$WORK/streams.txt" | head -1 || true
 for kind in gpu gpu-reco; do
-    QUIVER_GPU_SYNC=streams "$BIN" bench "$WORK/$kind.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/$kind-streams-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+    QUIVER_GPU_SYNC=streams "$BIN" bench "$WORK/$kind.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/$kind-streams-scan.csv" ${BATCH[@]+"${BATCH[@]}"} \
+        || FAILED="${FAILED:+$FAILED; }the $kind benchmark with QUIVER_GPU_SYNC=streams failed"
 done
 
 # How a worker waits for its stream (QUIVER_GPU_WAIT): the driver spins by default, so a
@@ -157,7 +159,8 @@ done
 # prepare batches while others wait. The reconstruction at 16 and 32 threads each way.
 say "QUIVER_GPU_WAIT=block and =yield: the reconstruction on 16 and 32 threads"
 for wait in block yield; do
-    QUIVER_GPU_WAIT=$wait "$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads 16,32 --repeat 2 --csv "$WORK/gpu-reco-$wait-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+    QUIVER_GPU_WAIT=$wait "$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads 16,32 --repeat 2 --csv "$WORK/gpu-reco-$wait-scan.csv" ${BATCH[@]+"${BATCH[@]}"} \
+        || FAILED="${FAILED:+$FAILED; }the benchmark with QUIVER_GPU_WAIT=$wait failed"
 done
 
 say "summary"
@@ -166,6 +169,7 @@ CSV="docs/perf/gpu-check-$(date -u +%Y%m%d-%H%M).csv"
 {
     echo "chain,threads,events,pileup,events_per_s"
     for kind in gpu cpu gpu-reco cpu-reco gpu-streams gpu-reco-streams gpu-reco-block gpu-reco-yield; do
+        [ -f "$WORK/$kind-scan.csv" ] || continue
         awk -F, -v k="$kind" -v p="$PILEUP" 'NR > 1 && !seen[$1]++ {print k "," $1 "," $3 "," p "," $5}' "$WORK/$kind-scan.csv"
     done
 } > "$CSV"
