@@ -675,6 +675,19 @@ extern "C" __global__ void nt_list_stats(const u32* count, u32 n_cells, const u3
     if (dr) atomicAdd(&dropped[e], dr);
 }
 
+// The cells' alive flags as an Arrow bitmap (bit k of word w: cell 32·w + k, LSB first:
+// little-endian words are Arrow's byte order), so that 1 bit per cell comes back rather
+// than the dead byte: thread w packs word w.
+extern "C" __global__ void nt_alive_bits(const u8* dead, u32 n_cells, u32* words)
+{
+    u32 w = blockIdx.x * blockDim.x + threadIdx.x;
+    if ((u64)w * 32u >= n_cells) return;
+    u32 c0 = w * 32u, bits = 0u;
+    for (u32 k = 0u; k < 32u && c0 + k < n_cells; ++k)
+        if (!dead[c0 + k]) bits |= 1u << k;
+    words[w] = bits;
+}
+
 // ntuplets::fishbone for the cells ending on one hit (one thread per batch hit): its listed
 // cells by ascending index (start/by_outer), taken when used (and, with check_track, when
 // they carry a tuple); of two taken cells whose inner hits lie on different modules but on
@@ -873,7 +886,7 @@ extern "C" __global__ void nt_early_dup(u32 n_cells, const u32* cell_off, u32 n_
 
 /// The kernel functions of [`CA_NTUPLETS`].
 pub const CA_NTUPLETS_KERNELS: &[&str] =
-    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_rank", "cn_connect", "sg_tile_sum", "sg_tile_scan", "nt_list_stats", "nt_fishbone", "nt_search", "ct_count", "ct_fill", "ct_sort", "nt_early_dup"];
+    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_rank", "cn_connect", "sg_tile_sum", "sg_tile_scan", "nt_list_stats", "nt_alive_bits", "nt_fishbone", "nt_search", "ct_count", "ct_fill", "ct_sort", "nt_early_dup"];
 
 #[cfg(test)]
 mod tests {

@@ -538,11 +538,18 @@ impl Step for CaNtupletsGpu {
                 fishbone(&run, 1, &dht, &mut dead)?;
             }
         }
+        // The alive flags come back packed (1 bit per cell, as the product's bitmap).
+        let n_words = n_cells.div_ceil(32);
+        let mut words = run.out::<u32>(n_words)?;
+        {
+            let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
+            Launch::new(&run, "nt_alive_bits").arg(&vd).arg(&nc).arg(&mut vw).launch(blocks(n_words, ELEMENT_BLOCK))?;
+        }
         run.mark()?;
-        let h_dead = run.down::<u8>(&dead, n_cells)?;
+        let h_words = run.down::<u32>(&words, n_words)?;
         run.finish(&c.stats)?;
-        let alive: Vec<bool> = h_dead.iter().map(|&k| k == 0).collect();
-        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, &alive, n)
+        let alive = arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
+        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -962,7 +962,19 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
     if n.late_fishbone {
         fishbone(1, &has_tuple);
     }
-    let alive = dead.get()[..n_cells].iter().map(|&d| d == 0).collect();
+    // The flags come back packed, as the step downloads them (`nt_alive_bits`).
+    let n_words = n_cells.div_ceil(32);
+    let words = Dev::new(0xdead_beefu32, n_words.max(1));
+    // SAFETY: as in `index_by`.
+    unsafe {
+        type Pack = unsafe extern "C" fn(*const u8, u32, *mut u32);
+        let f: libloading::Symbol<Pack> = lib.get(b"nt_alive_bits").unwrap();
+        let a = [dead.ptr(), words.ptr()];
+        elements(lib, mode, n_words, || f(a[0] as _, n_cells as u32, a[1] as _));
+    }
+    let bits = arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words.get()), 0, n_cells);
+    let alive: Vec<bool> = bits.iter().collect();
+    assert_eq!(alive, dead.get()[..n_cells].iter().map(|&d| d == 0).collect::<Vec<_>>(), "nt_alive_bits");
     Some((out, alive))
 }
 

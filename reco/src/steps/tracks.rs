@@ -273,21 +273,27 @@ impl Step for NtupletsStep {
         for (_, ca) in &out {
             alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
         }
-        publish_ntuplets(batch, d.offsets(), &out, &alive, &self.cfg.ntuplets)
+        let alive = arrow_buffer::BooleanBuffer::collect_bool(alive.len(), |i| alive[i]);
+        publish_ntuplets(batch, d.offsets(), &out, alive, &self.cfg.ntuplets)
     }
 }
 
 /// Publishes what `ca_ntuplets` makes from each event's tuples and CA state: `ntuplets`
 /// (quality, hits, cells of every tuple), `ca_cells` (whether each cell of the doublets,
-/// whose per-event offsets are `cell_offsets`, is alive) and the `capacity_overflows` rows.
+/// whose per-event offsets are `cell_offsets`, is alive: `alive`, one bit per cell) and the
+/// `capacity_overflows` rows.
 /// Shared by the CPU and GPU steps.
 pub fn publish_ntuplets(
     batch: &mut EventBatch,
     cell_offsets: &arrow_buffer::OffsetBuffer<i32>,
     out: &[(crate::tracks::ntuplets::Tuples, crate::tracks::ntuplets::CaState)],
-    alive: &[bool],
+    alive: arrow_buffer::BooleanBuffer,
     n: &crate::tracks::NtupletConfig,
 ) -> Result<()> {
+    let n_cells = cell_offsets.last().copied().unwrap_or(0) as usize;
+    if alive.len() != n_cells {
+        return Err(Error::data(format!("{} alive flags for {n_cells} cells", alive.len())));
+    }
     let quality: Vec<Vec<u8>> = out.iter().map(|(t, _)| t.quality.iter().map(|&q| q as u8).collect()).collect();
     let hit_lengths = out.iter().flat_map(|(t, _)| t.offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
     let cell_lengths = out.iter().flat_map(|(_, ca)| ca.tuple_cell_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
@@ -297,7 +303,7 @@ pub fn publish_ntuplets(
         list_column(cell_lengths, concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())))?,
     ];
     publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
-    let alive = vec![bool_column(alive)];
+    let alive: Vec<ArrayRef> = vec![Arc::new(BooleanArray::new(alive, None))];
     batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, cell_offsets.clone())?)?;
     publish_overflows(batch, out.iter().map(|(_, ca)| ntuplet_overflows(ca, n)).collect())
 }
