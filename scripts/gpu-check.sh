@@ -13,7 +13,8 @@
 #      batches on every core: every comparison line must be the same (determinism);
 #   6. runs the default chain on CPU only and with every GPU step type, prints the
 #      transfer share, each kernel's device time, the residency table and the device
-#      memory, then scans the GPU chain's
+#      memory, and the reconstruction on one thread with every kernel timed (uncontended
+#      device times and their sum), then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
 #      all cores, then both chains without the validation histograms (the reconstruction
 #      alone, raw data to tracks and vertices: the issue's target);
@@ -128,6 +129,13 @@ for kind in cpu gpu; do
     QUIVER_GPU_KERNEL_TIMES="$timing" "$BIN" run "$WORK/$kind.toml" --input "$DS" --events "$EVENTS" --output "$WORK/out-$kind" --no-progress ${BATCH[@]+"${BATCH[@]}"} \
         | tee "$WORK/$kind.txt"
 done
+say "single-stream kernel times: the reconstruction on one thread, every kernel timed"
+# Uncontended device times (at 16 threads each kernel's time includes the other streams'
+# work): what a batch's kernels cost, and the sum beside the wall time.
+QUIVER_GPU_KERNEL_TIMES=1 "$BIN" run "$WORK/gpu-reco.toml" --input "$DS" --events "$EVENTS" --threads 1 --output "$WORK/out-k1" --no-progress ${BATCH[@]+"${BATCH[@]}"} > "$WORK/k1.txt"
+grep -E '^events|kernel time' "$WORK/k1.txt" || true
+grep 'kernel time' "$WORK/k1.txt" | grep -oE '[0-9]+\.[0-9]+ ms' | awk '{s += $1} END {printf "all kernels: %.1f ms over '"$EVENTS"' events (%.3f ms/event)\n", s, s / '"$EVENTS"'}' || true
+
 say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
 "$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 "$BIN" bench "$WORK/cpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
