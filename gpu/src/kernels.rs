@@ -233,35 +233,9 @@ extern "C" __global__ void calibrate(
 /// minima, so the result equals the CPU's for any scheduling. Roots are numbered in index
 /// order (as the CPU does) by a block-wide prefix sum of the root flags, then every pixel
 /// takes its root's number.
-pub const CLUSTERIZE: &str = r#"
+pub const CLUSTERIZE: &str = concat!(block_scan_source!(), r#"
 #define N_BINS (N_COLS + 2)
 #define CLUS_SCAN_MAX 1024
-
-// Inclusive prefix sums of v[0..n) in place, by the whole block (every thread calls it;
-// power-of-two block size up to CLUS_SCAN_MAX; tmp: blockDim.x words of shared memory).
-// Each thread sums a contiguous chunk, the chunks' sums are scanned, each thread adds the
-// sum before its chunk: exact in u32, so the same values as one thread's loop (which, over
-// a module's 418 column bins and its roots, was most of a clustering block's time).
-__device__ __forceinline__ void clus_block_scan(u32* v, u32 n, u32* tmp)
-{
-    u32 t = threadIdx.x, nt = blockDim.x;
-    u32 per = (n + nt - 1u) / nt;
-    u32 a = t * per < n ? t * per : n;
-    u32 b = n - a > per ? a + per : n;
-    u32 s = 0u;
-    for (u32 k = a; k < b; ++k) { s += v[k]; v[k] = s; }
-    tmp[t] = s;
-    __syncthreads();
-    for (u32 off = 1u; off < nt; off <<= 1) {
-        u32 x = t >= off ? tmp[t - off] : 0u;
-        __syncthreads();
-        tmp[t] += x;
-        __syncthreads();
-    }
-    u32 before = tmp[t] - s;
-    for (u32 k = a; k < b; ++k) v[k] += before;
-    __syncthreads();
-}
 
 extern "C" __global__ void clus_init(i32* clus, u32 n, const u32* event_offsets, u32 n_events) {
     u32 g = blockIdx.x * blockDim.x + threadIdx.x;
@@ -288,6 +262,7 @@ extern "C" __global__ void clusterize(
     __shared__ u32 fill[N_BINS + 1];
     __shared__ i32 more;
     __shared__ u32 tmp[CLUS_SCAN_MAX];
+    __shared__ u32 carry;
     u32 r = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     u32 first = run_first[r], end = run_end[r], base = run_base[r];
     volatile i32* clus = clus_all + base;   // event-local labels
@@ -295,9 +270,14 @@ extern "C" __global__ void clusterize(
     for (u32 b = tid; b <= N_BINS; b += nt) off[b] = 0u;
     __syncthreads();
     for (u32 i = first + tid; i < end; i += nt)
-        if (module[i] != INVALID_MODULE) atomicAdd(&off[yy[i] + 1u], 1u);
+        if (module[i] != INVALID_MODULE) atomicAdd(&off[yy[i]], 1u);
     __syncthreads();
-    clus_block_scan(off + 1, N_BINS, tmp);
+    // Column c's pixels counted in off[c]; the block-wide scan (a module's 418 bins by one
+    // thread was most of a clustering block's time) makes off[c] its start, off[N_BINS]
+    // the total.
+    u32 total = block_exclusive_scan(off, 0u, N_BINS, off, tmp, &carry, 0u);
+    if (tid == 0) off[N_BINS] = total;
+    __syncthreads();
     for (u32 b = tid; b <= N_BINS; b += nt) fill[b] = off[b];
     __syncthreads();
     // Pixels of column c fill off[c]..off[c+1] (any order within the column).
@@ -333,19 +313,21 @@ extern "C" __global__ void clusterize(
         if (!more) break;
         __syncthreads();
     }
-    // The roots numbered in index order: bins (free now) holds the root flags, then their
-    // inclusive prefix sums, so root k's number is -(roots up to k).
+    // The roots numbered in index order: bins (free now) holds the root flags, then the
+    // roots before each digi (a block-wide scan), so root k's label is -(roots before k) - 1.
+    // Each thread relabels only its own roots, so the test still reads unmodified labels.
     u32 n = end - first;
     for (u32 k = tid; k < n; k += nt) {
         i32 l = (i32)(first + k - base);
         bins[k] = module[first + k] != INVALID_MODULE && clus[l] == l ? 1u : 0u;
     }
     __syncthreads();
-    clus_block_scan(bins, n, tmp);
+    u32 found = block_exclusive_scan(bins, 0u, n, bins, tmp, &carry, 0u);
     for (u32 k = tid; k < n; k += nt) {
-        if (bins[k] != (k > 0u ? bins[k - 1u] : 0u)) clus[(i32)(first + k - base)] = -(i32)bins[k];
+        i32 l = (i32)(first + k - base);
+        if (module[first + k] != INVALID_MODULE && clus[l] == l) clus[l] = -(i32)bins[k] - 1;
     }
-    if (tid == 0) found_out[r] = n > 0u ? bins[n - 1u] : 0u;
+    if (tid == 0) found_out[r] = found;
     __syncthreads();
     for (u32 i = first + tid; i < end; i += nt) {
         i32 l = (i32)(i - base);
@@ -357,7 +339,7 @@ extern "C" __global__ void clusterize(
         clus[l] = module[i] != INVALID_MODULE ? -clus[l] - 1 : -9999;
     }
 }
-"#;
+"#);
 
 /// Module runs on the device, so that the local steps' host preparation reads only the
 /// module tables and the events' offsets, never the digis:
