@@ -13,8 +13,8 @@
 #      batches on every core: every comparison line must be the same (determinism);
 #   6. runs the default chain on CPU only and with every GPU step type, prints the
 #      transfer share, each kernel's device time, the residency table and the device
-#      memory, and the reconstruction on one thread with every kernel timed (uncontended
-#      device times and their sum), then scans the GPU chain's
+#      memory, and the reconstruction on one thread with every kernel and copy timed
+#      (uncontended device times, their sums and the chain's transfer share), then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
 #      all cores, then both chains without the validation histograms (the reconstruction
 #      alone, raw data to tracks and vertices: the issue's target);
@@ -135,6 +135,12 @@ say "single-stream kernel times: the reconstruction on one thread, every kernel 
 QUIVER_GPU_KERNEL_TIMES=1 "$BIN" run "$WORK/gpu-reco.toml" --input "$DS" --events "$EVENTS" --threads 1 --output "$WORK/out-k1" --no-progress ${BATCH[@]+"${BATCH[@]}"} > "$WORK/k1.txt"
 grep -E '^events|kernel time' "$WORK/k1.txt" || true
 grep 'kernel time' "$WORK/k1.txt" | grep -oE '[0-9]+\.[0-9]+ ms' | awk '{s += $1} END {printf "all kernels: %.1f ms over '"$EVENTS"' events (%.3f ms/event)\n", s, s / '"$EVENTS"'}' || true
+# The chain's transfer share from each copy's own device time (the phase times of the
+# steps' "gpu:" lines also hold the host's work that the stream waited for).
+grep 'bus time' "$WORK/k1.txt" || true
+kernel_ms="$(grep 'kernel time' "$WORK/k1.txt" | grep -oE '[0-9]+\.[0-9]+ ms' | awk '{s += $1} END {print s + 0}')"
+bus_ms="$(grep 'bus time' "$WORK/k1.txt" | grep -oE 'in [0-9]+\.[0-9]+ ms' | awk '{s += $2} END {print s + 0}')"
+awk -v b="$bus_ms" -v k="$kernel_ms" -v n="$EVENTS" 'BEGIN {if (b + k > 0) printf "the chain on one stream: copies across the bus %.1f ms (%.3f ms/event), kernels %.1f ms: transfer share %.1f %% (target <= 10 %%)\n", b, b / n, k, 100 * b / (b + k)}' | tee "$WORK/share.txt"
 
 say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
 "$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
@@ -193,6 +199,7 @@ for wait in block yield; do
     echo "with QUIVER_GPU_WAIT=$wait, reconstruction alone: $(awk -F, -v k="gpu-reco-$wait" '$1 == k {printf "%s threads %s events/s; ", $2, $5}' "$CSV")"
 done
 echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
+cat "$WORK/share.txt" 2>/dev/null || true
 echo "GPU steps (transfers and kernel time, per step):"
 grep -B1 -A5 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
 echo "residency (per product: where made, bus crossings, device peak):"

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// Whether each kernel launch is timed (CUDA events around it), for the per-kernel line of
-/// the report: `QUIVER_GPU_KERNEL_TIMES=1`. Off by default: two events per launch.
+/// Whether each kernel launch and each host ↔ device copy is timed (CUDA events around it),
+/// for the per-kernel and bus-time lines of the report: `QUIVER_GPU_KERNEL_TIMES=1`. Off by
+/// default: two events per launch and per copy.
 pub fn kernel_timing() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("QUIVER_GPU_KERNEL_TIMES").is_ok_and(|v| v == "1"))
@@ -39,6 +40,10 @@ pub struct TransferStats {
     conditions_bytes: AtomicU64,
     /// Per kernel, when timed: launches and device nanoseconds.
     kernels: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+    /// Each copy's own device time, when timed: host→device, device→host (copies, bytes,
+    /// nanoseconds). The phases above also hold the host's work between the copies (filling
+    /// the staging, building tables) whenever the stream waits for it.
+    bus: [[AtomicU64; 3]; 2],
 }
 
 fn ns(s: f64) -> u64 {
@@ -61,6 +66,20 @@ impl TransferStats {
         let e = k.entry(name).or_default();
         e.0 += 1;
         e.1 += ns(seconds);
+    }
+    /// Adds one timed copy across the bus (`to_device`: host→device) of `bytes`.
+    pub fn add_copy(&self, to_device: bool, bytes: u64, seconds: f64) {
+        let b = &self.bus[usize::from(!to_device)];
+        b[0].fetch_add(1, Ordering::Relaxed);
+        b[1].fetch_add(bytes, Ordering::Relaxed);
+        b[2].fetch_add(ns(seconds), Ordering::Relaxed);
+    }
+    /// The timed copies' time over itself plus the timed kernels' time (`None` when no copy
+    /// and no kernel was timed): the share of the device's work that was moving data.
+    pub fn bus_share(&self) -> Option<f64> {
+        let bus: u64 = self.bus.iter().map(|b| b[2].load(Ordering::Relaxed)).sum();
+        let kernels: u64 = self.kernels.lock().unwrap_or_else(|p| p.into_inner()).values().map(|&(_, t)| t).sum();
+        (bus + kernels > 0).then(|| bus as f64 / (bus + kernels) as f64)
     }
     /// Counts a batch that ran on the CPU implementation.
     pub fn add_cpu_fallback(&self) {
@@ -108,6 +127,10 @@ impl TransferStats {
     /// s.add_kernel("k_write", 0.003);
     /// s.add_kernel("k_count", 0.002);
     /// assert!(s.report().ends_with("kernel time (launches): k_count 4.000 ms (2), k_write 3.000 ms (1)"), "{}", s.report());
+    /// // Timed copies: their own device time, beside the phases' (which hold host work too).
+    /// s.add_copy(true, 2 << 20, 0.0001);
+    /// s.add_copy(false, 1 << 20, 0.0002);
+    /// assert!(s.report().contains("bus time (each copy timed): host→device 2.0 MiB in 0.100 ms (1 copies, 20.97 GB/s), device→host 1.0 MiB in 0.200 ms (1 copies, 5.24 GB/s), bus share 4.1%"), "{}", s.report());
     /// ```
     pub fn report(&self) -> String {
         let (n, t) = self.totals();
@@ -127,6 +150,16 @@ impl TransferStats {
         let cond = self.conditions_bytes.load(Ordering::Relaxed);
         if cond > 0 {
             r.push_str(&format!("\ngpu: conditions uploaded once: {:.1} MiB", mib(cond)));
+        }
+        let copies: Vec<[u64; 3]> = self.bus.iter().map(|b| [0, 1, 2].map(|i| b[i].load(Ordering::Relaxed))).collect();
+        if copies.iter().any(|c| c[0] > 0) {
+            let part = |c: &[u64; 3]| format!("{:.1} MiB in {:.3} ms ({} copies, {})", mib(c[1]), c[2] as f64 * 1e-6, c[0], rate(c[1], c[2] as f64 * 1e-9));
+            r.push_str(&format!(
+                "\ngpu: bus time (each copy timed): host→device {}, device→host {}, bus share {:.1}% (of the copies' and kernels' time)",
+                part(&copies[0]),
+                part(&copies[1]),
+                100.0 * self.bus_share().unwrap_or(0.0)
+            ));
         }
         let mut k: Vec<_> = self.kernels.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(n, &(c, t))| (*n, c, t)).collect();
         if !k.is_empty() {

@@ -125,13 +125,15 @@ pub(crate) struct Run {
     epoch: u64,
     /// Events around each launch, when kernels are timed ([`crate::transfer::kernel_timing`]).
     launches: std::cell::RefCell<Vec<(&'static str, CudaEvent, CudaEvent)>>,
+    /// Events around each copy across the bus, when timed: host→device or not, bytes.
+    copies: Vec<(bool, u64, CudaEvent, CudaEvent)>,
 }
 
 impl Run {
     pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
         gpu.ctx.bind_to_thread().map_err(derr)?;
         let stream = gpu.stream().map_err(derr)?;
-        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default(), staging: Some(gpu.staging.take()), idle: false, landed: true, epoch: 0, launches: Default::default() };
+        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default(), staging: Some(gpu.staging.take()), idle: false, landed: true, epoch: 0, launches: Default::default(), copies: Vec::new() };
         r.mark()?;
         Ok(r)
     }
@@ -143,9 +145,7 @@ impl Run {
     }
     /// A CUDA event recorded now on the stream.
     fn event(&self) -> Result<CudaEvent> {
-        let e = self.gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
-        e.record(&self.stream).map_err(derr)?;
-        Ok(e)
+        record(self.gpu, &self.stream)
     }
     /// Waits for what is queued on the stream; the staging's regions are free again.
     pub(crate) fn sync(&mut self) -> Result<()> {
@@ -167,11 +167,14 @@ impl Run {
             let region = staging.region(&self.gpu.staging, n).map_err(derr)?;
             // SAFETY: `T` is a plain device type (DeviceRepr): its bytes are its value.
             region.copy_from_slice(unsafe { std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), n) });
+            // Timed after the host's copy into the staging: the bus's time alone.
+            let before = copy_event(self.gpu, &self.stream)?;
             let mut v = buf.view_mut::<u8>(n);
             let (dst, _record) = v.device_ptr_mut(&self.stream);
             // SAFETY: `region` is page-locked and stays untouched until the stream has
             // synchronised (`sync`, `down`, `finish` or the drop); `dst` holds n bytes.
             unsafe { cudarc::driver::result::memcpy_htod_async(dst, region, self.stream.cu_stream()) }.map_err(|e| derr(format!("upload of {n} bytes: {e}")))?;
+            close_copy(self.gpu, &self.stream, &mut self.copies, before, true, n)?;
         }
         self.t.h2d_bytes += n as u64;
         Ok(buf)
@@ -205,10 +208,12 @@ impl Run {
             at = region.as_mut_ptr() as usize;
             let src = buf.view::<u8>(bytes);
             let (ptr, _record) = src.device_ptr(&self.stream);
+            let before = copy_event(self.gpu, &self.stream)?;
             // SAFETY: `region` is page-locked, `bytes` long, and stays untouched until the
             // stream has synchronised (`take`); `ptr` holds at least `bytes` bytes.
             unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *region, ptr, self.stream.cu_stream()) }
                 .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
+            close_copy(self.gpu, &self.stream, &mut self.copies, before, false, bytes)?;
             self.landed = false;
         }
         self.t.d2h_bytes += bytes as u64;
@@ -271,6 +276,9 @@ impl Run {
         for (name, a, b) in self.launches.borrow().iter() {
             stats.add_kernel(name, a.elapsed_ms(b).map_err(derr)? as f64 * 1e-3);
         }
+        for (to_device, bytes, a, b) in &self.copies {
+            stats.add_copy(*to_device, *bytes, a.elapsed_ms(b).map_err(derr)? as f64 * 1e-3);
+        }
         Ok(())
     }
 }
@@ -288,6 +296,27 @@ impl Drop for Run {
             self.gpu.staging.give(s);
         }
     }
+}
+
+/// A CUDA event recorded now on `stream`.
+fn record(gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<CudaEvent> {
+    let e = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
+    e.record(stream).map_err(derr)?;
+    Ok(e)
+}
+
+/// An event before a copy across the bus, when copies are timed
+/// ([`crate::transfer::kernel_timing`]).
+fn copy_event(gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<Option<CudaEvent>> {
+    crate::transfer::kernel_timing().then(|| record(gpu, stream)).transpose()
+}
+
+/// Closes a timed copy (`before` from [`copy_event`]) into `copies`.
+fn close_copy(gpu: &Gpu, stream: &Arc<CudaStream>, copies: &mut Vec<(bool, u64, CudaEvent, CudaEvent)>, before: Option<CudaEvent>, to_device: bool, bytes: usize) -> Result<()> {
+    if let Some(a) = before {
+        copies.push((to_device, bytes as u64, a, record(gpu, stream)?));
+    }
+    Ok(())
 }
 
 /// A download queued on a run's stream ([`Run::queue`]): where it lands in the staging.
