@@ -7,7 +7,9 @@
 # benchmark discards a warm-up run; use a dataset of a few thousand events, so that 16
 # workers run many batches each (400 events are 25 batches: the last round half empty).
 #   scripts/gpu-ab.sh OLD_BINARY NEW_BINARY DATASET [THREADS (default 1,16)] [ROUNDS (default 2)]
-# Environment: GPU_AB_EVENTS (default: all events of DATASET), GPU_AB_BATCH (default 16).
+# Environment: GPU_AB_EVENTS (default: all events of DATASET; more than it has replays it,
+# with builds that know `bench --cycle`: give both builds a dataset that large, or two
+# builds that both know it), GPU_AB_BATCH (default 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
@@ -32,7 +34,9 @@ for round in $(seq "$ROUNDS"); do
         # --repeat 2: the first run of each thread count is a warm-up (kernels compiled, the
         # device pool and staging filled) and is not reported; with one run, the 16-thread
         # numbers measured mostly that set-up.
-        "$bin" bench "$WORK/gpu.toml" --input "$DS" ${EVENTS[@]+"${EVENTS[@]}"} --threads "$THREADS" --repeat 2 \
+        # Builds that can replay the dataset do (more events than it has: GPU_AB_EVENTS).
+        CYCLE=(); "$bin" bench --help | grep -q -- '--cycle' && CYCLE=(--cycle)
+        "$bin" bench ${CYCLE[@]+"${CYCLE[@]}"} "$WORK/gpu.toml" --input "$DS" ${EVENTS[@]+"${EVENTS[@]}"} --threads "$THREADS" --repeat 2 \
             --batch-size "${GPU_AB_BATCH:-16}" --csv "$WORK/$side-$round.csv" > "$WORK/$side-$round.txt"
         awk -F, -v s="$side" -v r="$round" 'NR > 1 && !seen[$1]++ {printf "%s round %s: %s threads %.1f events/s\n", s, r, $1, $5}' "$WORK/$side-$round.csv"
     done

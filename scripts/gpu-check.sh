@@ -22,6 +22,11 @@
 #      same lines as in 4) and both GPU benchmarks on the most threads, beside step 6's;
 #   8. the reconstruction on 16 and 32 threads with QUIVER_GPU_WAIT=block and =yield (a
 #      waiting worker frees its core); and writes a CSV under docs/perf/.
+# Between 6 and 7, the steady state: the reconstruction alone on the most threads with
+# GPU_CHECK_STEADY_ROUNDS (16) batches per worker, of 16 and of 64 events on the GPU, beside
+# the CPU chain. The benchmarks replay the dataset (`quiver bench --cycle`, as
+# pixeltrack-standalone's source repeats its events) where they ask for more events than it
+# has: GPU_CHECK_GENERATE (default 800) events are generated.
 # Environment: QUIVER_BIN (prebuilt binary), GPU_CHECK_EVENTS (events compared, default
 # 400), GPU_CHECK_BENCH_EVENTS (events of the throughput runs, default 2400: with 16 workers
 # and 16-event batches, 400 events are 25 batches and the last round runs half empty;
@@ -82,9 +87,12 @@ if [ -n "${GPU_CHECK_DATASET:-}" ]; then
     DS="$GPU_CHECK_DATASET"
 else
     DS="$WORK/dataset"
-    "$BIN" generate --events "$(( EVENTS > BENCH_EVENTS ? EVENTS : BENCH_EVENTS ))" --pileup "$PILEUP" --output "$DS" >/dev/null
+    # The benchmarks replay the dataset (`bench --cycle`): 800 events generated, not 2 400
+    # (about 40 s less of device time).
+    GENERATE="${GPU_CHECK_GENERATE:-800}"
+    "$BIN" generate --events "$(( EVENTS > GENERATE ? EVENTS : GENERATE ))" --pileup "$PILEUP" --output "$DS" >/dev/null
 fi
-echo "dataset: $DS; $EVENTS events compared, $BENCH_EVENTS benchmarked"
+echo "dataset: $DS; $EVENTS events compared, $BENCH_EVENTS benchmarked (the dataset replayed where it has fewer)"
 
 say "CPU vs GPU, every product compared (plans/examples/compare-gpu.toml, strict = false)"
 # Not strict: every product is compared and its differences counted, rather than the job
@@ -143,11 +151,26 @@ bus_ms="$(grep 'bus time' "$WORK/k1.txt" | grep -oE 'in [0-9]+\.[0-9]+ ms' | awk
 awk -v b="$bus_ms" -v k="$kernel_ms" -v n="$EVENTS" 'BEGIN {if (b + k > 0) printf "the chain on one stream: copies across the bus %.1f ms (%.3f ms/event), kernels %.1f ms: transfer share %.1f %% (target <= 10 %%)\n", b, b / n, k, 100 * b / (b + k)}' | tee "$WORK/share.txt"
 
 say "throughput scan: GPU chain over $SCAN CPU threads (one stream each), CPU chain on all $NCPU cores"
-"$BIN" bench "$WORK/gpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
-"$BIN" bench "$WORK/cpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench --cycle "$WORK/gpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$SCAN" --repeat 2 --csv "$WORK/gpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench --cycle "$WORK/cpu.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
 say "reconstruction alone (no validation histograms): GPU chain on ${SCAN##*,} threads, CPU chain on all $NCPU cores"
-"$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/gpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
-"$BIN" bench "$WORK/cpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench --cycle "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/gpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+"$BIN" bench --cycle "$WORK/cpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "$NCPU" --repeat 2 --csv "$WORK/cpu-reco-scan.csv" ${BATCH[@]+"${BATCH[@]}"}
+
+# The steady state: the scan above runs ~9 rounds of batches per worker at 16 threads and
+# 16 events per batch (2 400 events), fewer with larger batches, and its last round runs
+# part empty. The reconstruction alone on the most threads, ROUNDS batches per worker
+# (GPU_CHECK_STEADY_ROUNDS, default 16), the dataset replayed: 16- and 64-event batches on
+# the GPU, 16-event batches on the CPU (all cores).
+ROUNDS="${GPU_CHECK_STEADY_ROUNDS:-16}"
+NT="${SCAN##*,}"
+say "steady state: the reconstruction alone, $ROUNDS batches per worker"
+for b in 16 64; do
+    "$BIN" bench --cycle "$WORK/gpu-reco.toml" --input "$DS" --events "$(( NT * b * ROUNDS ))" --threads "$NT" --batch-size "$b" --repeat 2 --csv "$WORK/gpu-reco-steady-b$b-scan.csv" \
+        || FAILED="${FAILED:+$FAILED; }the steady-state benchmark (batch $b) failed"
+done
+"$BIN" bench --cycle "$WORK/cpu-reco.toml" --input "$DS" --events "$(( NCPU * 16 * ROUNDS ))" --threads "$NCPU" --batch-size 16 --repeat 2 --csv "$WORK/cpu-reco-steady-b16-scan.csv" \
+    || FAILED="${FAILED:+$FAILED; }the steady-state CPU benchmark failed"
 
 # The streams kept apart without per-buffer events (QUIVER_GPU_SYNC=streams, not yet the
 # default): the same comparison lines as above (no race changes a product), then the same
@@ -164,7 +187,7 @@ fi
 echo "the same $(wc -l < "$WORK/streams.lines") comparison lines with QUIVER_GPU_SYNC=streams"
 grep -h 'stream sync' "$WORK/streams.txt" | head -1 || true
 for kind in gpu gpu-reco; do
-    QUIVER_GPU_SYNC=streams "$BIN" bench "$WORK/$kind.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/$kind-streams-scan.csv" ${BATCH[@]+"${BATCH[@]}"} \
+    QUIVER_GPU_SYNC=streams "$BIN" bench --cycle "$WORK/$kind.toml" --input "$DS" --events "$BENCH_EVENTS" --threads "${SCAN##*,}" --repeat 2 --csv "$WORK/$kind-streams-scan.csv" ${BATCH[@]+"${BATCH[@]}"} \
         || FAILED="${FAILED:+$FAILED; }the $kind benchmark with QUIVER_GPU_SYNC=streams failed"
 done
 
@@ -173,7 +196,7 @@ done
 # prepare batches while others wait. The reconstruction at 16 and 32 threads each way.
 say "QUIVER_GPU_WAIT=block and =yield: the reconstruction on 16 and 32 threads"
 for wait in block yield; do
-    QUIVER_GPU_WAIT=$wait "$BIN" bench "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads 16,32 --repeat 2 --csv "$WORK/gpu-reco-$wait-scan.csv" ${BATCH[@]+"${BATCH[@]}"} \
+    QUIVER_GPU_WAIT=$wait "$BIN" bench --cycle "$WORK/gpu-reco.toml" --input "$DS" --events "$BENCH_EVENTS" --threads 16,32 --repeat 2 --csv "$WORK/gpu-reco-$wait-scan.csv" ${BATCH[@]+"${BATCH[@]}"} \
         || FAILED="${FAILED:+$FAILED; }the benchmark with QUIVER_GPU_WAIT=$wait failed"
 done
 
@@ -182,7 +205,7 @@ mkdir -p docs/perf
 CSV="docs/perf/gpu-check-$(date -u +%Y%m%d-%H%M).csv"
 {
     echo "chain,threads,events,pileup,events_per_s"
-    for kind in gpu cpu gpu-reco cpu-reco gpu-streams gpu-reco-streams gpu-reco-block gpu-reco-yield; do
+    for kind in gpu cpu gpu-reco cpu-reco gpu-reco-steady-b16 gpu-reco-steady-b64 cpu-reco-steady-b16 gpu-streams gpu-reco-streams gpu-reco-block gpu-reco-yield; do
         [ -f "$WORK/$kind-scan.csv" ] || continue
         awk -F, -v k="$kind" -v p="$PILEUP" 'NR > 1 && !seen[$1]++ {print k "," $1 "," $3 "," p "," $5}' "$WORK/$kind-scan.csv"
     done
@@ -194,6 +217,11 @@ echo "GPU chain, best: $best_gpu events/s; CPU chain on $NCPU cores: $cpu_all ev
 reco_gpu="$(awk -F, '$1 == "gpu-reco" {print $5}' "$CSV" | tail -1)"
 reco_cpu="$(awk -F, '$1 == "cpu-reco" {print $5}' "$CSV" | tail -1)"
 echo "reconstruction alone (no histograms): GPU chain $reco_gpu events/s; CPU chain $reco_cpu events/s; ratio $(awk -v a="$reco_gpu" -v b="$reco_cpu" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
+steady_cpu="$(awk -F, '$1 == "cpu-reco-steady-b16" {print $5}' "$CSV" | tail -1)"
+for b in 16 64; do
+    g="$(awk -F, -v k="gpu-reco-steady-b$b" '$1 == k {print $5}' "$CSV" | tail -1)"
+    echo "steady state, reconstruction alone, GPU batches of $b on $NT threads: $g events/s; CPU chain (batches of 16, $NCPU cores): $steady_cpu events/s; ratio $(awk -v a="$g" -v b="$steady_cpu" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "n/a"}')"
+done
 echo "with QUIVER_GPU_SYNC=streams on ${SCAN##*,} threads: GPU chain $(awk -F, '$1 == "gpu-streams" {print $5}' "$CSV") events/s, reconstruction alone $(awk -F, '$1 == "gpu-reco-streams" {print $5}' "$CSV") events/s"
 for wait in block yield; do
     echo "with QUIVER_GPU_WAIT=$wait, reconstruction alone: $(awk -F, -v k="gpu-reco-$wait" '$1 == k {printf "%s threads %s events/s; ", $2, $5}' "$CSV")"

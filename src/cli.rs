@@ -85,6 +85,11 @@ struct BenchArgs {
     /// Events per run
     #[arg(long, value_name = "N")]
     events: Option<u64>,
+    /// Replay the input's events from the start when --events asks for more than it holds
+    /// (event n reads input event n mod its size): a steady state of many batches per worker
+    /// from a small dataset
+    #[arg(long)]
+    cycle: bool,
     /// Thread counts to scan, comma separated
     #[arg(long, value_name = "T,T,...", value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
@@ -182,6 +187,7 @@ fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         first_event: args.first_event,
         events: args.events.or(settings.events),
         progress: !args.no_progress,
+        cycle_input: false,
     };
     let origin = args.plan.as_ref().map_or(default_plan::NAME.to_string(), |p| p.display().to_string());
     let (summary, (), committed) =
@@ -227,8 +233,14 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
                 first_event: 0,
                 events: args.events.or(resolved.run.events),
                 progress: false,
+                cycle_input: args.cycle,
             };
-            let s = executor::run(&resolved, &steps, &opts)?;
+            let s = executor::run(&resolved, &steps, &opts).map_err(|e| match e {
+                quiver_columnar::Error::Usage(m) if !args.cycle && m.contains("but the input has") => {
+                    quiver_columnar::Error::Usage(format!("{m}; or --cycle to replay them"))
+                }
+                e => e,
+            })?;
             if rep > 0 || args.repeat <= 1 {
                 rows.push((threads, s));
             }

@@ -57,7 +57,7 @@ fn main() {
     let registry = Registry::with_builtin();
     let resolved = plan::validate(&PlanSpec::from_toml(PLAN, "pool bench").unwrap(), &registry).unwrap();
     let steps = resolved.build(&registry, JobContext::default().into()).unwrap();
-    let warm = RunOptions { threads, batch_size, first_event: 0, events: Some(20 * batch_size as u64 * threads as u64), progress: false };
+    let warm = RunOptions { threads, batch_size, first_event: 0, events: Some(20 * batch_size as u64 * threads as u64), progress: false, cycle_input: false };
     let w = executor::run(&resolved, &steps, &warm).unwrap();
     let heap_before = HEAP_ALLOCS.load(Ordering::Relaxed);
     let opts = RunOptions { events: Some(events), ..warm };

@@ -109,7 +109,7 @@ pub fn select(plan: &ResolvedPlan, selectors: &[String]) -> Result<Vec<ProductKe
 /// let p = plan::validate(&spec, &r).unwrap();
 /// let steps = p.build(&r, JobContext::default().into()).unwrap();
 /// let keys = collect::select(&p, &[]).unwrap();
-/// let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(10), progress: false };
+/// let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(10), progress: false, cycle_input: false };
 /// let (summary, got) = collect::run_collect(&p, steps, &opts, &keys).unwrap();
 /// assert_eq!(summary.events, 10);
 /// let parts = got.get(&keys[0]).unwrap();
@@ -165,7 +165,7 @@ mod tests {
         assert_eq!(keys, vec![ProductKey::new("floats", "sq")]);
         for threads in [1, 3] {
             let steps = p.build(&r, JobContext::default().into()).unwrap();
-            let opts = RunOptions { threads, batch_size: 3, first_event: 0, events: Some(10), progress: false };
+            let opts = RunOptions { threads, batch_size: 3, first_event: 0, events: Some(10), progress: false, cycle_input: false };
             let (_, got) = run_collect(&p, steps, &opts, &keys).unwrap();
             let b = got.with_event_column(&keys[0]).unwrap();
             assert_eq!(b.len(), 4);
@@ -183,7 +183,7 @@ mod tests {
         let keys = select(&p, &["n".into()]).unwrap();
         let values = |first_event, events| {
             let steps = p.build(&r, JobContext::default().into()).unwrap();
-            let opts = RunOptions { threads: 2, batch_size: 4, first_event, events: Some(events), progress: false };
+            let opts = RunOptions { threads: 2, batch_size: 4, first_event, events: Some(events), progress: false, cycle_input: false };
             let (summary, got) = run_collect(&p, steps, &opts, &keys).unwrap();
             assert_eq!(summary.events, events);
             let b = got.with_event_column(&keys[0]).unwrap();

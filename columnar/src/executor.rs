@@ -36,6 +36,8 @@ impl RunOptions {
     /// assert_eq!(o.check(Some(8)).unwrap_err().to_string(),
     ///     "events = 100 from event 0, but the input has 8 events (0..8): ask for at most 8, or omit events to run them all");
     /// assert_eq!(RunOptions { events: Some(8), ..RunOptions::default() }.check(Some(8)).unwrap(), 8);
+    /// // Replaying the input (benchmarks): any number of events.
+    /// assert_eq!(RunOptions { events: Some(100), cycle_input: true, ..RunOptions::default() }.check(Some(8)).unwrap(), 100);
     /// ```
     pub fn check(&self, available: Option<u64>) -> Result<u64> {
         let usage = |m: String| Err(Error::Usage(m));
@@ -59,9 +61,12 @@ impl RunOptions {
             if self.first_event > 0 && self.first_event >= a {
                 return usage(format!("first event {} is beyond the input's {a} events (0..{a})", self.first_event));
             }
+            if a == 0 && self.cycle_input {
+                return usage("cycle_input: the input has no events to replay".into());
+            }
             let left = a - self.first_event;
             if let Some(n) = self.events {
-                if n > left {
+                if n > left && !self.cycle_input {
                     return usage(format!(
                         "events = {n} from event {}, but the input has {a} events (0..{a}): ask for at most {left}, or omit events to run them all",
                         self.first_event
@@ -88,11 +93,17 @@ pub struct RunOptions {
     pub events: Option<u64>,
     /// Show a progress bar (only drawn when stderr is a terminal).
     pub progress: bool,
+    /// Replay the input from its first event when `events` asks for more than it holds: event
+    /// `n` (absolute numbers keep increasing) reads the input's event `n mod` its size
+    /// ([`EventBatch::input_event`]). For benchmarks: many batches per worker from a small
+    /// dataset, so that a scan measures the steady state rather than the last, half-empty
+    /// round (pixeltrack-standalone's source repeats its events the same way).
+    pub cycle_input: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { threads: default_threads(), batch_size: DEFAULT_BATCH_SIZE, first_event: 0, events: None, progress: true }
+        RunOptions { threads: default_threads(), batch_size: DEFAULT_BATCH_SIZE, first_event: 0, events: None, progress: true, cycle_input: false }
     }
 }
 
@@ -292,6 +303,9 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             let n = (events - offset).min(opts.batch_size as u64) as usize;
             let first = opts.first_event + offset;
             let mut batch = EventBatch::new(first, n);
+            if opts.cycle_input {
+                batch.set_input_cycle(available);
+            }
             batch.set_traffic(traffic.clone());
             let mut local_bytes: Vec<(ProductKey, u64, u64)> = Vec::new();
             let mut local_overflows = OverflowTallies::new();

@@ -19,7 +19,7 @@
 //! "#, "example").unwrap();
 //! let resolved = plan::validate(&spec, &registry).unwrap();
 //! let steps = resolved.build(&registry, JobContext::default().into()).unwrap();
-//! let opts = executor::RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(10), progress: false };
+//! let opts = executor::RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(10), progress: false, cycle_input: false };
 //! let summary = executor::run(&resolved, &steps, &opts).unwrap();
 //! assert_eq!(summary.events, 10);
 //! ```

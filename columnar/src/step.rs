@@ -163,6 +163,8 @@ pub struct EventBatch {
     products: HashMap<ProductKey, Arc<Product>>,
     /// Keys the running step may publish (its label and declared types).
     allowed: Vec<ProductKey>,
+    /// The input's events when the job replays them (`RunOptions::cycle_input`).
+    input_cycle: Option<u64>,
     /// Where transfers of device products are recorded (set by the executor).
     traffic: Option<Arc<crate::residency::TrafficLog>>,
     /// Device copies of host products, made once per batch and device and shared by every
@@ -178,6 +180,7 @@ impl EventBatch {
             n_events,
             products: HashMap::new(),
             allowed: Vec::new(),
+            input_cycle: None,
             traffic: None,
             uploads: Default::default(),
         }
@@ -193,6 +196,41 @@ impl EventBatch {
     /// The events of the batch, absolute.
     pub fn events(&self) -> std::ops::Range<u64> {
         self.first_event..self.first_event + self.n_events as u64
+    }
+    /// Makes the batch read its events from an input of `events` events replayed from the
+    /// start (`RunOptions::cycle_input`; `None` or 0: no replay). The executor sets it.
+    pub fn set_input_cycle(&mut self, events: Option<u64>) {
+        self.input_cycle = events.filter(|&n| n > 0);
+    }
+    /// The input event that the batch's `i`-th event reads: its absolute number, or that
+    /// number modulo the input's size when the job replays the input.
+    ///
+    /// ```
+    /// use quiver_columnar::EventBatch;
+    /// let mut b = EventBatch::new(6, 4);
+    /// assert_eq!(b.input_event(3), 9);
+    /// b.set_input_cycle(Some(8));
+    /// assert_eq!((0..4).map(|i| b.input_event(i)).collect::<Vec<_>>(), [6, 7, 0, 1]);
+    /// assert_eq!(b.input_ranges(), [6..8, 0..2]);
+    /// ```
+    pub fn input_event(&self, i: usize) -> u64 {
+        let e = self.first_event + i as u64;
+        self.input_cycle.map_or(e, |n| e % n)
+    }
+    /// The input events of the batch as contiguous ranges, in the batch's order: one range,
+    /// or several where a replayed input wraps around.
+    pub fn input_ranges(&self) -> Vec<std::ops::Range<u64>> {
+        let Some(n) = self.input_cycle else { return vec![self.events()] };
+        let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+        let mut left = self.n_events as u64;
+        let mut at = self.first_event % n;
+        while left > 0 {
+            let take = left.min(n - at);
+            out.push(at..at + take);
+            left -= take;
+            at = 0;
+        }
+        out
     }
     /// A product by key, for a host consumer; shared, never copied. A product that lives
     /// only on a device is downloaded here, once: later host consumers share the host view.

@@ -290,7 +290,7 @@ fn executor_downloads_once_per_batch_and_reports_it() {
     });
     let resolved = plan::validate(&PlanSpec::from_toml(CHAIN, "residency test").unwrap(), &registry).unwrap();
     let steps = resolved.build(&registry, JobContext::default().into()).unwrap();
-    let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(40), progress: false };
+    let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(40), progress: false, cycle_input: false };
     let before = JOB_DOWNLOADS.load(Ordering::SeqCst);
     let s = executor::run(&resolved, &steps, &opts).unwrap();
     let downloads = JOB_DOWNLOADS.load(Ordering::SeqCst) - before;

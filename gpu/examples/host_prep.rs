@@ -404,7 +404,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let spec = plan::PlanSpec::from_toml(&plan_text, "host_prep")?;
     let resolved = plan::validate(&spec, &r)?;
     let steps = resolved.build(&r, job)?;
-    let opts = executor::RunOptions { threads: 1, batch_size, first_event: 0, events, progress: false };
+    let opts = executor::RunOptions { threads: 1, batch_size, first_event: 0, events, progress: false, cycle_input: false };
     let summary = executor::run(&resolved, &steps, &opts)?;
     println!("{}", summary.render());
     Ok(())

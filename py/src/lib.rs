@@ -178,6 +178,7 @@ impl PyPlan {
                 first_event,
                 events: events.or(settings.events),
                 progress,
+                cycle_input: false,
             };
             let keys = match &collect {
                 None => collect::select(&resolved, &[]),

@@ -300,3 +300,16 @@ fn every_digi_error_code_is_documented() {
         assert!(docs.contains(&format!("\n| {c} | ")), "error code {c} is missing from docs/products.md");
     }
 }
+
+#[test]
+fn bench_replays_a_small_input_only_when_asked() {
+    let ds = dataset().to_str().unwrap();
+    let refused = quiver(&["bench", "plans/examples/local.toml", "--input", ds, "--events", "15", "--threads", "1", "--repeat", "1"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("but the input has 6 events (0..6)") && err.contains("or --cycle to replay them"), "{err}");
+    // 15 events from 6 in batches of 4: two batches cross the end of the input.
+    let out = ok(quiver(&["bench", "plans/examples/local.toml", "--input", ds, "--events", "15", "--cycle", "--threads", "2", "--batch-size", "4", "--repeat", "1"]));
+    let row = out.lines().nth(1).unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>();
+    assert_eq!(row, ["2", "4", "15"], "{out}");
+}

@@ -569,9 +569,11 @@ impl Step for CountValidatorStep {
         let products = self.keys.get(batch)?;
         let counts = batch_counts(&products)?;
         let mut verdicts = Vec::with_capacity(batch.n_events());
-        for ours in event_counts(&counts, batch.first_event(), batch.n_events()) {
-            let r = self.reference.events.get(&ours.event).ok_or_else(|| {
-                quiver_columnar::Error::data(format!("event {}: no reference counts in {}", ours.event, self.reference.origin))
+        for (i, ours) in event_counts(&counts, batch.first_event(), batch.n_events()).into_iter().enumerate() {
+            // The input's event (a benchmark may replay the input).
+            let input = batch.input_event(i);
+            let r = self.reference.events.get(&input).ok_or_else(|| {
+                quiver_columnar::Error::data(format!("event {input}: no reference counts in {}", self.reference.origin))
             })?;
             let v = check_event(&ours, r);
             if self.strict && !v.failures.is_empty() {

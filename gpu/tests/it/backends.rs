@@ -157,7 +157,7 @@ fn auto_resolves_per_type_and_runs() {
     assert!(text.contains("beamspot (beamspot, cpu)"), "{text}");
     // The job runs and every product of chain b equals chain a's (strict compares).
     let steps = resolved.build(&r, job()).unwrap();
-    let opts = executor::RunOptions { threads: 2, batch_size: 2, first_event: 0, events: None, progress: false };
+    let opts = executor::RunOptions { threads: 2, batch_size: 2, first_event: 0, events: None, progress: false, cycle_input: false };
     let summary = executor::run(&resolved, &steps, &opts).unwrap();
     assert_eq!(summary.events, 6);
     let report = summary.render();
@@ -228,7 +228,7 @@ fn compare_gpu_example_plan() {
     let auto = text.replace("backend = \"gpu\"", "backend = \"auto\"");
     let resolved = plan::validate(&plan::PlanSpec::from_toml(&auto, "auto").unwrap(), &r).unwrap();
     let steps = resolved.build(&r, job()).unwrap();
-    let opts = executor::RunOptions { threads: 2, batch_size: 4, first_event: 0, events: None, progress: false };
+    let opts = executor::RunOptions { threads: 2, batch_size: 4, first_event: 0, events: None, progress: false, cycle_input: false };
     let summary = executor::run(&resolved, &steps, &opts).unwrap();
     let n_compares = summary.reports.iter().filter(|(l, rep)| l.starts_with("cmp_") && rep.contains(" 0 differences")).count();
     assert_eq!(n_compares, 18, "{}", summary.render());

@@ -1809,7 +1809,7 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
     let spec = plan::PlanSpec::from_toml(&plan_text, "check").unwrap();
     let resolved = plan::validate(&spec, &r).unwrap();
     let steps = resolved.build(&r, job).unwrap();
-    let opts = executor::RunOptions { threads: 1, batch_size: 3, first_event: 0, events: Some(3), progress: false };
+    let opts = executor::RunOptions { threads: 1, batch_size: 3, first_event: 0, events: Some(3), progress: false, cycle_input: false };
     executor::run(&resolved, &steps, &opts).unwrap();
     let seen = SEEN.lock().unwrap();
     assert_eq!(seen.len(), 5, "every case ran: {seen:?}");

@@ -31,8 +31,11 @@ impl Step for ReadRawStep {
     }
 
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
-        let first = batch.first_event() as usize;
-        let events = self.raw.source().raw_events(first..first + batch.n_events()).map_err(Error::data)?;
+        // One range, or two and more where a benchmark replays the input.
+        let mut events = Vec::with_capacity(batch.n_events());
+        for r in batch.input_ranges() {
+            events.extend(self.raw.source().raw_events(r.start as usize..r.end as usize).map_err(Error::data)?);
+        }
         // The FED bytes are read from the memory-mapped file into one pooled buffer per batch.
         let pool = quiver_columnar::pool::global();
         let n_feds: usize = events.iter().map(Vec::len).sum();

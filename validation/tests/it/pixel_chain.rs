@@ -77,6 +77,10 @@ type = "rechits"
 "#;
 
 fn run(plan: &str, ds: &Path, out: &Path, threads: usize) -> executor::Summary {
+    run_with(plan, ds, out, executor::RunOptions { threads, batch_size: 2, first_event: 0, events: None, progress: false, cycle_input: false })
+}
+
+fn run_with(plan: &str, ds: &Path, out: &Path, opts: executor::RunOptions) -> executor::Summary {
     let ds_open = quiver_datasets::Dataset::open(ds).unwrap();
     let c = ds_open.conditions().clone();
     let mut conditions = Conditions::new();
@@ -89,8 +93,7 @@ fn run(plan: &str, ds: &Path, out: &Path, threads: usize) -> executor::Summary {
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(plan, "test").unwrap(), &r).unwrap();
     let job = Arc::new(JobContext { input: Some(ds.to_path_buf()), output: out.to_path_buf(), conditions });
     let steps = resolved.build(&r, job).unwrap();
-    executor::run(&resolved, &steps, &executor::RunOptions { threads, batch_size: 2, first_event: 0, events: None, progress: false })
-        .unwrap_or_else(|e| panic!("{e}"))
+    executor::run(&resolved, &steps, &opts).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn get<'a>(hs: &'a [Histogram], name: &str) -> &'a Histogram {
@@ -155,4 +158,18 @@ fn validators_on_the_local_reconstruction() {
     let out3 = tmp.path().join("out3");
     run(&validators, &ds, &out3, 1);
     assert_eq!(std::fs::read(out2.join("histograms.parquet")).unwrap(), std::fs::read(out3.join("histograms.parquet")).unwrap());
+
+    // The input replayed (benchmarks): 13 events from 5, batches of 2 that cross the wrap
+    // (events 4 and 5 are inputs 4 and 0). The strict validator compares each event with
+    // its input event's reference counts, and the histograms hold every input event twice
+    // and events 0..3 a third time.
+    let out4 = tmp.path().join("out4");
+    let cycled = executor::RunOptions { threads: 2, batch_size: 2, first_event: 0, events: Some(13), progress: false, cycle_input: true };
+    let s = run_with(&validators, &ds, &out4, cycled);
+    let report = &s.reports.iter().find(|(l, _)| l == "counts").unwrap().1;
+    assert_eq!(report, "CountValidator: all 13 events passed validation\n");
+    let hs4 = read_parquet(&out4.join("histograms.parquet")).unwrap();
+    let first3: u64 = seen.range(0..3).map(|(_, c)| c[1] as u64).sum();
+    assert_eq!(get(&hs4, "digi_adc").entries(), 2 * digis + first3);
+    assert_eq!(get(&hs4, "digi_n").entries(), 13);
 }

@@ -151,7 +151,7 @@ fn run(plan: &str, out: &Path, threads: usize, batch_size: usize) -> quiver_colu
     let resolved = quiver_columnar::validate(&spec, &r)?;
     let job = JobContext { output: out.to_path_buf(), ..Default::default() };
     let steps = resolved.build(&r, Arc::new(job))?;
-    executor::run(&resolved, &steps, &executor::RunOptions { threads, batch_size, first_event: 0, events: Some(EVENTS), progress: false })
+    executor::run(&resolved, &steps, &executor::RunOptions { threads, batch_size, first_event: 0, events: Some(EVENTS), progress: false, cycle_input: false })
 }
 
 fn plan(reference: &Path, strict: bool) -> String {

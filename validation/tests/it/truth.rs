@@ -249,7 +249,7 @@ fn report_on_a_generated_run() {
     let resolved = quiver_columnar::validate(&PlanSpec::from_toml(PLAN, "pixel").unwrap(), &r).unwrap();
     let job = JobContext { input: Some(ds.clone()), output: run.clone(), conditions };
     // As `quiver run` does: the report reads only a committed run (its run manifest).
-    let opts = executor::RunOptions { threads: 1, batch_size: 2, first_event: 0, events: None, progress: false };
+    let opts = executor::RunOptions { threads: 1, batch_size: 2, first_event: 0, events: None, progress: false, cycle_input: false };
     quiver_columnar::rundir::run_job(&resolved, &r, job, "pixel", 0, |steps| Ok((executor::run(&resolved, &steps, &opts)?, ()))).unwrap();
     // A directory that is not one complete run is refused.
     let copy = tmp.path().join("copy");
