@@ -152,6 +152,12 @@ impl Product {
                 offsets[0]
             )));
         }
+        if !data.holds_every_column() {
+            return Err(Error::data(format!(
+                "device product '{name}' on {}: its device data holds only some columns (a mirror of a host product)",
+                data.device()
+            )));
+        }
         Ok(Product { host: OnceLock::new(), schema, offsets, device: Some(data) })
     }
 

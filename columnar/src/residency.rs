@@ -60,6 +60,14 @@ pub trait DeviceData: Send + Sync + fmt::Debug {
     fn download(&self) -> Result<RecordBatch>;
     /// The concrete type, so that the backend can take its own data back.
     fn as_any(&self) -> &dyn Any;
+    /// Whether this holds every column of the product (the default). A GPU step may keep
+    /// device copies of only some columns beside the host product it published (a mirror,
+    /// [`crate::EventBatch::attach_device`]) for a later GPU step that knows them; the
+    /// framework never downloads such data, and uploads the host product for any other
+    /// device consumer ([`crate::EventBatch::on_device`]).
+    fn holds_every_column(&self) -> bool {
+        true
+    }
 }
 
 /// A device that can hold product data.

@@ -293,7 +293,7 @@ impl EventBatch {
     pub fn on_device(&self, key: &ProductKey, device: &dyn crate::residency::Device) -> Result<Arc<dyn crate::residency::DeviceData>> {
         let p = self.get_resident(key)?;
         if let Some(d) = p.device_data() {
-            if d.device() == device.name() {
+            if d.device() == device.name() && d.holds_every_column() {
                 return Ok(d.clone());
             }
         }
@@ -361,6 +361,63 @@ impl EventBatch {
         }
         self.products.insert(key, Arc::new(product));
         Ok(())
+    }
+    /// Attaches `data`, a device copy of some or all of its columns, to the product of type
+    /// `type_name` that the running step published in this batch: a GPU step that downloaded
+    /// its result keeps what the next GPU step of the batch reads, which then needs no upload.
+    /// The product stays a host product (host consumers read it as before).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use arrow_array::{Int32Array, RecordBatch};
+    /// # use arrow_schema::{DataType, Field};
+    /// # use quiver_columnar::product::{product_schema, Product};
+    /// # use quiver_columnar::residency::{DeviceData, Placement};
+    /// # use quiver_columnar::{EventBatch, ProductKey};
+    /// #[derive(Debug)]
+    /// struct Half; // one column of two: never downloaded
+    /// impl DeviceData for Half {
+    ///     fn device(&self) -> &str { "toy:0" }
+    ///     fn nbytes(&self) -> usize { 8 }
+    ///     fn download(&self) -> quiver_columnar::Result<RecordBatch> { unreachable!() }
+    ///     fn as_any(&self) -> &dyn std::any::Any { self }
+    ///     fn holds_every_column(&self) -> bool { false }
+    /// }
+    /// let schema = product_schema("ints", 1, vec![Field::new("v", DataType::Int32, false)]);
+    /// let rows = RecordBatch::try_new(schema, vec![Arc::new(Int32Array::from(vec![1, 2]))]).unwrap();
+    /// let mut batch = EventBatch::new(0, 1);
+    /// let key = ProductKey::new("ints", "source");
+    /// batch.set_allowed(&[key.clone()]);
+    /// assert!(batch.attach_device("ints", Arc::new(Half)).is_err()); // not published yet
+    /// batch.put(Product::from_lengths(rows, [2]).unwrap()).unwrap();
+    /// batch.attach_device("ints", Arc::new(Half)).unwrap();
+    /// let p = batch.get(&key).unwrap();
+    /// assert_eq!(p.placement(), Placement::Both);
+    /// assert_eq!(p.host().unwrap().num_rows(), 2);
+    /// ```
+    pub fn attach_device(&mut self, type_name: &str, data: Arc<dyn crate::residency::DeviceData>) -> Result<()> {
+        let key = self
+            .allowed
+            .iter()
+            .find(|k| k.type_name == type_name)
+            .cloned()
+            .ok_or_else(|| Error::data(format!("product of type '{type_name}' was not declared by the step")))?;
+        let p = self.products.remove(&key).ok_or_else(|| Error::data(format!("product {key}: attaching device data before it was published")))?;
+        let with = match Arc::try_unwrap(p) {
+            Ok(p) if p.device_data().is_none() => Ok(p.with_device(data)),
+            Ok(p) => Err((Arc::new(p), format!("product {key} already has device data"))),
+            Err(p) => Err((p, format!("product {key} is already shared; attach device data before handing it out"))),
+        };
+        match with {
+            Ok(p) => {
+                self.products.insert(key, Arc::new(p));
+                Ok(())
+            }
+            Err((p, msg)) => {
+                self.products.insert(key, p);
+                Err(Error::data(msg))
+            }
+        }
     }
     /// Sets the keys the next step may publish (the executor calls this).
     pub fn set_allowed(&mut self, keys: &[ProductKey]) {

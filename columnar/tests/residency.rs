@@ -375,3 +375,50 @@ fn device_product_taken_without_transfer_on_its_own_device_only() {
     let t = log.snapshot();
     assert_eq!((t[&key()].downloads.count, t[&key()].uploads.count), (1, 1));
 }
+
+/// Some columns of a host product on the fake device (what a GPU step keeps for the next).
+#[derive(Debug)]
+struct Mirror;
+
+impl DeviceData for Mirror {
+    fn device(&self) -> &str {
+        "fake:0"
+    }
+    fn nbytes(&self) -> usize {
+        4
+    }
+    fn download(&self) -> Result<RecordBatch> {
+        panic!("a mirror is never downloaded")
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn holds_every_column(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_mirror_stays_beside_its_host_product_and_other_device_consumers_get_an_upload() {
+    let downloads = Arc::new(AtomicUsize::new(0));
+    let dev = FakeDevice { downloads: downloads.clone() };
+    let log = Arc::new(TrafficLog::default());
+    let mut b = batch_with(&log);
+    b.put(host_product(vec![1.0, 2.0, 3.0], &[1, 1, 1])).unwrap();
+    b.attach_device("floats", Arc::new(Mirror)).unwrap();
+    // Once only, and only to the step's own products.
+    assert!(b.attach_device("floats", Arc::new(Mirror)).unwrap_err().to_string().contains("already has device data"));
+    assert!(b.attach_device("ints", Arc::new(Mirror)).is_err());
+    let p = b.get(&key()).unwrap();
+    assert_eq!(p.placement(), Placement::Both);
+    assert!(p.device_data().unwrap().as_any().is::<Mirror>(), "the step that knows it finds it");
+    assert_eq!(p.batch().num_rows(), 3, "host consumers read the host product, no download");
+    // A GPU step that does not know the mirror gets the host product uploaded, once.
+    let d = b.on_device(&key(), &dev).unwrap();
+    assert!(d.as_any().is::<FakeData>());
+    assert!(Arc::ptr_eq(&d, &b.on_device(&key(), &dev).unwrap()));
+    assert_eq!(downloads.load(Ordering::SeqCst), 0);
+    // A mirror cannot stand for a product that lives only on the device.
+    let e = Product::on_device(schema(), OffsetBuffer::from_lengths([3]), 3, Arc::new(Mirror)).unwrap_err();
+    assert!(e.to_string().contains("holds only some columns"), "{e}");
+}

@@ -1360,10 +1360,27 @@ extern "C" __global__ void track_fit_riemann(
     rf_to_perigee(&circle, cpar, ccov);
     tf_store(out, write_raw, raw, j, cpar, ccov, lpar, lcov, lchi2, circle.chi2, b_field, n, true);
 }
+
+/// The columns of `track_fits` that `track_quality` reads, kept on the device: each fit's
+/// state (its curvature scaled to q/pT by inv_b, in f32 as the CPU's StoredFit), pT and χ²
+/// at its tuple's batch row job_row[j]; the other rows stay as the caller zero-filled them,
+/// as the CPU leaves the tuples it does not fit. One thread per job.
+extern "C" __global__ void fit_scatter(
+    u32 n_jobs, const u32* job_row, const float* vals, float inv_b, float* state, float* pt, float* chi2)
+{
+    u32 j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_jobs) return;
+    const float* v = vals + (u64)j * TF_OUT;
+    u64 r = job_row[j];
+    for (int k = 0; k < 5; ++k) state[r * 5 + k] = v[k];
+    state[r * 5 + 2] = v[2] * inv_b;
+    pt[r] = v[14];
+    chi2[r] = v[15];
+}
 "#;
 
 /// The kernel functions of [`TRACK_FIT`].
-pub const TRACK_FIT_KERNELS: &[&str] = &["track_fit_bl", "track_fit_riemann"];
+pub const TRACK_FIT_KERNELS: &[&str] = &["track_fit_bl", "track_fit_riemann", "fit_scatter"];
 
 #[cfg(test)]
 mod tests {

@@ -106,6 +106,72 @@ impl CudaColumns {
     }
 }
 
+/// Device copies of some of a host product's column data, kept by the GPU step that made the
+/// product for a later GPU step of the batch that reads them (a mirror: the product stays a
+/// host product, [`quiver_columnar::EventBatch::attach_device`]). Parts are named by what
+/// they hold (`"hits.values"`, `"state"`) and carry their length; the reader asks for a part
+/// with the length it expects and uploads the host column when the part is absent or differs.
+/// Never downloaded (`holds_every_column` is false): any other device consumer gets an
+/// upload of the host product.
+pub struct CudaMirror {
+    parts: Vec<(&'static str, Arc<DeviceBuf>, usize)>,
+}
+
+impl fmt::Debug for CudaMirror {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.parts.iter().map(|(n, _, b)| (n, b))).finish()
+    }
+}
+
+impl CudaMirror {
+    pub fn new() -> Self {
+        CudaMirror { parts: Vec::new() }
+    }
+    /// Adds part `name`: `n` elements of `T` at the start of `buf`; an error when the buffer
+    /// is smaller.
+    pub fn with<T>(mut self, name: &'static str, buf: Arc<DeviceBuf>, n: usize) -> Result<Self> {
+        let bytes = n * std::mem::size_of::<T>();
+        if buf.len_bytes() < bytes {
+            return Err(Error::data(format!("device mirror part '{name}': {} bytes for {n} elements of {bytes} bytes", buf.len_bytes())));
+        }
+        self.parts.push((name, buf, bytes));
+        Ok(self)
+    }
+    /// Part `name` when it holds exactly `n` elements of `T`.
+    pub fn part<T>(&self, name: &str, n: usize) -> Option<&Arc<DeviceBuf>> {
+        self.parts.iter().find(|(p, _, b)| *p == name && *b == n * std::mem::size_of::<T>()).map(|(_, buf, _)| buf)
+    }
+}
+
+impl Default for CudaMirror {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl DeviceData for CudaMirror {
+    fn device(&self) -> &str {
+        DEVICE_NAME
+    }
+    fn nbytes(&self) -> usize {
+        self.parts.iter().map(|(_, _, b)| b).sum()
+    }
+    fn download(&self) -> Result<RecordBatch> {
+        Err(Error::data("a device mirror holds only some columns of a host product; the host product is the product"))
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn holds_every_column(&self) -> bool {
+        false
+    }
+}
+
+/// The CUDA mirror of a product, if the GPU step that made it kept one.
+pub fn mirror_of(p: &quiver_columnar::Product) -> Option<&CudaMirror> {
+    p.device_data().and_then(|d| d.as_any().downcast_ref::<CudaMirror>())
+}
+
 /// A downloaded column's bytes as an array of `T` (pooled blocks are 64-byte aligned).
 fn typed<T: ArrowPrimitiveType>(bytes: quiver_columnar::PoolVec<u8>, rows: usize) -> ArrayRef {
     Arc::new(PrimitiveArray::<T>::new(arrow_buffer::ScalarBuffer::new(bytes.into_buffer(), 0, rows), None))

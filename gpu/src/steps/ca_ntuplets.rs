@@ -14,6 +14,9 @@ use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, Quality};
 use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
+use crate::resident::CudaMirror;
+use quiver_reco::steps::types::NTUPLETS;
+use std::sync::Arc;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{RANK_LANES, SCAN_BLOCK, STATS_RUN};
 use crate::steps::{blocks, fallback, seg_scan, Common, HostDets, Launch, Run};
@@ -549,7 +552,23 @@ impl Step for CaNtupletsGpu {
         let h_words = run.down::<u32>(&words, n_words)?;
         run.finish(&c.stats)?;
         let alive = arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
-        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)
+        // The tuples' hits and cells stay on the device for a GPU `track_quality`, when the
+        // product's lists are the device's as they lie: every tuple found stored, each event's
+        // lists where the search wrote them.
+        let as_written = on_device
+            && h_tup.iter().all(|&f| f <= n.max_tuples)
+            && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
+            && out.iter().map(|(_, ca)| ca.tuple_cells.len()).sum::<usize>() == n_tuple_cells;
+        let mirror = if as_written {
+            Some(CudaMirror::new().with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?.with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?)
+        } else {
+            None
+        };
+        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
+        match mirror {
+            Some(m) => batch.attach_device(NTUPLETS, Arc::new(m)),
+            None => Ok(()),
+        }
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
+use quiver_reco::steps::types::TRACK_FITS;
 use quiver_reco::steps::{fit_tuples, publish_fit_values, FitTuples};
 use quiver_reco::tracks::fit::FitJob;
 use quiver_reco::tracks::ntuplets::Tuples;
 use quiver_reco::tracks::{fit_jobs_of, CaConfig};
 
 use crate::device::upload_condition;
+use crate::resident::CudaMirror;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
 use crate::steps::{blocks, fallback, Common, HostDets, Launch, Run};
@@ -103,6 +105,7 @@ impl Step for TrackFitGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
         let n_jobs = fb.job_n.len();
+        let rows = n.num_rows();
         let out = if n_jobs == 0 {
             None
         } else {
@@ -114,6 +117,14 @@ impl Step for TrackFitGpu {
             let [x, y, z, xe, ye] = cols;
             let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);
             let (djh, djn) = (run.up(&fb.job_hits)?, run.up(&fb.job_n)?);
+            // Each job's tuple as a batch row, for the columns kept on the device.
+            let mut job_row = Vec::with_capacity(n_jobs);
+            for (e, jobs) in fb.jobs.iter().enumerate() {
+                let base = n.event_rows(e).start;
+                job_row.extend(jobs.iter().map(|j| (base + j.row as usize) as u32));
+            }
+            let djr = run.up(&job_row)?;
+            let (mut dstate, mut dpt, mut dchi2) = (run.zeros::<f32>(5 * rows)?, run.zeros::<f32>(rows)?, run.zeros::<f32>(rows)?);
             let mut dout = run.out::<f32>(n_jobs * FIT_OUT)?;
             // The raw doubles are for the emulation tests; here a one-element stand-in.
             let mut draw = run.out::<f64>(1)?;
@@ -130,14 +141,29 @@ impl Step for TrackFitGpu {
                 l.arg(&self.frames).arg(&self.cfg.fit.b_field).arg(&mut vo).arg(&no_raw).arg(&mut vr);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
+            {
+                // As the CPU's StoredFit scales the curvature: by 1/B in f32.
+                let inv_b = 1.0f32 / self.cfg.fit.b_field;
+                let (vjr, vo, nj) = (djr.view::<u32>(n_jobs), dout.view::<f32>(n_jobs * FIT_OUT), n_jobs as u32);
+                let (mut vs, mut vp, mut vc) = (dstate.view_mut::<f32>(5 * rows), dpt.view_mut::<f32>(rows), dchi2.view_mut::<f32>(rows));
+                let mut l = Launch::new(&run, "fit_scatter");
+                l.arg(&nj).arg(&vjr).arg(&vo).arg(&inv_b).arg(&mut vs).arg(&mut vp).arg(&mut vc);
+                l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+            }
             run.mark()?;
             let out = run.down::<f32>(&dout, n_jobs * FIT_OUT)?;
             run.finish(&c.stats)?;
-            Some(out)
+            let mirror = CudaMirror::new().with::<f32>("state", Arc::new(dstate), 5 * rows)?.with::<f32>("pt", Arc::new(dpt), rows)?.with::<f32>("chi2", Arc::new(dchi2), rows)?;
+            Some((out, mirror))
         };
-        let out = out.as_ref().map_or(&[][..], |v| v.as_slice());
+        let values = out.as_ref().map_or(&[][..], |(v, _)| v.as_slice());
         let tuples: Vec<&Tuples> = inputs.iter().map(|i| &i.tuples).collect();
-        publish_fit_values(batch, &tuples, &fb.jobs, out, &self.cfg)
+        publish_fit_values(batch, &tuples, &fb.jobs, values, &self.cfg)?;
+        // The state, pT and χ² stay on the device for a GPU `track_quality`.
+        match out {
+            Some((_, mirror)) => batch.attach_device(TRACK_FITS, Arc::new(mirror)),
+            None => Ok(()),
+        }
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -12,6 +12,10 @@ use quiver_reco::tracks::CaConfig;
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
 use crate::steps::ca_ntuplets::{CellTracks, CellTracksIn};
 use crate::steps::{fallback, Common, HostDets, Launch, Run};
+use crate::device::DeviceBuf;
+use crate::resident::{mirror_of, CudaMirror};
+use cudarc::driver::DeviceRepr;
+use std::sync::Arc;
 
 /// The small host tables of a batch's `track_quality` kernels; everything else goes to the
 /// device as the products hold it ([`QualityColumnsView`]). Tuples of event `e`:
@@ -96,6 +100,15 @@ impl RoundsTally {
     }
 }
 
+/// Part `name` of a device mirror when it holds `host.len()` elements, else an upload of
+/// `host`.
+fn mirrored<T: DeviceRepr>(run: &mut Run, m: Option<&CudaMirror>, name: &str, host: &[T]) -> Result<Arc<DeviceBuf>> {
+    match m.and_then(|m| m.part::<T>(name, host.len())) {
+        Some(b) => Ok(b.clone()),
+        None => Ok(Arc::new(run.up(host)?)),
+    }
+}
+
 impl TrackQualityGpu {
     pub fn new(cfg: &StepConfig, common: Common, ca: CaConfig) -> Result<Self> {
         Ok(TrackQualityGpu {
@@ -129,9 +142,15 @@ impl Step for TrackQualityGpu {
         let (n_hits, n_cells) = (*qt.hit_off.last().unwrap_or(&0) as usize, *qt.cell_off.last().unwrap_or(&0) as usize);
         let (n_th, n_tc) = (v.hit_offsets[n_tup] as usize, v.cell_offsets[n_tup] as usize);
         let mut run = Run::start(c.gpu)?;
-        let (dto, dtho, dth) = (run.up(&qt.tup_off)?, run.up(&v.hit_offsets[..=n_tup])?, run.up(&v.hits[..n_th])?);
-        let (dst, dpt, dchi, dcuts) = (run.up(&v.state[..5 * n_tup])?, run.up(&v.pt[..n_tup])?, run.up(&v.chi2[..n_tup])?, run.up(&cuts_table(&self.cfg.quality))?);
-        let (dco, dtco, dtc, dho) = (run.up(&qt.cell_off)?, run.up(&v.cell_offsets[..=n_tup])?, run.up(&v.cells[..n_tc])?, run.up(&qt.hit_off)?);
+        // The tuples' hits and cells and the fits' state, pT and χ² that the GPU `ca_ntuplets`
+        // and `track_fit` kept on the device; else (CPU steps, lists that are not the
+        // device's) uploads.
+        let lists_from_zero = v.hit_offsets[0] == 0 && v.cell_offsets[0] == 0;
+        let (nm, fm) = (mirror_of(&n).filter(|_| lists_from_zero), mirror_of(&f));
+        let (dto, dtho, dth) = (run.up(&qt.tup_off)?, run.up(&v.hit_offsets[..=n_tup])?, mirrored(&mut run, nm, "hits.values", &v.hits[..n_th])?);
+        let (dst, dpt, dchi, dcuts) =
+            (mirrored(&mut run, fm, "state", &v.state[..5 * n_tup])?, mirrored(&mut run, fm, "pt", &v.pt[..n_tup])?, mirrored(&mut run, fm, "chi2", &v.chi2[..n_tup])?, run.up(&cuts_table(&self.cfg.quality))?);
+        let (dco, dtco, dtc, dho) = (run.up(&qt.cell_off)?, run.up(&v.cell_offsets[..=n_tup])?, mirrored(&mut run, nm, "cells.values", &v.cells[..n_tc])?, run.up(&qt.hit_off)?);
         let ddead = if late { run.up(&qt.dead)? } else { run.zeros::<u8>(1)? };
         let base = run.up(&qt.list_base)?;
         let mut dq = run.up(&v.quality[..n_tup])?;

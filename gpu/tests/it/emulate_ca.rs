@@ -1180,6 +1180,37 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
             assert_eq!(cmp.total(), 0, "{name} ({mode:?}) {k}: {:?}", cmp.first);
             assert!(cmp.rows as usize == c.num_rows() && g.num_rows() == c.num_rows(), "{name} ({mode:?}) {k}: rows");
         }
+        // The columns the step keeps on the device for `track_quality` (`fit_scatter` into
+        // zero-filled rows) equal the product's state, pT and χ² bit for bit.
+        {
+            use arrow_array::cast::AsArray;
+            use arrow_array::types::Float32Type;
+            let fits = gpu_b.get(&keys[0]).unwrap();
+            let host = fits.host().unwrap();
+            let col = |c: &str| host.column_by_name(c).unwrap().as_primitive::<Float32Type>().values().to_vec();
+            let want_state = host.column_by_name("state").unwrap().as_fixed_size_list().values().as_primitive::<Float32Type>().values().to_vec();
+            let rows = fits.num_rows();
+            let mut job_row = Vec::with_capacity(nj);
+            let mut base = 0usize;
+            for (input, jobs) in inputs.iter().zip(&fb.jobs) {
+                job_row.extend(jobs.iter().map(|j| (base + j.row as usize) as u32));
+                base += input.tuples.len();
+            }
+            assert_eq!(base, rows);
+            let (state, pt, chi2) = (Dev::new(0.0f32, 5 * rows), Dev::new(0.0f32, rows), Dev::new(0.0f32, rows));
+            type Scatter = unsafe extern "C" fn(u32, *const u32, *const f32, f32, *mut f32, *mut f32, *mut f32);
+            // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds nj batch
+            // rows below `rows`, the values FIT_OUT floats per job.
+            unsafe {
+                let f: libloading::Symbol<Scatter> = lib.get(b"fit_scatter").unwrap();
+                let a = [p(&job_row), p(&values), state.ptr(), pt.ptr(), chi2.ptr()];
+                elements(lib, mode, nj, || f(nj as u32, a[0] as _, a[1] as _, 1.0f32 / cfg.fit.b_field, a[2] as _, a[3] as _, a[4] as _));
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&state.get()), bits(&want_state), "{name} ({mode:?}): scattered state");
+            assert_eq!(bits(&pt.get()), bits(&col("pt")), "{name} ({mode:?}): scattered pT");
+            assert_eq!(bits(&chi2.get()), bits(&col("chi2")), "{name} ({mode:?}): scattered chi2");
+        }
         // The values that take part: a fitted track's are not all zero.
         assert!(cpu.iter().any(|c| bits(c).iter().any(|&b| b != 0)), "{name}: no fitted values");
     }
