@@ -419,6 +419,23 @@ impl EventBatch {
             }
         }
     }
+    /// Records in the job's traffic log that the running step computed its published product
+    /// of type `type_name` on `device` and downloaded `bytes` of it in `time` (a GPU step
+    /// whose result is a host product): the run summary's residency table lists it as made
+    /// there, with the download and the device bytes it still holds (a mirror's).
+    pub fn record_result_download(&self, type_name: &str, device: &str, bytes: usize, time: std::time::Duration) -> Result<()> {
+        let key = self
+            .allowed
+            .iter()
+            .find(|k| k.type_name == type_name)
+            .ok_or_else(|| Error::data(format!("product of type '{type_name}' was not declared by the step")))?;
+        let p = self.products.get(key).ok_or_else(|| Error::data(format!("product {key}: recording its download before it was published")))?;
+        if let Some(log) = &self.traffic {
+            log.produced(key, device, p.device_nbytes());
+            log.download(key, bytes, time);
+        }
+        Ok(())
+    }
     /// Sets the keys the next step may publish (the executor calls this).
     pub fn set_allowed(&mut self, keys: &[ProductKey]) {
         self.allowed.clear();

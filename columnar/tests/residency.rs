@@ -421,4 +421,9 @@ fn a_mirror_stays_beside_its_host_product_and_other_device_consumers_get_an_uplo
     // A mirror cannot stand for a product that lives only on the device.
     let e = Product::on_device(schema(), OffsetBuffer::from_lengths([3]), 3, Arc::new(Mirror)).unwrap_err();
     assert!(e.to_string().contains("holds only some columns"), "{e}");
+    // The step that made it on the device records its download for the residency table.
+    b.record_result_download("floats", "fake:0", 12, std::time::Duration::from_micros(3)).unwrap();
+    let t = &log.snapshot()[&key()];
+    assert_eq!((t.produced_on.as_str(), t.downloads.count, t.downloads.bytes, t.device_peak_bytes), ("fake:0", 1, 12, 4));
+    assert!(b.record_result_download("ints", "fake:0", 1, std::time::Duration::ZERO).is_err(), "not the step's product");
 }

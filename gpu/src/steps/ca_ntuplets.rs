@@ -15,11 +15,11 @@ use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
 use crate::resident::CudaMirror;
-use quiver_reco::steps::types::NTUPLETS;
+use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
 use std::sync::Arc;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{RANK_LANES, SCAN_BLOCK, STATS_RUN};
-use crate::steps::{blocks, fallback, seg_scan, Common, HostDets, Launch, Run};
+use crate::steps::{blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run};
 
 /// One event's neighbour lists of the CA connect from what the device computed: for each
 /// cell, the number of cells that connect to it (`count`) and those cells by ascending index
@@ -506,8 +506,8 @@ impl Step for CaNtupletsGpu {
             l.arg(&nc).arg(&vco).arg(&ne).arg(&vn).arg(&vf).arg(&vb).arg(&vv).arg(&n.max_cell_tracks).arg(&vto).arg(&vtl).arg(&vfound).arg(&n.max_tuples).arg(&mut vq).arg(&mut vht);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
         }
-        let (h_len, h_hits, h_cells) = (run.queue::<u32>(&tlen, n_tuples)?, run.queue::<u32>(&thits, n_tuple_hits)?, run.queue::<u32>(&tcells, n_tuple_cells)?);
-        let (h_q, h_tne, h_tdrop, h_bad) = (run.queue::<u8>(&dq, n_tuples)?, run.queue::<u32>(&track_non_empty, n_ev)?, run.queue::<u32>(&track_dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
+        let (h_len, h_hits, h_cells) = (run.queue_of::<u32>(NTUPLETS, &tlen, n_tuples)?, run.queue_of::<u32>(NTUPLETS, &thits, n_tuple_hits)?, run.queue_of::<u32>(NTUPLETS, &tcells, n_tuple_cells)?);
+        let (h_q, h_tne, h_tdrop, h_bad) = (run.queue_of::<u8>(NTUPLETS, &dq, n_tuples)?, run.queue::<u32>(&track_non_empty, n_ev)?, run.queue::<u32>(&track_dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
         let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (run.take(h_len)?, run.take(h_hits)?, run.take(h_cells)?, run.take(h_q)?, run.take(h_tne)?, run.take(h_tdrop)?, run.take(h_bad)?);
         run.sync()?;
         // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
@@ -549,8 +549,8 @@ impl Step for CaNtupletsGpu {
             Launch::new(&run, "nt_alive_bits").arg(&vd).arg(&nc).arg(&mut vw).launch(blocks(n_words, ELEMENT_BLOCK))?;
         }
         run.mark()?;
-        let h_words = run.down::<u32>(&words, n_words)?;
-        run.finish(&c.stats)?;
+        let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
+        let results = run.finish(&c.stats)?;
         let alive = arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
         // The tuples' hits and cells stay on the device for a GPU `track_quality`, when the
         // product's lists are the device's as they lie: every tuple found stored, each event's
@@ -565,10 +565,10 @@ impl Step for CaNtupletsGpu {
             None
         };
         quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
-        match mirror {
-            Some(m) => batch.attach_device(NTUPLETS, Arc::new(m)),
-            None => Ok(()),
+        if let Some(m) = mirror {
+            batch.attach_device(NTUPLETS, Arc::new(m))?;
         }
+        record_results(batch, &results)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

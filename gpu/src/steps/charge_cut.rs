@@ -205,9 +205,9 @@ impl Step for ChargeCutGpu {
             b.launch(per_block(n_runs))?; // one block per run, disjoint spans
         }
         run.mark()?;
-        let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&ncl, n_runs)?);
+        let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u32>(HIT_MODULES, &ncl, n_runs)?);
         let (st, hn) = (run.take(st)?, run.take(hn)?);
-        run.finish(&c.stats)?;
+        let results = run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch); // a row's first digi is not of its module
         }
@@ -221,6 +221,7 @@ impl Step for ChargeCutGpu {
         let on_device = device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
         batch.put(Product::on_device(schema(CLUSTERED_DIGIS), d.offsets().clone(), n, on_device)?)?;
         publish_modules(batch, HIT_MODULES, &tables)?;
+        record_results(batch, &results)?;
         publish_overflows(batch, overflows)
     }
 

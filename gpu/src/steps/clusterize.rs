@@ -118,10 +118,10 @@ impl Step for ClusterizeGpu {
         }
         run.mark()?;
         let (st, tot, w, ov, ct) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&total, n_ev)?, run.queue::<u32>(&worst, n_ev)?, run.queue::<u32>(&over, n_ev)?, run.queue::<u64>(&cut, n_ev)?);
-        let (hf, hm, hfound) = (run.queue::<u32>(&rf, slots)?, run.queue::<u16>(&rm, slots)?, run.queue::<u32>(&found, slots)?);
+        let (hf, hm, hfound) = (run.queue_of::<u32>(CLUSTER_MODULES, &rf, slots)?, run.queue_of::<u16>(CLUSTER_MODULES, &rm, slots)?, run.queue_of::<u32>(CLUSTER_MODULES, &found, slots)?);
         let (st, tot, w, ov, ct) = (run.take(st)?, run.take(tot)?, run.take(w)?, run.take(ov)?, run.take(ct)?);
         let (hf, hm, hfound) = (run.take(hf)?, run.take(hm)?, run.take(hfound)?);
-        run.finish(&c.stats)?;
+        let results = run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
@@ -139,6 +139,7 @@ impl Step for ClusterizeGpu {
         let on_device = device_columns(c.gpu, PIXEL_CLUSTERS, n, vec![dm.clone(), Arc::new(clus)])?;
         batch.put(Product::on_device(schema(PIXEL_CLUSTERS), d.offsets().clone(), n, on_device)?)?;
         publish_modules(batch, CLUSTER_MODULES, &tables)?;
+        record_results(batch, &results)?;
         let overflows = (0..n_ev).map(|e| records::pixel_run_stats(w[e] as u64, ov[e], ct[e], self.max_pix).into_iter().collect()).collect();
         publish_overflows(batch, overflows)
     }

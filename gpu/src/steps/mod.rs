@@ -125,9 +125,24 @@ pub(crate) struct Run {
     epoch: u64,
     /// Events around each launch, when kernels are timed ([`crate::transfer::kernel_timing`]).
     launches: std::cell::RefCell<Vec<(&'static str, CudaEvent, CudaEvent)>>,
-    /// Events around each copy across the bus, when timed: host→device or not, bytes.
-    copies: Vec<(bool, u64, CudaEvent, CudaEvent)>,
+    /// Events around each copy across the bus that is timed ([`crate::transfer::kernel_timing`])
+    /// or is a published product's values ([`Run::queue_of`]).
+    copies: Vec<TimedCopy>,
 }
+
+/// A copy across the bus with CUDA events around it.
+struct TimedCopy {
+    to_device: bool,
+    bytes: u64,
+    /// The product type whose values it downloads, if any.
+    product: Option<&'static str>,
+    before: CudaEvent,
+    after: CudaEvent,
+}
+
+/// What a step downloaded of each product it publishes: type, bytes, the copies' device
+/// seconds ([`Run::finish`]; [`record_results`] puts them in the run summary).
+pub(crate) type ResultCopies = Vec<(&'static str, u64, f64)>;
 
 impl Run {
     pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
@@ -168,13 +183,13 @@ impl Run {
             // SAFETY: `T` is a plain device type (DeviceRepr): its bytes are its value.
             region.copy_from_slice(unsafe { std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), n) });
             // Timed after the host's copy into the staging: the bus's time alone.
-            let before = copy_event(self.gpu, &self.stream)?;
+            let before = copy_event(self.gpu, &self.stream, None)?;
             let mut v = buf.view_mut::<u8>(n);
             let (dst, _record) = v.device_ptr_mut(&self.stream);
             // SAFETY: `region` is page-locked and stays untouched until the stream has
             // synchronised (`sync`, `down`, `finish` or the drop); `dst` holds n bytes.
             unsafe { cudarc::driver::result::memcpy_htod_async(dst, region, self.stream.cu_stream()) }.map_err(|e| derr(format!("upload of {n} bytes: {e}")))?;
-            close_copy(self.gpu, &self.stream, &mut self.copies, before, true, n)?;
+            close_copy(self.gpu, &self.stream, &mut self.copies, before, true, n, None)?;
         }
         self.t.h2d_bytes += n as u64;
         Ok(buf)
@@ -200,6 +215,14 @@ impl Run {
     /// [`Run::take`] gives the values. Downloads queued together cost one wait for the
     /// stream (each synchronisation is a round trip that 16 workers contend for).
     pub(crate) fn queue<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
+        self.queue_tagged(None, buf, n)
+    }
+    /// [`Run::queue`] for values of the product of type `product` that the step publishes:
+    /// the copy is timed and counted for that product in the run summary.
+    pub(crate) fn queue_of<T: DeviceRepr + ArrowNativeType>(&mut self, product: &'static str, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
+        self.queue_tagged(Some(product), buf, n)
+    }
+    fn queue_tagged<T: DeviceRepr + ArrowNativeType>(&mut self, product: Option<&'static str>, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
         let bytes = n * std::mem::size_of::<T>();
         let mut at = 0usize;
         if bytes > 0 {
@@ -208,12 +231,12 @@ impl Run {
             at = region.as_mut_ptr() as usize;
             let src = buf.view::<u8>(bytes);
             let (ptr, _record) = src.device_ptr(&self.stream);
-            let before = copy_event(self.gpu, &self.stream)?;
+            let before = copy_event(self.gpu, &self.stream, product)?;
             // SAFETY: `region` is page-locked, `bytes` long, and stays untouched until the
             // stream has synchronised (`take`); `ptr` holds at least `bytes` bytes.
             unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *region, ptr, self.stream.cu_stream()) }
                 .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
-            close_copy(self.gpu, &self.stream, &mut self.copies, before, false, bytes)?;
+            close_copy(self.gpu, &self.stream, &mut self.copies, before, false, bytes, product)?;
             self.landed = false;
         }
         self.t.d2h_bytes += bytes as u64;
@@ -257,9 +280,15 @@ impl Run {
         let q = self.queue::<T>(buf, n)?;
         self.take(q)
     }
+    /// [`Run::down`] for values of the product of type `product` ([`Run::queue_of`]).
+    pub(crate) fn down_of<T: DeviceRepr + ArrowNativeType>(&mut self, product: &'static str, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
+        let q = self.queue_of::<T>(product, buf, n)?;
+        self.take(q)
+    }
     /// Waits for the stream; adds the phase times and bytes to `stats`. `marks` must hold
     /// start, after uploads, after kernels, after downloads.
-    pub(crate) fn finish(mut self, stats: &TransferStats) -> Result<()> {
+    /// Returns what was downloaded of each published product ([`Run::queue_of`]).
+    pub(crate) fn finish(mut self, stats: &TransferStats) -> Result<ResultCopies> {
         self.mark()?;
         self.stream.synchronize().map_err(derr)?;
         self.idle = true;
@@ -276,10 +305,20 @@ impl Run {
         for (name, a, b) in self.launches.borrow().iter() {
             stats.add_kernel(name, a.elapsed_ms(b).map_err(derr)? as f64 * 1e-3);
         }
-        for (to_device, bytes, a, b) in &self.copies {
-            stats.add_copy(*to_device, *bytes, a.elapsed_ms(b).map_err(derr)? as f64 * 1e-3);
+        let mut results: ResultCopies = Vec::new();
+        for c in &self.copies {
+            let seconds = c.before.elapsed_ms(&c.after).map_err(derr)? as f64 * 1e-3;
+            if crate::transfer::kernel_timing() {
+                stats.add_copy(c.to_device, c.bytes, seconds);
+            }
+            if let Some(p) = c.product {
+                match results.iter_mut().find(|r| r.0 == p) {
+                    Some(r) => (r.1, r.2) = (r.1 + c.bytes, r.2 + seconds),
+                    None => results.push((p, c.bytes, seconds)),
+                }
+            }
         }
-        Ok(())
+        Ok(results)
     }
 }
 
@@ -306,15 +345,33 @@ fn record(gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<CudaEvent> {
 }
 
 /// An event before a copy across the bus, when copies are timed
-/// ([`crate::transfer::kernel_timing`]).
-fn copy_event(gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<Option<CudaEvent>> {
-    crate::transfer::kernel_timing().then(|| record(gpu, stream)).transpose()
+/// ([`crate::transfer::kernel_timing`]) or the copy is a product's values.
+fn copy_event(gpu: &Gpu, stream: &Arc<CudaStream>, product: Option<&'static str>) -> Result<Option<CudaEvent>> {
+    (crate::transfer::kernel_timing() || product.is_some()).then(|| record(gpu, stream)).transpose()
 }
 
 /// Closes a timed copy (`before` from [`copy_event`]) into `copies`.
-fn close_copy(gpu: &Gpu, stream: &Arc<CudaStream>, copies: &mut Vec<(bool, u64, CudaEvent, CudaEvent)>, before: Option<CudaEvent>, to_device: bool, bytes: usize) -> Result<()> {
-    if let Some(a) = before {
-        copies.push((to_device, bytes as u64, a, record(gpu, stream)?));
+fn close_copy(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    copies: &mut Vec<TimedCopy>,
+    before: Option<CudaEvent>,
+    to_device: bool,
+    bytes: usize,
+    product: Option<&'static str>,
+) -> Result<()> {
+    if let Some(before) = before {
+        copies.push(TimedCopy { to_device, bytes: bytes as u64, product, before, after: record(gpu, stream)? });
+    }
+    Ok(())
+}
+
+/// Puts a step's downloads of the products it published ([`Run::finish`]) in the run
+/// summary's residency table: made on the device, one download per product and batch with
+/// its bytes and the copies' device time.
+pub(crate) fn record_results(batch: &EventBatch, results: &ResultCopies) -> Result<()> {
+    for &(product, bytes, seconds) in results {
+        batch.record_result_download(product, crate::resident::DEVICE_NAME, bytes as usize, std::time::Duration::from_secs_f64(seconds))?;
     }
     Ok(())
 }

@@ -209,9 +209,9 @@ impl Step for RecHitsGpu {
         // The hits stay on the device; only their detIndex comes back (2 of the 52 bytes per
         // hit): the layer starts here, and the host checks of the tracking steps
         // (`HostDets`). Their first host consumer downloads the rest.
-        let (st, hd) = (run.queue::<u32>(&status, 1)?, run.queue::<u16>(&det_index, nh)?);
+        let (st, hd) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u16>(HITS, &det_index, nh)?);
         let (st, hd) = (run.take(st)?, run.take(hd)?);
-        run.finish(&c.stats)?;
+        let results = run.finish(&c.stats)?;
         if st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
@@ -227,6 +227,7 @@ impl Step for RecHitsGpu {
         dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
         let on_device = CudaColumns::new(c.gpu, schema(HITS), nh, dev_cols)?.with_host_column("det_index", u16_array(hd))?;
         batch.put(Product::on_device(schema(HITS), offsets_from_lengths(hits_per_event)?, nh, Arc::new(on_device))?)?;
+        record_results(batch, &results)?;
         quiver_reco::steps::publish_hit_layers(batch, &starts)?;
         let overflows = tables
             .iter()

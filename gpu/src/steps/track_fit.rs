@@ -19,7 +19,7 @@ use crate::device::upload_condition;
 use crate::resident::CudaMirror;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
-use crate::steps::{blocks, fallback, Common, HostDets, Launch, Run};
+use crate::steps::{blocks, fallback, record_results, Common, HostDets, Launch, Run};
 
 /// A batch's fits for the kernel: every event's jobs (the CPU's, in its order) and the job
 /// table (`FIT_HITS` batch hit indices per job, the fitted hit count per job).
@@ -151,17 +151,20 @@ impl Step for TrackFitGpu {
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             run.mark()?;
-            let out = run.down::<f32>(&dout, n_jobs * FIT_OUT)?;
-            run.finish(&c.stats)?;
+            let out = run.down_of::<f32>(TRACK_FITS, &dout, n_jobs * FIT_OUT)?;
+            let results = run.finish(&c.stats)?;
             let mirror = CudaMirror::new().with::<f32>("state", Arc::new(dstate), 5 * rows)?.with::<f32>("pt", Arc::new(dpt), rows)?.with::<f32>("chi2", Arc::new(dchi2), rows)?;
-            Some((out, mirror))
+            Some((out, mirror, results))
         };
-        let values = out.as_ref().map_or(&[][..], |(v, _)| v.as_slice());
+        let values = out.as_ref().map_or(&[][..], |(v, _, _)| v.as_slice());
         let tuples: Vec<&Tuples> = inputs.iter().map(|i| &i.tuples).collect();
         publish_fit_values(batch, &tuples, &fb.jobs, values, &self.cfg)?;
         // The state, pT and χ² stay on the device for a GPU `track_quality`.
         match out {
-            Some((_, mirror)) => batch.attach_device(TRACK_FITS, Arc::new(mirror)),
+            Some((_, mirror, results)) => {
+                batch.attach_device(TRACK_FITS, Arc::new(mirror))?;
+                record_results(batch, &results)
+            }
             None => Ok(()),
         }
     }

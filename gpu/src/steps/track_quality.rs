@@ -11,7 +11,8 @@ use quiver_reco::tracks::CaConfig;
 
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
 use crate::steps::ca_ntuplets::{CellTracks, CellTracksIn};
-use crate::steps::{fallback, Common, HostDets, Launch, Run};
+use crate::steps::{fallback, record_results, Common, HostDets, Launch, Run};
+use quiver_reco::steps::types::TRACKS;
 use crate::device::DeviceBuf;
 use crate::resident::{mirror_of, CudaMirror};
 use cudarc::driver::DeviceRepr;
@@ -195,12 +196,12 @@ impl Step for TrackQualityGpu {
             l.launch(cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (QX_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
-        let q = run.queue::<u8>(&dq, n_tup)?;
+        let q = run.queue_of::<u8>(TRACKS, &dq, n_tup)?;
         let rounds = run.queue::<u32>(&drounds, n_ev)?;
         let (h_non_empty, h_dropped, h_bad) = (run.queue::<u32>(&non_empty, n_ev)?, run.queue::<u32>(&dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
         let (q, rounds, h_non_empty, h_dropped, h_bad) = (run.take(q)?, run.take(rounds)?, run.take(h_non_empty)?, run.take(h_dropped)?, run.take(h_bad)?);
         drop(lists);
-        run.finish(&c.stats)?;
+        let results = run.finish(&c.stats)?;
         // A tuple's cell past its event's (the CPU's error), or lists opened in the CPU's
         // push order (max_active_doublets binds): the CPU step.
         let max_lists = self.cfg.ntuplets.max_active_doublets as u64;
@@ -214,7 +215,8 @@ impl Step for TrackQualityGpu {
         }
         let overflows = h_dropped.iter().map(|&d| ntuplet_overflows(&CaState { track_overflows: d, ..Default::default() }, &self.cfg.ntuplets)).collect();
         self.tally.add(n_ev, &quality);
-        publish_quality(batch, &f, &quality, overflows)
+        publish_quality(batch, &f, &quality, overflows)?;
+        record_results(batch, &results)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

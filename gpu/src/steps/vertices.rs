@@ -9,7 +9,8 @@ use quiver_reco::steps::{publish_vertices, vertex_selection, VertexTally};
 use quiver_reco::vertices::{vertices_from, ChainResult, Clusterizer, Selected, VertexConfig, Vertices};
 
 use crate::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
-use crate::steps::{fallback, Common, Launch, Run};
+use crate::steps::{fallback, record_results, Common, Launch, Run};
+use quiver_reco::steps::types::{TRACK_VERTICES, VERTICES};
 
 /// A batch's selected tracks, event after event, as the kernel reads them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -150,10 +151,10 @@ impl Step for VerticesGpu {
         }
         run.mark()?;
         let (h_err, h_nv) = (run.queue::<u32>(&err, n_ev)?, run.queue::<u32>(&nv, n_ev)?);
-        let (h_iv, h_zv, h_wv, h_chi2) = (run.queue::<i32>(&iv, n)?, run.queue::<f32>(&zv, n)?, run.queue::<f32>(&wv, n)?, run.queue::<f32>(&chi2, n)?);
-        let (h_ndof, h_ptv2, h_sort) = (run.queue::<i32>(&ndof, n)?, run.queue::<f32>(&ptv2, n)?, run.queue::<u16>(&sort, n)?);
+        let (h_iv, h_zv, h_wv, h_chi2) = (run.queue_of::<i32>(TRACK_VERTICES, &iv, n)?, run.queue_of::<f32>(VERTICES, &zv, n)?, run.queue_of::<f32>(VERTICES, &wv, n)?, run.queue_of::<f32>(VERTICES, &chi2, n)?);
+        let (h_ndof, h_ptv2, h_sort) = (run.queue_of::<i32>(VERTICES, &ndof, n)?, run.queue_of::<f32>(VERTICES, &ptv2, n)?, run.queue_of::<u16>(VERTICES, &sort, n)?);
         let (h_err, h_nv, h_iv, h_zv, h_wv, h_chi2, h_ndof, h_ptv2, h_sort) = (run.take(h_err)?, run.take(h_nv)?, run.take(h_iv)?, run.take(h_zv)?, run.take(h_wv)?, run.take(h_chi2)?, run.take(h_ndof)?, run.take(h_ptv2)?, run.take(h_sort)?);
-        run.finish(&c.stats)?;
+        let results = run.finish(&c.stats)?;
         // The CPU's capacity errors (proto-vertices or vertices past 1 024): its message.
         if h_err.iter().any(|&x| x != 0) {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
@@ -170,7 +171,8 @@ impl Step for VerticesGpu {
         let out = VertexOutput { rows, nv: h_nv.as_slice().to_vec() };
         let vertices = vertices_from_device(&sel, &vb, &out)?;
         self.tally.add(&vertices);
-        publish_vertices(batch, &t, &vertices)
+        publish_vertices(batch, &t, &vertices)?;
+        record_results(batch, &results)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
