@@ -645,6 +645,18 @@ extern "C" __global__ void nt_alive_bits(const u8* dead, u32 n_cells, u32* words
     words[w] = bits;
 }
 
+// The tuples' list offsets as the product has them (batch rows; thread t for t <= n): the
+// hits' from the exclusive scan of the tuple lengths (`first`, `total` its sum), the cells'
+// one fewer per tuple before t.
+extern "C" __global__ void nt_list_offsets(u32 n, const u32* first, const u32* total, u32* hit_off, u32* cell_off)
+{
+    u32 t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t > n) return;
+    u32 h = t < n ? first[t] : total[0];
+    hit_off[t] = h;
+    cell_off[t] = h - t;
+}
+
 // ntuplets::fishbone for the cells ending on one hit (one thread per batch hit): its listed
 // cells by ascending index (start/by_outer), taken when used (and, with check_track, when
 // they carry a tuple); of two taken cells whose inner hits lie on different modules but on
@@ -843,7 +855,7 @@ extern "C" __global__ void nt_early_dup(u32 n_cells, const u32* cell_off, u32 n_
 
 /// The kernel functions of [`CA_NTUPLETS`].
 pub const CA_NTUPLETS_KERNELS: &[&str] =
-    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_rank", "cn_connect", "sg_tile_sum", "sg_tile_scan", "nt_list_stats", "nt_alive_bits", "nt_fishbone", "nt_search", "ct_count", "ct_fill", "ct_sort", "nt_early_dup"];
+    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_rank", "cn_connect", "sg_tile_sum", "sg_tile_scan", "nt_list_stats", "nt_alive_bits", "nt_list_offsets", "nt_fishbone", "nt_search", "ct_count", "ct_fill", "ct_sort", "nt_early_dup"];
 
 #[cfg(test)]
 mod tests {

@@ -1361,6 +1361,27 @@ extern "C" __global__ void track_fit_riemann(
     tf_store(out, write_raw, raw, j, cpar, ccov, lpar, lcov, lchi2, circle.chi2, b_field, n, true);
 }
 
+/// The job table from the tuples kept on the device (the CPU's slots: job j's first job_n[j]
+/// hits as batch hit rows, the rest 0xffffffff): tuple job_row[j]'s hits from the list
+/// offsets and event-local hit indices, plus the first hit row of its event (the event whose
+/// tuple rows tup_off[e]..tup_off[e + 1] hold it, found by bisection). One thread per job.
+extern "C" __global__ void fit_job_hits(
+    u32 n_jobs, const u32* job_row, const u8* job_n, u32 n_events, const u32* tup_off, const u32* hit_start,
+    const u32* list_off, const u32* list_hits, u32* job_hits)
+{
+    u32 j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_jobs) return;
+    u32 r = job_row[j];
+    u32 lo = 0u, hi = n_events;   // the last e with tup_off[e] <= r
+    while (hi - lo > 1u) {
+        u32 mid = (lo + hi) / 2u;
+        if (tup_off[mid] <= r) lo = mid; else hi = mid;
+    }
+    u32 n = job_n[j], at = list_off[r], base = hit_start[lo];
+    for (u32 k = 0u; k < TF_HITS; ++k)
+        job_hits[(u64)j * TF_HITS + k] = k < n ? base + list_hits[at + k] : 0xffffffffu;
+}
+
 /// The columns of `track_fits` that `track_quality` reads, kept on the device: each fit's
 /// state (its curvature scaled to q/pT by inv_b, in f32 as the CPU's StoredFit), pT and χ²
 /// at its tuple's batch row job_row[j]; the other rows stay as the caller zero-filled them,
@@ -1380,7 +1401,7 @@ extern "C" __global__ void fit_scatter(
 "#;
 
 /// The kernel functions of [`TRACK_FIT`].
-pub const TRACK_FIT_KERNELS: &[&str] = &["track_fit_bl", "track_fit_riemann", "fit_scatter"];
+pub const TRACK_FIT_KERNELS: &[&str] = &["track_fit_bl", "track_fit_riemann", "fit_job_hits", "fit_scatter"];
 
 #[cfg(test)]
 mod tests {

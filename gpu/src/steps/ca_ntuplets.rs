@@ -528,6 +528,33 @@ impl Step for CaNtupletsGpu {
             };
             out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
         }
+        // The tuples' lists stay on the device for the GPU `track_fit` and `track_quality`
+        // when the product's lists are the device's as they lie: every tuple found stored,
+        // each event's lists where the search wrote them. Their offsets (batch rows, as the
+        // product's) from one scan of the lengths over the batch.
+        let as_written = on_device
+            && n_tuples > 0
+            && h_tup.iter().all(|&f| f <= n.max_tuples)
+            && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
+            && out.iter().map(|(_, ca)| ca.tuple_cells.len()).sum::<usize>() == n_tuple_cells;
+        let offsets = if as_written {
+            let whole = [0u32, n_tuples as u32];
+            let dwhole = run.up(&whole)?;
+            let (mut first, mut total) = (run.out::<u32>(n_tuples)?, run.out::<u32>(1)?);
+            {
+                let (vl, vw, mut vf, mut vt) = (tlen.view::<u32>(n_tuples), dwhole.view::<u32>(2), first.view_mut::<u32>(n_tuples), total.view_mut::<u32>(1));
+                seg_scan(&mut run, &vl, &whole, &vw, &mut vf, &mut vt)?;
+            }
+            let (mut hoff, mut coff) = (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
+            {
+                let (nt, vf, vt) = (n_tuples as u32, first.view::<u32>(n_tuples), total.view::<u32>(1));
+                let (mut vh, mut vc) = (hoff.view_mut::<u32>(n_tuples + 1), coff.view_mut::<u32>(n_tuples + 1));
+                Launch::new(&run, "nt_list_offsets").arg(&nt).arg(&vf).arg(&vt).arg(&mut vh).arg(&mut vc).launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
+            }
+            Some((hoff, coff))
+        } else {
+            None
+        };
         if n.late_fishbone {
             // On the cells that carry a tuple.
             if on_device {
@@ -552,17 +579,15 @@ impl Step for CaNtupletsGpu {
         let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
         let results = run.finish(&c.stats)?;
         let alive = arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
-        // The tuples' hits and cells stay on the device for a GPU `track_quality`, when the
-        // product's lists are the device's as they lie: every tuple found stored, each event's
-        // lists where the search wrote them.
-        let as_written = on_device
-            && h_tup.iter().all(|&f| f <= n.max_tuples)
-            && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
-            && out.iter().map(|(_, ca)| ca.tuple_cells.len()).sum::<usize>() == n_tuple_cells;
-        let mirror = if as_written {
-            Some(CudaMirror::new().with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?.with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?)
-        } else {
-            None
+        let mirror = match offsets {
+            Some((hoff, coff)) => Some(
+                CudaMirror::new()
+                    .with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?
+                    .with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?
+                    .with::<u32>("hits.offsets", Arc::new(hoff), n_tuples + 1)?
+                    .with::<u32>("cells.offsets", Arc::new(coff), n_tuples + 1)?,
+            ),
+            None => None,
         };
         quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
         if let Some(m) = mirror {

@@ -71,6 +71,24 @@ pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cf
     (fb.jobs.len() == inputs.len()).then_some(fb)
 }
 
+/// The hit lists of a GPU `ca_ntuplets`' tuples kept on the device (`rows` tuples: list
+/// offsets in batch rows, event-local hit indices, and how many), when the product's hit
+/// list starts at value 0 and the mirror holds exactly its offsets and values.
+fn list_mirror(n: &quiver_columnar::Product, rows: usize) -> Option<(&Arc<crate::device::DeviceBuf>, &Arc<crate::device::DeviceBuf>, usize)> {
+    let m = crate::resident::mirror_of(n)?;
+    let l = n.batch().column_by_name("hits")?.as_any().downcast_ref::<arrow_array::ListArray>()?;
+    let (off, n_hits) = (l.value_offsets(), l.values().len());
+    if off.len() != rows + 1 || off[0] != 0 || off[rows] as usize != n_hits {
+        return None;
+    }
+    Some((m.part::<u32>("hits.offsets", rows + 1)?, m.part::<u32>("hits.values", n_hits)?, n_hits))
+}
+
+/// Per-event offsets as the kernels read them (non-negative by construction).
+fn offsets_u32(o: &arrow_buffer::OffsetBuffer<i32>) -> Vec<u32> {
+    o.iter().map(|&x| x as u32).collect()
+}
+
 /// The GPU `track_fit` step.
 pub(crate) struct TrackFitGpu {
     hits: ProductKey,
@@ -116,7 +134,7 @@ impl Step for TrackFitGpu {
             let cols = ["x_global", "y_global", "z_global", "xerr_local", "yerr_local"].map(|name| hc.column(name));
             let [x, y, z, xe, ye] = cols;
             let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);
-            let (djh, djn) = (run.up(&fb.job_hits)?, run.up(&fb.job_n)?);
+            let djn = run.up(&fb.job_n)?;
             // Each job's tuple as a batch row, for the columns kept on the device.
             let mut job_row = Vec::with_capacity(n_jobs);
             for (e, jobs) in fb.jobs.iter().enumerate() {
@@ -124,11 +142,29 @@ impl Step for TrackFitGpu {
                 job_row.extend(jobs.iter().map(|j| (base + j.row as usize) as u32));
             }
             let djr = run.up(&job_row)?;
+            // The job table: from the tuples' lists that the GPU `ca_ntuplets` kept on the
+            // device (two small tables cross the bus, not 20 bytes per fit), else uploaded.
+            let kept = list_mirror(&n, rows);
+            let (mut djh, from_lists) = match kept {
+                Some(_) => {
+                    let (to, hs) = (offsets_u32(n.offsets()), offsets_u32(h.offsets()));
+                    (run.out::<u32>(n_jobs * FIT_HITS)?, Some((run.up(&to)?, run.up(&hs)?)))
+                }
+                None => (run.up(&fb.job_hits)?, None),
+            };
             let (mut dstate, mut dpt, mut dchi2) = (run.zeros::<f32>(5 * rows)?, run.zeros::<f32>(rows)?, run.zeros::<f32>(rows)?);
             let mut dout = run.out::<f32>(n_jobs * FIT_OUT)?;
             // The raw doubles are for the emulation tests; here a one-element stand-in.
             let mut draw = run.out::<f64>(1)?;
             run.mark()?;
+            if let (Some((loff, lhits, n_hits)), Some((dto, dhs))) = (kept, &from_lists) {
+                let (nj, ne) = (n_jobs as u32, batch.n_events() as u32);
+                let (vjr, vjn, vto, vhs) = (djr.view::<u32>(n_jobs), djn.view::<u8>(n_jobs), dto.view::<u32>(ne as usize + 1), dhs.view::<u32>(ne as usize + 1));
+                let (vlo, vlh, mut vjh) = (loff.view::<u32>(rows + 1), lhits.view::<u32>(n_hits), djh.view_mut::<u32>(n_jobs * FIT_HITS));
+                let mut l = Launch::new(&run, "fit_job_hits");
+                l.arg(&nj).arg(&vjr).arg(&vjn).arg(&ne).arg(&vto).arg(&vhs).arg(&vlo).arg(&vlh).arg(&mut vjh);
+                l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+            }
             {
                 let (vjh, vjn) = (djh.view::<u32>(n_jobs * FIT_HITS), djn.view::<u8>(n_jobs));
                 let (vx, vy, vz, vxe, vye, vd) =

@@ -143,15 +143,15 @@ impl Step for TrackQualityGpu {
         let (n_hits, n_cells) = (*qt.hit_off.last().unwrap_or(&0) as usize, *qt.cell_off.last().unwrap_or(&0) as usize);
         let (n_th, n_tc) = (v.hit_offsets[n_tup] as usize, v.cell_offsets[n_tup] as usize);
         let mut run = Run::start(c.gpu)?;
-        // The tuples' hits and cells and the fits' state, pT and χ² that the GPU `ca_ntuplets`
-        // and `track_fit` kept on the device; else (CPU steps, lists that are not the
-        // device's) uploads.
+        // The tuples' lists (offsets as u32: the same bits) and the fits' state, pT and χ²
+        // that the GPU `ca_ntuplets` and `track_fit` kept on the device; else (CPU steps,
+        // lists that are not the device's) uploads.
         let lists_from_zero = v.hit_offsets[0] == 0 && v.cell_offsets[0] == 0;
         let (nm, fm) = (mirror_of(&n).filter(|_| lists_from_zero), mirror_of(&f));
-        let (dto, dtho, dth) = (run.up(&qt.tup_off)?, run.up(&v.hit_offsets[..=n_tup])?, mirrored(&mut run, nm, "hits.values", &v.hits[..n_th])?);
+        let (dto, dtho, dth) = (run.up(&qt.tup_off)?, mirrored(&mut run, nm, "hits.offsets", &v.hit_offsets[..=n_tup])?, mirrored(&mut run, nm, "hits.values", &v.hits[..n_th])?);
         let (dst, dpt, dchi, dcuts) =
             (mirrored(&mut run, fm, "state", &v.state[..5 * n_tup])?, mirrored(&mut run, fm, "pt", &v.pt[..n_tup])?, mirrored(&mut run, fm, "chi2", &v.chi2[..n_tup])?, run.up(&cuts_table(&self.cfg.quality))?);
-        let (dco, dtco, dtc, dho) = (run.up(&qt.cell_off)?, run.up(&v.cell_offsets[..=n_tup])?, mirrored(&mut run, nm, "cells.values", &v.cells[..n_tc])?, run.up(&qt.hit_off)?);
+        let (dco, dtco, dtc, dho) = (run.up(&qt.cell_off)?, mirrored(&mut run, nm, "cells.offsets", &v.cell_offsets[..=n_tup])?, mirrored(&mut run, nm, "cells.values", &v.cells[..n_tc])?, run.up(&qt.hit_off)?);
         let ddead = if late { run.up(&qt.dead)? } else { run.zeros::<u8>(1)? };
         let base = run.up(&qt.list_base)?;
         let mut dq = run.up(&v.quality[..n_tup])?;

@@ -954,6 +954,36 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
             out.push(ntuplet_event(n, n_ev_cells, tup_total[e], lengths, hits, tc, con.dropped[e]).unwrap());
         }
     }
+    // What the step keeps on the device for `track_fit` and `track_quality` when every tuple
+    // found was stored: the search's hit and cell lists as they lie, and their offsets from
+    // one scan of the lengths over the batch (`seg_scan` with one segment, then
+    // `nt_list_offsets`), equal the product's lists.
+    if on_device && tup_total.iter().all(|&f| f <= n.max_tuples) && n_tuples > 0 {
+        let hits: Vec<u32> = out.iter().flat_map(|(t, _)| t.hits.iter().copied()).collect();
+        let cells: Vec<u32> = out.iter().flat_map(|(_, ca)| ca.tuple_cells.iter().copied()).collect();
+        assert!(hits == thits[..n_tuple_hits] && cells == tcells[..n_tuple_hits - n_tuples], "the kept lists are the product's");
+        let (first, total) = seg_scan_tiled(lib, mode, &tlen[..n_tuples], &[0, n_tuples as u32], EMU_TILE);
+        let (hoff, coff) = (Dev::new(7u32, n_tuples + 1), Dev::new(7u32, n_tuples + 1));
+        // SAFETY: as in `index_by`; first holds n_tuples values, total one.
+        unsafe {
+            type Offsets = unsafe extern "C" fn(u32, *const u32, *const u32, *mut u32, *mut u32);
+            let f: libloading::Symbol<Offsets> = lib.get(b"nt_list_offsets").unwrap();
+            let a = [p(&first), p(&total), hoff.ptr(), coff.ptr()];
+            elements(lib, mode, n_tuples + 1, || f(n_tuples as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+        }
+        let mut hw = vec![0u32];
+        let mut cw = vec![0u32];
+        for (t, ca) in &out {
+            for w in t.offsets.windows(2) {
+                hw.push(hw.last().unwrap() + w[1] - w[0]);
+            }
+            for w in ca.tuple_cell_offsets.windows(2) {
+                cw.push(cw.last().unwrap() + w[1] - w[0]);
+            }
+        }
+        assert_eq!(hoff.get(), hw, "hit list offsets");
+        assert_eq!(coff.get(), cw, "cell list offsets");
+    }
     let has_tuple: Vec<u8> = out.iter().flat_map(|(_, ca)| ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect::<Vec<_>>()).collect();
     if on_device {
         // The late fishbone reads the device's "carries a tuple" flags.
@@ -1206,6 +1236,29 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                 let a = [p(&job_row), p(&values), state.ptr(), pt.ptr(), chi2.ptr()];
                 elements(lib, mode, nj, || f(nj as u32, a[0] as _, a[1] as _, 1.0f32 / cfg.fit.b_field, a[2] as _, a[3] as _, a[4] as _));
             }
+            // The job table from the tuples' lists as the GPU `ca_ntuplets` keeps them (batch
+            // list offsets, event-local hits): the host's, slot for slot.
+            let (mut tup_off, mut list_off, mut list_hits) = (vec![0u32], vec![0u32], Vec::new());
+            for input in &inputs {
+                let t = &input.tuples;
+                tup_off.push(tup_off.last().unwrap() + t.len() as u32);
+                for i in 0..t.len() {
+                    list_hits.extend_from_slice(t.hits_of(i));
+                    list_off.push(list_hits.len() as u32);
+                }
+            }
+            let mut hit_start: Vec<u32> = starts.iter().map(|&x| x as u32).collect();
+            hit_start.push(b.x.len() as u32);
+            let job_hits = Dev::new(0u32, nj * FIT_HITS);
+            type Jobs = unsafe extern "C" fn(u32, *const u32, *const u8, u32, *const u32, *const u32, *const u32, *const u32, *mut u32);
+            // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds batch tuple
+            // rows, tup_off and hit_start n_events + 1 offsets, list_off rows + 1.
+            unsafe {
+                let f: libloading::Symbol<Jobs> = lib.get(b"fit_job_hits").unwrap();
+                let a = [p(&job_row), p(&fb.job_n), p(&tup_off), p(&hit_start), p(&list_off), p(&list_hits), job_hits.ptr()];
+                elements(lib, mode, nj, || f(nj as u32, a[0] as _, a[1] as _, inputs.len() as u32, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _));
+            }
+            assert_eq!(job_hits.get(), fb.job_hits, "{name} ({mode:?}): the job table from the device's lists");
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&state.get()), bits(&want_state), "{name} ({mode:?}): scattered state");
             assert_eq!(bits(&pt.get()), bits(&col("pt")), "{name} ({mode:?}): scattered pT");
