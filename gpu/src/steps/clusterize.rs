@@ -114,7 +114,8 @@ impl Step for ClusterizeGpu {
             let (mut vc, mut vbins, mut vfound) = (clus.view_mut::<i32>(n), bins.view_mut::<u32>(n), found.view_mut::<u32>(slots));
             let mut b = Launch::new(&run, "clusterize");
             b.arg(&vm).arg(&vx).arg(&vy).arg(&vf).arg(&ve).arg(&vb).arg(&mut vc).arg(&mut vbins).arg(&mut vfound);
-            b.launch(per_block(slots))?; // one block per slot, runs disjoint inside the batch
+            // One block per slot (runs disjoint inside the batch), of CLUSTER_BLOCK threads.
+            b.launch(LaunchConfig { grid_dim: (slots as u32, 1, 1), block_dim: (crate::kernels::CLUSTER_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
         let (st, tot, w, ov, ct) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&total, n_ev)?, run.queue::<u32>(&worst, n_ev)?, run.queue::<u32>(&over, n_ev)?, run.queue::<u64>(&cut, n_ev)?);
