@@ -37,6 +37,10 @@ pub const STATS_RUN: u32 = 16;
 /// Threads per hit of `cn_index_rank` (`CN_RANK_LANES`).
 pub const RANK_LANES: u32 = 16;
 
+/// Neighbours per cell that `cn_connect`'s count pass keeps (`CN_KEPT`), so that its write
+/// pass copies them for the cells that have no more instead of running the cuts again.
+pub const CONNECT_KEPT: usize = 2;
+
 /// Entries per event of the bin-start table: 10 layers × 128 bins, plus the end.
 pub const BIN_STARTS_PER_EVENT: usize = quiver_reco::tracks::doublets::N_LAYERS * quiver_reco::tracks::doublets::PHI_BINS + 1;
 
@@ -401,6 +405,7 @@ pub const CA_DOUBLETS_KERNELS: &[&str] =
 /// `track_quality` builds the same lists from the `ntuplets` product with these kernels.
 pub const CA_NTUPLETS: &str = concat!(block_scan_source!(), r#"
 #define CN_LAST_BPIX1_DET 96
+#define CN_KEPT 2
 #define CN_LAST_BARREL_DET 1184
 #define CN_SCAN_MAX 1024
 
@@ -519,20 +524,32 @@ __device__ __forceinline__ bool cn_dca_cut(float x1, float y1, float x2, float y
 }
 
 // One thread per cell o (batch-global): the cells starting on its outer hit that connect to
-// it, by ascending index. write == 0: count[o] = how many. write == 1: their event-local
-// indices from out[push_off[e] + first[o]] on, and the used flags of both cells.
+// it, by ascending index. write == 0: count[o] = how many, and the first CN_KEPT of them in
+// kept[o * CN_KEPT..]. write == 1: their event-local indices from out[push_off[e] + first[o]]
+// on, and the used flags of both cells; a cell with at most CN_KEPT copies the kept ones
+// (most cells: the tests are not run twice), the others run the tests again.
 extern "C" __global__ void cn_connect(
     u32 write, u32 n_cells, const u32* cell_off, u32 n_events, const u32* hit_off,
     const float* x, const float* y, const float* z, const float* r, const u16* det,
     const u32* inner, const u32* outer, const u8* listed, const u32* start, const u32* by_inner,
     float ptmin, float theta_barrel, float theta_forward, float dca_inner, float dca_outer, float hard_curv,
-    u32* count, const u32* first, const u32* push_off, u32* out, u8* used)
+    u32* count, const u32* first, const u32* push_off, u32* out, u8* used, u32* kept)
 {
     u32 o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= n_cells) return;
     if (!listed[o]) { if (!write) count[o] = 0u; return; }
     u32 e = cn_segment(cell_off, n_events, o);
     u32 hb = hit_off[e], cb = cell_off[e];
+    if (write && count[o] <= CN_KEPT) {
+        u32 c = count[o], at = push_off[e] + first[o];
+        for (u32 k = 0u; k < c; ++k) {
+            u32 idx = kept[(u64)o * CN_KEPT + k];
+            out[at + k] = idx;
+            used[cb + idx] = 1;
+        }
+        if (c > 0u) used[o] = 1;
+        return;
+    }
     u32 oi = hb + inner[o], h = hb + outer[o];
     float r1 = r[oi], z1 = z[oi], x1 = x[oi], y1 = y[oi];
     float max_dca = (u32)det[oi] < CN_LAST_BPIX1_DET ? dca_inner : dca_outer;
@@ -545,6 +562,7 @@ extern "C" __global__ void cn_connect(
         if (!cn_aligned_rz(r1, z1, r[ii], z[ii], r[io], z[io], ptmin, theta)) continue;
         if (!cn_dca_cut(x1, y1, x[ii], y[ii], x[io], y[io], max_dca, hard_curv)) continue;
         if (write) { out[push_off[e] + first[o] + n] = idx; used[ci] = 1; used[o] = 1; }
+        else if (n < CN_KEPT) kept[(u64)o * CN_KEPT + n] = idx;
         ++n;
     }
     if (!write) count[o] = n;
@@ -887,6 +905,7 @@ mod tests {
         };
         use quiver_reco::tracks::ntuplets::{LAST_BARREL_DET_INDEX, LAST_BPIX1_DET_INDEX};
         assert_eq!(cdef("CN_LAST_BPIX1_DET"), LAST_BPIX1_DET_INDEX.to_string());
+        assert_eq!(cdef("CN_KEPT"), CONNECT_KEPT.to_string());
         assert_eq!(cdef("CN_LAST_BARREL_DET"), LAST_BARREL_DET_INDEX.to_string());
         assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK);
         assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= 256, "the segmented scan's block (steps::SEG_BLOCK)");

@@ -18,7 +18,7 @@ use crate::resident::CudaMirror;
 use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
 use std::sync::Arc;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::{RANK_LANES, SCAN_BLOCK, STATS_RUN};
+use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
 use crate::steps::{blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run};
 
 /// One event's neighbour lists of the CA connect from what the device computed: for each
@@ -391,18 +391,21 @@ impl Step for CaNtupletsGpu {
         let (mut ncount, mut first, mut ntotal) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.out::<u32>(n_ev)?);
         let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         let mut used = run.zeros::<u8>(n_cells)?;
-        let connect = |run: &Run, write: u32, ncount: &mut crate::device::DeviceBuf, first: &crate::device::DeviceBuf, push_off: &crate::device::DeviceBuf, out: &mut crate::device::DeviceBuf, n_out: usize, used: &mut crate::device::DeviceBuf| -> Result<()> {
+        // The first neighbours of each cell, kept by the count pass for the write pass.
+        let mut kept = run.out::<u32>(n_cells * CONNECT_KEPT)?;
+        let connect = |run: &Run, write: u32, ncount: &mut crate::device::DeviceBuf, first: &crate::device::DeviceBuf, push_off: &crate::device::DeviceBuf, out: &mut crate::device::DeviceBuf, n_out: usize, used: &mut crate::device::DeviceBuf, kept: &mut crate::device::DeviceBuf| -> Result<()> {
             let (mut vn, vf, vpo, mut vout, mut vu) = (ncount.view_mut::<u32>(n_cells), first.view::<u32>(n_cells), push_off.view::<u32>(n_ev + 1), out.view_mut::<u32>(n_out.max(1)), used.view_mut::<u8>(n_cells));
+            let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
             let mut l = Launch::new(run, "cn_connect");
             l.arg(&write).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&vx).arg(&vy).arg(&vz).arg(&vr).arg(&vdet);
             l.arg(&vi).arg(&vo).arg(&vl).arg(&vsi).arg(&vbi);
             l.arg(&n.ptmin).arg(&n.ca_theta_cut_barrel).arg(&n.ca_theta_cut_forward).arg(&n.dca_cut_inner_triplet).arg(&n.dca_cut_outer_triplet).arg(&n.hard_curv_cut);
-            l.arg(&mut vn).arg(&vf).arg(&vpo).arg(&mut vout).arg(&mut vu);
+            l.arg(&mut vn).arg(&vf).arg(&vpo).arg(&mut vout).arg(&mut vu).arg(&mut vk);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))
         };
         {
             let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
-            connect(&run, 0, &mut ncount, &first, &no_off, &mut no_out, 1, &mut used)?;
+            connect(&run, 0, &mut ncount, &first, &no_off, &mut no_out, 1, &mut used, &mut kept)?;
         }
         let scan = |run: &mut Run, value: &crate::device::DeviceBuf, first: &mut crate::device::DeviceBuf, total: &mut crate::device::DeviceBuf| -> Result<()> {
             let (v, mut f, mut t) = (value.view::<u32>(n_cells), first.view_mut::<u32>(n_cells), total.view_mut::<u32>(n_ev));
@@ -424,7 +427,8 @@ impl Step for CaNtupletsGpu {
         let n_push = *push_off.last().unwrap_or(&0) as usize;
         let dpo = run.up(&push_off)?;
         let mut nbr = run.out::<u32>(n_push.max(1))?;
-        connect(&run, 1, &mut ncount, &first, &dpo, &mut nbr, n_push, &mut used)?;
+        connect(&run, 1, &mut ncount, &first, &dpo, &mut nbr, n_push, &mut used, &mut kept)?;
+        drop(kept);
 
         let mut dead = run.zeros::<u8>(n_cells)?;
         let fishbone_index = if n.early_fishbone || n.late_fishbone { Some(index(&mut run, &vo, 1)?) } else { None };

@@ -715,9 +715,12 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
         *const f32, *const f32, *const f32, *const f32, *const u16,
         *const u32, *const u32, *const u8, *const u32, *const u32,
         f32, f32, f32, f32, f32, f32,
-        *mut u32, *const u32, *const u32, *mut u32, *mut u8,
+        *mut u32, *const u32, *const u32, *mut u32, *mut u8, *mut u32,
     );
     let (ne, nc) = (n_ev as u32, n_cells as u32);
+    // The neighbours the count pass keeps for the write pass (stale values before it runs,
+    // which the write pass must never read).
+    let kept = Dev::new(0xdead_beefu32, (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1));
     let connect = |write: u32, push_off: &[u32], out: &Dev<u32>, used: &Dev<u8>| {
         // SAFETY: as in `index_by`.
         unsafe {
@@ -725,14 +728,14 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
             let a = [
                 p(cell_off), p(&hit_off), p(&b.x), p(&b.y), p(&b.z), p(&b.r), p(&b.det),
                 p(&cells.inner), p(&cells.outer), p(listed), p(&start), p(&by_inner),
-                ncount.ptr(), first.ptr(), p(push_off), out.ptr(), used.ptr(),
+                ncount.ptr(), first.ptr(), p(push_off), out.ptr(), used.ptr(), kept.ptr(),
             ];
             elements(lib, mode, n_cells, || {
                 f(
                     write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
                     a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _,
                     n.ptmin, n.ca_theta_cut_barrel, n.ca_theta_cut_forward, n.dca_cut_inner_triplet, n.dca_cut_outer_triplet, n.hard_curv_cut,
-                    a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _,
+                    a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _,
                 )
             });
         }
