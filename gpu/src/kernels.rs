@@ -26,6 +26,11 @@ pub const MODULE_BLOCK: u32 = 256;
 /// 3.6 kB per block). The kernel is written for any power of two up to `CLUS_SCAN_MAX`
 /// (the emulation tests run it with 1 and 8 threads).
 pub const CLUSTER_BLOCK: u32 = 64;
+/// Threads per block of `charge_cut` (one block per module run), for the same reason as
+/// [`CLUSTER_BLOCK`]: 8 kB of shared memory per block, so 27 blocks of 64 fit an SM where 8
+/// of 256 did. `rechits` keeps [`MODULE_BLOCK`]: its 36 kB per block allow 6 blocks per SM
+/// whatever their size, and fewer threads would only lengthen each.
+pub const CUT_BLOCK: u32 = 64;
 /// Threads per block of the per-element kernels.
 pub const ELEMENT_BLOCK: u32 = 256;
 

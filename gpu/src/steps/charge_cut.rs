@@ -202,7 +202,8 @@ impl Step for ChargeCutGpu {
             let mut b = Launch::new(&run, "charge_cut");
             b.arg(&mut vm).arg(&mut vc).arg(&va).arg(&vf).arg(&ve).arg(&vn).arg(&vmod);
             b.arg(&mx).arg(&l1).arg(&cf.min_charge_l1).arg(&cf.min_charge).arg(&mut vncl);
-            b.launch(per_block(n_runs))?; // one block per run, disjoint spans
+            // One block per run (disjoint spans), of CUT_BLOCK threads.
+            b.launch(LaunchConfig { grid_dim: (n_runs as u32, 1, 1), block_dim: (crate::kernels::CUT_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
         let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u32>(HIT_MODULES, &ncl, n_runs)?);
