@@ -56,17 +56,7 @@ else
 fi
 
 # NVRTC: use the CUDA toolkit's when it is not already on the loader path.
-if [ -z "${QUIVER_NVRTC:-}" ]; then
-    for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-             /usr/lib/x86_64-linux-gnu .venv/lib/python3*/site-packages/nvidia/cu13/lib \
-             /opt/*/.venv/lib/python3*/site-packages/nvidia/cu13/lib; do
-        if [ -e "$d/libnvrtc.so.13" ]; then
-            QUIVER_NVRTC="$(cd "$d" && pwd)"
-            export QUIVER_NVRTC
-            break
-        fi
-    done
-fi
+. scripts/gpu-nvrtc.sh
 echo "QUIVER_NVRTC=${QUIVER_NVRTC:-<loader path>}"
 
 say "build"

@@ -20,11 +20,7 @@ EVENTS="${GPU_PROFILE_EVENTS:-48}"
 BATCH="${GPU_PROFILE_BATCH:-16}"
 NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
 [ -x "$NCU" ] || { echo "error: Nsight Compute (ncu) not found; set NCU=/path/to/ncu" >&2; exit 1; }
-if [ -z "${QUIVER_NVRTC:-}" ]; then
-    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib .venv/lib/python3*/site-packages/nvidia/cu13/lib; do
-        if [ -e "$d/libnvrtc.so.13" ]; then QUIVER_NVRTC="$(cd "$d" && pwd)"; export QUIVER_NVRTC; break; fi
-    done
-fi
+. scripts/gpu-nvrtc.sh
 if [ -n "${QUIVER_BIN:-}" ]; then
     BIN="$QUIVER_BIN"
 else

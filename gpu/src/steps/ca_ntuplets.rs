@@ -19,7 +19,7 @@ use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
 use std::sync::Arc;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
-use crate::steps::{blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run};
+use crate::steps::{batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run};
 
 /// One event's neighbour lists of the CA connect from what the device computed: for each
 /// cell, the number of cells that connect to it (`count`) and those cells by ascending index
@@ -195,11 +195,6 @@ impl CaNtupletsGpu {
     pub fn new(cfg: &StepConfig, common: Common, ca: CaConfig) -> Result<Self> {
         Ok(CaNtupletsGpu { hits: cfg.input("hits")?, doublets: cfg.input("doublets")?, cfg: ca, common })
     }
-}
-
-/// Batch offsets (`n_events + 1`, u32) from a product's per-event offsets.
-fn batch_offsets(o: &arrow_buffer::OffsetBuffer<i32>) -> Vec<u32> {
-    o.iter().map(|&v| v as u32).collect()
 }
 
 /// Exclusive prefix sum with the total appended (`n + 1` entries).

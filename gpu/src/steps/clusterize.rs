@@ -72,7 +72,7 @@ impl Step for ClusterizeGpu {
         }
         let n_ev = batch.n_events();
         let slots = n_ev * MAX_NUM_MODULES;
-        let offsets: Vec<u32> = d.offsets().iter().map(|&o| o as u32).collect();
+        let offsets = batch_offsets(d.offsets());
         let mut run = Run::start(c.gpu)?;
         let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
         let din = cuda(&on_dev);

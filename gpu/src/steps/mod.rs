@@ -366,6 +366,12 @@ fn close_copy(
     Ok(())
 }
 
+/// Batch offsets (`n_events + 1`, u32, as the kernels read them) from a product's per-event
+/// offsets (non-negative by construction).
+pub(crate) fn batch_offsets(o: &arrow_buffer::OffsetBuffer<i32>) -> Vec<u32> {
+    o.iter().map(|&v| v as u32).collect()
+}
+
 /// Puts a step's downloads of the products it published ([`Run::finish`]) in the run
 /// summary's residency table: made on the device, one download per product and batch with
 /// its bytes and the copies' device time.

@@ -19,7 +19,7 @@ use crate::device::upload_condition;
 use crate::resident::CudaMirror;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
-use crate::steps::{blocks, fallback, record_results, Common, HostDets, Launch, Run};
+use crate::steps::{batch_offsets, blocks, fallback, record_results, Common, HostDets, Launch, Run};
 
 /// A batch's fits for the kernel: every event's jobs (the CPU's, in its order) and the job
 /// table (`FIT_HITS` batch hit indices per job, the fitted hit count per job).
@@ -84,11 +84,6 @@ fn list_mirror(n: &quiver_columnar::Product, rows: usize) -> Option<(&Arc<crate:
     Some((m.part::<u32>("hits.offsets", rows + 1)?, m.part::<u32>("hits.values", n_hits)?, n_hits))
 }
 
-/// Per-event offsets as the kernels read them (non-negative by construction).
-fn offsets_u32(o: &arrow_buffer::OffsetBuffer<i32>) -> Vec<u32> {
-    o.iter().map(|&x| x as u32).collect()
-}
-
 /// The GPU `track_fit` step.
 pub(crate) struct TrackFitGpu {
     hits: ProductKey,
@@ -147,7 +142,7 @@ impl Step for TrackFitGpu {
             let kept = list_mirror(&n, rows);
             let (mut djh, from_lists) = match kept {
                 Some(_) => {
-                    let (to, hs) = (offsets_u32(n.offsets()), offsets_u32(h.offsets()));
+                    let (to, hs) = (batch_offsets(n.offsets()), batch_offsets(h.offsets()));
                     (run.out::<u32>(n_jobs * FIT_HITS)?, Some((run.up(&to)?, run.up(&hs)?)))
                 }
                 None => (run.up(&fb.job_hits)?, None),
