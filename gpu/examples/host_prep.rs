@@ -151,19 +151,20 @@ impl Step for LocalPrep {
                 std::hint::black_box(quiver_reco::local::clusterize::module_runs(m, x, y, quiver_reco::local::MAX_PIX_IN_MODULE).map_err(|e| quiver_columnar::Error::data(e.to_string()))?);
                 std::hint::black_box(quiver_reco::capacity::records::pixel_runs(m, quiver_reco::local::MAX_PIX_IN_MODULE));
             }
-            let ends = |module: &[u16], first: &[u32], run_module: &[u32], limit: &[u32]| -> Vec<u32> {
+            let ends = |module: &[u16], first: &[u32], run_module: &[u16], limit: &[u32]| -> Vec<u32> {
                 let invalid = quiver_reco::local::INVALID_MODULE;
                 (0..first.len())
                     .map(|k| {
-                        let (f, lim, me) = (first[k] as usize, limit[k] as usize, run_module[k] as u16);
+                        let (f, lim, me) = (first[k] as usize, limit[k] as usize, run_module[k]);
                         (f..lim).find(|&i| module[i] != invalid && module[i] != me).unwrap_or(lim) as u32
                     })
                     .collect()
             };
-            let cut_module: Vec<u32> = cut.module.iter().map(|&x| x as u32).collect();
-            std::hint::black_box(ends(m, &cut.first, &cut_module, &cut.limit));
+            std::hint::black_box(ends(m, &cut.first, &cut.module, &cut.limit));
             std::hint::black_box(ends(values::<UInt16Type>(&cd, "module")?, &hits.first, &hits.module, &hits.limit));
         }
+        // What `rechits` uploads after a GPU clusterize: each run slot's clusters and first hit.
+        std::hint::black_box(hits.per_slot(n_ev * quiver_reco::local::MAX_NUM_MODULES));
         std::hint::black_box((cut, hits));
         Ok(())
     }

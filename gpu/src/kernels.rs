@@ -364,6 +364,8 @@ extern "C" __global__ void clusterize(
 /// - `run_check`, `run_ends`: the charge cut's and `rechits`' run spans from a module table
 ///   (the CPU's `find` of the next valid digi of another module); `run_check` tells whether
 ///   every table row's first digi is of its module, which the host's spans assume.
+/// - `slot_ends`: the same spans over the run slots that `mr_fill` wrote, which a GPU
+///   `clusterize` keeps on the device with its module table (no table crosses the bus).
 pub const MODULE_RUNS: &str = r#"
 __device__ __forceinline__ u32 mr_event(const u32* event_offsets, u32 n_events, u32 g) {
     u32 lo = 0u, hi = n_events;
@@ -428,13 +430,28 @@ extern "C" __global__ void run_check(const u16* module, u32 n_rows, const u32* r
 
 // Run r's end: from run_first[r], the first valid digi of another module than run_module[r]
 // before run_limit[r] (its event's end), else run_limit[r].
-extern "C" __global__ void run_ends(const u16* module, u32 n_runs, const u32* run_first, const u32* run_module, const u32* run_limit, u32* run_end)
+extern "C" __global__ void run_ends(const u16* module, u32 n_runs, const u32* run_first, const u16* run_module, const u32* run_limit, u32* run_end)
 {
     u32 r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n_runs) return;
     u32 m = run_module[r], lim = run_limit[r], j = run_first[r];
     while (j < lim && (module[j] == INVALID_MODULE || module[j] == m)) ++j;
     run_end[r] = j;
+}
+
+// Slot s (event s / slots_per_event): as run_ends up to its event's end, for the slots with
+// clusters; a slot without any is an empty span at its first digi.
+extern "C" __global__ void slot_ends(const u16* module, u32 n_slots, u32 slots_per_event, const u32* slot_first, const u16* slot_module,
+    const u32* slot_nclus, const u32* event_offsets, u32* slot_end)
+{
+    u32 s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= n_slots) return;
+    u32 j = slot_first[s];
+    if (slot_nclus[s] != 0u) {
+        u32 m = slot_module[s], lim = event_offsets[s / slots_per_event + 1u];
+        while (j < lim && (module[j] == INVALID_MODULE || module[j] == m)) ++j;
+    }
+    slot_end[s] = j;
 }
 "#;
 
@@ -491,7 +508,8 @@ extern "C" __global__ void charge_cut(
 }
 "#;
 
-/// rechits: one block per module run with clusters. Pass 1 finds each cluster's row and
+/// rechits: one block per module run (or run slot: a slot without clusters returns at once;
+/// the beam spot per run, or per event of `beam_stride` slots). Pass 1 finds each cluster's row and
 /// column range (atomic min/max), pass 2 sums charges on its edges (atomic adds, exact in
 /// i32), then one thread per cluster computes the CPE "fast" position, errors, global
 /// position and `iphi` with the CPU's float operations in the CPU's order.
@@ -550,8 +568,8 @@ __device__ short atan2s(float y, float x) {
 
 extern "C" __global__ void rechits(
     const u16* module, const i32* clus, const u16* xx, const u16* yy, const u16* adc,
-    const u32* run_first, const u32* run_end, const u32* run_nclus, const u32* run_me, const u32* run_hit,
-    const float* run_bs, const float* det, float thickness_b, float thickness_e, float pitch_x, float pitch_y,
+    const u32* run_first, const u32* run_end, const u32* run_nclus, const u16* run_me, const u32* run_hit,
+    const float* beam, u32 beam_stride, const float* det, float thickness_b, float thickness_e, float pitch_x, float pitch_y,
     float* x_local, float* y_local, float* xerr_local, float* yerr_local,
     float* x_global, float* y_global, float* z_global, float* r_global,
     short* iphi, i32* charge, short* size_x, short* size_y, u16* det_index, u32* status)
@@ -562,6 +580,7 @@ extern "C" __global__ void rechits(
     __shared__ i32 q_f_y[MAX_CLUS_PER_MODULE], q_l_y[MAX_CLUS_PER_MODULE], q_sum[MAX_CLUS_PER_MODULE];
     u32 r = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     u32 first = run_first[r], end = run_end[r], nclus = run_nclus[r], me = run_me[r];
+    if (nclus == 0u) return;   // a slot without clusters (the whole block)
     for (u32 c = tid; c < nclus; c += nt) {
         min_row[c] = 0xffffffffu; max_row[c] = 0u; min_col[c] = 0xffffffffu; max_col[c] = 0u;
         q_f_x[c] = 0; q_l_x[c] = 0; q_f_y[c] = 0; q_l_y[c] = 0; q_sum[c] = 0;
@@ -590,7 +609,9 @@ extern "C" __global__ void rechits(
     }
     __syncthreads();
     const float* d = det + (u64)me * DET_STRIDE;
-    const float bsx = run_bs[3 * r], bsy = run_bs[3 * r + 1], bsz = run_bs[3 * r + 2];
+    // The beam spot of the run's event: one per run, or one per event of beam_stride slots.
+    const float* bs = beam + 3u * (beam_stride != 0u ? r / beam_stride : r);
+    const float bsx = bs[0], bsy = bs[1], bsz = bs[2];
     for (u32 c = tid; c < nclus; c += nt) {
         if (min_row[c] == 0xffffffffu) continue;   // no pixel: the slot stays empty
         u32 h = run_hit[r] + c;
@@ -646,7 +667,7 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     ("raw_to_digis", RAW_TO_DIGIS, &["raw_to_digis"]),
     ("calibrate", CALIBRATE, &["calibrate"]),
     ("clusterize", CLUSTERIZE, &["clus_init", "clusterize"]),
-    ("module_runs", MODULE_RUNS, &["mr_flag", "mr_fill", "run_check", "run_ends"]),
+    ("module_runs", MODULE_RUNS, &["mr_flag", "mr_fill", "run_check", "run_ends", "slot_ends"]),
     ("cluster_charge_cut", CHARGE_CUT, &["charge_cut"]),
     ("rechits", RECHITS, &["rechits"]),
     ("ca_doublets", crate::kernels_ca::CA_DOUBLETS, crate::kernels_ca::CA_DOUBLETS_KERNELS),
@@ -796,7 +817,7 @@ mod tests {
             }
         }
         assert_eq!(signature("charge_cut").unwrap().len(), 12);
-        assert_eq!(signature("rechits").unwrap().len(), 30);
+        assert_eq!(signature("rechits").unwrap().len(), 31);
         assert_eq!(signature("raw_to_digis").unwrap().len(), 25);
         assert_eq!(signature("calibrate").unwrap()[..4], ["u16*", "u16*", "u16*", "u16*"]);
     }

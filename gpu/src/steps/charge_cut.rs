@@ -1,6 +1,8 @@
-//! GPU `cluster_charge_cut`: the runs from the module table on the host, their ends on the
-//! device (`run_ends`); cut and renumbering on the device, one block per run; the hit-module
-//! table on the host. The clustered digis stay on the device.
+//! GPU `cluster_charge_cut`: the runs checked on the host from the module table; their ends,
+//! the cut and the renumbering on the device, one block per run; the hit-module table on the
+//! host. After a GPU `clusterize` the runs are its run slots, kept on the device
+//! (`clusterize::run_slots`: no table crosses the bus); otherwise the host's runs are
+//! uploaded (`run_ends`, `run_check`). The clustered digis stay on the device.
 
 use super::*;
 
@@ -65,6 +67,9 @@ pub struct CutRuns {
     /// checks it, and where one is not the step takes the CPU's path.
     pub row_first: Vec<u32>,
     pub row_module: Vec<u16>,
+    /// Per launched run, the slot of its table row among a GPU `clusterize`'s run slots:
+    /// `e · MAX_NUM_MODULES + r` for row `r` of event `e`.
+    pub slot: Vec<u32>,
     /// Per event: clusters per module id before the cut, modules of the launched runs, and
     /// the input table's module ids and first digis.
     events: Vec<CutEvent>,
@@ -86,12 +91,12 @@ type CutEvent = (Vec<u32>, Vec<u16>, Vec<u16>, Vec<u32>);
 /// let (ids, firsts, counts) = ([7u16, 9], [0u32, 4], [3u32, 0]);
 /// let r = cut_runs(&[5..15], &[(&ids, &firsts, &counts)]).unwrap();
 /// assert_eq!((r.first, r.limit, r.nclus, r.module), (vec![5], vec![15], vec![3], vec![7]));
-/// assert_eq!((r.row_first, r.row_module), (vec![5, 9], vec![7, 9]));
+/// assert_eq!((r.row_first, r.row_module, r.slot), (vec![5, 9], vec![7, 9], vec![0]));
 /// assert!(cut_runs(&[5..15], &[(&ids, &[4u32, 0], &counts)]).is_none()); // out of order
 /// ```
 pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])]) -> Option<CutRuns> {
     let mut out = CutRuns::default();
-    for (r, &(ids, firsts, counts)) in rows.iter().zip(tables) {
+    for (e, (r, &(ids, firsts, counts))) in rows.iter().zip(tables).enumerate() {
         let (base, ne) = (r.start, r.len());
         if ids.len() != firsts.len() {
             return None;
@@ -103,7 +108,7 @@ pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u3
         let mut seen = vec![false; MAX_NUM_MODULES];
         let mut prev_first: Option<usize> = None;
         let mut launched = Vec::new();
-        for (&this, &first) in ids.iter().zip(firsts) {
+        for (row, (&this, &first)) in ids.iter().zip(firsts).enumerate() {
             let first = first as usize;
             if first >= ne || prev_first.is_some_and(|p| p >= first) {
                 return None;
@@ -125,6 +130,7 @@ pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u3
             out.limit.push((base + ne) as u32);
             out.nclus.push(n_in_module[this as usize]);
             out.module.push(this);
+            out.slot.push(u32::try_from(e * MAX_NUM_MODULES + row).ok()?);
         }
         out.events.push((n_in_module, launched, ids.to_vec(), firsts.to_vec()));
     }
@@ -170,43 +176,61 @@ impl Step for ChargeCutGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let Some(plan) = cut_runs(&rows, &tables) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        let (rf, rl, rn, rm) = (&plan.first, &plan.limit, &plan.nclus, &plan.module);
-        let (n_runs, n_rows) = (rf.len(), plan.row_first.len());
-        let rm32: Vec<u32> = rm.iter().map(|&x| x as u32).collect();
+        let slots = super::clusterize::run_slots(&m, batch.n_events(), true);
         let mut run = Run::start(c.gpu)?;
         let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
         let dm_in = cuda(&dig_dev).column("module")?;
         // The cut renumbers in place: private copies, the inputs' device columns stay intact.
         let (mut dm, mut dc) = (run.copy::<u16>(dm_in, n)?, run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?);
         let da = cuda(&dig_dev).column("charge")?;
-        let (drf, drl, drn, drm, drm32) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rm)?, run.up(&rm32)?);
-        let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
         let mut status = run.zeros::<u32>(1)?;
-        let (mut ncl, mut dre) = (run.out::<u32>(n_runs.max(1))?, run.out::<u32>(n_runs.max(1))?);
-        run.mark()?;
         let vin = dm_in.view::<u16>(n);
-        if n_rows > 0 {
-            let (vf, vm, mut vst) = (drow_f.view::<u32>(n_rows), drow_m.view::<u16>(n_rows), status.view_mut::<u32>(1));
-            Launch::new(&run, "run_check").arg(&vin).arg(&(n_rows as u32)).arg(&vf).arg(&vm).arg(&mut vst).launch(blocks(n_rows, ELEMENT_BLOCK))?;
-        }
-        if n_runs > 0 {
-            {
-                let (vf, vm, vl, mut ve) = (drf.view::<u32>(n_runs), drm32.view::<u32>(n_runs), drl.view::<u32>(n_runs), dre.view_mut::<u32>(n_runs));
-                Launch::new(&run, "run_ends").arg(&vin).arg(&(n_runs as u32)).arg(&vf).arg(&vm).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+        // The runs: a GPU clusterize's slots (its table rows, checked by construction), else
+        // the host's, uploaded with the rows to check.
+        let (first, end, nclus, module, n_blocks) = match &slots {
+            Some(s) => {
+                let clusters = s.clusters.expect("asked for");
+                let mut ends = run.out::<u32>(s.n_slots)?;
+                run.mark()?;
+                let (vf, vm, vn, vo, mut ve) =
+                    (s.first.view::<u32>(s.n_slots), s.module.view::<u16>(s.n_slots), clusters.view::<u32>(s.n_slots), s.events.view::<u32>(batch.n_events() + 1), ends.view_mut::<u32>(s.n_slots));
+                let (ns, per) = (s.n_slots as u32, MAX_NUM_MODULES as u32);
+                Launch::new(&run, "slot_ends").arg(&vin).arg(&ns).arg(&per).arg(&vf).arg(&vm).arg(&vn).arg(&vo).arg(&mut ve).launch(blocks(s.n_slots, ELEMENT_BLOCK))?;
+                (s.first.clone(), Arc::new(ends), clusters.clone(), s.module.clone(), s.n_slots)
             }
+            None => {
+                let (rf, rl, rn, rm) = (&plan.first, &plan.limit, &plan.nclus, &plan.module);
+                let (n_runs, n_rows) = (rf.len(), plan.row_first.len());
+                let (drf, drl, drn, drm) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rm)?);
+                let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
+                let mut dre = run.out::<u32>(n_runs.max(1))?;
+                run.mark()?;
+                if n_rows > 0 {
+                    let (vf, vm, mut vst) = (drow_f.view::<u32>(n_rows), drow_m.view::<u16>(n_rows), status.view_mut::<u32>(1));
+                    Launch::new(&run, "run_check").arg(&vin).arg(&(n_rows as u32)).arg(&vf).arg(&vm).arg(&mut vst).launch(blocks(n_rows, ELEMENT_BLOCK))?;
+                }
+                if n_runs > 0 {
+                    let (vf, vm, vl, mut ve) = (drf.view::<u32>(n_runs), drm.view::<u16>(n_runs), drl.view::<u32>(n_runs), dre.view_mut::<u32>(n_runs));
+                    Launch::new(&run, "run_ends").arg(&vin).arg(&(n_runs as u32)).arg(&vf).arg(&vm).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+                }
+                (Arc::new(drf), Arc::new(dre), Arc::new(drn), Arc::new(drm), n_runs)
+            }
+        };
+        let mut ncl = run.out::<u32>(n_blocks.max(1))?;
+        if n_blocks > 0 {
             let cf = &self.cfg;
             let (mx, l1) = (cf.max_clusters_per_module, cf.l1_modules as u32);
             let (mut vm, mut vc, va) = (dm.view_mut::<u16>(n), dc.view_mut::<i32>(n), da.view::<u16>(n));
-            let (vf, ve, vn, vmod) = (drf.view::<u32>(n_runs), dre.view::<u32>(n_runs), drn.view::<u32>(n_runs), drm.view::<u16>(n_runs));
-            let mut vncl = ncl.view_mut::<u32>(n_runs);
+            let (vf, ve, vn, vmod) = (first.view::<u32>(n_blocks), end.view::<u32>(n_blocks), nclus.view::<u32>(n_blocks), module.view::<u16>(n_blocks));
+            let mut vncl = ncl.view_mut::<u32>(n_blocks);
             let mut b = Launch::new(&run, "charge_cut");
             b.arg(&mut vm).arg(&mut vc).arg(&va).arg(&vf).arg(&ve).arg(&vn).arg(&vmod);
             b.arg(&mx).arg(&l1).arg(&cf.min_charge_l1).arg(&cf.min_charge).arg(&mut vncl);
-            // One block per run (disjoint spans), of CUT_BLOCK threads.
-            b.launch(LaunchConfig { grid_dim: (n_runs as u32, 1, 1), block_dim: (crate::kernels::CUT_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
+            // One block per run or slot (disjoint spans), of CUT_BLOCK threads.
+            b.launch(LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (crate::kernels::CUT_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
         }
         run.mark()?;
-        let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u32>(HIT_MODULES, &ncl, n_runs)?);
+        let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u32>(HIT_MODULES, &ncl, n_blocks)?);
         let (st, hn) = (run.take(st)?, run.take(hn)?);
         let results = run.finish(&c.stats)?;
         if st[0] != 0 {
@@ -214,7 +238,11 @@ impl Step for ChargeCutGpu {
         }
         // As the CPU step: a capped module's count is the clusters kept, never above the cap.
         let cap = self.cfg.max_clusters_per_module;
-        let tables: Vec<ModuleTable> = plan.tables(&hn).into_iter().map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect())).collect();
+        let kept: Vec<u32> = match &slots {
+            Some(_) => plan.slot.iter().map(|&k| hn[k as usize]).collect(),
+            None => hn.to_vec(),
+        };
+        let tables: Vec<ModuleTable> = plan.tables(&kept).into_iter().map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect())).collect();
         let overflows = (0..batch.n_events())
             .map(|e| Ok(records::cluster_counts(table_rows(&m, e)?.2, cap).into_iter().collect()))
             .collect::<Result<Vec<_>>>()?;
@@ -222,6 +250,14 @@ impl Step for ChargeCutGpu {
         let on_device = device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
         batch.put(Product::on_device(schema(CLUSTERED_DIGIS), d.offsets().clone(), n, on_device)?)?;
         publish_modules(batch, HIT_MODULES, &tables)?;
+        if let Some(s) = &slots {
+            // Same rows as the cluster table: `rechits` reads its runs from the same slots.
+            let kept = crate::resident::CudaMirror::new()
+                .with::<u32>(super::clusterize::SLOT_FIRST, s.first.clone(), s.n_slots)?
+                .with::<u16>(super::clusterize::SLOT_MODULE, s.module.clone(), s.n_slots)?
+                .with::<u32>(super::clusterize::EVENT_DIGIS, s.events.clone(), batch.n_events() + 1)?;
+            batch.attach_device(HIT_MODULES, Arc::new(kept))?;
+        }
         record_results(batch, &results)?;
         publish_overflows(batch, overflows)
     }

@@ -49,6 +49,44 @@ pub fn cluster_tables(per_event: &[Vec<(u32, u16)>], found: &[u32]) -> Option<Ve
     Some(tables)
 }
 
+/// Mirror parts of a GPU `clusterize`'s `cluster_modules` (and the GPU charge cut's
+/// `hit_modules`, which keeps its rows): the run slots `mr_fill` wrote, `MAX_NUM_MODULES`
+/// per event, row `r` of event `e`'s table in slot `e · MAX_NUM_MODULES + r` (the slots past
+/// the event's rows are empty); and the events' digi offsets in the batch.
+pub(super) const SLOT_FIRST: &str = "slot.first";
+pub(super) const SLOT_MODULE: &str = "slot.module";
+/// The clusters each slot's run found (`cluster_modules` only).
+pub(super) const SLOT_CLUSTERS: &str = "slot.clusters";
+pub(super) const EVENT_DIGIS: &str = "event.digis";
+
+/// The run slots a module table's mirror holds ([`SLOT_FIRST`]…): batch first digi (u32)
+/// and module (u16) per slot, the events' digi offsets (u32), and the clusters found per
+/// slot when `clusters`; `None` when the product has no such mirror or its tables do not
+/// fit the slots (the step then uploads tables built on the host).
+pub(super) struct RunSlots<'a> {
+    pub first: &'a Arc<DeviceBuf>,
+    pub module: &'a Arc<DeviceBuf>,
+    pub events: &'a Arc<DeviceBuf>,
+    pub clusters: Option<&'a Arc<DeviceBuf>>,
+    pub n_slots: usize,
+}
+
+pub(super) fn run_slots(table: &Product, n_events: usize, clusters: bool) -> Option<RunSlots<'_>> {
+    let m = crate::resident::mirror_of(table)?;
+    if (0..n_events).any(|e| table.event_rows(e).len() > MAX_NUM_MODULES) {
+        return None;
+    }
+    let n_slots = n_events * MAX_NUM_MODULES;
+    let clusters = if clusters { Some(m.part::<u32>(SLOT_CLUSTERS, n_slots)?) } else { None };
+    Some(RunSlots {
+        first: m.part::<u32>(SLOT_FIRST, n_slots)?,
+        module: m.part::<u16>(SLOT_MODULE, n_slots)?,
+        events: m.part::<u32>(EVENT_DIGIS, n_events + 1)?,
+        clusters,
+        n_slots,
+    })
+}
+
 pub(crate) struct ClusterizeGpu {
     input: ProductKey,
     max_pix: usize,
@@ -140,6 +178,14 @@ impl Step for ClusterizeGpu {
         let on_device = device_columns(c.gpu, PIXEL_CLUSTERS, n, vec![dm.clone(), Arc::new(clus)])?;
         batch.put(Product::on_device(schema(PIXEL_CLUSTERS), d.offsets().clone(), n, on_device)?)?;
         publish_modules(batch, CLUSTER_MODULES, &tables)?;
+        // The run slots stay on the device: the GPU charge cut and `rechits` read their
+        // runs there instead of uploading tables built from the host's.
+        let slots_kept = crate::resident::CudaMirror::new()
+            .with::<u32>(SLOT_FIRST, Arc::new(rf), slots)?
+            .with::<u16>(SLOT_MODULE, Arc::new(rm), slots)?
+            .with::<u32>(SLOT_CLUSTERS, Arc::new(found), slots)?
+            .with::<u32>(EVENT_DIGIS, Arc::new(dof), n_ev + 1)?;
+        batch.attach_device(CLUSTER_MODULES, Arc::new(slots_kept))?;
         record_results(batch, &results)?;
         let overflows = (0..n_ev).map(|e| records::pixel_run_stats(w[e] as u64, ov[e], ct[e], self.max_pix).into_iter().collect()).collect();
         publish_overflows(batch, overflows)

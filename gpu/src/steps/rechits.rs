@@ -1,6 +1,8 @@
 //! GPU `rechits`: hit offsets and runs from the module table on the host, the runs' ends on
-//! the device (`run_ends`); cluster sums, CPE, global position and `iphi` on the device, one
-//! block per run. The hits stay on the device with a host copy of their detIndex.
+//! the device (`run_ends`, or `slot_ends` over the run slots a GPU `clusterize` kept, when
+//! only each slot's clusters and first hit cross the bus); cluster sums, CPE, global
+//! position and `iphi` on the device, one block per run. The hits stay on the device with a
+//! host copy of their detIndex.
 
 use super::*;
 
@@ -19,13 +21,35 @@ pub fn det_table(cpe: &CpeParams) -> Vec<f32> {
     t
 }
 
-/// One module run of an event for the `rechits` kernel: first digi (event-local; its end is
-/// found on the device), clusters, module, first hit (event-local).
-pub type HitRun = (usize, u32, u32, u32);
+/// One module run of an event for the `rechits` kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HitRun {
+    /// First digi, event-local (its end is found on the device).
+    pub first: usize,
+    /// Clusters, at most the module's hit slots.
+    pub nclus: u32,
+    pub module: u16,
+    /// First hit, event-local.
+    pub hit: u32,
+    /// The module table's row.
+    pub row: usize,
+}
 
 /// The runs the CPU core would process for one event of `n` digis and its hit count, from
 /// the module table (`module_start`, `module_id`, clusters per module id) alone, or `None`
 /// where the device path does not apply (the CPU reports an error, or a module repeats).
+///
+/// ```
+/// use quiver_gpu::steps::{hit_runs, HitRun};
+/// // Rows: module 7 from digi 0 (2 clusters), module 3 from digi 4 (none), module 5 from 6 (1).
+/// let mut n_in_module = vec![0u32; 2000];
+/// (n_in_module[7], n_in_module[5]) = (2, 1);
+/// let (runs, n_hits) = hit_runs(9, &[3, 0, 4, 6], &[7, 3, 5], &n_in_module, 1856).unwrap();
+/// assert_eq!(n_hits, 3);
+/// // Hits are numbered by module id: module 5's first, then module 7's.
+/// assert_eq!(runs, vec![HitRun { first: 0, nclus: 2, module: 7, hit: 1, row: 0 }, HitRun { first: 6, nclus: 1, module: 5, hit: 0, row: 2 }]);
+/// assert!(hit_runs(9, &[3, 0, 4, 6], &[7, 3, 7], &n_in_module, 1856).is_none()); // module 7 twice
+/// ```
 pub fn hit_runs(n: usize, module_start: &[u32], module_id: &[u32], n_in_module: &[u32], n_det: usize) -> Option<(Vec<HitRun>, u32)> {
     let cms = quiver_reco::local::charge_cut::hits_module_start(n_in_module, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS);
     if cms.windows(2).any(|w| w[1] < w[0]) {
@@ -47,7 +71,7 @@ pub fn hit_runs(n: usize, module_start: &[u32], module_id: &[u32], n_in_module: 
             return None; // two runs would write the same hit slots
         }
         let first = (*module_start.get(1 + run)? as usize).min(n);
-        runs.push((first, nclus, me as u32, cms[me]));
+        runs.push(HitRun { first, nclus, module: me as u16, hit: cms[me], row: run });
     }
     Some((runs, cms[MAX_NUM_MODULES]))
 }
@@ -60,11 +84,33 @@ pub struct HitRuns {
     pub first: Vec<u32>,
     pub limit: Vec<u32>,
     pub nclus: Vec<u32>,
-    pub module: Vec<u32>,
+    pub module: Vec<u16>,
     pub hit: Vec<u32>,
     /// x, y, z per run.
     pub beam: Vec<f32>,
     pub hits_per_event: Vec<usize>,
+    /// The run's slot among a GPU `clusterize`'s run slots (`e · MAX_NUM_MODULES` + its
+    /// table row).
+    pub slot: Vec<u32>,
+}
+
+impl HitRuns {
+    /// Per slot of `n_slots`, the run's clusters and first batch hit (both 0 where no run).
+    ///
+    /// ```
+    /// use quiver_gpu::steps::HitRuns;
+    /// let r = HitRuns { nclus: vec![2, 1], hit: vec![5, 0], slot: vec![3, 1], ..HitRuns::default() };
+    /// assert_eq!(r.per_slot(4), Some((vec![0, 1, 0, 2], vec![0, 0, 0, 5])));
+    /// assert_eq!(r.per_slot(3), None);
+    /// ```
+    pub fn per_slot(&self, n_slots: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let (mut nclus, mut hit) = (vec![0u32; n_slots], vec![0u32; n_slots]);
+        for ((&s, &n), &h) in self.slot.iter().zip(&self.nclus).zip(&self.hit) {
+            *nclus.get_mut(s as usize)? = n;
+            hit[s as usize] = h;
+        }
+        Some((nclus, hit))
+    }
 }
 
 /// [`hit_runs`] for every event of a batch (`rows[e]`: its digis, `tables[e]`: its
@@ -77,12 +123,12 @@ pub struct HitRuns {
 /// let (ids, firsts, counts) = ([7u16, 9], [0u32, 4], [2u32, 0]);
 /// let r = rechit_runs(&[5..15], &[(&ids, &firsts, &counts)], &[[0.0; 3]], 1856).unwrap();
 /// assert_eq!((r.first, r.limit, r.nclus, r.module), (vec![5], vec![15], vec![2], vec![7]));
-/// assert_eq!(r.hits_per_event, vec![2]);
+/// assert_eq!((r.hits_per_event, r.slot), (vec![2], vec![0]));
 /// ```
 pub fn rechit_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])], beam: &[[f32; 3]], n_det: usize) -> Option<HitRuns> {
     let mut out = HitRuns::default();
     let mut hit_base = 0u32;
-    for ((r, &(ids, firsts, counts)), bs) in rows.iter().zip(tables).zip(beam) {
+    for (e, ((r, &(ids, firsts, counts)), bs)) in rows.iter().zip(tables).zip(beam).enumerate() {
         let mut n_in_module = vec![0u32; MAX_NUM_MODULES];
         for (&mid, &cnt) in ids.iter().zip(counts) {
             *n_in_module.get_mut(mid as usize)? = cnt;
@@ -92,13 +138,14 @@ pub fn rechit_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &
         module_start.extend_from_slice(firsts);
         let module_id: Vec<u32> = ids.iter().map(|&x| x as u32).collect();
         let (runs, n_hits) = hit_runs(r.len(), &module_start, &module_id, &n_in_module, n_det)?;
-        for (first, nclus, me, h) in runs {
-            out.first.push((r.start + first) as u32);
+        for h in runs {
+            out.first.push((r.start + h.first) as u32);
             out.limit.push(r.end as u32);
-            out.nclus.push(nclus);
-            out.module.push(me);
-            out.hit.push(hit_base + h);
+            out.nclus.push(h.nclus);
+            out.module.push(h.module);
+            out.hit.push(hit_base + h.hit);
             out.beam.extend_from_slice(bs);
+            out.slot.push(u32::try_from(e * MAX_NUM_MODULES + h.row).ok()?);
         }
         out.hits_per_event.push(n_hits as usize);
         hit_base += n_hits;
@@ -164,46 +211,71 @@ impl Step for RecHitsGpu {
         let Some(plan) = rechit_runs(&rows, &tables, &beam, self.cpe.det.len()) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
-        let (rf, rl, rn, rme, rh, rbs) = (&plan.first, &plan.limit, &plan.nclus, &plan.module, &plan.hit, &plan.beam);
         let hits_per_event = plan.hits_per_event.clone();
         let hit_base: u32 = plan.hits_per_event.iter().sum::<usize>() as u32;
-        let (nh, n_runs) = (hit_base as usize, rf.len());
+        let (nh, n_runs) = (hit_base as usize, plan.first.len());
         if nh == 0 || n_runs == 0 {
             return c.cpu.process(batch);
         }
+        let n_ev = batch.n_events();
+        let slots = super::clusterize::run_slots(&m, n_ev, false);
         let mut run = Run::start(c.gpu)?;
         let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
         let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
         let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
         let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
-        let (drf, drl, drn, drme, drh, drbs) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rme)?, run.up(rh)?, run.up(rbs)?);
-        let mut dre = run.out::<u32>(n_runs)?;
+        // The runs: a GPU clusterize's slots with each slot's clusters and first hit (8 bytes
+        // per slot and the beam spot per event cross the bus), else the host's runs.
+        let (first, nclus, module, hit, beam, beam_stride, n_blocks) = match &slots {
+            Some(s) => {
+                let Some((sn, sh)) = plan.per_slot(s.n_slots) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+                let per_event: Vec<f32> = beam.iter().flatten().copied().collect();
+                (s.first.clone(), Arc::new(run.up(&sn)?), s.module.clone(), Arc::new(run.up(&sh)?), run.up(&per_event)?, MAX_NUM_MODULES as u32, s.n_slots)
+            }
+            None => {
+                let (drf, drn, drme, drh) = (run.up(&plan.first)?, run.up(&plan.nclus)?, run.up(&plan.module)?, run.up(&plan.hit)?);
+                (Arc::new(drf), Arc::new(drn), Arc::new(drme), Arc::new(drh), run.up(&plan.beam)?, 0, n_runs)
+            }
+        };
+        let drl = if slots.is_none() { Some(run.up(&plan.limit)?) } else { None };
+        let mut dre = run.out::<u32>(n_blocks)?;
         let mut status = run.zeros::<u32>(1)?;
         let mut f32s: Vec<DeviceBuf> = (0..8).map(|_| run.zeros::<f32>(nh)).collect::<Result<_>>()?;
         let (mut iphi, mut chg, mut sx, mut sy, mut det_index) =
             (run.zeros::<i16>(nh)?, run.zeros::<i32>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<u16>(nh)?);
         run.mark()?;
         {
-            let (vm, vf, vme, vl, mut ve) = (dm.view::<u16>(n), drf.view::<u32>(n_runs), drme.view::<u32>(n_runs), drl.view::<u32>(n_runs), dre.view_mut::<u32>(n_runs));
-            Launch::new(&run, "run_ends").arg(&vm).arg(&(n_runs as u32)).arg(&vf).arg(&vme).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+            let (vm, vf, vme, mut ve) = (dm.view::<u16>(n), first.view::<u32>(n_blocks), module.view::<u16>(n_blocks), dre.view_mut::<u32>(n_blocks));
+            match (&slots, &drl) {
+                (Some(s), _) => {
+                    let (vn, vo, ns, per) = (nclus.view::<u32>(n_blocks), s.events.view::<u32>(n_ev + 1), n_blocks as u32, MAX_NUM_MODULES as u32);
+                    Launch::new(&run, "slot_ends").arg(&vm).arg(&ns).arg(&per).arg(&vf).arg(&vme).arg(&vn).arg(&vo).arg(&mut ve).launch(blocks(n_blocks, ELEMENT_BLOCK))?;
+                }
+                (None, Some(drl)) => {
+                    let vl = drl.view::<u32>(n_blocks);
+                    Launch::new(&run, "run_ends").arg(&vm).arg(&(n_blocks as u32)).arg(&vf).arg(&vme).arg(&vl).arg(&mut ve).launch(blocks(n_blocks, ELEMENT_BLOCK))?;
+                }
+                (None, None) => unreachable!("the host's runs come with their limits"),
+            }
         }
         {
             let com = &self.cpe.common;
             let (vm, vc, vx, vy, va) = (dm.view::<u16>(n), dc.view::<i32>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
+            let n_beam = if beam_stride == 0 { 3 * n_blocks } else { 3 * n_ev };
             let (vf, ve, vn, vme, vh, vbs) =
-                (drf.view::<u32>(n_runs), dre.view::<u32>(n_runs), drn.view::<u32>(n_runs), drme.view::<u32>(n_runs), drh.view::<u32>(n_runs), drbs.view::<f32>(3 * n_runs));
+                (first.view::<u32>(n_blocks), dre.view::<u32>(n_blocks), nclus.view::<u32>(n_blocks), module.view::<u16>(n_blocks), hit.view::<u32>(n_blocks), beam.view::<f32>(n_beam));
             let mut outs: Vec<_> = f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
             let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) =
                 (iphi.view_mut::<i16>(nh), chg.view_mut::<i32>(nh), sx.view_mut::<i16>(nh), sy.view_mut::<i16>(nh), det_index.view_mut::<u16>(nh), status.view_mut::<u32>(1));
             let mut bld = Launch::new(&run, "rechits");
             bld.arg(&vm).arg(&vc).arg(&vx).arg(&vy).arg(&va);
-            bld.arg(&vf).arg(&ve).arg(&vn).arg(&vme).arg(&vh).arg(&vbs).arg(&self.det);
+            bld.arg(&vf).arg(&ve).arg(&vn).arg(&vme).arg(&vh).arg(&vbs).arg(&beam_stride).arg(&self.det);
             bld.arg(&com.thickness_b).arg(&com.thickness_e).arg(&com.pitch_x).arg(&com.pitch_y);
             for o in outs.iter_mut() {
                 bld.arg(o);
             }
             bld.arg(&mut vi).arg(&mut vq).arg(&mut vsx).arg(&mut vsy).arg(&mut vd).arg(&mut vst);
-            bld.launch(per_block(n_runs))?; // one block per run; hit slots of runs are disjoint
+            bld.launch(per_block(n_blocks))?; // one block per run or slot; hit slots of runs are disjoint
         }
         run.mark()?;
         // The hits stay on the device; only their detIndex comes back (2 of the 52 bytes per

@@ -301,19 +301,42 @@ fn run_check(lib: &libloading::Library, module: &[u16], row_first: &[u32], row_m
 
 /// `run_ends` over runs (batch first digi, module, event end), checked against the CPU's
 /// spans: the first valid digi of another module from the first one, else the event's end.
-fn run_ends(lib: &libloading::Library, module: &[u16], first: &[u32], run_module: &[u32], limit: &[u32]) -> Vec<u32> {
+fn run_ends(lib: &libloading::Library, module: &[u16], first: &[u32], run_module: &[u16], limit: &[u32]) -> Vec<u32> {
     let mut end = vec![7u32; first.len()];
-    type F = unsafe extern "C" fn(*const u16, u32, *const u32, *const u32, *const u32, *mut u32);
+    type F = unsafe extern "C" fn(*const u16, u32, *const u32, *const u16, *const u32, *mut u32);
     let f: libloading::Symbol<F> = unsafe { lib.get(b"run_ends") }.unwrap();
     let bs = kernels::ELEMENT_BLOCK;
     grid(lib, (first.len() as u32).div_ceil(bs), bs, || unsafe {
         f(module.as_ptr(), first.len() as u32, first.as_ptr(), run_module.as_ptr(), limit.as_ptr(), end.as_mut_ptr())
     });
     for (r, &e) in end.iter().enumerate() {
-        let (f, lim, m) = (first[r] as usize, limit[r] as usize, run_module[r] as u16);
+        let (f, lim, m) = (first[r] as usize, limit[r] as usize, run_module[r]);
         let want = (f..lim).find(|&i| module[i] != local::INVALID_MODULE && module[i] != m).unwrap_or(lim.max(f));
         assert_eq!(e as usize, want, "run {r}: end");
     }
+    end
+}
+
+/// `slot_ends` over a GPU clusterize's run slots (`MAX_NUM_MODULES` per event): each slot
+/// with clusters ends as `run_ends` would end it at its event's end; the others are empty.
+fn slot_ends(lib: &libloading::Library, module: &[u16], first: &[u32], slot_module: &[u16], nclus: &[u32], ev_off: &[u32]) -> Vec<u32> {
+    let n = first.len();
+    let mut end = vec![7u32; n];
+    type F = unsafe extern "C" fn(*const u16, u32, u32, *const u32, *const u16, *const u32, *const u32, *mut u32);
+    let f: libloading::Symbol<F> = unsafe { lib.get(b"slot_ends") }.unwrap();
+    let bs = kernels::ELEMENT_BLOCK;
+    let per = local::MAX_NUM_MODULES as u32;
+    grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
+        f(module.as_ptr(), n as u32, per, first.as_ptr(), slot_module.as_ptr(), nclus.as_ptr(), ev_off.as_ptr(), end.as_mut_ptr())
+    });
+    let limit: Vec<u32> = (0..n).map(|s| ev_off[s / local::MAX_NUM_MODULES + 1]).collect();
+    let with: Vec<usize> = (0..n).filter(|&s| nclus[s] != 0).collect();
+    let (wf, wm, wl): (Vec<u32>, Vec<u16>, Vec<u32>) = (with.iter().map(|&s| first[s]).collect(), with.iter().map(|&s| slot_module[s]).collect(), with.iter().map(|&s| limit[s]).collect());
+    let want = run_ends(lib, module, &wf, &wm, &wl);
+    for (k, &s) in with.iter().enumerate() {
+        assert_eq!(end[s], want[k], "slot {s}: end");
+    }
+    assert!((0..n).all(|s| nclus[s] != 0 || end[s] == first[s]), "slots without clusters are empty");
     end
 }
 
@@ -540,8 +563,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     let cut_in: Vec<(&[u16], &[u32], &[u32])> = tables.iter().zip(&ids16).map(|(t, ids)| (ids.as_slice(), t.1.as_slice(), t.2.as_slice())).collect();
     let plan = quiver_gpu::steps::cut_runs(&rows, &cut_in).unwrap();
     assert_eq!(run_check(lib, &cm, &plan.row_first, &plan.row_module), 0, "every row's first digi is of its module");
-    let rm32: Vec<u32> = plan.module.iter().map(|&m| m as u32).collect();
-    let re = run_ends(lib, &cm, &plan.first, &rm32, &plan.limit);
+    let re = run_ends(lib, &cm, &plan.first, &plan.module, &plan.limit);
     let (rf, rn, rm) = (plan.first.clone(), plan.nclus.clone(), plan.module.clone());
     let mut ncl = vec![0u32; rf.len()];
     {
@@ -567,6 +589,26 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
               c.max_clusters_per_module, c.l1_modules as u32, c.min_charge_l1, c.min_charge, p[7] as _)
         });
         assert_eq!((qm_t, qc_t, ncl_t), (qm.clone(), qc.clone(), ncl.clone()), "threaded charge cut");
+    }
+    // The same cut over the run slots that clusterize kept on the device (`slot_ends`, one
+    // block per slot): the same digis, and each run's count in its table row's slot.
+    let n_slots = events.len() * local::MAX_NUM_MODULES;
+    let sre = slot_ends(lib, &cm, &runs.first, &runs.module, &found, &ev_off);
+    assert!(plan.slot.iter().zip(&re).all(|(&s, &e)| sre[s as usize] == e), "slot ends = the host runs' ends");
+    {
+        let (mut qm_s, mut qc_s, mut ncl_s) = (cm.clone(), clus.clone(), vec![7u32; n_slots]);
+        type F = unsafe extern "C" fn(*mut u16, *mut i32, *const u16, *const u32, *const u32, *const u32, *const u16, u32, u32, i32, i32, *mut u32);
+        let f: libloading::Symbol<F> = unsafe { lib.get(b"charge_cut") }.unwrap();
+        let c = local::ChargeCutConfig::default();
+        grid(lib, n_slots as u32, 1, || unsafe {
+            f(
+                qm_s.as_mut_ptr(), qc_s.as_mut_ptr(), ca.as_ptr(), runs.first.as_ptr(), sre.as_ptr(), found.as_ptr(), runs.module.as_ptr(),
+                c.max_clusters_per_module, c.l1_modules as u32, c.min_charge_l1, c.min_charge, ncl_s.as_mut_ptr(),
+            )
+        });
+        assert_eq!((&qm_s, &qc_s), (&qm, &qc), "charge cut over the slots");
+        let kept: Vec<u32> = plan.slot.iter().map(|&s| ncl_s[s as usize]).collect();
+        assert_eq!(kept, ncl, "charge cut over the slots: clusters kept");
     }
     let cut_tables = plan.tables(&ncl);
     for (e, ev) in cpu.iter().enumerate() {
@@ -595,7 +637,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     {
         type F = unsafe extern "C" fn(
             *const u16, *const i32, *const u16, *const u16, *const u16,
-            *const u32, *const u32, *const u32, *const u32, *const u32, *const f32, *const f32, f32, f32, f32, f32,
+            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, *const f32, f32, f32, f32, f32,
             *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
             *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
         );
@@ -605,7 +647,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         grid(lib, rf.len() as u32, 1, || unsafe {
             k(
                 qm.as_ptr(), qc.as_ptr(), xx.as_ptr(), yy.as_ptr(), ca.as_ptr(),
-                rf.as_ptr(), re.as_ptr(), rn.as_ptr(), rme.as_ptr(), rh.as_ptr(), rbs.as_ptr(), det.as_ptr(),
+                rf.as_ptr(), re.as_ptr(), rn.as_ptr(), rme.as_ptr(), rh.as_ptr(), rbs.as_ptr(), 0, det.as_ptr(),
                 com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
                 p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
                 iphi.as_mut_ptr(), chg.as_mut_ptr(), sx.as_mut_ptr(), sy.as_mut_ptr(), di.as_mut_ptr(), &mut hst,
@@ -618,7 +660,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         let (mut iphi_t, mut chg_t, mut sx_t, mut sy_t, mut di_t, mut hst_t) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
         type F = unsafe extern "C" fn(
             *const u16, *const i32, *const u16, *const u16, *const u16,
-            *const u32, *const u32, *const u32, *const u32, *const u32, *const f32, *const f32, f32, f32, f32, f32,
+            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, *const f32, f32, f32, f32, f32,
             *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
             *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
         );
@@ -630,7 +672,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
                  rbs.as_ptr() as usize, det.as_ptr() as usize, iphi_t.as_mut_ptr() as usize, chg_t.as_mut_ptr() as usize,
                  sx_t.as_mut_ptr() as usize, sy_t.as_mut_ptr() as usize, di_t.as_mut_ptr() as usize, &mut hst_t as *mut u32 as usize];
         grid_threaded(tl, rf.len() as u32, || unsafe {
-            k(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _, p[7] as _, p[8] as _, p[9] as _, p[10] as _, p[11] as _,
+            k(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _, p[7] as _, p[8] as _, p[9] as _, p[10] as _, 0, p[11] as _,
               com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
               fp[0] as _, fp[1] as _, fp[2] as _, fp[3] as _, fp[4] as _, fp[5] as _, fp[6] as _, fp[7] as _,
               p[12] as _, p[13] as _, p[14] as _, p[15] as _, p[16] as _, p[17] as _)
@@ -640,6 +682,49 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
             assert!(ft[c].iter().zip(&f[c]).all(|(a, b)| a.to_bits() == b.to_bits()), "threaded rechits: float column {c}");
         }
         assert_eq!((iphi_t, chg_t, sx_t, sy_t, di_t), (iphi.clone(), chg.clone(), sx.clone(), sy.clone(), di.clone()), "threaded rechits");
+    }
+    // The same over the run slots (`slot_ends`, one block per slot, the beam spot per event):
+    // only each slot's clusters and first hit came from the host.
+    {
+        type Hits = (Vec<Vec<u32>>, Vec<i16>, Vec<i32>, Vec<i16>, Vec<i16>, Vec<u16>);
+        type F = unsafe extern "C" fn(
+            *const u16, *const i32, *const u16, *const u16, *const u16,
+            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, *const f32, f32, f32, f32, f32,
+            *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
+            *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
+        );
+        let k: libloading::Symbol<F> = unsafe { lib.get(b"rechits") }.unwrap();
+        let com = &cond.cpe.common;
+        // Blocks of runs (first, end, clusters, module, first hit) with the beam spot per run
+        // (`stride` 0) or per event of `stride` slots: the float columns as bits.
+        let rechits = |first: &[u32], end: &[u32], nclus: &[u32], module: &[u16], hit: &[u32], beam: &[f32], stride: u32| -> Hits {
+            let mut fs = vec![vec![0f32; nh]; 8];
+            let (mut iphi, mut chg, mut sx, mut sy, mut di, mut st) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
+            let p: Vec<*mut f32> = fs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+            grid(lib, first.len() as u32, 1, || unsafe {
+                k(
+                    qm.as_ptr(), qc.as_ptr(), xx.as_ptr(), yy.as_ptr(), ca.as_ptr(),
+                    first.as_ptr(), end.as_ptr(), nclus.as_ptr(), module.as_ptr(), hit.as_ptr(), beam.as_ptr(), stride, det.as_ptr(),
+                    com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
+                    p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
+                    iphi.as_mut_ptr(), chg.as_mut_ptr(), sx.as_mut_ptr(), sy.as_mut_ptr(), di.as_mut_ptr(), &mut st,
+                )
+            });
+            assert_eq!(st, 0);
+            (fs.iter().map(|c| c.iter().map(|x| x.to_bits()).collect()).collect(), iphi, chg, sx, sy, di)
+        };
+        let (sn, sh) = hplan.per_slot(n_slots).unwrap();
+        let sre = slot_ends(lib, &qm, &runs.first, &runs.module, &sn, &ev_off);
+        let per_slot = |beam: &[f32]| rechits(&runs.first, &sre, &sn, &runs.module, &sh, beam, local::MAX_NUM_MODULES as u32);
+        let beam_ev: Vec<f32> = beam.iter().flatten().copied().collect();
+        let host = (f.iter().map(|c| c.iter().map(|x| x.to_bits()).collect()).collect(), iphi.clone(), chg.clone(), sx.clone(), sy.clone(), di.clone());
+        assert!(per_slot(&beam_ev) == host, "rechits over the slots");
+        // Each event its own beam spot: the slots read their event's, as the runs read theirs.
+        let moved: Vec<[f32; 3]> = (0..events.len()).map(|e| [beam[e][0] + 0.01 * e as f32, beam[e][1] - 0.02 * e as f32, beam[e][2] + 0.5 * e as f32]).collect();
+        let mplan = quiver_gpu::steps::rechit_runs(&rows, &hit_in, &moved, cond.cpe.det.len()).unwrap();
+        let by_run = rechits(&mplan.first, &re, &mplan.nclus, &mplan.module, &mplan.hit, &mplan.beam, 0);
+        assert!(by_run != host, "the beam spot moves the hits");
+        assert!(per_slot(&moved.iter().flatten().copied().collect::<Vec<f32>>()) == by_run, "rechits over the slots, a beam spot per event");
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     let mut total_hits = 0;
