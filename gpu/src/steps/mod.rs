@@ -18,11 +18,14 @@
 //!   device and sorted back into word order on the host.
 //! - `calibrate`: everything on the device, one thread per digi.
 //! - `clusterize`: module runs and clustering on the device, one block per run slot; the
-//!   module table on the host from the runs' first digis, modules and cluster counts.
-//! - `cluster_charge_cut`: the runs from the module table on the host, their ends, the cut
-//!   and the renumbering on the device, one block per run; the hit-module table on the host.
-//! - `rechits`: hit offsets and runs from the module table on the host; the runs' ends,
-//!   cluster sums, CPE, global position and `iphi` on the device, one block per run.
+//!   module table on the host from the runs' first digis, modules and cluster counts, the
+//!   run slots kept on the device beside it (a mirror).
+//! - `cluster_charge_cut`: the runs checked on the host from the module table; their ends,
+//!   the cut and the renumbering on the device, one block per run slot (per uploaded run
+//!   after a table from elsewhere); the hit-module table on the host.
+//! - `rechits`: hit offsets and runs from the module table on the host (each slot's
+//!   clusters and first hit uploaded); the runs' ends, cluster sums, CPE, global position
+//!   and `iphi` on the device, one block per run slot.
 //! - `ca_doublets`, `ca_ntuplets`: see their files.
 //! - `track_fit`: the tuples to fit (the CPU's selection) on the host; the Broken Line (or
 //!   Riemann) fit on the device, one thread per fit; the results written into the
