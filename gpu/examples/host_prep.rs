@@ -208,7 +208,9 @@ impl Step for FitPrep {
         let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
         let inputs = fit_tuples(HitDets::new(det, h.offsets())?, &n)?;
         let starts: Vec<usize> = (0..inputs.len()).map(|e| h.event_rows(e).start).collect();
-        let fb = fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default()).ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
+        // `fit_store` as the step after a GPU `ca_ntuplets` (whose kept lists the device
+        // builds the job table from); `fit_prep` with the table, as uploaded otherwise.
+        let fb = fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default(), !self.store).ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
         if self.store {
             // The step's finish from the kernel's output (plausible values: the timing does
             // not depend on them), published into a scratch batch.

@@ -26,6 +26,7 @@ use crate::steps::{batch_offsets, blocks, fallback, record_results, Common, Host
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FitBatch {
     pub jobs: Vec<Vec<FitJob>>,
+    /// Empty when not asked for (the device builds it from the tuples it kept).
     pub job_hits: Vec<u32>,
     pub job_n: Vec<u8>,
 }
@@ -33,7 +34,8 @@ pub struct FitBatch {
 /// The fits of a batch: `inputs[e]` is event `e`, whose hits start at row `hit_start[e]` of
 /// the batch's hits. `None` when the CPU step would report an error (a tuple naming a hit
 /// the event lacks, a hit whose module has no frame among `n_modules`): the caller hands
-/// the batch to it.
+/// the batch to it. `job_hits`: whether to fill [`FitBatch::job_hits`] (the checks run
+/// either way).
 ///
 /// ```
 /// use quiver_gpu::steps::fit_batch;
@@ -42,15 +44,17 @@ pub struct FitBatch {
 /// let det = [3u16, 100, 300, 500]; // the hits' detIndex
 /// let tuples = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 3], quality: vec![Quality::Bad], overflow: false };
 /// let input = [FitTuples { det: &det, tuples }];
-/// let fb = fit_batch(&input, &[10], 1856, &CaConfig::default()).unwrap();
-/// assert_eq!((fb.job_n, &fb.job_hits[..4]), (vec![4], &[10, 11, 12, 13][..]));
-/// assert!(fit_batch(&input, &[10], 0, &CaConfig::default()).is_none()); // no module frames
+/// let fb = fit_batch(&input, &[10], 1856, &CaConfig::default(), true).unwrap();
+/// assert_eq!((&fb.job_n, &fb.job_hits[..4]), (&vec![4], &[10, 11, 12, 13][..]));
+/// let jobs_only = fit_batch(&input, &[10], 1856, &CaConfig::default(), false).unwrap();
+/// assert_eq!((&jobs_only.jobs, &jobs_only.job_n, jobs_only.job_hits.len()), (&fb.jobs, &fb.job_n, 0));
+/// assert!(fit_batch(&input, &[10], 0, &CaConfig::default(), false).is_none()); // no module frames
 /// // A tuple naming a hit the event lacks: the CPU step reports it, so no batch here.
 /// let bad = Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 40], quality: vec![Quality::Bad], overflow: false };
 /// let input = [FitTuples { det: &det, tuples: bad }];
-/// assert!(fit_batch(&input, &[10], 1856, &CaConfig::default()).is_none());
+/// assert!(fit_batch(&input, &[10], 1856, &CaConfig::default(), false).is_none());
 /// ```
-pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cfg: &CaConfig) -> Option<FitBatch> {
+pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cfg: &CaConfig, job_hits: bool) -> Option<FitBatch> {
     let mut fb = FitBatch { jobs: Vec::with_capacity(inputs.len()), ..FitBatch::default() };
     for (input, &start) in inputs.iter().zip(hit_start) {
         let jobs = fit_jobs_of(input.det.len(), &input.tuples, cfg).ok()?;
@@ -63,7 +67,9 @@ pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cf
                 }
                 slots[k] = u32::try_from(start + h as usize).ok()?;
             }
-            fb.job_hits.extend_from_slice(&slots);
+            if job_hits {
+                fb.job_hits.extend_from_slice(&slots);
+            }
             fb.job_n.push(job.n_fit);
         }
         fb.jobs.push(jobs);
@@ -114,7 +120,9 @@ impl Step for TrackFitGpu {
         // What the CPU step rejects goes to it, for its exact message.
         let Ok(inputs) = fit_tuples(hd.view()?, &n) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
         let starts: Vec<usize> = (0..batch.n_events()).map(|e| h.event_rows(e).start).collect();
-        let Some(fb) = fit_batch(&inputs, &starts, self.cpe.det.len(), &self.cfg) else {
+        // The job table only where the device cannot build it from the tuples it kept.
+        let kept = list_mirror(&n, n.num_rows());
+        let Some(fb) = fit_batch(&inputs, &starts, self.cpe.det.len(), &self.cfg, kept.is_none()) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
         let n_jobs = fb.job_n.len();
@@ -139,7 +147,6 @@ impl Step for TrackFitGpu {
             let djr = run.up(&job_row)?;
             // The job table: from the tuples' lists that the GPU `ca_ntuplets` kept on the
             // device (two small tables cross the bus, not 20 bytes per fit), else uploaded.
-            let kept = list_mirror(&n, rows);
             let (mut djh, from_lists) = match kept {
                 Some(_) => {
                     let (to, hs) = (batch_offsets(n.offsets()), batch_offsets(h.offsets()));

@@ -1137,7 +1137,7 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
     // the device).
     let inputs: Vec<FitTuples> = hits.iter().zip(tuples).map(|(h, tuples)| FitTuples { det: h.det_index, tuples }).collect();
     let starts: Vec<usize> = b.hits_per_event.iter().scan(0, |a, &n| { let s = *a; *a += n; Some(s) }).collect();
-    let fb = fit_batch(&inputs, &starts, cpe.det.len(), cfg).expect("the device path applies");
+    let fb = fit_batch(&inputs, &starts, cpe.det.len(), cfg, true).expect("the device path applies");
     let nj = fb.job_n.len();
     assert_eq!(fb.job_hits.len(), nj * FIT_HITS);
     let frames = frame_table(cpe);
