@@ -17,8 +17,6 @@ use quiver_formats::conditions::{FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
 use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET};
 use quiver_reco::local::{INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_MODULES};
 
-/// Threads per block of the per-module kernels.
-pub const MODULE_BLOCK: u32 = 256;
 /// Threads per block of `clusterize` (one block per module run). A module holds about 31
 /// digis at ⟨PU⟩ 50 (2 000 runs per event) and its column histogram 418 bins: with 256
 /// threads most of a block waits at its barriers while it holds a quarter of an SM's
@@ -28,9 +26,17 @@ pub const MODULE_BLOCK: u32 = 256;
 pub const CLUSTER_BLOCK: u32 = 64;
 /// Threads per block of `charge_cut` (one block per module run), for the same reason as
 /// [`CLUSTER_BLOCK`]: 8 kB of shared memory per block, so 27 blocks of 64 fit an SM where 8
-/// of 256 did. `rechits` keeps [`MODULE_BLOCK`]: its 36 kB per block allow 6 blocks per SM
-/// whatever their size, and fewer threads would only lengthen each.
+/// of 256 did.
 pub const CUT_BLOCK: u32 = 64;
+/// Threads per block of `rechits` (one block per module run), as [`CLUSTER_BLOCK`]. Its
+/// shared memory is sized per launch for the batch's largest run ([`RECHITS_SHARED_PER_CLUSTER`]
+/// bytes per cluster: about 3 kB, a 16-event batch's largest run holding 79 to 91 clusters
+/// at ⟨PU⟩ 50, where the mean is 8.6) rather than for the 1 024-cluster capacity (36 kB,
+/// which held an SM to 6 blocks and left less for other streams' kernels); so 32 blocks of
+/// 64 threads fit an SM.
+pub const RECHITS_BLOCK: u32 = 64;
+/// Shared memory of a `rechits` block per cluster of its capacity: nine 32-bit values.
+pub const RECHITS_SHARED_PER_CLUSTER: u32 = 9 * 4;
 /// Threads per block of the per-element kernels.
 pub const ELEMENT_BLOCK: u32 = 256;
 
@@ -46,7 +52,8 @@ pub fn prelude() -> String {
          #define FED_ID_MIN {FED_ID_MIN}u\n#define MAX_FED {MAX_FED}u\n#define MAX_LINK {MAX_LINK}u\n#define MAX_ROC {MAX_ROC}u\n\
          #define INVALID_MODULE {INVALID_MODULE}u\n#define N_ROWS {NUM_ROWS_IN_MODULE}\n#define N_COLS {NUM_COLS_IN_MODULE}\n\
          #define MAX_CLUS_PER_MODULE {MAX_CLUSTERS_PER_MODULE}\n#define MAX_MODULES {MAX_NUM_MODULES}u\n#define STATUS_BAD_INPUT {STATUS_BAD_INPUT}u\n\
-         #define ROWS_IN_ROC {NUM_ROWS_IN_ROC}u\n#define COLS_IN_ROC {NUM_COLS_IN_ROC}u\n#define X_OFFSET ({X_OFFSET})\n#define Y_OFFSET ({Y_OFFSET})\n"
+         #define ROWS_IN_ROC {NUM_ROWS_IN_ROC}u\n#define COLS_IN_ROC {NUM_COLS_IN_ROC}u\n#define X_OFFSET ({X_OFFSET})\n#define Y_OFFSET ({Y_OFFSET})\n\
+         #ifndef DYN_SHARED\n#define DYN_SHARED(T, name) extern __shared__ T name[]\n#endif\n"
     )
 }
 
@@ -509,7 +516,8 @@ extern "C" __global__ void charge_cut(
 "#;
 
 /// rechits: one block per module run (or run slot: a slot without clusters returns at once;
-/// the beam spot per run, or per event of `beam_stride` slots). Pass 1 finds each cluster's row and
+/// the beam spot per run, or per event of `beam_stride` slots), its shared memory sized for
+/// `cap` clusters (the launch's largest run; a run above it sets `status`). Pass 1 finds each cluster's row and
 /// column range (atomic min/max), pass 2 sums charges on its edges (atomic adds, exact in
 /// i32), then one thread per cluster computes the CPE "fast" position, errors, global
 /// position and `iphi` with the CPU's float operations in the CPU's order.
@@ -569,18 +577,23 @@ __device__ short atan2s(float y, float x) {
 extern "C" __global__ void rechits(
     const u16* module, const i32* clus, const u16* xx, const u16* yy, const u16* adc,
     const u32* run_first, const u32* run_end, const u32* run_nclus, const u16* run_me, const u32* run_hit,
-    const float* beam, u32 beam_stride, const float* det, float thickness_b, float thickness_e, float pitch_x, float pitch_y,
+    const float* beam, u32 beam_stride, u32 cap, const float* det, float thickness_b, float thickness_e, float pitch_x, float pitch_y,
     float* x_local, float* y_local, float* xerr_local, float* yerr_local,
     float* x_global, float* y_global, float* z_global, float* r_global,
     short* iphi, i32* charge, short* size_x, short* size_y, u16* det_index, u32* status)
 {
-    __shared__ u32 min_row[MAX_CLUS_PER_MODULE], max_row[MAX_CLUS_PER_MODULE];
-    __shared__ u32 min_col[MAX_CLUS_PER_MODULE], max_col[MAX_CLUS_PER_MODULE];
-    __shared__ i32 q_f_x[MAX_CLUS_PER_MODULE], q_l_x[MAX_CLUS_PER_MODULE];
-    __shared__ i32 q_f_y[MAX_CLUS_PER_MODULE], q_l_y[MAX_CLUS_PER_MODULE], q_sum[MAX_CLUS_PER_MODULE];
+    // Nine arrays of `cap` clusters in the launch's dynamic shared memory.
+    DYN_SHARED(u32, rh_sh);
+    u32 *min_row = rh_sh, *max_row = rh_sh + cap, *min_col = rh_sh + 2u * cap, *max_col = rh_sh + 3u * cap;
+    i32 *q_f_x = (i32*)(rh_sh + 4u * cap), *q_l_x = (i32*)(rh_sh + 5u * cap);
+    i32 *q_f_y = (i32*)(rh_sh + 6u * cap), *q_l_y = (i32*)(rh_sh + 7u * cap), *q_sum = (i32*)(rh_sh + 8u * cap);
     u32 r = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
     u32 first = run_first[r], end = run_end[r], nclus = run_nclus[r], me = run_me[r];
     if (nclus == 0u) return;   // a slot without clusters (the whole block)
+    if (nclus > cap) {         // the host sized the launch for fewer: a bug, never wrong hits
+        if (tid == 0u) atomicOr(status, STATUS_BAD_INPUT);
+        return;
+    }
     for (u32 c = tid; c < nclus; c += nt) {
         min_row[c] = 0xffffffffu; max_row[c] = 0u; min_col[c] = 0xffffffffu; max_col[c] = 0u;
         q_f_x[c] = 0; q_l_x[c] = 0; q_f_y[c] = 0; q_l_y[c] = 0; q_sum[c] = 0;
@@ -817,7 +830,7 @@ mod tests {
             }
         }
         assert_eq!(signature("charge_cut").unwrap().len(), 12);
-        assert_eq!(signature("rechits").unwrap().len(), 31);
+        assert_eq!(signature("rechits").unwrap().len(), 32);
         assert_eq!(signature("raw_to_digis").unwrap().len(), 25);
         assert_eq!(signature("calibrate").unwrap()[..4], ["u16*", "u16*", "u16*", "u16*"]);
     }

@@ -63,7 +63,7 @@ use quiver_reco::steps::types::*;
 use crate::device::{upload_condition, zeros, DeviceBuf, Gpu};
 use crate::staging::Staging;
 use crate::resident::{columns_on_device, cuda, CudaColumns};
-use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK, MODULE_BLOCK};
+use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK};
 use crate::transfer::{BatchTransfers, TransferStats};
 
 
@@ -108,9 +108,6 @@ pub(crate) fn blocks(n: usize, per: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(per).max(1), 1, 1), block_dim: (per, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn per_block(n_blocks: usize) -> LaunchConfig {
-    LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (MODULE_BLOCK, 1, 1), shared_mem_bytes: 0 }
-}
 
 /// One batch on the device: its stream, CUDA events around the phases, byte counts, and
 /// the page-locked staging its transfers go through ([`crate::staging`]).

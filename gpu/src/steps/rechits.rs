@@ -269,13 +269,17 @@ impl Step for RecHitsGpu {
                 (iphi.view_mut::<i16>(nh), chg.view_mut::<i32>(nh), sx.view_mut::<i16>(nh), sy.view_mut::<i16>(nh), det_index.view_mut::<u16>(nh), status.view_mut::<u32>(1));
             let mut bld = Launch::new(&run, "rechits");
             bld.arg(&vm).arg(&vc).arg(&vx).arg(&vy).arg(&va);
-            bld.arg(&vf).arg(&ve).arg(&vn).arg(&vme).arg(&vh).arg(&vbs).arg(&beam_stride).arg(&self.det);
+            // Shared memory for the batch's largest run (a slot's count is a run's).
+            let cap = plan.nclus.iter().copied().max().unwrap_or(0).max(1);
+            bld.arg(&vf).arg(&ve).arg(&vn).arg(&vme).arg(&vh).arg(&vbs).arg(&beam_stride).arg(&cap).arg(&self.det);
             bld.arg(&com.thickness_b).arg(&com.thickness_e).arg(&com.pitch_x).arg(&com.pitch_y);
             for o in outs.iter_mut() {
                 bld.arg(o);
             }
             bld.arg(&mut vi).arg(&mut vq).arg(&mut vsx).arg(&mut vsy).arg(&mut vd).arg(&mut vst);
-            bld.launch(per_block(n_blocks))?; // one block per run or slot; hit slots of runs are disjoint
+            // One block per run or slot (hit slots of runs are disjoint), of RECHITS_BLOCK threads.
+            let (threads, per_cluster) = (crate::kernels::RECHITS_BLOCK, crate::kernels::RECHITS_SHARED_PER_CLUSTER);
+            bld.launch(LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: per_cluster * cap })?;
         }
         run.mark()?;
         // The hits stay on the device; only their detIndex comes back (2 of the 52 bytes per

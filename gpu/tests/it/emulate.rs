@@ -29,6 +29,9 @@ const SHIM: &str = r#"
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+// Dynamic shared memory (`DYN_SHARED`): one buffer, as one block runs at a time.
+alignas(16) static unsigned char emu_dyn_shared[1 << 16];
+#define DYN_SHARED(T, name) T* name = (T*)emu_dyn_shared
 struct Dim3 { unsigned x, y, z; };
 static Dim3 blockIdx, threadIdx, blockDim;
 extern "C" void emu_set(unsigned b, unsigned t, unsigned bd) { blockIdx.x = b; threadIdx.x = t; blockDim.x = bd; }
@@ -72,6 +75,9 @@ const THREADED_SHIM: &str = r#"
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+// Dynamic shared memory (`DYN_SHARED`): one buffer, as one block runs at a time.
+alignas(16) static unsigned char emu_dyn_shared[1 << 16];
+#define DYN_SHARED(T, name) T* name = (T*)emu_dyn_shared
 struct Dim3 { unsigned x, y, z; };
 static Dim3 blockIdx, blockDim;
 static thread_local Dim3 threadIdx;
@@ -632,12 +638,15 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         hit_off.push(hit_off.last().unwrap() + h as u32);
     }
     let nh = *hit_off.last().unwrap() as usize;
+    // The launch's shared memory: the largest run's clusters (as the step sizes it).
+    let cap = rn.iter().copied().max().unwrap();
+    assert!(cap > 1 && cap < local::MAX_CLUSTERS_PER_MODULE, "the events' largest run sets a capacity below the module's");
     let mut f = vec![vec![0f32; nh]; 8];
     let (mut iphi, mut chg, mut sx, mut sy, mut di, mut hst) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
     {
         type F = unsafe extern "C" fn(
             *const u16, *const i32, *const u16, *const u16, *const u16,
-            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, *const f32, f32, f32, f32, f32,
+            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, u32, *const f32, f32, f32, f32, f32,
             *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
             *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
         );
@@ -647,7 +656,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         grid(lib, rf.len() as u32, 1, || unsafe {
             k(
                 qm.as_ptr(), qc.as_ptr(), xx.as_ptr(), yy.as_ptr(), ca.as_ptr(),
-                rf.as_ptr(), re.as_ptr(), rn.as_ptr(), rme.as_ptr(), rh.as_ptr(), rbs.as_ptr(), 0, det.as_ptr(),
+                rf.as_ptr(), re.as_ptr(), rn.as_ptr(), rme.as_ptr(), rh.as_ptr(), rbs.as_ptr(), 0, cap, det.as_ptr(),
                 com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
                 p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
                 iphi.as_mut_ptr(), chg.as_mut_ptr(), sx.as_mut_ptr(), sy.as_mut_ptr(), di.as_mut_ptr(), &mut hst,
@@ -660,7 +669,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         let (mut iphi_t, mut chg_t, mut sx_t, mut sy_t, mut di_t, mut hst_t) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
         type F = unsafe extern "C" fn(
             *const u16, *const i32, *const u16, *const u16, *const u16,
-            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, *const f32, f32, f32, f32, f32,
+            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, u32, *const f32, f32, f32, f32, f32,
             *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
             *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
         );
@@ -672,7 +681,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
                  rbs.as_ptr() as usize, det.as_ptr() as usize, iphi_t.as_mut_ptr() as usize, chg_t.as_mut_ptr() as usize,
                  sx_t.as_mut_ptr() as usize, sy_t.as_mut_ptr() as usize, di_t.as_mut_ptr() as usize, &mut hst_t as *mut u32 as usize];
         grid_threaded(tl, rf.len() as u32, || unsafe {
-            k(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _, p[7] as _, p[8] as _, p[9] as _, p[10] as _, 0, p[11] as _,
+            k(p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _, p[7] as _, p[8] as _, p[9] as _, p[10] as _, 0, cap, p[11] as _,
               com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
               fp[0] as _, fp[1] as _, fp[2] as _, fp[3] as _, fp[4] as _, fp[5] as _, fp[6] as _, fp[7] as _,
               p[12] as _, p[13] as _, p[14] as _, p[15] as _, p[16] as _, p[17] as _)
@@ -689,7 +698,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         type Hits = (Vec<Vec<u32>>, Vec<i16>, Vec<i32>, Vec<i16>, Vec<i16>, Vec<u16>);
         type F = unsafe extern "C" fn(
             *const u16, *const i32, *const u16, *const u16, *const u16,
-            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, *const f32, f32, f32, f32, f32,
+            *const u32, *const u32, *const u32, *const u16, *const u32, *const f32, u32, u32, *const f32, f32, f32, f32, f32,
             *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32, *mut f32,
             *mut i16, *mut i32, *mut i16, *mut i16, *mut u16, *mut u32,
         );
@@ -697,21 +706,25 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         let com = &cond.cpe.common;
         // Blocks of runs (first, end, clusters, module, first hit) with the beam spot per run
         // (`stride` 0) or per event of `stride` slots: the float columns as bits.
-        let rechits = |first: &[u32], end: &[u32], nclus: &[u32], module: &[u16], hit: &[u32], beam: &[f32], stride: u32| -> Hits {
+        let rechits_cap = |first: &[u32], end: &[u32], nclus: &[u32], module: &[u16], hit: &[u32], beam: &[f32], stride: u32, cap: u32| -> (Hits, u32) {
             let mut fs = vec![vec![0f32; nh]; 8];
             let (mut iphi, mut chg, mut sx, mut sy, mut di, mut st) = (vec![0i16; nh], vec![0i32; nh], vec![0i16; nh], vec![0i16; nh], vec![0u16; nh], 0u32);
             let p: Vec<*mut f32> = fs.iter_mut().map(|v| v.as_mut_ptr()).collect();
             grid(lib, first.len() as u32, 1, || unsafe {
                 k(
                     qm.as_ptr(), qc.as_ptr(), xx.as_ptr(), yy.as_ptr(), ca.as_ptr(),
-                    first.as_ptr(), end.as_ptr(), nclus.as_ptr(), module.as_ptr(), hit.as_ptr(), beam.as_ptr(), stride, det.as_ptr(),
+                    first.as_ptr(), end.as_ptr(), nclus.as_ptr(), module.as_ptr(), hit.as_ptr(), beam.as_ptr(), stride, cap, det.as_ptr(),
                     com.thickness_b, com.thickness_e, com.pitch_x, com.pitch_y,
                     p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7],
                     iphi.as_mut_ptr(), chg.as_mut_ptr(), sx.as_mut_ptr(), sy.as_mut_ptr(), di.as_mut_ptr(), &mut st,
                 )
             });
+            ((fs.iter().map(|c| c.iter().map(|x| x.to_bits()).collect()).collect(), iphi, chg, sx, sy, di), st)
+        };
+        let rechits = |first: &[u32], end: &[u32], nclus: &[u32], module: &[u16], hit: &[u32], beam: &[f32], stride: u32| -> Hits {
+            let (h, st) = rechits_cap(first, end, nclus, module, hit, beam, stride, cap);
             assert_eq!(st, 0);
-            (fs.iter().map(|c| c.iter().map(|x| x.to_bits()).collect()).collect(), iphi, chg, sx, sy, di)
+            h
         };
         let (sn, sh) = hplan.per_slot(n_slots).unwrap();
         let sre = slot_ends(lib, &qm, &runs.first, &runs.module, &sn, &ev_off);
@@ -725,6 +738,9 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         let by_run = rechits(&mplan.first, &re, &mplan.nclus, &mplan.module, &mplan.hit, &mplan.beam, 0);
         assert!(by_run != host, "the beam spot moves the hits");
         assert!(per_slot(&moved.iter().flatten().copied().collect::<Vec<f32>>()) == by_run, "rechits over the slots, a beam spot per event");
+        // Shared memory sized below the largest run: refused (the status), never wrong hits.
+        let (_, st) = rechits_cap(&hplan.first, &re, &hplan.nclus, &hplan.module, &hplan.hit, &hplan.beam, 0, cap - 1);
+        assert_eq!(st, kernels::STATUS_BAD_INPUT, "a run above the launch's capacity");
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
     let mut total_hits = 0;
