@@ -231,5 +231,5 @@ fn compare_gpu_example_plan() {
     let opts = executor::RunOptions { threads: 2, batch_size: 4, first_event: 0, events: None, progress: false, cycle_input: false };
     let summary = executor::run(&resolved, &steps, &opts).unwrap();
     let n_compares = summary.reports.iter().filter(|(l, rep)| l.starts_with("cmp_") && rep.contains(" 0 differences")).count();
-    assert_eq!(n_compares, 18, "{}", summary.render());
+    assert_eq!(n_compares, 21, "{}", summary.render());
 }
