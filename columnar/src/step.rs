@@ -334,18 +334,7 @@ impl EventBatch {
     /// Publishes a product under the running step's label. Its type must be one the step
     /// declared, it must cover exactly this batch's events, and it cannot be replaced.
     pub fn put(&mut self, product: Product) -> Result<()> {
-        let key = self
-            .allowed
-            .iter()
-            .find(|k| k.type_name == product.type_name())
-            .cloned()
-            .ok_or_else(|| {
-                Error::data(format!(
-                    "product of type '{}' was not declared by the step (declared: {})",
-                    product.type_name(),
-                    self.allowed.iter().map(|k| k.type_name.as_str()).collect::<Vec<_>>().join(", ")
-                ))
-            })?;
+        let key = self.declared_key(product.type_name())?;
         if product.n_events() != self.n_events {
             return Err(Error::data(format!(
                 "product {key} covers {} events but the batch has {}",
@@ -396,12 +385,7 @@ impl EventBatch {
     /// assert_eq!(p.host().unwrap().num_rows(), 2);
     /// ```
     pub fn attach_device(&mut self, type_name: &str, data: Arc<dyn crate::residency::DeviceData>) -> Result<()> {
-        let key = self
-            .allowed
-            .iter()
-            .find(|k| k.type_name == type_name)
-            .cloned()
-            .ok_or_else(|| Error::data(format!("product of type '{type_name}' was not declared by the step")))?;
+        let key = self.declared_key(type_name)?;
         let p = self.products.remove(&key).ok_or_else(|| Error::data(format!("product {key}: attaching device data before it was published")))?;
         let with = match Arc::try_unwrap(p) {
             Ok(p) if p.device_data().is_none() => Ok(p.with_device(data)),
@@ -424,17 +408,23 @@ impl EventBatch {
     /// whose result is a host product): the run summary's residency table lists it as made
     /// there, with the download and the device bytes it still holds (a mirror's).
     pub fn record_result_download(&self, type_name: &str, device: &str, bytes: usize, time: std::time::Duration) -> Result<()> {
-        let key = self
-            .allowed
-            .iter()
-            .find(|k| k.type_name == type_name)
-            .ok_or_else(|| Error::data(format!("product of type '{type_name}' was not declared by the step")))?;
-        let p = self.products.get(key).ok_or_else(|| Error::data(format!("product {key}: recording its download before it was published")))?;
+        let key = self.declared_key(type_name)?;
+        let p = self.products.get(&key).ok_or_else(|| Error::data(format!("product {key}: recording its download before it was published")))?;
         if let Some(log) = &self.traffic {
-            log.produced(key, device, p.device_nbytes());
-            log.download(key, bytes, time);
+            log.produced(&key, device, p.device_nbytes());
+            log.download(&key, bytes, time);
         }
         Ok(())
+    }
+    /// The key under which the running step publishes its product of type `type_name`; an
+    /// error naming the declared types when it declared none of that type.
+    fn declared_key(&self, type_name: &str) -> Result<ProductKey> {
+        self.allowed.iter().find(|k| k.type_name == type_name).cloned().ok_or_else(|| {
+            Error::data(format!(
+                "product of type '{type_name}' was not declared by the step (declared: {})",
+                self.allowed.iter().map(|k| k.type_name.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+        })
     }
     /// Sets the keys the next step may publish (the executor calls this).
     pub fn set_allowed(&mut self, keys: &[ProductKey]) {
