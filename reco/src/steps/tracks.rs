@@ -269,12 +269,11 @@ impl Step for NtupletsStep {
             let dd = doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l).map_err(tracking)?;
             stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
         })?;
-        let mut alive = Vec::with_capacity(d.num_rows());
+        let mut alive = arrow_buffer::BooleanBufferBuilder::new(d.num_rows());
         for (_, ca) in &out {
-            alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
+            ca.cells.iter().for_each(|c| alive.append(c.doublet_id >= 0));
         }
-        let alive = arrow_buffer::BooleanBuffer::collect_bool(alive.len(), |i| alive[i]);
-        publish_ntuplets(batch, d.offsets(), &out, alive, &self.cfg.ntuplets)
+        publish_ntuplets(batch, d.offsets(), &out, alive.finish(), &self.cfg.ntuplets)
     }
 }
 
