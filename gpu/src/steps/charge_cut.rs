@@ -52,6 +52,17 @@ pub(super) fn table_rows(m: &Product, e: usize) -> Result<(&[u16], &[u32], &[u32
     ))
 }
 
+/// Each of `n_runs` host runs' end over `module` (the batch's digis' modules; `run_ends`):
+/// from its first digi, the first valid digi of another module before its limit.
+pub(super) fn run_ends(run: &mut Run, module: &CudaView<u16>, first: &DeviceBuf, run_module: &DeviceBuf, limit: &DeviceBuf, n_runs: usize) -> Result<DeviceBuf> {
+    let mut ends = run.out::<u32>(n_runs.max(1))?;
+    if n_runs > 0 {
+        let (vf, vm, vl, mut ve) = (first.view::<u32>(n_runs), run_module.view::<u16>(n_runs), limit.view::<u32>(n_runs), ends.view_mut::<u32>(n_runs));
+        Launch::new(run, "run_ends").arg(module).arg(&(n_runs as u32)).arg(&vf).arg(&vm).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+    }
+    Ok(ends)
+}
+
 /// The module runs of a batch that the charge-cut kernel processes (batch digi indices;
 /// their ends are found on the device by `run_ends`), the table rows whose first digi the
 /// device checks (`run_check`), and what is needed to rebuild the `hit_modules` tables.
@@ -190,12 +201,8 @@ impl Step for ChargeCutGpu {
         let (first, end, nclus, module, n_blocks) = match &slots {
             Some(s) => {
                 let clusters = s.clusters.expect("asked for");
-                let mut ends = run.out::<u32>(s.n_slots)?;
                 run.mark()?;
-                let (vf, vm, vn, vo, mut ve) =
-                    (s.first.view::<u32>(s.n_slots), s.module.view::<u16>(s.n_slots), clusters.view::<u32>(s.n_slots), s.events.view::<u32>(batch.n_events() + 1), ends.view_mut::<u32>(s.n_slots));
-                let (ns, per) = (s.n_slots as u32, MAX_NUM_MODULES as u32);
-                Launch::new(&run, "slot_ends").arg(&vin).arg(&ns).arg(&per).arg(&vf).arg(&vm).arg(&vn).arg(&vo).arg(&mut ve).launch(blocks(s.n_slots, ELEMENT_BLOCK))?;
+                let ends = s.ends(&mut run, &vin, clusters, batch.n_events())?;
                 (s.first.clone(), Arc::new(ends), clusters.clone(), s.module.clone(), s.n_slots)
             }
             None => {
@@ -203,17 +210,13 @@ impl Step for ChargeCutGpu {
                 let (n_runs, n_rows) = (rf.len(), plan.row_first.len());
                 let (drf, drl, drn, drm) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rm)?);
                 let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
-                let mut dre = run.out::<u32>(n_runs.max(1))?;
                 run.mark()?;
                 if n_rows > 0 {
                     let (vf, vm, mut vst) = (drow_f.view::<u32>(n_rows), drow_m.view::<u16>(n_rows), status.view_mut::<u32>(1));
                     Launch::new(&run, "run_check").arg(&vin).arg(&(n_rows as u32)).arg(&vf).arg(&vm).arg(&mut vst).launch(blocks(n_rows, ELEMENT_BLOCK))?;
                 }
-                if n_runs > 0 {
-                    let (vf, vm, vl, mut ve) = (drf.view::<u32>(n_runs), drm.view::<u16>(n_runs), drl.view::<u32>(n_runs), dre.view_mut::<u32>(n_runs));
-                    Launch::new(&run, "run_ends").arg(&vin).arg(&(n_runs as u32)).arg(&vf).arg(&vm).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
-                }
-                (Arc::new(drf), Arc::new(dre), Arc::new(drn), Arc::new(drm), n_runs)
+                let ends = run_ends(&mut run, &vin, &drf, &drm, &drl, n_runs)?;
+                (Arc::new(drf), Arc::new(ends), Arc::new(drn), Arc::new(drm), n_runs)
             }
         };
         let mut ncl = run.out::<u32>(n_blocks.max(1))?;

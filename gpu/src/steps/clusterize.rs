@@ -71,6 +71,22 @@ pub(super) struct RunSlots<'a> {
     pub n_slots: usize,
 }
 
+impl RunSlots<'_> {
+    /// Each slot's end over `module` (the batch's digis' modules; `slot_ends`): the first
+    /// valid digi of another module up to its event's end, for the slots whose count in
+    /// `nclus` is not 0 (the others are empty).
+    pub fn ends(&self, run: &mut Run, module: &CudaView<u16>, nclus: &DeviceBuf, n_events: usize) -> Result<DeviceBuf> {
+        let n = self.n_slots;
+        let mut ends = run.out::<u32>(n)?;
+        {
+            let (vf, vm, vn, vo, mut ve) = (self.first.view::<u32>(n), self.module.view::<u16>(n), nclus.view::<u32>(n), self.events.view::<u32>(n_events + 1), ends.view_mut::<u32>(n));
+            let (ns, per) = (n as u32, MAX_NUM_MODULES as u32);
+            Launch::new(run, "slot_ends").arg(module).arg(&ns).arg(&per).arg(&vf).arg(&vm).arg(&vn).arg(&vo).arg(&mut ve).launch(blocks(n, ELEMENT_BLOCK))?;
+        }
+        Ok(ends)
+    }
+}
+
 pub(super) fn run_slots(table: &Product, n_events: usize, clusters: bool) -> Option<RunSlots<'_>> {
     let m = crate::resident::mirror_of(table)?;
     if (0..n_events).any(|e| table.event_rows(e).len() > MAX_NUM_MODULES) {

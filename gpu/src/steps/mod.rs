@@ -97,7 +97,7 @@ pub use track_quality::{quality_tables, QualityTables};
 pub(crate) use track_quality::TrackQualityGpu;
 pub use vertices::{clustering_mode, vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
 pub(crate) use vertices::VerticesGpu;
-use charge_cut::table_rows;
+use charge_cut::{run_ends, table_rows};
 use clusterize::publish_modules;
 
 pub(crate) fn derr(e: impl std::fmt::Display) -> Error {
@@ -107,7 +107,6 @@ pub(crate) fn derr(e: impl std::fmt::Display) -> Error {
 pub(crate) fn blocks(n: usize, per: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: ((n as u32).div_ceil(per).max(1), 1, 1), block_dim: (per, 1, 1), shared_mem_bytes: 0 }
 }
-
 
 /// One batch on the device: its stream, CUDA events around the phases, byte counts, and
 /// the page-locked staging its transfers go through ([`crate::staging`]).

@@ -224,46 +224,37 @@ impl Step for RecHitsGpu {
         let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
         let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
         let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
-        // The runs: a GPU clusterize's slots with each slot's clusters and first hit (8 bytes
-        // per slot and the beam spot per event cross the bus), else the host's runs.
-        let (first, nclus, module, hit, beam, beam_stride, n_blocks) = match &slots {
-            Some(s) => {
-                let Some((sn, sh)) = plan.per_slot(s.n_slots) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-                let per_event: Vec<f32> = beam.iter().flatten().copied().collect();
-                (s.first.clone(), Arc::new(run.up(&sn)?), s.module.clone(), Arc::new(run.up(&sh)?), run.up(&per_event)?, MAX_NUM_MODULES as u32, s.n_slots)
-            }
-            None => {
-                let (drf, drn, drme, drh) = (run.up(&plan.first)?, run.up(&plan.nclus)?, run.up(&plan.module)?, run.up(&plan.hit)?);
-                (Arc::new(drf), Arc::new(drn), Arc::new(drme), Arc::new(drh), run.up(&plan.beam)?, 0, n_runs)
-            }
-        };
-        let drl = if slots.is_none() { Some(run.up(&plan.limit)?) } else { None };
-        let mut dre = run.out::<u32>(n_blocks)?;
         let mut status = run.zeros::<u32>(1)?;
         let mut f32s: Vec<DeviceBuf> = (0..8).map(|_| run.zeros::<f32>(nh)).collect::<Result<_>>()?;
         let (mut iphi, mut chg, mut sx, mut sy, mut det_index) =
             (run.zeros::<i16>(nh)?, run.zeros::<i32>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<u16>(nh)?);
-        run.mark()?;
-        {
-            let (vm, vf, vme, mut ve) = (dm.view::<u16>(n), first.view::<u32>(n_blocks), module.view::<u16>(n_blocks), dre.view_mut::<u32>(n_blocks));
-            match (&slots, &drl) {
-                (Some(s), _) => {
-                    let (vn, vo, ns, per) = (nclus.view::<u32>(n_blocks), s.events.view::<u32>(n_ev + 1), n_blocks as u32, MAX_NUM_MODULES as u32);
-                    Launch::new(&run, "slot_ends").arg(&vm).arg(&ns).arg(&per).arg(&vf).arg(&vme).arg(&vn).arg(&vo).arg(&mut ve).launch(blocks(n_blocks, ELEMENT_BLOCK))?;
-                }
-                (None, Some(drl)) => {
-                    let vl = drl.view::<u32>(n_blocks);
-                    Launch::new(&run, "run_ends").arg(&vm).arg(&(n_blocks as u32)).arg(&vf).arg(&vme).arg(&vl).arg(&mut ve).launch(blocks(n_blocks, ELEMENT_BLOCK))?;
-                }
-                (None, None) => unreachable!("the host's runs come with their limits"),
+        let vm = dm.view::<u16>(n);
+        // The runs and their ends: a GPU clusterize's slots with each slot's clusters and
+        // first hit (8 bytes per slot and the beam spot per event cross the bus), else the
+        // host's runs.
+        let (first, end, nclus, module, hit, beam, beam_stride, n_blocks) = match &slots {
+            Some(s) => {
+                let Some((sn, sh)) = plan.per_slot(s.n_slots) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+                let per_event: Vec<f32> = beam.iter().flatten().copied().collect();
+                let (dn, dh, db) = (run.up(&sn)?, run.up(&sh)?, run.up(&per_event)?);
+                run.mark()?;
+                let ends = s.ends(&mut run, &vm, &dn, n_ev)?;
+                (s.first.clone(), Arc::new(ends), Arc::new(dn), s.module.clone(), Arc::new(dh), db, MAX_NUM_MODULES as u32, s.n_slots)
             }
-        }
+            None => {
+                let (drf, drl, drn, drme, drh) = (run.up(&plan.first)?, run.up(&plan.limit)?, run.up(&plan.nclus)?, run.up(&plan.module)?, run.up(&plan.hit)?);
+                let db = run.up(&plan.beam)?;
+                run.mark()?;
+                let ends = run_ends(&mut run, &vm, &drf, &drme, &drl, n_runs)?;
+                (Arc::new(drf), Arc::new(ends), Arc::new(drn), Arc::new(drme), Arc::new(drh), db, 0, n_runs)
+            }
+        };
         {
             let com = &self.cpe.common;
-            let (vm, vc, vx, vy, va) = (dm.view::<u16>(n), dc.view::<i32>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
+            let (vc, vx, vy, va) = (dc.view::<i32>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
             let n_beam = if beam_stride == 0 { 3 * n_blocks } else { 3 * n_ev };
             let (vf, ve, vn, vme, vh, vbs) =
-                (first.view::<u32>(n_blocks), dre.view::<u32>(n_blocks), nclus.view::<u32>(n_blocks), module.view::<u16>(n_blocks), hit.view::<u32>(n_blocks), beam.view::<f32>(n_beam));
+                (first.view::<u32>(n_blocks), end.view::<u32>(n_blocks), nclus.view::<u32>(n_blocks), module.view::<u16>(n_blocks), hit.view::<u32>(n_blocks), beam.view::<f32>(n_beam));
             let mut outs: Vec<_> = f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
             let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) =
                 (iphi.view_mut::<i16>(nh), chg.view_mut::<i32>(nh), sx.view_mut::<i16>(nh), sy.view_mut::<i16>(nh), det_index.view_mut::<u16>(nh), status.view_mut::<u32>(1));
