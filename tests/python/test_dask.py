@@ -87,7 +87,8 @@ def test_reconstruct_equals_single_run_and_reruns_skip(client, small_dataset, sm
     assert quiver.sql(q, out).equals(quiver.sql(q, small_run))
 
     # A rerun skips every complete partition and touches no file.
-    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != qd.SUMMARY}
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*")
+              if p.is_file() and p.name not in (qd.SUMMARY, qd.OUTPUT_MANIFEST)}
     again = qd.reconstruct(PLAN, small_dataset, out, client=client, partition_events=5)
     assert again.ok and again.events == 0 and again.done == [] and len(again.skipped) == 3
     assert again.events_total == 12
@@ -195,7 +196,7 @@ def test_killed_attempt_leaves_nothing_that_looks_complete(small_dataset, tmp_pa
     assert r.returncode == 17, r.stderr
     assert marker.exists()
     assert qd.complete_parts(out) == []
-    (tmp,) = out.glob(".tmp-00000000-00000004-*")
+    (tmp,) = out.glob(".quiver-tmp-00000000-00000004.*")
     assert not any(tmp.iterdir()), "the run had not committed, its directory stays empty"
     (staging,) = out.glob(f".{tmp.name}.quiver-staging-*")
     written = [p for p in staging.iterdir() if p.is_file()]
@@ -217,7 +218,8 @@ def test_worker_killed_mid_partition_gives_one_copy(client, small_dataset, small
     # Exactly one copy of each partition, no temporary directory left.
     assert [(f, l) for f, l, _ in qd.complete_parts(out)] == [(0, 4), (5, 9), (10, 11)]
     assert sorted(p.name for p in out.iterdir()) == [
-        "part-00000000-00000004", "part-00000005-00000009", "part-00000010-00000011", qd.SUMMARY]
+        "part-00000000-00000004", "part-00000005-00000009", "part-00000010-00000011", qd.OUTPUT_MANIFEST,
+        qd.SUMMARY]
     assert qd.read_manifest(out / "part-00000005-00000009")["pid"] != killed_pid
     assert_same_products(out, small_run)
     # The nanny restarts the killed worker: the cluster gets its two workers back.

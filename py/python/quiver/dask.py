@@ -16,13 +16,23 @@ What travels through the scheduler is the plan's TOML text and paths; each worke
 events from the dataset itself. Products that ``collect=`` asks for come back as
 ``pyarrow.Table`` objects (the Rust-side wrappers cannot be pickled).
 
-Safety: a partition is written to ``output/.tmp-<first>-<last>-<uuid>/`` and renamed to its
-final name when complete, so a directory ``part-*`` is always complete; a worker killed
-mid-partition leaves only a ``.tmp-*`` directory (removed at the end of the next run that
-completes). A rerun skips every partition whose manifest records the same plan, dataset
-checksum, code version and events. If two attempts of one partition finish (a worker
-thought dead that was not), the second finds the first's directory and discards its own:
-there is exactly one copy. One ``reconstruct`` at a time per output directory.
+Safety: a partition is written to a hidden ``output/.quiver-tmp-<first>-<last>.<host>-<pid>-<id>/``
+directory and renamed to its final name when complete, so a directory ``part-*`` is always
+complete; a worker killed mid-partition leaves only such a hidden directory, removed by the
+next run once that process is gone (only names with this Quiver marker, of this host, of a
+dead process or of this one, are ever removed). A rerun skips every partition whose
+manifest records the same plan, dataset checksum, code version and events. If two attempts
+of one partition finish (a worker thought dead that was not), the second finds the first's
+directory and discards its own: there is exactly one copy. One ``reconstruct`` at a time per
+output directory.
+
+The output as a whole is described by ``output/quiver-reconstruct.json`` (plan hash, dataset
+checksum, code version, every partition and its events, missing events, a ``complete``
+flag). It is rewritten, not complete, before any partition is touched, and marked complete
+only when every partition is: readers (:func:`quiver.open`, :func:`quiver.sql`,
+``quiver query``) refuse an output whose manifest is missing or not complete, a partition
+missing (naming its events), a gap, or a partition of another plan or dataset. An output
+directory holding anything else (a ``quiver run`` output, a user's files) is refused.
 """
 
 from __future__ import annotations
@@ -46,6 +56,15 @@ from ._plan import SIDE_PRODUCTS
 MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 FORMAT = "quiver-partition/1"
+# The manifest of the output as a whole, written last (see the module docstring).
+OUTPUT_MANIFEST = "quiver-reconstruct.json"
+OUTPUT_FORMAT = "quiver-reconstruct/1"
+# Hidden names Quiver makes inside an output directory: `.quiver-<kind>-<what>.<host>-<pid>-<id>`,
+# plus what the run of a partition adds to its temporary directory's name (the Rust run's
+# staging directory `.<name>.quiver-staging-<host>-<pid>`, a failed run's `<name>.partial`).
+# Nothing else is ever removed.
+_OURS_RE = re.compile(r"^\.{1,2}quiver-(?:tmp|old|json)-[^.]+\.(?P<host>[A-Za-z0-9-]+?)-(?P<pid>\d+)-[0-9a-f]{12}(?:\..*)?$")
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 DEFAULT_PARTITION_EVENTS = 50
 _PART_RE = re.compile(r"^part-(\d+)-(\d+)$")
 _PRODUCT_RE = re.compile(r"^[^.]+\.[^.]+\.(parquet|arrow)$")
@@ -55,6 +74,70 @@ _IDENTITY = ("plan_sha256", "dataset_checksum", "code_version", "first_event", "
 
 class ReconstructError(RuntimeError):
     """The output directory or the inputs do not allow the run (the message says why)."""
+
+
+def _hidden_name(kind: str, what: str) -> str:
+    """A name for something Quiver makes inside an output directory (see ``_OURS_RE``)."""
+    return f".quiver-{kind}-{what}.{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (taken to run when that cannot be known)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _removable(name: str) -> bool:
+    """Whether ``name`` is a leftover Quiver may remove: made by Quiver on this host, by a
+    process that is gone or by this one."""
+    m = _OURS_RE.match(name)
+    if not m or m.group("host") != _HOST:
+        return False
+    pid = int(m.group("pid"))
+    return pid == os.getpid() or not _alive(pid)
+
+
+def _is_json_of(path: pathlib.Path, key: str, value=None) -> bool:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and key in obj and (value is None or obj[key] == value)
+
+
+def check_output(out: pathlib.Path) -> None:
+    """Refuses an output directory that holds anything :func:`reconstruct` did not write
+    (a ``quiver run`` output, a user's files): it is never written into or cleaned."""
+    if out.exists() and not out.is_dir():
+        raise ReconstructError(f"the output directory {out} is an existing file, not a directory: "
+                               "choose another --output or remove the file")
+    if not out.is_dir():
+        return
+    foreign = []
+    for e in sorted(out.iterdir(), key=lambda e: e.name):
+        if _OURS_RE.match(e.name):
+            continue
+        if e.name == OUTPUT_MANIFEST and e.is_file() and _is_json_of(e, "format", OUTPUT_FORMAT):
+            continue
+        if e.name == SUMMARY and e.is_file() and _is_json_of(e, "events_total"):
+            continue
+        if _PART_RE.match(e.name) and e.is_dir() and not e.is_symlink() and \
+                _is_json_of(e / MANIFEST, "format", FORMAT):
+            continue
+        foreign.append(e.name)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        what = ("a `quiver run` output (quiver-run.toml)" if "quiver-run.toml" in foreign
+                else "files quiver reconstruct did not write")
+        raise ReconstructError(
+            f"the output directory {out} holds {what}: {shown}; quiver reconstruct writes only into an empty "
+            "directory or an earlier reconstruct output, and never removes what it did not write: choose another "
+            "--output, or move those files away")
 
 
 @dataclasses.dataclass
@@ -228,8 +311,8 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
     """Runs one partition in this process (what a Dask task does); returns
     ``(manifest, {label:type -> pyarrow.Table})``.
 
-    The products are written to ``output/.tmp-<first>-<last>-<uuid>/`` and the directory is
-    renamed to ``output/part-<first>-<last>/`` once the run and the manifest are complete."""
+    The products are written to a hidden temporary directory (``.quiver-tmp-…``) renamed to
+    ``output/part-<first>-<last>/`` once the run and the manifest are complete."""
     import pyarrow as pa
 
     import quiver
@@ -242,7 +325,7 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
     damaged = existing is not None and not run_ok(final)
     if existing is not None and not damaged and all(existing.get(k) == identity[k] for k in _IDENTITY):
         return dict(existing, duplicate=True), {}  # a previous attempt finished: keep it
-    tmp = out / f".tmp-{first:08d}-{first + events - 1:08d}-{uuid.uuid4().hex[:12]}"
+    tmp = out / _hidden_name("tmp", f"{first:08d}-{first + events - 1:08d}")
     tmp.mkdir(parents=True)
     try:
         started = time.time()
@@ -286,23 +369,26 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
                 return dict(existing, duplicate=True), {}
             if not (overwrite or damaged) or not final.exists():
                 raise
-            trash = out / f".old-{name}-{uuid.uuid4().hex[:12]}"
+            trash = out / _hidden_name("old", name)
             os.rename(final, trash)
             os.rename(tmp, final)
             shutil.rmtree(trash, ignore_errors=True)
         return manifest, tables
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        # A failed run keeps its files in <tmp>.partial; the partition will be run again.
+        shutil.rmtree(tmp.with_name(tmp.name + ".partial"), ignore_errors=True)
         raise
 
 
 def _cleanup_temp(out: pathlib.Path) -> None:
-    for d in out.glob(".tmp-*"):
-        shutil.rmtree(d, ignore_errors=True)
-    for d in out.glob(".old-*"):
-        shutil.rmtree(d, ignore_errors=True)
-    for d in out.glob("..tmp-*.quiver-staging-*"):  # a run killed inside a partition's .tmp-*
-        shutil.rmtree(d, ignore_errors=True)
+    """Removes what killed attempts left in ``out`` (see :func:`_removable`); nothing else."""
+    for d in out.iterdir():
+        if _removable(d.name):
+            if d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink(missing_ok=True)
 
 
 def reconstruct(plan, dataset, output, *, client=None, events: int | None = None, first_event: int = 0,
@@ -332,32 +418,51 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     rather than raised."""
     default_client = require("distributed", extra="dask").default_client
 
+    _check_numbers(events=events, first_event=first_event, partition_events=partition_events, threads=threads,
+                   batch_size=batch_size, retries=retries)
     client = client or default_client()
     text, origin = _plan_text(plan)
     if not _writes_products(text):
         raise ReconstructError(f"plan {origin}: it writes no products; add a `write_parquet` step")
     dataset = str(pathlib.Path(dataset).resolve())
     n_available, checksum = dataset_info(dataset)
-    if first_event < 0 or first_event >= n_available:
+    if first_event >= n_available:
         raise ReconstructError(f"first_event {first_event} is outside the dataset's {n_available} events")
-    n = n_available - first_event if events is None else min(events, n_available - first_event)
+    if events is not None and events > n_available - first_event:
+        raise ReconstructError(f"events {events} from event {first_event}: the dataset {dataset} has "
+                               f"{n_available} events (events {first_event} to {n_available - 1} remain)")
+    n = n_available - first_event if events is None else events
     wanted = partitions(n, partition_events, first_event)
     out = pathlib.Path(output).resolve()
+    check_output(out)
     out.mkdir(parents=True, exist_ok=True)
     identity_base = {"plan_sha256": hashlib.sha256(text.encode()).hexdigest(), "dataset_checksum": checksum,
                      "code_version": code_version()}
 
     # Partitions already there: complete and matching (skip), stale, or of another partitioning.
     by_range = {(f, f + k - 1): (f, k) for f, k in wanted}
-    todo, skipped = [], []
+    todo, skipped, remove, kept = [], [], [], []
     existing = {(f, l): d for f, l, d in complete_parts(out)}
     for (f, l), d in existing.items():
-        if (f, l) not in by_range and any(f <= b and a <= l for a, b in by_range):
+        if (f, l) in by_range:
+            continue
+        if any(f <= b and a <= l for a, b in by_range):
             if not overwrite:
                 raise ReconstructError(
                     f"{d} overlaps the partitions of this run (partition_events={partition_events}); "
                     "use the same partition_events, another output, or overwrite=True")
-            shutil.rmtree(d)
+            remove.append(d)
+            continue
+        # Outside this request: kept only when it is of the same plan, dataset and code.
+        m = read_manifest(d) or {}
+        diff = [key for key in _IDENTITY[:3] if m.get(key) != identity_base[key]]
+        if not diff:
+            kept.append((f, l - f + 1))
+        elif not overwrite:
+            raise ReconstructError(f"{d} was made with another {', '.join(diff)}; one output holds one plan "
+                                   "over one dataset: use another output or overwrite=True (which replaces it)")
+        else:
+            remove.append(d)
     for f, k in wanted:
         ident = dict(identity_base, first_event=f, events=k)
         m = read_manifest(out / part_name(f, k)) if (f, f + k - 1) in existing else None
@@ -370,6 +475,17 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
             raise ReconstructError(f"{out / part_name(f, k)} was made with another {', '.join(diff)}; "
                                    "use another output or overwrite=True")
         todo.append((f, k, ident))
+
+    # The output's manifest says "not complete" before any partition changes, so that no
+    # reader takes a half-replaced or half-made output for a run.
+    listed = sorted(set(wanted) | set(kept))
+    manifest_base = {"format": OUTPUT_FORMAT, **identity_base, "dataset": dataset, "plan_origin": origin}
+    if todo or remove or not (out / OUTPUT_MANIFEST).exists():
+        _write_output_manifest(out, manifest_base, listed, complete=False)
+    for d in remove:
+        trash = out / _hidden_name("old", d.name)
+        os.rename(d, trash)
+        shutil.rmtree(trash, ignore_errors=True)
 
     started = time.perf_counter()
     futures = {
@@ -428,6 +544,7 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
         output=str(out), events=sum(k for _, k in done), events_total=sum(k for _, k in done + skipped),
         partitions=wanted, done=done, skipped=skipped, failures=failures, wall_s=wall,
         step_seconds=step_seconds, workers=workers, manifests=manifests, products=products)
+    _write_output_manifest(out, manifest_base, listed, complete=None)
     _write_json(out / SUMMARY, {
         "events": summary.events, "events_total": summary.events_total, "wall_s": wall,
         "throughput": summary.throughput, "workers": workers, "partitions": wanted, "skipped": skipped,
@@ -435,6 +552,58 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
         **identity_base,
     })
     return summary
+
+
+def _missing_ranges(out: pathlib.Path, listed, identity: dict) -> list[tuple[int, int]]:
+    """Inclusive event ranges of ``listed`` partitions not complete in ``out`` with
+    ``identity`` (plan, dataset, code), and of the gaps between them."""
+    missing = []
+    for i, (f, k) in enumerate(listed):
+        d = out / part_name(f, k)
+        m = read_manifest(d)
+        ok = m is not None and all(m.get(key) == identity[key] for key in _IDENTITY[:3]) and \
+            m.get("first_event") == f and m.get("events") == k and run_ok(d)
+        if not ok:
+            missing.append((f, f + k - 1))
+        if i + 1 < len(listed) and listed[i + 1][0] > f + k:
+            missing.append((f + k, listed[i + 1][0] - 1))
+    merged = []
+    for a, b in missing:
+        if merged and merged[-1][1] + 1 >= a:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _write_output_manifest(out: pathlib.Path, base: dict, listed, *, complete: bool | None) -> None:
+    """Writes ``OUTPUT_MANIFEST``; ``complete=None``: complete when no event is missing."""
+    missing = _missing_ranges(out, listed, base)
+    first = listed[0][0] if listed else 0
+    _write_json(out / OUTPUT_MANIFEST, {
+        **base,
+        "complete": (not missing) if complete is None else complete,
+        "first_event": first,
+        "events": (listed[-1][0] + listed[-1][1] - first) if listed else 0,
+        "partitions": [{"name": part_name(f, k), "first_event": f, "events": k} for f, k in listed],
+        "missing_events": [list(r) for r in missing],
+        "written": time.time(),
+    })
+
+
+def _check_numbers(**values) -> None:
+    """Clear errors for numbers that mean nothing (a count below 1, a negative event,
+    a value too large for any run)."""
+    minimum = {"first_event": 0, "retries": 0}
+    maximum = {"threads": 1024, "retries": 1000, "workers": 1024}
+    for name, v in values.items():
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ReconstructError(f"{name} must be an integer, not {v!r}")
+        lo, hi = minimum.get(name, 1), maximum.get(name, 2**53)
+        if not lo <= v <= hi:
+            raise ReconstructError(f"{name} must be from {lo} to {hi} (got {v})")
 
 
 def _n_workers(client) -> int:
@@ -457,8 +626,11 @@ def _product_file(part_dir: pathlib.Path, sel: str) -> pathlib.Path:
 
 
 def _write_json(path: pathlib.Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1))
+    tmp = path.with_name(_hidden_name("json", path.stem))
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -486,6 +658,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     try:
+        _check_numbers(workers=a.workers)
         distributed = require("distributed", extra="dask")
         Client, LocalCluster = distributed.Client, distributed.LocalCluster
         if a.scheduler:

@@ -31,11 +31,67 @@ class QueryError(ValueError):
     """The run directory, a table or the query is not usable (the message says why)."""
 
 
-def _parts(run: pathlib.Path) -> list[pathlib.Path]:
-    """The partition directories of a reconstruct output, in event order; ``[run]`` for a
-    plain run directory."""
-    parts = sorted((int(m.group(1)), d) for d in run.iterdir() if d.is_dir() and (m := _PART_RE.match(d.name)))
-    return [d for _, d in parts] or [run]
+def _parts(run: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int] | None]]:
+    """The partition directories of a reconstruct output, in event order, each with the
+    ``(first_event, events)`` its output's manifest gives it; ``[(run, None)]`` for a plain
+    run directory. A reconstruct output is read only when its manifest
+    (``quiver-reconstruct.json``, written last) says it is complete and its partitions are
+    all there, of one plan and one dataset, with no gap."""
+    from .dask import _IDENTITY, MANIFEST, OUTPUT_FORMAT, OUTPUT_MANIFEST, part_name, read_manifest
+
+    found = {d.name for d in run.iterdir() if d.is_dir() and _PART_RE.match(d.name)}
+    top = run / OUTPUT_MANIFEST
+    if not found and not top.exists():
+        return [(run, None)]
+    try:
+        import json
+
+        m = json.loads(top.read_text())
+        if m.get("format") != OUTPUT_FORMAT:
+            raise ValueError(f"format {m.get('format')!r}, expected {OUTPUT_FORMAT!r}")
+        listed = [(str(p["name"]), int(p["first_event"]), int(p["events"])) for p in m["partitions"]]
+        complete = m["complete"] is True
+    except FileNotFoundError:
+        raise QueryError(
+            f"{run} holds partitions of a quiver reconstruct output but no {OUTPUT_MANIFEST} (written last, "
+            "when reconstruct ends): the reconstruct did not finish, or an older Quiver made it; rerun quiver "
+            "reconstruct with the same plan and dataset into it") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise QueryError(f"{top}: not a valid reconstruct manifest ({e})") from None
+    if not listed:
+        raise QueryError(f"{run}: its {OUTPUT_MANIFEST} lists no partition")
+    missing, at = [], listed[0][1]
+    for name, first, n in listed:
+        if name != part_name(first, n) or n < 1 or first < at:
+            raise QueryError(f"{top}: partition {name} (events {first}, {n}) is out of order or misnamed")
+        if first > at:
+            missing.append((at, first - 1, "no partition"))
+        if name not in found:
+            missing.append((first, first + n - 1, f"{name} absent"))
+        at = first + n
+    if missing:
+        shown = "; ".join(f"events {a} to {b} ({why})" for a, b, why in missing)
+        raise QueryError(f"{run} is an incomplete quiver reconstruct output: missing {shown}; rerun quiver "
+                         "reconstruct with the same plan and dataset to complete it")
+    if not complete:
+        recorded = m.get("missing_events") or []
+        shown = "; ".join(f"events {a} to {b}" for a, b in recorded) if recorded else "the reconstruct did not finish"
+        raise QueryError(f"{run} is an incomplete quiver reconstruct output (its {OUTPUT_MANIFEST} is not marked "
+                         f"complete): {shown}; rerun quiver reconstruct with the same plan and dataset to complete it")
+    extra = sorted(found - {name for name, _, _ in listed})
+    if extra:
+        raise QueryError(f"{run}: partitions not part of the output its {OUTPUT_MANIFEST} describes: "
+                         f"{', '.join(extra)} (another reconstruct's, or a copy): move them away")
+    for name, first, n in listed:
+        pm = read_manifest(run / name) or {}
+        want = dict((k, m.get(k)) for k in _IDENTITY[:3])
+        want.update(first_event=first, events=n)
+        diff = [k for k in _IDENTITY if pm.get(k) != want[k]]
+        if diff:
+            raise QueryError(f"{run / name}: its {MANIFEST} differs from the output's {OUTPUT_MANIFEST} in "
+                             f"{', '.join(diff)}: the output mixes runs (another plan or dataset); rerun quiver "
+                             "reconstruct with overwrite, or into another directory")
+    return [(run / name, (first, n)) for name, first, n in listed]
 
 
 def verified(run_dir, *, checksums: bool = True) -> dict:
@@ -55,8 +111,13 @@ def _tables(run_dir, dataset=None) -> tuple[dict[str, list[pathlib.Path]], list[
     run = pathlib.Path(run_dir)
     if not run.is_dir():
         raise QueryError(f"run directory {run_dir} does not exist")
-    parts = _parts(run)
+    expected = _parts(run)
+    parts = [d for d, _ in expected]
     manifests = [verified(d) for d in parts]
+    for (d, want), m in zip(expected, manifests):
+        if want is not None and (m.get("first_event"), m.get("events")) != want:
+            raise QueryError(f"{d}: its run covers events {m.get('first_event')} (+{m.get('events')}), "
+                             f"not {want[0]} (+{want[1]}) as its name and the output's manifest say")
     files: dict[str, list[pathlib.Path]] = collections.defaultdict(list)
     for d, m in zip(parts, manifests):
         for name in sorted(m["files"]):
@@ -187,39 +248,130 @@ def context(run_dir, *, dataset=None):
     return ctx
 
 
+def _read_only():
+    """DataFusion's SQL options for queries that change nothing: no DDL (CREATE, DROP), no
+    DML (INSERT, COPY … TO, which writes files anywhere), no statements (SET, PREPARE)."""
+    SQLOptions = require("datafusion", extra="sql").SQLOptions
+
+    return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
+
+
+_REFUSED = ("DDL not supported", "DML not supported", "Statement not supported", "only supports a single SQL statement")
+
+
+def _engine_error(e: Exception, run_dir, dataset) -> QueryError:
+    """An engine's error as one line, naming the tables (or why the query is refused)."""
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if any(r in msg for r in _REFUSED):
+        return QueryError(f"query refused: queries are read-only, one SELECT (or WITH … SELECT) at a time; "
+                          f"no CREATE, INSERT, COPY, SET or second statement ({msg})")
+    try:
+        known = ", ".join(tables(run_dir, dataset=dataset))
+    except QueryError:
+        known = "?"
+    return QueryError(f"query failed: {msg} (tables: {known})")
+
+
+def _frame(query: str, run_dir, dataset):
+    """The query as a lazy ``datafusion.DataFrame`` (planned, nothing computed)."""
+    ctx = context(run_dir, dataset=dataset)
+    try:
+        return ctx.sql_with_options(query, _read_only())
+    except Exception as e:  # DataFusion raises plain Exception subclasses
+        raise _engine_error(e, run_dir, dataset) from None
+
+
 def sql(query: str, run_dir, *, dataset=None, polars: bool = False):
     """Runs an SQL query (DataFusion's dialect) over a run's products; returns a
-    ``pyarrow.Table`` (or a ``polars.DataFrame`` with ``polars=True``).
+    ``pyarrow.Table`` (or a ``polars.DataFrame`` with ``polars=True``). Queries are
+    read-only: DDL (CREATE, DROP), DML (INSERT, COPY … TO) and statements (SET) are refused
+    with :class:`QueryError`, as is a second statement after ``;``.
 
     >>> quiver.sql("SELECT count(*) AS n FROM tracks WHERE quality >= 2", "out")  # doctest: +SKIP
     """
     if polars:
         require("polars", extra="polars")
-    ctx = context(run_dir, dataset=dataset)
+    df = _frame(query, run_dir, dataset)
     try:
-        df = ctx.sql(query)
         return df.to_polars() if polars else df.to_arrow_table()
-    except Exception as e:  # DataFusion raises plain Exception subclasses; name the tables
-        known = ", ".join(tables(run_dir, dataset=dataset))
-        raise QueryError(f"query failed: {e}\n(tables: {known})") from e
+    except Exception as e:
+        raise _engine_error(e, run_dir, dataset) from None
+
+
+def _write(df, out: pathlib.Path, run_dir, dataset) -> int:
+    """Streams the query's result into ``out`` (Parquet or CSV) batch by batch, through a
+    temporary file renamed at the end: a failed query leaves ``out`` as it was."""
+    import os
+
+    if out.suffix not in (".parquet", ".csv"):
+        raise QueryError(f"--output {out}: the file name must end in .parquet or .csv")
+    run = pathlib.Path(run_dir).resolve()
+    target = out.resolve()
+    if target == run or run in target.parents:
+        raise QueryError(f"--output {out} is inside the run directory {run_dir} being read (a file there would "
+                         "make it no longer a complete run): write the result elsewhere")
+    tmp = target.with_name(f".{target.name}.quiver-query-{os.getpid()}")
+    rows = 0
+    try:
+        schema = df.schema()
+        if out.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            writer = pq.ParquetWriter(tmp, schema)
+        else:
+            import pyarrow.csv as pcsv
+
+            try:
+                writer = pcsv.CSVWriter(tmp, schema)
+            except Exception as e:
+                raise QueryError(f"cannot write CSV ({' '.join(str(e).split())}); list columns need Parquet, "
+                                 "or unnest them in SQL") from None
+        with writer:
+            try:
+                for batch in df.execute_stream():
+                    b = batch.to_pyarrow()
+                    writer.write_batch(b)
+                    rows += b.num_rows
+            except QueryError:
+                raise
+            except OSError:
+                raise
+            except Exception as e:
+                raise _engine_error(e, run_dir, dataset) from None
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rows
+
+
+def _count(name: str, value: int, lo: int, hi: int | None = None, allowed=()) -> None:
+    if value in allowed:
+        return
+    if value < lo or (hi is not None and value > hi):
+        rng = f"at least {lo}" if hi is None else f"from {lo} to {hi}"
+        extra = "".join(f" or {v}" for v in allowed)
+        raise QueryError(f"{name} must be {rng}{extra} (got {value})")
 
 
 def main(argv=None) -> int:
-    """``quiver query RUN_DIR "SELECT …"``: prints the result as a table, or writes it to
-    Parquet or CSV (``--output file.parquet|file.csv``); ``--tables`` lists the tables."""
+    """``quiver query RUN_DIR "SELECT …"``: prints the result as a table (only the rows
+    printed are computed), or streams it to Parquet or CSV (``--output file.parquet|file.csv``);
+    ``--tables`` lists the tables."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="quiver query", description=(
         "SQL (DataFusion) over the products of a run directory (quiver run, or quiver reconstruct's "
-        "partitions). Tables are named by product type: tracks, hits, vertices, ..."))
+        "partitions). Tables are named by product type: tracks, hits, vertices, ... Queries are read-only."))
     ap.add_argument("run_dir", help="output directory of a run")
     ap.add_argument("query", nargs="?", help="SQL query")
     ap.add_argument("--dataset", metavar="DIR", help="also the dataset's truth tables, as truth_<name>")
     ap.add_argument("--output", metavar="FILE", help="write the result to FILE (.parquet or .csv) instead of printing")
-    ap.add_argument("--max-rows", type=int, default=50, metavar="N", help="rows printed (default 50; -1: all)")
+    ap.add_argument("--max-rows", type=int, default=50, metavar="N",
+                    help="rows printed (default 50; -1: all); only those are computed")
     ap.add_argument("--tables", action="store_true", help="list the tables and their columns")
     a = ap.parse_args(argv)
     try:
+        _count("--max-rows", a.max_rows, 1, allowed=(-1,))
         if a.tables or not a.query:
             import pyarrow.parquet as pq
 
@@ -228,28 +380,37 @@ def main(argv=None) -> int:
                 cols = ", ".join(f"{f.name} {f.type}" for f in schema)
                 print(f"{name}: {cols}")
             return 0
-        result = sql(a.query, a.run_dir, dataset=a.dataset)
+        df = _frame(a.query, a.run_dir, a.dataset)
         if a.output:
-            out = pathlib.Path(a.output)
-            if out.suffix == ".parquet":
-                import pyarrow.parquet as pq
+            rows = _write(df, pathlib.Path(a.output), a.run_dir, a.dataset)
+            print(f"{rows} rows -> {a.output}")
+            return 0
+        pl = require("polars", extra="polars")
 
-                pq.write_table(result, out)
-            elif out.suffix == ".csv":
-                import pyarrow.csv as pcsv
-
-                try:
-                    pcsv.write_csv(result, out)
-                except Exception as e:
-                    raise QueryError(f"cannot write CSV ({e}); list columns need Parquet, or unnest them in SQL") from e
-            else:
-                raise QueryError(f"--output {a.output}: the file name must end in .parquet or .csv")
-            print(f"{result.num_rows} rows -> {out}")
-        else:
-            pl = require("polars", extra="polars")
-
-            with pl.Config(tbl_rows=a.max_rows, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
-                print(pl.from_arrow(result))
+        # The row limit is part of the query's plan: the engine stops once it has the rows
+        # printed (plus one, to know whether there are more), instead of computing them all.
+        limited = a.max_rows != -1 and a.max_rows < 2**62
+        try:
+            result = (df.limit(a.max_rows + 1) if limited else df).to_arrow_table()
+        except Exception as e:
+            raise _engine_error(e, a.run_dir, a.dataset) from None
+        more = limited and result.num_rows > a.max_rows
+        if more:
+            result = result.slice(0, a.max_rows)
+        names = result.column_names
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise QueryError(f"the result has several columns named {', '.join(dup)}: name them apart with "
+                             "AS (SELECT a.event AS event_a, b.event AS event_b, …)")
+        try:
+            frame = pl.from_arrow(result)
+        except Exception as e:
+            raise QueryError(f"cannot show the result ({' '.join(str(e).split())}); write it with --output") from None
+        with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
+            print(frame)
+        if more:
+            print(f"(the first {a.max_rows} rows; the query has more, not computed: --max-rows N, -1 for all, "
+                  "or --output FILE)")
     except (QueryError, OSError, MissingExtraError) as e:
         print(f"error: {e}")
         return 2
