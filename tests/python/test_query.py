@@ -171,3 +171,93 @@ def test_readers_refuse_a_directory_that_is_not_one_complete_run(small_run, tmp_
     (run / "quiver-run.toml").unlink()
     with pytest.raises(QueryError, match="holds no complete Quiver run"):
         quiver.open(run)
+
+
+def tree_state(d):
+    """Every file under `d` with its size and modification time."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in pathlib.Path(d).rglob("*")}
+
+
+@pytest.mark.parametrize("statement", [
+    "COPY tracks TO '{target}'",
+    "COPY (SELECT * FROM hits) TO '{run}/hits.hits.parquet'",
+    "WITH t AS (SELECT 1) COPY tracks TO '{target}'",
+    "/* comment */ ;  COPY tracks TO '{target}'",
+    "CREATE TABLE t AS SELECT * FROM tracks",
+    "CREATE EXTERNAL TABLE e STORED AS PARQUET LOCATION '{target}'",
+    "INSERT INTO tracks SELECT * FROM tracks",
+    "SET datafusion.execution.batch_size = 1",
+    "SELECT 1; COPY tracks TO '{target}'",
+    "DROP TABLE tracks",
+])
+def test_queries_are_read_only(small_run, tmp_path, capsys, statement):
+    """quiver query / quiver.sql once ran COPY … TO and overwrote a product of the run."""
+    target = tmp_path / "written.parquet"
+    q = statement.format(target=target, run=small_run)
+    before = tree_state(small_run)
+    # Refused when planned, or not even valid SQL (COPY after WITH): never run.
+    refused = r"^query (refused: queries are read-only|failed: SQL error: ParserError)"
+    with pytest.raises(QueryError, match=refused):
+        quiver.sql(q, small_run)
+    assert quiver.cli.main(["query", str(small_run), q]) == 2
+    out = capsys.readouterr().out
+    assert re.match("error: " + refused[1:], out) and out.count("\n") == 1, out
+    assert not target.exists()
+    assert tree_state(small_run) == before
+    quiver.query.verified(small_run)
+
+
+def test_engine_errors_are_one_line(small_run, capsys):
+    # A self-join's duplicate column names made polars raise DuplicateError (a traceback).
+    for q in ["SELECT * FROM tracks a JOIN tracks b ON a.event = b.event",
+              "SELECT nonsense FROM tracks", "SELECT event / 0 FROM tracks", "SELEC"]:
+        assert quiver.cli.main(["query", str(small_run), q]) == 2, q
+        out = capsys.readouterr().out
+        assert out.startswith("error: ") and out.count("\n") == 1, out
+
+
+def test_query_numbers_and_output_are_checked(small_run, tmp_path, capsys):
+    q = "SELECT event FROM tracks"
+    for bad in ["0", "-2", "-100"]:
+        assert quiver.cli.main(["query", str(small_run), q, "--max-rows", bad]) == 2
+        out = capsys.readouterr().out
+        assert out.startswith("error: --max-rows must be") and out.count("\n") == 1, out
+    # Huge: every row, as -1 does.
+    assert quiver.cli.main(["query", str(small_run), "SELECT DISTINCT event FROM tracks ORDER BY event",
+                            "--max-rows", str(10**30)]) == 0
+    assert "shape: (12, 1)" in capsys.readouterr().out
+    # --output into the run being read would make it no longer a complete run.
+    before = tree_state(small_run)
+    assert quiver.cli.main(["query", str(small_run), q, "--output", str(small_run / "x.parquet")]) == 2
+    assert "inside the run directory" in capsys.readouterr().out
+    assert tree_state(small_run) == before
+    # A query failing while its result is written leaves an earlier file as it was.
+    dest = tmp_path / "r.csv"
+    dest.write_text("mine\n")
+    assert quiver.cli.main(["query", str(small_run), "SELECT hits.event / (hits.event - 5) AS x FROM hits",
+                            "--output", str(dest)]) == 2
+    assert dest.read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["r.csv"]
+
+
+MEMORY_LIMITED_QUERY = '''
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIM_INFINITY))
+import quiver.cli
+sys.exit(quiver.cli.main(["query", sys.argv[1], sys.argv[2], "--max-rows", "5"]))
+'''
+
+
+def test_printing_computes_only_the_rows_printed(small_run):
+    """The row limit is in the query's plan: a cross join of the hits (50 000² rows, about
+    20 GB if computed) prints its first rows within a 4 GiB address space."""
+    import os
+    import subprocess
+    import sys
+
+    assert pq.read_metadata(small_run / "hits.hits.parquet").num_rows > 20000
+    q = "SELECT a.event AS e1, b.event AS e2 FROM hits a CROSS JOIN hits b"
+    env = dict(os.environ, POLARS_MAX_THREADS="2", RAYON_NUM_THREADS="2")
+    r = subprocess.run([sys.executable, "-c", MEMORY_LIMITED_QUERY, str(small_run), q], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "shape: (5, 2)" in r.stdout and "the query has more, not computed" in r.stdout
