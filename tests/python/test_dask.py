@@ -286,3 +286,161 @@ def test_workers_get_the_command_s_allocator_settings_despite_the_nanny():
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_only_quiver_s_own_leftovers_are_removed(tmp_path):
+    """_cleanup_temp removed every .tmp-* / .old-* of the output directory, a user's too.
+    Now only names with the Quiver marker, of this host, of a dead process (or this one)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid, alive_pid = int(dead.stdout), os.getppid()
+    host = qd._HOST
+    names = {
+        ".tmp-x": False, ".old-y": False, ".tmp-00000000-00000004-0123456789ab": False,  # a user's
+        f".quiver-tmp-00000000-00000004.{host}-{dead_pid}-0123456789ab": True,
+        f"..quiver-tmp-00000000-00000004.{host}-{dead_pid}-0123456789ab.quiver-staging-{host}-{dead_pid}": True,
+        f".quiver-tmp-00000005-00000009.{host}-{dead_pid}-0123456789ab.partial": True,
+        f".quiver-old-part-00000000-00000004.{host}-{os.getpid()}-0123456789ab": True,
+        f".quiver-tmp-00000000-00000004.{host}-{alive_pid}-0123456789ab": False,  # still running
+        f".quiver-tmp-00000000-00000004.{host}x-{dead_pid}-0123456789ab": False,  # another host
+    }
+    for name in names:
+        (out / name).mkdir()
+        (out / name / "data").write_text("keep")
+    qd._cleanup_temp(out)
+    assert {p.name for p in out.iterdir()} == {n for n, gone in names.items() if not gone}
+    assert (out / ".tmp-x" / "data").read_text() == "keep"
+
+
+def test_foreign_output_directories_are_refused_and_untouched(client, small_dataset, small_run, tmp_path):
+    """reconstruct wrote into a plain `quiver run` output and into a directory of a user's
+    files (removing its .tmp-* / .old-* directories at the end)."""
+    import shutil
+
+    def state(d):
+        return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*")}
+
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    before = state(run)
+    with pytest.raises(qd.ReconstructError, match=rf"{run} holds a `quiver run` output .*choose another --output"):
+        qd.reconstruct(PLAN, small_dataset, run, client=client, events=2, partition_events=2)
+    assert state(run) == before
+    quiver.query.verified(run)
+
+    mine = tmp_path / "mine"
+    (mine / ".tmp-x").mkdir(parents=True)
+    (mine / ".old-y").mkdir()
+    (mine / ".tmp-x" / "notes").write_text("mine")
+    before = state(mine)
+    with pytest.raises(qd.ReconstructError, match=r"did not write: \.old-y, \.tmp-x; .*move those files away"):
+        qd.reconstruct(PLAN, small_dataset, mine, client=client, events=2, partition_events=2)
+    assert state(mine) == before
+    # From the command line: one line, exit status 2.
+    before = state(run)
+    args = ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(run),
+            "--scheduler", client.scheduler.address, "--events", "2"]
+    r = subprocess.run([sys.executable, "-m", "quiver", *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout.startswith("error: ") and r.stdout.count("\n") == 1, r.stdout + r.stderr
+    assert "quiver run" in r.stdout and state(run) == before
+
+
+def test_a_failed_partition_makes_the_output_unreadable_naming_its_events(client, small_dataset, small_run,
+                                                                          tmp_path, capsys):
+    """After a failed partition, quiver.open read the other partitions as the run (events 0
+    to 4 and 10 to 11 as "12 events") and quiver query counted them, exit status 0."""
+    import quiver.cli
+
+    text, _ = crash_plan(tmp_path, event=6, cls="FailAt")
+    out = tmp_path / "dask"
+    s = qd.reconstruct(text, small_dataset, out, client=client, partition_events=5, retries=0)
+    assert [f["partition"] for f in s.failures] == [(5, 5)]
+    top = json.loads((out / qd.OUTPUT_MANIFEST).read_text())
+    assert top["complete"] is False and top["missing_events"] == [[5, 9]]
+    missing = r"incomplete quiver reconstruct output: missing events 5 to 9 \(part-00000005-00000009 absent\)"
+    with pytest.raises(QueryError, match=missing):
+        quiver.open(out)
+    with pytest.raises(QueryError, match=missing):
+        quiver.sql("SELECT count(*) FROM tracks", out)
+    assert quiver.cli.main(["query", str(out), "SELECT count(*) FROM tracks"]) == 2
+    printed = capsys.readouterr().out
+    assert "missing events 5 to 9" in printed and printed.count("\n") == 1
+
+    # A rerun with the plan fixed and overwrite=True completes it; then it reads as before.
+    fixed = text.replace("event = 6\n", "event = 99\n")
+    assert qd.reconstruct(fixed, small_dataset, out, client=client, partition_events=5, overwrite=True).ok
+    assert json.loads((out / qd.OUTPUT_MANIFEST).read_text())["complete"] is True
+    assert quiver.open(out).event_range() == (0, 12)
+    assert quiver.sql("SELECT count(*) AS n FROM tracks", out).equals(
+        quiver.sql("SELECT count(*) AS n FROM tracks", small_run))
+
+    # A partition removed afterwards, or the output's manifest, is named too.
+    import shutil
+
+    shutil.move(out / "part-00000010-00000011", tmp_path / "aside")
+    with pytest.raises(QueryError, match=r"missing events 10 to 11 \(part-00000010-00000011 absent\)"):
+        quiver.open(out)
+    shutil.move(tmp_path / "aside", out / "part-00000010-00000011")
+    quiver.open(out)
+    (out / qd.OUTPUT_MANIFEST).unlink()
+    with pytest.raises(QueryError, match=f"no {qd.OUTPUT_MANIFEST}"):
+        quiver.open(out)
+
+
+def test_outputs_of_two_plans_are_never_read_as_one(client, small_dataset, tmp_path):
+    """Two reconstructs with different plans (disjoint events) into one directory were
+    accepted and read as one run."""
+    import shutil
+
+    out = tmp_path / "dask"
+    other = PLAN.read_text() + "\n# another plan\n"
+    assert qd.reconstruct(PLAN, small_dataset, out, client=client, events=5, partition_events=5).ok
+    with pytest.raises(qd.ReconstructError, match="another plan_sha256"):
+        qd.reconstruct(other, small_dataset, out, client=client, first_event=5, events=5, partition_events=5)
+    assert [d.name for _, _, d in qd.complete_parts(out)] == ["part-00000000-00000004"]
+    assert quiver.open(out).event_range() == (0, 5)
+
+    # A partition of another plan's output moved in: refused by the readers.
+    b = tmp_path / "b"
+    assert qd.reconstruct(other, small_dataset, b, client=client, events=10, partition_events=5).ok
+    shutil.copytree(b / "part-00000005-00000009", out / "part-00000005-00000009")
+    with pytest.raises(QueryError, match="partitions not part of the output .*part-00000005-00000009"):
+        quiver.open(out)
+    shutil.rmtree(out / "part-00000000-00000004")
+    shutil.copytree(b / "part-00000000-00000004", out / "part-00000000-00000004")
+    shutil.rmtree(out / "part-00000005-00000009")
+    with pytest.raises(QueryError, match="differs from the output's quiver-reconstruct.json in plan_sha256"):
+        quiver.sql("SELECT count(*) FROM tracks", out)
+
+    # overwrite=True replaces the whole output: the other plan's events only.
+    c = tmp_path / "c"
+    assert qd.reconstruct(PLAN, small_dataset, c, client=client, events=5, partition_events=5).ok
+    assert qd.reconstruct(other, small_dataset, c, client=client, first_event=5, events=5, partition_events=5,
+                          overwrite=True).ok
+    assert [d.name for _, _, d in qd.complete_parts(c)] == ["part-00000005-00000009"]
+    assert quiver.open(c).event_range() == (5, 5)
+    assert qd.read_manifest(c / "part-00000005-00000009")["plan_sha256"] == \
+        qd.read_manifest(b / "part-00000005-00000009")["plan_sha256"]
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--workers", "0"), ("--workers", "-3"), ("--workers", "100000"), ("--partition-events", "0"),
+    ("--partition-events", "-1"), ("--events", "-5"), ("--events", "0"), ("--events", "13"),
+    ("--events", str(10**30)), ("--first-event", "-1"), ("--first-event", "12"), ("--threads", "0"),
+    ("--threads", str(10**9)), ("--batch-size", "0"), ("--batch-size", str(10**30)), ("--retries", "-1"),
+])
+def test_numeric_options_get_one_line_errors(client, small_dataset, tmp_path, option, value):
+    """--workers 0 hung, --partition-events 0 printed a traceback, --events -5 succeeded
+    doing nothing, --events beyond the dataset was cut to it silently."""
+    out = tmp_path / "out"
+    args = ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(out), option, value]
+    if option != "--workers":
+        args += ["--scheduler", client.scheduler.address]
+    r = subprocess.run([sys.executable, "-m", "quiver", *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout.startswith("error: ") and r.stdout.count("\n") == 1 and not r.stderr.strip(), r.stdout + r.stderr
+    name = option[2:].replace("-", "_")
+    assert name in r.stdout or "outside the dataset" in r.stdout, r.stdout
+    assert not out.exists()
