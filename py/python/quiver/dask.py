@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import operator
 import os
 import pathlib
 import re
@@ -271,13 +272,13 @@ def read_manifest(part_dir) -> dict | None:
         return None
 
 
-def run_ok(part_dir) -> bool:
+def run_ok(part_dir, checksums: bool = True) -> bool:
     """Whether a partition directory holds a complete run: its run manifest
-    (``quiver-run.toml``) matches its files, sizes and checksums."""
+    (``quiver-run.toml``) matches its files, sizes and (with ``checksums``) checksums."""
     from .query import QueryError, verified
 
     try:
-        verified(part_dir)
+        verified(part_dir, checksums=checksums)
         return True
     except QueryError:
         return False
@@ -411,8 +412,14 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
       rescheduled by Dask on its own, up to ``distributed.scheduler.allowed-failures``).
     - ``collect``: products to return as ``pyarrow.Table`` (``"label"`` or
       ``"label:type"``); from skipped partitions they are read from their files.
-    - ``overwrite``: replace partitions made by another plan, dataset or code version,
-      and partitions of another partitioning; without it, such a directory is an error.
+    - ``overwrite``: replace the whole output when it was made by another plan, dataset or
+      code version, or partitioned otherwise; without it, such an output is an error. The
+      output's manifest says "not complete" until every partition is redone.
+
+    Counts below 1 (``events``, ``partition_events``, ``threads``, ``batch_size``), a
+    negative ``first_event`` or ``retries``, and ``events`` beyond the dataset are errors
+    (:class:`ReconstructError`), as is an output directory holding anything reconstruct
+    did not write. Numbers must be integers.
 
     Returns a :class:`Summary`; partitions that failed are listed in ``summary.failures``
     rather than raised."""
@@ -556,13 +563,15 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
 
 def _missing_ranges(out: pathlib.Path, listed, identity: dict) -> list[tuple[int, int]]:
     """Inclusive event ranges of ``listed`` partitions not complete in ``out`` with
-    ``identity`` (plan, dataset, code), and of the gaps between them."""
+    ``identity`` (plan, dataset, code), and of the gaps between them. Files are checked by
+    size only (readers check their checksums), so that writing the output's manifest does
+    not read every product again."""
     missing = []
     for i, (f, k) in enumerate(listed):
         d = out / part_name(f, k)
         m = read_manifest(d)
         ok = m is not None and all(m.get(key) == identity[key] for key in _IDENTITY[:3]) and \
-            m.get("first_event") == f and m.get("events") == k and run_ok(d)
+            m.get("first_event") == f and m.get("events") == k and run_ok(d, checksums=False)
         if not ok:
             missing.append((f, f + k - 1))
         if i + 1 < len(listed) and listed[i + 1][0] > f + k:
@@ -599,8 +608,12 @@ def _check_numbers(**values) -> None:
     for name, v in values.items():
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ReconstructError(f"{name} must be an integer, not {v!r}")
+        try:
+            if isinstance(v, bool):
+                raise TypeError
+            v = operator.index(v)
+        except TypeError:
+            raise ReconstructError(f"{name} must be an integer, not {v!r}") from None
         lo, hi = minimum.get(name, 1), maximum.get(name, 2**53)
         if not lo <= v <= hi:
             raise ReconstructError(f"{name} must be from {lo} to {hi} (got {v})")
