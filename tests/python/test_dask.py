@@ -267,6 +267,14 @@ def test_plan_without_output_is_refused(client, small_dataset, tmp_path):
         qd.reconstruct(text, small_dataset, tmp_path / "x", client=client)
     with pytest.raises(qd.ReconstructError, match="outside the dataset"):
         qd.reconstruct(PLAN, small_dataset, tmp_path / "x", client=client, first_event=12)
+    # A plan that is not TOML: one line naming it, not a traceback.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[step]\nlabel = ")
+    r = subprocess.run([sys.executable, "-m", "quiver", "reconstruct", str(bad), "--input", str(small_dataset),
+                        "--output", str(tmp_path / "y"), "--scheduler", client.scheduler.address],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout.startswith(f"error: plan {bad}: not valid TOML"), r.stdout + r.stderr
+    assert r.stdout.count("\n") == 1 and not (tmp_path / "y").exists()
 
 
 def test_quiver_package_is_importable_without_dask():

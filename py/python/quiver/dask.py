@@ -259,8 +259,13 @@ def _plan_text(plan) -> tuple[str, str]:
                     f"(a quiver.Plan object cannot be shipped to workers), not {type(plan).__name__}")
 
 
-def _writes_products(text: str) -> bool:
-    steps = tomllib.loads(text).get("step", [])
+def _writes_products(text: str, origin: str) -> bool:
+    try:
+        steps = tomllib.loads(text).get("step", [])
+    except tomllib.TOMLDecodeError as e:
+        raise ReconstructError(f"plan {origin}: not valid TOML ({e})") from None
+    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+        raise ReconstructError(f"plan {origin}: `step` must be a list of [[step]] tables")
     return any(s.get("type") in ("write_parquet", "write_ipc") for s in steps)
 
 
@@ -429,7 +434,7 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
                    batch_size=batch_size, retries=retries)
     client = client or default_client()
     text, origin = _plan_text(plan)
-    if not _writes_products(text):
+    if not _writes_products(text, origin):
         raise ReconstructError(f"plan {origin}: it writes no products; add a `write_parquet` step")
     dataset = str(pathlib.Path(dataset).resolve())
     n_available, checksum = dataset_info(dataset)
