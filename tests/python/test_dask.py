@@ -367,6 +367,8 @@ def test_a_failed_partition_makes_the_output_unreadable_naming_its_events(client
     assert [f["partition"] for f in s.failures] == [(5, 5)]
     top = json.loads((out / qd.OUTPUT_MANIFEST).read_text())
     assert top["complete"] is False and top["missing_events"] == [[5, 9]]
+    assert s.missing == [(5, 9)]
+    assert "output INCOMPLETE, not readable until a rerun fills it: missing events 5 to 9" in str(s)
     missing = r"incomplete quiver reconstruct output: missing events 5 to 9 \(part-00000005-00000009 absent\)"
     with pytest.raises(QueryError, match=missing):
         quiver.open(out)
@@ -421,6 +423,17 @@ def test_outputs_of_two_plans_are_never_read_as_one(client, small_dataset, tmp_p
     shutil.rmtree(out / "part-00000005-00000009")
     with pytest.raises(QueryError, match="differs from the output's quiver-reconstruct.json in plan_sha256"):
         quiver.sql("SELECT count(*) FROM tracks", out)
+
+    # Two calls of the same plan with a gap between their events: resumable, unreadable until filled.
+    g = tmp_path / "gap"
+    assert qd.reconstruct(PLAN, small_dataset, g, client=client, events=3, partition_events=3).ok
+    s = qd.reconstruct(PLAN, small_dataset, g, client=client, first_event=6, events=3, partition_events=3)
+    assert s.ok and s.missing == [(3, 5)] and "missing events 3 to 5" in str(s)
+    with pytest.raises(QueryError, match=r"missing events 3 to 5 \(no partition\)"):
+        quiver.open(g)
+    s = qd.reconstruct(PLAN, small_dataset, g, client=client, events=9, partition_events=3)
+    assert s.done == [(3, 3)] and s.skipped == [(0, 3), (6, 3)] and s.missing == []
+    assert quiver.open(g).event_range() == (0, 9)
 
     # overwrite=True replaces the whole output: the other plan's events only.
     c = tmp_path / "c"

@@ -64,7 +64,8 @@ OUTPUT_FORMAT = "quiver-reconstruct/1"
 # plus what the run of a partition adds to its temporary directory's name (the Rust run's
 # staging directory `.<name>.quiver-staging-<host>-<pid>`, a failed run's `<name>.partial`).
 # Nothing else is ever removed.
-_OURS_RE = re.compile(r"^\.{1,2}quiver-(?:tmp|old|json)-[^.]+\.(?P<host>[A-Za-z0-9-]+?)-(?P<pid>\d+)-[0-9a-f]{12}(?:\..*)?$")
+_OURS_RE = re.compile(
+    r"^\.{1,2}quiver-(?:tmp|old|json)-[^.]+\.(?P<host>[A-Za-z0-9-]+?)-(?P<pid>\d+)-[0-9a-f]{12}(?:\..*)?$")
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 DEFAULT_PARTITION_EVENTS = 50
 _PART_RE = re.compile(r"^part-(\d+)-(\d+)$")
@@ -167,6 +168,10 @@ class Summary:
     manifests: list
     """The manifest of every partition run by this call."""
     products: dict = dataclasses.field(default_factory=dict)
+    missing: list = dataclasses.field(default_factory=list)
+    """Inclusive event ranges ``(first, last)`` the output lacks after the call (failed
+    partitions, gaps between event ranges of several calls): readers refuse the output
+    until a rerun fills them."""
     """The products asked for with ``collect=``, ``label:type -> pyarrow.Table`` (every
     requested partition, in event order)."""
 
@@ -186,6 +191,9 @@ class Summary:
             f"throughput {self.throughput:.1f} events/s",
             f"output {self.output} ({self.events_total} events in complete partitions)",
         ]
+        if self.missing:
+            lines.append("output INCOMPLETE, not readable until a rerun fills it: missing events "
+                         + ", ".join(f"{a} to {b}" for a, b in self.missing))
         if self.step_seconds:
             total = sum(self.step_seconds.values()) or 1e-12
             lines += ["", f"{'step':<20} {'s (all workers)':>16} {'ms/event':>10} {'share':>7}"]
@@ -556,7 +564,7 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
         output=str(out), events=sum(k for _, k in done), events_total=sum(k for _, k in done + skipped),
         partitions=wanted, done=done, skipped=skipped, failures=failures, wall_s=wall,
         step_seconds=step_seconds, workers=workers, manifests=manifests, products=products)
-    _write_output_manifest(out, manifest_base, listed, complete=None)
+    summary.missing = _write_output_manifest(out, manifest_base, listed, complete=None)
     _write_json(out / SUMMARY, {
         "events": summary.events, "events_total": summary.events_total, "wall_s": wall,
         "throughput": summary.throughput, "workers": workers, "partitions": wanted, "skipped": skipped,
@@ -590,8 +598,9 @@ def _missing_ranges(out: pathlib.Path, listed, identity: dict) -> list[tuple[int
     return merged
 
 
-def _write_output_manifest(out: pathlib.Path, base: dict, listed, *, complete: bool | None) -> None:
-    """Writes ``OUTPUT_MANIFEST``; ``complete=None``: complete when no event is missing."""
+def _write_output_manifest(out: pathlib.Path, base: dict, listed, *, complete: bool | None) -> list:
+    """Writes ``OUTPUT_MANIFEST``; ``complete=None``: complete when no event is missing.
+    Returns the missing event ranges."""
     missing = _missing_ranges(out, listed, base)
     first = listed[0][0] if listed else 0
     _write_json(out / OUTPUT_MANIFEST, {
@@ -603,6 +612,7 @@ def _write_output_manifest(out: pathlib.Path, base: dict, listed, *, complete: b
         "missing_events": [list(r) for r in missing],
         "written": time.time(),
     })
+    return missing
 
 
 def _check_numbers(**values) -> None:
