@@ -168,12 +168,12 @@ class Summary:
     manifests: list
     """The manifest of every partition run by this call."""
     products: dict = dataclasses.field(default_factory=dict)
+    """The products asked for with ``collect=``, ``label:type -> pyarrow.Table`` (every
+    requested partition, in event order)."""
     missing: list = dataclasses.field(default_factory=list)
     """Inclusive event ranges ``(first, last)`` the output lacks after the call (failed
     partitions, gaps between event ranges of several calls): readers refuse the output
     until a rerun fills them."""
-    """The products asked for with ``collect=``, ``label:type -> pyarrow.Table`` (every
-    requested partition, in event order)."""
 
     @property
     def throughput(self) -> float:
