@@ -16,6 +16,7 @@ run has that type, otherwise ``<type>_<label>``; other Parquet files by their na
 
 from __future__ import annotations
 
+import builtins
 import collections
 import pathlib
 import re
@@ -103,7 +104,7 @@ def _merged_histograms(files):
     """Histograms of several partitions: counters of the same bin summed."""
     pl = require("polars", extra="polars")
 
-    return (pl.scan_parquet([str(f) for f in files])
+    return (pl.scan_parquet([str(f) if isinstance(f, pathlib.PurePath) else f for f in files])
             .group_by("histogram", "bin", maintain_order=True)
             .agg(pl.col("low_edge").first(), pl.col("high_edge").first(), pl.col("count").sum())
             .sort("histogram", "bin"))
@@ -139,8 +140,48 @@ class Run(dict):
         if name not in self.types:
             raise QueryError(f"'{name}' is not a product of {self.run_dir} (products: {', '.join(self.types) or 'none'})")
         first, n = self.event_range()
-        table = pa.concat_tables([pq.read_table(f) for f in self._files[name]])
+        # A new descriptor of each file open() holds: the run it opened, not the directory's.
+        table = pa.concat_tables([pq.read_table(f"/proc/self/fd/{f.fileno()}") for f in self._files[name]])
         return to_awkward(table, first, n)
+
+
+def _pin(run_dir, dataset):
+    """Table name -> open files of a run, read from the run directory as it was when opened:
+    the directory is held by a file descriptor, checked against its manifest through it, and
+    every file is opened before this returns. A run committed into the same directory later
+    exchanges directories; these files stay readable, with the run they were opened from."""
+    import os
+
+    run = pathlib.Path(run_dir)
+    if not run.is_dir():
+        raise QueryError(f"run directory {run_dir} does not exist")
+    dirfd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    held = f"/proc/self/fd/{dirfd}"
+    try:
+        try:
+            files_of, manifests = _tables(held, dataset)
+        except QueryError as e:
+            raise QueryError(str(e).replace(held, str(run))) from None
+        pinned, sizes = {}, {}
+        parts = _parts(pathlib.Path(held))
+        if len(parts) != len(manifests):
+            raise FileNotFoundError(f"{run_dir}: partitions changed while it was opened")
+        for d, m in zip(parts, manifests):
+            for name, f in m["files"].items():
+                sizes[str(d / name)] = f["bytes"]
+        for name, paths in files_of.items():
+            opened = pinned[name] = []
+            for p in paths:
+                f = builtins.open(p, "rb")
+                opened.append(f)
+                # A partition replaced between the manifest check and this open: its files
+                # no longer match what was checked.
+                want = sizes.get(str(p))
+                if want is not None and os.fstat(f.fileno()).st_size != want:
+                    raise FileNotFoundError(f"{p} changed while it was opened")
+        return pinned, manifests
+    finally:
+        os.close(dirfd)
 
 
 def open(run_dir, *, dataset=None) -> Run:
@@ -150,19 +191,32 @@ def open(run_dir, *, dataset=None) -> Run:
     (``polars.Enum``: bad, dup, loose, …) after the integer ``quality``. The returned dict
     also gives each product as an awkward array: ``frames.awkward("tracks")``.
 
+    The frames read the run that was in ``run_dir`` when ``open`` was called, even after
+    another run is committed into the same directory: its files are held open (their disk
+    space is freed when the last frame and the returned dict are gone). Call ``open`` again
+    to see the new run.
+
     >>> frames = quiver.open("out")                                     # doctest: +SKIP
     >>> frames["tracks"].filter(pl.col("quality_name") >= "loose").collect()  # doctest: +SKIP
     """
     pl = require("polars", extra="polars")
 
+    for attempt in range(3):
+        try:
+            files_of, manifests = _pin(run_dir, dataset)
+            break
+        except FileNotFoundError:
+            # A new run was committed while this one was being opened: open that one.
+            if attempt == 2:
+                raise QueryError(f"{run_dir}: runs are being committed into it faster than it can be opened") from None
     out, types = {}, {}
-    files_of, manifests = _tables(run_dir, dataset)
     for name, files in files_of.items():
-        if len(files) > 1 and _is_histograms(files[0]):
+        if len(files) > 1 and _is_histograms(f"/proc/self/fd/{files[0].fileno()}"):
             out[name] = _merged_histograms(files)
         else:
-            out[name] = pl.scan_parquet([str(f) for f in files])
-        m = _PRODUCT_RE.match(files[0].name)
+            # Polars takes its own descriptor of each open file: the frame keeps the file.
+            out[name] = pl.scan_parquet(files)
+        m = _PRODUCT_RE.match(pathlib.Path(files[0].name).name)
         if m and not (dataset is not None and name.startswith("truth_")):
             types[name] = m.group(1)
             out[name] = with_quality_name(out[name], m.group(1))
