@@ -452,7 +452,13 @@ impl PyBatch {
                 self.view.schemas.keys().cloned().collect::<Vec<_>>().join(", ")
             )));
         };
-        let data = if data.cast::<PyDict>().is_ok() { py.import("pyarrow")?.getattr("record_batch")?.call1((data,))? } else { data.clone() };
+        let data = if data.cast::<PyDict>().is_ok() {
+            // Numpy arrays the step could still write to are copied (quiver/_publish.py).
+            let columns = py.import("quiver._publish")?.getattr("columns")?.call1((data,))?;
+            py.import("pyarrow")?.getattr("record_batch")?.call1((columns,))?
+        } else {
+            data.clone()
+        };
         let any: AnyRecordBatch = data.extract().map_err(|e| {
             pyo3::exceptions::PyTypeError::new_err(format!("product '{type_name}': not an Arrow table or record batch (no __arrow_c_array__/__arrow_c_stream__): {e}"))
         })?;
