@@ -288,7 +288,14 @@ impl Step for PythonStep {
                 Ok(puts)
             })();
             self.held_ns.fetch_add(t_held.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            r.map_err(|e| Error::data(format!("Python exception in {}.produce():\n{}", self.what, format_pyerr(py, &e))))
+            r.map_err(|e| {
+                if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                    // Stops the job as Ctrl-C does: nothing committed, no partial files.
+                    Error::Interrupted(format!("KeyboardInterrupt in {}.produce()", self.what))
+                } else {
+                    Error::data(format!("Python exception in {}.produce():\n{}", self.what, format_pyerr(py, &e)))
+                }
+            })
         })?;
         self.calls.fetch_add(1, Ordering::Relaxed);
         for p in products {
