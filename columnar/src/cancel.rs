@@ -76,8 +76,9 @@ pub fn take_signal() -> Option<i32> {
 }
 
 /// While alive, SIGINT and SIGTERM ask the running job to stop instead of killing the
-/// process; a second one kills it as before (the handlers reset themselves). Dropping it
-/// restores the previous handlers (those of Python, inside the Python package).
+/// process; a second one kills it as before (the handlers reset themselves). A signal the
+/// process ignores (SIGINT of a job a script started in the background) stays ignored.
+/// Dropping it restores the previous handlers (those of Python, inside the Python package).
 pub struct SignalGuard {
     #[cfg(unix)]
     previous: Vec<(libc::c_int, libc::sigaction)>,
@@ -99,6 +100,10 @@ impl SignalGuard {
                 // SAFETY: plain sigaction calls on zeroed structs; the handler only stores
                 // into an atomic, which is async-signal-safe.
                 unsafe {
+                    let mut current: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(sig, std::ptr::null(), &mut current) != 0 || current.sa_sigaction == libc::SIG_IGN {
+                        continue;
+                    }
                     let mut new: libc::sigaction = std::mem::zeroed();
                     new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
                     new.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;

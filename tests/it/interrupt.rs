@@ -2,6 +2,7 @@
 //! removes its staging directory and says so in one line; the previous run is untouched.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,6 +34,12 @@ fn staging_dirs(parent: &Path) -> Vec<String> {
 }
 
 fn interrupted_run_commits_nothing(signal: &str, code: i32) {
+    interrupted_run(&[signal], code, false);
+}
+
+/// Sends `signals` in turn (a second after each other) to a long run that replaces a
+/// previous one in the same directory; checks the one it stops on.
+fn interrupted_run(signals: &[&str], code: i32, ignore_sigint: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let plan = tmp.path().join("plan.toml");
     std::fs::write(&plan, PLAN).unwrap();
@@ -40,6 +47,16 @@ fn interrupted_run_commits_nothing(signal: &str, code: i32) {
     let run = |events: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_quiver"));
         c.args(["run", plan.to_str().unwrap(), "--output", out.to_str().unwrap(), "--no-progress", "--threads", "2", "--events", events]);
+        // As from a terminal, whatever started these tests: quiver leaves ignored signals
+        // ignored (a script's background jobs ignore SIGINT).
+        // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+        unsafe {
+            c.pre_exec(move || {
+                libc::signal(libc::SIGINT, if ignore_sigint { libc::SIG_IGN } else { libc::SIG_DFL });
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         c
     };
     assert!(run("3").output().unwrap().status.success());
@@ -52,8 +69,16 @@ fn interrupted_run_commits_nothing(signal: &str, code: i32) {
         assert!(t0.elapsed() < Duration::from_secs(30), "the run never started writing");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap().success());
-    let t1 = Instant::now();
+    let mut t1 = Instant::now();
+    for (i, signal) in signals.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(child.try_wait().unwrap().is_none(), "quiver run stopped on SIG{}, which it ignores", signals[i - 1]);
+        }
+        t1 = Instant::now();
+        assert!(Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap().success());
+    }
+    let signal = signals.last().unwrap();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
@@ -85,4 +110,9 @@ fn ctrl_c_stops_the_run_and_keeps_the_previous_one() {
 #[test]
 fn sigterm_stops_the_run_and_removes_its_staging_directory() {
     interrupted_run_commits_nothing("TERM", 143);
+}
+
+#[test]
+fn an_ignored_sigint_stays_ignored() {
+    interrupted_run(&["INT", "TERM"], 143, true);
 }

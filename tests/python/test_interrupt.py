@@ -30,6 +30,13 @@ PLAN = textwrap.dedent('''
 ''')
 
 
+def default_signals():
+    """SIGINT and SIGTERM as a terminal's command gets them, however pytest was started
+    (a script's background job ignores SIGINT, and so would its children)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def snapshot(d: pathlib.Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
@@ -65,7 +72,7 @@ def command(request, quiver_bin):
 def test_quiver_run_interrupted_commits_nothing(command, sig, tmp_path):
     out, args = previous_run(command, tmp_path)
     before = snapshot(out)
-    proc = subprocess.Popen([*args, "--events", "1000000"], cwd=tmp_path,
+    proc = subprocess.Popen([*args, "--events", "1000000"], cwd=tmp_path, preexec_fn=default_signals,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_staging(proc, tmp_path)
@@ -114,7 +121,8 @@ def test_plan_run_interrupted_raises_keyboardinterrupt_and_commits_nothing(quive
     out, _ = previous_run([quiver_bin], tmp_path)
     before = snapshot(out)
     (tmp_path / "job.py").write_text(PLAN_RUN)
-    r = subprocess.run([sys.executable, "job.py", str(out), source], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "job.py", str(out), source], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, preexec_fn=default_signals)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("KeyboardInterrupt "), r.stdout + r.stderr
     took = float(r.stdout.split()[1].rstrip(":"))
@@ -124,3 +132,48 @@ def test_plan_run_interrupted_raises_keyboardinterrupt_and_commits_nothing(quive
     assert snapshot(out) == before
     assert staging(tmp_path) == []
     assert not (tmp_path / "out.partial").exists()
+
+
+SLOW_STEP = textwrap.dedent('''
+    import time
+    import quiver
+
+    class Slow(quiver.Step):
+        consumes = {"input": "digis"}
+        produces = []
+        def produce(self, batch):
+            time.sleep(1.0)
+''')
+
+
+def test_quiver_reconstruct_interrupted_prints_one_line(small_dataset, tmp_path):
+    from conftest import pixel_chain_toml
+
+    (tmp_path / "slow.py").write_text(SLOW_STEP)
+    (tmp_path / "plan.toml").write_text(pixel_chain_toml("digis") + textwrap.dedent('''
+        [[step]]
+        label = "slow"
+        type = "python"
+        backend = "python"
+        module = "slow.py"
+        class = "Slow"
+        input = "digis"
+        [[step]]
+        label = "out"
+        type = "write_parquet"
+        products = ["digis"]
+    '''))
+    cmd = [str(pathlib.Path(sys.executable).parent / "quiver"), "reconstruct", "plan.toml", "--input", str(small_dataset),
+           "--output", "out", "--workers", "1", "--partition-events", "1"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, preexec_fn=default_signals, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4.0)  # the cluster is up and the partitions (1 s each) are running
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    assert "quiver reconstruct: interrupted; complete partitions stay in the output directory and a rerun skips them\n" in err

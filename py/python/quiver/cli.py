@@ -20,6 +20,10 @@ def main(argv=None) -> int:
         # is an interrupt elsewhere (quiver reconstruct, quiver query): one line, no traceback.
         name = f"quiver {args[0]}" if args else "quiver"
         print(f"{name}: interrupted{getattr(e, 'note', '')}", file=sys.stderr)
+        if args and args[0] == "reconstruct":
+            # distributed's exit hook fails (with a traceback) to close a local cluster
+            # interrupted while it started; what is left to do at exit is only cleanup.
+            sys.unraisablehook = lambda unraisable: None
         code = 128 + getattr(e, "signum", signal.SIGINT)
     if argv is None:
         sys.exit(code)
