@@ -17,6 +17,8 @@ use std::sync::Arc;
 /// The signal that asked to stop (0: none). Set from a signal handler: an atomic store is
 /// all a handler may do.
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+/// The signal of the last [`SignalGuard`], kept for [`take_signal`] once jobs no longer see it.
+static LAST: AtomicI32 = AtomicI32::new(0);
 
 thread_local! {
     static CURRENT: RefCell<Option<Token>> = const { RefCell::new(None) };
@@ -67,9 +69,10 @@ impl Check {
     }
 }
 
-/// The signal that asked to stop, if any (SIGINT, SIGTERM), and clears it.
+/// The signal that asked the job of the last [`SignalGuard`] to stop, if any (SIGINT,
+/// SIGTERM), and clears it.
 pub fn take_signal() -> Option<i32> {
-    match SIGNALLED.swap(0, Ordering::Relaxed) {
+    match LAST.swap(0, Ordering::Relaxed) {
         0 => None,
         s => Some(s),
     }
@@ -93,6 +96,7 @@ impl SignalGuard {
     /// Installs the handlers (nothing on platforms without POSIX signals).
     pub fn install() -> SignalGuard {
         SIGNALLED.store(0, Ordering::Relaxed);
+        LAST.store(0, Ordering::Relaxed);
         #[cfg(unix)]
         {
             let mut previous = Vec::new();
@@ -130,6 +134,8 @@ impl Drop for SignalGuard {
                 libc::sigaction(*sig, old, std::ptr::null_mut());
             }
         }
+        // Later jobs of this process (Plan.run after `quiver run` in Python) must not see it.
+        LAST.store(SIGNALLED.swap(0, Ordering::Relaxed), Ordering::Relaxed);
     }
 }
 
