@@ -140,9 +140,18 @@ class Run(dict):
         if name not in self.types:
             raise QueryError(f"'{name}' is not a product of {self.run_dir} (products: {', '.join(self.types) or 'none'})")
         first, n = self.event_range()
-        # A new descriptor of each file open() holds: the run it opened, not the directory's.
-        table = pa.concat_tables([pq.read_table(f"/proc/self/fd/{f.fileno()}") for f in self._files[name]])
+        table = pa.concat_tables([pq.read_table(_reopened(f)) for f in self._files[name]])
         return to_awkward(table, first, n)
+
+
+def _reopened(f) -> str:
+    """A path to the file that ``f`` holds open (a new description: its own position), on
+    Linux even after a newer run replaced it; elsewhere its path."""
+    fd_path = f"/proc/self/fd/{f.fileno()}"
+    return fd_path if _HAS_PROC_FD else f.name
+
+
+_HAS_PROC_FD = pathlib.Path("/proc/self/fd").is_dir()
 
 
 def _pin(run_dir, dataset):
@@ -156,7 +165,9 @@ def _pin(run_dir, dataset):
     if not run.is_dir():
         raise QueryError(f"run directory {run_dir} does not exist")
     dirfd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
-    held = f"/proc/self/fd/{dirfd}"
+    # Without /proc (not Linux), files are opened by path: pinned once open, but a commit
+    # between the manifest check and the opens is caught only by the size check below.
+    held = f"/proc/self/fd/{dirfd}" if _HAS_PROC_FD else str(run)
     try:
         try:
             files_of, manifests = _tables(held, dataset)
@@ -211,7 +222,7 @@ def open(run_dir, *, dataset=None) -> Run:
                 raise QueryError(f"{run_dir}: runs are being committed into it faster than it can be opened") from None
     out, types = {}, {}
     for name, files in files_of.items():
-        if len(files) > 1 and _is_histograms(f"/proc/self/fd/{files[0].fileno()}"):
+        if len(files) > 1 and _is_histograms(_reopened(files[0])):
             out[name] = _merged_histograms(files)
         else:
             # Polars takes its own descriptor of each open file: the frame keeps the file.
