@@ -173,22 +173,17 @@ def _pin(run_dir, dataset):
             files_of, manifests = _tables(held, dataset)
         except QueryError as e:
             raise QueryError(str(e).replace(held, str(run))) from None
-        pinned, sizes = {}, {}
-        parts = _parts(pathlib.Path(held))
-        if len(parts) != len(manifests):
-            raise FileNotFoundError(f"{run_dir}: partitions changed while it was opened")
-        for d, m in zip(parts, manifests):
-            for name, f in m["files"].items():
-                sizes[str(d / name)] = f["bytes"]
+        pinned = {}
         for name, paths in files_of.items():
             opened = pinned[name] = []
-            for p in paths:
+            truth = dataset is not None and name.startswith("truth_")
+            # A product's files are one per partition, in the order of `manifests`.
+            for p, m in zip(paths, [None] * len(paths) if truth else manifests):
                 f = builtins.open(p, "rb")
                 opened.append(f)
                 # A partition replaced between the manifest check and this open: its files
                 # no longer match what was checked.
-                want = sizes.get(str(p))
-                if want is not None and os.fstat(f.fileno()).st_size != want:
+                if m is not None and os.fstat(f.fileno()).st_size != m["files"][p.name]["bytes"]:
                     raise FileNotFoundError(f"{p} changed while it was opened")
         return pinned, manifests
     finally:
