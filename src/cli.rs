@@ -190,6 +190,9 @@ fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         cycle_input: false,
     };
     let origin = args.plan.as_ref().map_or(default_plan::NAME.to_string(), |p| p.display().to_string());
+    // Ctrl-C and SIGTERM stop the job between batches; it then commits nothing and removes
+    // its staging directory (main_with prints one line).
+    let _signals = quiver_columnar::cancel::SignalGuard::install();
     let (summary, (), committed) =
         quiver_columnar::rundir::run_job(&resolved, registry, job, &origin, opts.first_event, |steps| Ok((executor::run(&resolved, &steps, &opts)?, ())))?;
     print!("{}", summary.render());
@@ -342,6 +345,12 @@ where
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // One line, no error: the user asked for it. 128 + the signal, as a shell reports
+        // a process the signal killed.
+        Err(e @ quiver_columnar::Error::Interrupted(_)) => {
+            eprintln!("quiver: {e}");
+            ExitCode::from(128 + quiver_columnar::cancel::take_signal().unwrap_or(2).clamp(1, 127) as u8)
+        }
         // A run option that cannot be honoured is a usage error, like clap's (exit code 2).
         Err(e @ quiver_columnar::Error::Usage(_)) => {
             eprintln!("error: {e}");

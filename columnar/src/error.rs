@@ -27,6 +27,10 @@ pub enum Error {
     /// Arrow rejected an array or batch.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
+    /// The job was asked to stop (Ctrl-C, SIGTERM, `KeyboardInterrupt`) and committed
+    /// nothing; the message says what happened to the output directory.
+    #[error("interrupted; {0}")]
+    Interrupted(String),
     /// Parquet rejected a batch or file.
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),

@@ -273,6 +273,8 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         .map(|i| last_use.iter().filter(|(_, &l)| l == i).map(|(k, _)| k.clone()).collect())
         .collect();
 
+    // Checked between batches: an interrupted job stops within one batch per worker.
+    let cancel = crate::cancel::Check::current();
     let n_batches = events.div_ceil(opts.batch_size as u64);
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
@@ -294,7 +296,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     let start = Instant::now();
 
     let worker = || {
-        while !failed.load(Ordering::Relaxed) {
+        while !failed.load(Ordering::Relaxed) && !cancel.requested() {
             let b = next.fetch_add(1, Ordering::Relaxed);
             if b >= n_batches {
                 break;
@@ -320,7 +322,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 if let Err(e) = r {
                     failed.store(true, Ordering::Relaxed);
                     let e = match e {
-                        Error::Step { .. } => e,
+                        Error::Step { .. } | Error::Interrupted(_) => e,
                         other => Error::Step { label: st.label.clone(), first, last: first + n as u64, msg: other.to_string() },
                     };
                     let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
@@ -394,7 +396,9 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     bar.finish_and_clear();
     let wall = start.elapsed();
 
-    let success = !failed.load(Ordering::Relaxed);
+    let first_error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    let interrupted = cancel.requested() || matches!(first_error, Some((_, Error::Interrupted(_))));
+    let success = !failed.load(Ordering::Relaxed) && !interrupted;
     let mut reports = Vec::new();
     let mut end_error = None;
     for (st, step) in plan.steps.iter().zip(steps) {
@@ -408,7 +412,10 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             }
         }
     }
-    if let Some((_, e)) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if interrupted {
+        return Err(Error::Interrupted("the job stopped before its last event".into()));
+    }
+    if let Some((_, e)) = first_error {
         return Err(e);
     }
     if let Some(e) = end_error {

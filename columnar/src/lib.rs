@@ -25,6 +25,7 @@
 //! ```
 
 pub mod columns;
+pub mod cancel;
 pub mod collect;
 pub mod compare;
 pub mod conditions;

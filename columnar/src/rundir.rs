@@ -571,7 +571,19 @@ pub fn run_job<T>(
     }
     // A failed build drops `staged`, which removes the staging directory.
     let steps = resolved.build(registry, job.into())?;
-    match run(steps) {
+    let cancel = crate::cancel::Check::current();
+    let result = if cancel.requested() { Err(Error::Interrupted(String::new())) } else { run(steps) };
+    // Checked again after the job: a request that came with the last batch still commits nothing.
+    if cancel.requested() || matches!(result, Err(Error::Interrupted(_))) {
+        // Dropping `staged` removes the staging directory with the files written so far.
+        let msg = match staged {
+            Some(s) if s.dir().join(MANIFEST).is_file() => format!("nothing was written, the previous run in {} is intact", s.dir().display()),
+            Some(s) => format!("nothing was written to {}", s.dir().display()),
+            None => "nothing was written".to_string(),
+        };
+        return Err(Error::Interrupted(msg));
+    }
+    match result {
         Ok((summary, value)) => {
             let committed = match staged {
                 Some(s) => {

@@ -186,19 +186,74 @@ impl PyPlan {
                 Some(sel) => collect::select(&resolved, sel),
             }
             .map_err(|e| to_pyerr(py, e))?;
-            // The framework and Rust steps run without the GIL; a Python step takes it per batch.
+            // The framework and Rust steps run without the GIL on a thread of their own; a
+            // Python step takes the GIL per batch. This thread waits with the GIL released and
+            // looks for signals every 100 ms: Python runs its handlers (Ctrl-C's
+            // KeyboardInterrupt) only here, on the main thread. An interrupt cancels the job,
+            // which stops between batches and commits nothing; it is raised once the job ended.
             let origin = self.origin.clone();
-            let outcome = py.detach(|| {
-                catch_unwind(AssertUnwindSafe(|| {
-                    quiver_columnar::rundir::run_job(&resolved, &registry, job, &origin, opts.first_event, |steps| {
-                        collect::run_collect(&resolved, steps, &opts, &keys)
+            let token = quiver_columnar::cancel::Token::new();
+            let mut interrupt: Option<PyErr> = None;
+            let (resolved, registry, opts, keys) = (&resolved, &registry, &opts, &keys);
+            let outcome = std::thread::scope(|s| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let job_token = token.clone();
+                let origin = &origin;
+                std::thread::Builder::new()
+                    .name("quiver-job".into())
+                    .spawn_scoped(s, move || {
+                        let r = quiver_columnar::cancel::with_token(job_token, || {
+                            catch_unwind(AssertUnwindSafe(|| {
+                                quiver_columnar::rundir::run_job(resolved, registry, job, origin, opts.first_event, |steps| {
+                                    collect::run_collect(resolved, steps, opts, keys)
+                                })
+                            }))
+                            .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
+                        });
+                        let _ = tx.send(r);
                     })
-                }))
-                .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
+                    .map_err(|e| Error::data(format!("cannot start the job's thread: {e}")))?;
+                // In a Mutex to cross py.detach (a Receiver is not Sync); only this thread locks it.
+                let rx = std::sync::Mutex::new(rx);
+                loop {
+                    let wait = || rx.lock().unwrap_or_else(|p| p.into_inner()).recv_timeout(std::time::Duration::from_millis(100));
+                    match py.detach(wait) {
+                        Ok(r) => return r,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            if interrupt.is_none() {
+                                if let Err(e) = py.check_signals() {
+                                    token.cancel();
+                                    interrupt = Some(e);
+                                }
+                            }
+                        }
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                            return Err(Error::data("internal error: the job's thread ended without a result"));
+                        }
+                    }
+                }
             });
             let wrote = matches!(&outcome, Ok((_, _, Some(_))));
             if temporary && !wrote {
                 let _ = std::fs::remove_dir(&output);
+            }
+            let keyboard = |m: String| pyo3::exceptions::PyKeyboardInterrupt::new_err(m);
+            if let Err(Error::Interrupted(_)) = &outcome {
+                // Raised only now: the job has stopped and committed nothing.
+                let msg = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+                return Err(match interrupt {
+                    Some(e) if !e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => e,
+                    _ => keyboard(msg),
+                });
+            }
+            if let Some(e) = interrupt {
+                // The job ended before it saw the interrupt.
+                return Err(match &outcome {
+                    Ok((_, _, Some(c))) if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => {
+                        keyboard(format!("interrupted after the job ended; its run was committed to {}", c.dir.display()))
+                    }
+                    _ => e,
+                });
             }
             let (summary, got, committed) = outcome.map_err(|e| to_pyerr(py, e))?;
             let mut text = summary.render();
@@ -223,7 +278,7 @@ impl PyPlan {
             }
             numbers.set_item("step_s", step_s)?;
             let mut tables = Vec::new();
-            for k in &keys {
+            for k in keys {
                 let batches = got.with_event_column(k).map_err(|e| to_pyerr(py, e))?;
                 let schema = match batches.first() {
                     Some(b) => b.schema(),
@@ -304,6 +359,10 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
         0
     } else if code == ExitCode::from(2) {
         2
+    } else if code == ExitCode::from(130) {
+        130
+    } else if code == ExitCode::from(143) {
+        143
     } else {
         1
     }

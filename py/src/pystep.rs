@@ -288,7 +288,14 @@ impl Step for PythonStep {
                 Ok(puts)
             })();
             self.held_ns.fetch_add(t_held.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            r.map_err(|e| Error::data(format!("Python exception in {}.produce():\n{}", self.what, format_pyerr(py, &e))))
+            r.map_err(|e| {
+                if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                    // Stops the job as Ctrl-C does: nothing committed, no partial files.
+                    Error::Interrupted(format!("KeyboardInterrupt in {}.produce()", self.what))
+                } else {
+                    Error::data(format!("Python exception in {}.produce():\n{}", self.what, format_pyerr(py, &e)))
+                }
+            })
         })?;
         self.calls.fetch_add(1, Ordering::Relaxed);
         for p in products {
@@ -452,7 +459,13 @@ impl PyBatch {
                 self.view.schemas.keys().cloned().collect::<Vec<_>>().join(", ")
             )));
         };
-        let data = if data.cast::<PyDict>().is_ok() { py.import("pyarrow")?.getattr("record_batch")?.call1((data,))? } else { data.clone() };
+        let data = if data.cast::<PyDict>().is_ok() {
+            // Numpy arrays the step could still write to are copied (quiver/_publish.py).
+            let columns = py.import("quiver._publish")?.getattr("columns")?.call1((data,))?;
+            py.import("pyarrow")?.getattr("record_batch")?.call1((columns,))?
+        } else {
+            data.clone()
+        };
         let any: AnyRecordBatch = data.extract().map_err(|e| {
             pyo3::exceptions::PyTypeError::new_err(format!("product '{type_name}': not an Arrow table or record batch (no __arrow_c_array__/__arrow_c_stream__): {e}"))
         })?;

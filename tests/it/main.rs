@@ -5,5 +5,6 @@
 mod atomic_outputs;
 mod capacity;
 mod cli;
+mod interrupt;
 mod params;
 mod pixel;

@@ -36,9 +36,11 @@ class SeenFromPython(quiver.Step):
         y = batch.get("input", event=False).column("value").to_numpy()  # numpy view
         assert x.buffers()[1].address == y.ctypes.data
         SeenFromPython.inputs_seen[batch.first_event] = y.ctypes.data
-        out = np.multiply(y, y)  # a new numpy buffer
-        SeenFromPython.outputs_made[batch.first_event] = out.ctypes.data
-        batch.put("floats", {"value": out}, offsets="input")
+        # A new numpy buffer that only the dict refers to: published without a copy (an
+        # array the step still holds is copied, test_put_frozen.py).
+        cols = {"value": np.multiply(y, y)}
+        SeenFromPython.outputs_made[batch.first_event] = cols["value"].ctypes.data
+        batch.put("floats", cols, offsets="input")
         assert (batch.offsets("input").to_numpy() == np.arange(batch.n_events + 1) * 100).all()
 
 

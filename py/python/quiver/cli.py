@@ -3,7 +3,9 @@ steps written in Python (``type = "python"``) available, plus two commands writt
 Python: ``quiver reconstruct`` (a plan over a dataset on a Dask cluster, quiver.dask) and
 ``quiver query`` (SQL over a run's products, quiver.query)."""
 
+import signal
 import sys
+import threading
 
 from . import _quiver
 
@@ -11,17 +13,49 @@ from . import _quiver
 def main(argv=None) -> int:
     """Runs ``quiver ARGS...``; returns the exit status (also used by ``python -m quiver``)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("reconstruct", "query"):
-        if args[0] == "reconstruct":
-            from .dask import main as command
-        else:
-            from .query import main as command
-        code = command(args[1:])
-        if argv is None:
-            sys.exit(code)
-        return code
-    sys.stdout.flush()
-    code = _quiver.cli_main(["quiver", *args])
+    try:
+        code = _command(args)
+    except KeyboardInterrupt as e:
+        # `quiver run` handles Ctrl-C itself (one line, nothing committed, exit 130); this
+        # is an interrupt elsewhere (quiver reconstruct, quiver query): one line, no traceback.
+        name = f"quiver {args[0]}" if args else "quiver"
+        print(f"{name}: interrupted{getattr(e, 'note', '')}", file=sys.stderr)
+        if args and args[0] == "reconstruct":
+            # distributed's exit hook fails (with a traceback) to close a local cluster
+            # interrupted while it started; what is left to do at exit is only cleanup.
+            sys.unraisablehook = lambda unraisable: None
+        code = 128 + getattr(e, "signum", signal.SIGINT)
     if argv is None:
         sys.exit(code)
     return code
+
+
+class _Terminated(KeyboardInterrupt):
+    signum = signal.SIGTERM
+
+
+def _terminated(signum, frame):
+    raise _Terminated()
+
+
+def _command(args: list) -> int:
+    if args and args[0] == "reconstruct":
+        from .dask import main as command
+
+        # SIGTERM as Ctrl-C: the client and the local cluster are closed on the way out.
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
+        try:
+            return command(args[1:])
+        except KeyboardInterrupt as e:
+            e.note = "; complete partitions stay in the output directory and a rerun skips them"
+            raise
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+    if args and args[0] == "query":
+        from .query import main as command
+
+        return command(args[1:])
+    sys.stdout.flush()
+    return _quiver.cli_main(["quiver", *args])

@@ -16,6 +16,7 @@ run has that type, otherwise ``<type>_<label>``; other Parquet files by their na
 
 from __future__ import annotations
 
+import builtins
 import collections
 import pathlib
 import re
@@ -164,7 +165,7 @@ def _merged_histograms(files):
     """Histograms of several partitions: counters of the same bin summed."""
     pl = require("polars", extra="polars")
 
-    return (pl.scan_parquet([str(f) for f in files])
+    return (pl.scan_parquet([str(f) if isinstance(f, pathlib.PurePath) else f for f in files])
             .group_by("histogram", "bin", maintain_order=True)
             .agg(pl.col("low_edge").first(), pl.col("high_edge").first(), pl.col("count").sum())
             .sort("histogram", "bin"))
@@ -200,8 +201,54 @@ class Run(dict):
         if name not in self.types:
             raise QueryError(f"'{name}' is not a product of {self.run_dir} (products: {', '.join(self.types) or 'none'})")
         first, n = self.event_range()
-        table = pa.concat_tables([pq.read_table(f) for f in self._files[name]])
+        table = pa.concat_tables([pq.read_table(_reopened(f)) for f in self._files[name]])
         return to_awkward(table, first, n)
+
+
+def _reopened(f) -> str:
+    """A path to the file that ``f`` holds open (a new description: its own position), on
+    Linux even after a newer run replaced it; elsewhere its path."""
+    fd_path = f"/proc/self/fd/{f.fileno()}"
+    return fd_path if _HAS_PROC_FD else f.name
+
+
+_HAS_PROC_FD = pathlib.Path("/proc/self/fd").is_dir()
+
+
+def _pin(run_dir, dataset):
+    """Table name -> open files of a run, read from the run directory as it was when opened:
+    the directory is held by a file descriptor, checked against its manifest through it, and
+    every file is opened before this returns. A run committed into the same directory later
+    exchanges directories; these files stay readable, with the run they were opened from."""
+    import os
+
+    run = pathlib.Path(run_dir)
+    if not run.is_dir():
+        raise QueryError(f"run directory {run_dir} does not exist")
+    dirfd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    # Without /proc (not Linux), files are opened by path: pinned once open, but a commit
+    # between the manifest check and the opens is caught only by the size check below.
+    held = f"/proc/self/fd/{dirfd}" if _HAS_PROC_FD else str(run)
+    try:
+        try:
+            files_of, manifests = _tables(held, dataset)
+        except QueryError as e:
+            raise QueryError(str(e).replace(held, str(run))) from None
+        pinned = {}
+        for name, paths in files_of.items():
+            opened = pinned[name] = []
+            truth = dataset is not None and name.startswith("truth_")
+            # A product's files are one per partition, in the order of `manifests`.
+            for p, m in zip(paths, [None] * len(paths) if truth else manifests):
+                f = builtins.open(p, "rb")
+                opened.append(f)
+                # A partition replaced between the manifest check and this open: its files
+                # no longer match what was checked.
+                if m is not None and os.fstat(f.fileno()).st_size != m["files"][p.name]["bytes"]:
+                    raise FileNotFoundError(f"{p} changed while it was opened")
+        return pinned, manifests
+    finally:
+        os.close(dirfd)
 
 
 def open(run_dir, *, dataset=None) -> Run:
@@ -211,19 +258,32 @@ def open(run_dir, *, dataset=None) -> Run:
     (``polars.Enum``: bad, dup, loose, …) after the integer ``quality``. The returned dict
     also gives each product as an awkward array: ``frames.awkward("tracks")``.
 
+    The frames read the run that was in ``run_dir`` when ``open`` was called, even after
+    another run is committed into the same directory: its files are held open (their disk
+    space is freed when the last frame and the returned dict are gone). Call ``open`` again
+    to see the new run.
+
     >>> frames = quiver.open("out")                                     # doctest: +SKIP
     >>> frames["tracks"].filter(pl.col("quality_name") >= "loose").collect()  # doctest: +SKIP
     """
     pl = require("polars", extra="polars")
 
+    for attempt in range(3):
+        try:
+            files_of, manifests = _pin(run_dir, dataset)
+            break
+        except FileNotFoundError:
+            # A new run was committed while this one was being opened: open that one.
+            if attempt == 2:
+                raise QueryError(f"{run_dir}: runs are being committed into it faster than it can be opened") from None
     out, types = {}, {}
-    files_of, manifests = _tables(run_dir, dataset)
     for name, files in files_of.items():
-        if len(files) > 1 and _is_histograms(files[0]):
+        if len(files) > 1 and _is_histograms(_reopened(files[0])):
             out[name] = _merged_histograms(files)
         else:
-            out[name] = pl.scan_parquet([str(f) for f in files])
-        m = _PRODUCT_RE.match(files[0].name)
+            # Polars takes its own descriptor of each open file: the frame keeps the file.
+            out[name] = pl.scan_parquet(files)
+        m = _PRODUCT_RE.match(pathlib.Path(files[0].name).name)
         if m and not (dataset is not None and name.startswith("truth_")):
             types[name] = m.group(1)
             out[name] = with_quality_name(out[name], m.group(1))
