@@ -93,28 +93,3 @@ impl fmt::Display for MemoryReport {
         write!(f, "file-backed (mapped input) {:.1} MiB", mib(self.rss_file))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The snapshot reads this process: a resident set, a peak at least as large, and (on
-    /// glibc) a heap that grows by what is allocated and kept.
-    #[test]
-    fn snapshot_of_this_process() {
-        let before = MemoryReport::now(&PoolStats::default());
-        if !cfg!(target_os = "linux") {
-            assert!(before.is_none());
-            return;
-        }
-        let before = before.unwrap();
-        assert!(before.rss > 0 && before.peak_rss >= before.rss, "{before:?}");
-        // black_box: an optimised build would otherwise drop the unused allocation.
-        let v = std::hint::black_box(vec![1u8; 8 << 20]);
-        let after = MemoryReport::now(&PoolStats::default()).unwrap();
-        if let (Some(a), Some(b)) = (after.heap_in_use, before.heap_in_use) {
-            assert!(a >= b + (8 << 20), "heap in use {b} -> {a} with 8 MiB more");
-        }
-        drop(v);
-    }
-}
