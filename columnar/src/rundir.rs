@@ -31,6 +31,14 @@ pub const FORMAT: &str = "quiver-run/1";
 /// Written into a failed run's `<output>.partial` directory, so that a later failure may
 /// replace it (and nothing else).
 const PARTIAL_MARKER: &str = ".quiver-partial";
+/// Prefix of a staging directory made *inside* an output directory that is a mount point
+/// (followed by `<host>-<pid>`): readers and [`StagedRun::begin`] skip it.
+const INSIDE_STAGING: &str = ".quiver-staging-";
+/// During an in-place commit (an output directory that is a mount point), the manifest of
+/// the run being replaced (or one listing no file), so that a run killed mid-commit leaves
+/// a directory the next run recognises and replaces, and readers refuse (it has no
+/// [`MANIFEST`]).
+const REPLACING: &str = ".quiver-replacing.toml";
 
 /// One file of a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +179,9 @@ impl Names {
 pub struct StagedRun {
     dir: PathBuf,
     staging: PathBuf,
+    /// The staging directory is inside `dir` (a mount point, or on another file system
+    /// than its parent): the commit moves file by file, the manifest last.
+    inside: bool,
     finished: bool,
 }
 
@@ -179,6 +190,9 @@ enum Holding {
     Absent,
     Empty,
     Run(RunManifest),
+    /// An in-place commit into this directory was killed: no run, only files of the old
+    /// and the new one.
+    Interrupted,
 }
 
 /// Checks that `dir` may be replaced by a new run: absent, empty, or a Quiver run with no
@@ -201,6 +215,11 @@ fn holding(dir: &Path) -> Result<Holding> {
         entries.push(e.file_name().to_string_lossy().into_owned());
     }
     entries.sort();
+    // Ours: a staging directory of an in-place commit (a live run's, or a killed one's that
+    // `begin` removes) and the marker of an in-place commit that was interrupted.
+    let staged_inside: Vec<String> = entries.iter().filter(|e| e.starts_with(INSIDE_STAGING)).cloned().collect();
+    let replacing = entries.iter().any(|e| e == REPLACING);
+    entries.retain(|e| !e.starts_with(INSIDE_STAGING) && e != REPLACING);
     if entries.is_empty() {
         return Ok(Holding::Empty);
     }
@@ -216,6 +235,21 @@ fn holding(dir: &Path) -> Result<Holding> {
         let more = if names.len() > 5 { format!(" and {} more", names.len() - 5) } else { String::new() };
         format!("{}{more}", shown.join(", "))
     };
+    if !entries.iter().any(|e| e == MANIFEST) && replacing {
+        // An in-place commit was killed: the old run's files, the new run's (listed in its
+        // staged manifest) and nothing else may be there.
+        let mut known: std::collections::BTreeSet<String> = read_manifest_file(&dir.join(REPLACING))?.files.into_keys().collect();
+        for st in &staged_inside {
+            if let Ok(m) = read_manifest(&dir.join(st)) {
+                known.extend(m.files.into_keys());
+            }
+        }
+        let foreign: Vec<&String> = entries.iter().filter(|e| !known.contains(*e)).collect();
+        if !foreign.is_empty() {
+            return Err(refuse(format!("holds an interrupted Quiver commit and files that belong to no run: {}", list(&foreign))));
+        }
+        return Ok(Holding::Interrupted);
+    }
     if !entries.iter().any(|e| e == MANIFEST) {
         let all: Vec<&String> = entries.iter().collect();
         return Err(refuse(format!("is not empty and holds no Quiver run manifest ({MANIFEST}): {}", list(&all))));
@@ -256,7 +290,7 @@ impl StagedRun {
             .to_string_lossy()
             .into_owned();
         let parent = dir.parent().unwrap_or(Path::new("/")).to_path_buf();
-        holding(&dir)?;
+        let held = holding(&dir)?;
         std::fs::create_dir_all(&parent)
             .map_err(|e| Error::Usage(format!("cannot create the output directory {}: {e}", dir.display())))?;
         let names = Names::new(&name);
@@ -273,7 +307,32 @@ impl StagedRun {
                 }
             }
         }
-        let staging = parent.join(names.staging(&host, me));
+        // A mount point (a Docker volume, a Kubernetes volume, any mounted directory) can be
+        // neither renamed nor exchanged (EBUSY), and a staging directory beside it is on
+        // another file system (EXDEV): the run is staged inside it instead.
+        let inside = dir.is_dir() && is_mount_point(&dir, &parent);
+        #[cfg(test)]
+        let inside = inside || (dir.is_dir() && tests::FORCE_INSIDE.with(|f| f.get()));
+        if inside {
+            for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let Some((h, pid)) = n.strip_prefix(INSIDE_STAGING).and_then(|r| r.rsplit_once('-')) else { continue };
+                if h == host && pid.parse().is_ok_and(|pid: u32| pid == me || !alive(pid)) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        if matches!(held, Holding::Interrupted) {
+            // What a killed in-place commit left: files of the old and the new run only
+            // (`holding` checked), neither complete. The marker stays until the next commit.
+            for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n != REPLACING && !n.starts_with(INSIDE_STAGING) {
+                    std::fs::remove_file(e.path()).map_err(|err| Error::io(e.path(), err))?;
+                }
+            }
+        }
+        let staging = if inside { dir.join(format!("{INSIDE_STAGING}{host}-{me}")) } else { parent.join(names.staging(&host, me)) };
         std::fs::create_dir(&staging).map_err(|e| {
             Error::Usage(format!(
                 "cannot write beside the output directory {} (a run is staged in {} and moved in whole): {e}",
@@ -281,7 +340,7 @@ impl StagedRun {
                 staging.display()
             ))
         })?;
-        Ok(StagedRun { dir, staging, finished: false })
+        Ok(StagedRun { dir, staging, inside, finished: false })
     }
 
     /// The output directory (absolute).
@@ -339,13 +398,30 @@ impl StagedRun {
             f.sync_all().map_err(|e| Error::io(&mp, e))?;
         }
         sync_dir(&self.staging);
+        if self.inside {
+            let replaced = match holding(&self.dir)? {
+                Holding::Run(old) => Some(old),
+                _ => None,
+            };
+            self.finished = true;
+            self.commit_in_place(&manifest, replaced.as_ref()).map_err(|e| {
+                Error::data(format!(
+                    "{e}; the output directory {} is a mount point, committed file by file: it holds no complete run now \
+                     (readers refuse it), and the new run's files not yet moved in are kept in {}",
+                    self.dir.display(),
+                    self.staging.display()
+                ))
+            })?;
+            return Ok(Committed { dir: self.dir.clone(), manifest, replaced, time: start.elapsed() });
+        }
         // The directory may have changed while the job ran: check again.
         let replaced = match holding(&self.dir)? {
-            Holding::Absent | Holding::Empty => {
+            Holding::Absent | Holding::Empty | Holding::Interrupted => {
                 match std::fs::rename(&self.staging, &self.dir) {
                     Ok(()) => None,
                     // Made (and filled) meanwhile by another run: exchange with it instead.
                     Err(_) if self.dir.is_dir() => {
+                        self.finished = true;
                         exchange(&self.staging, &self.dir)?;
                         None
                     }
@@ -353,6 +429,9 @@ impl StagedRun {
                 }
             }
             Holding::Run(old) => {
+                // From here on, a failure names the staging directory as where the run is
+                // kept: it must not be removed on the way out.
+                self.finished = true;
                 exchange(&self.staging, &self.dir)?;
                 Some(old)
             }
@@ -364,6 +443,42 @@ impl StagedRun {
             sync_dir(parent);
         }
         Ok(Committed { dir: self.dir.clone(), manifest, replaced, time: start.elapsed() })
+    }
+
+    /// The commit into a directory that cannot be exchanged (a mount point): the old
+    /// manifest becomes [`REPLACING`] (from then on readers refuse the directory), the old
+    /// run's files go, the new ones are moved in, and the new manifest comes last. A kill
+    /// leaves a directory without a manifest that readers refuse and the next run replaces.
+    fn commit_in_place(&self, manifest: &RunManifest, old: Option<&RunManifest>) -> Result<()> {
+        let marker = self.dir.join(REPLACING);
+        let mp = self.dir.join(MANIFEST);
+        if old.is_some() {
+            std::fs::rename(&mp, &marker).map_err(|e| Error::io(&mp, e))?;
+        } else if !marker.exists() {
+            let none = RunManifest { files: BTreeMap::new(), ..manifest.clone() };
+            let text = toml::to_string(&none).map_err(|e| Error::data(format!("writing {REPLACING}: {e}")))?;
+            std::fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
+        }
+        sync_dir(&self.dir);
+        if let Some(old) = old {
+            for name in old.files.keys().filter(|n| !manifest.files.contains_key(*n)) {
+                let p = self.dir.join(name);
+                match std::fs::remove_file(&p) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&p, e)),
+                    _ => {}
+                }
+            }
+        }
+        for name in manifest.files.keys() {
+            let to = self.dir.join(name);
+            std::fs::rename(self.staging.join(name), &to).map_err(|e| Error::io(&to, e))?;
+        }
+        sync_dir(&self.dir);
+        std::fs::rename(self.staging.join(MANIFEST), &mp).map_err(|e| Error::io(&mp, e))?;
+        sync_dir(&self.dir);
+        let _ = std::fs::remove_file(&marker);
+        let _ = std::fs::remove_dir_all(&self.staging);
+        Ok(())
     }
 
     /// Ends a failed job: the output directory is left as it was; the files the job wrote
@@ -403,6 +518,22 @@ impl Drop for StagedRun {
     }
 }
 
+/// Whether `dir` is on another file system than `parent` (so a mount point): it can then
+/// be neither renamed nor exchanged, and nothing beside it can be renamed into it.
+#[cfg(unix)]
+fn is_mount_point(dir: &Path, parent: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
+        (Ok(d), Ok(p)) => d.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn is_mount_point(_dir: &Path, _parent: &Path) -> bool {
+    false
+}
+
 fn sync_dir(dir: &Path) {
     if let Ok(f) = File::open(dir) {
         let _ = f.sync_all();
@@ -412,6 +543,11 @@ fn sync_dir(dir: &Path) {
 /// Swaps two directories atomically (Linux `renameat2(RENAME_EXCHANGE)`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn exchange(a: &Path, b: &Path) -> Result<()> {
+    #[cfg(test)]
+    if tests::FAIL_EXCHANGE.with(|f| f.get()) {
+        let err = std::io::Error::from_raw_os_error(libc::EBUSY);
+        return Err(Error::data(format!("cannot move the new run into {}: {err}; it is kept in {}", b.display(), a.display())));
+    }
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     let ca = CString::new(a.as_os_str().as_bytes()).map_err(|_| Error::data(format!("{}: a NUL in the path", a.display())))?;
@@ -451,7 +587,11 @@ fn exchange_by_renames(a: &Path, b: &Path) -> Result<()> {
 }
 
 fn read_manifest(dir: &Path) -> Result<RunManifest> {
-    let mp = dir.join(MANIFEST);
+    read_manifest_file(&dir.join(MANIFEST))
+}
+
+fn read_manifest_file(mp: &Path) -> Result<RunManifest> {
+    let mp = mp.to_path_buf();
     let damaged = |why: String| {
         Error::data(format!(
             "{}: {why}; the run manifest is damaged, so the directory cannot be trusted: run the plan again into it",
@@ -631,6 +771,96 @@ fn with_note(e: crate::Error, note: &str) -> crate::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Makes this thread's exchanges fail with EBUSY, as into a mount point.
+        pub(super) static FAIL_EXCHANGE: Cell<bool> = const { Cell::new(false) };
+        /// Makes this thread's runs take the in-place commit of a mount point.
+        pub(super) static FORCE_INSIDE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    #[test]
+    fn a_failed_exchange_keeps_the_finished_run_where_the_message_says() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write_run(&out, &[("a.parquet", b"old")], 1);
+        let run = StagedRun::begin(&out).unwrap();
+        std::fs::write(run.staging_dir().join("a.parquet"), b"new").unwrap();
+        let staging = run.staging_dir().to_path_buf();
+        FAIL_EXCHANGE.with(|f| f.set(true));
+        let e = run.commit(&info(2)).unwrap_err().to_string();
+        FAIL_EXCHANGE.with(|f| f.set(false));
+        assert!(e.contains(&format!("kept in {}", staging.display())), "{e}");
+        // The only copy of the finished run is where the message says, manifest and all.
+        assert_eq!(std::fs::read(staging.join("a.parquet")).unwrap(), b"new");
+        assert_eq!(verify(&staging).unwrap().events, 2);
+        assert_eq!(verify(&out).unwrap().events, 1);
+    }
+
+    #[test]
+    fn a_mount_point_is_committed_file_by_file_with_the_manifest_last() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        FORCE_INSIDE.with(|f| f.set(true));
+        // Into an empty directory, then over that run with other files.
+        std::fs::create_dir(&out).unwrap();
+        let first = write_run(&out, &[("a.parquet", b"one"), ("b.parquet", b"two")], 1);
+        assert!(first.replaced.is_none());
+        let second = write_run(&out, &[("b.parquet", b"three"), ("c.parquet", b"four")], 2);
+        FORCE_INSIDE.with(|f| f.set(false));
+        assert_eq!(second.replaced.unwrap().events, 1);
+        let m = verify(&out).unwrap();
+        assert_eq!(m.events, 2);
+        assert_eq!(std::fs::read(out.join("b.parquet")).unwrap(), b"three");
+        let names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names = names;
+        names.sort();
+        assert_eq!(names, ["b.parquet", "c.parquet", MANIFEST]);
+    }
+
+    #[test]
+    fn an_in_place_commit_killed_midway_is_refused_by_readers_and_replaced_by_the_next_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        FORCE_INSIDE.with(|f| f.set(true));
+        write_run(&out, &[("a.parquet", b"old"), ("b.parquet", b"old")], 1);
+        // What a kill in the middle of the next commit leaves: the old manifest renamed,
+        // one old file gone, one new file moved in, the rest (and the new manifest) staged
+        // by a process that no longer runs.
+        let dead = format!("{INSIDE_STAGING}{}-{}", host(), u32::MAX - 1);
+        std::fs::create_dir(out.join(&dead)).unwrap();
+        std::fs::rename(out.join(MANIFEST), out.join(REPLACING)).unwrap();
+        std::fs::remove_file(out.join("a.parquet")).unwrap();
+        std::fs::write(out.join("c.parquet"), b"new").unwrap();
+        std::fs::write(out.join(&dead).join("d.parquet"), b"new").unwrap();
+        let staged = RunManifest {
+            files: [("c.parquet", 3u64), ("d.parquet", 3)]
+                .into_iter()
+                .map(|(n, b)| (n.to_string(), FileRecord { bytes: b, sha256: "0".repeat(64) }))
+                .collect(),
+            ..verify_manifest_text(&out.join(REPLACING))
+        };
+        std::fs::write(out.join(&dead).join(MANIFEST), toml::to_string(&staged).unwrap()).unwrap();
+        let e = verify(&out).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+        // A file of nobody's among them: refused, left as it is.
+        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+        assert!(StagedRun::begin(&out).unwrap_err().to_string().contains("notes.txt"));
+        std::fs::remove_file(out.join("notes.txt")).unwrap();
+        // The next run replaces it, and removes the dead process's staging directory.
+        write_run(&out, &[("e.parquet", b"next")], 3);
+        FORCE_INSIDE.with(|f| f.set(false));
+        assert_eq!(verify(&out).unwrap().events, 3);
+        let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["e.parquet", MANIFEST]);
+    }
+
+    fn verify_manifest_text(p: &Path) -> RunManifest {
+        read_manifest_file(p).unwrap()
+    }
 
     fn info(events: u64) -> RunInfo {
         RunInfo { plan: "test".into(), plan_sha256: "a".repeat(64), first_event: 0, events }
