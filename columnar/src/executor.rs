@@ -38,8 +38,26 @@ impl RunOptions {
     /// assert_eq!(RunOptions { events: Some(8), ..RunOptions::default() }.check(Some(8)).unwrap(), 8);
     /// // Replaying the input (benchmarks): any number of events.
     /// assert_eq!(RunOptions { events: Some(100), cycle_input: true, ..RunOptions::default() }.check(Some(8)).unwrap(), 100);
+    /// // Event numbers are 32-bit: a range past 2^32 is refused, never wrapped.
+    /// assert!(RunOptions { first_event: u32::MAX as u64 - 5, events: Some(10), ..RunOptions::default() }.check(None).is_err());
     /// ```
     pub fn check(&self, available: Option<u64>) -> Result<u64> {
+        let n = self.check_counts(available)?;
+        // Products number their events with a u32 `event` column: a range past 2^32 would
+        // wrap to 0, 1, … and mix with the first events.
+        let end = self.first_event.checked_add(n).filter(|&e| e <= 1 << 32);
+        if end.is_none() {
+            return Err(Error::Usage(format!(
+                "events {}..{}: event numbers are 32-bit, so a run ends at event {} at most; ask for fewer events or an earlier first event",
+                self.first_event,
+                self.first_event as u128 + n as u128,
+                1u64 << 32
+            )));
+        }
+        Ok(n)
+    }
+
+    fn check_counts(&self, available: Option<u64>) -> Result<u64> {
         let usage = |m: String| Err(Error::Usage(m));
         if self.threads == 0 {
             return usage("threads = 0: a job needs at least 1 worker thread".into());

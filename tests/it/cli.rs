@@ -435,3 +435,20 @@ fn a_bad_gpu_setting_is_a_plan_error_naming_it() {
         assert!(!out.join("compare").exists(), "{var}: nothing written");
     }
 }
+
+/// Event numbers are a u32 column: a range past 2^32 used to wrap (4294967295, 0, 1, …).
+#[test]
+fn an_event_range_past_32_bits_is_refused_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), NUMBERS);
+    let run = |first: &str| {
+        let out = dir.path().join(format!("out-{first}"));
+        quiver(&["run", "--no-progress", plan.to_str().unwrap(), "--first-event", first, "--events", "10", "--output", out.to_str().unwrap()])
+    };
+    let o = run("4294967290");
+    assert_eq!(o.status.code(), Some(2), "a usage error, no panic: {}", stderr(&o));
+    assert!(stderr(&o).contains("event numbers are 32-bit"), "{}", stderr(&o));
+    // The last range that fits ends at event 2^32 - 1.
+    let o = run("4294967286");
+    assert!(o.status.success(), "{}", stderr(&o));
+}
