@@ -41,6 +41,34 @@ pub struct Manifest {
     pub params: GeneratorParams,
     /// Relative path → lowercase hex SHA-256.
     pub files: BTreeMap<String, String>,
+    /// Relative path → size in bytes, checked before a file is read (absent in datasets
+    /// written before sizes were recorded: then only the checksum is checked).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sizes: BTreeMap<String, u64>,
+}
+
+/// Checks, before reading a byte, that the dataset file `p` is a regular file (a FIFO or a
+/// link to a device such as `/dev/zero` would hang a reader) of the size the manifest
+/// records. Returns its size.
+pub(crate) fn regular_file(p: &Path, size: Option<u64>) -> Result<u64, DatasetError> {
+    let meta = std::fs::metadata(p).map_err(|e| DatasetError::io(p, e))?;
+    if !meta.is_file() {
+        let t = meta.file_type();
+        let what = if t.is_dir() {
+            "a directory"
+        } else if std::os::unix::fs::FileTypeExt::is_fifo(&t) {
+            "a FIFO"
+        } else if std::os::unix::fs::FileTypeExt::is_char_device(&t) || std::os::unix::fs::FileTypeExt::is_block_device(&t) {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(DatasetError::format(p, format!("{what}, not a regular file: a dataset holds only the files `quiver generate` wrote: {}", crate::error::DAMAGED_HINT)));
+    }
+    if let Some(expected) = size.filter(|&e| e != meta.len()) {
+        return Err(DatasetError::format(p, format!("{} bytes, the manifest says {expected}: {}", meta.len(), crate::error::DAMAGED_HINT)));
+    }
+    Ok(meta.len())
 }
 
 pub(crate) fn sha256_file(path: &Path) -> Result<String, DatasetError> {
@@ -301,14 +329,15 @@ fn read_by_reconstruction(name: &str) -> bool {
     name == "raw.arrow" || CONDITION_FILES.contains(&name)
 }
 
-fn check_file(dir: &Path, name: &str, expected: &str) -> Result<(), DatasetError> {
+fn check_file(dir: &Path, name: &str, expected: &str, size: Option<u64>) -> Result<(), DatasetError> {
     let p = dir.join(name);
-    if !p.exists() {
+    if std::fs::symlink_metadata(&p).is_err() {
         return Err(DatasetError::Format {
             file: p,
             what: format!("missing (the manifest lists it): {}", crate::error::DAMAGED_HINT),
         });
     }
+    regular_file(&p, size)?;
     let actual = sha256_file(&p)?;
     if actual != expected {
         return Err(DatasetError::Checksum { file: p, expected: expected.to_string(), actual });
@@ -335,7 +364,7 @@ pub fn verify_files(dir: &Path, names: &[&str]) -> Result<(), DatasetError> {
     let manifest: Manifest = toml::from_str(&text).map_err(|e| DatasetError::damaged(&mp, e))?;
     for name in names {
         let expected = manifest.files.get(*name).ok_or_else(|| DatasetError::damaged(&mp, format!("no checksum for `{name}`")))?;
-        check_file(dir, name, expected)?;
+        check_file(dir, name, expected, manifest.sizes.get(*name).copied())?;
     }
     Ok(())
 }
@@ -373,7 +402,7 @@ impl Dataset {
             // What reconstruction reads; the truth files are verified by their readers
             // (`verify_files`), so a dataset without them still runs.
             for (name, expected) in manifest.files.iter().filter(|(n, _)| read_by_reconstruction(n)) {
-                check_file(dir, name, expected)?;
+                check_file(dir, name, expected, manifest.sizes.get(name).copied())?;
             }
         }
         if verify {

@@ -67,6 +67,10 @@ const CHUNK: usize = 16;
 /// let ds = quiver_datasets::Dataset::open(&opts.output).unwrap();
 /// assert_eq!(ds.n_events(), 2);
 /// ```
+/// The most worker threads `generate` starts: `quiver run`'s cap (one thread per core is
+/// what helps; thousands only exhaust the process's limits).
+pub const MAX_THREADS: usize = 1024;
+
 pub fn generate(opts: &GenerateOptions) -> Result<GenerateSummary, DatasetError> {
     generate_with(opts, GeneratorParams { pileup: opts.pileup, ..Default::default() })
 }
@@ -110,6 +114,9 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
     }
     if opts.threads == Some(0) {
         return Err(DatasetError::InvalidOption("threads must be at least 1".into()));
+    }
+    if let Some(t) = opts.threads.filter(|&t| t > MAX_THREADS) {
+        return Err(DatasetError::InvalidOption(format!("threads = {t}: at most {MAX_THREADS} worker threads")));
     }
     let t0 = std::time::Instant::now();
     let dir = &opts.output;
@@ -173,8 +180,11 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
     raw.finish()?;
     truth.finish()?;
     let mut files = BTreeMap::new();
+    let mut sizes = BTreeMap::new();
     for name in ["raw.arrow"].iter().chain(CONDITION_FILES.iter()).chain(TRUTH_FILES.iter()) {
-        files.insert(name.to_string(), sha256_file(&dir.join(name))?);
+        let p = dir.join(name);
+        files.insert(name.to_string(), sha256_file(&p)?);
+        sizes.insert(name.to_string(), std::fs::metadata(&p).map_err(|e| DatasetError::io(&p, e))?.len());
     }
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
@@ -184,6 +194,7 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
         corrupt_fraction: opts.corrupt_fraction,
         params,
         files,
+        sizes,
     };
     let mp = dir.join("manifest.toml");
     let text = toml::to_string(&manifest).map_err(|e| DatasetError::format(&mp, e))?;

@@ -4,3 +4,4 @@
 
 mod damaged_files;
 mod dataset;
+mod hostile_files;
