@@ -292,7 +292,7 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         output: g.output.unwrap_or_else(crate::default_dataset_dir),
         corrupt_fraction: g.corrupt_fraction,
     };
-    let s = quiver_datasets::generate(&opts).map_err(|e| quiver_columnar::Error::data(e.to_string()))?;
+    let s = crate::generate_dataset(&opts)?;
     let out = opts.output.display();
     println!(
         "generated {} events at <PU> {} (seed {}) into {out} in {:.2} s ({:.1} events/s)\n\

@@ -58,7 +58,20 @@ pub mod default_plan {
 /// `read_raw` source) available to the steps of a job.
 pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditions> {
     if !dir.join("manifest.toml").is_file() {
-        let what = if dir.is_dir() { "holds no manifest.toml, so it is not a Quiver dataset" } else { "does not exist" };
+        let what = match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() && dir.join(columnar::rundir::MANIFEST).is_file() => {
+                return Err(columnar::Error::data(format!(
+                    "input dataset: {} is the output directory of a Quiver run, not a dataset; give the dataset the run \
+                     read (its quiver-run.toml names the plan), or make one with `quiver generate --output NEW_DIR`",
+                    dir.display()
+                )));
+            }
+            Ok(m) if m.is_dir() => "holds no manifest.toml, so it is not a Quiver dataset".to_string(),
+            Ok(_) => "is a file, not a dataset directory".to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+            // ELOOP (a symbolic link loop), EACCES, ...: say what it is, not "does not exist".
+            Err(e) => format!("cannot be read: {e}"),
+        };
         return Err(columnar::Error::data(format!(
             "input dataset: {} {what}; make one with `quiver generate --output {}` (docs/datasets.md)",
             dir.display(),
@@ -99,7 +112,7 @@ pub fn job_context(
         if !datasets::generate::is_generated(&opts) {
             let why = if dir.join("manifest.toml").exists() { "made by another generator version: regenerating" } else { "generating" };
             eprintln!("default dataset in {} (100 events, <PU> 50, seed 1): {why} ...", dir.display());
-            datasets::generate(&opts).map_err(|e| columnar::Error::data(format!("generating the default dataset: {e}")))?;
+            generate_dataset(&opts).map_err(|e| columnar::Error::data(format!("generating the default dataset: {e}")))?;
         }
         input = Some(dir);
     }
@@ -108,6 +121,29 @@ pub fn job_context(
         None => Default::default(),
     };
     Ok(columnar::JobContext { input, output, conditions })
+}
+
+/// `quiver generate` with the run directory's protocol: the dataset is written into a
+/// staging directory (its manifest last) and replaces `opts.output` as a whole, so a full
+/// disk or a kill leaves the earlier dataset intact; a directory that is neither empty nor
+/// a dataset (a run's outputs, your files) is refused before anything is written.
+///
+/// ```
+/// let tmp = tempfile::tempdir().unwrap();
+/// let opts = quiver::datasets::GenerateOptions { events: 1, pileup: 0.0, output: tmp.path().join("ds"), ..Default::default() };
+/// quiver::generate_dataset(&opts).unwrap();
+/// quiver::datasets::Dataset::open(&opts.output).unwrap();
+/// std::fs::write(tmp.path().join("notes.txt"), b"mine").unwrap();
+/// let e = quiver::generate_dataset(&quiver::datasets::GenerateOptions { output: tmp.path().into(), ..opts }).unwrap_err();
+/// assert!(e.to_string().contains("notes.txt"), "{e}");
+/// ```
+pub fn generate_dataset(opts: &datasets::GenerateOptions) -> columnar::Result<datasets::generate::GenerateSummary> {
+    let staged = columnar::rundir::StagedRun::begin_dataset(&opts.output)?;
+    let staged_opts = datasets::GenerateOptions { output: staged.staging_dir().to_path_buf(), ..opts.clone() };
+    // On an error `staged` is dropped, which removes the staging directory.
+    let summary = datasets::generate(&staged_opts).map_err(|e| columnar::Error::data(e.to_string().replace(&staged_opts.output.display().to_string(), &opts.output.display().to_string())))?;
+    staged.commit_dataset()?;
+    Ok(summary)
 }
 
 /// Where `quiver run` keeps the default dataset: `$QUIVER_DATA/default`, or

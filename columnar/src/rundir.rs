@@ -34,6 +34,8 @@ const PARTIAL_MARKER: &str = ".quiver-partial";
 /// Prefix of a staging directory made *inside* an output directory that is a mount point
 /// (followed by `<host>-<pid>`): readers and [`StagedRun::begin`] skip it.
 const INSIDE_STAGING: &str = ".quiver-staging-";
+/// A dataset's manifest (written last by `quiver generate`).
+pub const DATASET_MANIFEST: &str = "manifest.toml";
 /// During an in-place commit (an output directory that is a mount point), the manifest of
 /// the run being replaced (or one listing no file), so that a run killed mid-commit leaves
 /// a directory the next run recognises and replaces, and readers refuse (it has no
@@ -182,7 +184,40 @@ pub struct StagedRun {
     /// The staging directory is inside `dir` (a mount point, or on another file system
     /// than its parent): the commit moves file by file, the manifest last.
     inside: bool,
+    kind: Kind,
     finished: bool,
+}
+
+/// What a staged directory becomes: a run's output directory or a dataset. Both are
+/// replaced as a whole, by the same protocol; they differ in their manifest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Run,
+    Dataset,
+}
+
+impl Kind {
+    fn manifest(self) -> &'static str {
+        match self {
+            Kind::Run => MANIFEST,
+            Kind::Dataset => DATASET_MANIFEST,
+        }
+    }
+    fn what(self) -> &'static str {
+        match self {
+            Kind::Run => "run",
+            Kind::Dataset => "dataset",
+        }
+    }
+}
+
+/// The top-level entries (files, or the first directory of a path such as
+/// `conditions/beamspot.arrow`) that the manifest at `p` lists in its `files` table.
+fn listed(p: &Path) -> Result<std::collections::BTreeSet<String>> {
+    let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| Error::data(format!("{}: not a Quiver manifest: {e}", p.display())))?;
+    let files = table.get("files").and_then(|f| f.as_table()).ok_or_else(|| Error::data(format!("{}: no `files` table", p.display())))?;
+    Ok(files.keys().filter_map(|k| k.split('/').next()).filter(|k| !k.is_empty() && *k != "." && *k != "..").map(String::from).collect())
 }
 
 /// What a directory holds, for the decision to replace it.
@@ -190,14 +225,18 @@ enum Holding {
     Absent,
     Empty,
     Run(RunManifest),
+    /// A Quiver dataset with nothing else in it.
+    Dataset,
     /// An in-place commit into this directory was killed: no run, only files of the old
     /// and the new one.
     Interrupted,
 }
 
-/// Checks that `dir` may be replaced by a new run: absent, empty, or a Quiver run with no
-/// file its manifest does not list.
-fn holding(dir: &Path) -> Result<Holding> {
+/// Checks that `dir` may be replaced by a new run (or dataset): absent, empty, or a Quiver
+/// run (dataset) with no file its manifest does not list.
+fn holding(dir: &Path, kind: Kind) -> Result<Holding> {
+    let mf = kind.manifest();
+    let what = kind.what();
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Holding::Absent),
@@ -225,8 +264,8 @@ fn holding(dir: &Path) -> Result<Holding> {
     }
     let refuse = |why: String| {
         Error::Usage(format!(
-            "the output directory {} {why}; a run replaces its output directory as a whole, so Quiver writes only into \
-             an empty directory or one holding an earlier Quiver run: choose another --output, or move those files away",
+            "the output directory {} {why}; a {what} replaces its directory as a whole, so Quiver writes only into \
+             an empty directory or one holding an earlier Quiver {what}: choose another --output, or move those files away",
             dir.display()
         ))
     };
@@ -235,13 +274,13 @@ fn holding(dir: &Path) -> Result<Holding> {
         let more = if names.len() > 5 { format!(" and {} more", names.len() - 5) } else { String::new() };
         format!("{}{more}", shown.join(", "))
     };
-    if !entries.iter().any(|e| e == MANIFEST) && replacing {
+    if !entries.iter().any(|e| e == mf) && replacing {
         // An in-place commit was killed: the old run's files, the new run's (listed in its
         // staged manifest) and nothing else may be there.
-        let mut known: std::collections::BTreeSet<String> = read_manifest_file(&dir.join(REPLACING))?.files.into_keys().collect();
+        let mut known = listed(&dir.join(REPLACING))?;
         for st in &staged_inside {
-            if let Ok(m) = read_manifest(&dir.join(st)) {
-                known.extend(m.files.into_keys());
+            if let Ok(m) = listed(&dir.join(st).join(mf)) {
+                known.extend(m);
             }
         }
         let foreign: Vec<&String> = entries.iter().filter(|e| !known.contains(*e)).collect();
@@ -250,16 +289,22 @@ fn holding(dir: &Path) -> Result<Holding> {
         }
         return Ok(Holding::Interrupted);
     }
-    if !entries.iter().any(|e| e == MANIFEST) {
+    if kind == Kind::Dataset && entries.iter().any(|e| e == MANIFEST) {
+        return Err(refuse(format!("holds a Quiver run ({MANIFEST}), not a dataset")));
+    }
+    if !entries.iter().any(|e| e == mf) {
         let all: Vec<&String> = entries.iter().collect();
-        return Err(refuse(format!("is not empty and holds no Quiver run manifest ({MANIFEST}): {}", list(&all))));
+        return Err(refuse(format!("is not empty and holds no Quiver {what} manifest ({mf}): {}", list(&all))));
     }
-    let manifest = read_manifest(dir)?;
-    let foreign: Vec<&String> = entries.iter().filter(|e| *e != MANIFEST && !manifest.files.contains_key(*e)).collect();
+    let known = listed(&dir.join(mf)).map_err(|e| refuse(format!("holds a {mf} that is not a Quiver {what}'s ({e})")))?;
+    let foreign: Vec<&String> = entries.iter().filter(|e| *e != mf && !known.contains(*e)).collect();
     if !foreign.is_empty() {
-        return Err(refuse(format!("holds files that are not part of the run its {MANIFEST} describes: {}", list(&foreign))));
+        return Err(refuse(format!("holds files that are not part of the {what} its {mf} describes: {}", list(&foreign))));
     }
-    Ok(Holding::Run(manifest))
+    match kind {
+        Kind::Run => Ok(Holding::Run(read_manifest(dir)?)),
+        Kind::Dataset => Ok(Holding::Dataset),
+    }
 }
 
 impl StagedRun {
@@ -281,6 +326,31 @@ impl StagedRun {
     /// assert!(StagedRun::begin(tmp.path()).is_err());
     /// ```
     pub fn begin(dir: &Path) -> Result<StagedRun> {
+        Self::begin_kind(dir, Kind::Run)
+    }
+
+    /// Prepares a dataset written into [`StagedRun::staging_dir`] (by `quiver generate`,
+    /// its manifest last) to replace `dir` as a whole with [`StagedRun::commit_dataset`]:
+    /// `dir` must be absent, empty or an earlier Quiver dataset with nothing else in it.
+    ///
+    /// ```
+    /// use quiver_columnar::rundir::StagedRun;
+    /// let tmp = tempfile::tempdir().unwrap();
+    /// let ds = tmp.path().join("ds");
+    /// let staged = StagedRun::begin_dataset(&ds).unwrap();
+    /// std::fs::write(staged.staging_dir().join("raw.arrow"), b"events").unwrap();
+    /// std::fs::write(staged.staging_dir().join("manifest.toml"), "[files]\n\"raw.arrow\" = \"0\"\n").unwrap();
+    /// staged.commit_dataset().unwrap();
+    /// assert!(ds.join("raw.arrow").is_file());
+    /// // A directory holding anything else is refused and left alone.
+    /// std::fs::write(tmp.path().join("notes.txt"), b"mine").unwrap();
+    /// assert!(StagedRun::begin_dataset(tmp.path()).is_err());
+    /// ```
+    pub fn begin_dataset(dir: &Path) -> Result<StagedRun> {
+        Self::begin_kind(dir, Kind::Dataset)
+    }
+
+    fn begin_kind(dir: &Path, kind: Kind) -> Result<StagedRun> {
         let dir = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
         // A symbolic link to a directory: the run goes where it points.
         let dir = if dir.exists() { dir.canonicalize().map_err(|e| Error::io(&dir, e))? } else { dir };
@@ -290,7 +360,7 @@ impl StagedRun {
             .to_string_lossy()
             .into_owned();
         let parent = dir.parent().unwrap_or(Path::new("/")).to_path_buf();
-        let held = holding(&dir)?;
+        let held = holding(&dir, kind)?;
         std::fs::create_dir_all(&parent)
             .map_err(|e| Error::Usage(format!("cannot create the output directory {}: {e}", dir.display())))?;
         let names = Names::new(&name);
@@ -328,7 +398,7 @@ impl StagedRun {
             for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
                 let n = e.file_name().to_string_lossy().into_owned();
                 if n != REPLACING && !n.starts_with(INSIDE_STAGING) {
-                    std::fs::remove_file(e.path()).map_err(|err| Error::io(e.path(), err))?;
+                    remove_entry(&e.path())?;
                 }
             }
         }
@@ -340,7 +410,7 @@ impl StagedRun {
                 staging.display()
             ))
         })?;
-        Ok(StagedRun { dir, staging, inside, finished: false })
+        Ok(StagedRun { dir, staging, inside, kind, finished: false })
     }
 
     /// The output directory (absolute).
@@ -399,12 +469,13 @@ impl StagedRun {
         }
         sync_dir(&self.staging);
         if self.inside {
-            let replaced = match holding(&self.dir)? {
+            let replaced = match holding(&self.dir, Kind::Run)? {
                 Holding::Run(old) => Some(old),
                 _ => None,
             };
             self.finished = true;
-            self.commit_in_place(&manifest, replaced.as_ref()).map_err(|e| {
+            let new: Vec<String> = manifest.files.keys().cloned().collect();
+            self.commit_in_place(&new).map_err(|e| {
                 Error::data(format!(
                     "{e}; the output directory {} is a mount point, committed file by file: it holds no complete run now \
                      (readers refuse it), and the new run's files not yet moved in are kept in {}",
@@ -415,8 +486,8 @@ impl StagedRun {
             return Ok(Committed { dir: self.dir.clone(), manifest, replaced, time: start.elapsed() });
         }
         // The directory may have changed while the job ran: check again.
-        let replaced = match holding(&self.dir)? {
-            Holding::Absent | Holding::Empty | Holding::Interrupted => {
+        let replaced = match holding(&self.dir, Kind::Run)? {
+            Holding::Absent | Holding::Empty | Holding::Interrupted | Holding::Dataset => {
                 match std::fs::rename(&self.staging, &self.dir) {
                     Ok(()) => None,
                     // Made (and filled) meanwhile by another run: exchange with it instead.
@@ -447,38 +518,79 @@ impl StagedRun {
 
     /// The commit into a directory that cannot be exchanged (a mount point): the old
     /// manifest becomes [`REPLACING`] (from then on readers refuse the directory), the old
-    /// run's files go, the new ones are moved in, and the new manifest comes last. A kill
-    /// leaves a directory without a manifest that readers refuse and the next run replaces.
-    fn commit_in_place(&self, manifest: &RunManifest, old: Option<&RunManifest>) -> Result<()> {
+    /// entries go, the new ones (`new`, top-level names in the staging directory) are moved
+    /// in, and the new manifest comes last. A kill leaves a directory without a manifest
+    /// that readers refuse and the next run replaces.
+    fn commit_in_place(&self, new: &[String]) -> Result<()> {
         let marker = self.dir.join(REPLACING);
-        let mp = self.dir.join(MANIFEST);
-        if old.is_some() {
+        let mp = self.dir.join(self.kind.manifest());
+        if mp.is_file() {
             std::fs::rename(&mp, &marker).map_err(|e| Error::io(&mp, e))?;
         } else if !marker.exists() {
-            let none = RunManifest { files: BTreeMap::new(), ..manifest.clone() };
-            let text = toml::to_string(&none).map_err(|e| Error::data(format!("writing {REPLACING}: {e}")))?;
-            std::fs::write(&marker, text).map_err(|e| Error::io(&marker, e))?;
+            std::fs::write(&marker, "[files]\n").map_err(|e| Error::io(&marker, e))?;
         }
         sync_dir(&self.dir);
-        if let Some(old) = old {
-            for name in old.files.keys().filter(|n| !manifest.files.contains_key(*n)) {
-                let p = self.dir.join(name);
-                match std::fs::remove_file(&p) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&p, e)),
-                    _ => {}
-                }
-            }
+        for name in listed(&marker)?.iter().filter(|n| !new.contains(*n)) {
+            remove_entry(&self.dir.join(name))?;
         }
-        for name in manifest.files.keys() {
+        for name in new {
             let to = self.dir.join(name);
+            if to.is_dir() {
+                remove_entry(&to)?;
+            }
             std::fs::rename(self.staging.join(name), &to).map_err(|e| Error::io(&to, e))?;
         }
         sync_dir(&self.dir);
-        std::fs::rename(self.staging.join(MANIFEST), &mp).map_err(|e| Error::io(&mp, e))?;
+        std::fs::rename(self.staging.join(self.kind.manifest()), &mp).map_err(|e| Error::io(&mp, e))?;
         sync_dir(&self.dir);
         let _ = std::fs::remove_file(&marker);
         let _ = std::fs::remove_dir_all(&self.staging);
         Ok(())
+    }
+
+    /// Completes a dataset staged by [`StagedRun::begin_dataset`]: its manifest must be
+    /// there (the generator writes it last); the staging directory then takes the
+    /// directory's place in one exchange (file by file, the manifest last, into a mount
+    /// point) and the earlier dataset is removed. Returns whether one was replaced.
+    pub fn commit_dataset(mut self) -> Result<bool> {
+        let mf = Kind::Dataset.manifest();
+        if !self.staging.join(mf).is_file() {
+            return Err(Error::data(format!("{}: the staged dataset has no {mf}; nothing was committed", self.staging.display())));
+        }
+        sync_dir(&self.staging);
+        let held = holding(&self.dir, Kind::Dataset)?;
+        self.finished = true;
+        if self.inside {
+            let mut new = Vec::new();
+            for e in std::fs::read_dir(&self.staging).map_err(|e| Error::io(&self.staging, e))?.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n != mf {
+                    new.push(n);
+                }
+            }
+            self.commit_in_place(&new).map_err(|e| {
+                Error::data(format!(
+                    "{e}; {} is a mount point, committed file by file: it holds no complete dataset now, and the new \
+                     dataset's files not yet moved in are kept in {}",
+                    self.dir.display(),
+                    self.staging.display()
+                ))
+            })?;
+            return Ok(matches!(held, Holding::Dataset));
+        }
+        match held {
+            Holding::Dataset => exchange(&self.staging, &self.dir)?,
+            _ => match std::fs::rename(&self.staging, &self.dir) {
+                Ok(()) => {}
+                Err(_) if self.dir.is_dir() => exchange(&self.staging, &self.dir)?,
+                Err(e) => return Err(Error::data(format!("cannot move the new dataset into {}: {e}; it is kept in {}", self.dir.display(), self.staging.display()))),
+            },
+        }
+        let _ = std::fs::remove_dir_all(&self.staging);
+        if let Some(parent) = self.dir.parent() {
+            sync_dir(parent);
+        }
+        Ok(matches!(held, Holding::Dataset))
     }
 
     /// Ends a failed job: the output directory is left as it was; the files the job wrote
@@ -532,6 +644,17 @@ fn is_mount_point(dir: &Path, parent: &Path) -> bool {
 #[cfg(not(unix))]
 fn is_mount_point(_dir: &Path, _parent: &Path) -> bool {
     false
+}
+
+/// Removes a file or a directory tree (a dataset's `conditions/`).
+fn remove_entry(p: &Path) -> Result<()> {
+    let r = match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    r.map_err(|e| Error::io(p, e))
 }
 
 fn sync_dir(dir: &Path) {

@@ -5,6 +5,7 @@
 mod atomic_outputs;
 mod capacity;
 mod cli;
+mod generate_atomic;
 mod interrupt;
 mod params;
 mod pixel;
