@@ -69,6 +69,47 @@ pub struct RunManifest {
     pub events: u64,
     /// Every file of the run, by name.
     pub files: BTreeMap<String, FileRecord>,
+    /// The dataset the run read (absent for runs without an input dataset, and in runs
+    /// written before it was recorded): readers of truth check it is theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<InputIdentity>,
+}
+
+/// What identifies a run's input dataset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputIdentity {
+    /// The dataset directory as the run was given it.
+    pub path: String,
+    /// SHA-256 of its `manifest.toml`, which lists every file's checksum: equal manifests,
+    /// equal datasets.
+    pub manifest_sha256: String,
+    /// The generator's seed, when the manifest records one (for the messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+impl InputIdentity {
+    /// The identity of the dataset in `dir`, or `None` when it has no `manifest.toml`.
+    ///
+    /// ```
+    /// use quiver_columnar::rundir::InputIdentity;
+    /// let tmp = tempfile::tempdir().unwrap();
+    /// std::fs::write(tmp.path().join("manifest.toml"), "seed = 7\n[files]\n").unwrap();
+    /// let id = InputIdentity::of(tmp.path()).unwrap().unwrap();
+    /// assert_eq!((id.seed, id.manifest_sha256.len()), (Some(7), 64));
+    /// ```
+    pub fn of(dir: &Path) -> Result<Option<InputIdentity>> {
+        let mp = dir.join(DATASET_MANIFEST);
+        if !mp.is_file() {
+            return Ok(None);
+        }
+        let seed = std::fs::read_to_string(&mp)
+            .ok()
+            .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+            .and_then(|t| t.get("seed").and_then(|s| s.as_integer()))
+            .and_then(|s| u64::try_from(s).ok());
+        Ok(Some(InputIdentity { path: dir.display().to_string(), manifest_sha256: sha256_file(&mp)?, seed }))
+    }
 }
 
 /// What [`StagedRun::commit`] needs to know about the job.
@@ -80,6 +121,8 @@ pub struct RunInfo {
     pub plan_sha256: String,
     pub first_event: u64,
     pub events: u64,
+    /// The input dataset's identity ([`InputIdentity::of`]), recorded in the manifest.
+    pub input: Option<InputIdentity>,
 }
 
 /// What a commit did.
@@ -318,7 +361,7 @@ impl StagedRun {
     /// let out = tmp.path().join("out");
     /// let run = StagedRun::begin(&out).unwrap();
     /// std::fs::write(run.staging_dir().join("hits.hits.parquet"), b"rows").unwrap();
-    /// let info = RunInfo { plan: "example".into(), plan_sha256: "0".repeat(64), first_event: 0, events: 10 };
+    /// let info = RunInfo { plan: "example".into(), plan_sha256: "0".repeat(64), first_event: 0, events: 10, input: None };
     /// run.commit(&info).unwrap();
     /// assert_eq!(verify(&out).unwrap().files.len(), 1);
     /// // A directory holding something else is never replaced:
@@ -458,6 +501,7 @@ impl StagedRun {
             first_event: info.first_event,
             events: info.events,
             files,
+            input: info.input.clone(),
         };
         let text = toml::to_string(&manifest).map_err(|e| Error::data(format!("writing the run manifest: {e}")))?;
         let mp = self.staging.join(MANIFEST);
@@ -829,6 +873,10 @@ pub fn run_job<T>(
     run: impl FnOnce(Vec<Box<dyn crate::Step>>) -> crate::Result<(crate::Summary, T)>,
 ) -> crate::Result<(crate::Summary, T, Option<crate::rundir::Committed>)> {
     let staged = if registry.writes_files(resolved) { Some(StagedRun::begin(&job.output)?) } else { None };
+    let input = match (&staged, &job.input) {
+        (Some(_), Some(dir)) => InputIdentity::of(dir)?,
+        _ => None,
+    };
     if let Some(s) = &staged {
         job.output = s.staging_dir().to_path_buf();
     }
@@ -855,6 +903,7 @@ pub fn run_job<T>(
                         plan_sha256: plan_sha256(resolved),
                         first_event,
                         events: summary.events,
+                        input,
                     };
                     Some(s.commit(&info)?)
                 }
@@ -986,7 +1035,7 @@ mod tests {
     }
 
     fn info(events: u64) -> RunInfo {
-        RunInfo { plan: "test".into(), plan_sha256: "a".repeat(64), first_event: 0, events }
+        RunInfo { plan: "test".into(), plan_sha256: "a".repeat(64), first_event: 0, events, input: None }
     }
 
     fn write_run(out: &Path, files: &[(&str, &[u8])], events: u64) -> Committed {

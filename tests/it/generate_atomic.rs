@@ -118,3 +118,24 @@ fn a_dataset_into_a_mount_point_is_committed_in_place() {
     assert_eq!(quiver_datasets::Dataset::open(&vol).unwrap().n_events(), 2);
     assert_eq!(names(&vol), first, "the same files, no staging directory or marker left");
 }
+
+/// Measured against another dataset's truth, a run used to report efficiency 0 and fake
+/// rate 1 with exit 0.
+#[test]
+fn report_refuses_a_truth_dataset_that_is_not_the_run_s_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, out) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("out"));
+    assert!(generate(&a, "2", "2").status.success());
+    let o = quiver(&["generate", "--events", "2", "--pileup", "2", "--seed", "4", "--output", b.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = quiver(&["run", "--input", a.to_str().unwrap(), "--output", out.to_str().unwrap(), "--no-progress"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = |truth: &Path| {
+        quiver(&["report", "--run", out.to_str().unwrap(), "--truth", truth.to_str().unwrap(), "--output", tmp.path().join("rep").to_str().unwrap()])
+    };
+    let o = report(&b);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("seed 4 is not the dataset the run in") && stderr(&o).contains("seed 3"), "{}", stderr(&o));
+    let o = report(&a);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

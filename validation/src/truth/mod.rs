@@ -395,9 +395,40 @@ pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config
     Ok(s)
 }
 
+/// Refuses a truth dataset that is not the one the run read: measured against another
+/// dataset's truth, a run gives efficiency 0 and fake rate 1 without any other sign.
+fn check_truth_is_input(run_dir: &Path, truth_dir: &Path) -> Result<()> {
+    use quiver_columnar::rundir::{self, InputIdentity};
+    let m = rundir::verify_with(run_dir, rundir::Check::Sizes).map_err(|e| ValidationError::Data(e.to_string()))?;
+    let Some(read) = m.input else {
+        return Err(ValidationError::Data(format!(
+            "{}: the run records no input dataset (written by a Quiver before runs recorded it, or a plan that reads \
+             none), so its truth cannot be told: run the plan again into it",
+            run_dir.join(rundir::MANIFEST).display()
+        )));
+    };
+    let seed = |s: Option<u64>| s.map_or(String::new(), |s| format!(", seed {s}"));
+    let truth = InputIdentity::of(truth_dir)
+        .map_err(|e| ValidationError::Data(e.to_string()))?
+        .ok_or_else(|| ValidationError::Data(format!("{}: no manifest.toml, so not a Quiver dataset", truth_dir.display())))?;
+    if truth.manifest_sha256 != read.manifest_sha256 {
+        return Err(ValidationError::Data(format!(
+            "the truth dataset {}{} is not the dataset the run in {} read ({}{}; their manifests differ): give the \
+             run's input as the truth",
+            truth_dir.display(),
+            seed(truth.seed),
+            run_dir.display(),
+            read.path,
+            seed(read.seed)
+        )));
+    }
+    Ok(())
+}
+
 /// The run's products and the truth of every event of the run, in event order (for custom
 /// studies with [`analyze_event`]). Events of the run missing in the truth are an error.
 pub fn read_events(run_dir: &Path, truth_dir: &Path) -> Result<Vec<(u32, RecoEvent, TruthEvent)>> {
+    check_truth_is_input(run_dir, truth_dir)?;
     let reco = io::read_run(run_dir)?;
     let mut truth = io::read_truth(truth_dir)?;
     reco.into_iter()

@@ -311,9 +311,10 @@ fn report_on_a_generated_run() {
         assert!(section("summary").contains(t), "{t}");
     }
     assert!(section("summary").contains(&format!("<td>mean_hits</td><td>{}</td>", s.mean_hits)));
-    // The truth of another dataset lacks the run's events.
+    // Another dataset's truth is refused: it is not the run's input.
     let other = tmp.path().join("other");
     let opts = quiver_datasets::GenerateOptions { events: 1, pileup: 1.0, seed: 1, output: other.clone(), ..Default::default() };
     quiver_datasets::generate(&opts).unwrap();
-    assert!(report(&run, &other, &tmp.path().join("r2")).unwrap_err().to_string().contains("no truth"));
+    let e = report(&run, &other, &tmp.path().join("r2")).unwrap_err().to_string();
+    assert!(e.contains("is not the dataset the run in"), "{e}");
 }
