@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// Version of the directory layout; bumped on incompatible changes.
@@ -398,19 +397,22 @@ impl Dataset {
                 return Err(DatasetError::damaged(&mp, format!("no checksum for `{required}`")));
             }
         }
-        if verify && !verified_before(dir, &text, &manifest) {
+        let hash = verify && !verified_before(dir, &text, &manifest);
+        if hash {
             // What reconstruction reads; the truth files are verified by their readers
-            // (`verify_files`), so a dataset without them still runs.
-            for (name, expected) in manifest.files.iter().filter(|(n, _)| read_by_reconstruction(n)) {
+            // (`verify_files`), so a dataset without them still runs. `raw.arrow` is
+            // hashed as it is read, below.
+            for (name, expected) in manifest.files.iter().filter(|(n, _)| read_by_reconstruction(n) && *n != "raw.arrow") {
                 check_file(dir, name, expected, manifest.sizes.get(name).copied())?;
             }
         }
+        let conditions = read_conditions(dir)?;
+        let rp = dir.join("raw.arrow");
+        let raw_sha = if hash { manifest.files.get("raw.arrow").map(String::as_str) } else { None };
+        let batches = read_ipc_file(&rp, &raw_schema(), raw_sha, manifest.sizes.get("raw.arrow").copied())?;
         if verify {
             remember_verified(dir, &text, &manifest);
         }
-        let conditions = read_conditions(dir)?;
-        let rp = dir.join("raw.arrow");
-        let batches = map_ipc_file(&rp, &raw_schema())?;
         // index events; rows must be sorted by (event, fed) and cover 0..events
         let mut index: Vec<(u32, u32, u32)> = Vec::with_capacity(manifest.events as usize);
         let mut prev: Option<(u32, u32)> = None;
@@ -492,24 +494,39 @@ impl Dataset {
     }
 }
 
-/// Memory-maps an Arrow IPC file and decodes its record batches without copying the data
-/// (each checked in full: see `ipc::decode_file`).
-fn map_ipc_file(path: &Path, expected: &SchemaRef) -> Result<Vec<RecordBatch>, DatasetError> {
-    let f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
-    let len = f.metadata().map_err(|e| DatasetError::io(path, e))?.len();
+/// Reads an Arrow IPC file whole into one 64-byte-aligned buffer, checks its SHA-256 on
+/// those very bytes when `sha256` is given, and decodes its record batches without another
+/// copy (each checked in full: see `ipc::decode_file`).
+///
+/// Read, not memory-mapped: a mapping turned a file truncated under a run (`cp` over it)
+/// into SIGBUS, and bytes changed in place after the checksum into whatever they decoded
+/// to. Reading costs the same memory (the mapped pages were resident once touched) and no
+/// measurable time on the default job (docs/datasets.md, "Reading").
+fn read_ipc_file(path: &Path, expected: &SchemaRef, sha256: Option<&str>, size: Option<u64>) -> Result<Vec<RecordBatch>, DatasetError> {
+    let len = regular_file(path, size)?;
     if len == 0 {
-        // mapping an empty file fails with EINVAL, which says nothing useful
         return Err(DatasetError::damaged(path, "empty file (0 bytes)"));
     }
-    // SAFETY: `Mmap::map` is unsafe because another process may change the file while it is
-    // mapped; a dataset is read-only by contract (written once by `quiver generate`, its
-    // checksums in the manifest), and the mapping is owned by the buffer built from it.
-    let mmap = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| DatasetError::io(path, e))?;
-    let len = mmap.len();
-    let ptr = NonNull::new(mmap.as_ptr() as *mut u8).ok_or_else(|| DatasetError::damaged(path, "mapping returned a null pointer"))?;
-    // SAFETY: `ptr` points to `len` initialised, immutable bytes that stay mapped as long as
-    // `mmap` lives; the buffer owns `mmap` (the `Arc`) and frees it with its last clone.
-    let buffer = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(mmap)) };
+    let len = usize::try_from(len).map_err(|_| DatasetError::damaged(path, "larger than the address space"))?;
+    let mut f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
+    let mut bytes = arrow_buffer::MutableBuffer::from_len_zeroed(len);
+    f.read_exact(bytes.as_slice_mut()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            DatasetError::damaged(path, format!("shorter than its {len} bytes while being read (changed by another program?)"))
+        } else {
+            DatasetError::io(path, e)
+        }
+    })?;
+    if f.read(&mut [0u8; 1]).map_err(|e| DatasetError::io(path, e))? != 0 {
+        return Err(DatasetError::damaged(path, format!("grew past its {len} bytes while being read (changed by another program?)")));
+    }
+    if let Some(expected_sha) = sha256 {
+        let actual: String = Sha256::digest(bytes.as_slice()).iter().map(|b| format!("{b:02x}")).collect();
+        if actual != expected_sha {
+            return Err(DatasetError::Checksum { file: path.to_path_buf(), expected: expected_sha.to_string(), actual });
+        }
+    }
+    let buffer: Buffer = bytes.into();
     let (schema, batches) = crate::ipc::decode_file(path, &buffer)?;
     if schema.fields() != expected.fields() {
         let names: Vec<String> = schema.fields().iter().map(|f| format!("{}: {}", f.name(), f.data_type())).collect();

@@ -226,6 +226,11 @@ pub fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<Recor
 
 /// Reads a whole (small) Arrow IPC file into memory and decodes it.
 pub fn read_file(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
+    // A FIFO or a link to a device would block or never end.
+    let meta = std::fs::metadata(path).map_err(|e| DatasetError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(DatasetError::format(path, "not a regular file (a FIFO, a device or a directory): a dataset holds only the files `quiver generate` wrote"));
+    }
     let bytes = std::fs::read(path).map_err(|e| DatasetError::io(path, e))?;
     decode_file(path, &Buffer::from_vec(bytes))
 }

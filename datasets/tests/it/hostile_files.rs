@@ -3,6 +3,7 @@
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use std::path::Path;
+use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 fn dataset(dir: &Path) -> std::path::PathBuf {
@@ -62,4 +63,28 @@ fn generate_caps_its_threads_as_run_does() {
     let e = generate(&opts).unwrap_err().to_string();
     assert!(e.contains("threads = 100000: at most 1024"), "{e}");
     assert!(!opts.output.exists(), "nothing written");
+}
+
+/// `cp` over `raw.arrow` (truncating it) or changing it in place while a run reads it:
+/// before, the run died of SIGBUS (a mapped page past the new end) or decoded changed
+/// bytes into a 512 GB allocation. An open dataset now holds the bytes it checked.
+#[test]
+fn changing_raw_arrow_under_an_open_dataset_changes_nothing_it_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path());
+    let raw = ds.join("raw.arrow");
+    let d = Dataset::open(&ds).unwrap();
+    let before: Vec<Vec<(u32, Vec<u8>)>> =
+        (0..d.n_events()).map(|i| d.raw_event(i).unwrap().iter().map(|(f, b)| (*f, b.to_vec())).collect()).collect();
+    // In place: every byte flipped, then truncated to 100 bytes (what `cp` does first).
+    let mut bytes = std::fs::read(&raw).unwrap();
+    bytes.iter_mut().for_each(|b| *b = !*b);
+    std::fs::OpenOptions::new().write(true).open(&raw).unwrap().write_all_at(&bytes, 0).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&raw).unwrap().set_len(100).unwrap();
+    let after: Vec<Vec<(u32, Vec<u8>)>> =
+        (0..d.n_events()).map(|i| d.raw_event(i).unwrap().iter().map(|(f, b)| (*f, b.to_vec())).collect()).collect();
+    assert_eq!(before, after);
+    // A new open sees the damage and names the file.
+    let e = open_error(&ds);
+    assert!(e.contains("raw.arrow"), "{e}");
 }
