@@ -452,3 +452,19 @@ fn an_event_range_past_32_bits_is_refused_not_wrapped() {
     let o = run("4294967286");
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `quiver steps | head -3`: the reader goes away; quiver ends quietly (killed by SIGPIPE,
+/// as other Unix tools), not with a panic (exit 101) on the broken pipe.
+#[test]
+fn a_closed_pipe_ends_quiver_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver")).arg("steps").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Closed before quiver writes (it has barely started): its first write meets EPIPE.
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child.stderr.as_mut().unwrap().read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_ne!(status.code(), Some(101), "{err}");
+}

@@ -13,6 +13,10 @@ from . import _quiver
 def main(argv=None) -> int:
     """Runs ``quiver ARGS...``; returns the exit status (also used by ``python -m quiver``)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and hasattr(signal, "SIGPIPE"):
+        # The console command, as other Unix tools: `quiver steps | head -3` ends quietly
+        # when the reader goes (Python ignores SIGPIPE, so the Rust printing would panic).
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         code = _command(args)
     except KeyboardInterrupt as e:
