@@ -270,9 +270,14 @@ pub fn write_rate(bytes: u64, files: usize, busy_seconds: f64) -> String {
 }
 
 /// Registers `write_parquet` and `write_ipc`.
+/// The files a `write_parquet` / `write_ipc` step writes: one per product it reads.
+fn product_files(s: &crate::plan::ResolvedStep, extension: &str) -> Vec<String> {
+    s.inputs.values().flatten().map(|k| product_file_name(k, extension)).collect()
+}
+
 pub fn register(r: &mut Registry) {
-    r.add_file_writer("write_parquet");
-    r.add_file_writer("write_ipc");
+    r.add_file_writer("write_parquet", |s| product_files(s, "parquet"));
+    r.add_file_writer("write_ipc", |s| product_files(s, "arrow"));
     let inputs = vec![InputSpec::many("products", "products to write, by label (all of its products) or label:type")];
     r.add(StepType {
         name: "write_parquet",

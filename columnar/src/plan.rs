@@ -324,6 +324,7 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
     let mut slots: Vec<Option<ResolvedStep>> = resolved.into_iter().map(Some).collect();
     let steps = order.into_iter().map(|i| slots[i].take().expect("each once")).collect();
     let plan = ResolvedPlan { run: spec.run.clone(), steps };
+    registry.check_output_files(&plan)?;
     for check in registry.plan_checks() {
         check(&plan)?;
     }

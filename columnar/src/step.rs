@@ -472,9 +472,14 @@ pub struct Registry {
     /// Checks across steps (e.g. a parameter two step types must agree on), run on every
     /// validated plan.
     plan_checks: Vec<PlanCheck>,
-    /// Step types that write files into the job's output directory.
-    file_writers: std::collections::BTreeSet<&'static str>,
+    /// Step types that write files into the job's output directory, with the names of
+    /// the files each step of the type writes.
+    file_writers: BTreeMap<&'static str, FileNamesFn>,
 }
+
+/// The names of the files one step of a file-writing type writes into the output
+/// directory, from its resolved parameters and inputs.
+pub type FileNamesFn = fn(&crate::plan::ResolvedStep) -> Vec<String>;
 
 /// A check of a whole validated plan, registered by the crate that knows the constraint.
 pub type PlanCheck = fn(&crate::plan::ResolvedPlan) -> Result<()>;
@@ -514,12 +519,30 @@ impl Registry {
     /// Declares that steps of type `name` write files into the job's output directory
     /// ([`JobContext::output`]): a plan with one gets a whole-run atomic output directory
     /// ([`crate::rundir`]).
-    pub fn add_file_writer(&mut self, name: &'static str) {
-        self.file_writers.insert(name);
+    /// `files` names what one step of the type writes: two steps of a plan that would
+    /// write one file are refused before any event ([`Registry::check_output_files`]).
+    pub fn add_file_writer(&mut self, name: &'static str, files: FileNamesFn) {
+        self.file_writers.insert(name, files);
     }
     /// Whether any step of `plan` writes files (see [`Registry::add_file_writer`]).
     pub fn writes_files(&self, plan: &crate::plan::ResolvedPlan) -> bool {
-        plan.steps.iter().any(|s| self.file_writers.contains(s.type_name.as_str()))
+        plan.steps.iter().any(|s| self.file_writers.contains_key(s.type_name.as_str()))
+    }
+    /// Refuses a plan two of whose steps would write the same file (a `histograms` file
+    /// named like a product's, two `histograms` steps with one `file`): one would silently
+    /// overwrite the other, or the job would fail at its end.
+    pub fn check_output_files(&self, plan: &crate::plan::ResolvedPlan) -> Result<()> {
+        let mut writer: BTreeMap<String, &str> = BTreeMap::new();
+        for s in &plan.steps {
+            let Some(files) = self.file_writers.get(s.type_name.as_str()) else { continue };
+            for f in files(s) {
+                if let Some(first) = writer.insert(f.clone(), &s.label) {
+                    let who = if first == s.label { "this step writes it twice".to_string() } else { format!("step '{first}' writes it too") };
+                    return Err(Error::plan(&s.label, format!("writes {f} into the output directory, and {who}: give one of them another file name")));
+                }
+            }
+        }
+        Ok(())
     }
     /// The plan checks, in the order they were added.
     pub fn plan_checks(&self) -> &[PlanCheck] {

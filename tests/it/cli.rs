@@ -468,3 +468,28 @@ fn a_closed_pipe_ends_quiver_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(status.code(), Some(101), "{err}");
 }
+
+/// Two steps writing one file: a `histograms` file named like a product file failed at the
+/// end of the job, and two `histograms` steps silently wrote one file. Both are refused
+/// before any event, by `plan check` as by `run`.
+#[test]
+fn two_steps_writing_one_file_are_refused_before_any_event() {
+    let pixel = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/pixel.toml")).unwrap();
+    let collide = pixel.replace("text = true ", "file = \"tracks.tracks\"\ntext = true ");
+    assert_ne!(collide, pixel);
+    let twice = format!("{pixel}\n[[step]]\nlabel = \"histograms2\"\ntype = \"histograms\"\ntracks = \"tracks\"\n");
+    for (text, expected) in [
+        (collide, "plan error: step 'output': writes tracks.tracks.parquet into the output directory, and step 'histograms' writes it too"),
+        (twice, "plan error: step 'histograms2': writes histograms.parquet into the output directory, and step 'histograms' writes it too"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = write_plan(dir.path(), &text);
+        for args in [vec!["plan", "check"], vec!["run", "--no-progress", "--events", "1"]] {
+            let mut a = args.clone();
+            a.push(plan.to_str().unwrap());
+            let o = quiver(&a);
+            assert_eq!(o.status.code(), Some(1), "{a:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains(expected), "{a:?}: {}", stderr(&o));
+        }
+    }
+}

@@ -700,7 +700,13 @@ fn build_event_counts(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>
 
 /// Registers `count_validator` and `event_counts`.
 pub fn register(r: &mut Registry) {
-    r.add_file_writer("event_counts");
+    r.add_file_writer("event_counts", |s| {
+        let mut f = vec![format!("{}.parquet", s.params.str("file"))];
+        if s.params.bool("reference_files") {
+            f.extend(["digicluster.bin", "tracks.bin", "vertices.bin"].map(String::from));
+        }
+        f
+    });
     r.add(StepType {
         name: "event_counts",
         doc: "Writes our per-event counts (modules, digis, clusters, tracks, vertices) to <file>.parquet, a count_validator reference",

@@ -322,7 +322,14 @@ fn build_histograms(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>> 
 
 /// Registers `histograms`.
 pub fn register(r: &mut Registry) {
-    r.add_file_writer("histograms");
+    r.add_file_writer("histograms", |s| {
+        let stem = s.params.str("file");
+        let mut f = vec![format!("{stem}.parquet")];
+        if s.params.bool("text") {
+            f.push(format!("{stem}.txt"));
+        }
+        f
+    });
     r.add(StepType {
         name: "histograms",
         doc: "The reference's validation histograms of the connected products, written at the end as Parquet (and text)",
