@@ -119,6 +119,16 @@ impl Step for SquareStep {
 
 /// Registers `random_floats` and `square`.
 pub fn register(r: &mut Registry) {
+    // low < high is checked with the plan, so `quiver plan check` refuses what `run` would.
+    r.add_plan_check(|plan| {
+        for s in plan.steps.iter().filter(|s| s.type_name == "random_floats") {
+            let (low, high) = (s.params.float("low") as f32, s.params.float("high") as f32);
+            if !(low < high) {
+                return Err(Error::plan(&s.label, format!("parameter 'high': must be greater than low ({low})")));
+            }
+        }
+        Ok(())
+    });
     r.add(StepType {
         name: "random_floats",
         doc: "Uniform random floats, seeded per event (example source)",

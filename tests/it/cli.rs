@@ -493,3 +493,12 @@ fn two_steps_writing_one_file_are_refused_before_any_event() {
         }
     }
 }
+
+/// `plan check` accepted `low = 5.0, high = 1.0`, which `run` refused: one validation now.
+#[test]
+fn plan_check_refuses_what_run_refuses_low_above_high() {
+    assert_plan_error(
+        "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\nlow = 5.0\nhigh = 1.0\n",
+        "step 'numbers': parameter 'high': must be greater than low (5)",
+    );
+}

@@ -11,7 +11,7 @@ use quiver_columnar::{ParamKind, ParamValue, Params};
 /// (step type, parameter, why every finite value is meaningful).
 const ANY_VALUE: &[(&str, &str, &str)] = &[
     ("random_floats", "seed", "any integer is a seed"),
-    ("random_floats", "low", "any finite lower bound (high must exceed it: checked when built)"),
+    ("random_floats", "low", "any finite lower bound (high must exceed it: a plan check)"),
     ("random_floats", "high", "any finite upper bound"),
 ];
 
