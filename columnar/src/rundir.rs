@@ -914,6 +914,17 @@ pub fn run_job<T>(
         Err(e) => {
             let Some(s) = staged else { return Err(e) };
             let dir = s.dir().to_path_buf();
+            // Kept on a full disk, the failed run's files would fail the next run too.
+            if e.to_string().contains(&format!("(os error {})", libc::ENOSPC)) {
+                let bytes = dir_bytes(s.staging_dir());
+                drop(s);
+                let note = format!(
+                    "\n{} is unchanged; the disk is full, so the {:.1} MB the failed run had written were removed rather than kept",
+                    dir.display(),
+                    bytes as f64 / 1e6
+                );
+                return Err(with_note(e, &note));
+            }
             let note = match s.keep_partial() {
                 Ok(Some(p)) => format!(
                     "\n{} is unchanged; the files of the events completed before the failure are in {}",
@@ -926,6 +937,11 @@ pub fn run_job<T>(
             Err(with_note(e, &note))
         }
     }
+}
+
+/// Bytes of the files directly in `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
 }
 
 /// `e` with `note` appended to its message, keeping its kind.

@@ -184,3 +184,34 @@ fn a_run_into_a_mount_point_commits() {
     ok(quiver(&["run", "--input", ds_s, "--output", below.to_str().unwrap(), "--events", "2", "--no-progress"]));
     assert_eq!(rundir::verify(&below).unwrap().events, 2);
 }
+
+/// A run that fills the disk: its files used to be kept as `<output>.partial`, so the disk
+/// stayed full and the next run failed too. They are removed, and the message says so.
+#[test]
+fn a_run_that_fills_the_disk_keeps_no_partial_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vol = tmp.path().join("small-disk");
+    std::fs::create_dir(&vol).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=12m", "tmpfs"]).arg(&vol).output();
+    if !matches!(&mounted, Ok(o) if o.status.success()) {
+        eprintln!("\n*** SKIPPED a_run_that_fills_the_disk_keeps_no_partial_files: `mount -t tmpfs` is not permitted here ***\n");
+        return;
+    }
+    let _guard = Mounted(vol.clone());
+    let plan = tmp.path().join("plan.toml");
+    std::fs::write(
+        &plan,
+        "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = 1000000\n[[step]]\nlabel = \"out\"\ntype = \"write_parquet\"\nproducts = [\"numbers\"]\n",
+    )
+    .unwrap();
+    let out = vol.join("out");
+    let run = |events: &str| quiver(&["run", plan.to_str().unwrap(), "--output", out.to_str().unwrap(), "--events", events, "--no-progress"]);
+    let o = run("20");
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("the disk is full") && e.contains("were removed rather than kept"), "{e}");
+    assert!(entries(&vol).is_empty(), "nothing left on the full disk: {:?}", entries(&vol));
+    // The next run has the room it needs.
+    ok(run("1"));
+    assert_eq!(rundir::verify(&out).unwrap().events, 1);
+}
