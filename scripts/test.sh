@@ -27,6 +27,9 @@ fi
 # must fail rather than skip when it is missing.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile "nvidia-cuda-nvrtc==13.0.88"
 export QUIVER_REQUIRE_NVRTC=1
+# The GPU kernels' emulation tests compile them as C++ for the host: without a compiler
+# they must fail, not pass having checked nothing.
+export QUIVER_REQUIRE_CXX=1
 
 # quiver-py, the extension module, is built by maturin below and tested from Python.
 cargo test --release --workspace --exclude quiver-py --all-targets
