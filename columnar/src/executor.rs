@@ -272,6 +272,63 @@ impl Summary {
     }
 }
 
+/// How many batches past the lowest unfinished one a worker may start, for `threads`
+/// workers: every worker keeps busy through ordinary variations of batch cost, and one
+/// stalled batch holds at most this many others in the ordered writers (their pending
+/// maps) instead of every later batch of the job (3.1 GB against 165 MB, measured at
+/// `--threads 4` before the bound).
+pub fn batches_ahead(threads: usize) -> u64 {
+    4 * threads.max(1) as u64
+}
+
+/// The lowest batch not yet finished, and the finished ones above it.
+struct Window {
+    state: Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    moved: std::sync::Condvar,
+}
+
+impl Window {
+    fn new() -> Self {
+        Window { state: Mutex::new((0, std::collections::BTreeSet::new())), moved: std::sync::Condvar::new() }
+    }
+
+    /// Waits until batch `b` is within `window` of the lowest unfinished batch; `false`
+    /// when `stop` says the job ends instead. The lowest unfinished batch never waits (it
+    /// is within any window of itself), so the job always advances.
+    fn wait_until_within(&self, b: u64, window: u64, stop: impl Fn() -> bool) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while b >= st.0 + window {
+            if stop() {
+                return false;
+            }
+            st = self.moved.wait_timeout(st, std::time::Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        true
+    }
+
+    fn finish(&self, b: u64) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.1.insert(b);
+        let mut advanced = false;
+        loop {
+            let low = st.0;
+            if !st.1.remove(&low) {
+                break;
+            }
+            st.0 += 1;
+            advanced = true;
+        }
+        drop(st);
+        if advanced {
+            self.moved.notify_all();
+        }
+    }
+
+    fn wake_all(&self) {
+        self.moved.notify_all();
+    }
+}
+
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
 }
@@ -295,6 +352,10 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     let cancel = crate::cancel::Check::current();
     let n_batches = events.div_ceil(opts.batch_size as u64);
     let next = AtomicU64::new(0);
+    // Backpressure: a worker starts batch b only when b < (lowest unfinished batch) +
+    // `window`, so one slow batch cannot make the ordered writers hold every later one.
+    let window = batches_ahead(opts.threads);
+    let progress = Window::new();
     let failed = AtomicBool::new(false);
     let first_error: Mutex<Option<(u64, Error)>> = Mutex::new(None);
     let step_ns: Vec<AtomicU64> = plan.steps.iter().map(|_| AtomicU64::new(0)).collect();
@@ -313,10 +374,23 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     let traffic = std::sync::Arc::new(crate::residency::TrafficLog::default());
     let start = Instant::now();
 
+    // The earliest batch's error wins, so the message does not depend on timing.
+    let record = |first: u64, e: Error| {
+        failed.store(true, Ordering::Relaxed);
+        let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_none_or(|(f, _)| first < *f) {
+            *slot = Some((first, e));
+        }
+        drop(slot);
+        progress.wake_all();
+    };
     let worker = || {
         while !failed.load(Ordering::Relaxed) && !cancel.requested() {
             let b = next.fetch_add(1, Ordering::Relaxed);
             if b >= n_batches {
+                break;
+            }
+            if !progress.wait_until_within(b, window, || failed.load(Ordering::Relaxed) || cancel.requested()) {
                 break;
             }
             let offset = b * opts.batch_size as u64;
@@ -338,16 +412,11 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                     .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(&p)))));
                 step_ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 if let Err(e) = r {
-                    failed.store(true, Ordering::Relaxed);
                     let e = match e {
                         Error::Step { .. } | Error::Interrupted(_) => e,
                         other => Error::Step { label: st.label.clone(), first, last: first + n as u64, msg: other.to_string() },
                     };
-                    let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
-                    // Keep the error of the earliest batch, so the message does not depend on timing.
-                    if slot.as_ref().is_none_or(|(f, _)| first < *f) {
-                        *slot = Some((first, e));
-                    }
+                    record(first, e);
                     return;
                 }
                 for k in &st.outputs {
@@ -359,17 +428,13 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                                 overflow::tally(&mut local_overflows, &st.label, &p).map_err(|e| e.to_string())
                             });
                             if let Err(msg) = tallied {
-                                failed.store(true, Ordering::Relaxed);
-                                *first_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                                    Some((first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg }));
+                                record(first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg });
                                 return;
                             }
                         }
                     } else {
-                        failed.store(true, Ordering::Relaxed);
                         let msg = format!("declared product '{}' was not published", k.type_name);
-                        *first_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some((first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg }));
+                        record(first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg });
                         return;
                     }
                 }
@@ -398,6 +463,7 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 }
             }
             bar.inc(n as u64);
+            progress.finish(b);
         }
     };
 
