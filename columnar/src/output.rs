@@ -25,6 +25,24 @@ use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, Ste
 /// the tracks of 100 events: 61 ms with 100 row groups, 6 ms with 7).
 pub const ROW_GROUP_EVENTS: u64 = 16;
 
+/// At most this many row groups of whole events per Parquet file: a file holds at most
+/// 32 767 row groups (the format's row-group ordinal is 16-bit), and the writer also closes
+/// a group at a million rows, so the event groups leave room for that.
+pub const MAX_EVENT_GROUPS: u64 = 8192;
+
+/// The events a Parquet row group gathers in a job of `events` events: [`ROW_GROUP_EVENTS`],
+/// or more when that would exceed [`MAX_EVENT_GROUPS`] groups (before, a file failed past
+/// 524 300 events).
+///
+/// ```
+/// use quiver_columnar::output::{row_group_events, MAX_EVENT_GROUPS};
+/// assert_eq!(row_group_events(100), 16);
+/// assert!(10_000_000u64.div_ceil(row_group_events(10_000_000)) <= MAX_EVENT_GROUPS);
+/// ```
+pub fn row_group_events(events: u64) -> u64 {
+    ROW_GROUP_EVENTS.max(events.div_ceil(MAX_EVENT_GROUPS))
+}
+
 /// File formats of the output steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -88,13 +106,15 @@ struct OutputFile {
     events_written: u64,
     /// Events in the open Parquet row group.
     group_events: u64,
+    /// Events a row group gathers ([`row_group_events`] of the job).
+    group_target: u64,
 }
 
 impl OutputFile {
     fn new(dir: &Path, key: ProductKey, format: Format) -> Self {
         let name = product_file_name(&key, format.extension());
         let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        OutputFile { path: dir.join(name), tmp, key, format, sink: None, next_event: 0, pending: BTreeMap::new(), events_written: 0, group_events: 0 }
+        OutputFile { path: dir.join(name), tmp, key, format, sink: None, next_event: 0, pending: BTreeMap::new(), events_written: 0, group_events: 0, group_target: ROW_GROUP_EVENTS }
     }
 
     fn open(&mut self, b: &RecordBatch) -> Result<Sink> {
@@ -144,7 +164,7 @@ impl OutputFile {
                 self.sink = Some(self.open(&b)?);
             }
             self.group_events += n;
-            let close = self.group_events >= ROW_GROUP_EVENTS;
+            let close = self.group_events >= self.group_target;
             if close {
                 self.group_events = 0;
             }
@@ -217,9 +237,11 @@ impl WriteStep {
 }
 
 impl Step for WriteStep {
-    fn begin_job(&self, first_event: u64, _events: u64) -> Result<()> {
+    fn begin_job(&self, first_event: u64, events: u64) -> Result<()> {
         for f in &self.files {
-            f.lock().unwrap_or_else(|e| e.into_inner()).next_event = first_event;
+            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+            f.next_event = first_event;
+            f.group_target = row_group_events(events);
         }
         Ok(())
     }

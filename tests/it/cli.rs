@@ -502,3 +502,19 @@ fn plan_check_refuses_what_run_refuses_low_above_high() {
         "step 'numbers': parameter 'high': must be greater than low (5)",
     );
 }
+
+/// Parquet holds at most 32 767 row groups per file: with a row group per 16 events, an
+/// output failed after 524 300 events. Row groups now grow with the job.
+#[test]
+fn a_parquet_output_past_32767_row_groups_of_16_events_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), &format!("{}\n[[step]]\nlabel = \"out\"\ntype = \"write_parquet\"\nproducts = [\"numbers\"]\n", NUMBERS.replace("count = 10", "count = 1")));
+    let out = dir.path().join("out");
+    let o = quiver(&["run", plan.to_str().unwrap(), "--events", "600000", "--batch-size", "16", "--output", out.to_str().unwrap(), "--no-progress"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = std::fs::File::open(out.join("floats.numbers.parquet")).unwrap();
+    let b = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    let meta = b.metadata().clone();
+    assert_eq!(meta.file_metadata().num_rows(), 600_000);
+    assert!(meta.num_row_groups() <= 8192, "{} row groups", meta.num_row_groups());
+}
