@@ -1126,6 +1126,7 @@ mod tests {
             first_event: 0,
             events: 1,
             files: [("../escape".to_string(), FileRecord { bytes: 1, sha256: "0".repeat(64) })].into(),
+            input: None,
         })
         .unwrap();
         std::fs::write(out.join(MANIFEST), text).unwrap();
