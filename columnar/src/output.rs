@@ -292,9 +292,11 @@ pub fn write_rate(bytes: u64, files: usize, busy_seconds: f64) -> String {
 }
 
 /// Registers `write_parquet` and `write_ipc`.
-/// The files a `write_parquet` / `write_ipc` step writes: one per product it reads.
+/// The files a `write_parquet` / `write_ipc` step writes: one per product it reads (a
+/// product selected twice, by its label and by label:type, is written once).
 fn product_files(s: &crate::plan::ResolvedStep, extension: &str) -> Vec<String> {
-    s.inputs.values().flatten().map(|k| product_file_name(k, extension)).collect()
+    let names: std::collections::BTreeSet<String> = s.inputs.values().flatten().map(|k| product_file_name(k, extension)).collect();
+    names.into_iter().collect()
 }
 
 pub fn register(r: &mut Registry) {
