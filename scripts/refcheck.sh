@@ -3,6 +3,7 @@
 # from a checkout you provide; nothing of the reference is downloaded or kept here.
 #
 #   scripts/refcheck.sh --reference DIR [--serial PATH/TO/serial]
+#   scripts/refcheck.sh --reference-cuda DIR   (the cuda program, packed for the device)
 #
 # DIR is a pixeltrack-standalone checkout (its src/serial is read). The checks:
 #   1. fits     — our harness scripts/refcheck/refit.cc, compiled against the reference's
@@ -25,15 +26,23 @@
 # libeigen3-dev), CXX (default g++), CARGO_TARGET_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-REF="" SERIAL=""
+REF="" SERIAL="" REF_CUDA=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --reference) REF="${2:-}"; shift 2 ;;
         --serial) SERIAL="${2:-}"; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        --reference-cuda) REF_CUDA="${2:-}"; shift 2 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "refcheck: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
+# --reference-cuda DIR: the reference's cuda program (built in DIR) packed for the device and
+# run there beside Quiver (docs/gpu.md); without a GPU this stops, with a clear error, after
+# the pack is made and checked.
+if [ -n "$REF_CUDA" ]; then
+    scripts/pack-reference-cuda.sh --reference-cuda "$REF_CUDA" --quiver "${QUIVER_BIN:-target/release/quiver}" || exit 1
+    exec scripts/gpu-reference.sh
+fi
 if [ -z "$REF" ] || [ ! -d "$REF/src/serial/plugin-PixelTriplets" ]; then
     echo "refcheck: --reference must name a pixeltrack-standalone checkout (no $REF/src/serial/plugin-PixelTriplets)" >&2
     exit 2
