@@ -1,6 +1,6 @@
 //! Per-event counts of the pixel chain (modules, digis, clusters, tracks, vertices) as the
 //! reference defines them, reference count files, and the count validator's verdict
-//! (reference `CountValidator`, spec §C.1).
+//! (reference `CountValidator`).
 //!
 //! Definitions, from our products (docs/products.md):
 //! - **nDigis**: rows of the event in `digis` (or `calibrated_digis`, or `clustered_digis`:

@@ -1,4 +1,4 @@
-//! The reference's validation histograms (spec §G, `HistoValidator`): their definitions,
+//! The reference's validation histograms (`HistoValidator`): their definitions,
 //! how each is filled from our products, and the `histograms` step that accumulates them
 //! over a job and writes them at the end.
 //!
@@ -59,7 +59,7 @@ const fn def(name: &'static str, n: u32, min: f32, max: f32, fill: Fill) -> Hist
 use Fill::{Column, PerEvent, SelectedTracks};
 use Input::{CalibratedDigis, Hits, Vertices};
 
-/// The reference's histograms (spec §G), in its order.
+/// The reference's histograms, in its order.
 pub const REFERENCE_HISTOGRAMS: &[HistDef] = &[
     def("digi_n", 100, 0.0, 1e5, PerEvent(Count::Digis)),
     def("digi_adc", 250, 0.0, 5e4, Column(CalibratedDigis, "charge")),

@@ -1,4 +1,4 @@
-//! ADC → electrons with per-column gains and pedestals (spec §B.2; reference
+//! ADC → electrons with per-column gains and pedestals (reference
 //! `gpuCalibPixel.h`, `SiPixelGainForHLTonGPU.h`).
 
 use quiver_formats::calibration;

@@ -1,4 +1,4 @@
-//! Cluster charge cut and hit offsets (spec §B.5–B.6; reference `gpuClusterChargeCut.h`,
+//! Cluster charge cut and hit offsets (reference `gpuClusterChargeCut.h`,
 //! `fillHitsModuleStart`).
 
 use super::{check_len, LocalError, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES};

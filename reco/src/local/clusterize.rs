@@ -1,4 +1,4 @@
-//! Module runs and pixel clustering (spec §B.3–B.4; reference `gpuClustering.h`:
+//! Module runs and pixel clustering (reference `gpuClustering.h`:
 //! `countModules`, `findClus`).
 //!
 //! Two implementations with identical output, chosen by [`ClusterAlgorithm`]:

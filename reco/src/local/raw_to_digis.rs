@@ -1,4 +1,4 @@
-//! FED framing and raw-word unpacking (spec §B.0–B.1; reference `SiPixelRawToClusterCUDA.cc`,
+//! FED framing and raw-word unpacking (reference `SiPixelRawToClusterCUDA.cc`,
 //! `ErrorChecker.cc`, `RawToDigi_kernel`).
 //!
 //! Two phases, as in the reference: first every FED's 64-bit framing is checked and its
@@ -135,7 +135,7 @@ pub struct RawDigis {
     pub errors: Vec<PixelError>,
 }
 
-// Raw data word layout (spec §B.1).
+// Raw data word layout.
 const ADC_MASK: u32 = 0xff;
 const PXID_SHIFT: u32 = 8;
 const PXID_MASK: u32 = 0xff;
@@ -252,7 +252,7 @@ fn word64(bytes: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Checks one FED's framing (spec §B.0). Returns the payload's first byte and its length in
+/// Checks one FED's framing. Returns the payload's first byte and its length in
 /// 32-bit words, or `None` if the FED contributes nothing; the errors found in its header
 /// and trailer words are appended to `errors`. The CPU core and the GPU step's host
 /// preparation both frame with it.

@@ -1,4 +1,4 @@
-//! Rec hits with the "CPE fast" position and errors (spec §B.7; reference
+//! Rec hits with the "CPE fast" position and errors (reference
 //! `gpuPixelRecHits.h`, `pixelCPEforGPU.h`, `PixelRecHits.cc`).
 //!
 //! All arithmetic is f32 in the reference's order (no fused multiply-add), with its integer

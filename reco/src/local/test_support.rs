@@ -124,7 +124,7 @@ pub fn module(det_index: u16) -> TestModule {
     *test_modules().iter().find(|m| m.det_index == det_index).expect("test module")
 }
 
-/// Encodes one pixel of a module into a raw word (spec §F.4, inverse frame conversion).
+/// Encodes one pixel of a module into a raw word (inverse frame conversion).
 pub fn encode_pixel(m: &TestModule, row: u32, col: u32, adc: u32) -> u32 {
     let barrel = (m.raw_id >> 25) & 7 == 1;
     let layer = if barrel { (m.raw_id >> 20) & 0xf } else { 0 };
