@@ -216,7 +216,7 @@ echo "with QUIVER_GPU_SYNC=streams on ${SCAN##*,} threads: GPU chain $(awk -F, '
 for wait in block yield; do
     echo "with QUIVER_GPU_WAIT=$wait, reconstruction alone: $(awk -F, -v k="gpu-reco-$wait" '$1 == k {printf "%s threads %s events/s; ", $2, $5}' "$CSV")"
 done
-echo "targets (issue 15): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
+echo "targets (docs/gpu.md): >= 5000 events/s and >= 8x the CPU chain on all cores, transfer share <= 10 %, device memory <= 1 GiB per stream"
 cat "$WORK/share.txt" 2>/dev/null || true
 echo "GPU steps (transfers and kernel time, per step):"
 grep -B1 -A5 '^gpu: [0-9]* batches' "$WORK/gpu.txt" | grep -E '^\[|^gpu:' || true
