@@ -17,7 +17,7 @@
 #      (uncontended device times, their sums and the chain's transfer share), then scans the GPU chain's
 #      throughput over 1, 2, 4, 8, 16 CPU threads (one stream each) beside the CPU chain on
 #      all cores, then both chains without the validation histograms (the reconstruction
-#      alone, raw data to tracks and vertices: the issue's target);
+#      alone, raw data to tracks and vertices: the target in docs/gpu.md);
 #   7. with QUIVER_GPU_SYNC=streams (no per-buffer CUDA events): the comparison again (the
 #      same lines as in 4) and both GPU benchmarks on the most threads, beside step 6's;
 #   8. the reconstruction on 16 and 32 threads with QUIVER_GPU_WAIT=block and =yield (a

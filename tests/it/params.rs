@@ -2,7 +2,7 @@
 //! event: non-finite floats and values outside the declared range are rejected by plan
 //! validation with a message naming the step, the key and the valid range; a parameter
 //! without a range must be listed here with the reason every value of it is meaningful.
-//! Also the cases of issue 16 item 2, through `quiver plan check` on the default plan.
+//! Also the hostile parameter cases, through `quiver plan check` on the default plan.
 
 use std::collections::BTreeMap;
 

@@ -25,7 +25,7 @@ PLAN = ROOT / "plans/pixel.toml"
 
 @pytest.fixture(scope="module")
 def client():
-    """LocalCluster(n_workers=2, threads_per_worker=1, processes=True), as the issue asks."""
+    """LocalCluster(n_workers=2, threads_per_worker=1, processes=True), as users run it."""
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=40) as cluster, distributed.Client(cluster) as c:
         yield c
