@@ -17,23 +17,19 @@ use quiver_formats::conditions::{FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
 use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET};
 use quiver_reco::local::{INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_MODULES};
 
-/// Threads per block of `clusterize` (one block per module run). A module holds about 31
-/// digis at ⟨PU⟩ 50 (2 000 runs per event) and its column histogram 418 bins: with 256
-/// threads most of a block waits at its barriers while it holds a quarter of an SM's
-/// threads, so 64 let four times as many modules be clustered at once (shared memory
-/// 3.6 kB per block). The kernel is written for any power of two up to `CLUS_SCAN_MAX`
-/// (the emulation tests run it with 1 and 8 threads).
+/// Threads per block of `clusterize` (one block per module run). Modules hold few digis, so
+/// small blocks let more modules run at once; the measurements behind 64 are in
+/// docs/decisions.md, "GPU kernels: what a batch's work costs on all SMs". The kernel is
+/// written for any power of two up to `CLUS_SCAN_MAX` (the emulation tests run it with 1 and
+/// 8 threads).
 pub const CLUSTER_BLOCK: u32 = 64;
 /// Threads per block of `charge_cut` (one block per module run), for the same reason as
-/// [`CLUSTER_BLOCK`]: 8 kB of shared memory per block, so 27 blocks of 64 fit an SM where 8
-/// of 256 did.
+/// [`CLUSTER_BLOCK`].
 pub const CUT_BLOCK: u32 = 64;
 /// Threads per block of `rechits` (one block per module run), as [`CLUSTER_BLOCK`]. Its
-/// shared memory is sized per launch for the batch's largest run ([`RECHITS_SHARED_PER_CLUSTER`]
-/// bytes per cluster: about 3 kB, a 16-event batch's largest run holding 79 to 91 clusters
-/// at ⟨PU⟩ 50, where the mean is 8.6) rather than for the 1 024-cluster capacity (36 kB,
-/// which held an SM to 6 blocks and left less for other streams' kernels); so 32 blocks of
-/// 64 threads fit an SM.
+/// shared memory is sized per launch for the batch's largest run
+/// ([`RECHITS_SHARED_PER_CLUSTER`] bytes per cluster) rather than for the full cluster
+/// capacity, so more blocks fit an SM (numbers in the same docs/decisions.md section).
 pub const RECHITS_BLOCK: u32 = 64;
 /// Shared memory of a `rechits` block per cluster of its capacity: nine 32-bit values.
 pub const RECHITS_SHARED_PER_CLUSTER: u32 = 9 * 4;
