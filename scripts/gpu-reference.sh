@@ -12,11 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "gpu-reference: $*" >&2; exit 1; }
-OUT="${REF_CUDA_PACK:-.devbin}"
-PACK="$OUT/ref-cuda" BIN="$OUT/quiver"
+PACKDIR="${REF_CUDA_PACK:-.devbin}"
+PACK="$PACKDIR/ref-cuda" BIN="$PACKDIR/quiver"
 [ -f "$PACK/MANIFEST" ] && [ -f "$PACK/INFO" ] \
     || die "$PACK/MANIFEST or INFO is missing: run scripts/pack-reference-cuda.sh and carry $PACK and $BIN"
-(cd "$OUT" && sha256sum --quiet --strict -c ref-cuda/MANIFEST > /dev/null 2>&1) \
+(cd "$PACKDIR" && sha256sum --quiet --strict -c ref-cuda/MANIFEST > /dev/null 2>&1) \
     || die "$PACK does not match its MANIFEST (a file changed or did not travel): pack it again"
 [ -x "$BIN" ] || die "$BIN is not an executable"
 EVENTS="$(awk '$1 == "events" {print $2}' "$PACK/INFO")"
@@ -77,3 +77,5 @@ awk -F, 'NR > 1 && $7 > best[$1] {best[$1] = $7; at[$1] = $2 ":" $3}
     END {printf "best: reference-cuda %.1f events/s (%s), quiver %.1f events/s (%s threads:streams), quiver/reference %.3f\n",
         best["reference-cuda"], at["reference-cuda"], best["quiver"], at["quiver"], best["quiver"] / best["reference-cuda"]}' "$CSV"
 echo "wrote $CSV"
+# The device tool brings back only what is under its $OUT.
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then cp "$CSV" "$OUT/"; fi
