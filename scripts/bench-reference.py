@@ -6,6 +6,10 @@ its README; nothing of it is in this repository) and pass its `serial` program:
 
     python3 scripts/bench-reference.py --serial PATH/TO/serial [--input DATASET]
         [--threads 1,2] [--repeat 5] [--csv FILE]
+    python3 scripts/bench-reference.py --reference-cuda PATH/TO/pixeltrack-standalone [--input DATASET]
+
+(the second packs the reference's `cuda` program for the GPU machine and runs it there beside
+Quiver's GPU chain, see docs/gpu.md; where no GPU is present it stops with an error after the pack).
 
 The script
 1. exports the dataset in the reference's format (`quiver export pixeltrack`) and writes
@@ -103,11 +107,26 @@ def quiver_rate(quiver: Path, dataset: Path, threads: int, events: int) -> float
     return float(rows[-1][4])
 
 
+def reference_cuda(a: argparse.Namespace) -> int:
+    """The cuda program is timed on a GPU machine, from the pack: pack it here (needs no GPU),
+    then run the device script, which stops with an error where no GPU is present."""
+    pack = [str(ROOT / "scripts/pack-reference-cuda.sh"), "--reference-cuda", str(a.reference_cuda),
+            "--quiver", str(a.quiver)]
+    if a.input is not None:  # otherwise a small generated one: the default dataset is too big to carry
+        pack += ["--input", str(a.input)]
+    if subprocess.run(pack).returncode != 0:
+        return 1
+    return subprocess.run([str(ROOT / "scripts/gpu-reference.sh")]).returncode
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--serial", type=Path, required=True, help="the reference's serial program")
+    ap.add_argument("--serial", type=Path, help="the reference's serial program")
+    ap.add_argument("--reference-cuda", type=Path, metavar="DIR",
+                    help="instead: pack DIR's cuda program for the GPU machine and run it there beside "
+                         "Quiver (scripts/pack-reference-cuda.sh, scripts/gpu-reference.sh; docs/gpu.md)")
     ap.add_argument("--quiver", type=Path, default=default_quiver())
-    ap.add_argument("--input", type=Path, default=default_dataset(), help="dataset (default: the default dataset)")
+    ap.add_argument("--input", type=Path, help="dataset (default: the default dataset)")
     ap.add_argument("--events", type=int, default=100)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeat", type=int, default=5)
@@ -116,6 +135,11 @@ def main() -> None:
     ap.add_argument("--checks-only", action="store_true",
                     help="the two checks, no timing; exits non-zero when either fails (scripts/refcheck.sh)")
     a = ap.parse_args()
+    if a.reference_cuda is not None:
+        sys.exit(reference_cuda(a))
+    if a.serial is None:
+        sys.exit("one of --serial or --reference-cuda is required")
+    a.input = a.input or default_dataset()
     for p, what in [(a.serial, "--serial"), (a.quiver, "--quiver"), (a.input, "--input")]:
         if not p.exists():
             sys.exit(f"{what}: {p} does not exist")
