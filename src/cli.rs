@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
 use crate::default_plan;
+use clap::{Args, Parser, Subcommand};
 use quiver_columnar::{executor, plan, JobContext, PlanSpec, Registry, RunOptions};
 
 /// Quiver: Arrow-native columnar event reconstruction.
@@ -91,7 +91,12 @@ struct BenchArgs {
     #[arg(long)]
     cycle: bool,
     /// Thread counts to scan, comma separated
-    #[arg(long, value_name = "T,T,...", value_delimiter = ',', default_value = "1,2")]
+    #[arg(
+        long,
+        value_name = "T,T,...",
+        value_delimiter = ',',
+        default_value = "1,2"
+    )]
     threads: Vec<usize>,
     /// Events per batch
     #[arg(long, value_name = "B")]
@@ -182,19 +187,34 @@ fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
     let (resolved, job) = prepare(args.plan.as_ref(), args.input, args.output, registry)?;
     let settings = &resolved.run;
     let opts = RunOptions {
-        threads: args.threads.or(settings.threads).unwrap_or_else(executor::default_threads),
-        batch_size: args.batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+        threads: args
+            .threads
+            .or(settings.threads)
+            .unwrap_or_else(executor::default_threads),
+        batch_size: args
+            .batch_size
+            .or(settings.batch_size)
+            .unwrap_or(executor::DEFAULT_BATCH_SIZE),
         first_event: args.first_event,
         events: args.events.or(settings.events),
         progress: !args.no_progress,
         cycle_input: false,
     };
-    let origin = args.plan.as_ref().map_or(default_plan::NAME.to_string(), |p| p.display().to_string());
+    let origin = args
+        .plan
+        .as_ref()
+        .map_or(default_plan::NAME.to_string(), |p| p.display().to_string());
     // Ctrl-C and SIGTERM stop the job between batches; it then commits nothing and removes
     // its staging directory (main_with prints one line).
     let _signals = quiver_columnar::cancel::SignalGuard::install();
-    let (summary, (), committed) =
-        quiver_columnar::rundir::run_job(&resolved, registry, job, &origin, opts.first_event, |steps| Ok((executor::run(&resolved, &steps, &opts)?, ())))?;
+    let (summary, (), committed) = quiver_columnar::rundir::run_job(
+        &resolved,
+        registry,
+        job,
+        &origin,
+        opts.first_event,
+        |steps| Ok((executor::run(&resolved, &steps, &opts)?, ())),
+    )?;
     print!("{}", summary.render());
     if let Some(c) = committed {
         println!("{}", c.describe());
@@ -232,14 +252,19 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             let steps = resolved.build(registry, job.clone())?;
             let opts = RunOptions {
                 threads,
-                batch_size: args.batch_size.or(resolved.run.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+                batch_size: args
+                    .batch_size
+                    .or(resolved.run.batch_size)
+                    .unwrap_or(executor::DEFAULT_BATCH_SIZE),
                 first_event: 0,
                 events: args.events.or(resolved.run.events),
                 progress: false,
                 cycle_input: args.cycle,
             };
             let s = executor::run(&resolved, &steps, &opts).map_err(|e| match e {
-                quiver_columnar::Error::Usage(m) if !args.cycle && m.contains("but the input has") => {
+                quiver_columnar::Error::Usage(m)
+                    if !args.cycle && m.contains("but the input has") =>
+                {
                     quiver_columnar::Error::Usage(format!("{m}; or --cycle to replay them"))
                 }
                 e => e,
@@ -251,17 +276,43 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
     }
     let _ = std::fs::remove_dir_all(&tmp);
     let mut out = String::new();
-    let mut csv = String::from("threads,batch_size,events,wall_s,events_per_s,step,type,ms_per_event\n");
-    let _ = writeln!(out, "{:>7} {:>6} {:>8} {:>10} {:>12} {:>8}", "threads", "batch", "events", "wall s", "events/s", "speed-up");
+    let mut csv =
+        String::from("threads,batch_size,events,wall_s,events_per_s,step,type,ms_per_event\n");
+    let _ = writeln!(
+        out,
+        "{:>7} {:>6} {:>8} {:>10} {:>12} {:>8}",
+        "threads", "batch", "events", "wall s", "events/s", "speed-up"
+    );
     let base = rows.first().map(|(_, s)| s.throughput()).unwrap_or(1.0);
     for (t, s) in &rows {
-        let _ = writeln!(out, "{:>7} {:>6} {:>8} {:>10.3} {:>12.2} {:>8.2}", t, s.batch_size, s.events, s.wall.as_secs_f64(), s.throughput(), s.throughput() / base);
+        let _ = writeln!(
+            out,
+            "{:>7} {:>6} {:>8} {:>10.3} {:>12.2} {:>8.2}",
+            t,
+            s.batch_size,
+            s.events,
+            s.wall.as_secs_f64(),
+            s.throughput(),
+            s.throughput() / base
+        );
         for st in &s.steps {
             let ms = 1e3 * st.time.as_secs_f64() / s.events.max(1) as f64;
-            let _ = writeln!(csv, "{t},{},{},{:.6},{:.3},{},{},{ms:.4}", s.batch_size, s.events, s.wall.as_secs_f64(), s.throughput(), st.label, st.type_name);
+            let _ = writeln!(
+                csv,
+                "{t},{},{},{:.6},{:.3},{},{},{ms:.4}",
+                s.batch_size,
+                s.events,
+                s.wall.as_secs_f64(),
+                s.throughput(),
+                st.label,
+                st.type_name
+            );
         }
     }
-    let _ = writeln!(out, "\nms/event in each step (wall time of its calls, summed over workers):");
+    let _ = writeln!(
+        out,
+        "\nms/event in each step (wall time of its calls, summed over workers):"
+    );
     let _ = write!(out, "{:<20}", "step");
     for (t, _) in &rows {
         let _ = write!(out, " {:>9}", format!("{t} thr"));
@@ -271,7 +322,11 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         for (i, st) in first.steps.iter().enumerate() {
             let _ = write!(out, "{:<20}", st.label);
             for (_, s) in &rows {
-                let _ = write!(out, " {:>9.3}", 1e3 * s.steps[i].time.as_secs_f64() / s.events.max(1) as f64);
+                let _ = write!(
+                    out,
+                    " {:>9.3}",
+                    1e3 * s.steps[i].time.as_secs_f64() / s.events.max(1) as f64
+                );
             }
             out.push('\n');
         }
@@ -298,7 +353,15 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         "generated {} events at <PU> {} (seed {}) into {out} in {:.2} s ({:.1} events/s)\n\
          per event: {:.0} FED words, {:.0} modules with digis, {:.0} pixels, {:.0} clusters\n\
          next: quiver run --input {out}",
-        s.events, opts.pileup, opts.seed, s.seconds, s.events_per_second, s.words_per_event, s.modules_with_hits, s.pixels_per_event, s.clusters_per_event
+        s.events,
+        opts.pileup,
+        opts.seed,
+        s.seconds,
+        s.events_per_second,
+        s.words_per_event,
+        s.modules_with_hits,
+        s.pixels_per_event,
+        s.clusters_per_event
     );
     Ok(())
 }
@@ -314,7 +377,11 @@ where
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.command {
@@ -324,21 +391,37 @@ where
             print!("{}", registry.describe());
             Ok(())
         }
-        Command::Plan { command: PlanCommand::Check { plan: path } } => PlanSpec::from_file(&path)
+        Command::Plan {
+            command: PlanCommand::Check { plan: path },
+        } => PlanSpec::from_file(&path)
             .and_then(|spec| plan::validate(&spec, registry))
             .map(|resolved| {
-                println!("{}: valid, {} steps in this order:", path.display(), resolved.steps.len());
+                println!(
+                    "{}: valid, {} steps in this order:",
+                    path.display(),
+                    resolved.steps.len()
+                );
                 print!("{}", resolved.describe());
             }),
         Command::Generate(g) => generate(g),
-        Command::Report { run, truth, output } => quiver_validation::truth::report(&run, &truth, &output)
-            .map(|summary| {
-                println!("{}", summary.to_json());
-                println!("report written to {}", output.display());
+        Command::Report { run, truth, output } => {
+            quiver_validation::truth::report(&run, &truth, &output)
+                .map(|summary| {
+                    println!("{}", summary.to_json());
+                    println!("report written to {}", output.display());
+                })
+                .map_err(|e| quiver_columnar::Error::data(e.to_string()))
+        }
+        Command::Export {
+            command: ExportCommand::Pixeltrack { input, output },
+        } => quiver_datasets::export_pixeltrack(&input, &output)
+            .map(|()| {
+                println!(
+                    "wrote pixeltrack-standalone inputs of {} to {}",
+                    input.display(),
+                    output.display()
+                )
             })
-            .map_err(|e| quiver_columnar::Error::data(e.to_string())),
-        Command::Export { command: ExportCommand::Pixeltrack { input, output } } => quiver_datasets::export_pixeltrack(&input, &output)
-            .map(|()| println!("wrote pixeltrack-standalone inputs of {} to {}", input.display(), output.display()))
             .map_err(|e| quiver_columnar::Error::data(e.to_string())),
         Command::Query(_) => python_only("query"),
         Command::Reconstruct(_) => python_only("reconstruct"),
@@ -349,7 +432,11 @@ where
         // a process the signal killed.
         Err(e @ quiver_columnar::Error::Interrupted(_)) => {
             eprintln!("quiver: {e}");
-            ExitCode::from(128 + quiver_columnar::cancel::take_signal().unwrap_or(2).clamp(1, 127) as u8)
+            ExitCode::from(
+                128 + quiver_columnar::cancel::take_signal()
+                    .unwrap_or(2)
+                    .clamp(1, 127) as u8,
+            )
         }
         // A run option that cannot be honoured is a usage error, like clap's (exit code 2).
         Err(e @ quiver_columnar::Error::Usage(_)) => {

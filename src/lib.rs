@@ -66,7 +66,9 @@ pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditi
                     dir.display()
                 )));
             }
-            Ok(m) if m.is_dir() => "holds no manifest.toml, so it is not a Quiver dataset".to_string(),
+            Ok(m) if m.is_dir() => {
+                "holds no manifest.toml, so it is not a Quiver dataset".to_string()
+            }
             Ok(_) => "is a file, not a dataset directory".to_string(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
             // ELOOP (a symbolic link loop), EACCES, ...: say what it is, not "does not exist".
@@ -78,10 +80,13 @@ pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditi
             dir.display()
         )));
     }
-    let ds = datasets::Dataset::open(dir).map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
+    let ds = datasets::Dataset::open(dir)
+        .map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;
     let c = ds.conditions().clone();
     let mut store = columnar::Conditions::new();
-    fn named(t: Vec<(&'static str, arrow_array::RecordBatch)>) -> Vec<(String, arrow_array::RecordBatch)> {
+    fn named(
+        t: Vec<(&'static str, arrow_array::RecordBatch)>,
+    ) -> Vec<(String, arrow_array::RecordBatch)> {
         t.into_iter().map(|(n, b)| (n.to_string(), b)).collect()
     }
     store.insert_exported(c.beam_spot, |b| vec![("BeamSpot".into(), b.to_arrow())]);
@@ -106,13 +111,25 @@ pub fn job_context(
     let reads_raw = plan.steps.iter().any(|s| s.type_name == "read_raw");
     if input.is_none() && reads_raw {
         let dir = default_dataset_dir();
-        let opts = datasets::GenerateOptions { output: dir.clone(), ..Default::default() };
+        let opts = datasets::GenerateOptions {
+            output: dir.clone(),
+            ..Default::default()
+        };
         // Also when the generator changed since it was made: the default dataset is what
         // this version generates.
         if !datasets::generate::is_generated(&opts) {
-            let why = if dir.join("manifest.toml").exists() { "made by another generator version: regenerating" } else { "generating" };
-            eprintln!("default dataset in {} (100 events, <PU> 50, seed 1): {why} ...", dir.display());
-            generate_dataset(&opts).map_err(|e| columnar::Error::data(format!("generating the default dataset: {e}")))?;
+            let why = if dir.join("manifest.toml").exists() {
+                "made by another generator version: regenerating"
+            } else {
+                "generating"
+            };
+            eprintln!(
+                "default dataset in {} (100 events, <PU> 50, seed 1): {why} ...",
+                dir.display()
+            );
+            generate_dataset(&opts).map_err(|e| {
+                columnar::Error::data(format!("generating the default dataset: {e}"))
+            })?;
         }
         input = Some(dir);
     }
@@ -120,7 +137,11 @@ pub fn job_context(
         Some(dir) => load_dataset(dir)?,
         None => Default::default(),
     };
-    Ok(columnar::JobContext { input, output, conditions })
+    Ok(columnar::JobContext {
+        input,
+        output,
+        conditions,
+    })
 }
 
 /// `quiver generate` with the run directory's protocol: the dataset is written into a
@@ -137,11 +158,21 @@ pub fn job_context(
 /// let e = quiver::generate_dataset(&quiver::datasets::GenerateOptions { output: tmp.path().into(), ..opts }).unwrap_err();
 /// assert!(e.to_string().contains("notes.txt"), "{e}");
 /// ```
-pub fn generate_dataset(opts: &datasets::GenerateOptions) -> columnar::Result<datasets::generate::GenerateSummary> {
+pub fn generate_dataset(
+    opts: &datasets::GenerateOptions,
+) -> columnar::Result<datasets::generate::GenerateSummary> {
     let staged = columnar::rundir::StagedRun::begin_dataset(&opts.output)?;
-    let staged_opts = datasets::GenerateOptions { output: staged.staging_dir().to_path_buf(), ..opts.clone() };
+    let staged_opts = datasets::GenerateOptions {
+        output: staged.staging_dir().to_path_buf(),
+        ..opts.clone()
+    };
     // On an error `staged` is dropped, which removes the staging directory.
-    let summary = datasets::generate(&staged_opts).map_err(|e| columnar::Error::data(e.to_string().replace(&staged_opts.output.display().to_string(), &opts.output.display().to_string())))?;
+    let summary = datasets::generate(&staged_opts).map_err(|e| {
+        columnar::Error::data(e.to_string().replace(
+            &staged_opts.output.display().to_string(),
+            &opts.output.display().to_string(),
+        ))
+    })?;
     staged.commit_dataset()?;
     Ok(summary)
 }
@@ -149,10 +180,13 @@ pub fn generate_dataset(opts: &datasets::GenerateOptions) -> columnar::Result<da
 /// Where `quiver run` keeps the default dataset: `$QUIVER_DATA/default`, or
 /// `~/.cache/quiver/datasets/default`.
 pub fn default_dataset_dir() -> std::path::PathBuf {
-    let base = std::env::var_os("QUIVER_DATA").map(std::path::PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_else(|| ".".into());
-        home.join(".cache/quiver/datasets")
-    });
+    let base = std::env::var_os("QUIVER_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| ".".into());
+            home.join(".cache/quiver/datasets")
+        });
     base.join("default")
 }
-

@@ -50,21 +50,40 @@ b = "squared_powi"
 "#;
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let events = args.first().copied().unwrap_or(20_000);
     let threads = args.get(1).copied().unwrap_or(2) as usize;
     let batch_size = args.get(2).copied().unwrap_or(16) as usize;
     let registry = Registry::with_builtin();
-    let resolved = plan::validate(&PlanSpec::from_toml(PLAN, "pool bench").unwrap(), &registry).unwrap();
-    let steps = resolved.build(&registry, JobContext::default().into()).unwrap();
-    let warm = RunOptions { threads, batch_size, first_event: 0, events: Some(20 * batch_size as u64 * threads as u64), progress: false, cycle_input: false };
+    let resolved =
+        plan::validate(&PlanSpec::from_toml(PLAN, "pool bench").unwrap(), &registry).unwrap();
+    let steps = resolved
+        .build(&registry, JobContext::default().into())
+        .unwrap();
+    let warm = RunOptions {
+        threads,
+        batch_size,
+        first_event: 0,
+        events: Some(20 * batch_size as u64 * threads as u64),
+        progress: false,
+        cycle_input: false,
+    };
     let w = executor::run(&resolved, &steps, &warm).unwrap();
     let heap_before = HEAP_ALLOCS.load(Ordering::Relaxed);
-    let opts = RunOptions { events: Some(events), ..warm };
+    let opts = RunOptions {
+        events: Some(events),
+        ..warm
+    };
     let s = executor::run(&resolved, &steps, &opts).unwrap();
     let heap = HEAP_ALLOCS.load(Ordering::Relaxed) - heap_before;
     println!("pool benchmark: toy chain, 1000 floats/event, {threads} threads, batch {batch_size}");
-    println!("warm-up : {} events, {} pool requests, {} system allocations", w.events, w.pool.requests, w.pool.system_allocations);
+    println!(
+        "warm-up : {} events, {} pool requests, {} system allocations",
+        w.events, w.pool.requests, w.pool.system_allocations
+    );
     println!(
         "measured: {} events, {} pool requests, {} hits, {} system allocations -> hit rate {:.4}%, {:.5} system allocations/event",
         s.events,

@@ -105,11 +105,14 @@ impl SignalGuard {
                 // into an atomic, which is async-signal-safe.
                 unsafe {
                     let mut current: libc::sigaction = std::mem::zeroed();
-                    if libc::sigaction(sig, std::ptr::null(), &mut current) != 0 || current.sa_sigaction == libc::SIG_IGN {
+                    if libc::sigaction(sig, std::ptr::null(), &mut current) != 0
+                        || current.sa_sigaction == libc::SIG_IGN
+                    {
                         continue;
                     }
                     let mut new: libc::sigaction = std::mem::zeroed();
-                    new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                    new.sa_sigaction =
+                        on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
                     new.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
                     libc::sigemptyset(&mut new.sa_mask);
                     let mut old: libc::sigaction = std::mem::zeroed();

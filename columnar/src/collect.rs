@@ -27,8 +27,11 @@ struct Collector {
 
 impl Step for Collector {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
-        let got: Vec<(ProductKey, Arc<Product>)> =
-            self.keys.iter().map(|k| batch.get(k).map(|p| (k.clone(), p))).collect::<Result<_>>()?;
+        let got: Vec<(ProductKey, Arc<Product>)> = self
+            .keys
+            .iter()
+            .map(|k| batch.get(k).map(|p| (k.clone(), p)))
+            .collect::<Result<_>>()?;
         let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
         for (k, p) in got {
             store.entry(k).or_default().insert(batch.first_event(), p);
@@ -55,8 +58,13 @@ impl Collected {
     /// One product as record batches with the `event` column first (how outputs and Python
     /// see it); the product columns are shared, not copied.
     pub fn with_event_column(&self, key: &ProductKey) -> Result<Vec<RecordBatch>> {
-        let parts = self.get(key).ok_or_else(|| Error::data(format!("product {key} was not collected")))?;
-        parts.iter().map(|(first, p)| p.with_event_column(*first)).collect()
+        let parts = self
+            .get(key)
+            .ok_or_else(|| Error::data(format!("product {key} was not collected")))?;
+        parts
+            .iter()
+            .map(|(first, p)| p.with_event_column(*first))
+            .collect()
     }
 }
 
@@ -83,13 +91,35 @@ pub fn select(plan: &ResolvedPlan, selectors: &[String]) -> Result<Vec<ProductKe
         };
         let of_label: Vec<&ProductKey> = all.iter().copied().filter(|k| k.label == label).collect();
         if of_label.is_empty() {
-            let labels: Vec<&str> = plan.steps.iter().filter(|s| !s.outputs.is_empty()).map(|s| s.label.as_str()).collect();
-            return Err(Error::plan("", format!("collect '{sel}': no step '{label}' produces anything (producers: {})", labels.join(", "))));
+            let labels: Vec<&str> = plan
+                .steps
+                .iter()
+                .filter(|s| !s.outputs.is_empty())
+                .map(|s| s.label.as_str())
+                .collect();
+            return Err(Error::plan(
+                "",
+                format!(
+                    "collect '{sel}': no step '{label}' produces anything (producers: {})",
+                    labels.join(", ")
+                ),
+            ));
         }
-        let chosen: Vec<&ProductKey> = of_label.iter().copied().filter(|k| ty.is_none_or(|t| k.type_name == t)).collect();
+        let chosen: Vec<&ProductKey> = of_label
+            .iter()
+            .copied()
+            .filter(|k| ty.is_none_or(|t| k.type_name == t))
+            .collect();
         if chosen.is_empty() {
             let types: Vec<&str> = of_label.iter().map(|k| k.type_name.as_str()).collect();
-            return Err(Error::plan("", format!("collect '{sel}': step '{label}' produces no '{}' (it produces: {})", ty.unwrap_or(""), types.join(", "))));
+            return Err(Error::plan(
+                "",
+                format!(
+                    "collect '{sel}': step '{label}' produces no '{}' (it produces: {})",
+                    ty.unwrap_or(""),
+                    types.join(", ")
+                ),
+            ));
         }
         for k in chosen {
             if !keys.contains(k) {
@@ -115,16 +145,28 @@ pub fn select(plan: &ResolvedPlan, selectors: &[String]) -> Result<Vec<ProductKe
 /// let parts = got.get(&keys[0]).unwrap();
 /// assert_eq!(parts.iter().map(|(f, _)| *f).collect::<Vec<_>>(), vec![0, 4, 8]);
 /// ```
-pub fn run_collect(plan: &ResolvedPlan, mut steps: Vec<Box<dyn Step>>, opts: &RunOptions, keys: &[ProductKey]) -> Result<(Summary, Collected)> {
+pub fn run_collect(
+    plan: &ResolvedPlan,
+    mut steps: Vec<Box<dyn Step>>,
+    opts: &RunOptions,
+    keys: &[ProductKey],
+) -> Result<(Summary, Collected)> {
     if steps.len() != plan.steps.len() {
-        return Err(Error::data(format!("{} steps built for a plan of {}", steps.len(), plan.steps.len())));
+        return Err(Error::data(format!(
+            "{} steps built for a plan of {}",
+            steps.len(),
+            plan.steps.len()
+        )));
     }
     let store: Arc<Mutex<Store>> = Arc::default();
     let mut plan = plan.clone();
     if !keys.is_empty() {
         for k in keys {
             if !plan.steps.iter().any(|s| s.outputs.contains(k)) {
-                return Err(Error::plan("", format!("collect: no step of the plan produces {k}")));
+                return Err(Error::plan(
+                    "",
+                    format!("collect: no step of the plan produces {k}"),
+                ));
             }
         }
         plan.steps.push(ResolvedStep {
@@ -135,12 +177,18 @@ pub fn run_collect(plan: &ResolvedPlan, mut steps: Vec<Box<dyn Step>>, opts: &Ru
             inputs: BTreeMap::from([("products".to_string(), keys.to_vec())]),
             outputs: Vec::new(),
         });
-        steps.push(Box::new(Collector { keys: keys.to_vec(), store: store.clone() }));
+        steps.push(Box::new(Collector {
+            keys: keys.to_vec(),
+            store: store.clone(),
+        }));
     }
     let summary = executor::run(&plan, &steps, opts)?;
     drop(steps);
     let store = std::mem::take(&mut *store.lock().unwrap_or_else(|p| p.into_inner()));
-    let products = store.into_iter().map(|(k, m)| (k, m.into_iter().collect())).collect();
+    let products = store
+        .into_iter()
+        .map(|(k, m)| (k, m.into_iter().collect()))
+        .collect();
     Ok((summary, Collected { products }))
 }
 
@@ -165,32 +213,83 @@ mod tests {
         assert_eq!(keys, vec![ProductKey::new("floats", "sq")]);
         for threads in [1, 3] {
             let steps = p.build(&r, JobContext::default().into()).unwrap();
-            let opts = RunOptions { threads, batch_size: 3, first_event: 0, events: Some(10), progress: false, cycle_input: false };
+            let opts = RunOptions {
+                threads,
+                batch_size: 3,
+                first_event: 0,
+                events: Some(10),
+                progress: false,
+                cycle_input: false,
+            };
             let (_, got) = run_collect(&p, steps, &opts, &keys).unwrap();
             let b = got.with_event_column(&keys[0]).unwrap();
             assert_eq!(b.len(), 4);
-            let events: Vec<u32> = b.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<arrow_array::UInt32Array>().unwrap().values().to_vec()).collect();
+            let events: Vec<u32> = b
+                .iter()
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<arrow_array::UInt32Array>()
+                        .unwrap()
+                        .values()
+                        .to_vec()
+                })
+                .collect();
             assert_eq!(events, (0..10).flat_map(|e| [e, e]).collect::<Vec<u32>>());
         }
-        assert!(select(&p, &["sq:ints".into()]).unwrap_err().to_string().contains("step 'sq' produces no 'ints' (it produces: floats)"));
+        assert!(select(&p, &["sq:ints".into()])
+            .unwrap_err()
+            .to_string()
+            .contains("step 'sq' produces no 'ints' (it produces: floats)"));
     }
 
     #[test]
     fn a_range_of_events_gives_the_same_products_as_the_whole_run() {
         let r = Registry::with_builtin();
-        let spec = PlanSpec::from_toml("[[step]]\nlabel = \"n\"\ntype = \"random_floats\"\ncount = 3\n", "t").unwrap();
+        let spec = PlanSpec::from_toml(
+            "[[step]]\nlabel = \"n\"\ntype = \"random_floats\"\ncount = 3\n",
+            "t",
+        )
+        .unwrap();
         let p = validate(&spec, &r).unwrap();
         let keys = select(&p, &["n".into()]).unwrap();
         let values = |first_event, events| {
             let steps = p.build(&r, JobContext::default().into()).unwrap();
-            let opts = RunOptions { threads: 2, batch_size: 4, first_event, events: Some(events), progress: false, cycle_input: false };
+            let opts = RunOptions {
+                threads: 2,
+                batch_size: 4,
+                first_event,
+                events: Some(events),
+                progress: false,
+                cycle_input: false,
+            };
             let (summary, got) = run_collect(&p, steps, &opts, &keys).unwrap();
             assert_eq!(summary.events, events);
             let b = got.with_event_column(&keys[0]).unwrap();
             let col = |i: usize| -> Vec<f64> {
-                b.iter().flat_map(|b| arrow_array::cast::as_primitive_array::<arrow_array::types::Float32Type>(b.column(i)).values().iter().map(|&v| v as f64).collect::<Vec<_>>()).collect()
+                b.iter()
+                    .flat_map(|b| {
+                        arrow_array::cast::as_primitive_array::<arrow_array::types::Float32Type>(
+                            b.column(i),
+                        )
+                        .values()
+                        .iter()
+                        .map(|&v| v as f64)
+                        .collect::<Vec<_>>()
+                    })
+                    .collect()
             };
-            let ev: Vec<u32> = b.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<arrow_array::UInt32Array>().unwrap().values().to_vec()).collect();
+            let ev: Vec<u32> = b
+                .iter()
+                .flat_map(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<arrow_array::UInt32Array>()
+                        .unwrap()
+                        .values()
+                        .to_vec()
+                })
+                .collect();
             (ev, col(1))
         };
         let (all_ev, all) = values(0, 12);
@@ -201,9 +300,16 @@ mod tests {
     }
 
     fn dynamic_sig(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {
-        let out = s.keys.get("makes").and_then(|v| v.as_str()).ok_or_else(|| Error::plan(&s.label, "parameter 'makes' is required"))?;
+        let out = s
+            .keys
+            .get("makes")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| Error::plan(&s.label, "parameter 'makes' is required"))?;
         Ok((
-            Signature { inputs: vec![InputSpec::one("input", "floats", "x")], outputs: vec![out.to_string()] },
+            Signature {
+                inputs: vec![InputSpec::one("input", "floats", "x")],
+                outputs: vec![out.to_string()],
+            },
             vec![ParamSpec::required("makes", ParamKind::Str, "output type")],
         ))
     }
@@ -227,10 +333,18 @@ mod tests {
         };
         let p = validate(&plan("makes = \"ints\"\n"), &r).unwrap();
         assert_eq!(p.steps[1].outputs, vec![ProductKey::new("ints", "d")]);
-        assert_eq!(p.steps[1].inputs["input"], vec![ProductKey::new("floats", "n")]);
+        assert_eq!(
+            p.steps[1].inputs["input"],
+            vec![ProductKey::new("floats", "n")]
+        );
         let e = validate(&plan(""), &r).unwrap_err().to_string();
         assert_eq!(e, "plan error: step 'd': parameter 'makes' is required");
-        let e = validate(&plan("makes = \"ints\"\ncolour = 1\n"), &r).unwrap_err().to_string();
-        assert_eq!(e, "plan error: step 'd': unknown parameter 'colour' (known: makes)");
+        let e = validate(&plan("makes = \"ints\"\ncolour = 1\n"), &r)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "plan error: step 'd': unknown parameter 'colour' (known: makes)"
+        );
     }
 }

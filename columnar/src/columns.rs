@@ -24,22 +24,41 @@ use crate::product::Product;
 ///            "product 'floats': column 'value' is Float32, expected Int32");
 /// assert!(values::<Float32Type>(&p, "nope").unwrap_err().to_string().contains("has no column 'nope'"));
 /// ```
-pub fn values<'a, T: ArrowPrimitiveType>(product: &'a Product, name: &str) -> Result<&'a [T::Native]> {
+pub fn values<'a, T: ArrowPrimitiveType>(
+    product: &'a Product,
+    name: &str,
+) -> Result<&'a [T::Native]> {
     let batch = product.batch();
     let col = batch.column_by_name(name).ok_or_else(|| {
-        let names: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
-        Error::data(format!("product '{}' has no column '{name}' (columns: {})", product.type_name(), names.join(", ")))
-    })?;
-    let arr = col.as_any().downcast_ref::<PrimitiveArray<T>>().ok_or_else(|| {
+        let names: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         Error::data(format!(
-            "product '{}': column '{name}' is {}, expected {}",
+            "product '{}' has no column '{name}' (columns: {})",
             product.type_name(),
-            col.data_type(),
-            T::DATA_TYPE
+            names.join(", ")
         ))
     })?;
+    let arr = col
+        .as_any()
+        .downcast_ref::<PrimitiveArray<T>>()
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}': column '{name}' is {}, expected {}",
+                product.type_name(),
+                col.data_type(),
+                T::DATA_TYPE
+            ))
+        })?;
     if arr.null_count() > 0 {
-        return Err(Error::data(format!("product '{}': column '{name}' has {} nulls", product.type_name(), arr.null_count())));
+        return Err(Error::data(format!(
+            "product '{}': column '{name}' has {} nulls",
+            product.type_name(),
+            arr.null_count()
+        )));
     }
     Ok(arr.values())
 }
@@ -47,12 +66,21 @@ pub fn values<'a, T: ArrowPrimitiveType>(product: &'a Product, name: &str) -> Re
 /// The binary column `name` of `product` (raw data buffers).
 pub fn binary<'a>(product: &'a Product, name: &str) -> Result<&'a arrow_array::BinaryArray> {
     let batch = product.batch();
-    let col = batch
-        .column_by_name(name)
-        .ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", product.type_name())))?;
-    col.as_any().downcast_ref::<arrow_array::BinaryArray>().ok_or_else(|| {
-        Error::data(format!("product '{}': column '{name}' is {}, expected Binary", product.type_name(), col.data_type()))
-    })
+    let col = batch.column_by_name(name).ok_or_else(|| {
+        Error::data(format!(
+            "product '{}' has no column '{name}'",
+            product.type_name()
+        ))
+    })?;
+    col.as_any()
+        .downcast_ref::<arrow_array::BinaryArray>()
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}': column '{name}' is {}, expected Binary",
+                product.type_name(),
+                col.data_type()
+            ))
+        })
 }
 
 /// The column `name` of `product` as an array reference (for sharing it in a new product).
@@ -61,7 +89,12 @@ pub fn column(product: &Product, name: &str) -> Result<ArrayRef> {
         .batch()
         .column_by_name(name)
         .cloned()
-        .ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", product.type_name())))
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}' has no column '{name}'",
+                product.type_name()
+            ))
+        })
 }
 
 /// One primitive column from per-event parts, concatenated in order into pooled memory.

@@ -43,7 +43,8 @@ impl Conditions {
     }
     /// Adds a shared condition.
     pub fn insert_arc<T: Any + Send + Sync>(&mut self, value: Arc<T>) {
-        self.map.insert(TypeId::of::<T>(), (short_name::<T>(), value));
+        self.map
+            .insert(TypeId::of::<T>(), (short_name::<T>(), value));
     }
     /// Adds the condition of type `T` with its conversion to named Arrow tables, run at most
     /// once, when [`Conditions::tables`] is first called.
@@ -61,17 +62,27 @@ impl Conditions {
     /// assert_eq!(c.get::<BeamSpot>().unwrap().z, 0.1);
     /// assert_eq!(c.tables()[0].0, "BeamSpot");
     /// ```
-    pub fn insert_exported<T: Any + Send + Sync>(&mut self, value: T, export: fn(&T) -> Vec<(String, RecordBatch)>) {
+    pub fn insert_exported<T: Any + Send + Sync>(
+        &mut self,
+        value: T,
+        export: fn(&T) -> Vec<(String, RecordBatch)>,
+    ) {
         let value = Arc::new(value);
         let v = value.clone();
         self.insert_arc(value);
-        self.exports.insert(short_name::<T>(), (Arc::new(move || export(&v)), Arc::new(OnceLock::new())));
+        self.exports.insert(
+            short_name::<T>(),
+            (Arc::new(move || export(&v)), Arc::new(OnceLock::new())),
+        );
     }
     /// Every exported condition as named Arrow tables, sorted by name. The tables are made
     /// once per store (clones share them) and are not copied when handed out.
     pub fn tables(&self) -> Vec<(String, RecordBatch)> {
-        let mut all: Vec<(String, RecordBatch)> =
-            self.exports.values().flat_map(|(export, cell)| cell.get_or_init(|| export()).iter().cloned()).collect();
+        let mut all: Vec<(String, RecordBatch)> = self
+            .exports
+            .values()
+            .flat_map(|(export, cell)| cell.get_or_init(|| export()).iter().cloned())
+            .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
     }
@@ -91,7 +102,11 @@ impl Conditions {
             None => Err(Error::data(format!(
                 "no condition '{}' is loaded (available: {}); give a dataset with --input",
                 short_name::<T>(),
-                if self.map.is_empty() { "none".to_string() } else { self.names().join(", ") }
+                if self.map.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.names().join(", ")
+                }
             ))),
         }
     }

@@ -14,13 +14,22 @@ pub enum Error {
     Usage(String),
     /// A step failed while processing events `first..last` (exclusive).
     #[error("step '{label}' failed on events {first}..{last}: {msg}")]
-    Step { label: String, first: u64, last: u64, msg: String },
+    Step {
+        label: String,
+        first: u64,
+        last: u64,
+        msg: String,
+    },
     /// A step failed at the end of the job.
     #[error("step '{label}' failed at end of job: {msg}")]
     EndJob { label: String, msg: String },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A product, column or value is not what was expected.
     #[error("{0}")]
     Data(String),
@@ -42,7 +51,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A plan error about step `label`.
     pub fn plan(label: impl Into<String>, msg: impl Into<String>) -> Self {
-        Error::Plan { label: label.into(), msg: msg.into() }
+        Error::Plan {
+            label: label.into(),
+            msg: msg.into(),
+        }
     }
     /// A data error with a free message (steps use it for bad input).
     pub fn data(msg: impl Into<String>) -> Self {
@@ -50,6 +62,9 @@ impl Error {
     }
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

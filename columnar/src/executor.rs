@@ -77,7 +77,10 @@ impl RunOptions {
         }
         if let Some(a) = available {
             if self.first_event > 0 && self.first_event >= a {
-                return usage(format!("first event {} is beyond the input's {a} events (0..{a})", self.first_event));
+                return usage(format!(
+                    "first event {} is beyond the input's {a} events (0..{a})",
+                    self.first_event
+                ));
             }
             if a == 0 && self.cycle_input {
                 return usage("cycle_input: the input has no events to replay".into());
@@ -121,13 +124,22 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { threads: default_threads(), batch_size: DEFAULT_BATCH_SIZE, first_event: 0, events: None, progress: true, cycle_input: false }
+        RunOptions {
+            threads: default_threads(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            first_event: 0,
+            events: None,
+            progress: true,
+            cycle_input: false,
+        }
     }
 }
 
 /// The available cores.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 static RUNTIME_NOTE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -191,7 +203,10 @@ impl Summary {
     pub fn render(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        let note = RUNTIME_NOTE.get().map(|n| format!(" ({n})")).unwrap_or_default();
+        let note = RUNTIME_NOTE
+            .get()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
             "events {}  batches {} (size {})  threads {}{note}  wall {:.3} s  throughput {:.1} events/s",
@@ -203,7 +218,11 @@ impl Summary {
             self.throughput()
         );
         let total: f64 = self.steps.iter().map(|t| t.time.as_secs_f64()).sum();
-        let _ = writeln!(s, "\n{:<20} {:<20} {:<8} {:>12} {:>7}", "step", "type", "backend", "ms/event", "share");
+        let _ = writeln!(
+            s,
+            "\n{:<20} {:<20} {:<8} {:>12} {:>7}",
+            "step", "type", "backend", "ms/event", "share"
+        );
         for t in &self.steps {
             let secs = t.time.as_secs_f64();
             let _ = writeln!(
@@ -216,10 +235,20 @@ impl Summary {
                 100.0 * secs / total.max(1e-12)
             );
         }
-        let _ = writeln!(s, "\n{:<32} {:>14} {:>14}", "product", "rows/event", "bytes/event");
+        let _ = writeln!(
+            s,
+            "\n{:<32} {:>14} {:>14}",
+            "product", "rows/event", "bytes/event"
+        );
         for ((k, bytes), (_, rows)) in self.product_bytes.iter().zip(&self.product_rows) {
             let n = self.events.max(1) as f64;
-            let _ = writeln!(s, "{:<32} {:>14.1} {:>14.0}", k.to_string(), *rows as f64 / n, *bytes as f64 / n);
+            let _ = writeln!(
+                s,
+                "{:<32} {:>14.1} {:>14.0}",
+                k.to_string(),
+                *rows as f64 / n,
+                *bytes as f64 / n
+            );
         }
         let p = &self.pool;
         let _ = writeln!(
@@ -239,7 +268,15 @@ impl Summary {
             let _ = writeln!(
                 s,
                 "\n{:<32} {:<10} {:>9} {:>12} {:>9} {:>9} {:>12} {:>9} {:>12}",
-                "product (residency)", "made on", "downloads", "MiB down", "ms down", "uploads", "MiB up", "ms up", "dev peak MiB"
+                "product (residency)",
+                "made on",
+                "downloads",
+                "MiB down",
+                "ms down",
+                "uploads",
+                "MiB up",
+                "ms up",
+                "dev peak MiB"
             );
             let mib = |b: u64| b as f64 / (1 << 20) as f64;
             for (k, t) in &self.traffic {
@@ -247,7 +284,11 @@ impl Summary {
                     s,
                     "{:<32} {:<10} {:>9} {:>12.3} {:>9.3} {:>9} {:>12.3} {:>9.3} {:>12.3}",
                     k.to_string(),
-                    if t.produced_on.is_empty() { "host" } else { t.produced_on.as_str() },
+                    if t.produced_on.is_empty() {
+                        "host"
+                    } else {
+                        t.produced_on.as_str()
+                    },
                     t.downloads.count,
                     mib(t.downloads.bytes),
                     t.downloads.time.as_secs_f64() * 1e3,
@@ -289,7 +330,10 @@ struct Window {
 
 impl Window {
     fn new() -> Self {
-        Window { state: Mutex::new((0, std::collections::BTreeSet::new())), moved: std::sync::Condvar::new() }
+        Window {
+            state: Mutex::new((0, std::collections::BTreeSet::new())),
+            moved: std::sync::Condvar::new(),
+        }
     }
 
     /// Waits until batch `b` is within `window` of the lowest unfinished batch; `false`
@@ -301,7 +345,11 @@ impl Window {
             if stop() {
                 return false;
             }
-            st = self.moved.wait_timeout(st, std::time::Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+            st = self
+                .moved
+                .wait_timeout(st, std::time::Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         true
     }
@@ -330,12 +378,20 @@ impl Window {
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// Runs `steps` (built from `plan`, same order) over the events.
 pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> Result<Summary> {
-    let available = plan.steps.iter().zip(steps).filter_map(|(_, s)| s.n_events()).min();
+    let available = plan
+        .steps
+        .iter()
+        .zip(steps)
+        .filter_map(|(_, s)| s.n_events())
+        .min();
     let events = opts.check(available)?;
 
     for step in steps {
@@ -345,7 +401,13 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     // After which step each product is no longer needed.
     let last_use = plan.last_use();
     let drop_after: Vec<Vec<ProductKey>> = (0..plan.steps.len())
-        .map(|i| last_use.iter().filter(|(_, &l)| l == i).map(|(k, _)| k.clone()).collect())
+        .map(|i| {
+            last_use
+                .iter()
+                .filter(|(_, &l)| l == i)
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
         .collect();
 
     // Checked between batches: an interrupted job stops within one batch per worker.
@@ -363,7 +425,9 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     let overflows: Mutex<OverflowTallies> = Mutex::new(OverflowTallies::new());
     let bar = if opts.progress && std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(events);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  eta {eta}") {
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} events  {per_sec}  eta {eta}",
+        ) {
             b.set_style(style);
         }
         b
@@ -390,7 +454,9 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             if b >= n_batches {
                 break;
             }
-            if !progress.wait_until_within(b, window, || failed.load(Ordering::Relaxed) || cancel.requested()) {
+            if !progress.wait_until_within(b, window, || {
+                failed.load(Ordering::Relaxed) || cancel.requested()
+            }) {
                 break;
             }
             let offset = b * opts.batch_size as u64;
@@ -408,13 +474,25 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 let t0 = Instant::now();
                 // A panic in a step is a bug, but it must not take the job down without a
                 // message naming the step and the events.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step.process(&mut batch)))
-                    .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(&p)))));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    step.process(&mut batch)
+                }))
+                .unwrap_or_else(|p| {
+                    Err(Error::data(format!(
+                        "internal error (panic): {}",
+                        panic_message(&p)
+                    )))
+                });
                 step_ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 if let Err(e) = r {
                     let e = match e {
                         Error::Step { .. } | Error::Interrupted(_) => e,
-                        other => Error::Step { label: st.label.clone(), first, last: first + n as u64, msg: other.to_string() },
+                        other => Error::Step {
+                            label: st.label.clone(),
+                            first,
+                            last: first + n as u64,
+                            msg: other.to_string(),
+                        },
                     };
                     record(first, e);
                     return;
@@ -422,19 +500,40 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 for k in &st.outputs {
                     // get_resident: counting must not download a device product.
                     if let Ok(p) = batch.get_resident(k) {
-                        local_bytes.push((k.clone(), (p.nbytes() + p.device_nbytes()) as u64, p.num_rows() as u64));
+                        local_bytes.push((
+                            k.clone(),
+                            (p.nbytes() + p.device_nbytes()) as u64,
+                            p.num_rows() as u64,
+                        ));
                         if k.type_name == CAPACITY_OVERFLOWS && p.num_rows() > 0 {
                             let tallied = batch.get(k).map_err(|e| e.to_string()).and_then(|p| {
-                                overflow::tally(&mut local_overflows, &st.label, &p).map_err(|e| e.to_string())
+                                overflow::tally(&mut local_overflows, &st.label, &p)
+                                    .map_err(|e| e.to_string())
                             });
                             if let Err(msg) = tallied {
-                                record(first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg });
+                                record(
+                                    first,
+                                    Error::Step {
+                                        label: st.label.clone(),
+                                        first,
+                                        last: first + n as u64,
+                                        msg,
+                                    },
+                                );
                                 return;
                             }
                         }
                     } else {
                         let msg = format!("declared product '{}' was not published", k.type_name);
-                        record(first, Error::Step { label: st.label.clone(), first, last: first + n as u64, msg });
+                        record(
+                            first,
+                            Error::Step {
+                                label: st.label.clone(),
+                                first,
+                                last: first + n as u64,
+                                msg,
+                            },
+                        );
                         return;
                     }
                 }
@@ -491,13 +590,18 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
             Ok(None) => {}
             Err(e) => {
                 if end_error.is_none() {
-                    end_error = Some(Error::EndJob { label: st.label.clone(), msg: e.to_string() });
+                    end_error = Some(Error::EndJob {
+                        label: st.label.clone(),
+                        msg: e.to_string(),
+                    });
                 }
             }
         }
     }
     if interrupted {
-        return Err(Error::Interrupted("the job stopped before its last event".into()));
+        return Err(Error::Interrupted(
+            "the job stopped before its last event".into(),
+        ));
     }
     if let Some((_, e)) = first_error {
         return Err(e);
@@ -507,7 +611,11 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
     }
 
     let bytes = bytes.into_inner().unwrap_or_else(|p| p.into_inner());
-    let keys: Vec<ProductKey> = plan.steps.iter().flat_map(|s| s.outputs.iter().cloned()).collect();
+    let keys: Vec<ProductKey> = plan
+        .steps
+        .iter()
+        .flat_map(|s| s.outputs.iter().cloned())
+        .collect();
     Ok(Summary {
         events,
         batches: n_batches,
@@ -525,8 +633,14 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
                 time: Duration::from_nanos(ns.load(Ordering::Relaxed)),
             })
             .collect(),
-        product_bytes: keys.iter().map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.0))).collect(),
-        product_rows: keys.iter().map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.1))).collect(),
+        product_bytes: keys
+            .iter()
+            .map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.0)))
+            .collect(),
+        product_rows: keys
+            .iter()
+            .map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.1)))
+            .collect(),
         pool: pool::global().stats().since(&pool_before),
         reports,
         overflows: overflows.into_inner().unwrap_or_else(|p| p.into_inner()),

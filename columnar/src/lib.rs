@@ -24,9 +24,9 @@
 //! assert_eq!(summary.events, 10);
 //! ```
 
-pub mod columns;
 pub mod cancel;
 pub mod collect;
+pub mod columns;
 pub mod compare;
 pub mod conditions;
 pub mod error;
@@ -51,5 +51,7 @@ pub use params::{ParamKind, ParamSpec, ParamValue, Params};
 pub use plan::{validate, PlanSpec, ResolvedPlan};
 pub use pool::{BufferPool, PoolStats, PoolVec};
 pub use product::{product_schema, Product, ProductKey};
+pub use step::{
+    Backend, EventBatch, InputSpec, JobContext, Registry, Signature, Step, StepConfig, StepType,
+};
 pub use tune::tune_malloc;
-pub use step::{Backend, EventBatch, InputSpec, JobContext, Registry, Signature, Step, StepConfig, StepType};

@@ -33,7 +33,12 @@ impl MemoryReport {
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let kib = |key: &str| -> Option<u64> {
             let line = status.lines().find(|l| l.starts_with(key))?;
-            line[key.len()..].split_whitespace().next()?.parse::<u64>().ok().map(|k| k * 1024)
+            line[key.len()..]
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+                .map(|k| k * 1024)
         };
         let (heap_in_use, heap_free) = heap();
         Some(MemoryReport {
@@ -53,7 +58,10 @@ impl MemoryReport {
 fn heap() -> (Option<u64>, Option<u64>) {
     // SAFETY: mallinfo2 only reads the allocator's counters.
     let m = unsafe { libc::mallinfo2() };
-    (Some((m.uordblks + m.hblkhd) as u64), Some(m.fordblks as u64))
+    (
+        Some((m.uordblks + m.hblkhd) as u64),
+        Some(m.fordblks as u64),
+    )
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
@@ -74,7 +82,12 @@ fn heap() -> (Option<u64>, Option<u64>) {
 impl fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        write!(f, "memory: peak RSS {:.1} MiB; at the end RSS {:.1} MiB: ", mib(self.peak_rss), mib(self.rss))?;
+        write!(
+            f,
+            "memory: peak RSS {:.1} MiB; at the end RSS {:.1} MiB: ",
+            mib(self.peak_rss),
+            mib(self.rss)
+        )?;
         match (self.heap_in_use, self.heap_free) {
             (Some(used), Some(free)) => {
                 let other = self.rss_anon.saturating_sub(used + free);
@@ -88,8 +101,18 @@ impl fmt::Display for MemoryReport {
                     mib(other)
                 )?;
             }
-            _ => write!(f, "anonymous {:.1} MiB (pool {:.1} MiB, peak {:.1} MiB), ", mib(self.rss_anon), mib(self.pool_held), mib(self.pool_peak))?,
+            _ => write!(
+                f,
+                "anonymous {:.1} MiB (pool {:.1} MiB, peak {:.1} MiB), ",
+                mib(self.rss_anon),
+                mib(self.pool_held),
+                mib(self.pool_peak)
+            )?,
         }
-        write!(f, "file-backed (mapped input) {:.1} MiB", mib(self.rss_file))
+        write!(
+            f,
+            "file-backed (mapped input) {:.1} MiB",
+            mib(self.rss_file)
+        )
     }
 }

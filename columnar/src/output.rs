@@ -17,7 +17,9 @@ use parquet::file::properties::WriterProperties;
 use crate::error::{Error, Result};
 use crate::params::ParamSpec;
 use crate::product::ProductKey;
-use crate::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, StepConfig, StepType};
+use crate::step::{
+    Backend, EventBatch, InputSpec, Registry, Signature, Step, StepConfig, StepType,
+};
 
 /// Events a Parquet row group gathers before it is closed (the last one may hold fewer): row
 /// groups follow the events, not the batch size, so that small batches (less memory) do not
@@ -114,7 +116,18 @@ impl OutputFile {
     fn new(dir: &Path, key: ProductKey, format: Format) -> Self {
         let name = product_file_name(&key, format.extension());
         let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        OutputFile { path: dir.join(name), tmp, key, format, sink: None, next_event: 0, pending: BTreeMap::new(), events_written: 0, group_events: 0, group_target: ROW_GROUP_EVENTS }
+        OutputFile {
+            path: dir.join(name),
+            tmp,
+            key,
+            format,
+            sink: None,
+            next_event: 0,
+            pending: BTreeMap::new(),
+            events_written: 0,
+            group_events: 0,
+            group_target: ROW_GROUP_EVENTS,
+        }
     }
 
     fn open(&mut self, b: &RecordBatch) -> Result<Sink> {
@@ -125,7 +138,12 @@ impl OutputFile {
                 // readers that ignore the embedded Arrow schema; sorted by key, as arrow-ipc
                 // sorts the embedded schema's: in the map's hash order, which changes from
                 // process to process, two runs of a job wrote files differing in bytes.
-                let mut kv: Vec<KeyValue> = b.schema().metadata().iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect();
+                let mut kv: Vec<KeyValue> = b
+                    .schema()
+                    .metadata()
+                    .iter()
+                    .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+                    .collect();
                 kv.sort_by(|x, y| x.key.cmp(&y.key));
                 let mut props = WriterProperties::builder()
                     .set_key_value_metadata(Some(kv))
@@ -143,7 +161,10 @@ impl OutputFile {
                     use arrow_schema::DataType::*;
                     if matches!(field.data_type(), UInt8 | UInt16 | Int8 | Int16) {
                         let path = parquet::schema::types::ColumnPath::from(field.name().as_str());
-                        props = props.set_column_encoding(path, parquet::basic::Encoding::DELTA_BINARY_PACKED);
+                        props = props.set_column_encoding(
+                            path,
+                            parquet::basic::Encoding::DELTA_BINARY_PACKED,
+                        );
                     }
                 }
                 let props = props.build();
@@ -168,7 +189,11 @@ impl OutputFile {
             if close {
                 self.group_events = 0;
             }
-            self.sink.as_mut().expect("opened").write(&b, close).map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
+            self.sink
+                .as_mut()
+                .expect("opened")
+                .write(&b, close)
+                .map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
             self.next_event += n;
             self.events_written += n;
         }
@@ -179,7 +204,9 @@ impl OutputFile {
     /// events written so far are kept under `<name>.partial`, which no reader mistakes for
     /// a complete output.
     fn finish(&mut self, success: bool) -> Result<Option<PathBuf>> {
-        let Some(sink) = self.sink.take() else { return Ok(None) };
+        let Some(sink) = self.sink.take() else {
+            return Ok(None);
+        };
         sink.finish()?;
         let target = if success && self.pending.is_empty() {
             self.path.clone()
@@ -203,11 +230,22 @@ fn prepare_output_dir(label: &str, dir: &Path) -> Result<()> {
             format!("the output directory {} is an existing file, not a directory: choose another --output or remove the file", dir.display()),
         ));
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::plan(label, format!("cannot create the output directory {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::plan(
+            label,
+            format!("cannot create the output directory {}: {e}", dir.display()),
+        )
+    })?;
     let probe = dir.join(format!(".quiver-write-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .map_err(|e| Error::plan(label, format!("the output directory {} is not writable: {e}", dir.display())))?;
+    std::fs::write(&probe, b"").map_err(|e| {
+        Error::plan(
+            label,
+            format!(
+                "the output directory {} is not writable: {e}",
+                dir.display()
+            ),
+        )
+    })?;
     let _ = std::fs::remove_file(&probe);
     Ok(())
 }
@@ -231,8 +269,15 @@ impl WriteStep {
                 inputs.push(k.clone());
             }
         }
-        let files = inputs.iter().map(|k| Mutex::new(OutputFile::new(dir, k.clone(), format))).collect();
-        Ok(Box::new(WriteStep { inputs, files, busy_ns: Default::default() }))
+        let files = inputs
+            .iter()
+            .map(|k| Mutex::new(OutputFile::new(dir, k.clone(), format)))
+            .collect();
+        Ok(Box::new(WriteStep {
+            inputs,
+            files,
+            busy_ns: Default::default(),
+        }))
     }
 }
 
@@ -251,9 +296,16 @@ impl Step for WriteStep {
         for (key, file) in self.inputs.iter().zip(&self.files) {
             let p = batch.get(key)?;
             let rb = p.with_event_column(batch.first_event())?;
-            file.lock().unwrap_or_else(|e| e.into_inner()).add(batch.first_event(), batch.n_events() as u64, rb)?;
+            file.lock().unwrap_or_else(|e| e.into_inner()).add(
+                batch.first_event(),
+                batch.n_events() as u64,
+                rb,
+            )?;
         }
-        self.busy_ns.fetch_add(t0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.busy_ns.fetch_add(
+            t0.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(())
     }
 
@@ -263,9 +315,15 @@ impl Step for WriteStep {
         for f in &self.files {
             let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = f.finish(success)? {
-                let name = path.file_name().unwrap_or(path.as_os_str()).to_string_lossy().into_owned();
+                let name = path
+                    .file_name()
+                    .unwrap_or(path.as_os_str())
+                    .to_string_lossy()
+                    .into_owned();
                 lines.push(format!("{} -> {name} ({} events)", f.key, f.events_written));
-                bytes += std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+                bytes += std::fs::metadata(&path)
+                    .map_err(|e| Error::io(&path, e))?
+                    .len();
                 n_files += 1;
             }
         }
@@ -287,22 +345,36 @@ impl Step for WriteStep {
 /// ```
 pub fn write_rate(bytes: u64, files: usize, busy_seconds: f64) -> String {
     let mb = bytes as f64 / 1e6;
-    let rate = if busy_seconds > 0.0 { format!("{:.1} MB/s", mb / busy_seconds) } else { "n/a".to_string() };
-    format!("wrote {mb:.1} MB in {files} files; {busy_seconds:.2} s in the step (all workers): {rate}")
+    let rate = if busy_seconds > 0.0 {
+        format!("{:.1} MB/s", mb / busy_seconds)
+    } else {
+        "n/a".to_string()
+    };
+    format!(
+        "wrote {mb:.1} MB in {files} files; {busy_seconds:.2} s in the step (all workers): {rate}"
+    )
 }
 
 /// Registers `write_parquet` and `write_ipc`.
 /// The files a `write_parquet` / `write_ipc` step writes: one per product it reads (a
 /// product selected twice, by its label and by label:type, is written once).
 fn product_files(s: &crate::plan::ResolvedStep, extension: &str) -> Vec<String> {
-    let names: std::collections::BTreeSet<String> = s.inputs.values().flatten().map(|k| product_file_name(k, extension)).collect();
+    let names: std::collections::BTreeSet<String> = s
+        .inputs
+        .values()
+        .flatten()
+        .map(|k| product_file_name(k, extension))
+        .collect();
     names.into_iter().collect()
 }
 
 pub fn register(r: &mut Registry) {
     r.add_file_writer("write_parquet", |s| product_files(s, "parquet"));
     r.add_file_writer("write_ipc", |s| product_files(s, "arrow"));
-    let inputs = vec![InputSpec::many("products", "products to write, by label (all of its products) or label:type")];
+    let inputs = vec![InputSpec::many(
+        "products",
+        "products to write, by label (all of its products) or label:type",
+    )];
     r.add(StepType {
         name: "write_parquet",
         doc: "Writes products to Parquet, one file per product (<type>.<label>.parquet), row groups of at least 16 events",
@@ -319,9 +391,13 @@ pub fn register(r: &mut Registry) {
     });
     r.add(StepType {
         name: "write_ipc",
-        doc: "Writes products to Arrow IPC files (<type>.<label>.arrow), one record batch per batch",
+        doc:
+            "Writes products to Arrow IPC files (<type>.<label>.arrow), one record batch per batch",
         params: vec![],
-        signature: Signature { inputs, outputs: vec![] },
+        signature: Signature {
+            inputs,
+            outputs: vec![],
+        },
         backends: vec![Backend::Cpu],
         build: |cfg| WriteStep::build(cfg, Format::Ipc),
     });
@@ -335,9 +411,22 @@ mod tests {
     /// hash order).
     fn batch(n: usize) -> RecordBatch {
         use arrow_array::{ArrayRef, UInt32Array};
-        let metadata: std::collections::HashMap<String, String> = (0..n).map(|i| (format!("quiver.key{i}"), format!("v{i}"))).collect();
-        let schema = arrow_schema::Schema::new_with_metadata(vec![arrow_schema::Field::new("x", arrow_schema::DataType::UInt32, false)], metadata);
-        RecordBatch::try_new(std::sync::Arc::new(schema), vec![std::sync::Arc::new(UInt32Array::from(vec![1, 2, 3])) as ArrayRef]).unwrap()
+        let metadata: std::collections::HashMap<String, String> = (0..n)
+            .map(|i| (format!("quiver.key{i}"), format!("v{i}")))
+            .collect();
+        let schema = arrow_schema::Schema::new_with_metadata(
+            vec![arrow_schema::Field::new(
+                "x",
+                arrow_schema::DataType::UInt32,
+                false,
+            )],
+            metadata,
+        );
+        RecordBatch::try_new(
+            std::sync::Arc::new(schema),
+            vec![std::sync::Arc::new(UInt32Array::from(vec![1, 2, 3])) as ArrayRef],
+        )
+        .unwrap()
     }
 
     /// The same rows give the same file bytes whatever order the schema's metadata map has,
@@ -349,17 +438,32 @@ mod tests {
             let sub = dir.path().join(name);
             std::fs::create_dir(&sub).unwrap();
             let key = ProductKey::new("p", "x");
-            let mut f = OutputFile::new(&sub, key, Format::Parquet { compression: Compression::SNAPPY });
+            let mut f = OutputFile::new(
+                &sub,
+                key,
+                Format::Parquet {
+                    compression: Compression::SNAPPY,
+                },
+            );
             f.add(0, 1, batch(12)).unwrap();
             f.finish(true).unwrap().unwrap()
         };
         let paths: Vec<PathBuf> = (0..4).map(|i| write(&format!("run{i}"))).collect();
         let files: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
-        assert!(files.windows(2).all(|w| w[0] == w[1]), "the same batch written four times gave different bytes");
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(File::open(&paths[0]).unwrap()).unwrap();
+        assert!(
+            files.windows(2).all(|w| w[0] == w[1]),
+            "the same batch written four times gave different bytes"
+        );
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            File::open(&paths[0]).unwrap(),
+        )
+        .unwrap();
         let meta = reader.schema().metadata().clone();
         for i in 0..12 {
-            assert_eq!(meta.get(&format!("quiver.key{i}")).map(String::as_str), Some(format!("v{i}").as_str()));
+            assert_eq!(
+                meta.get(&format!("quiver.key{i}")).map(String::as_str),
+                Some(format!("v{i}").as_str())
+            );
         }
     }
 }

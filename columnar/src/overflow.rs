@@ -64,12 +64,19 @@ pub type EventOverflows = Vec<Overflow>;
 pub fn overflow_product(events: &[EventOverflows]) -> Result<Product> {
     let all: Vec<&Overflow> = events.iter().flatten().collect();
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(all.iter().map(|o| o.capacity))),
+        Arc::new(StringArray::from_iter_values(
+            all.iter().map(|o| o.capacity),
+        )),
         Arc::new(UInt64Array::from_iter_values(all.iter().map(|o| o.limit))),
         Arc::new(all.iter().map(|o| o.demanded).collect::<UInt64Array>()),
-        Arc::new(UInt64Array::from_iter_values(all.iter().map(|o| o.truncated))),
+        Arc::new(UInt64Array::from_iter_values(
+            all.iter().map(|o| o.truncated),
+        )),
     ];
-    Product::from_lengths(RecordBatch::try_new(overflow_schema(), cols)?, events.iter().map(Vec::len))
+    Product::from_lengths(
+        RecordBatch::try_new(overflow_schema(), cols)?,
+        events.iter().map(Vec::len),
+    )
 }
 
 /// Per step label and capacity: events that reached it, the largest demand seen, the limit
@@ -92,14 +99,34 @@ pub type OverflowTallies = BTreeMap<(String, String), OverflowTally>;
 /// Adds the rows of a [`CAPACITY_OVERFLOWS`] product published by step `label`.
 pub fn tally(into: &mut OverflowTallies, label: &str, p: &Product) -> Result<()> {
     let b = p.batch();
-    let col = |n: &str| b.column_by_name(n).ok_or_else(|| Error::data(format!("{CAPACITY_OVERFLOWS} of '{label}' has no column '{n}'")));
-    let bad = || Error::data(format!("{CAPACITY_OVERFLOWS} of '{label}' does not have the schema of overflow_schema()"));
-    let cap = col("capacity")?.as_any().downcast_ref::<StringArray>().ok_or_else(bad)?;
-    let u64s = |n: &str| -> Result<&UInt64Array> { col(n)?.as_any().downcast_ref::<UInt64Array>().ok_or_else(bad) };
+    let col = |n: &str| {
+        b.column_by_name(n).ok_or_else(|| {
+            Error::data(format!(
+                "{CAPACITY_OVERFLOWS} of '{label}' has no column '{n}'"
+            ))
+        })
+    };
+    let bad = || {
+        Error::data(format!(
+            "{CAPACITY_OVERFLOWS} of '{label}' does not have the schema of overflow_schema()"
+        ))
+    };
+    let cap = col("capacity")?
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(bad)?;
+    let u64s = |n: &str| -> Result<&UInt64Array> {
+        col(n)?
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(bad)
+    };
     let (limit, demanded, truncated) = (u64s("limit")?, u64s("demanded")?, u64s("truncated")?);
     for e in 0..p.n_events() {
         for r in p.event_rows(e) {
-            let t = into.entry((label.to_string(), cap.value(r).to_string())).or_default();
+            let t = into
+                .entry((label.to_string(), cap.value(r).to_string()))
+                .or_default();
             t.events += 1;
             t.limit = limit.value(r);
             if demanded.is_valid(r) {

@@ -27,7 +27,14 @@ impl fmt::Display for ParamKind {
             ParamKind::Float => f.write_str("float"),
             ParamKind::Bool => f.write_str("bool"),
             ParamKind::Str => f.write_str("string"),
-            ParamKind::Choice(c) => write!(f, "one of {}", c.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")),
+            ParamKind::Choice(c) => write!(
+                f,
+                "one of {}",
+                c.iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             ParamKind::StrList => f.write_str("list of strings"),
         }
     }
@@ -50,7 +57,14 @@ impl fmt::Display for ParamValue {
             ParamValue::Float(v) => write!(f, "{v:?}"),
             ParamValue::Bool(v) => write!(f, "{v}"),
             ParamValue::Str(v) => write!(f, "\"{v}\""),
-            ParamValue::StrList(v) => write!(f, "[{}]", v.iter().map(|s| format!("\"{s}\"")).collect::<Vec<_>>().join(", ")),
+            ParamValue::StrList(v) => write!(
+                f,
+                "[{}]",
+                v.iter()
+                    .map(|s| format!("\"{s}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 }
@@ -67,13 +81,23 @@ pub struct ParamRange {
 impl ParamRange {
     /// Whether `v` is valid.
     pub fn contains(&self, v: f64) -> bool {
-        (if self.min_excluded { v > self.min } else { v >= self.min }) && v <= self.max
+        (if self.min_excluded {
+            v > self.min
+        } else {
+            v >= self.min
+        }) && v <= self.max
     }
 }
 
 impl fmt::Display for ParamRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}, {}]", if self.min_excluded { "(" } else { "[" }, self.min, self.max)
+        write!(
+            f,
+            "{}{}, {}]",
+            if self.min_excluded { "(" } else { "[" },
+            self.min,
+            self.max
+        )
     }
 }
 
@@ -93,27 +117,63 @@ pub struct ParamSpec {
 impl ParamSpec {
     /// An integer parameter.
     pub fn int(name: &'static str, default: i64, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Int, default: Some(ParamValue::Int(default)), doc, range: None }
+        ParamSpec {
+            name,
+            kind: ParamKind::Int,
+            default: Some(ParamValue::Int(default)),
+            doc,
+            range: None,
+        }
     }
     /// A float parameter.
     pub fn float(name: &'static str, default: f64, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Float, default: Some(ParamValue::Float(default)), doc, range: None }
+        ParamSpec {
+            name,
+            kind: ParamKind::Float,
+            default: Some(ParamValue::Float(default)),
+            doc,
+            range: None,
+        }
     }
     /// A boolean parameter.
     pub fn bool(name: &'static str, default: bool, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Bool, default: Some(ParamValue::Bool(default)), doc, range: None }
+        ParamSpec {
+            name,
+            kind: ParamKind::Bool,
+            default: Some(ParamValue::Bool(default)),
+            doc,
+            range: None,
+        }
     }
     /// A string parameter.
     pub fn str(name: &'static str, default: &str, doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Str, default: Some(ParamValue::Str(default.into())), doc, range: None }
+        ParamSpec {
+            name,
+            kind: ParamKind::Str,
+            default: Some(ParamValue::Str(default.into())),
+            doc,
+            range: None,
+        }
     }
     /// A string restricted to `choices`; the default is the first.
     pub fn choice(name: &'static str, choices: &[&'static str], doc: &'static str) -> Self {
-        ParamSpec { name, kind: ParamKind::Choice(choices.to_vec()), default: Some(ParamValue::Str(choices[0].into())), doc, range: None }
+        ParamSpec {
+            name,
+            kind: ParamKind::Choice(choices.to_vec()),
+            default: Some(ParamValue::Str(choices[0].into())),
+            doc,
+            range: None,
+        }
     }
     /// A required parameter of any kind.
     pub fn required(name: &'static str, kind: ParamKind, doc: &'static str) -> Self {
-        ParamSpec { name, kind, default: None, doc, range: None }
+        ParamSpec {
+            name,
+            kind,
+            default: None,
+            doc,
+            range: None,
+        }
     }
 
     /// The same parameter with valid values `min..=max` (integers and floats).
@@ -127,7 +187,11 @@ impl ParamSpec {
     /// assert!(e.contains("parameter 'hits' = 5 is outside its valid range [3, 4]"), "{e}");
     /// ```
     pub fn within(mut self, min: f64, max: f64) -> Self {
-        self.range = Some(ParamRange { min, max, min_excluded: false });
+        self.range = Some(ParamRange {
+            min,
+            max,
+            min_excluded: false,
+        });
         self
     }
     /// The same parameter with valid values in `(min, max]` (e.g. a positive scale).
@@ -143,7 +207,11 @@ impl ParamSpec {
     /// }
     /// ```
     pub fn above(mut self, min: f64, max: f64) -> Self {
-        self.range = Some(ParamRange { min, max, min_excluded: true });
+        self.range = Some(ParamRange {
+            min,
+            max,
+            min_excluded: true,
+        });
         self
     }
 
@@ -156,12 +224,21 @@ impl ParamSpec {
         };
         let range = self.range.map(|r| format!(" in {r}")).unwrap_or_default();
         if !x.is_finite() {
-            return Err(Error::plan(label, format!("parameter '{}' must be a finite number{range}, got {v}", self.name)));
+            return Err(Error::plan(
+                label,
+                format!(
+                    "parameter '{}' must be a finite number{range}, got {v}",
+                    self.name
+                ),
+            ));
         }
         match self.range {
             Some(r) if !r.contains(x) => Err(Error::plan(
                 label,
-                format!("parameter '{}' = {v} is outside its valid range {r} ({})", self.name, self.doc),
+                format!(
+                    "parameter '{}' = {v} is outside its valid range {r} ({})",
+                    self.name, self.doc
+                ),
             )),
             _ => Ok(v),
         }
@@ -170,7 +247,16 @@ impl ParamSpec {
     /// Converts a TOML value, or says why not.
     fn convert(&self, label: &str, v: &toml::Value) -> Result<ParamValue> {
         let wrong = || {
-            Error::plan(label, format!("parameter '{}' must be {}, got {} ({})", self.name, self.kind, v, v.type_str()))
+            Error::plan(
+                label,
+                format!(
+                    "parameter '{}' must be {}, got {} ({})",
+                    self.name,
+                    self.kind,
+                    v,
+                    v.type_str()
+                ),
+            )
         };
         Ok(match (&self.kind, v) {
             (ParamKind::Int, toml::Value::Integer(i)) => ParamValue::Int(*i),
@@ -180,12 +266,17 @@ impl ParamSpec {
             (ParamKind::Str, toml::Value::String(s)) => ParamValue::Str(s.clone()),
             (ParamKind::Choice(c), toml::Value::String(s)) => {
                 if !c.contains(&s.as_str()) {
-                    return Err(Error::plan(label, format!("parameter '{}' = \"{s}\" is not {}", self.name, self.kind)));
+                    return Err(Error::plan(
+                        label,
+                        format!("parameter '{}' = \"{s}\" is not {}", self.name, self.kind),
+                    ));
                 }
                 ParamValue::Str(s.clone())
             }
             (ParamKind::StrList, toml::Value::Array(a)) => ParamValue::StrList(
-                a.iter().map(|x| x.as_str().map(str::to_string).ok_or_else(wrong)).collect::<Result<_>>()?,
+                a.iter()
+                    .map(|x| x.as_str().map(str::to_string).ok_or_else(wrong))
+                    .collect::<Result<_>>()?,
             ),
             _ => return Err(wrong()),
         })
@@ -201,7 +292,11 @@ pub struct Params {
 impl Params {
     /// Parses `given` against `specs`: unknown keys, wrong types and missing required
     /// parameters are errors naming `label` and the key.
-    pub fn resolve(label: &str, specs: &[ParamSpec], given: &BTreeMap<String, toml::Value>) -> Result<Params> {
+    pub fn resolve(
+        label: &str,
+        specs: &[ParamSpec],
+        given: &BTreeMap<String, toml::Value>,
+    ) -> Result<Params> {
         let mut values = BTreeMap::new();
         for (key, v) in given {
             let spec = specs.iter().find(|s| s.name == key).ok_or_else(|| {
@@ -220,7 +315,12 @@ impl Params {
         }
         for s in specs {
             if !values.contains_key(s.name) {
-                let d = s.default.clone().ok_or_else(|| Error::plan(label, format!("missing required parameter '{}' ({})", s.name, s.kind)))?;
+                let d = s.default.clone().ok_or_else(|| {
+                    Error::plan(
+                        label,
+                        format!("missing required parameter '{}' ({})", s.name, s.kind),
+                    )
+                })?;
                 values.insert(s.name.to_string(), d);
             }
         }
@@ -228,7 +328,11 @@ impl Params {
     }
 
     /// Parameters built in code (Python plans, tests), checked like TOML ones.
-    pub fn from_values(label: &str, specs: &[ParamSpec], given: impl IntoIterator<Item = (String, toml::Value)>) -> Result<Params> {
+    pub fn from_values(
+        label: &str,
+        specs: &[ParamSpec],
+        given: impl IntoIterator<Item = (String, toml::Value)>,
+    ) -> Result<Params> {
         Self::resolve(label, specs, &given.into_iter().collect())
     }
 
@@ -303,14 +407,31 @@ mod tests {
 
     #[test]
     fn errors_name_label_and_key() {
-        let e = Params::resolve("sq", &specs(), &table("colour = 1")).unwrap_err().to_string();
-        assert_eq!(e, "plan error: step 'sq': unknown parameter 'colour' (known: count, tolerance, method)");
-        let e = Params::resolve("sq", &specs(), &table("count = \"many\"")).unwrap_err().to_string();
-        assert_eq!(e, "plan error: step 'sq': parameter 'count' must be integer, got \"many\" (string)");
-        let e = Params::resolve("sq", &specs(), &table("method = \"cube\"")).unwrap_err().to_string();
+        let e = Params::resolve("sq", &specs(), &table("colour = 1"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "plan error: step 'sq': unknown parameter 'colour' (known: count, tolerance, method)"
+        );
+        let e = Params::resolve("sq", &specs(), &table("count = \"many\""))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "plan error: step 'sq': parameter 'count' must be integer, got \"many\" (string)"
+        );
+        let e = Params::resolve("sq", &specs(), &table("method = \"cube\""))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "plan error: step 'sq': parameter 'method' = \"cube\" is not one of \"multiply\", \"powi\"");
         let req = vec![ParamSpec::required("path", ParamKind::Str, "file")];
-        let e = Params::resolve("w", &req, &BTreeMap::new()).unwrap_err().to_string();
-        assert_eq!(e, "plan error: step 'w': missing required parameter 'path' (string)");
+        let e = Params::resolve("w", &req, &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "plan error: step 'w': missing required parameter 'path' (string)"
+        );
     }
 }

@@ -39,7 +39,12 @@ pub struct StepSpec {
 impl StepSpec {
     /// A step spec built in code.
     pub fn new(label: &str, type_name: &str) -> Self {
-        StepSpec { label: label.into(), type_name: type_name.into(), backend: None, keys: BTreeMap::new() }
+        StepSpec {
+            label: label.into(),
+            type_name: type_name.into(),
+            backend: None,
+            keys: BTreeMap::new(),
+        }
     }
     /// Adds a key (input or parameter).
     pub fn with(mut self, key: &str, value: impl Into<toml::Value>) -> Self {
@@ -56,7 +61,9 @@ pub struct PlanSpec {
 }
 
 fn is_valid_label(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 impl PlanSpec {
@@ -69,35 +76,61 @@ impl PlanSpec {
     /// assert!(PlanSpec::from_toml("[[step]]\ntype = \"square\"\n", "inline").unwrap_err().to_string().contains("step #1 has no 'label'"));
     /// ```
     pub fn from_toml(text: &str, origin: &str) -> Result<PlanSpec> {
-        let root: toml::Table = toml::from_str(text).map_err(|e| Error::plan("", format!("{origin}: {e}")))?;
+        let root: toml::Table =
+            toml::from_str(text).map_err(|e| Error::plan("", format!("{origin}: {e}")))?;
         let mut plan = PlanSpec::default();
         for (key, value) in root {
             match key.as_str() {
                 "run" => {
-                    plan.run = value.try_into().map_err(|e| Error::plan("", format!("{origin}: [run]: {e}")))?;
+                    plan.run = value
+                        .try_into()
+                        .map_err(|e| Error::plan("", format!("{origin}: [run]: {e}")))?;
                 }
                 "step" => {
                     let toml::Value::Array(steps) = value else {
-                        return Err(Error::plan("", format!("{origin}: 'step' must be an array of tables: write [[step]]")));
+                        return Err(Error::plan(
+                            "",
+                            format!("{origin}: 'step' must be an array of tables: write [[step]]"),
+                        ));
                     };
                     for (i, s) in steps.into_iter().enumerate() {
                         let toml::Value::Table(mut t) = s else {
-                            return Err(Error::plan("", format!("{origin}: step #{} is not a table", i + 1)));
+                            return Err(Error::plan(
+                                "",
+                                format!("{origin}: step #{} is not a table", i + 1),
+                            ));
                         };
                         let mut take_str = |k: &str| -> Result<Option<String>> {
                             match t.remove(k) {
                                 None => Ok(None),
                                 Some(toml::Value::String(s)) => Ok(Some(s)),
-                                Some(v) => Err(Error::plan("", format!("{origin}: step #{}: '{k}' must be a string, got {v}", i + 1))),
+                                Some(v) => Err(Error::plan(
+                                    "",
+                                    format!(
+                                        "{origin}: step #{}: '{k}' must be a string, got {v}",
+                                        i + 1
+                                    ),
+                                )),
                             }
                         };
-                        let label = take_str("label")?.ok_or_else(|| Error::plan("", format!("{origin}: step #{} has no 'label'", i + 1)))?;
+                        let label = take_str("label")?.ok_or_else(|| {
+                            Error::plan("", format!("{origin}: step #{} has no 'label'", i + 1))
+                        })?;
                         if !is_valid_label(&label) {
-                            return Err(Error::plan(&label, "a label may hold only letters, digits, '_' and '-'"));
+                            return Err(Error::plan(
+                                &label,
+                                "a label may hold only letters, digits, '_' and '-'",
+                            ));
                         }
-                        let type_name = take_str("type")?.ok_or_else(|| Error::plan(&label, "missing 'type'"))?;
+                        let type_name = take_str("type")?
+                            .ok_or_else(|| Error::plan(&label, "missing 'type'"))?;
                         let backend = take_str("backend")?;
-                        plan.steps.push(StepSpec { label, type_name, backend, keys: t.into_iter().collect() });
+                        plan.steps.push(StepSpec {
+                            label,
+                            type_name,
+                            backend,
+                            keys: t.into_iter().collect(),
+                        });
                     }
                 }
                 other => {
@@ -106,7 +139,10 @@ impl PlanSpec {
             }
         }
         if plan.steps.is_empty() {
-            return Err(Error::plan("", format!("{origin}: the plan has no [[step]]")));
+            return Err(Error::plan(
+                "",
+                format!("{origin}: the plan has no [[step]]"),
+            ));
         }
         Ok(plan)
     }
@@ -150,15 +186,26 @@ fn resolve_named(
         None => (value, None),
     };
     let produced = outputs.get(producer).ok_or_else(|| {
-        Error::plan(label, format!("input '{slot}' = \"{value}\": no step of this plan has label '{producer}'"))
+        Error::plan(
+            label,
+            format!("input '{slot}' = \"{value}\": no step of this plan has label '{producer}'"),
+        )
     })?;
     let ty = ty.or(wanted);
     if let (Some(t), Some(w)) = (ty, wanted) {
         if t != w {
-            return Err(Error::plan(label, format!("input '{slot}' = \"{value}\": this input takes '{w}', not '{t}'")));
+            return Err(Error::plan(
+                label,
+                format!("input '{slot}' = \"{value}\": this input takes '{w}', not '{t}'"),
+            ));
         }
     }
-    let list = |v: &[ProductKey]| v.iter().map(|k| k.type_name.as_str()).collect::<Vec<_>>().join(", ");
+    let list = |v: &[ProductKey]| {
+        v.iter()
+            .map(|k| k.type_name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     match ty {
         Some(t) => match produced.iter().find(|k| k.type_name == t) {
             Some(k) => Ok(vec![k.clone()]),
@@ -183,16 +230,29 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
     let mut staged = Vec::new();
     for s in &spec.steps {
         if !seen.insert(s.label.as_str()) {
-            return Err(Error::plan(&s.label, "duplicate label: another step of this plan has the same label"));
+            return Err(Error::plan(
+                &s.label,
+                "duplicate label: another step of this plan has the same label",
+            ));
         }
         let t = registry.get(&s.type_name).ok_or_else(|| {
-            let hint = closest(&s.type_name, registry.iter().map(|t| t.name)).map(|n| format!("did you mean '{n}'? ")).unwrap_or_default();
-            Error::plan(&s.label, format!("unknown step type '{}' ({hint}`quiver steps` lists the catalogue)", s.type_name))
+            let hint = closest(&s.type_name, registry.iter().map(|t| t.name))
+                .map(|n| format!("did you mean '{n}'? "))
+                .unwrap_or_default();
+            Error::plan(
+                &s.label,
+                format!(
+                    "unknown step type '{}' ({hint}`quiver steps` lists the catalogue)",
+                    s.type_name
+                ),
+            )
         })?;
         let backend = match &s.backend {
             None => Backend::Cpu,
             Some(b) if b == "auto" => registry.resolve_auto(t),
-            Some(b) => b.parse::<Backend>().map_err(|m| Error::plan(&s.label, format!("backend: {m}")))?,
+            Some(b) => b
+                .parse::<Backend>()
+                .map_err(|m| Error::plan(&s.label, format!("backend: {m}")))?,
         };
         if !t.backends.contains(&backend) {
             return Err(Error::plan(
@@ -200,7 +260,11 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
                 format!(
                     "backend '{backend}' is not implemented by step type '{}' (it has: {})",
                     t.name,
-                    t.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+                    t.backends
+                        .iter()
+                        .map(|b| b.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
@@ -211,8 +275,11 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
             })?,
             None => (t.signature.clone(), t.params.clone()),
         };
-        let (inputs, params): (BTreeMap<_, _>, BTreeMap<_, _>) =
-            s.keys.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(k, _)| signature.inputs.iter().any(|i| &i.name == k));
+        let (inputs, params): (BTreeMap<_, _>, BTreeMap<_, _>) = s
+            .keys
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .partition(|(k, _)| signature.inputs.iter().any(|i| &i.name == k));
         let params = Params::resolve(&s.label, &param_specs, &params)?;
         staged.push((s, t, signature, backend, inputs, params));
     }
@@ -220,13 +287,24 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
     // Outputs of every label, and producers of every type.
     let outputs: HashMap<&str, Vec<ProductKey>> = staged
         .iter()
-        .map(|(s, _, sig, ..)| (s.label.as_str(), sig.outputs.iter().map(|o| ProductKey::new(o, &s.label)).collect()))
+        .map(|(s, _, sig, ..)| {
+            (
+                s.label.as_str(),
+                sig.outputs
+                    .iter()
+                    .map(|o| ProductKey::new(o, &s.label))
+                    .collect(),
+            )
+        })
         .collect();
     let mut producers: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for (s, _, sig, ..) in &staged {
         let s: &StepSpec = s;
         for o in &sig.outputs {
-            producers.entry(o.clone()).or_default().push(s.label.as_str());
+            producers
+                .entry(o.clone())
+                .or_default()
+                .push(s.label.as_str());
         }
     }
 
@@ -236,29 +314,55 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
         let mut inputs = BTreeMap::new();
         for slot in &signature.inputs {
             let keys = match given.get(&slot.name) {
-                Some(toml::Value::String(v)) if !slot.many => {
-                    resolve_named(&s.label, &slot.name, slot.product_type.as_deref(), v, &outputs, false)?
-                }
+                Some(toml::Value::String(v)) if !slot.many => resolve_named(
+                    &s.label,
+                    &slot.name,
+                    slot.product_type.as_deref(),
+                    v,
+                    &outputs,
+                    false,
+                )?,
                 Some(toml::Value::Array(vs)) if slot.many => {
                     let mut keys = Vec::new();
                     for v in vs {
                         let v = v.as_str().ok_or_else(|| {
-                            Error::plan(&s.label, format!("input '{}' must list labels as strings, got {v}", slot.name))
+                            Error::plan(
+                                &s.label,
+                                format!(
+                                    "input '{}' must list labels as strings, got {v}",
+                                    slot.name
+                                ),
+                            )
                         })?;
-                        keys.extend(resolve_named(&s.label, &slot.name, slot.product_type.as_deref(), v, &outputs, true)?);
+                        keys.extend(resolve_named(
+                            &s.label,
+                            &slot.name,
+                            slot.product_type.as_deref(),
+                            v,
+                            &outputs,
+                            true,
+                        )?);
                     }
                     keys
                 }
                 Some(v) => {
-                    let what = if slot.many { "a list of labels" } else { "a label (string)" };
-                    return Err(Error::plan(&s.label, format!("input '{}' must be {what}, got {v}", slot.name)));
+                    let what = if slot.many {
+                        "a list of labels"
+                    } else {
+                        "a label (string)"
+                    };
+                    return Err(Error::plan(
+                        &s.label,
+                        format!("input '{}' must be {what}, got {v}", slot.name),
+                    ));
                 }
                 None => {
                     let candidates: Vec<&str> = match &slot.product_type {
                         Some(ty) => producers.get(ty.as_str()).cloned().unwrap_or_default(),
                         None => Vec::new(),
                     };
-                    let candidates: Vec<&str> = candidates.into_iter().filter(|l| *l != s.label).collect();
+                    let candidates: Vec<&str> =
+                        candidates.into_iter().filter(|l| *l != s.label).collect();
                     let ty = slot.product_type.as_deref().unwrap_or("any");
                     match candidates.as_slice() {
                         [one] => vec![ProductKey::new(ty, *one)],
@@ -301,10 +405,20 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
     }
 
     // Execution order: topological, ties broken by plan order.
-    let index: HashMap<&str, usize> = resolved.iter().enumerate().map(|(i, s)| (s.label.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = resolved
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.label.as_str(), i))
+        .collect();
     let deps: Vec<BTreeSet<usize>> = resolved
         .iter()
-        .map(|s| s.inputs.values().flatten().map(|k| index[k.label.as_str()]).collect())
+        .map(|s| {
+            s.inputs
+                .values()
+                .flatten()
+                .map(|k| index[k.label.as_str()])
+                .collect()
+        })
         .collect();
     let mut done = vec![false; resolved.len()];
     let mut order = Vec::with_capacity(resolved.len());
@@ -316,14 +430,29 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
                 order.push(i);
             }
             None => {
-                let stuck: Vec<&str> = (0..resolved.len()).filter(|&i| !done[i]).map(|i| resolved[i].label.as_str()).collect();
-                return Err(Error::plan(stuck[0], format!("cycle: steps {} consume each other's products", stuck.join(" -> "))));
+                let stuck: Vec<&str> = (0..resolved.len())
+                    .filter(|&i| !done[i])
+                    .map(|i| resolved[i].label.as_str())
+                    .collect();
+                return Err(Error::plan(
+                    stuck[0],
+                    format!(
+                        "cycle: steps {} consume each other's products",
+                        stuck.join(" -> ")
+                    ),
+                ));
             }
         }
     }
     let mut slots: Vec<Option<ResolvedStep>> = resolved.into_iter().map(Some).collect();
-    let steps = order.into_iter().map(|i| slots[i].take().expect("each once")).collect();
-    let plan = ResolvedPlan { run: spec.run.clone(), steps };
+    let steps = order
+        .into_iter()
+        .map(|i| slots[i].take().expect("each once"))
+        .collect();
+    let plan = ResolvedPlan {
+        run: spec.run.clone(),
+        steps,
+    };
     registry.check_output_files(&plan)?;
     for check in registry.plan_checks() {
         check(&plan)?;
@@ -352,21 +481,44 @@ impl ResolvedPlan {
         let last = self.last_use();
         let mut s = String::new();
         for (i, st) in self.steps.iter().enumerate() {
-            let _ = writeln!(s, "{:>2}. {} ({}, {})", i + 1, st.label, st.type_name, st.backend);
+            let _ = writeln!(
+                s,
+                "{:>2}. {} ({}, {})",
+                i + 1,
+                st.label,
+                st.type_name,
+                st.backend
+            );
             for (slot, keys) in &st.inputs {
-                let _ = writeln!(s, "      {slot} <- {}", keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", "));
+                let _ = writeln!(
+                    s,
+                    "      {slot} <- {}",
+                    keys.iter()
+                        .map(|k| k.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
             }
             for k in &st.outputs {
                 match last.get(k) {
                     Some(&l) if l > i => {
-                        let _ = writeln!(s, "      -> {k}  (last read by step {}, {})", l + 1, self.steps[l].label);
+                        let _ = writeln!(
+                            s,
+                            "      -> {k}  (last read by step {}, {})",
+                            l + 1,
+                            self.steps[l].label
+                        );
                     }
                     _ => {
                         let _ = writeln!(s, "      -> {k}  (read by no step: dropped at once)");
                     }
                 }
             }
-            let params: Vec<String> = st.params.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            let params: Vec<String> = st
+                .params
+                .iter()
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect();
             if !params.is_empty() {
                 let _ = writeln!(s, "      {}", params.join(", "));
             }
@@ -406,7 +558,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
         let mut diag = row[0];
         row[0] = i + 1;
         for (j, &cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            let next = (diag + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
             diag = row[j + 1];
             row[j + 1] = next;
         }
@@ -418,7 +572,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// the name's length in edits (at least 1), ties broken by name order.
 fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).max(1);
-    candidates.map(|c| (edit_distance(name, c), c)).filter(|(d, _)| *d <= limit).min().map(|(_, c)| c)
+    candidates
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
 }
 
 #[cfg(test)]
@@ -440,7 +598,10 @@ mod suggestion_tests {
         let names = ["square", "rechits", "random_floats", "clusterize"];
         assert_eq!(closest("sqaure", names.iter().copied()), Some("square"));
         assert_eq!(closest("rechit", names.iter().copied()), Some("rechits"));
-        assert_eq!(closest("clusterise", names.iter().copied()), Some("clusterize"));
+        assert_eq!(
+            closest("clusterise", names.iter().copied()),
+            Some("clusterize")
+        );
         assert_eq!(closest("cube", names.iter().copied()), None);
         assert_eq!(closest("x", names.iter().copied()), None);
     }

@@ -42,7 +42,12 @@ impl Inner {
             for b in blocks {
                 // SAFETY: allocated in `take_block` with this layout; a cached block is
                 // owned by the list alone.
-                unsafe { dealloc(b.0.as_ptr(), Layout::from_size_align_unchecked(size, ALIGNMENT)) };
+                unsafe {
+                    dealloc(
+                        b.0.as_ptr(),
+                        Layout::from_size_align_unchecked(size, ALIGNMENT),
+                    )
+                };
                 self.bytes_held.fetch_sub(size as u64, Ordering::Relaxed);
             }
         }
@@ -78,7 +83,11 @@ pub struct PoolStats {
 impl PoolStats {
     /// Fraction of requests served from the pool (1 when there were none).
     pub fn hit_rate(&self) -> f64 {
-        if self.requests == 0 { 1.0 } else { self.hits as f64 / self.requests as f64 }
+        if self.requests == 0 {
+            1.0
+        } else {
+            self.hits as f64 / self.requests as f64
+        }
     }
     /// Counters of `self` minus those of an earlier snapshot; levels are `self`'s.
     pub fn since(&self, earlier: &PoolStats) -> PoolStats {
@@ -155,11 +164,17 @@ impl BufferPool {
 
     fn take_block(&self, bytes: usize) -> PooledBlock {
         let class = class_of(bytes);
-        assert!(class < NUM_CLASSES, "buffer of {bytes} bytes exceeds the pool's largest class");
+        assert!(
+            class < NUM_CLASSES,
+            "buffer of {bytes} bytes exceeds the pool's largest class"
+        );
         let size = class_size(class);
         let i = &self.inner;
         i.requests.fetch_add(1, Ordering::Relaxed);
-        let cached = i.classes[class].lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let cached = i.classes[class]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop();
         let ptr = match cached {
             Some(b) => {
                 i.hits.fetch_add(1, Ordering::Relaxed);
@@ -169,7 +184,9 @@ impl BufferPool {
                 let layout = Layout::from_size_align(size, ALIGNMENT).expect("valid layout");
                 // SAFETY: non-zero size.
                 let p = unsafe { alloc(layout) };
-                let Some(p) = NonNull::new(p) else { std::alloc::handle_alloc_error(layout) };
+                let Some(p) = NonNull::new(p) else {
+                    std::alloc::handle_alloc_error(layout)
+                };
                 i.system_allocations.fetch_add(1, Ordering::Relaxed);
                 let held = i.bytes_held.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
                 i.peak_bytes_held.fetch_max(held, Ordering::Relaxed);
@@ -177,7 +194,11 @@ impl BufferPool {
             }
         };
         i.bytes_in_use.fetch_add(size as u64, Ordering::Relaxed);
-        PooledBlock { ptr, class, pool: self.inner.clone() }
+        PooledBlock {
+            ptr,
+            class,
+            pool: self.inner.clone(),
+        }
     }
 
     /// An empty vector with room for `capacity` elements, backed by pooled memory.
@@ -198,7 +219,13 @@ impl BufferPool {
     pub fn vec<T: ArrowNativeType>(&self, capacity: usize) -> PoolVec<T> {
         let block = self.take_block(capacity.max(1) * std::mem::size_of::<T>());
         let cap = class_size(block.class) / std::mem::size_of::<T>();
-        PoolVec { block, len: 0, cap, pool: self.clone(), _t: PhantomData }
+        PoolVec {
+            block,
+            len: 0,
+            cap,
+            pool: self.clone(),
+            _t: PhantomData,
+        }
     }
 
     /// A pooled buffer holding a copy of `values`.
@@ -271,7 +298,14 @@ impl<T: ArrowNativeType> PoolVec<T> {
             self.grow_to(self.len + 1);
         }
         // SAFETY: len < cap, block is aligned for T (64-byte alignment).
-        unsafe { self.block.ptr.as_ptr().cast::<T>().add(self.len).write(value) };
+        unsafe {
+            self.block
+                .ptr
+                .as_ptr()
+                .cast::<T>()
+                .add(self.len)
+                .write(value)
+        };
         self.len += 1;
     }
     /// Appends a slice.
@@ -362,7 +396,11 @@ mod tests {
         let a = Int32Array::new(v.into_scalar_buffer(), None);
         let sliced = a.slice(10, 5);
         drop(a);
-        assert_eq!(pool.stats().bytes_in_use, 512, "slice still holds the block");
+        assert_eq!(
+            pool.stats().bytes_in_use,
+            512,
+            "slice still holds the block"
+        );
         assert_eq!(sliced.value(0), 10);
         drop(sliced);
         assert_eq!(pool.stats().bytes_in_use, 0);

@@ -31,7 +31,10 @@ pub struct ProductKey {
 impl ProductKey {
     /// A key.
     pub fn new(type_name: impl Into<String>, label: impl Into<String>) -> Self {
-        ProductKey { type_name: type_name.into(), label: label.into() }
+        ProductKey {
+            type_name: type_name.into(),
+            label: label.into(),
+        }
     }
 }
 
@@ -96,8 +99,11 @@ impl Product {
     /// assert_eq!(p.event_rows(2), 2..3);
     /// ```
     pub fn new(batch: RecordBatch, offsets: OffsetBuffer<i32>) -> Result<Self> {
-        let name = schema_name(batch.schema_ref())
-            .ok_or_else(|| Error::data(format!("product schema has no '{SCHEMA_NAME_KEY}' metadata")))?;
+        let name = schema_name(batch.schema_ref()).ok_or_else(|| {
+            Error::data(format!(
+                "product schema has no '{SCHEMA_NAME_KEY}' metadata"
+            ))
+        })?;
         let rows = offsets.last().copied().unwrap_or(0) as usize;
         if rows != batch.num_rows() || offsets[0] != 0 {
             return Err(Error::data(format!(
@@ -107,7 +113,12 @@ impl Product {
             )));
         }
         let schema = batch.schema();
-        Ok(Product { host: OnceLock::from(Ok(batch)), schema, offsets, device: None })
+        Ok(Product {
+            host: OnceLock::from(Ok(batch)),
+            schema,
+            offsets,
+            device: None,
+        })
     }
 
     /// A product whose rows exist only on a device. `schema` is the product schema (named,
@@ -142,8 +153,11 @@ impl Product {
         rows: usize,
         data: Arc<dyn DeviceData>,
     ) -> Result<Self> {
-        let name = schema_name(&schema)
-            .ok_or_else(|| Error::data(format!("device product schema has no '{SCHEMA_NAME_KEY}' metadata")))?;
+        let name = schema_name(&schema).ok_or_else(|| {
+            Error::data(format!(
+                "device product schema has no '{SCHEMA_NAME_KEY}' metadata"
+            ))
+        })?;
         let last = offsets.last().copied().unwrap_or(0) as usize;
         if last != rows || offsets[0] != 0 {
             return Err(Error::data(format!(
@@ -158,7 +172,12 @@ impl Product {
                 data.device()
             )));
         }
-        Ok(Product { host: OnceLock::new(), schema, offsets, device: Some(data) })
+        Ok(Product {
+            host: OnceLock::new(),
+            schema,
+            offsets,
+            device: Some(data),
+        })
     }
 
     /// The same host product with a device copy of its rows attached: a GPU step that
@@ -172,7 +191,10 @@ impl Product {
 
     /// Where the product's rows are now.
     pub fn placement(&self) -> Placement {
-        match (matches!(self.host.get(), Some(Ok(_))), self.device.is_some()) {
+        match (
+            matches!(self.host.get(), Some(Ok(_))),
+            self.device.is_some(),
+        ) {
             (_, false) => Placement::Host,
             (false, true) => Placement::Device,
             (true, true) => Placement::Both,
@@ -187,16 +209,28 @@ impl Product {
     /// The host view, downloading it first if the product lives only on a device. Returns
     /// the bytes downloaded and the time taken when this call made the download (each
     /// product is downloaded at most once; concurrent callers wait for the one download).
-    pub fn host_with_transfer(&self) -> Result<(&RecordBatch, Option<(usize, std::time::Duration)>)> {
+    pub fn host_with_transfer(
+        &self,
+    ) -> Result<(&RecordBatch, Option<(usize, std::time::Duration)>)> {
         let mut made = None;
         let got = self.host.get_or_init(|| {
             let Some(data) = self.device.as_ref() else {
-                return Err(format!("product '{}' has neither host nor device data", self.type_name()));
+                return Err(format!(
+                    "product '{}' has neither host nor device data",
+                    self.type_name()
+                ));
             };
             let t0 = Instant::now();
-            let b = data.download().and_then(|b| self.check_download(b, data.device())).map_err(|e| {
-                format!("downloading product '{}' from {}: {e}", self.type_name(), data.device())
-            })?;
+            let b = data
+                .download()
+                .and_then(|b| self.check_download(b, data.device()))
+                .map_err(|e| {
+                    format!(
+                        "downloading product '{}' from {}: {e}",
+                        self.type_name(),
+                        data.device()
+                    )
+                })?;
             made = Some((data.nbytes(), t0.elapsed()));
             Ok(b)
         });
@@ -218,7 +252,10 @@ impl Product {
             )));
         }
         // The host view carries the product schema (name and version metadata).
-        Ok(RecordBatch::try_new(self.schema.clone(), b.columns().to_vec())?)
+        Ok(RecordBatch::try_new(
+            self.schema.clone(),
+            b.columns().to_vec(),
+        )?)
     }
 
     /// The host view, downloading it first if needed (see [`Product::host_with_transfer`]).
@@ -227,7 +264,10 @@ impl Product {
     }
 
     /// A product from a batch and the row count of each event.
-    pub fn from_lengths(batch: RecordBatch, lengths: impl IntoIterator<Item = usize>) -> Result<Self> {
+    pub fn from_lengths(
+        batch: RecordBatch,
+        lengths: impl IntoIterator<Item = usize>,
+    ) -> Result<Self> {
         Self::new(batch, offsets_from_lengths(lengths)?)
     }
 
@@ -241,7 +281,11 @@ impl Product {
     }
     /// The schema version.
     pub fn schema_version(&self) -> u32 {
-        self.schema.metadata().get(SCHEMA_VERSION_KEY).and_then(|v| v.parse().ok()).unwrap_or(0)
+        self.schema
+            .metadata()
+            .get(SCHEMA_VERSION_KEY)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
     }
     /// All rows of all events, on the host.
     ///
@@ -288,7 +332,15 @@ impl Product {
     /// Bytes of the host buffers the product references (offsets only, while its rows
     /// live only on a device).
     pub fn nbytes(&self) -> usize {
-        self.host.get().and_then(|h| h.as_ref().ok()).map_or(0, |b| b.columns().iter().map(|c| c.get_buffer_memory_size()).sum::<usize>())
+        self.host
+            .get()
+            .and_then(|h| h.as_ref().ok())
+            .map_or(0, |b| {
+                b.columns()
+                    .iter()
+                    .map(|c| c.get_buffer_memory_size())
+                    .sum::<usize>()
+            })
             + self.offsets.inner().inner().len()
     }
     /// Device bytes the product holds (0 for a host product).
@@ -297,7 +349,8 @@ impl Product {
     }
     /// An `event` column (absolute event numbers from `first_event`), one entry per row.
     pub fn event_column(&self, first_event: u64) -> UInt32Array {
-        let mut v = crate::pool::global().vec::<u32>(self.offsets.last().copied().unwrap_or(0) as usize);
+        let mut v =
+            crate::pool::global().vec::<u32>(self.offsets.last().copied().unwrap_or(0) as usize);
         for (i, w) in self.offsets.windows(2).enumerate() {
             let ev = (first_event + i as u64) as u32;
             for _ in w[0]..w[1] {
@@ -311,7 +364,11 @@ impl Product {
     pub fn with_event_column(&self, first_event: u64) -> Result<RecordBatch> {
         let batch = self.host()?;
         let schema = batch.schema();
-        let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new(EVENT_COLUMN, arrow_schema::DataType::UInt32, false))];
+        let mut fields: Vec<Arc<Field>> = vec![Arc::new(Field::new(
+            EVENT_COLUMN,
+            arrow_schema::DataType::UInt32,
+            false,
+        ))];
         fields.extend(schema.fields().iter().cloned());
         let mut columns: Vec<Arc<dyn Array>> = vec![Arc::new(self.event_column(first_event))];
         columns.extend(batch.columns().iter().cloned());
@@ -351,8 +408,13 @@ mod tests {
     use arrow_schema::DataType;
 
     fn floats(values: Vec<f32>, lengths: &[usize]) -> Product {
-        let schema = product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)]);
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(values))]).unwrap();
+        let schema = product_schema(
+            "floats",
+            1,
+            vec![Field::new("value", DataType::Float32, false)],
+        );
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(values))]).unwrap();
         Product::from_lengths(batch, lengths.iter().copied()).unwrap()
     }
 
@@ -380,12 +442,18 @@ mod tests {
     #[test]
     fn rejects_unnamed_schema_and_bad_offsets() {
         let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Float32, false)]));
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(vec![1.0]))]).unwrap();
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(Float32Array::from(vec![1.0]))]).unwrap();
         let e = Product::from_lengths(batch, [1]).unwrap_err().to_string();
         assert!(e.contains("quiver.schema"), "{e}");
         let p = floats(vec![1.0], &[1]);
-        let e = Product::from_lengths(p.batch().clone(), [2]).unwrap_err().to_string();
-        assert!(e.contains("offsets span rows 0..2 but the batch has 1 rows"), "{e}");
+        let e = Product::from_lengths(p.batch().clone(), [2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("offsets span rows 0..2 but the batch has 1 rows"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -154,12 +154,21 @@ impl TrafficLog {
     }
     /// A copy of the records so far.
     pub fn snapshot(&self) -> BTreeMap<ProductKey, ProductTraffic> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     /// True when nothing crossed the bus and nothing was produced on a device.
     pub fn is_host_only(&self) -> bool {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).values().all(|t| {
-            t.downloads.count == 0 && t.uploads.count == 0 && (t.produced_on.is_empty() || t.produced_on == "host")
-        })
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .all(|t| {
+                t.downloads.count == 0
+                    && t.uploads.count == 0
+                    && (t.produced_on.is_empty() || t.produced_on == "host")
+            })
     }
 }

@@ -108,7 +108,11 @@ impl InputIdentity {
             .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
             .and_then(|t| t.get("seed").and_then(|s| s.as_integer()))
             .and_then(|s| u64::try_from(s).ok());
-        Ok(Some(InputIdentity { path: dir.display().to_string(), manifest_sha256: sha256_file(&mp)?, seed }))
+        Ok(Some(InputIdentity {
+            path: dir.display().to_string(),
+            manifest_sha256: sha256_file(&mp)?,
+            seed,
+        }))
     }
 }
 
@@ -171,7 +175,10 @@ fn hex(bytes: &[u8]) -> String {
 
 /// SHA-256 of a file's contents.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::io::BufReader::with_capacity(1 << 20, File::open(path).map_err(|e| Error::io(path, e))?);
+    let mut f = std::io::BufReader::with_capacity(
+        1 << 20,
+        File::open(path).map_err(|e| Error::io(path, e))?,
+    );
     let mut h = Sha256::new();
     std::io::copy(&mut f, &mut h).map_err(|e| Error::io(path, e))?;
     Ok(hex(&h.finalize()))
@@ -180,7 +187,17 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// This host's name, as it appears in staging directory names (letters, digits, `-`).
 fn host() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let h: String = raw.trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect();
+    let h: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
     if h.is_empty() {
         "host".into()
     } else {
@@ -204,7 +221,9 @@ struct Names {
 
 impl Names {
     fn new(name: &str) -> Self {
-        Names { prefix: format!(".{name}.quiver-staging-") }
+        Names {
+            prefix: format!(".{name}.quiver-staging-"),
+        }
     }
     fn staging(&self, host: &str, pid: u32) -> String {
         format!("{}{host}-{pid}", self.prefix)
@@ -258,9 +277,18 @@ impl Kind {
 /// `conditions/beamspot.arrow`) that the manifest at `p` lists in its `files` table.
 fn listed(p: &Path) -> Result<std::collections::BTreeSet<String>> {
     let text = std::fs::read_to_string(p).map_err(|e| Error::io(p, e))?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| Error::data(format!("{}: not a Quiver manifest: {e}", p.display())))?;
-    let files = table.get("files").and_then(|f| f.as_table()).ok_or_else(|| Error::data(format!("{}: no `files` table", p.display())))?;
-    Ok(files.keys().filter_map(|k| k.split('/').next()).filter(|k| !k.is_empty() && *k != "." && *k != "..").map(String::from).collect())
+    let table: toml::Table = toml::from_str(&text)
+        .map_err(|e| Error::data(format!("{}: not a Quiver manifest: {e}", p.display())))?;
+    let files = table
+        .get("files")
+        .and_then(|f| f.as_table())
+        .ok_or_else(|| Error::data(format!("{}: no `files` table", p.display())))?;
+    Ok(files
+        .keys()
+        .filter_map(|k| k.split('/').next())
+        .filter(|k| !k.is_empty() && *k != "." && *k != "..")
+        .map(String::from)
+        .collect())
 }
 
 /// What a directory holds, for the decision to replace it.
@@ -283,7 +311,12 @@ fn holding(dir: &Path, kind: Kind) -> Result<Holding> {
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Holding::Absent),
-        Err(e) => return Err(Error::Usage(format!("cannot create the output directory {}: {e}", dir.display()))),
+        Err(e) => {
+            return Err(Error::Usage(format!(
+                "cannot create the output directory {}: {e}",
+                dir.display()
+            )))
+        }
     };
     if !meta.is_dir() {
         return Err(Error::Usage(format!(
@@ -299,7 +332,11 @@ fn holding(dir: &Path, kind: Kind) -> Result<Holding> {
     entries.sort();
     // Ours: a staging directory of an in-place commit (a live run's, or a killed one's that
     // `begin` removes) and the marker of an in-place commit that was interrupted.
-    let staged_inside: Vec<String> = entries.iter().filter(|e| e.starts_with(INSIDE_STAGING)).cloned().collect();
+    let staged_inside: Vec<String> = entries
+        .iter()
+        .filter(|e| e.starts_with(INSIDE_STAGING))
+        .cloned()
+        .collect();
     let replacing = entries.iter().any(|e| e == REPLACING);
     entries.retain(|e| !e.starts_with(INSIDE_STAGING) && e != REPLACING);
     if entries.is_empty() {
@@ -314,7 +351,11 @@ fn holding(dir: &Path, kind: Kind) -> Result<Holding> {
     };
     let list = |names: &[&String]| {
         let shown: Vec<&str> = names.iter().take(5).map(|s| s.as_str()).collect();
-        let more = if names.len() > 5 { format!(" and {} more", names.len() - 5) } else { String::new() };
+        let more = if names.len() > 5 {
+            format!(" and {} more", names.len() - 5)
+        } else {
+            String::new()
+        };
         format!("{}{more}", shown.join(", "))
     };
     if !entries.iter().any(|e| e == mf) && replacing {
@@ -328,21 +369,36 @@ fn holding(dir: &Path, kind: Kind) -> Result<Holding> {
         }
         let foreign: Vec<&String> = entries.iter().filter(|e| !known.contains(*e)).collect();
         if !foreign.is_empty() {
-            return Err(refuse(format!("holds an interrupted Quiver commit and files that belong to no run: {}", list(&foreign))));
+            return Err(refuse(format!(
+                "holds an interrupted Quiver commit and files that belong to no run: {}",
+                list(&foreign)
+            )));
         }
         return Ok(Holding::Interrupted);
     }
     if kind == Kind::Dataset && entries.iter().any(|e| e == MANIFEST) {
-        return Err(refuse(format!("holds a Quiver run ({MANIFEST}), not a dataset")));
+        return Err(refuse(format!(
+            "holds a Quiver run ({MANIFEST}), not a dataset"
+        )));
     }
     if !entries.iter().any(|e| e == mf) {
         let all: Vec<&String> = entries.iter().collect();
-        return Err(refuse(format!("is not empty and holds no Quiver {what} manifest ({mf}): {}", list(&all))));
+        return Err(refuse(format!(
+            "is not empty and holds no Quiver {what} manifest ({mf}): {}",
+            list(&all)
+        )));
     }
-    let known = listed(&dir.join(mf)).map_err(|e| refuse(format!("holds a {mf} that is not a Quiver {what}'s ({e})")))?;
-    let foreign: Vec<&String> = entries.iter().filter(|e| *e != mf && !known.contains(*e)).collect();
+    let known = listed(&dir.join(mf))
+        .map_err(|e| refuse(format!("holds a {mf} that is not a Quiver {what}'s ({e})")))?;
+    let foreign: Vec<&String> = entries
+        .iter()
+        .filter(|e| *e != mf && !known.contains(*e))
+        .collect();
     if !foreign.is_empty() {
-        return Err(refuse(format!("holds files that are not part of the {what} its {mf} describes: {}", list(&foreign))));
+        return Err(refuse(format!(
+            "holds files that are not part of the {what} its {mf} describes: {}",
+            list(&foreign)
+        )));
     }
     match kind {
         Kind::Run => Ok(Holding::Run(read_manifest(dir)?)),
@@ -396,16 +452,29 @@ impl StagedRun {
     fn begin_kind(dir: &Path, kind: Kind) -> Result<StagedRun> {
         let dir = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
         // A symbolic link to a directory: the run goes where it points.
-        let dir = if dir.exists() { dir.canonicalize().map_err(|e| Error::io(&dir, e))? } else { dir };
+        let dir = if dir.exists() {
+            dir.canonicalize().map_err(|e| Error::io(&dir, e))?
+        } else {
+            dir
+        };
         let name = dir
             .file_name()
-            .ok_or_else(|| Error::Usage(format!("the output directory {} has no name: choose a directory below it", dir.display())))?
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "the output directory {} has no name: choose a directory below it",
+                    dir.display()
+                ))
+            })?
             .to_string_lossy()
             .into_owned();
         let parent = dir.parent().unwrap_or(Path::new("/")).to_path_buf();
         let held = holding(&dir, kind)?;
-        std::fs::create_dir_all(&parent)
-            .map_err(|e| Error::Usage(format!("cannot create the output directory {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&parent).map_err(|e| {
+            Error::Usage(format!(
+                "cannot create the output directory {}: {e}",
+                dir.display()
+            ))
+        })?;
         let names = Names::new(&name);
         let host = host();
         let me = std::process::id();
@@ -427,9 +496,17 @@ impl StagedRun {
         #[cfg(test)]
         let inside = inside || (dir.is_dir() && tests::FORCE_INSIDE.with(|f| f.get()));
         if inside {
-            for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
+            for e in std::fs::read_dir(&dir)
+                .map_err(|e| Error::io(&dir, e))?
+                .flatten()
+            {
                 let n = e.file_name().to_string_lossy().into_owned();
-                let Some((h, pid)) = n.strip_prefix(INSIDE_STAGING).and_then(|r| r.rsplit_once('-')) else { continue };
+                let Some((h, pid)) = n
+                    .strip_prefix(INSIDE_STAGING)
+                    .and_then(|r| r.rsplit_once('-'))
+                else {
+                    continue;
+                };
                 if h == host && pid.parse().is_ok_and(|pid: u32| pid == me || !alive(pid)) {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
@@ -438,14 +515,21 @@ impl StagedRun {
         if matches!(held, Holding::Interrupted) {
             // What a killed in-place commit left: files of the old and the new run only
             // (`holding` checked), neither complete. The marker stays until the next commit.
-            for e in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten() {
+            for e in std::fs::read_dir(&dir)
+                .map_err(|e| Error::io(&dir, e))?
+                .flatten()
+            {
                 let n = e.file_name().to_string_lossy().into_owned();
                 if n != REPLACING && !n.starts_with(INSIDE_STAGING) {
                     remove_entry(&e.path())?;
                 }
             }
         }
-        let staging = if inside { dir.join(format!("{INSIDE_STAGING}{host}-{me}")) } else { parent.join(names.staging(&host, me)) };
+        let staging = if inside {
+            dir.join(format!("{INSIDE_STAGING}{host}-{me}"))
+        } else {
+            parent.join(names.staging(&host, me))
+        };
         std::fs::create_dir(&staging).map_err(|e| {
             Error::Usage(format!(
                 "cannot write beside the output directory {} (a run is staged in {} and moved in whole): {e}",
@@ -453,7 +537,13 @@ impl StagedRun {
                 staging.display()
             ))
         })?;
-        Ok(StagedRun { dir, staging, inside, kind, finished: false })
+        Ok(StagedRun {
+            dir,
+            staging,
+            inside,
+            kind,
+            finished: false,
+        })
     }
 
     /// The output directory (absolute).
@@ -481,7 +571,10 @@ impl StagedRun {
             let e = e.map_err(|e| Error::io(&self.staging, e))?;
             let t = e.file_type().map_err(|err| Error::io(e.path(), err))?;
             if !t.is_file() {
-                return Err(Error::data(format!("{}: the staged run holds a non-file entry; nothing was committed", e.path().display())));
+                return Err(Error::data(format!(
+                    "{}: the staged run holds a non-file entry; nothing was committed",
+                    e.path().display()
+                )));
             }
             names.push(e.file_name().to_string_lossy().into_owned());
         }
@@ -490,7 +583,13 @@ impl StagedRun {
             .map(|n| {
                 let p = self.staging.join(n);
                 let bytes = std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?.len();
-                Ok((n.clone(), FileRecord { bytes, sha256: sha256_file(&p)? }))
+                Ok((
+                    n.clone(),
+                    FileRecord {
+                        bytes,
+                        sha256: sha256_file(&p)?,
+                    },
+                ))
             })
             .collect::<Result<BTreeMap<_, _>>>()?;
         let manifest = RunManifest {
@@ -503,12 +602,14 @@ impl StagedRun {
             files,
             input: info.input.clone(),
         };
-        let text = toml::to_string(&manifest).map_err(|e| Error::data(format!("writing the run manifest: {e}")))?;
+        let text = toml::to_string(&manifest)
+            .map_err(|e| Error::data(format!("writing the run manifest: {e}")))?;
         let mp = self.staging.join(MANIFEST);
         {
             use std::io::Write;
             let mut f = File::create(&mp).map_err(|e| Error::io(&mp, e))?;
-            f.write_all(text.as_bytes()).map_err(|e| Error::io(&mp, e))?;
+            f.write_all(text.as_bytes())
+                .map_err(|e| Error::io(&mp, e))?;
             f.sync_all().map_err(|e| Error::io(&mp, e))?;
         }
         sync_dir(&self.staging);
@@ -527,7 +628,12 @@ impl StagedRun {
                     self.staging.display()
                 ))
             })?;
-            return Ok(Committed { dir: self.dir.clone(), manifest, replaced, time: start.elapsed() });
+            return Ok(Committed {
+                dir: self.dir.clone(),
+                manifest,
+                replaced,
+                time: start.elapsed(),
+            });
         }
         // The directory may have changed while the job ran: check again.
         let replaced = match holding(&self.dir, Kind::Run)? {
@@ -557,7 +663,12 @@ impl StagedRun {
         if let Some(parent) = self.dir.parent() {
             sync_dir(parent);
         }
-        Ok(Committed { dir: self.dir.clone(), manifest, replaced, time: start.elapsed() })
+        Ok(Committed {
+            dir: self.dir.clone(),
+            manifest,
+            replaced,
+            time: start.elapsed(),
+        })
     }
 
     /// The commit into a directory that cannot be exchanged (a mount point): the old
@@ -585,7 +696,8 @@ impl StagedRun {
             std::fs::rename(self.staging.join(name), &to).map_err(|e| Error::io(&to, e))?;
         }
         sync_dir(&self.dir);
-        std::fs::rename(self.staging.join(self.kind.manifest()), &mp).map_err(|e| Error::io(&mp, e))?;
+        std::fs::rename(self.staging.join(self.kind.manifest()), &mp)
+            .map_err(|e| Error::io(&mp, e))?;
         sync_dir(&self.dir);
         let _ = std::fs::remove_file(&marker);
         let _ = std::fs::remove_dir_all(&self.staging);
@@ -599,14 +711,20 @@ impl StagedRun {
     pub fn commit_dataset(mut self) -> Result<bool> {
         let mf = Kind::Dataset.manifest();
         if !self.staging.join(mf).is_file() {
-            return Err(Error::data(format!("{}: the staged dataset has no {mf}; nothing was committed", self.staging.display())));
+            return Err(Error::data(format!(
+                "{}: the staged dataset has no {mf}; nothing was committed",
+                self.staging.display()
+            )));
         }
         sync_dir(&self.staging);
         let held = holding(&self.dir, Kind::Dataset)?;
         self.finished = true;
         if self.inside {
             let mut new = Vec::new();
-            for e in std::fs::read_dir(&self.staging).map_err(|e| Error::io(&self.staging, e))?.flatten() {
+            for e in std::fs::read_dir(&self.staging)
+                .map_err(|e| Error::io(&self.staging, e))?
+                .flatten()
+            {
                 let n = e.file_name().to_string_lossy().into_owned();
                 if n != mf {
                     new.push(n);
@@ -627,7 +745,13 @@ impl StagedRun {
             _ => match std::fs::rename(&self.staging, &self.dir) {
                 Ok(()) => {}
                 Err(_) if self.dir.is_dir() => exchange(&self.staging, &self.dir)?,
-                Err(e) => return Err(Error::data(format!("cannot move the new dataset into {}: {e}; it is kept in {}", self.dir.display(), self.staging.display()))),
+                Err(e) => {
+                    return Err(Error::data(format!(
+                        "cannot move the new dataset into {}: {e}; it is kept in {}",
+                        self.dir.display(),
+                        self.staging.display()
+                    )))
+                }
             },
         }
         let _ = std::fs::remove_dir_all(&self.staging);
@@ -643,7 +767,9 @@ impl StagedRun {
     /// when the job wrote nothing.
     pub fn keep_partial(mut self) -> Result<Option<PathBuf>> {
         self.finished = true;
-        let empty = std::fs::read_dir(&self.staging).map(|mut d| d.next().is_none()).unwrap_or(true);
+        let empty = std::fs::read_dir(&self.staging)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true);
         if empty {
             let _ = std::fs::remove_dir_all(&self.staging);
             return Ok(None);
@@ -660,7 +786,10 @@ impl StagedRun {
                 target = PathBuf::from(t);
             }
         }
-        let _ = std::fs::write(self.staging.join(PARTIAL_MARKER), b"the files of a failed Quiver run; not a complete run\n");
+        let _ = std::fs::write(
+            self.staging.join(PARTIAL_MARKER),
+            b"the files of a failed Quiver run; not a complete run\n",
+        );
         std::fs::rename(&self.staging, &target).map_err(|e| Error::io(&target, e))?;
         Ok(Some(target))
     }
@@ -713,15 +842,29 @@ fn exchange(a: &Path, b: &Path) -> Result<()> {
     #[cfg(test)]
     if tests::FAIL_EXCHANGE.with(|f| f.get()) {
         let err = std::io::Error::from_raw_os_error(libc::EBUSY);
-        return Err(Error::data(format!("cannot move the new run into {}: {err}; it is kept in {}", b.display(), a.display())));
+        return Err(Error::data(format!(
+            "cannot move the new run into {}: {err}; it is kept in {}",
+            b.display(),
+            a.display()
+        )));
     }
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
-    let ca = CString::new(a.as_os_str().as_bytes()).map_err(|_| Error::data(format!("{}: a NUL in the path", a.display())))?;
-    let cb = CString::new(b.as_os_str().as_bytes()).map_err(|_| Error::data(format!("{}: a NUL in the path", b.display())))?;
+    let ca = CString::new(a.as_os_str().as_bytes())
+        .map_err(|_| Error::data(format!("{}: a NUL in the path", a.display())))?;
+    let cb = CString::new(b.as_os_str().as_bytes())
+        .map_err(|_| Error::data(format!("{}: a NUL in the path", b.display())))?;
     // SAFETY: both paths are valid NUL-terminated strings that outlive the call; AT_FDCWD
     // makes them relative to the working directory (they are absolute here).
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
     if rc == 0 {
         return Ok(());
     }
@@ -729,7 +872,11 @@ fn exchange(a: &Path, b: &Path) -> Result<()> {
     match err.raw_os_error() {
         // The file system cannot exchange (or an old kernel): two renames.
         Some(libc::EINVAL) | Some(libc::ENOSYS) => exchange_by_renames(a, b),
-        _ => Err(Error::data(format!("cannot move the new run into {}: {err}; it is kept in {}", b.display(), a.display()))),
+        _ => Err(Error::data(format!(
+            "cannot move the new run into {}: {err}; it is kept in {}",
+            b.display(),
+            a.display()
+        ))),
     }
 }
 
@@ -769,15 +916,24 @@ fn read_manifest_file(mp: &Path) -> Result<RunManifest> {
     let text = String::from_utf8(bytes).map_err(|_| damaged("not UTF-8 text".into()))?;
     let m: RunManifest = toml::from_str(&text).map_err(|e| damaged(e.message().to_string()))?;
     if m.format != FORMAT {
-        return Err(damaged(format!("format '{}', expected '{FORMAT}'", m.format)));
+        return Err(damaged(format!(
+            "format '{}', expected '{FORMAT}'",
+            m.format
+        )));
     }
     for (name, f) in &m.files {
-        let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']) && name != MANIFEST;
+        let plain = !name.is_empty()
+            && name != "."
+            && name != ".."
+            && !name.contains(['/', '\\'])
+            && name != MANIFEST;
         if !plain {
             return Err(damaged(format!("'{name}' is not a plain file name")));
         }
         if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(damaged(format!("the checksum of '{name}' is not a SHA-256")));
+            return Err(damaged(format!(
+                "the checksum of '{name}' is not a SHA-256"
+            )));
         }
     }
     Ok(m)
@@ -811,13 +967,19 @@ pub fn verify(dir: &Path) -> Result<RunManifest> {
 /// ```
 pub fn verify_with(dir: &Path, check: Check) -> Result<RunManifest> {
     if !dir.is_dir() {
-        return Err(Error::Usage(format!("run directory {} does not exist (or is not a directory)", dir.display())));
+        return Err(Error::Usage(format!(
+            "run directory {} does not exist (or is not a directory)",
+            dir.display()
+        )));
     }
     if !dir.join(MANIFEST).is_file() {
         let mut partial = dir.as_os_str().to_owned();
         partial.push(".partial");
         let hint = if Path::new(&partial).is_dir() {
-            format!(" (the events of a failed run are in {}, which is not a complete run either)", Path::new(&partial).display())
+            format!(
+                " (the events of a failed run are in {}, which is not a complete run either)",
+                Path::new(&partial).display()
+            )
         } else {
             String::new()
         };
@@ -839,20 +1001,33 @@ pub fn verify_with(dir: &Path, check: Check) -> Result<RunManifest> {
     };
     m.files.par_iter().try_for_each(|(name, f)| {
         let p = dir.join(name);
-        let meta = std::fs::metadata(&p).map_err(|_| mismatch(name, "listed in the run manifest but missing".into()))?;
+        let meta = std::fs::metadata(&p)
+            .map_err(|_| mismatch(name, "listed in the run manifest but missing".into()))?;
         if meta.len() != f.bytes {
-            return Err(mismatch(name, format!("{} bytes, the run manifest says {}", meta.len(), f.bytes)));
+            return Err(mismatch(
+                name,
+                format!("{} bytes, the run manifest says {}", meta.len(), f.bytes),
+            ));
         }
         if check == Check::Checksums && sha256_file(&p)? != f.sha256 {
-            return Err(mismatch(name, "its SHA-256 differs from the run manifest's".into()));
+            return Err(mismatch(
+                name,
+                "its SHA-256 differs from the run manifest's".into(),
+            ));
         }
         Ok(())
     })?;
-    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?.flatten() {
+    for e in std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .flatten()
+    {
         let n = e.file_name().to_string_lossy().into_owned();
         let product_like = n.ends_with(".parquet") || n.ends_with(".arrow");
         if product_like && !m.files.contains_key(&n) {
-            return Err(mismatch(&n, "not part of the run its manifest lists (copied in, or left by another run)".into()));
+            return Err(mismatch(
+                &n,
+                "not part of the run its manifest lists (copied in, or left by another run)".into(),
+            ));
         }
     }
     Ok(m)
@@ -872,7 +1047,11 @@ pub fn run_job<T>(
     first_event: u64,
     run: impl FnOnce(Vec<Box<dyn crate::Step>>) -> crate::Result<(crate::Summary, T)>,
 ) -> crate::Result<(crate::Summary, T, Option<crate::rundir::Committed>)> {
-    let staged = if registry.writes_files(resolved) { Some(StagedRun::begin(&job.output)?) } else { None };
+    let staged = if registry.writes_files(resolved) {
+        Some(StagedRun::begin(&job.output)?)
+    } else {
+        None
+    };
     let input = match (&staged, &job.input) {
         (Some(_), Some(dir)) => InputIdentity::of(dir)?,
         _ => None,
@@ -883,12 +1062,19 @@ pub fn run_job<T>(
     // A failed build drops `staged`, which removes the staging directory.
     let steps = resolved.build(registry, job.into())?;
     let cancel = crate::cancel::Check::current();
-    let result = if cancel.requested() { Err(Error::Interrupted(String::new())) } else { run(steps) };
+    let result = if cancel.requested() {
+        Err(Error::Interrupted(String::new()))
+    } else {
+        run(steps)
+    };
     // Checked again after the job: a request that came with the last batch still commits nothing.
     if cancel.requested() || matches!(result, Err(Error::Interrupted(_))) {
         // Dropping `staged` removes the staging directory with the files written so far.
         let msg = match staged {
-            Some(s) if s.dir().join(MANIFEST).is_file() => format!("nothing was written, the previous run in {} is intact", s.dir().display()),
+            Some(s) if s.dir().join(MANIFEST).is_file() => format!(
+                "nothing was written, the previous run in {} is intact",
+                s.dir().display()
+            ),
             Some(s) => format!("nothing was written to {}", s.dir().display()),
             None => "nothing was written".to_string(),
         };
@@ -915,7 +1101,9 @@ pub fn run_job<T>(
             let Some(s) = staged else { return Err(e) };
             let dir = s.dir().to_path_buf();
             // Kept on a full disk, the failed run's files would fail the next run too.
-            if e.to_string().contains(&format!("(os error {})", libc::ENOSPC)) {
+            if e.to_string()
+                .contains(&format!("(os error {})", libc::ENOSPC))
+            {
                 let bytes = dir_bytes(s.staging_dir());
                 drop(s);
                 let note = format!(
@@ -941,16 +1129,39 @@ pub fn run_job<T>(
 
 /// Bytes of the files directly in `dir`.
 fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// `e` with `note` appended to its message, keeping its kind.
 fn with_note(e: crate::Error, note: &str) -> crate::Error {
     match e {
-        Error::Plan { label, msg } => Error::Plan { label, msg: msg + note },
+        Error::Plan { label, msg } => Error::Plan {
+            label,
+            msg: msg + note,
+        },
         Error::Usage(m) => Error::Usage(m + note),
-        Error::Step { label, first, last, msg } => Error::Step { label, first, last, msg: msg + note },
-        Error::EndJob { label, msg } => Error::EndJob { label, msg: msg + note },
+        Error::Step {
+            label,
+            first,
+            last,
+            msg,
+        } => Error::Step {
+            label,
+            first,
+            last,
+            msg: msg + note,
+        },
+        Error::EndJob { label, msg } => Error::EndJob {
+            label,
+            msg: msg + note,
+        },
         Error::Data(m) => Error::Data(m + note),
         other => Error::Data(format!("{other}{note}")),
     }
@@ -1001,7 +1212,10 @@ mod tests {
         let m = verify(&out).unwrap();
         assert_eq!(m.events, 2);
         assert_eq!(std::fs::read(out.join("b.parquet")).unwrap(), b"three");
-        let names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         let mut names = names;
         names.sort();
         assert_eq!(names, ["b.parquet", "c.parquet", MANIFEST]);
@@ -1026,22 +1240,40 @@ mod tests {
         let staged = RunManifest {
             files: [("c.parquet", 3u64), ("d.parquet", 3)]
                 .into_iter()
-                .map(|(n, b)| (n.to_string(), FileRecord { bytes: b, sha256: "0".repeat(64) }))
+                .map(|(n, b)| {
+                    (
+                        n.to_string(),
+                        FileRecord {
+                            bytes: b,
+                            sha256: "0".repeat(64),
+                        },
+                    )
+                })
                 .collect(),
             ..verify_manifest_text(&out.join(REPLACING))
         };
-        std::fs::write(out.join(&dead).join(MANIFEST), toml::to_string(&staged).unwrap()).unwrap();
+        std::fs::write(
+            out.join(&dead).join(MANIFEST),
+            toml::to_string(&staged).unwrap(),
+        )
+        .unwrap();
         let e = verify(&out).unwrap_err().to_string();
         assert!(e.contains("missing"), "{e}");
         // A file of nobody's among them: refused, left as it is.
         std::fs::write(out.join("notes.txt"), b"mine").unwrap();
-        assert!(StagedRun::begin(&out).unwrap_err().to_string().contains("notes.txt"));
+        assert!(StagedRun::begin(&out)
+            .unwrap_err()
+            .to_string()
+            .contains("notes.txt"));
         std::fs::remove_file(out.join("notes.txt")).unwrap();
         // The next run replaces it, and removes the dead process's staging directory.
         write_run(&out, &[("e.parquet", b"next")], 3);
         FORCE_INSIDE.with(|f| f.set(false));
         assert_eq!(verify(&out).unwrap().events, 3);
-        let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
         assert_eq!(names, ["e.parquet", MANIFEST]);
     }
@@ -1051,7 +1283,13 @@ mod tests {
     }
 
     fn info(events: u64) -> RunInfo {
-        RunInfo { plan: "test".into(), plan_sha256: "a".repeat(64), first_event: 0, events, input: None }
+        RunInfo {
+            plan: "test".into(),
+            plan_sha256: "a".repeat(64),
+            first_event: 0,
+            events,
+            input: None,
+        }
     }
 
     fn write_run(out: &Path, files: &[(&str, &[u8])], events: u64) -> Committed {
@@ -1066,15 +1304,26 @@ mod tests {
     fn a_new_run_replaces_an_earlier_one_as_a_whole() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
-        write_run(&out, &[("a.x.parquet", b"old a"), ("b.x.parquet", b"old b")], 8);
+        write_run(
+            &out,
+            &[("a.x.parquet", b"old a"), ("b.x.parquet", b"old b")],
+            8,
+        );
         let c = write_run(&out, &[("a.x.parquet", b"new a")], 10);
         assert_eq!(c.replaced.map(|m| m.events), Some(8));
         let m = verify(&out).unwrap();
         assert_eq!(m.events, 10);
-        assert!(!out.join("b.x.parquet").exists(), "a file of the earlier run survived");
+        assert!(
+            !out.join("b.x.parquet").exists(),
+            "a file of the earlier run survived"
+        );
         assert_eq!(std::fs::read(out.join("a.x.parquet")).unwrap(), b"new a");
         // Nothing is left beside the directory.
-        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("out")]);
     }
 
@@ -1085,38 +1334,60 @@ mod tests {
         std::fs::create_dir(&out).unwrap();
         std::fs::write(out.join("thesis.tex"), b"x").unwrap();
         let e = StagedRun::begin(&out).unwrap_err().to_string();
-        assert!(e.contains("thesis.tex") && e.contains("no Quiver run manifest"), "{e}");
+        assert!(
+            e.contains("thesis.tex") && e.contains("no Quiver run manifest"),
+            "{e}"
+        );
         // A run with an extra file in it is refused too.
         std::fs::remove_file(out.join("thesis.tex")).unwrap();
         write_run(&out, &[("a.x.parquet", b"a")], 1);
         std::fs::write(out.join("notes.txt"), b"x").unwrap();
         let e = StagedRun::begin(&out).unwrap_err().to_string();
-        assert!(e.contains("notes.txt") && e.contains("not part of the run"), "{e}");
+        assert!(
+            e.contains("notes.txt") && e.contains("not part of the run"),
+            "{e}"
+        );
         // A regular file as the output.
         let f = tmp.path().join("file");
         std::fs::write(&f, b"x").unwrap();
-        assert!(StagedRun::begin(&f).unwrap_err().to_string().contains("existing file"));
+        assert!(StagedRun::begin(&f)
+            .unwrap_err()
+            .to_string()
+            .contains("existing file"));
     }
 
     #[test]
     fn readers_refuse_mixed_missing_or_changed_runs() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("out");
-        write_run(&out, &[("a.x.parquet", b"aaaa"), ("b.x.parquet", b"bbbb")], 3);
+        write_run(
+            &out,
+            &[("a.x.parquet", b"aaaa"), ("b.x.parquet", b"bbbb")],
+            3,
+        );
         verify(&out).unwrap();
         std::fs::write(out.join("a.x.parquet"), b"AAAA").unwrap();
         assert!(verify(&out).unwrap_err().to_string().contains("SHA-256"));
         assert!(verify_with(&out, Check::Sizes).is_ok());
         std::fs::write(out.join("a.x.parquet"), b"aaaaa").unwrap();
-        assert!(verify_with(&out, Check::Sizes).unwrap_err().to_string().contains("5 bytes"));
+        assert!(verify_with(&out, Check::Sizes)
+            .unwrap_err()
+            .to_string()
+            .contains("5 bytes"));
         std::fs::write(out.join("a.x.parquet"), b"aaaa").unwrap();
         std::fs::write(out.join("c.x.parquet"), b"c").unwrap();
-        assert!(verify(&out).unwrap_err().to_string().contains("c.x.parquet"));
+        assert!(verify(&out)
+            .unwrap_err()
+            .to_string()
+            .contains("c.x.parquet"));
         std::fs::remove_file(out.join("c.x.parquet")).unwrap();
         std::fs::remove_file(out.join("b.x.parquet")).unwrap();
         assert!(verify(&out).unwrap_err().to_string().contains("missing"));
         std::fs::remove_file(out.join(MANIFEST)).unwrap();
-        assert!(verify(&out).unwrap_err().to_string().contains("holds no complete Quiver run"));
+        assert!(verify(&out)
+            .unwrap_err()
+            .to_string()
+            .contains("holds no complete Quiver run"));
         // A hostile manifest cannot point outside the directory.
         let text = toml::to_string(&RunManifest {
             format: FORMAT.into(),
@@ -1125,12 +1396,22 @@ mod tests {
             plan_sha256: "0".repeat(64),
             first_event: 0,
             events: 1,
-            files: [("../escape".to_string(), FileRecord { bytes: 1, sha256: "0".repeat(64) })].into(),
+            files: [(
+                "../escape".to_string(),
+                FileRecord {
+                    bytes: 1,
+                    sha256: "0".repeat(64),
+                },
+            )]
+            .into(),
             input: None,
         })
         .unwrap();
         std::fs::write(out.join(MANIFEST), text).unwrap();
-        assert!(verify(&out).unwrap_err().to_string().contains("not a plain file name"));
+        assert!(verify(&out)
+            .unwrap_err()
+            .to_string()
+            .contains("not a plain file name"));
         std::fs::write(out.join(MANIFEST), b"\xff\x00garbage").unwrap();
         assert!(verify(&out).unwrap_err().to_string().contains("damaged"));
     }
@@ -1141,12 +1422,19 @@ mod tests {
         let out = tmp.path().join("out");
         write_run(&out, &[("a.x.parquet", b"old")], 8);
         let run = StagedRun::begin(&out).unwrap();
-        std::fs::write(run.staging_dir().join("a.x.parquet.partial"), b"some events").unwrap();
+        std::fs::write(
+            run.staging_dir().join("a.x.parquet.partial"),
+            b"some events",
+        )
+        .unwrap();
         let kept = run.keep_partial().unwrap().unwrap();
         assert_eq!(kept, tmp.path().join("out.partial"));
         assert!(kept.join("a.x.parquet.partial").is_file());
         assert_eq!(verify(&out).unwrap().events, 8);
-        assert!(verify(&kept).is_err(), "a partial directory passed for a run");
+        assert!(
+            verify(&kept).is_err(),
+            "a partial directory passed for a run"
+        );
         // A second failure replaces the first's partial directory, not a user's.
         let run = StagedRun::begin(&out).unwrap();
         std::fs::write(run.staging_dir().join("b"), b"x").unwrap();
@@ -1175,6 +1463,9 @@ mod tests {
         }
         write_run(&out, &[("a.x.parquet", b"a")], 1);
         assert!(!dead.exists(), "a dead run's staging directory was kept");
-        assert!(other_host.exists() && live.exists(), "a staging directory that may be live was removed");
+        assert!(
+            other_host.exists() && live.exists(),
+            "a staging directory that may be live was removed"
+        );
     }
 }

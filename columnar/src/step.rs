@@ -44,9 +44,15 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Backend::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
-            format!("unknown backend '{s}' (known: {})", Backend::ALL.map(|b| b.name()).join(", "))
-        })
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown backend '{s}' (known: {})",
+                    Backend::ALL.map(|b| b.name()).join(", ")
+                )
+            })
     }
 }
 
@@ -68,15 +74,33 @@ impl InputSpec {
     /// One product of `product_type`; may be omitted in the plan when exactly one step
     /// produces that type.
     pub fn one(name: &str, product_type: &str, doc: &str) -> Self {
-        InputSpec { name: name.into(), product_type: Some(product_type.into()), many: false, optional: false, doc: doc.into() }
+        InputSpec {
+            name: name.into(),
+            product_type: Some(product_type.into()),
+            many: false,
+            optional: false,
+            doc: doc.into(),
+        }
     }
     /// One product of any type, named by label (or `label:type`).
     pub fn any(name: &str, doc: &str) -> Self {
-        InputSpec { name: name.into(), product_type: None, many: false, optional: false, doc: doc.into() }
+        InputSpec {
+            name: name.into(),
+            product_type: None,
+            many: false,
+            optional: false,
+            doc: doc.into(),
+        }
     }
     /// A list of products of any type, named by label (or `label:type`).
     pub fn many(name: &str, doc: &str) -> Self {
-        InputSpec { name: name.into(), product_type: None, many: true, optional: false, doc: doc.into() }
+        InputSpec {
+            name: name.into(),
+            product_type: None,
+            many: true,
+            optional: false,
+            doc: doc.into(),
+        }
     }
 }
 
@@ -105,7 +129,9 @@ pub struct StepType {
 
 impl fmt::Debug for StepType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StepType").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("StepType")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -139,7 +165,10 @@ impl StepConfig {
     pub fn input(&self, name: &str) -> Result<ProductKey> {
         match self.inputs.get(name).map(Vec::as_slice) {
             Some([k]) => Ok(k.clone()),
-            _ => Err(Error::plan(&self.label, format!("input '{name}' is not resolved to exactly one product"))),
+            _ => Err(Error::plan(
+                &self.label,
+                format!("input '{name}' is not resolved to exactly one product"),
+            )),
         }
     }
     /// All product keys of input slot `name` (empty when omitted and optional).
@@ -148,7 +177,10 @@ impl StepConfig {
     }
     /// The job's condition of type `T`; its absence is a plan error naming this step.
     pub fn condition<T: std::any::Any + Send + Sync>(&self) -> Result<Arc<T>> {
-        self.job.conditions.get::<T>().map_err(|e| Error::plan(&self.label, e.to_string()))
+        self.job
+            .conditions
+            .get::<T>()
+            .map_err(|e| Error::plan(&self.label, e.to_string()))
     }
     /// A plan error about this step's parameter `key`, for checks a type cannot express.
     pub fn param_error(&self, key: &str, msg: impl fmt::Display) -> Error {
@@ -220,7 +252,9 @@ impl EventBatch {
     /// The input events of the batch as contiguous ranges, in the batch's order: one range,
     /// or several where a replayed input wraps around.
     pub fn input_ranges(&self) -> Vec<std::ops::Range<u64>> {
-        let Some(n) = self.input_cycle else { return vec![self.events()] };
+        let Some(n) = self.input_cycle else {
+            return vec![self.events()];
+        };
         let mut out: Vec<std::ops::Range<u64>> = Vec::new();
         let mut left = self.n_events as u64;
         let mut at = self.first_event % n;
@@ -244,12 +278,17 @@ impl EventBatch {
     /// A product by key wherever it lives, with no transfer: what a GPU step uses to take
     /// the device copy ([`Product::device_data`]) of a product made by an earlier GPU step.
     pub fn get_resident(&self, key: &ProductKey) -> Result<Arc<Product>> {
-        self.products.get(key).cloned().ok_or_else(|| Error::data(format!("product {key} is not in the event batch")))
+        self.products
+            .get(key)
+            .cloned()
+            .ok_or_else(|| Error::data(format!("product {key} is not in the event batch")))
     }
     /// Makes the host view of a product (a download if it lives only on a device) and
     /// records the transfer in the job's traffic log.
     pub fn download(&self, key: &ProductKey, product: &Product) -> Result<()> {
-        let (_, made) = product.host_with_transfer().map_err(|e| Error::data(format!("product {key}: {e}")))?;
+        let (_, made) = product
+            .host_with_transfer()
+            .map_err(|e| Error::data(format!("product {key}: {e}")))?;
         if let (Some((bytes, time)), Some(log)) = (made, &self.traffic) {
             log.download(key, bytes, time);
         }
@@ -290,7 +329,11 @@ impl EventBatch {
     /// let b = batch.on_device(&key, &Toy).unwrap();
     /// assert!(Arc::ptr_eq(&a, &b)); // uploaded once, shared
     /// ```
-    pub fn on_device(&self, key: &ProductKey, device: &dyn crate::residency::Device) -> Result<Arc<dyn crate::residency::DeviceData>> {
+    pub fn on_device(
+        &self,
+        key: &ProductKey,
+        device: &dyn crate::residency::Device,
+    ) -> Result<Arc<dyn crate::residency::DeviceData>> {
         let p = self.get_resident(key)?;
         if let Some(d) = p.device_data() {
             if d.device() == device.name() && d.holds_every_column() {
@@ -305,9 +348,9 @@ impl EventBatch {
         // A product on another device goes through the host.
         let host = self.get(key)?;
         let t0 = std::time::Instant::now();
-        let d = device
-            .upload(host.host()?)
-            .map_err(|e| Error::data(format!("uploading product {key} to {}: {e}", device.name())))?;
+        let d = device.upload(host.host()?).map_err(|e| {
+            Error::data(format!("uploading product {key} to {}: {e}", device.name()))
+        })?;
         self.record_upload(key, d.nbytes(), t0.elapsed());
         uploads.insert(cache_key, d.clone());
         Ok(d)
@@ -384,13 +427,29 @@ impl EventBatch {
     /// assert_eq!(p.placement(), Placement::Both);
     /// assert_eq!(p.host().unwrap().num_rows(), 2);
     /// ```
-    pub fn attach_device(&mut self, type_name: &str, data: Arc<dyn crate::residency::DeviceData>) -> Result<()> {
+    pub fn attach_device(
+        &mut self,
+        type_name: &str,
+        data: Arc<dyn crate::residency::DeviceData>,
+    ) -> Result<()> {
         let key = self.declared_key(type_name)?;
-        let p = self.products.remove(&key).ok_or_else(|| Error::data(format!("product {key}: attaching device data before it was published")))?;
+        let p = self.products.remove(&key).ok_or_else(|| {
+            Error::data(format!(
+                "product {key}: attaching device data before it was published"
+            ))
+        })?;
         let with = match Arc::try_unwrap(p) {
             Ok(p) if p.device_data().is_none() => Ok(p.with_device(data)),
-            Ok(p) => Err((Arc::new(p), format!("product {key} already has device data"))),
-            Err(p) => Err((p, format!("product {key} is already shared; attach device data before handing it out"))),
+            Ok(p) => Err((
+                Arc::new(p),
+                format!("product {key} already has device data"),
+            )),
+            Err(p) => Err((
+                p,
+                format!(
+                    "product {key} is already shared; attach device data before handing it out"
+                ),
+            )),
         };
         match with {
             Ok(p) => {
@@ -407,9 +466,19 @@ impl EventBatch {
     /// of type `type_name` on `device` and downloaded `bytes` of it in `time` (a GPU step
     /// whose result is a host product): the run summary's residency table lists it as made
     /// there, with the download and the device bytes it still holds (a mirror's).
-    pub fn record_result_download(&self, type_name: &str, device: &str, bytes: usize, time: std::time::Duration) -> Result<()> {
+    pub fn record_result_download(
+        &self,
+        type_name: &str,
+        device: &str,
+        bytes: usize,
+        time: std::time::Duration,
+    ) -> Result<()> {
         let key = self.declared_key(type_name)?;
-        let p = self.products.get(&key).ok_or_else(|| Error::data(format!("product {key}: recording its download before it was published")))?;
+        let p = self.products.get(&key).ok_or_else(|| {
+            Error::data(format!(
+                "product {key}: recording its download before it was published"
+            ))
+        })?;
         if let Some(log) = &self.traffic {
             log.produced(&key, device, p.device_nbytes());
             log.download(&key, bytes, time);
@@ -419,12 +488,20 @@ impl EventBatch {
     /// The key under which the running step publishes its product of type `type_name`; an
     /// error naming the declared types when it declared none of that type.
     fn declared_key(&self, type_name: &str) -> Result<ProductKey> {
-        self.allowed.iter().find(|k| k.type_name == type_name).cloned().ok_or_else(|| {
-            Error::data(format!(
-                "product of type '{type_name}' was not declared by the step (declared: {})",
-                self.allowed.iter().map(|k| k.type_name.as_str()).collect::<Vec<_>>().join(", ")
-            ))
-        })
+        self.allowed
+            .iter()
+            .find(|k| k.type_name == type_name)
+            .cloned()
+            .ok_or_else(|| {
+                Error::data(format!(
+                    "product of type '{type_name}' was not declared by the step (declared: {})",
+                    self.allowed
+                        .iter()
+                        .map(|k| k.type_name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
     }
     /// Sets the keys the next step may publish (the executor calls this).
     pub fn set_allowed(&mut self, keys: &[ProductKey]) {
@@ -526,7 +603,9 @@ impl Registry {
     }
     /// Whether any step of `plan` writes files (see [`Registry::add_file_writer`]).
     pub fn writes_files(&self, plan: &crate::plan::ResolvedPlan) -> bool {
-        plan.steps.iter().any(|s| self.file_writers.contains_key(s.type_name.as_str()))
+        plan.steps
+            .iter()
+            .any(|s| self.file_writers.contains_key(s.type_name.as_str()))
     }
     /// Refuses a plan two of whose steps would write the same file (a `histograms` file
     /// named like a product's, two `histograms` steps with one `file`): one would silently
@@ -534,10 +613,16 @@ impl Registry {
     pub fn check_output_files(&self, plan: &crate::plan::ResolvedPlan) -> Result<()> {
         let mut writer: BTreeMap<String, &str> = BTreeMap::new();
         for s in &plan.steps {
-            let Some(files) = self.file_writers.get(s.type_name.as_str()) else { continue };
+            let Some(files) = self.file_writers.get(s.type_name.as_str()) else {
+                continue;
+            };
             for f in files(s) {
                 if let Some(first) = writer.insert(f.clone(), &s.label) {
-                    let who = if first == s.label { "this step writes it twice".to_string() } else { format!("step '{first}' writes it too") };
+                    let who = if first == s.label {
+                        "this step writes it twice".to_string()
+                    } else {
+                        format!("step '{first}' writes it too")
+                    };
                     return Err(Error::plan(&s.label, format!("writes {f} into the output directory, and {who}: give one of them another file name")));
                 }
             }
@@ -576,7 +661,17 @@ impl Registry {
         use std::fmt::Write;
         let mut s = String::new();
         for t in self.iter() {
-            let _ = writeln!(s, "{}  [{}]\n    {}", t.name, t.backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", "), t.doc);
+            let _ = writeln!(
+                s,
+                "{}  [{}]\n    {}",
+                t.name,
+                t.backends
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                t.doc
+            );
             for i in &t.signature.inputs {
                 let ty = i.product_type.as_deref().unwrap_or("any");
                 let _ = writeln!(
@@ -593,9 +688,23 @@ impl Registry {
                 let _ = writeln!(s, "    output {o}");
             }
             for p in &t.params {
-                let d = p.default.as_ref().map(|d| d.to_string()).unwrap_or_else(|| "(required)".into());
-                let range = p.range.map(|r| format!(" (valid: {r})")).unwrap_or_default();
-                let _ = writeln!(s, "    param  {:<18} {:<10} = {:<12} {}{range}", p.name, p.kind.to_string(), d, p.doc);
+                let d = p
+                    .default
+                    .as_ref()
+                    .map(|d| d.to_string())
+                    .unwrap_or_else(|| "(required)".into());
+                let range = p
+                    .range
+                    .map(|r| format!(" (valid: {r})"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "    param  {:<18} {:<10} = {:<12} {}{range}",
+                    p.name,
+                    p.kind.to_string(),
+                    d,
+                    p.doc
+                );
             }
             s.push('\n');
         }

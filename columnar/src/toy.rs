@@ -20,7 +20,11 @@ pub const FLOATS: &str = "floats";
 
 /// The schema of `floats` products.
 pub fn floats_schema() -> SchemaRef {
-    product_schema(FLOATS, 1, vec![Field::new("value", DataType::Float32, false)])
+    product_schema(
+        FLOATS,
+        1,
+        vec![Field::new("value", DataType::Float32, false)],
+    )
 }
 
 /// The random generator of one event: seeded from the job seed and the event number only,
@@ -42,9 +46,17 @@ fn event_rng(seed: u64, event: u64) -> Xoshiro256PlusPlus {
 /// assert_eq!(a.len(), 12);
 /// assert_eq!(&a.values()[6..], &b.values()[..]); // events 2 and 3 are the same in both
 /// ```
-pub fn random_floats(seed: u64, events: std::ops::Range<u64>, count: usize, low: f32, high: f32) -> Result<Float32Array> {
+pub fn random_floats(
+    seed: u64,
+    events: std::ops::Range<u64>,
+    count: usize,
+    low: f32,
+    high: f32,
+) -> Result<Float32Array> {
     if !(low < high) || !low.is_finite() || !high.is_finite() {
-        return Err(Error::data(format!("random_floats: need finite low < high, got low = {low}, high = {high}")));
+        return Err(Error::data(format!(
+            "random_floats: need finite low < high, got low = {low}, high = {high}"
+        )));
     }
     let mut v = pool::global().vec::<f32>(count * (events.end - events.start) as usize);
     for e in events {
@@ -76,7 +88,10 @@ pub enum SquareMethod {
 /// ```
 pub fn square(x: &Float32Array, method: SquareMethod) -> Result<Float32Array> {
     if x.null_count() > 0 {
-        return Err(Error::data(format!("square: input has {} null values", x.null_count())));
+        return Err(Error::data(format!(
+            "square: input has {} null values",
+            x.null_count()
+        )));
     }
     let mut v = pool::global().vec::<f32>(x.len());
     match method {
@@ -97,7 +112,10 @@ impl Step for RandomFloatsStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let values = random_floats(self.seed, batch.events(), self.count, self.low, self.high)?;
         let rb = RecordBatch::try_new(floats_schema(), vec![Arc::new(values)])?;
-        batch.put(Product::from_lengths(rb, std::iter::repeat_n(self.count, batch.n_events()))?)
+        batch.put(Product::from_lengths(
+            rb,
+            std::iter::repeat_n(self.count, batch.n_events()),
+        )?)
     }
 }
 
@@ -109,9 +127,18 @@ struct SquareStep {
 impl Step for SquareStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let p = batch.get(&self.input)?;
-        let x = p.batch().column(0).as_any().downcast_ref::<Float32Array>().ok_or_else(|| {
-            Error::data(format!("{}: column 'value' is {}, expected Float32", self.input, p.batch().column(0).data_type()))
-        })?;
+        let x = p
+            .batch()
+            .column(0)
+            .as_any()
+            .downcast_ref::<Float32Array>()
+            .ok_or_else(|| {
+                Error::data(format!(
+                    "{}: column 'value' is {}, expected Float32",
+                    self.input,
+                    p.batch().column(0).data_type()
+                ))
+            })?;
         let rb = RecordBatch::try_new(floats_schema(), vec![Arc::new(square(x, self.method)?)])?;
         batch.put(Product::new(rb, p.offsets().clone())?)
     }
@@ -124,7 +151,10 @@ pub fn register(r: &mut Registry) {
         for s in plan.steps.iter().filter(|s| s.type_name == "random_floats") {
             let (low, high) = (s.params.float("low") as f32, s.params.float("high") as f32);
             if !(low < high) {
-                return Err(Error::plan(&s.label, format!("parameter 'high': must be greater than low ({low})")));
+                return Err(Error::plan(
+                    &s.label,
+                    format!("parameter 'high': must be greater than low ({low})"),
+                ));
             }
         }
         Ok(())
@@ -134,35 +164,59 @@ pub fn register(r: &mut Registry) {
         doc: "Uniform random floats, seeded per event (example source)",
         params: vec![
             ParamSpec::int("count", 1000, "values per event").within(0.0, 1e8),
-            ParamSpec::int("seed", 1, "random seed; values depend only on (seed, event)"),
+            ParamSpec::int(
+                "seed",
+                1,
+                "random seed; values depend only on (seed, event)",
+            ),
             ParamSpec::float("low", 0.0, "lower bound (inclusive)"),
             ParamSpec::float("high", 1.0, "upper bound (exclusive)"),
         ],
-        signature: Signature { inputs: vec![], outputs: vec![FLOATS.into()] },
+        signature: Signature {
+            inputs: vec![],
+            outputs: vec![FLOATS.into()],
+        },
         backends: vec![Backend::Cpu],
         build: |cfg| {
             let p = &cfg.params;
-            let count = usize::try_from(p.int("count")).map_err(|_| cfg.param_error("count", "must be ≥ 0"))?;
-            let seed = u64::try_from(p.int("seed")).map_err(|_| cfg.param_error("seed", "must be ≥ 0"))?;
+            let count = usize::try_from(p.int("count"))
+                .map_err(|_| cfg.param_error("count", "must be ≥ 0"))?;
+            let seed =
+                u64::try_from(p.int("seed")).map_err(|_| cfg.param_error("seed", "must be ≥ 0"))?;
             let (low, high) = (p.float("low") as f32, p.float("high") as f32);
             if !(low < high) {
                 return Err(cfg.param_error("high", format!("must be greater than low ({low})")));
             }
-            Ok(Box::new(RandomFloatsStep { seed, count, low, high }))
+            Ok(Box::new(RandomFloatsStep {
+                seed,
+                count,
+                low,
+                high,
+            }))
         },
     });
     r.add(StepType {
         name: "square",
         doc: "Squares floats (example; two implementations to compare)",
-        params: vec![ParamSpec::choice("method", &["multiply", "powi"], "x*x or x.powi(2)")],
-        signature: Signature { inputs: vec![InputSpec::one("input", FLOATS, "values to square")], outputs: vec![FLOATS.into()] },
+        params: vec![ParamSpec::choice(
+            "method",
+            &["multiply", "powi"],
+            "x*x or x.powi(2)",
+        )],
+        signature: Signature {
+            inputs: vec![InputSpec::one("input", FLOATS, "values to square")],
+            outputs: vec![FLOATS.into()],
+        },
         backends: vec![Backend::Cpu],
         build: |cfg| {
             let method = match cfg.params.str("method") {
                 "powi" => SquareMethod::Powi,
                 _ => SquareMethod::Multiply,
             };
-            Ok(Box::new(SquareStep { input: cfg.input("input")?, method }))
+            Ok(Box::new(SquareStep {
+                input: cfg.input("input")?,
+                method,
+            }))
         },
     });
 }
@@ -175,7 +229,10 @@ mod tests {
     fn values_depend_only_on_seed_and_event() {
         let all = random_floats(7, 0..10, 5, -1.0, 1.0).unwrap();
         for split in [1u64, 3, 7] {
-            let mut joined = random_floats(7, 0..split, 5, -1.0, 1.0).unwrap().values().to_vec();
+            let mut joined = random_floats(7, 0..split, 5, -1.0, 1.0)
+                .unwrap()
+                .values()
+                .to_vec();
             joined.extend_from_slice(random_floats(7, split..10, 5, -1.0, 1.0).unwrap().values());
             assert_eq!(joined, all.values().to_vec());
         }
@@ -187,6 +244,9 @@ mod tests {
     fn bad_bounds_and_nulls_are_errors() {
         assert!(random_floats(1, 0..1, 1, 1.0, 1.0).is_err());
         let x = Float32Array::from(vec![Some(1.0), None]);
-        assert_eq!(square(&x, SquareMethod::Multiply).unwrap_err().to_string(), "square: input has 1 null values");
+        assert_eq!(
+            square(&x, SquareMethod::Multiply).unwrap_err().to_string(),
+            "square: input has 1 null values"
+        );
     }
 }

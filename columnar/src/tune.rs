@@ -46,7 +46,10 @@ pub fn tune_malloc_always() -> bool {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn set_thresholds() -> bool {
     // SAFETY: mallopt only changes allocator parameters; both values are in range.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) == 1 && libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20) == 1 }
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) == 1
+            && libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20) == 1
+    }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]

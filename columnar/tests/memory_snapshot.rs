@@ -14,13 +14,19 @@ fn snapshot_of_this_process() {
         return;
     }
     let before = before.unwrap();
-    assert!(before.rss > 0 && before.peak_rss >= before.rss, "{before:?}");
+    assert!(
+        before.rss > 0 && before.peak_rss >= before.rss,
+        "{before:?}"
+    );
     // black_box: an optimised build would otherwise drop the unused allocation.
     let v = std::hint::black_box(vec![1u8; 8 << 20]);
     let after = MemoryReport::now(&PoolStats::default()).unwrap();
     match (after.heap_in_use, before.heap_in_use) {
         (Some(a), Some(b)) => assert!(a >= b + (8 << 20), "heap in use {b} -> {a} with 8 MiB more"),
-        _ => assert!(!cfg!(target_env = "gnu"), "glibc reports no heap in use: {after:?}"),
+        _ => assert!(
+            !cfg!(target_env = "gnu"),
+            "glibc reports no heap in use: {after:?}"
+        ),
     }
     drop(v);
 }

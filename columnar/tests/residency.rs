@@ -38,7 +38,10 @@ impl DeviceData for FakeData {
         let v: Vec<f32> = self.bits.iter().map(|b| f32::from_bits(*b)).collect();
         // A schema without the product metadata, as a backend might build it.
         let plain = Arc::new(arrow_schema::Schema::new(self.schema.fields().clone()));
-        Ok(RecordBatch::try_new(plain, vec![Arc::new(Float32Array::from(v))])?)
+        Ok(RecordBatch::try_new(
+            plain,
+            vec![Arc::new(Float32Array::from(v))],
+        )?)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -54,7 +57,11 @@ impl Device for FakeDevice {
         "fake:0"
     }
     fn upload(&self, batch: &RecordBatch) -> Result<Arc<dyn DeviceData>> {
-        let col = batch.column(0).as_any().downcast_ref::<Float32Array>().expect("floats");
+        let col = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Float32Array>()
+            .expect("floats");
         Ok(Arc::new(FakeData {
             bits: col.values().iter().map(|v| v.to_bits()).collect(),
             schema: batch.schema(),
@@ -65,7 +72,11 @@ impl Device for FakeDevice {
 }
 
 fn schema() -> SchemaRef {
-    product_schema("floats", 1, vec![Field::new("value", DataType::Float32, false)])
+    product_schema(
+        "floats",
+        1,
+        vec![Field::new("value", DataType::Float32, false)],
+    )
 }
 
 fn host_product(values: Vec<f32>, lengths: &[usize]) -> Product {
@@ -87,7 +98,9 @@ fn batch_with(log: &Arc<TrafficLog>) -> EventBatch {
 #[test]
 fn one_download_shared_by_every_host_consumer() {
     let downloads = Arc::new(AtomicUsize::new(0));
-    let dev = FakeDevice { downloads: downloads.clone() };
+    let dev = FakeDevice {
+        downloads: downloads.clone(),
+    };
     let values = vec![1.5f32, -0.0, f32::MIN_POSITIVE, 7.25];
     let host = host_product(values.clone(), &[2, 0, 2]);
     let data = dev.upload(host.batch()).unwrap();
@@ -103,7 +116,10 @@ fn one_download_shared_by_every_host_consumer() {
     // A GPU consumer: the device copy, no transfer.
     let r = b.get_resident(&key()).unwrap();
     let d = r.device_data().expect("device copy");
-    let fake = d.as_any().downcast_ref::<FakeData>().expect("the backend's own type");
+    let fake = d
+        .as_any()
+        .downcast_ref::<FakeData>()
+        .expect("the backend's own type");
     assert_eq!(fake.bits.len(), 4);
     assert_eq!(downloads.load(Ordering::SeqCst), 0);
     assert_eq!(r.placement(), Placement::Device);
@@ -116,7 +132,13 @@ fn one_download_shared_by_every_host_consumer() {
                 let b = b.clone();
                 s.spawn(move || {
                     let p = b.get(&key()).unwrap();
-                    let c = p.batch().column(0).as_any().downcast_ref::<Float32Array>().unwrap().clone();
+                    let c = p
+                        .batch()
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<Float32Array>()
+                        .unwrap()
+                        .clone();
                     c.values().iter().map(|v| v.to_bits()).collect()
                 })
             })
@@ -125,11 +147,19 @@ fn one_download_shared_by_every_host_consumer() {
     });
     assert_eq!(downloads.load(Ordering::SeqCst), 1);
     for g in &got {
-        assert_eq!(g, &values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "bit-identical host view");
+        assert_eq!(
+            g,
+            &values.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "bit-identical host view"
+        );
     }
     let p = b.get(&key()).unwrap();
     assert_eq!(p.placement(), Placement::Both);
-    assert_eq!(p.batch().schema_ref(), &schema(), "the host view carries the product schema");
+    assert_eq!(
+        p.batch().schema_ref(),
+        &schema(),
+        "the host view carries the product schema"
+    );
     assert_eq!(p.event(2).num_rows(), 2);
     let with_ev = p.with_event_column(b.first_event()).unwrap();
     assert_eq!(with_ev.num_columns(), 2);
@@ -175,14 +205,22 @@ fn upload_is_recorded_per_product() {
 #[test]
 fn failed_download_is_an_error_naming_the_product_and_is_not_retried() {
     let downloads = Arc::new(AtomicUsize::new(0));
-    let data = Arc::new(FakeData { bits: vec![0; 3], schema: schema(), downloads: downloads.clone(), fail: true });
+    let data = Arc::new(FakeData {
+        bits: vec![0; 3],
+        schema: schema(),
+        downloads: downloads.clone(),
+        fail: true,
+    });
     let p = Product::on_device(schema(), OffsetBuffer::from_lengths([1, 1, 1]), 3, data).unwrap();
     let log = Arc::new(TrafficLog::default());
     let mut b = batch_with(&log);
     b.put(p).unwrap();
     for _ in 0..2 {
         let e = b.get(&key()).unwrap_err().to_string();
-        assert!(e.contains("gpu_step:floats") && e.contains("device lost") && e.contains("fake:0"), "{e}");
+        assert!(
+            e.contains("gpu_step:floats") && e.contains("device lost") && e.contains("fake:0"),
+            "{e}"
+        );
     }
     assert_eq!(downloads.load(Ordering::SeqCst), 1);
     assert_eq!(log.snapshot()[&key()].downloads.count, 0);
@@ -191,15 +229,38 @@ fn failed_download_is_an_error_naming_the_product_and_is_not_retried() {
 #[test]
 fn inconsistent_device_data_is_refused() {
     let downloads = Arc::new(AtomicUsize::new(0));
-    let data = Arc::new(FakeData { bits: vec![0; 3], schema: schema(), downloads: downloads.clone(), fail: false });
+    let data = Arc::new(FakeData {
+        bits: vec![0; 3],
+        schema: schema(),
+        downloads: downloads.clone(),
+        fail: false,
+    });
     // Offsets say 4 rows, the device holds 3.
-    let e = Product::on_device(schema(), OffsetBuffer::from_lengths([2, 2]), 3, data.clone()).unwrap_err();
-    assert!(e.to_string().contains("floats") && e.to_string().contains("fake:0"), "{e}");
+    let e = Product::on_device(
+        schema(),
+        OffsetBuffer::from_lengths([2, 2]),
+        3,
+        data.clone(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("floats") && e.to_string().contains("fake:0"),
+        "{e}"
+    );
     // A schema with no product name.
-    let plain = Arc::new(arrow_schema::Schema::new(vec![Field::new("value", DataType::Float32, false)]));
+    let plain = Arc::new(arrow_schema::Schema::new(vec![Field::new(
+        "value",
+        DataType::Float32,
+        false,
+    )]));
     assert!(Product::on_device(plain, OffsetBuffer::from_lengths([3]), 3, data.clone()).is_err());
     // A download whose row count disagrees with the offsets.
-    let short = Arc::new(FakeData { bits: vec![0; 2], schema: schema(), downloads, fail: false });
+    let short = Arc::new(FakeData {
+        bits: vec![0; 2],
+        schema: schema(),
+        downloads,
+        fail: false,
+    });
     let p = Product::on_device(schema(), OffsetBuffer::from_lengths([3]), 3, short).unwrap();
     let e = p.host().unwrap_err().to_string();
     assert!(e.contains("2 rows") && e.contains("expected 3"), "{e}");
@@ -221,7 +282,12 @@ struct ToFakeDevice {
 impl Step for ToFakeDevice {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let p = batch.get(&self.input)?;
-        let col = p.batch().column(0).as_any().downcast_ref::<Float32Array>().expect("floats");
+        let col = p
+            .batch()
+            .column(0)
+            .as_any()
+            .downcast_ref::<Float32Array>()
+            .expect("floats");
         let data = FakeData {
             bits: col.values().iter().map(|v| v.to_bits()).collect(),
             schema: p.schema().clone(),
@@ -229,7 +295,12 @@ impl Step for ToFakeDevice {
             fail: false,
         };
         let rows = p.num_rows();
-        batch.put(Product::on_device(p.schema().clone(), p.offsets().clone(), rows, Arc::new(Counting(data)))?)
+        batch.put(Product::on_device(
+            p.schema().clone(),
+            p.offsets().clone(),
+            rows,
+            Arc::new(Counting(data)),
+        )?)
     }
 }
 
@@ -284,29 +355,64 @@ fn executor_downloads_once_per_batch_and_reports_it() {
         name: "to_fake_device",
         doc: "test: moves floats to a fake device",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("input", "floats", "values")], outputs: vec!["floats".into()] },
+        signature: Signature {
+            inputs: vec![InputSpec::one("input", "floats", "values")],
+            outputs: vec!["floats".into()],
+        },
         backends: vec![Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(ToFakeDevice { input: cfg.input("input")? })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(ToFakeDevice {
+                input: cfg.input("input")?,
+            }))
+        },
     });
-    let resolved = plan::validate(&PlanSpec::from_toml(CHAIN, "residency test").unwrap(), &registry).unwrap();
-    let steps = resolved.build(&registry, JobContext::default().into()).unwrap();
-    let opts = RunOptions { threads: 2, batch_size: 4, first_event: 0, events: Some(40), progress: false, cycle_input: false };
+    let resolved = plan::validate(
+        &PlanSpec::from_toml(CHAIN, "residency test").unwrap(),
+        &registry,
+    )
+    .unwrap();
+    let steps = resolved
+        .build(&registry, JobContext::default().into())
+        .unwrap();
+    let opts = RunOptions {
+        threads: 2,
+        batch_size: 4,
+        first_event: 0,
+        events: Some(40),
+        progress: false,
+        cycle_input: false,
+    };
     let before = JOB_DOWNLOADS.load(Ordering::SeqCst);
     let s = executor::run(&resolved, &steps, &opts).unwrap();
     let downloads = JOB_DOWNLOADS.load(Ordering::SeqCst) - before;
     assert_eq!(s.batches, 10);
-    assert_eq!(downloads, 10, "one download per batch, shared by both host consumers");
+    assert_eq!(
+        downloads, 10,
+        "one download per batch, shared by both host consumers"
+    );
     let k = ProductKey::new("floats", "dev");
     let t = &s.traffic[&k];
     assert_eq!(t.produced_on, "fake:0");
     assert_eq!(t.downloads.count, 10);
     assert_eq!(t.downloads.bytes, 40 * 100 * 4);
     assert_eq!(t.device_peak_bytes, 4 * 100 * 4);
-    assert_eq!(s.traffic.len(), 1, "host products are not in the traffic table");
+    assert_eq!(
+        s.traffic.len(),
+        1,
+        "host products are not in the traffic table"
+    );
     let text = s.render();
-    assert!(text.contains("dev:floats") && text.contains("fake:0"), "{text}");
+    assert!(
+        text.contains("dev:floats") && text.contains("fake:0"),
+        "{text}"
+    );
     // The consumers' products are the same size as without the device step.
-    let rows = |key: &str| s.product_rows.iter().find(|(k, _)| k.label == key).map(|(_, r)| *r);
+    let rows = |key: &str| {
+        s.product_rows
+            .iter()
+            .find(|(k, _)| k.label == key)
+            .map(|(_, r)| *r)
+    };
     assert_eq!(rows("dev"), Some(4000));
     assert_eq!(rows("squared"), Some(4000));
 }
@@ -324,20 +430,31 @@ impl Device for CountingDevice {
     }
     fn upload(&self, batch: &RecordBatch) -> Result<Arc<dyn DeviceData>> {
         self.uploads.fetch_add(1, Ordering::SeqCst);
-        FakeDevice { downloads: self.downloads.clone() }.upload(batch)
+        FakeDevice {
+            downloads: self.downloads.clone(),
+        }
+        .upload(batch)
     }
 }
 
 #[test]
 fn host_product_uploaded_once_per_batch_for_every_gpu_consumer() {
     let log = Arc::new(TrafficLog::default());
-    let dev = CountingDevice { name: "fake:0", uploads: AtomicUsize::new(0), downloads: Arc::new(AtomicUsize::new(0)) };
+    let dev = CountingDevice {
+        name: "fake:0",
+        uploads: AtomicUsize::new(0),
+        downloads: Arc::new(AtomicUsize::new(0)),
+    };
     let mut b = batch_with(&log);
-    b.put(host_product(vec![1.0, 2.0, 3.0, 4.0], &[1, 2, 1])).unwrap();
+    b.put(host_product(vec![1.0, 2.0, 3.0, 4.0], &[1, 2, 1]))
+        .unwrap();
     // Three GPU steps of the batch take the product: one upload between them.
     let copies: Vec<_> = (0..3).map(|_| b.on_device(&key(), &dev).unwrap()).collect();
     assert_eq!(dev.uploads.load(Ordering::SeqCst), 1);
-    assert!(copies.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])), "one shared device copy");
+    assert!(
+        copies.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])),
+        "one shared device copy"
+    );
     let t = log.snapshot();
     assert_eq!(t[&key()].uploads.count, 1);
     assert_eq!(t[&key()].uploads.bytes, 16);
@@ -356,18 +473,39 @@ fn host_product_uploaded_once_per_batch_for_every_gpu_consumer() {
 fn device_product_taken_without_transfer_on_its_own_device_only() {
     let log = Arc::new(TrafficLog::default());
     let downloads = Arc::new(AtomicUsize::new(0));
-    let made_on = FakeDevice { downloads: downloads.clone() };
-    let data = made_on.upload(host_product(vec![1.0, 2.0], &[1, 1, 0]).batch()).unwrap();
+    let made_on = FakeDevice {
+        downloads: downloads.clone(),
+    };
+    let data = made_on
+        .upload(host_product(vec![1.0, 2.0], &[1, 1, 0]).batch())
+        .unwrap();
     let mut b = batch_with(&log);
-    b.put(Product::on_device(schema(), OffsetBuffer::from_lengths([1, 1, 0]), 2, data.clone()).unwrap()).unwrap();
+    b.put(
+        Product::on_device(
+            schema(),
+            OffsetBuffer::from_lengths([1, 1, 0]),
+            2,
+            data.clone(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
 
-    let same = CountingDevice { name: "fake:0", uploads: AtomicUsize::new(0), downloads: downloads.clone() };
+    let same = CountingDevice {
+        name: "fake:0",
+        uploads: AtomicUsize::new(0),
+        downloads: downloads.clone(),
+    };
     assert!(Arc::ptr_eq(&b.on_device(&key(), &same).unwrap(), &data));
     assert_eq!(same.uploads.load(Ordering::SeqCst), 0);
     assert_eq!(downloads.load(Ordering::SeqCst), 0);
 
     // Another device: through the host, once (one download, one upload).
-    let other = CountingDevice { name: "fake:1", uploads: AtomicUsize::new(0), downloads: downloads.clone() };
+    let other = CountingDevice {
+        name: "fake:1",
+        uploads: AtomicUsize::new(0),
+        downloads: downloads.clone(),
+    };
     b.on_device(&key(), &other).unwrap();
     b.on_device(&key(), &other).unwrap();
     assert_eq!(other.uploads.load(Ordering::SeqCst), 1);
@@ -401,29 +539,62 @@ impl DeviceData for Mirror {
 #[test]
 fn a_mirror_stays_beside_its_host_product_and_other_device_consumers_get_an_upload() {
     let downloads = Arc::new(AtomicUsize::new(0));
-    let dev = FakeDevice { downloads: downloads.clone() };
+    let dev = FakeDevice {
+        downloads: downloads.clone(),
+    };
     let log = Arc::new(TrafficLog::default());
     let mut b = batch_with(&log);
-    b.put(host_product(vec![1.0, 2.0, 3.0], &[1, 1, 1])).unwrap();
+    b.put(host_product(vec![1.0, 2.0, 3.0], &[1, 1, 1]))
+        .unwrap();
     b.attach_device("floats", Arc::new(Mirror)).unwrap();
     // Once only, and only to the step's own products.
-    assert!(b.attach_device("floats", Arc::new(Mirror)).unwrap_err().to_string().contains("already has device data"));
+    assert!(b
+        .attach_device("floats", Arc::new(Mirror))
+        .unwrap_err()
+        .to_string()
+        .contains("already has device data"));
     assert!(b.attach_device("ints", Arc::new(Mirror)).is_err());
     let p = b.get(&key()).unwrap();
     assert_eq!(p.placement(), Placement::Both);
-    assert!(p.device_data().unwrap().as_any().is::<Mirror>(), "the step that knows it finds it");
-    assert_eq!(p.batch().num_rows(), 3, "host consumers read the host product, no download");
+    assert!(
+        p.device_data().unwrap().as_any().is::<Mirror>(),
+        "the step that knows it finds it"
+    );
+    assert_eq!(
+        p.batch().num_rows(),
+        3,
+        "host consumers read the host product, no download"
+    );
     // A GPU step that does not know the mirror gets the host product uploaded, once.
     let d = b.on_device(&key(), &dev).unwrap();
     assert!(d.as_any().is::<FakeData>());
     assert!(Arc::ptr_eq(&d, &b.on_device(&key(), &dev).unwrap()));
     assert_eq!(downloads.load(Ordering::SeqCst), 0);
     // A mirror cannot stand for a product that lives only on the device.
-    let e = Product::on_device(schema(), OffsetBuffer::from_lengths([3]), 3, Arc::new(Mirror)).unwrap_err();
+    let e = Product::on_device(
+        schema(),
+        OffsetBuffer::from_lengths([3]),
+        3,
+        Arc::new(Mirror),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("holds only some columns"), "{e}");
     // The step that made it on the device records its download for the residency table.
-    b.record_result_download("floats", "fake:0", 12, std::time::Duration::from_micros(3)).unwrap();
+    b.record_result_download("floats", "fake:0", 12, std::time::Duration::from_micros(3))
+        .unwrap();
     let t = &log.snapshot()[&key()];
-    assert_eq!((t.produced_on.as_str(), t.downloads.count, t.downloads.bytes, t.device_peak_bytes), ("fake:0", 1, 12, 4));
-    assert!(b.record_result_download("ints", "fake:0", 1, std::time::Duration::ZERO).is_err(), "not the step's product");
+    assert_eq!(
+        (
+            t.produced_on.as_str(),
+            t.downloads.count,
+            t.downloads.bytes,
+            t.device_peak_bytes
+        ),
+        ("fake:0", 1, 12, 4)
+    );
+    assert!(
+        b.record_result_download("ints", "fake:0", 1, std::time::Duration::ZERO)
+            .is_err(),
+        "not the step's product"
+    );
 }

@@ -122,7 +122,11 @@ impl ReadoutMap {
             }
             fed_modules.push(mods);
         }
-        ReadoutMap { path, fed_modules, feds: feds.to_vec() }
+        ReadoutMap {
+            path,
+            fed_modules,
+            feds: feds.to_vec(),
+        }
     }
 }
 
@@ -195,10 +199,14 @@ pub fn build_gains(p: &GainParams) -> GainCalibration {
             for _block in 0..2 {
                 let g = p.gain_mean * (1.0 + p.gain_spread * gauss(&mut rng) as f32);
                 let pd = p.ped_mean + p.ped_sigma * gauss(&mut rng) as f32;
-                let gc = ((g - min_gain) / gain_precision).round().clamp(0.0, n_bins as f32) as u8;
+                let gc = ((g - min_gain) / gain_precision)
+                    .round()
+                    .clamp(0.0, n_bins as f32) as u8;
                 let pc = match flag {
                     Some(f) => f,
-                    None => ((pd - min_ped) / ped_precision).round().clamp(0.0, n_bins as f32) as u8,
+                    None => ((pd - min_ped) / ped_precision)
+                        .round()
+                        .clamp(0.0, n_bins as f32) as u8,
                 };
                 data.push(gc);
                 data.push(pc);
@@ -271,7 +279,11 @@ mod tests {
     fn cabling_covers_every_roc_once() {
         let geom = Geometry::phase1();
         let (map, feds) = build_cabling(&geom);
-        assert!(feds.len() >= 100 && feds.len() <= 120, "{} feds", feds.len());
+        assert!(
+            feds.len() >= 100 && feds.len() <= 120,
+            "{} feds",
+            feds.len()
+        );
         let ro = ReadoutMap::new(&map, &feds);
         for m in 0..1856usize {
             for k in 0..16 {
@@ -287,7 +299,15 @@ mod tests {
         assert_eq!(total, 1856);
         // unconnected entries: L1 links carry 4 ROCs only
         let i = cabling_index(1200, 1, 5);
-        assert_eq!((map.raw_id[i], map.module_id[i], map.bad_rocs[i], map.mod_to_unp[i]), (9999, 9999, 1, 1));
+        assert_eq!(
+            (
+                map.raw_id[i],
+                map.module_id[i],
+                map.bad_rocs[i],
+                map.mod_to_unp[i]
+            ),
+            (9999, 9999, 1, 1)
+        );
         assert_eq!(map.size, feds.len() as u32 * 384);
     }
 
@@ -318,7 +338,12 @@ mod conditions_arrow_tests {
         let t = c.cpe.to_arrow();
         let det = &t.iter().find(|(n, _)| *n == "CpeParams.det").unwrap().1;
         assert_eq!(det.num_rows(), c.cpe.det.len());
-        let r33 = det.column_by_name("r33").unwrap().as_any().downcast_ref::<arrow_array::Float32Array>().unwrap();
+        let r33 = det
+            .column_by_name("r33")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::Float32Array>()
+            .unwrap();
         assert_eq!(r33.value(7), c.cpe.det[7].frame.r[8]);
         assert_eq!(c.cabling.to_arrow().num_rows(), c.cabling.size as usize);
     }

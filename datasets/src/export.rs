@@ -29,7 +29,19 @@ fn put_f32(b: &mut Vec<u8>, v: f32) {
 pub fn beamspot_bytes(c: &Conditions) -> Vec<u8> {
     let s = &c.beam_spot;
     let mut b = Vec::with_capacity(44);
-    for v in [s.x, s.y, s.z, s.sigma_z, s.beam_width_x, s.beam_width_y, s.dxdz, s.dydz, s.emittance_x, s.emittance_y, s.beta_star] {
+    for v in [
+        s.x,
+        s.y,
+        s.z,
+        s.sigma_z,
+        s.beam_width_x,
+        s.beam_width_y,
+        s.dxdz,
+        s.dydz,
+        s.emittance_x,
+        s.emittance_y,
+        s.beta_star,
+    ] {
         put_f32(&mut b, v);
     }
     b
@@ -52,7 +64,14 @@ pub fn cabling_bytes(c: &Conditions) -> Vec<u8> {
     let m = &c.cabling;
     let n = CABLING_MAX_SIZE;
     let mut b = vec![0u8; CABLING_STRUCT_BYTES];
-    let arrays: [&Vec<u32>; 6] = [&m.fed, &m.link, &m.roc, &m.raw_id, &m.roc_in_det, &m.module_id];
+    let arrays: [&Vec<u32>; 6] = [
+        &m.fed,
+        &m.link,
+        &m.roc,
+        &m.raw_id,
+        &m.roc_in_det,
+        &m.module_id,
+    ];
     for (k, a) in arrays.iter().enumerate() {
         let base = k * n * 4;
         for (i, &v) in a.iter().take(n - 1).enumerate() {
@@ -86,7 +105,14 @@ pub fn gain_bytes(c: &Conditions) -> Vec<u8> {
         put_u32(&mut b, l);
         b.extend_from_slice(&n.to_le_bytes());
     }
-    for v in [g.min_ped, g.max_ped, g.min_gain, g.max_gain, g.ped_precision, g.gain_precision] {
+    for v in [
+        g.min_ped,
+        g.max_ped,
+        g.min_gain,
+        g.max_gain,
+        g.ped_precision,
+        g.gain_precision,
+    ] {
         put_f32(&mut b, v);
     }
     for v in [g.rows_averaged, g.n_bins, g.dead_flag, g.noisy_flag] {
@@ -102,7 +128,12 @@ pub fn gain_bytes(c: &Conditions) -> Vec<u8> {
 pub fn cpefast_bytes(c: &Conditions) -> Vec<u8> {
     let p = &c.cpe;
     let mut b = Vec::with_capacity(CPEFAST_BYTES);
-    for v in [p.common.thickness_b, p.common.thickness_e, p.common.pitch_x, p.common.pitch_y] {
+    for v in [
+        p.common.thickness_b,
+        p.common.thickness_e,
+        p.common.pitch_x,
+        p.common.pitch_y,
+    ] {
         put_f32(&mut b, v);
     }
     put_u32(&mut b, p.det.len() as u32);
@@ -114,7 +145,15 @@ pub fn cpefast_bytes(c: &Conditions) -> Vec<u8> {
         b.extend_from_slice(&[0, 0]); // padding before the 4-byte aligned rawId
         put_u32(&mut b, d.raw_id);
         let f = &d.frame;
-        for v in [d.shift_x, d.shift_y, d.charge_width_x, d.charge_width_y, d.x0, d.y0, d.z0] {
+        for v in [
+            d.shift_x,
+            d.shift_y,
+            d.charge_width_x,
+            d.charge_width_y,
+            d.x0,
+            d.y0,
+            d.z0,
+        ] {
             put_f32(&mut b, v);
         }
         for v in d.sx.iter().chain(d.sy.iter()) {
@@ -125,7 +164,14 @@ pub fn cpefast_bytes(c: &Conditions) -> Vec<u8> {
         }
     }
     let ag = &p.average_geometry;
-    for a in [&ag.ladder_z, &ag.ladder_x, &ag.ladder_y, &ag.ladder_r, &ag.ladder_min_z, &ag.ladder_max_z] {
+    for a in [
+        &ag.ladder_z,
+        &ag.ladder_x,
+        &ag.ladder_y,
+        &ag.ladder_r,
+        &ag.ladder_min_z,
+        &ag.ladder_max_z,
+    ] {
         for i in 0..NUMBER_OF_LADDERS_IN_BARREL {
             put_f32(&mut b, a.get(i).copied().unwrap_or(0.0));
         }
@@ -161,7 +207,10 @@ pub fn export_pixeltrack(dataset: &Path, out: &Path) -> Result<(), DatasetError>
     std::fs::create_dir_all(out).map_err(|e| DatasetError::io(out, e))?;
     let c = ds.conditions();
     if c.cpe.det.len() != 1856 {
-        return Err(DatasetError::format(dataset.join("conditions/cpe_det.arrow"), "cpefast.bin needs 1856 modules"));
+        return Err(DatasetError::format(
+            dataset.join("conditions/cpe_det.arrow"),
+            "cpefast.bin needs 1856 modules",
+        ));
     }
     write_file(&out.join("beamspot.bin"), &beamspot_bytes(c))?;
     write_file(&out.join("fedIds.bin"), &fed_ids_bytes(c))?;

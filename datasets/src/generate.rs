@@ -3,8 +3,11 @@
 
 use crate::builders::{default_conditions, ReadoutMap};
 use crate::error::DatasetError;
-use crate::format::{sha256_file, write_conditions, Manifest, RawWriter, TruthWriter, CONDITION_FILES, FORMAT_VERSION, GENERATOR_NAME, TRUTH_FILES};
-use crate::generator::{event_rng, estimate_clusters, Generator, GeneratorParams};
+use crate::format::{
+    sha256_file, write_conditions, Manifest, RawWriter, TruthWriter, CONDITION_FILES,
+    FORMAT_VERSION, GENERATOR_NAME, TRUTH_FILES,
+};
+use crate::generator::{estimate_clusters, event_rng, Generator, GeneratorParams};
 use crate::geometry::Geometry;
 use crate::raw::{encode_event, inject_faults, Faults};
 use rayon::prelude::*;
@@ -30,7 +33,14 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { events: 100, pileup: 50.0, seed: 1, threads: None, output: PathBuf::from("dataset"), corrupt_fraction: 0.0 }
+        GenerateOptions {
+            events: 100,
+            pileup: 50.0,
+            seed: 1,
+            threads: None,
+            output: PathBuf::from("dataset"),
+            corrupt_fraction: 0.0,
+        }
     }
 }
 
@@ -72,7 +82,13 @@ const CHUNK: usize = 16;
 pub const MAX_THREADS: usize = 1024;
 
 pub fn generate(opts: &GenerateOptions) -> Result<GenerateSummary, DatasetError> {
-    generate_with(opts, GeneratorParams { pileup: opts.pileup, ..Default::default() })
+    generate_with(
+        opts,
+        GeneratorParams {
+            pileup: opts.pileup,
+            ..Default::default()
+        },
+    )
 }
 
 /// Whether `dir` holds the dataset [`generate`] would write for `opts` (same events, seed,
@@ -98,25 +114,44 @@ pub fn is_generated(opts: &GenerateOptions) -> bool {
         && m.events == opts.events
         && m.seed == opts.seed
         && m.corrupt_fraction == opts.corrupt_fraction
-        && m.params == GeneratorParams { pileup: opts.pileup, ..Default::default() }
+        && m.params
+            == GeneratorParams {
+                pileup: opts.pileup,
+                ..Default::default()
+            }
 }
 
 /// [`generate`] with explicit generator parameters (`params.pileup` wins over `opts.pileup`).
-pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<GenerateSummary, DatasetError> {
+pub fn generate_with(
+    opts: &GenerateOptions,
+    params: GeneratorParams,
+) -> Result<GenerateSummary, DatasetError> {
     if opts.events == 0 {
-        return Err(DatasetError::InvalidOption("events must be at least 1".into()));
+        return Err(DatasetError::InvalidOption(
+            "events must be at least 1".into(),
+        ));
     }
     if !(params.pileup.is_finite() && params.pileup >= 0.0 && params.pileup <= 1000.0) {
-        return Err(DatasetError::InvalidOption(format!("pileup {} not in [0, 1000]", params.pileup)));
+        return Err(DatasetError::InvalidOption(format!(
+            "pileup {} not in [0, 1000]",
+            params.pileup
+        )));
     }
     if !(0.0..=1.0).contains(&opts.corrupt_fraction) {
-        return Err(DatasetError::InvalidOption(format!("corrupt_fraction {} not in [0, 1]", opts.corrupt_fraction)));
+        return Err(DatasetError::InvalidOption(format!(
+            "corrupt_fraction {} not in [0, 1]",
+            opts.corrupt_fraction
+        )));
     }
     if opts.threads == Some(0) {
-        return Err(DatasetError::InvalidOption("threads must be at least 1".into()));
+        return Err(DatasetError::InvalidOption(
+            "threads must be at least 1".into(),
+        ));
     }
     if let Some(t) = opts.threads.filter(|&t| t > MAX_THREADS) {
-        return Err(DatasetError::InvalidOption(format!("threads = {t}: at most {MAX_THREADS} worker threads")));
+        return Err(DatasetError::InvalidOption(format!(
+            "threads = {t}: at most {MAX_THREADS} worker threads"
+        )));
     }
     let t0 = std::time::Instant::now();
     let dir = &opts.output;
@@ -173,7 +208,10 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
             raw_chunk.push((i, feds));
             kept.push((i, ev, faults));
         }
-        let truth_chunk: Vec<_> = kept.iter().map(|(i, ev, faults)| (*i, ev, faults)).collect();
+        let truth_chunk: Vec<_> = kept
+            .iter()
+            .map(|(i, ev, faults)| (*i, ev, faults))
+            .collect();
         raw.write(&raw_chunk)?;
         truth.write(&truth_chunk)?;
     }
@@ -181,10 +219,19 @@ pub fn generate_with(opts: &GenerateOptions, params: GeneratorParams) -> Result<
     truth.finish()?;
     let mut files = BTreeMap::new();
     let mut sizes = BTreeMap::new();
-    for name in ["raw.arrow"].iter().chain(CONDITION_FILES.iter()).chain(TRUTH_FILES.iter()) {
+    for name in ["raw.arrow"]
+        .iter()
+        .chain(CONDITION_FILES.iter())
+        .chain(TRUTH_FILES.iter())
+    {
         let p = dir.join(name);
         files.insert(name.to_string(), sha256_file(&p)?);
-        sizes.insert(name.to_string(), std::fs::metadata(&p).map_err(|e| DatasetError::io(&p, e))?.len());
+        sizes.insert(
+            name.to_string(),
+            std::fs::metadata(&p)
+                .map_err(|e| DatasetError::io(&p, e))?
+                .len(),
+        );
     }
     let manifest = Manifest {
         format_version: FORMAT_VERSION,

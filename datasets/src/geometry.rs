@@ -76,7 +76,11 @@ impl ModuleGeom {
     /// Global → local: `R·(v − p)`.
     #[inline]
     pub fn to_local(&self, v: [f64; 3]) -> [f64; 3] {
-        let d = [v[0] - self.centre[0], v[1] - self.centre[1], v[2] - self.centre[2]];
+        let d = [
+            v[0] - self.centre[0],
+            v[1] - self.centre[1],
+            v[2] - self.centre[2],
+        ];
         self.rotate(d)
     }
 
@@ -187,7 +191,11 @@ pub fn col_of(y: f64) -> Option<u16> {
 #[inline]
 pub fn row_span(r: u16) -> (f64, f64) {
     let e = crate::topology::local_x(r) as f64;
-    let w = if crate::topology::is_big_pix_x(r) { 2.0 } else { 1.0 };
+    let w = if crate::topology::is_big_pix_x(r) {
+        2.0
+    } else {
+        1.0
+    };
     ((e - 81.0) * PITCH_X, w * PITCH_X)
 }
 
@@ -195,7 +203,11 @@ pub fn row_span(r: u16) -> (f64, f64) {
 #[inline]
 pub fn col_span(c: u16) -> (f64, f64) {
     let e = crate::topology::local_y(c) as f64;
-    let w = if crate::topology::is_big_pix_y(c) { 2.0 } else { 1.0 };
+    let w = if crate::topology::is_big_pix_y(c) {
+        2.0
+    } else {
+        1.0
+    };
     ((e - 216.0) * PITCH_Y, w * PITCH_Y)
 }
 
@@ -244,7 +256,12 @@ impl Geometry {
                 // Even ladders (1-based numbering) outer for L1..L3, inner for L4.
                 let even = (lad + 1) % 2 == 0;
                 let outer = if l < 3 { even } else { !even };
-                let r = BARREL_RADII[l] + if outer { LADDER_HALF_GAP[l] } else { -LADDER_HALF_GAP[l] };
+                let r = BARREL_RADII[l]
+                    + if outer {
+                        LADDER_HALF_GAP[l]
+                    } else {
+                        -LADDER_HALF_GAP[l]
+                    };
                 let (s, c) = phi.sin_cos();
                 // local x = rφ direction, local y = +z, local z = outward normal (right-handed).
                 let rot = [[-s, c, 0.0], [0.0, 0.0, 1.0], [c, s, 0.0]];
@@ -278,7 +295,8 @@ impl Geometry {
                         for panel in 0..2u16 {
                             // The two panels of a blade cover staggered φ (2 modules per blade step).
                             let slot = 2 * b + panel as usize;
-                            let phi = 2.0 * std::f64::consts::PI * (slot as f64 + 0.25) / (2 * nb) as f64;
+                            let phi =
+                                2.0 * std::f64::consts::PI * (slot as f64 + 0.25) / (2 * nb) as f64;
                             let (s, c) = phi.sin_cos();
                             let z = sign * (dz + RING_DZ[ring] + PANEL_DZ[panel as usize]);
                             let r = RING_RADIUS[ring];
@@ -386,7 +404,8 @@ impl Geometry {
             ag.ladder_z[il] /= nm as f32;
             ag.ladder_x[il] /= nm as f32;
             ag.ladder_y[il] /= nm as f32;
-            ag.ladder_r[il] = (ag.ladder_x[il] * ag.ladder_x[il] + ag.ladder_y[il] * ag.ladder_y[il]).sqrt();
+            ag.ladder_r[il] =
+                (ag.ladder_x[il] * ag.ladder_x[il] + ag.ladder_y[il] * ag.ladder_y[il]).sqrt();
             // Half a module minus a tolerance, as the reference widens the ladder z range.
             ag.ladder_min_z[il] -= 0.5f32 * 6.7 - 0.2;
             ag.ladder_max_z[il] += 0.5f32 * 6.7 - 0.2;
@@ -414,7 +433,11 @@ impl Geometry {
 
 #[inline]
 pub(crate) fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
-    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
 }
 #[inline]
 pub(crate) fn add(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {

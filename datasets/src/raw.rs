@@ -29,7 +29,11 @@ pub fn orientation(raw_id: u32) -> (Orientation, bool) {
     if barrel {
         let layer = (raw_id >> 20) & 0xF;
         let module = (raw_id >> 2) & 0x3FF;
-        let o = if module >= 5 || layer == 1 { Orientation::A } else { Orientation::B };
+        let o = if module >= 5 || layer == 1 {
+            Orientation::A
+        } else {
+            Orientation::B
+        };
         (o, layer == 1)
     } else {
         (Orientation::B, false)
@@ -140,7 +144,13 @@ pub struct Faults {
 /// assert_eq!(out.len(), feds.len());
 /// assert_eq!(out[0].1.len(), 8 + 8 + 8); // header, one word pair, trailer
 /// ```
-pub fn encode_event(ro: &ReadoutMap, raw_ids: &[u32], digis: &[Digi], lvl1: u32, out: &mut Vec<(u32, Vec<u8>)>) -> usize {
+pub fn encode_event(
+    ro: &ReadoutMap,
+    raw_ids: &[u32],
+    digis: &[Digi],
+    lvl1: u32,
+    out: &mut Vec<(u32, Vec<u8>)>,
+) -> usize {
     // digi range of every module
     let n_mod = raw_ids.len();
     let mut start = vec![0u32; n_mod + 1];
@@ -192,7 +202,12 @@ pub fn frame_fed(fed: u32, lvl1: u32, payload: &[u32]) -> Vec<u8> {
 
 /// Corrupts a fraction of the FEDs of one event (error words with ROC 25–31, truncation, bad
 /// header/trailer markers, flipped data bits) and records what was done.
-pub fn inject_faults<R: Rng>(rng: &mut R, fraction: f64, feds: &mut [(u32, Vec<u8>)], faults: &mut Faults) {
+pub fn inject_faults<R: Rng>(
+    rng: &mut R,
+    fraction: f64,
+    feds: &mut [(u32, Vec<u8>)],
+    faults: &mut Faults,
+) {
     if fraction <= 0.0 {
         return;
     }

@@ -6,5 +6,6 @@ use arrow_buffer::Buffer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = quiver_datasets::ipc::decode_file("fuzz.arrow".as_ref(), &Buffer::from_vec(data.to_vec()));
+    let _ =
+        quiver_datasets::ipc::decode_file("fuzz.arrow".as_ref(), &Buffer::from_vec(data.to_vec()));
 });

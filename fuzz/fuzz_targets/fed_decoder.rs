@@ -22,7 +22,10 @@ fuzz_target!(|data: &[u8]| {
     let n = 1 + (data[0] as usize % 4);
     let (ids, body) = data[1..].split_at(n.min(data.len() - 1));
     let chunk = body.len() / n.max(1) + 1;
-    let feds: Vec<(u32, &[u8])> =
-        body.chunks(chunk).zip(ids.iter().chain(std::iter::repeat(&0))).map(|(b, &id)| (1190 + id as u32, b)).collect();
+    let feds: Vec<(u32, &[u8])> = body
+        .chunks(chunk)
+        .zip(ids.iter().chain(std::iter::repeat(&0)))
+        .map(|(b, &id)| (1190 + id as u32, b))
+        .collect();
     let _ = raw_to_digis(&feds, &conditions().cabling, &RawToDigiConfig::default());
 });

@@ -16,20 +16,36 @@
 
 use std::sync::Arc;
 
-use quiver_columnar::{executor, plan, Conditions, EventBatch, InputSpec, JobContext, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
+use quiver_columnar::{
+    executor, plan, Conditions, EventBatch, InputSpec, JobContext, ProductKey, Registry, Result,
+    Signature, Step, StepConfig, StepType,
+};
 use quiver_datasets::Dataset;
 use quiver_formats::conditions::CpeParams;
-use quiver_gpu::steps::{cluster_tables, cut_runs, fit_batch, ntuplet_event, ntuplet_event_listed, quality_tables, rechit_runs};
-use quiver_reco::steps::types::{CALIBRATED_DIGIS, CA_CELLS, CLUSTERED_DIGIS, CLUSTER_MODULES, DOUBLETS, HITS, HIT_MODULES, NTUPLETS, TRACK_FITS};
+use quiver_gpu::steps::{
+    cluster_tables, cut_runs, fit_batch, ntuplet_event, ntuplet_event_listed, quality_tables,
+    rechit_runs,
+};
+use quiver_reco::steps::types::{
+    CALIBRATED_DIGIS, CA_CELLS, CLUSTERED_DIGIS, CLUSTER_MODULES, DOUBLETS, HITS, HIT_MODULES,
+    NTUPLETS, TRACK_FITS,
+};
 use quiver_reco::steps::{fit_tuples, quality_columns, quality_inputs, HitDets};
 use quiver_reco::tracks::CaConfig;
 
 /// A list column's offsets and values.
 fn list<'a>(p: &'a quiver_columnar::Product, name: &str) -> Result<(&'a [i32], &'a [u32])> {
     use arrow_array::Array;
-    let l = p.batch().column_by_name(name).and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>());
+    let l = p
+        .batch()
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>());
     let l = l.ok_or_else(|| quiver_columnar::Error::data(format!("no list column '{name}'")))?;
-    let v = l.values().as_any().downcast_ref::<arrow_array::UInt32Array>().ok_or_else(|| quiver_columnar::Error::data(format!("'{name}' does not hold u32")))?;
+    let v = l
+        .values()
+        .as_any()
+        .downcast_ref::<arrow_array::UInt32Array>()
+        .ok_or_else(|| quiver_columnar::Error::data(format!("'{name}' does not hold u32")))?;
     Ok((l.value_offsets(), v.values()))
 }
 
@@ -45,16 +61,37 @@ impl Step for NtupletsPrep {
         let (d, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
         let ((ho, hv), (co, cv)) = (list(&n, "hits")?, list(&n, "cells")?);
         let cfg = CaConfig::default();
-        let quality = quiver_columnar::columns::values::<arrow_array::types::UInt8Type>(&n, "quality")?;
+        let quality =
+            quiver_columnar::columns::values::<arrow_array::types::UInt8Type>(&n, "quality")?;
         for e in 0..n.n_events() {
             let r = n.event_rows(e);
-            let lengths: Vec<u32> = ho[r.start..=r.end].windows(2).map(|w| (w[1] - w[0]) as u32).collect();
+            let lengths: Vec<u32> = ho[r.start..=r.end]
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as u32)
+                .collect();
             let hits = &hv[ho[r.start] as usize..ho[r.end] as usize];
             let cells = &cv[co[r.start] as usize..co[r.end] as usize];
             let out = if self.replay {
-                ntuplet_event(&cfg.ntuplets, d.event_rows(e).len(), r.len() as u32, &lengths, hits, cells, 0)
+                ntuplet_event(
+                    &cfg.ntuplets,
+                    d.event_rows(e).len(),
+                    r.len() as u32,
+                    &lengths,
+                    hits,
+                    cells,
+                    0,
+                )
             } else {
-                ntuplet_event_listed(&cfg.ntuplets, r.len() as u32, &lengths, hits, cells, &quality[r], 0, 0)
+                ntuplet_event_listed(
+                    &cfg.ntuplets,
+                    r.len() as u32,
+                    &lengths,
+                    hits,
+                    cells,
+                    &quality[r],
+                    0,
+                    0,
+                )
             };
             let out = out.map_err(quiver_columnar::Error::data)?;
             std::hint::black_box(out);
@@ -74,8 +111,17 @@ struct QualityPrep {
 
 impl QualityPrep {
     fn new(cfg: &StepConfig, replay: bool) -> Result<Self> {
-        let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
-        Ok(QualityPrep { keys, cpe: cfg.condition::<CpeParams>()?, replay })
+        let keys = [
+            cfg.input("hits")?,
+            cfg.input("ntuplets")?,
+            cfg.input("cells")?,
+            cfg.input("fits")?,
+        ];
+        Ok(QualityPrep {
+            keys,
+            cpe: cfg.condition::<CpeParams>()?,
+            replay,
+        })
     }
 }
 
@@ -97,12 +143,28 @@ impl Step for QualityPrep {
         let [h, n, c, f] = [0, 1, 2, 3].map(|i| batch.get(&self.keys[i]));
         let (h, n, c, f) = (h?, n?, c?, f?);
         if self.replay {
-            std::hint::black_box(quality_inputs(&h, &n, &c, &f, &self.cpe, &CaConfig::default())?);
+            std::hint::black_box(quality_inputs(
+                &h,
+                &n,
+                &c,
+                &f,
+                &self.cpe,
+                &CaConfig::default(),
+            )?);
         } else {
             // The hits' detIndex as the GPU step has it (the copy the GPU rechits keeps).
-            let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
+            let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(
+                &h,
+                "det_index",
+            )?;
             let v = quality_columns(HitDets::new(det, h.offsets())?, &n, &c, &f)?;
-            std::hint::black_box(quality_tables(&v, n.offsets(), h.offsets(), c.offsets(), false));
+            std::hint::black_box(quality_tables(
+                &v,
+                n.offsets(),
+                h.offsets(),
+                c.offsets(),
+                false,
+            ));
         }
         Ok(())
     }
@@ -125,43 +187,78 @@ impl Step for LocalPrep {
         use quiver_columnar::columns::values;
         let [cal, cm, cd, hm] = [0, 1, 2, 3].map(|i| batch.get(&self.keys[i]));
         let (cal, cm, cd, hm) = (cal?, cm?, cd?, hm?);
-        let table = |m: &quiver_columnar::Product, e: usize| -> Result<(Vec<u16>, Vec<u32>, Vec<u32>)> {
-            let r = m.event_rows(e);
-            Ok((
-                values::<UInt16Type>(m, "module")?[r.clone()].to_vec(),
-                values::<UInt32Type>(m, "first_digi")?[r.clone()].to_vec(),
-                values::<UInt32Type>(m, "clusters")?[r].to_vec(),
-            ))
-        };
+        let table =
+            |m: &quiver_columnar::Product, e: usize| -> Result<(Vec<u16>, Vec<u32>, Vec<u32>)> {
+                let r = m.event_rows(e);
+                Ok((
+                    values::<UInt16Type>(m, "module")?[r.clone()].to_vec(),
+                    values::<UInt32Type>(m, "first_digi")?[r.clone()].to_vec(),
+                    values::<UInt32Type>(m, "clusters")?[r].to_vec(),
+                ))
+            };
         let n_ev = batch.n_events();
         let rows: Vec<_> = (0..n_ev).map(|e| cal.event_rows(e)).collect();
-        let (ct, ht): (Vec<_>, Vec<_>) = ((0..n_ev).map(|e| table(&cm, e)).collect::<Result<_>>()?, (0..n_ev).map(|e| table(&hm, e)).collect::<Result<_>>()?);
-        let cut_in: Vec<(&[u16], &[u32], &[u32])> = ct.iter().map(|t| (&t.0[..], &t.1[..], &t.2[..])).collect();
-        let hit_in: Vec<(&[u16], &[u32], &[u32])> = ht.iter().map(|t| (&t.0[..], &t.1[..], &t.2[..])).collect();
+        let (ct, ht): (Vec<_>, Vec<_>) = (
+            (0..n_ev).map(|e| table(&cm, e)).collect::<Result<_>>()?,
+            (0..n_ev).map(|e| table(&hm, e)).collect::<Result<_>>()?,
+        );
+        let cut_in: Vec<(&[u16], &[u32], &[u32])> =
+            ct.iter().map(|t| (&t.0[..], &t.1[..], &t.2[..])).collect();
+        let hit_in: Vec<(&[u16], &[u32], &[u32])> =
+            ht.iter().map(|t| (&t.0[..], &t.1[..], &t.2[..])).collect();
         // clusterize: the table from the runs (here the CPU's) and their cluster counts.
-        let runs: Vec<Vec<(u32, u16)>> = ct.iter().map(|t| t.1.iter().zip(&t.0).map(|(&f, &m)| (f, m)).collect()).collect();
+        let runs: Vec<Vec<(u32, u16)>> = ct
+            .iter()
+            .map(|t| t.1.iter().zip(&t.0).map(|(&f, &m)| (f, m)).collect())
+            .collect();
         let found: Vec<u32> = ct.iter().flat_map(|t| t.2.iter().copied()).collect();
         std::hint::black_box(cluster_tables(&runs, &found));
-        let cut = cut_runs(&rows, &cut_in).ok_or_else(|| quiver_columnar::Error::data("cut_runs"))?;
-        let hits = rechit_runs(&rows, &hit_in, &vec![[0.0; 3]; n_ev], self.n_det).ok_or_else(|| quiver_columnar::Error::data("rechit_runs"))?;
+        let cut =
+            cut_runs(&rows, &cut_in).ok_or_else(|| quiver_columnar::Error::data("cut_runs"))?;
+        let hits = rechit_runs(&rows, &hit_in, &vec![[0.0; 3]; n_ev], self.n_det)
+            .ok_or_else(|| quiver_columnar::Error::data("rechit_runs"))?;
         if self.scan {
-            let (m, x, y) = (values::<UInt16Type>(&cal, "module")?, values::<UInt16Type>(&cal, "row")?, values::<UInt16Type>(&cal, "col")?);
+            let (m, x, y) = (
+                values::<UInt16Type>(&cal, "module")?,
+                values::<UInt16Type>(&cal, "row")?,
+                values::<UInt16Type>(&cal, "col")?,
+            );
             for r in &rows {
                 let (m, x, y) = (&m[r.clone()], &x[r.clone()], &y[r.clone()]);
-                std::hint::black_box(quiver_reco::local::clusterize::module_runs(m, x, y, quiver_reco::local::MAX_PIX_IN_MODULE).map_err(|e| quiver_columnar::Error::data(e.to_string()))?);
-                std::hint::black_box(quiver_reco::capacity::records::pixel_runs(m, quiver_reco::local::MAX_PIX_IN_MODULE));
+                std::hint::black_box(
+                    quiver_reco::local::clusterize::module_runs(
+                        m,
+                        x,
+                        y,
+                        quiver_reco::local::MAX_PIX_IN_MODULE,
+                    )
+                    .map_err(|e| quiver_columnar::Error::data(e.to_string()))?,
+                );
+                std::hint::black_box(quiver_reco::capacity::records::pixel_runs(
+                    m,
+                    quiver_reco::local::MAX_PIX_IN_MODULE,
+                ));
             }
-            let ends = |module: &[u16], first: &[u32], run_module: &[u16], limit: &[u32]| -> Vec<u32> {
-                let invalid = quiver_reco::local::INVALID_MODULE;
-                (0..first.len())
-                    .map(|k| {
-                        let (f, lim, me) = (first[k] as usize, limit[k] as usize, run_module[k]);
-                        (f..lim).find(|&i| module[i] != invalid && module[i] != me).unwrap_or(lim) as u32
-                    })
-                    .collect()
-            };
+            let ends =
+                |module: &[u16], first: &[u32], run_module: &[u16], limit: &[u32]| -> Vec<u32> {
+                    let invalid = quiver_reco::local::INVALID_MODULE;
+                    (0..first.len())
+                        .map(|k| {
+                            let (f, lim, me) =
+                                (first[k] as usize, limit[k] as usize, run_module[k]);
+                            (f..lim)
+                                .find(|&i| module[i] != invalid && module[i] != me)
+                                .unwrap_or(lim) as u32
+                        })
+                        .collect()
+                };
             std::hint::black_box(ends(m, &cut.first, &cut.module, &cut.limit));
-            std::hint::black_box(ends(values::<UInt16Type>(&cd, "module")?, &hits.first, &hits.module, &hits.limit));
+            std::hint::black_box(ends(
+                values::<UInt16Type>(&cd, "module")?,
+                &hits.first,
+                &hits.module,
+                &hits.limit,
+            ));
         }
         // What `rechits` uploads after a GPU clusterize: each run slot's clusters and first hit.
         std::hint::black_box(hits.per_slot(n_ev * quiver_reco::local::MAX_NUM_MODULES));
@@ -181,14 +278,22 @@ impl Step for EndsPrep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let p = batch.get(&self.key)?;
         if self.vertices {
-            let sel = quiver_reco::steps::vertex_selection(&p, &quiver_reco::vertices::VertexConfig::default())?;
+            let sel = quiver_reco::steps::vertex_selection(
+                &p,
+                &quiver_reco::vertices::VertexConfig::default(),
+            )?;
             let selected: Vec<_> = sel.iter().map(|(_, s)| s.clone()).collect();
             std::hint::black_box(quiver_gpu::steps::vertex_batch(&selected)?);
         } else {
-            let fed = quiver_columnar::columns::values::<arrow_array::types::UInt32Type>(&p, "fed")?;
+            let fed =
+                quiver_columnar::columns::values::<arrow_array::types::UInt32Type>(&p, "fed")?;
             let data = quiver_columnar::columns::binary(&p, "data")?;
-            let events = (0..batch.n_events()).map(|e| p.event_rows(e).map(|r| (fed[r], data.value(r))).collect());
-            std::hint::black_box(quiver_gpu::steps::frame_batch(events, quiver_reco::local::MAX_FED_WORDS));
+            let events = (0..batch.n_events())
+                .map(|e| p.event_rows(e).map(|r| (fed[r], data.value(r))).collect());
+            std::hint::black_box(quiver_gpu::steps::frame_batch(
+                events,
+                quiver_reco::local::MAX_FED_WORDS,
+            ));
         }
         Ok(())
     }
@@ -205,12 +310,20 @@ struct FitPrep {
 impl Step for FitPrep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, n) = (batch.get(&self.keys[0])?, batch.get(&self.keys[1])?);
-        let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
+        let det =
+            quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")?;
         let inputs = fit_tuples(HitDets::new(det, h.offsets())?, &n)?;
         let starts: Vec<usize> = (0..inputs.len()).map(|e| h.event_rows(e).start).collect();
         // `fit_store` as the step after a GPU `ca_ntuplets` (whose kept lists the device
         // builds the job table from); `fit_prep` with the table, as uploaded otherwise.
-        let fb = fit_batch(&inputs, &starts, self.cpe.det.len(), &CaConfig::default(), !self.store).ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
+        let fb = fit_batch(
+            &inputs,
+            &starts,
+            self.cpe.det.len(),
+            &CaConfig::default(),
+            !self.store,
+        )
+        .ok_or_else(|| quiver_columnar::Error::data("fit_batch"))?;
         if self.store {
             // The step's finish from the kernel's output (plausible values: the timing does
             // not depend on them), published into a scratch batch.
@@ -218,9 +331,19 @@ impl Step for FitPrep {
             let mut out = vec![0.5f32; fb.job_n.len() * FIT_OUT];
             out.chunks_exact_mut(FIT_OUT).for_each(|v| v[14] = 2.0);
             let mut scratch = EventBatch::new(batch.first_event(), batch.n_events());
-            scratch.set_allowed(&[ProductKey::new(TRACK_FITS, "fit_store"), ProductKey::new(quiver_columnar::overflow::CAPACITY_OVERFLOWS, "fit_store")]);
-            let tuples: Vec<&quiver_reco::tracks::ntuplets::Tuples> = inputs.iter().map(|i| &i.tuples).collect();
-            quiver_reco::steps::publish_fit_values(&mut scratch, &tuples, &fb.jobs, &out, &CaConfig::default())?;
+            scratch.set_allowed(&[
+                ProductKey::new(TRACK_FITS, "fit_store"),
+                ProductKey::new(quiver_columnar::overflow::CAPACITY_OVERFLOWS, "fit_store"),
+            ]);
+            let tuples: Vec<&quiver_reco::tracks::ntuplets::Tuples> =
+                inputs.iter().map(|i| &i.tuples).collect();
+            quiver_reco::steps::publish_fit_values(
+                &mut scratch,
+                &tuples,
+                &fb.jobs,
+                &out,
+                &CaConfig::default(),
+            )?;
             std::hint::black_box(scratch);
         }
         std::hint::black_box(fb);
@@ -295,7 +418,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         return Err("usage: host_prep DATASET [EVENTS] [BATCH]".into());
     };
     let events = args.get(1).map(|s| s.parse::<u64>()).transpose()?;
-    let batch_size = args.get(2).map(|s| s.parse::<usize>()).transpose()?.unwrap_or(16);
+    let batch_size = args
+        .get(2)
+        .map(|s| s.parse::<usize>())
+        .transpose()?
+        .unwrap_or(16);
     let ds = Dataset::open(std::path::Path::new(dir))?;
     let c = ds.conditions().clone();
     let mut store = Conditions::new();
@@ -305,7 +432,11 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     store.insert(c.cpe);
     store.insert(quiver_formats::raw::RawData::new(ds));
     let out = tempfile::tempdir()?;
-    let job = Arc::new(JobContext { input: Some(dir.into()), output: out.path().into(), conditions: store });
+    let job = Arc::new(JobContext {
+        input: Some(dir.into()),
+        output: out.path().into(),
+        conditions: store,
+    });
 
     let mut r = Registry::with_builtin();
     quiver_reco::steps::register(&mut r);
@@ -330,46 +461,107 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         name: "fit_host_prep",
         doc: "the GPU track_fit's host preparation alone",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("hits", HITS, "rec hits"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+            ],
+            outputs: vec![],
+        },
         backends: cpu,
-        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: false })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(FitPrep {
+                keys: [cfg.input("hits")?, cfg.input("ntuplets")?],
+                cpe: cfg.condition::<CpeParams>()?,
+                store: false,
+            }))
+        },
     });
     r.add(StepType {
         name: "fit_host_store",
         doc: "the GPU track_fit's host preparation and the storing of its output",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("hits", HITS, "rec hits"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+            ],
+            outputs: vec![],
+        },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(FitPrep { keys: [cfg.input("hits")?, cfg.input("ntuplets")?], cpe: cfg.condition::<CpeParams>()?, store: true })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(FitPrep {
+                keys: [cfg.input("hits")?, cfg.input("ntuplets")?],
+                cpe: cfg.condition::<CpeParams>()?,
+                store: true,
+            }))
+        },
     });
     r.add(StepType {
         name: "raw_host_prep",
         doc: "the GPU raw_to_digis' FED framing alone",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("input", quiver_reco::steps::types::FED_RAW, "raw data")], outputs: vec![] },
+        signature: Signature {
+            inputs: vec![InputSpec::one(
+                "input",
+                quiver_reco::steps::types::FED_RAW,
+                "raw data",
+            )],
+            outputs: vec![],
+        },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(EndsPrep { key: cfg.input("input")?, vertices: false })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(EndsPrep {
+                key: cfg.input("input")?,
+                vertices: false,
+            }))
+        },
     });
     r.add(StepType {
         name: "vertex_host_prep",
         doc: "the GPU vertices' track selection and tables alone",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("input", quiver_reco::steps::types::TRACKS, "tracks")], outputs: vec![] },
+        signature: Signature {
+            inputs: vec![InputSpec::one(
+                "input",
+                quiver_reco::steps::types::TRACKS,
+                "tracks",
+            )],
+            outputs: vec![],
+        },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(EndsPrep { key: cfg.input("input")?, vertices: true })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(EndsPrep {
+                key: cfg.input("input")?,
+                vertices: true,
+            }))
+        },
     });
     let local_signature = || Signature {
         inputs: vec![
             InputSpec::one("calibrated", CALIBRATED_DIGIS, "calibrated digis"),
-            InputSpec::one("cluster_modules", CLUSTER_MODULES, "clusterize's module table"),
+            InputSpec::one(
+                "cluster_modules",
+                CLUSTER_MODULES,
+                "clusterize's module table",
+            ),
             InputSpec::one("clustered", CLUSTERED_DIGIS, "clustered digis"),
             InputSpec::one("hit_modules", HIT_MODULES, "the charge cut's module table"),
         ],
         outputs: vec![],
     };
     fn local(cfg: &StepConfig, scan: bool) -> Result<Box<dyn Step>> {
-        let keys = [cfg.input("calibrated")?, cfg.input("cluster_modules")?, cfg.input("clustered")?, cfg.input("hit_modules")?];
-        Ok(Box::new(LocalPrep { keys, n_det: cfg.condition::<CpeParams>()?.det.len(), scan }))
+        let keys = [
+            cfg.input("calibrated")?,
+            cfg.input("cluster_modules")?,
+            cfg.input("clustered")?,
+            cfg.input("hit_modules")?,
+        ];
+        Ok(Box::new(LocalPrep {
+            keys,
+            n_det: cfg.condition::<CpeParams>()?.det.len(),
+            scan,
+        }))
     }
     r.add(StepType {
         name: "local_host_prep",
@@ -391,23 +583,55 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         name: "ntuplets_host_prep",
         doc: "the GPU ca_ntuplets' host finish alone",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("doublets", DOUBLETS, "cells"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("doublets", DOUBLETS, "cells"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+            ],
+            outputs: vec![],
+        },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?], replay: false })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(NtupletsPrep {
+                keys: [cfg.input("doublets")?, cfg.input("ntuplets")?],
+                replay: false,
+            }))
+        },
     });
     r.add(StepType {
         name: "ntuplets_host_replay",
         doc: "the GPU ca_ntuplets' host finish with the host replay of the lists",
         params: vec![],
-        signature: Signature { inputs: vec![InputSpec::one("doublets", DOUBLETS, "cells"), InputSpec::one("ntuplets", NTUPLETS, "tuples")], outputs: vec![] },
+        signature: Signature {
+            inputs: vec![
+                InputSpec::one("doublets", DOUBLETS, "cells"),
+                InputSpec::one("ntuplets", NTUPLETS, "tuples"),
+            ],
+            outputs: vec![],
+        },
         backends: vec![quiver_columnar::Backend::Cpu],
-        build: |cfg: &StepConfig| Ok(Box::new(NtupletsPrep { keys: [cfg.input("doublets")?, cfg.input("ntuplets")?], replay: true })),
+        build: |cfg: &StepConfig| {
+            Ok(Box::new(NtupletsPrep {
+                keys: [cfg.input("doublets")?, cfg.input("ntuplets")?],
+                replay: true,
+            }))
+        },
     });
-    let plan_text = format!("{}{PREP_STEPS}", include_str!("../../plans/examples/chain.toml"));
+    let plan_text = format!(
+        "{}{PREP_STEPS}",
+        include_str!("../../plans/examples/chain.toml")
+    );
     let spec = plan::PlanSpec::from_toml(&plan_text, "host_prep")?;
     let resolved = plan::validate(&spec, &r)?;
     let steps = resolved.build(&r, job)?;
-    let opts = executor::RunOptions { threads: 1, batch_size, first_event: 0, events, progress: false, cycle_input: false };
+    let opts = executor::RunOptions {
+        threads: 1,
+        batch_size,
+        first_event: 0,
+        events,
+        progress: false,
+        cycle_input: false,
+    };
     let summary = executor::run(&resolved, &steps, &opts)?;
     println!("{}", summary.render());
     Ok(())

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr,
+};
 
 use crate::kernels;
 use crate::pool::SizeClassPool;
@@ -55,7 +57,9 @@ impl SyncMode {
         match value {
             None | Some("events") => Ok(SyncMode::Events),
             Some("streams") => Ok(SyncMode::Streams),
-            Some(v) => Err(format!("{SYNC_ENV}={v}: the values are 'events' (the default) and 'streams'")),
+            Some(v) => Err(format!(
+                "{SYNC_ENV}={v}: the values are 'events' (the default) and 'streams'"
+            )),
         }
     }
 }
@@ -94,7 +98,9 @@ impl WaitMode {
             Some("spin") => Ok(WaitMode::Spin),
             Some("yield") => Ok(WaitMode::Yield),
             Some("block") => Ok(WaitMode::Block),
-            Some(v) => Err(format!("{WAIT_ENV}={v}: the values are 'auto' (the default), 'spin', 'yield' and 'block'")),
+            Some(v) => Err(format!(
+                "{WAIT_ENV}={v}: the values are 'auto' (the default), 'spin', 'yield' and 'block'"
+            )),
         }
     }
 
@@ -134,7 +140,9 @@ pub struct Unavailable {
 impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let what = match self.missing {
-            Missing::Driver => "the NVIDIA driver library libcuda.so is not loadable (no driver installed?)",
+            Missing::Driver => {
+                "the NVIDIA driver library libcuda.so is not loadable (no driver installed?)"
+            }
             Missing::Nvrtc => "the CUDA 13 runtime compiler libnvrtc.so.13 is not loadable",
             Missing::Device => "no usable CUDA device",
             Missing::Kernels => "the GPU kernels could not be built",
@@ -147,7 +155,10 @@ impl fmt::Display for Unavailable {
 impl std::error::Error for Unavailable {}
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "panic".into())
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// Loads NVRTC from the path in [`NVRTC_ENV`] once, so that cudarc's later load by soname
@@ -157,14 +168,23 @@ fn preload_nvrtc() -> Option<&'static PathBuf> {
     LOADED
         .get_or_init(|| {
             let given = PathBuf::from(std::env::var_os(NVRTC_ENV)?);
-            let path = if given.is_dir() { given.join("libnvrtc.so.13") } else { given };
+            let path = if given.is_dir() {
+                given.join("libnvrtc.so.13")
+            } else {
+                given
+            };
             // NVRTC opens its builtins library by soname at compile time: load the one next
             // to it first, so that no LD_LIBRARY_PATH is needed.
-            let builtins = path.parent().and_then(|d| std::fs::read_dir(d).ok()).and_then(|rd| {
-                rd.flatten().map(|e| e.path()).find(|p| {
-                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so.13"))
-                })
-            });
+            let builtins = path
+                .parent()
+                .and_then(|d| std::fs::read_dir(d).ok())
+                .and_then(|rd| {
+                    rd.flatten().map(|e| e.path()).find(|p| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with("libnvrtc-builtins.so.13"))
+                    })
+                });
             if let Some(b) = builtins {
                 // SAFETY: as below; kept loaded for the process.
                 if let Ok(l) = unsafe { libloading::Library::new(&b) } {
@@ -188,7 +208,9 @@ pub fn driver_status() -> Result<(), Unavailable> {
     } else {
         Err(Unavailable {
             missing: Missing::Driver,
-            detail: "install the NVIDIA driver, or run this step with backend = \"cpu\" (or \"auto\")".into(),
+            detail:
+                "install the NVIDIA driver, or run this step with backend = \"cpu\" (or \"auto\")"
+                    .into(),
         })
     }
 }
@@ -207,7 +229,10 @@ pub fn nvrtc_status() -> Result<(), Unavailable> {
                 "install the CUDA 13 toolkit or `pip install nvidia-cuda-nvrtc==13.0.*` and set {NVRTC_ENV} to its lib folder (or LD_LIBRARY_PATH)"
             ),
         };
-        Err(Unavailable { missing: Missing::Nvrtc, detail: hint })
+        Err(Unavailable {
+            missing: Missing::Nvrtc,
+            detail: hint,
+        })
     }
 }
 
@@ -229,7 +254,9 @@ pub struct Gpu {
 
 impl fmt::Debug for Gpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gpu").field("device", &self.description).finish_non_exhaustive()
+        f.debug_struct("Gpu")
+            .field("device", &self.description)
+            .finish_non_exhaustive()
     }
 }
 
@@ -248,12 +275,21 @@ pub fn available() -> bool {
 impl Gpu {
     fn create() -> Result<Gpu, Unavailable> {
         let var = std::env::var(SYNC_ENV).ok();
-        let sync = SyncMode::parse(var.as_deref()).map_err(|detail| Unavailable { missing: Missing::Setting, detail })?;
+        let sync = SyncMode::parse(var.as_deref()).map_err(|detail| Unavailable {
+            missing: Missing::Setting,
+            detail,
+        })?;
         let var = std::env::var(WAIT_ENV).ok();
-        let wait = WaitMode::parse(var.as_deref()).map_err(|detail| Unavailable { missing: Missing::Setting, detail })?;
+        let wait = WaitMode::parse(var.as_deref()).map_err(|detail| Unavailable {
+            missing: Missing::Setting,
+            detail,
+        })?;
         driver_status()?;
         nvrtc_status()?;
-        let device = |detail: String| Unavailable { missing: Missing::Device, detail };
+        let device = |detail: String| Unavailable {
+            missing: Missing::Device,
+            detail,
+        };
         let count = catch_unwind(CudaContext::device_count)
             .map_err(|p| device(format!("the driver panicked: {}", panic_text(p))))?
             .map_err(|e| device(format!("cuInit/cuDeviceGetCount failed: {e}")))?;
@@ -269,29 +305,54 @@ impl Gpu {
             unsafe { ctx.disable_event_tracking() };
         }
         if let Some(flags) = wait.flags() {
-            ctx.set_flags(flags).map_err(|e| device(format!("setting the context's wait policy ({WAIT_ENV}): {e}")))?;
+            ctx.set_flags(flags).map_err(|e| {
+                device(format!(
+                    "setting the context's wait policy ({WAIT_ENV}): {e}"
+                ))
+            })?;
         }
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
-        let cc = ctx.compute_capability().map(|(a, b)| format!("sm_{a}{b}")).unwrap_or_default();
-        let kernels_err = |detail: String| Unavailable { missing: Missing::Kernels, detail };
+        let cc = ctx
+            .compute_capability()
+            .map(|(a, b)| format!("sm_{a}{b}"))
+            .unwrap_or_default();
+        let kernels_err = |detail: String| Unavailable {
+            missing: Missing::Kernels,
+            detail,
+        };
         let mut functions = HashMap::new();
         for &(module, body, names) in kernels::SOURCES {
             let ptx = catch_unwind(|| kernels::compile(module, body))
                 .map_err(|p| kernels_err(format!("NVRTC panicked: {}", panic_text(p))))?
                 .map_err(kernels_err)?;
-            let m = ctx.load_module(ptx).map_err(|e| kernels_err(format!("loading module '{module}': {e}")))?;
+            let m = ctx
+                .load_module(ptx)
+                .map_err(|e| kernels_err(format!("loading module '{module}': {e}")))?;
             for &f in names {
-                let func = m.load_function(f).map_err(|e| kernels_err(format!("kernel '{f}': {e}")))?;
+                let func = m
+                    .load_function(f)
+                    .map_err(|e| kernels_err(format!("kernel '{f}': {e}")))?;
                 functions.insert(f, func);
             }
         }
         let staging = crate::staging::StagingPool::new(ctx.clone());
-        Ok(Gpu { ctx, description: format!("{name} ({cc})"), functions, streams: Mutex::new(HashMap::new()), pool: SizeClassPool::new(), staging, sync, wait })
+        Ok(Gpu {
+            ctx,
+            description: format!("{name} ({cc})"),
+            functions,
+            streams: Mutex::new(HashMap::new()),
+            pool: SizeClassPool::new(),
+            staging,
+            sync,
+            wait,
+        })
     }
 
     /// A kernel by name (one of [`kernels::SOURCES`]).
     pub fn function(&self, name: &str) -> &CudaFunction {
-        self.functions.get(name).unwrap_or_else(|| panic!("kernel '{name}' is not in kernels::SOURCES"))
+        self.functions
+            .get(name)
+            .unwrap_or_else(|| panic!("kernel '{name}' is not in kernels::SOURCES"))
     }
 
     /// The stream of the calling worker thread, created on first use: batches on different
@@ -302,30 +363,45 @@ impl Gpu {
         if let Some(st) = s.get(&id) {
             return Ok(st.clone());
         }
-        let st = self.ctx.new_stream().map_err(|e| format!("creating a stream: {e}"))?;
+        let st = self
+            .ctx
+            .new_stream()
+            .map_err(|e| format!("creating a stream: {e}"))?;
         s.insert(id, st.clone());
         Ok(st)
     }
 
     /// A pooled device buffer of at least `bytes` bytes for work on `stream` (returned to
     /// the pool on drop: to that stream's free lists under [`SyncMode::Streams`]).
-    pub fn buffer(&'static self, stream: &Arc<CudaStream>, bytes: usize) -> Result<DeviceBuf, String> {
+    pub fn buffer(
+        &'static self,
+        stream: &Arc<CudaStream>,
+        bytes: usize,
+    ) -> Result<DeviceBuf, String> {
         let owner = match self.sync {
             SyncMode::Events => crate::pool::SETTLED,
             SyncMode::Streams => stream.cu_stream() as usize,
         };
         let (slice, class) = self.pool.take(owner, bytes, |n| {
             // SAFETY: the bytes are written (upload or kernel) before they are read.
-            unsafe { stream.alloc::<u8>(n) }.map_err(|e| format!("device allocation of {n} bytes: {e}"))
+            unsafe { stream.alloc::<u8>(n) }
+                .map_err(|e| format!("device allocation of {n} bytes: {e}"))
         })?;
-        Ok(DeviceBuf { slice: Some(slice), class, owner, gpu: self })
+        Ok(DeviceBuf {
+            slice: Some(slice),
+            class,
+            owner,
+            gpu: self,
+        })
     }
 
     /// At the end of a job: under [`SyncMode::Streams`], waits for the whole device, then
     /// lets any stream take the free buffers (the next job's workers have new streams).
     pub fn settle(&self) -> Result<(), String> {
         if self.sync == SyncMode::Streams {
-            self.ctx.synchronize().map_err(|e| format!("synchronising the device at the end of the job: {e}"))?;
+            self.ctx
+                .synchronize()
+                .map_err(|e| format!("synchronising the device at the end of the job: {e}"))?;
             self.pool.settle();
         }
         Ok(())
@@ -369,35 +445,57 @@ impl Drop for DeviceBuf {
 }
 
 /// Uploads a host slice into a pooled buffer; counts the bytes.
-pub fn upload<T: DeviceRepr>(gpu: &'static Gpu, stream: &Arc<CudaStream>, host: &[T], bytes: &mut u64) -> Result<DeviceBuf, String> {
+pub fn upload<T: DeviceRepr>(
+    gpu: &'static Gpu,
+    stream: &Arc<CudaStream>,
+    host: &[T],
+    bytes: &mut u64,
+) -> Result<DeviceBuf, String> {
     let n = std::mem::size_of_val(host);
     let mut buf = gpu.buffer(stream, n.max(1))?;
     if !host.is_empty() {
         let mut v = buf.view_mut::<T>(host.len());
-        stream.memcpy_htod(host, &mut v).map_err(|e| format!("upload of {n} bytes: {e}"))?;
+        stream
+            .memcpy_htod(host, &mut v)
+            .map_err(|e| format!("upload of {n} bytes: {e}"))?;
     }
     *bytes += n as u64;
     Ok(buf)
 }
 
 /// A pooled zero-filled buffer of `n` elements of `T`.
-pub fn zeros<T: DeviceRepr>(gpu: &'static Gpu, stream: &Arc<CudaStream>, n: usize) -> Result<DeviceBuf, String> {
+pub fn zeros<T: DeviceRepr>(
+    gpu: &'static Gpu,
+    stream: &Arc<CudaStream>,
+    n: usize,
+) -> Result<DeviceBuf, String> {
     let mut buf = gpu.buffer(stream, (n * std::mem::size_of::<T>()).max(1))?;
     let mut v = buf.view_mut::<u8>((n * std::mem::size_of::<T>()).max(1));
-    stream.memset_zeros(&mut v).map_err(|e| format!("memset: {e}"))?;
+    stream
+        .memset_zeros(&mut v)
+        .map_err(|e| format!("memset: {e}"))?;
     Ok(buf)
 }
 
 /// Uploads a conditions table once (for the job), synchronously, on a fresh slice.
-pub fn upload_condition<T: DeviceRepr>(gpu: &Gpu, host: &[T], bytes: &mut u64) -> Result<CudaSlice<T>, String> {
+pub fn upload_condition<T: DeviceRepr>(
+    gpu: &Gpu,
+    host: &[T],
+    bytes: &mut u64,
+) -> Result<CudaSlice<T>, String> {
     let stream = gpu.ctx.default_stream();
     let n = host.len().max(1);
     // SAFETY: written right below (or never read when empty).
-    let mut s = unsafe { stream.alloc::<T>(n) }.map_err(|e| format!("allocating conditions: {e}"))?;
+    let mut s =
+        unsafe { stream.alloc::<T>(n) }.map_err(|e| format!("allocating conditions: {e}"))?;
     if !host.is_empty() {
-        stream.memcpy_htod(host, &mut s).map_err(|e| format!("uploading conditions: {e}"))?;
+        stream
+            .memcpy_htod(host, &mut s)
+            .map_err(|e| format!("uploading conditions: {e}"))?;
     }
-    stream.synchronize().map_err(|e| format!("uploading conditions: {e}"))?;
+    stream
+        .synchronize()
+        .map_err(|e| format!("uploading conditions: {e}"))?;
     *bytes += std::mem::size_of_val(host) as u64;
     Ok(s)
 }
@@ -413,7 +511,12 @@ mod tests {
             Err(u) => {
                 let msg = u.to_string();
                 println!("no GPU: {msg}");
-                assert!(msg.contains("libcuda") || msg.contains("libnvrtc") || msg.contains("device") || msg.contains("kernels"));
+                assert!(
+                    msg.contains("libcuda")
+                        || msg.contains("libnvrtc")
+                        || msg.contains("device")
+                        || msg.contains("kernels")
+                );
                 assert_eq!(gpu().unwrap_err(), u, "the answer is cached");
                 assert!(!available());
             }

@@ -14,7 +14,9 @@
 //! ([`prelude`]) so the two sides cannot drift apart.
 
 use quiver_formats::conditions::{FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
-use quiver_formats::topology::{NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET};
+use quiver_formats::topology::{
+    NUM_COLS_IN_MODULE, NUM_COLS_IN_ROC, NUM_ROWS_IN_MODULE, NUM_ROWS_IN_ROC, X_OFFSET, Y_OFFSET,
+};
 use quiver_reco::local::{INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_MODULES};
 
 /// Threads per block of `clusterize` (one block per module run). Modules hold few digis, so
@@ -248,7 +250,9 @@ extern "C" __global__ void calibrate(
 /// minima, so the result equals the CPU's for any scheduling. Roots are numbered in index
 /// order (as the CPU does) by a block-wide prefix sum of the root flags, then every pixel
 /// takes its root's number.
-pub const CLUSTERIZE: &str = concat!(block_scan_source!(), r#"
+pub const CLUSTERIZE: &str = concat!(
+    block_scan_source!(),
+    r#"
 #define N_BINS (N_COLS + 2)
 #define CLUS_SCAN_MAX 64
 
@@ -354,7 +358,8 @@ extern "C" __global__ void clusterize(
         clus[l] = module[i] != INVALID_MODULE ? -clus[l] - 1 : -9999;
     }
 }
-"#);
+"#
+);
 
 /// Module runs on the device, so that the local steps' host preparation reads only the
 /// module tables and the events' offsets, never the digis:
@@ -676,14 +681,38 @@ pub const SOURCES: &[(&str, &str, &[&str])] = &[
     ("raw_to_digis", RAW_TO_DIGIS, &["raw_to_digis"]),
     ("calibrate", CALIBRATE, &["calibrate"]),
     ("clusterize", CLUSTERIZE, &["clus_init", "clusterize"]),
-    ("module_runs", MODULE_RUNS, &["mr_flag", "mr_fill", "run_check", "run_ends", "slot_ends"]),
+    (
+        "module_runs",
+        MODULE_RUNS,
+        &["mr_flag", "mr_fill", "run_check", "run_ends", "slot_ends"],
+    ),
     ("cluster_charge_cut", CHARGE_CUT, &["charge_cut"]),
     ("rechits", RECHITS, &["rechits"]),
-    ("ca_doublets", crate::kernels_ca::CA_DOUBLETS, crate::kernels_ca::CA_DOUBLETS_KERNELS),
-    ("ca_ntuplets", crate::kernels_ca::CA_NTUPLETS, crate::kernels_ca::CA_NTUPLETS_KERNELS),
-    ("track_fit", crate::kernels_fit::TRACK_FIT, crate::kernels_fit::TRACK_FIT_KERNELS),
-    ("track_quality", crate::kernels_quality::QUALITY, crate::kernels_quality::QUALITY_KERNELS),
-    ("vertices", crate::kernels_vertices::VERTICES, crate::kernels_vertices::VERTICES_KERNELS),
+    (
+        "ca_doublets",
+        crate::kernels_ca::CA_DOUBLETS,
+        crate::kernels_ca::CA_DOUBLETS_KERNELS,
+    ),
+    (
+        "ca_ntuplets",
+        crate::kernels_ca::CA_NTUPLETS,
+        crate::kernels_ca::CA_NTUPLETS_KERNELS,
+    ),
+    (
+        "track_fit",
+        crate::kernels_fit::TRACK_FIT,
+        crate::kernels_fit::TRACK_FIT_KERNELS,
+    ),
+    (
+        "track_quality",
+        crate::kernels_quality::QUALITY,
+        crate::kernels_quality::QUALITY_KERNELS,
+    ),
+    (
+        "vertices",
+        crate::kernels_vertices::VERTICES,
+        crate::kernels_vertices::VERTICES_KERNELS,
+    ),
 ];
 
 /// The full source of a kernel module: prelude + body.
@@ -724,7 +753,11 @@ pub fn signature(name: &str) -> Option<Vec<String>> {
     let body = SOURCES.iter().map(|s| s.1).find(|b| b.contains(&head))?;
     let start = body.find(&head)? + head.len();
     let end = start + body[start..].find(')')?;
-    let params: String = body[start..end].lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join(" ");
+    let params: String = body[start..end]
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join(" ");
     Some(
         params
             .split(',')
@@ -803,11 +836,18 @@ impl<T: CType> KernelArg for &mut cudarc::driver::CudaViewMut<'_, T> {
 pub fn check_launch(name: &str, args: &[String]) -> Result<(), String> {
     let sig = signature(name).ok_or_else(|| format!("no kernel '{name}' in the sources"))?;
     if sig.len() != args.len() {
-        return Err(format!("kernel '{name}' takes {} arguments, the launch passes {}", sig.len(), args.len()));
+        return Err(format!(
+            "kernel '{name}' takes {} arguments, the launch passes {}",
+            sig.len(),
+            args.len()
+        ));
     }
     for (k, (want, got)) in sig.iter().zip(args).enumerate() {
         if want != got {
-            return Err(format!("kernel '{name}': argument {} is {got} but the kernel takes {want}", k + 1));
+            return Err(format!(
+                "kernel '{name}': argument {} is {got} but the kernel takes {want}",
+                k + 1
+            ));
         }
     }
     Ok(())
@@ -822,13 +862,22 @@ mod tests {
         for &(_, _, names) in SOURCES {
             for n in names {
                 let sig = signature(n).unwrap_or_else(|| panic!("{n}"));
-                assert!(sig.iter().all(|t| ["u8", "u16", "u32", "u64", "short", "i32", "float", "double"].contains(&t.trim_end_matches('*'))), "{n}: {sig:?}");
+                assert!(
+                    sig.iter().all(|t| [
+                        "u8", "u16", "u32", "u64", "short", "i32", "float", "double"
+                    ]
+                    .contains(&t.trim_end_matches('*'))),
+                    "{n}: {sig:?}"
+                );
             }
         }
         assert_eq!(signature("charge_cut").unwrap().len(), 12);
         assert_eq!(signature("rechits").unwrap().len(), 32);
         assert_eq!(signature("raw_to_digis").unwrap().len(), 25);
-        assert_eq!(signature("calibrate").unwrap()[..4], ["u16*", "u16*", "u16*", "u16*"]);
+        assert_eq!(
+            signature("calibrate").unwrap()[..4],
+            ["u16*", "u16*", "u16*", "u16*"]
+        );
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub const RANK_LANES: u32 = 16;
 pub const CONNECT_KEPT: usize = 2;
 
 /// Entries per event of the bin-start table: 10 layers × 128 bins, plus the end.
-pub const BIN_STARTS_PER_EVENT: usize = quiver_reco::tracks::doublets::N_LAYERS * quiver_reco::tracks::doublets::PHI_BINS + 1;
+pub const BIN_STARTS_PER_EVENT: usize =
+    quiver_reco::tracks::doublets::N_LAYERS * quiver_reco::tracks::doublets::PHI_BINS + 1;
 
 /// Layout of the per-pair integer table (`pair_i`, `PAIR_INTS` entries per pair) and float
 /// table (`pair_f`, `PAIR_FLOATS` per pair) that the kernel reads.
@@ -71,7 +72,14 @@ pub fn pair_tables(cuts: &quiver_reco::tracks::doublets::DoubletCuts) -> (Vec<i3
     let mut floats = Vec::with_capacity(cuts.pairs.len() * PAIR_FLOATS);
     for p in &cuts.pairs {
         let bits = p.barrel_size_cut as i32 | (p.forward_size_cut as i32) << 1;
-        ints.extend_from_slice(&[p.inner as i32, p.outer as i32, p.phi_cut as i32, p.max_dysize, p.min_ysize, bits]);
+        ints.extend_from_slice(&[
+            p.inner as i32,
+            p.outer as i32,
+            p.phi_cut as i32,
+            p.max_dysize,
+            p.min_ysize,
+            bits,
+        ]);
         floats.extend_from_slice(&[p.min_z, p.max_z, p.max_r]);
     }
     (ints, floats)
@@ -89,7 +97,9 @@ pub fn doublet_flags(cfg: &quiver_reco::tracks::DoubletConfig) -> u32 {
 /// hit arrays are the batch's, event `e` holding rows `hit_off[e]..hit_off[e+1]`.
 /// `layer_start` holds 11 event-local entries per event; `bin_start` `BIN_STARTS_PER_EVENT`
 /// batch-global entries per event; `item_start` `n_events·n_pairs + 1` entries.
-pub const CA_DOUBLETS: &str = concat!(block_scan_source!(), r#"
+pub const CA_DOUBLETS: &str = concat!(
+    block_scan_source!(),
+    r#"
 #define CA_N_LAYERS 10
 #define CA_PHI_BINS 128
 #define CA_BINS (CA_N_LAYERS * CA_PHI_BINS)
@@ -367,11 +377,22 @@ extern "C" __global__ void ca_listed_overfull(const u32* outer, const u32* cell_
         if (outer[c] == li) { listed[c] = 1; ++seen; }
     }
 }
-"#);
+"#
+);
 
 /// The kernel functions of [`CA_DOUBLETS`].
-pub const CA_DOUBLETS_KERNELS: &[&str] =
-    &["ca_bin_count", "ca_bin_scan", "ca_bin_fill", "ca_bin_sort", "ca_doublets", "ca_item_scan", "ca_listed_count", "ca_listed", "ca_listed_overfull", "ca_overflow_stats"];
+pub const CA_DOUBLETS_KERNELS: &[&str] = &[
+    "ca_bin_count",
+    "ca_bin_scan",
+    "ca_bin_fill",
+    "ca_bin_sort",
+    "ca_doublets",
+    "ca_item_scan",
+    "ca_listed_count",
+    "ca_listed",
+    "ca_listed_overfull",
+    "ca_overflow_stats",
+];
 
 /// CUDA C source of `ca_ntuplets`: the connect, the fishbone and the ntuplet search.
 ///
@@ -403,7 +424,9 @@ pub const CA_DOUBLETS_KERNELS: &[&str] =
 /// and reads the hit counts, which no write changes). `max_active_doublets` opens lists in
 /// push order here too: where it binds, the host replays the lists with the CPU's function.
 /// `track_quality` builds the same lists from the `ntuplets` product with these kernels.
-pub const CA_NTUPLETS: &str = concat!(block_scan_source!(), r#"
+pub const CA_NTUPLETS: &str = concat!(
+    block_scan_source!(),
+    r#"
 #define CN_LAST_BPIX1_DET 96
 #define CN_KEPT 2
 #define CN_LAST_BARREL_DET 1184
@@ -869,11 +892,29 @@ extern "C" __global__ void nt_early_dup(u32 n_cells, const u32* cell_off, u32 n_
         if (nh != max_nh) q[t0 + l[i]] = 1u;
     }
 }
-"#);
+"#
+);
 
 /// The kernel functions of [`CA_NTUPLETS`].
-pub const CA_NTUPLETS_KERNELS: &[&str] =
-    &["cn_check_cells", "cn_index_count", "cn_index_scan", "cn_index_fill", "cn_index_rank", "cn_connect", "sg_tile_sum", "sg_tile_scan", "nt_list_stats", "nt_alive_bits", "nt_list_offsets", "nt_fishbone", "nt_search", "ct_count", "ct_fill", "ct_sort", "nt_early_dup"];
+pub const CA_NTUPLETS_KERNELS: &[&str] = &[
+    "cn_check_cells",
+    "cn_index_count",
+    "cn_index_scan",
+    "cn_index_fill",
+    "cn_index_rank",
+    "cn_connect",
+    "sg_tile_sum",
+    "sg_tile_scan",
+    "nt_list_stats",
+    "nt_alive_bits",
+    "nt_list_offsets",
+    "nt_fishbone",
+    "nt_search",
+    "ct_count",
+    "ct_fill",
+    "ct_sort",
+    "nt_early_dup",
+];
 
 #[cfg(test)]
 mod tests {
@@ -884,36 +925,65 @@ mod tests {
     #[test]
     fn source_constants_match_rust() {
         let def = |name: &str| -> String {
-            let l = CA_DOUBLETS.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            let l = CA_DOUBLETS
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name}"));
             l.split_whitespace().nth(2).unwrap().to_string()
         };
         assert_eq!(def("CA_N_LAYERS"), N_LAYERS.to_string());
         assert_eq!(def("CA_PHI_BINS"), PHI_BINS.to_string());
         assert_eq!(def("CA_PAIR_INTS"), PAIR_INTS.to_string());
         assert_eq!(def("CA_PAIR_FLOATS"), PAIR_FLOATS.to_string());
-        assert!(def("CA_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK && SCAN_BLOCK.is_power_of_two());
+        assert!(
+            def("CA_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK
+                && SCAN_BLOCK.is_power_of_two()
+        );
         assert_eq!(BIN_STARTS_PER_EVENT, N_LAYERS * PHI_BINS + 1);
         // Invalid hits are the ones above det index 2000, as in the CPU search.
         assert_eq!(def("CA_MAX_VALID_DET"), "2000");
-        assert_eq!((FLAG_Z0_CUT, FLAG_PT_CUT, FLAG_CLUSTER_CUT, FLAG_IDEAL_CONDITIONS), (1, 2, 4, 8));
+        assert_eq!(
+            (
+                FLAG_Z0_CUT,
+                FLAG_PT_CUT,
+                FLAG_CLUSTER_CUT,
+                FLAG_IDEAL_CONDITIONS
+            ),
+            (1, 2, 4, 8)
+        );
         for k in CA_DOUBLETS_KERNELS {
-            assert!(CA_DOUBLETS.contains(&format!("__global__ void {k}(")), "{k}");
+            assert!(
+                CA_DOUBLETS.contains(&format!("__global__ void {k}(")),
+                "{k}"
+            );
         }
         let cdef = |name: &str| -> String {
-            let l = CA_NTUPLETS.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("{name}"));
+            let l = CA_NTUPLETS
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name}"));
             l.split_whitespace().nth(2).unwrap().to_string()
         };
         use quiver_reco::tracks::ntuplets::{LAST_BARREL_DET_INDEX, LAST_BPIX1_DET_INDEX};
         assert_eq!(cdef("CN_LAST_BPIX1_DET"), LAST_BPIX1_DET_INDEX.to_string());
         assert_eq!(cdef("CN_KEPT"), CONNECT_KEPT.to_string());
-        assert_eq!(cdef("CN_LAST_BARREL_DET"), LAST_BARREL_DET_INDEX.to_string());
+        assert_eq!(
+            cdef("CN_LAST_BARREL_DET"),
+            LAST_BARREL_DET_INDEX.to_string()
+        );
         assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= SCAN_BLOCK);
-        assert!(cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= 256, "the segmented scan's block (steps::SEG_BLOCK)");
+        assert!(
+            cdef("CN_SCAN_MAX").parse::<u32>().unwrap() >= 256,
+            "the segmented scan's block (steps::SEG_BLOCK)"
+        );
         assert_eq!(def("CA_STATS_RUN"), STATS_RUN.to_string());
         assert_eq!(cdef("NT_STATS_RUN"), STATS_RUN.to_string());
         assert_eq!(cdef("CN_RANK_LANES"), RANK_LANES.to_string());
         for k in CA_NTUPLETS_KERNELS {
-            assert!(CA_NTUPLETS.contains(&format!("__global__ void {k}(")), "{k}");
+            assert!(
+                CA_NTUPLETS.contains(&format!("__global__ void {k}(")),
+                "{k}"
+            );
         }
     }
 }

@@ -45,7 +45,10 @@ pub const FRAME_FLOATS: usize = 6;
 /// assert_eq!(&t[..FRAME_FLOATS], &cpe.det[0].frame.r[..FRAME_FLOATS]);
 /// ```
 pub fn frame_table(cpe: &quiver_formats::conditions::CpeParams) -> Vec<f32> {
-    cpe.det.iter().flat_map(|d| d.frame.r[..FRAME_FLOATS].iter().copied()).collect()
+    cpe.det
+        .iter()
+        .flat_map(|d| d.frame.r[..FRAME_FLOATS].iter().copied())
+        .collect()
 }
 
 /// The fit kernel module: the Broken Line (`track_fit_bl`) and the Riemann fit
@@ -1401,7 +1404,12 @@ extern "C" __global__ void fit_scatter(
 "#;
 
 /// The kernel functions of [`TRACK_FIT`].
-pub const TRACK_FIT_KERNELS: &[&str] = &["track_fit_bl", "track_fit_riemann", "fit_job_hits", "fit_scatter"];
+pub const TRACK_FIT_KERNELS: &[&str] = &[
+    "track_fit_bl",
+    "track_fit_riemann",
+    "fit_job_hits",
+    "fit_scatter",
+];
 
 #[cfg(test)]
 mod tests {
@@ -1410,7 +1418,10 @@ mod tests {
     #[test]
     fn the_source_and_the_host_agree_on_the_layout() {
         for (name, v) in [("TF_OUT", FIT_OUT), ("TF_HITS", FIT_HITS)] {
-            assert!(TRACK_FIT.contains(&format!("#define {name} {v}\n")), "{name}");
+            assert!(
+                TRACK_FIT.contains(&format!("#define {name} {v}\n")),
+                "{name}"
+            );
         }
         assert!(TRACK_FIT.contains(&format!("frames + {FRAME_FLOATS} * ")));
     }

@@ -305,7 +305,12 @@ mod tests {
     #[test]
     fn the_source_and_the_host_agree_on_the_codes() {
         use quiver_reco::vertices::quality::{BAD, DUP, LOOSE};
-        for (name, v) in [("QX_BAD", BAD as u32), ("QX_DUP", DUP as u32), ("QX_LOOSE", LOOSE as u32), ("QX_BLOCK", QX_BLOCK)] {
+        for (name, v) in [
+            ("QX_BAD", BAD as u32),
+            ("QX_DUP", DUP as u32),
+            ("QX_LOOSE", LOOSE as u32),
+            ("QX_BLOCK", QX_BLOCK),
+        ] {
             assert!(QUALITY.contains(&format!("#define {name} {v}\n")), "{name}");
         }
         assert!(QUALITY.contains(&format!("#define QX_SH {QX_SH}\n")));

@@ -366,7 +366,10 @@ mod tests {
             ("VX_NOISE", IDV_NOISE as usize),
             ("VX_DETACHED", IDV_DETACHED as usize),
         ] {
-            assert!(VERTICES.contains(&format!("#define {name} {v}\n")), "{name}");
+            assert!(
+                VERTICES.contains(&format!("#define {name} {v}\n")),
+                "{name}"
+            );
         }
     }
 }

@@ -87,7 +87,10 @@ use std::sync::OnceLock;
 
 use quiver_columnar::{Backend, Error, Registry, Result, Step, StepConfig, StepType};
 use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration};
-use quiver_reco::steps::{ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config, vertex_config};
+use quiver_reco::steps::{
+    ca_config, calib_config, charge_cut_config, clusterize_config, raw_to_digi_config,
+    vertex_config,
+};
 
 /// Step types that have a GPU implementation.
 pub const GPU_STEP_TYPES: [&str; 10] = [
@@ -115,21 +118,33 @@ fn cpu_types() -> &'static Registry {
 }
 
 fn build_cpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
-    let t = cpu_types()
-        .get(&cfg.type_name)
-        .ok_or_else(|| Error::plan(&cfg.label, format!("no CPU implementation of '{}'", cfg.type_name)))?;
+    let t = cpu_types().get(&cfg.type_name).ok_or_else(|| {
+        Error::plan(
+            &cfg.label,
+            format!("no CPU implementation of '{}'", cfg.type_name),
+        )
+    })?;
     (t.build)(cfg)
 }
 
 /// The device for a step asking for `gpu`, or a plan error naming the step and what is
 /// missing (raised when the plan is built, before any event is read).
 pub fn require_gpu(cfg: &StepConfig) -> Result<&'static device::Gpu> {
-    device::gpu().map_err(|u| Error::plan(&cfg.label, format!("backend 'gpu' requested but the GPU backend is unavailable: {u}")))
+    device::gpu().map_err(|u| {
+        Error::plan(
+            &cfg.label,
+            format!("backend 'gpu' requested but the GPU backend is unavailable: {u}"),
+        )
+    })
 }
 
 fn common(cfg: &StepConfig) -> Result<steps::Common> {
     let gpu = require_gpu(cfg)?;
-    Ok(steps::Common { gpu, cpu: build_cpu(cfg)?, stats: Default::default() })
+    Ok(steps::Common {
+        gpu,
+        cpu: build_cpu(cfg)?,
+        stats: Default::default(),
+    })
 }
 
 fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
@@ -142,18 +157,67 @@ fn build_gpu(cfg: &StepConfig) -> Result<Box<dyn Step>> {
     // per-block arrays of the reference's size: a batch beyond them goes to the CPU's sized
     // step (`steps::beyond_kernel_slots`). Nothing is truncated either way.
     Ok(match cfg.type_name.as_str() {
-        "raw_to_digis" => Box::new(steps::RawToDigisGpu::new(cfg, common(cfg)?, &*cfg.condition::<CablingMap>()?, raw_to_digi_config(cfg)?)?),
-        "calibrate" => Box::new(steps::CalibrateGpu::new(cfg, common(cfg)?, cfg.condition::<GainCalibration>()?, calib_config(cfg))?),
+        "raw_to_digis" => Box::new(steps::RawToDigisGpu::new(
+            cfg,
+            common(cfg)?,
+            &*cfg.condition::<CablingMap>()?,
+            raw_to_digi_config(cfg)?,
+        )?),
+        "calibrate" => Box::new(steps::CalibrateGpu::new(
+            cfg,
+            common(cfg)?,
+            cfg.condition::<GainCalibration>()?,
+            calib_config(cfg),
+        )?),
         // Both CPU algorithms give the same clusters; the device has one.
-        "clusterize" => Box::new(steps::ClusterizeGpu::new(cfg, common(cfg)?, clusterize_config(cfg)?.max_pix_in_module)?),
-        "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(cfg, common(cfg)?, charge_cut_config(cfg)?)?),
-        "rechits" => Box::new(steps::RecHitsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?)?),
-        "ca_doublets" => Box::new(steps::CaDoubletsGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
-        "ca_ntuplets" => Box::new(steps::CaNtupletsGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
-        "track_fit" => Box::new(steps::TrackFitGpu::new(cfg, common(cfg)?, cfg.condition::<CpeParams>()?, ca_config(cfg)?)?),
-        "track_quality" => Box::new(steps::TrackQualityGpu::new(cfg, common(cfg)?, ca_config(cfg)?)?),
-        "vertices" => Box::new(steps::VerticesGpu::new(cfg, common(cfg)?, vertex_config(cfg)?)?),
-        other => return Err(Error::plan(&cfg.label, format!("step type '{other}' has no GPU implementation"))),
+        "clusterize" => Box::new(steps::ClusterizeGpu::new(
+            cfg,
+            common(cfg)?,
+            clusterize_config(cfg)?.max_pix_in_module,
+        )?),
+        "cluster_charge_cut" => Box::new(steps::ChargeCutGpu::new(
+            cfg,
+            common(cfg)?,
+            charge_cut_config(cfg)?,
+        )?),
+        "rechits" => Box::new(steps::RecHitsGpu::new(
+            cfg,
+            common(cfg)?,
+            cfg.condition::<CpeParams>()?,
+        )?),
+        "ca_doublets" => Box::new(steps::CaDoubletsGpu::new(
+            cfg,
+            common(cfg)?,
+            cfg.condition::<CpeParams>()?,
+            ca_config(cfg)?,
+        )?),
+        "ca_ntuplets" => Box::new(steps::CaNtupletsGpu::new(
+            cfg,
+            common(cfg)?,
+            ca_config(cfg)?,
+        )?),
+        "track_fit" => Box::new(steps::TrackFitGpu::new(
+            cfg,
+            common(cfg)?,
+            cfg.condition::<CpeParams>()?,
+            ca_config(cfg)?,
+        )?),
+        "track_quality" => Box::new(steps::TrackQualityGpu::new(
+            cfg,
+            common(cfg)?,
+            ca_config(cfg)?,
+        )?),
+        "vertices" => Box::new(steps::VerticesGpu::new(
+            cfg,
+            common(cfg)?,
+            vertex_config(cfg)?,
+        )?),
+        other => {
+            return Err(Error::plan(
+                &cfg.label,
+                format!("step type '{other}' has no GPU implementation"),
+            ))
+        }
     })
 }
 
@@ -183,7 +247,9 @@ pub fn auto_backend(t: &StepType) -> Backend {
 /// probed when a plan asks for `gpu` or `auto`.
 pub fn register(r: &mut Registry) {
     for name in GPU_STEP_TYPES {
-        let cpu = cpu_types().get(name).unwrap_or_else(|| panic!("quiver_reco registers '{name}'"));
+        let cpu = cpu_types()
+            .get(name)
+            .unwrap_or_else(|| panic!("quiver_reco registers '{name}'"));
         let mut t = cpu.clone();
         t.backends = vec![Backend::Cpu, Backend::Gpu];
         t.build = build;

@@ -54,7 +54,10 @@ pub struct SizeClassPool<B> {
 
 impl<B> Default for SizeClassPool<B> {
     fn default() -> Self {
-        SizeClassPool { free: Mutex::new(BTreeMap::new()), stats: Mutex::new(DevicePoolStats::default()) }
+        SizeClassPool {
+            free: Mutex::new(BTreeMap::new()),
+            stats: Mutex::new(DevicePoolStats::default()),
+        }
     }
 }
 
@@ -78,7 +81,12 @@ impl<B> SizeClassPool<B> {
     /// let (_, _) = pool.take(7, 600, |_| Err(())).unwrap(); // reused: no allocation
     /// assert_eq!(pool.stats().hits, 1);
     /// ```
-    pub fn take<E>(&self, owner: usize, bytes: usize, alloc: impl FnOnce(usize) -> Result<B, E>) -> Result<(B, usize), E> {
+    pub fn take<E>(
+        &self,
+        owner: usize,
+        bytes: usize,
+        alloc: impl FnOnce(usize) -> Result<B, E>,
+    ) -> Result<(B, usize), E> {
         let class = size_class(bytes);
         let reused = {
             let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
@@ -106,7 +114,12 @@ impl<B> SizeClassPool<B> {
 
     /// Returns a buffer of class `class` to `owner`'s free list.
     pub fn give(&self, owner: usize, class: usize, b: B) {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).entry((owner, class)).or_default().push(b);
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((owner, class))
+            .or_default()
+            .push(b);
     }
 
     /// Moves every owner's free buffers to the settled lists, which any owner takes from.
@@ -122,7 +135,11 @@ impl<B> SizeClassPool<B> {
     /// ```
     pub fn settle(&self) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let owned: Vec<(usize, usize)> = free.keys().filter(|(o, _)| *o != SETTLED).copied().collect();
+        let owned: Vec<(usize, usize)> = free
+            .keys()
+            .filter(|(o, _)| *o != SETTLED)
+            .copied()
+            .collect();
         for key in owned {
             if let Some(mut v) = free.remove(&key) {
                 free.entry((SETTLED, key.1)).or_default().append(&mut v);
@@ -160,15 +177,24 @@ mod tests {
         let (b, cb) = pool.take(SETTLED, 300, alloc).unwrap();
         assert_eq!((ca, cb, a.len()), (512, 512, 512));
         let st = pool.stats();
-        assert_eq!((st.requests, st.hits, st.allocations, st.bytes_held), (2, 0, 2, 1024));
+        assert_eq!(
+            (st.requests, st.hits, st.allocations, st.bytes_held),
+            (2, 0, 2, 1024)
+        );
         pool.give(SETTLED, ca, a);
         pool.give(SETTLED, cb, b);
         // Another class allocates; the same class reuses both buffers.
         let (c, cc) = pool.take(SETTLED, 2000, alloc).unwrap();
         assert_eq!(cc, 2048);
-        let (_, _) = pool.take(SETTLED, 512, |_| Err("must reuse".to_string())).unwrap();
-        let (_, _) = pool.take(SETTLED, 257, |_| Err("must reuse".to_string())).unwrap();
-        assert!(pool.take(SETTLED, 400, |_| Err("empty".to_string())).is_err());
+        let (_, _) = pool
+            .take(SETTLED, 512, |_| Err("must reuse".to_string()))
+            .unwrap();
+        let (_, _) = pool
+            .take(SETTLED, 257, |_| Err("must reuse".to_string()))
+            .unwrap();
+        assert!(pool
+            .take(SETTLED, 400, |_| Err("empty".to_string()))
+            .is_err());
         let st = pool.stats();
         assert_eq!((st.requests, st.hits, st.allocations), (6, 2, 3));
         assert_eq!(st.peak_bytes_held, 1024 + 2048);
@@ -188,7 +214,10 @@ mod tests {
         pool.give(2, cb, b);
         // Each owner reuses its own buffer, never the other's.
         let (a, _) = pool.take(1, 300, none).unwrap();
-        assert!(pool.take(1, 300, none).is_err(), "owner 1 took owner 2's buffer");
+        assert!(
+            pool.take(1, 300, none).is_err(),
+            "owner 1 took owner 2's buffer"
+        );
         pool.give(1, ca, a);
         pool.settle();
         // Settled: any owner (a third one too) takes both, then nothing is left.

@@ -40,7 +40,10 @@ pub struct CudaColumns {
 
 impl fmt::Debug for CudaColumns {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CudaColumns").field("rows", &self.rows).field("columns", &self.columns.len()).finish()
+        f.debug_struct("CudaColumns")
+            .field("rows", &self.rows)
+            .field("columns", &self.columns.len())
+            .finish()
     }
 }
 
@@ -59,7 +62,12 @@ impl CudaColumns {
     /// Columns already on the device (kernel outputs or another product's columns), in the
     /// order of `schema`'s fields; every buffer holds at least `rows` elements of its field's
     /// type.
-    pub fn new(gpu: &'static Gpu, schema: SchemaRef, rows: usize, columns: Vec<Arc<DeviceBuf>>) -> Result<Self> {
+    pub fn new(
+        gpu: &'static Gpu,
+        schema: SchemaRef,
+        rows: usize,
+        columns: Vec<Arc<DeviceBuf>>,
+    ) -> Result<Self> {
         if columns.len() != schema.fields().len() {
             return Err(Error::data(format!(
                 "device product: {} columns for a schema of {} fields",
@@ -68,22 +76,49 @@ impl CudaColumns {
             )));
         }
         for (f, c) in schema.fields().iter().zip(&columns) {
-            let w = device_width(f.data_type())
-                .ok_or_else(|| Error::data(format!("column '{}' of type {} cannot live on the device", f.name(), f.data_type())))?;
+            let w = device_width(f.data_type()).ok_or_else(|| {
+                Error::data(format!(
+                    "column '{}' of type {} cannot live on the device",
+                    f.name(),
+                    f.data_type()
+                ))
+            })?;
             if c.len_bytes() < rows * w {
-                return Err(Error::data(format!("device column '{}': {} bytes for {rows} rows", f.name(), c.len_bytes())));
+                return Err(Error::data(format!(
+                    "device column '{}': {} bytes for {rows} rows",
+                    f.name(),
+                    c.len_bytes()
+                )));
             }
         }
-        Ok(CudaColumns { gpu, schema, rows, columns, host: Vec::new() })
+        Ok(CudaColumns {
+            gpu,
+            schema,
+            rows,
+            columns,
+            host: Vec::new(),
+        })
     }
 
     /// Keeps a host copy of column `name` (its values, as downloaded by the producing step)
     /// for [`CudaColumns::host_column`]; an error if the product has no such column or the
     /// copy's type or length differs from it.
     pub fn with_host_column(mut self, name: &str, values: ArrayRef) -> Result<Self> {
-        let f = self.schema.field_with_name(name).map_err(|_| Error::data(format!("device product has no column '{name}'")))?;
-        if values.data_type() != f.data_type() || values.len() != self.rows || values.null_count() > 0 {
-            return Err(Error::data(format!("host copy of column '{name}': {} rows of {} for {} rows of {}", values.len(), values.data_type(), self.rows, f.data_type())));
+        let f = self
+            .schema
+            .field_with_name(name)
+            .map_err(|_| Error::data(format!("device product has no column '{name}'")))?;
+        if values.data_type() != f.data_type()
+            || values.len() != self.rows
+            || values.null_count() > 0
+        {
+            return Err(Error::data(format!(
+                "host copy of column '{name}': {} rows of {} for {} rows of {}",
+                values.len(),
+                values.data_type(),
+                self.rows,
+                f.data_type()
+            )));
         }
         self.host.push((name.to_string(), values));
         Ok(self)
@@ -101,7 +136,10 @@ impl CudaColumns {
 
     /// The device buffer of column `name`, to pass to a kernel.
     pub fn column(&self, name: &str) -> Result<&Arc<DeviceBuf>> {
-        let i = self.schema.index_of(name).map_err(|_| Error::data(format!("device product has no column '{name}'")))?;
+        let i = self
+            .schema
+            .index_of(name)
+            .map_err(|_| Error::data(format!("device product has no column '{name}'")))?;
         Ok(&self.columns[i])
     }
 }
@@ -119,7 +157,9 @@ pub struct CudaMirror {
 
 impl fmt::Debug for CudaMirror {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.parts.iter().map(|(n, _, b)| (n, b))).finish()
+        f.debug_list()
+            .entries(self.parts.iter().map(|(n, _, b)| (n, b)))
+            .finish()
     }
 }
 
@@ -132,14 +172,20 @@ impl CudaMirror {
     pub fn with<T>(mut self, name: &'static str, buf: Arc<DeviceBuf>, n: usize) -> Result<Self> {
         let bytes = n * std::mem::size_of::<T>();
         if buf.len_bytes() < bytes {
-            return Err(Error::data(format!("device mirror part '{name}': {} bytes for {n} elements of {bytes} bytes", buf.len_bytes())));
+            return Err(Error::data(format!(
+                "device mirror part '{name}': {} bytes for {n} elements of {bytes} bytes",
+                buf.len_bytes()
+            )));
         }
         self.parts.push((name, buf, bytes));
         Ok(self)
     }
     /// Part `name` when it holds exactly `n` elements of `T`.
     pub fn part<T>(&self, name: &str, n: usize) -> Option<&Arc<DeviceBuf>> {
-        self.parts.iter().find(|(p, _, b)| *p == name && *b == n * std::mem::size_of::<T>()).map(|(_, buf, _)| buf)
+        self.parts
+            .iter()
+            .find(|(p, _, b)| *p == name && *b == n * std::mem::size_of::<T>())
+            .map(|(_, buf, _)| buf)
     }
 }
 
@@ -169,12 +215,16 @@ impl DeviceData for CudaMirror {
 
 /// The CUDA mirror of a product, if the GPU step that made it kept one.
 pub fn mirror_of(p: &quiver_columnar::Product) -> Option<&CudaMirror> {
-    p.device_data().and_then(|d| d.as_any().downcast_ref::<CudaMirror>())
+    p.device_data()
+        .and_then(|d| d.as_any().downcast_ref::<CudaMirror>())
 }
 
 /// A downloaded column's bytes as an array of `T` (pooled blocks are 64-byte aligned).
 fn typed<T: ArrowPrimitiveType>(bytes: quiver_columnar::PoolVec<u8>, rows: usize) -> ArrayRef {
-    Arc::new(PrimitiveArray::<T>::new(arrow_buffer::ScalarBuffer::new(bytes.into_buffer(), 0, rows), None))
+    Arc::new(PrimitiveArray::<T>::new(
+        arrow_buffer::ScalarBuffer::new(bytes.into_buffer(), 0, rows),
+        None,
+    ))
 }
 
 impl DeviceData for CudaColumns {
@@ -182,7 +232,11 @@ impl DeviceData for CudaColumns {
         DEVICE_NAME
     }
     fn nbytes(&self) -> usize {
-        self.schema.fields().iter().map(|f| device_width(f.data_type()).unwrap_or(0) * self.rows).sum()
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| device_width(f.data_type()).unwrap_or(0) * self.rows)
+            .sum()
     }
     /// Every column through page-locked staging on the worker's stream, with one wait for
     /// the stream (pageable copies serialise on the driver's staging between workers).
@@ -191,8 +245,13 @@ impl DeviceData for CudaColumns {
         let n = self.rows;
         let mut queued = Vec::with_capacity(self.columns.len());
         for (f, b) in self.schema.fields().iter().zip(&self.columns) {
-            let w = device_width(f.data_type())
-                .ok_or_else(|| Error::data(format!("column '{}' of type {} cannot live on the device", f.name(), f.data_type())))?;
+            let w = device_width(f.data_type()).ok_or_else(|| {
+                Error::data(format!(
+                    "column '{}' of type {} cannot live on the device",
+                    f.name(),
+                    f.data_type()
+                ))
+            })?;
             queued.push(run.queue::<u8>(b, n * w)?);
         }
         let mut cols = Vec::with_capacity(queued.len());
@@ -210,8 +269,17 @@ impl DeviceData for CudaColumns {
                 DataType::Int64 => typed::<Int64Type>(v, n),
                 DataType::Float64 => typed::<Float64Type>(v, n),
                 // Flags come down as bytes, 0 or 1, and become Arrow booleans.
-                DataType::Boolean => Arc::new(BooleanArray::from(flags_from_bytes(&v).map_err(|m| Error::data(format!("device column '{}': {m}", f.name())))?)),
-                t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
+                DataType::Boolean => {
+                    Arc::new(BooleanArray::from(flags_from_bytes(&v).map_err(|m| {
+                        Error::data(format!("device column '{}': {m}", f.name()))
+                    })?))
+                }
+                t => {
+                    return Err(Error::data(format!(
+                        "column '{}' of type {t} cannot live on the device",
+                        f.name()
+                    )))
+                }
             });
         }
         Ok(RecordBatch::try_new(self.schema.clone(), cols)?)
@@ -236,12 +304,22 @@ pub fn flags_from_bytes(bytes: &[u8]) -> std::result::Result<Vec<bool>, String> 
     Ok(bytes.iter().map(|&b| b == 1).collect())
 }
 
-fn up<T: ArrowPrimitiveType>(gpu: &'static Gpu, stream: &Arc<CudaStream>, a: &ArrayRef, bytes: &mut u64) -> Result<Arc<DeviceBuf>>
+fn up<T: ArrowPrimitiveType>(
+    gpu: &'static Gpu,
+    stream: &Arc<CudaStream>,
+    a: &ArrayRef,
+    bytes: &mut u64,
+) -> Result<Arc<DeviceBuf>>
 where
     T::Native: cudarc::driver::DeviceRepr,
 {
-    let p = a.as_any().downcast_ref::<PrimitiveArray<T>>().ok_or_else(|| Error::data("column type differs from its field"))?;
-    Ok(Arc::new(upload(gpu, stream, p.values(), bytes).map_err(Error::data)?))
+    let p = a
+        .as_any()
+        .downcast_ref::<PrimitiveArray<T>>()
+        .ok_or_else(|| Error::data("column type differs from its field"))?;
+    Ok(Arc::new(
+        upload(gpu, stream, p.values(), bytes).map_err(Error::data)?,
+    ))
 }
 
 /// The CUDA device as a place host products are uploaded to.
@@ -253,13 +331,18 @@ impl Device for CudaDevice {
     }
     fn upload(&self, batch: &RecordBatch) -> Result<Arc<dyn DeviceData>> {
         let gpu = self.0;
-        gpu.ctx.bind_to_thread().map_err(|e| Error::data(format!("gpu: {e}")))?;
+        gpu.ctx
+            .bind_to_thread()
+            .map_err(|e| Error::data(format!("gpu: {e}")))?;
         let stream = gpu.stream().map_err(Error::data)?;
         let mut bytes = 0u64;
         let mut cols = Vec::with_capacity(batch.num_columns());
         for (f, a) in batch.schema().fields().iter().zip(batch.columns()) {
             if a.null_count() > 0 {
-                return Err(Error::data(format!("column '{}' has nulls and cannot live on the device", f.name())));
+                return Err(Error::data(format!(
+                    "column '{}' has nulls and cannot live on the device",
+                    f.name()
+                )));
             }
             cols.push(match f.data_type() {
                 DataType::UInt8 => up::<UInt8Type>(gpu, &stream, a, &mut bytes)?,
@@ -273,29 +356,50 @@ impl Device for CudaDevice {
                 DataType::Int64 => up::<Int64Type>(gpu, &stream, a, &mut bytes)?,
                 DataType::Float64 => up::<Float64Type>(gpu, &stream, a, &mut bytes)?,
                 DataType::Boolean => {
-                    let b = a.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| Error::data("column type differs from its field"))?;
+                    let b = a
+                        .as_any()
+                        .downcast_ref::<BooleanArray>()
+                        .ok_or_else(|| Error::data("column type differs from its field"))?;
                     let v: Vec<u8> = b.values().iter().map(u8::from).collect();
                     Arc::new(upload(gpu, &stream, &v, &mut bytes).map_err(Error::data)?)
                 }
-                t => return Err(Error::data(format!("column '{}' of type {t} cannot live on the device", f.name()))),
+                t => {
+                    return Err(Error::data(format!(
+                        "column '{}' of type {t} cannot live on the device",
+                        f.name()
+                    )))
+                }
             });
         }
         // The upload is ordered on the worker's stream before any kernel that reads it.
-        Ok(Arc::new(CudaColumns::new(gpu, batch.schema(), batch.num_rows(), cols)?))
+        Ok(Arc::new(CudaColumns::new(
+            gpu,
+            batch.schema(),
+            batch.num_rows(),
+            cols,
+        )?))
     }
 }
 
 /// The device columns of product `key` for a GPU step: its own when an earlier GPU step of
 /// the batch made it, else an upload shared by every GPU step of the batch.
-pub fn columns_on_device(batch: &EventBatch, key: &ProductKey, gpu: &'static Gpu) -> Result<Arc<dyn DeviceData>> {
+pub fn columns_on_device(
+    batch: &EventBatch,
+    key: &ProductKey,
+    gpu: &'static Gpu,
+) -> Result<Arc<dyn DeviceData>> {
     let d = batch.on_device(key, &CudaDevice(gpu))?;
     if d.as_any().downcast_ref::<CudaColumns>().is_none() {
-        return Err(Error::data(format!("product {key}: its device copy is not CUDA columns")));
+        return Err(Error::data(format!(
+            "product {key}: its device copy is not CUDA columns"
+        )));
     }
     Ok(d)
 }
 
 /// The CUDA columns inside a device copy taken by [`columns_on_device`].
 pub fn cuda(d: &Arc<dyn DeviceData>) -> &CudaColumns {
-    d.as_any().downcast_ref::<CudaColumns>().expect("checked by columns_on_device")
+    d.as_any()
+        .downcast_ref::<CudaColumns>()
+        .expect("checked by columns_on_device")
 }

@@ -46,7 +46,10 @@ pub struct Arena<C> {
 
 impl<C> Default for Arena<C> {
     fn default() -> Self {
-        Arena { chunks: Vec::new(), used: 0 }
+        Arena {
+            chunks: Vec::new(),
+            used: 0,
+        }
     }
 }
 
@@ -54,13 +57,24 @@ impl<C> Arena<C> {
     /// A region of `n` bytes that stays valid until [`Arena::reset`]. `alloc(size)` makes a
     /// new chunk of `size` bytes and returns it with its base address, when the last chunk
     /// is full (`size`: a power of two, at least 1 MiB, `n` and twice the last chunk).
-    pub fn region(&mut self, n: usize, alloc: impl FnOnce(usize) -> Result<(C, usize), String>) -> Result<&mut [u8], String> {
+    pub fn region(
+        &mut self,
+        n: usize,
+        alloc: impl FnOnce(usize) -> Result<(C, usize), String>,
+    ) -> Result<&mut [u8], String> {
         let start = self.used.div_ceil(ALIGN) * ALIGN;
-        let fits = self.chunks.last().is_some_and(|c| start.checked_add(n).is_some_and(|end| end <= c.2));
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| start.checked_add(n).is_some_and(|end| end <= c.2));
         let (base, at) = if fits {
             (self.chunks.last().map_or(0, |c| c.1), start)
         } else {
-            let size = n.max(MIN_CHUNK).checked_next_power_of_two().ok_or_else(|| format!("a staging region of {n} bytes"))?.max(2 * self.chunks.last().map_or(0, |c| c.2));
+            let size = n
+                .max(MIN_CHUNK)
+                .checked_next_power_of_two()
+                .ok_or_else(|| format!("a staging region of {n} bytes"))?
+                .max(2 * self.chunks.last().map_or(0, |c| c.2));
             let (chunk, base) = alloc(size)?;
             self.chunks.push((chunk, base, size));
             (base, 0)
@@ -103,7 +117,10 @@ impl Staging {
             // SAFETY: plain bytes, written (host copy or download) before they are read.
             let mut chunk = unsafe { pool.ctx.alloc_pinned_with_flags::<u8>(size, 0) }
                 .map_err(|e| format!("allocating {size} bytes of page-locked host memory: {e}"))?;
-            let base = chunk.as_mut_ptr().map_err(|e| format!("page-locked host memory: {e}"))? as usize;
+            let base = chunk
+                .as_mut_ptr()
+                .map_err(|e| format!("page-locked host memory: {e}"))?
+                as usize;
             pool.bytes.fetch_add(size as u64, Ordering::Relaxed);
             Ok((chunk, base))
         })
@@ -126,11 +143,19 @@ pub struct StagingPool {
 
 impl StagingPool {
     pub fn new(ctx: Arc<CudaContext>) -> Self {
-        StagingPool { ctx, idle: Mutex::new(Vec::new()), bytes: AtomicU64::new(0) }
+        StagingPool {
+            ctx,
+            idle: Mutex::new(Vec::new()),
+            bytes: AtomicU64::new(0),
+        }
     }
     /// An idle staging, or a new empty one.
     pub fn take(&self) -> Staging {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default()
     }
     /// Gives back a staging whose stream has synchronised.
     pub fn give(&self, mut s: Staging) {
@@ -147,7 +172,9 @@ impl StagingPool {
 mod tests {
     use super::*;
 
-    fn alloc(sizes: &std::cell::RefCell<Vec<usize>>) -> impl Fn(usize) -> Result<(Vec<u8>, usize), String> + '_ {
+    fn alloc(
+        sizes: &std::cell::RefCell<Vec<usize>>,
+    ) -> impl Fn(usize) -> Result<(Vec<u8>, usize), String> + '_ {
         move |n| {
             sizes.borrow_mut().push(n);
             let mut v = vec![0u8; n];
@@ -167,7 +194,11 @@ mod tests {
             r.fill(n as u8);
             let p = r.as_ptr() as usize;
             let base = spans.first().map_or(p, |s: &(usize, usize, u8)| s.0);
-            assert_eq!((p - base) % ALIGN, 0, "region of {n} bytes at {p:#x}, chunk at {base:#x}");
+            assert_eq!(
+                (p - base) % ALIGN,
+                0,
+                "region of {n} bytes at {p:#x}, chunk at {base:#x}"
+            );
             spans.push((p, p + n, n as u8));
         }
         // Disjoint, and each still holds what was written into it.
@@ -176,12 +207,19 @@ mod tests {
                 assert!(x.1 <= y.0 || y.1 <= x.0, "{x:?} overlaps {y:?}");
             }
             // SAFETY: the span lies in a chunk the arena still holds.
-            assert!(unsafe { std::slice::from_raw_parts(x.0 as *const u8, x.1 - x.0) }.iter().all(|&b| b == x.2));
+            assert!(
+                unsafe { std::slice::from_raw_parts(x.0 as *const u8, x.1 - x.0) }
+                    .iter()
+                    .all(|&b| b == x.2)
+            );
         }
         assert_eq!(*sizes.borrow(), [MIN_CHUNK], "one chunk holds them all");
         // After a reset the first region starts where the first did.
         a.reset();
-        assert_eq!(a.region(10, alloc(&sizes)).unwrap().as_ptr() as usize, spans[0].0);
+        assert_eq!(
+            a.region(10, alloc(&sizes)).unwrap().as_ptr() as usize,
+            spans[0].0
+        );
     }
 
     #[test]
@@ -193,7 +231,11 @@ mod tests {
         a.region(3 * MIN_CHUNK, alloc(&sizes)).unwrap(); // larger than twice: its power of two
         assert_eq!(*sizes.borrow(), [MIN_CHUNK, 2 * MIN_CHUNK, 4 * MIN_CHUNK]);
         assert_eq!(a.capacity(), 7 * MIN_CHUNK);
-        assert_eq!(a.reset(), 3 * MIN_CHUNK, "the two smaller chunks are dropped");
+        assert_eq!(
+            a.reset(),
+            3 * MIN_CHUNK,
+            "the two smaller chunks are dropped"
+        );
         assert_eq!(a.capacity(), 4 * MIN_CHUNK);
         // The kept chunk serves the next batch with no allocation.
         a.region(4 * MIN_CHUNK, alloc(&sizes)).unwrap();

@@ -57,7 +57,8 @@ impl TransferStats {
         self.h2d_bytes.fetch_add(b.h2d_bytes, Ordering::Relaxed);
         self.d2h_bytes.fetch_add(b.d2h_bytes, Ordering::Relaxed);
         self.h2d_ns.fetch_add(ns(b.h2d_seconds), Ordering::Relaxed);
-        self.kernel_ns.fetch_add(ns(b.kernel_seconds), Ordering::Relaxed);
+        self.kernel_ns
+            .fetch_add(ns(b.kernel_seconds), Ordering::Relaxed);
         self.d2h_ns.fetch_add(ns(b.d2h_seconds), Ordering::Relaxed);
     }
     /// Adds one timed launch of kernel `name`.
@@ -78,7 +79,13 @@ impl TransferStats {
     /// and no kernel was timed): the share of the device's work that was moving data.
     pub fn bus_share(&self) -> Option<f64> {
         let bus: u64 = self.bus.iter().map(|b| b[2].load(Ordering::Relaxed)).sum();
-        let kernels: u64 = self.kernels.lock().unwrap_or_else(|p| p.into_inner()).values().map(|&(_, t)| t).sum();
+        let kernels: u64 = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|&(_, t)| t)
+            .sum();
         (bus + kernels > 0).then(|| bus as f64 / (bus + kernels) as f64)
     }
     /// Counts a batch that ran on the CPU implementation.
@@ -135,7 +142,13 @@ impl TransferStats {
     pub fn report(&self) -> String {
         let (n, t) = self.totals();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        let rate = |b: u64, s: f64| if s > 0.0 { format!("{:.2} GB/s", b as f64 / s * 1e-9) } else { "-".into() };
+        let rate = |b: u64, s: f64| {
+            if s > 0.0 {
+                format!("{:.2} GB/s", b as f64 / s * 1e-9)
+            } else {
+                "-".into()
+            }
+        };
         let mut r = format!(
             "gpu: {n} batches, host→device {:.1} MiB in {:.3} ms ({}), device→host {:.1} MiB in {:.3} ms ({}), kernels {:.3} ms, transfer share {:.1}%",
             mib(t.h2d_bytes),
@@ -149,11 +162,26 @@ impl TransferStats {
         );
         let cond = self.conditions_bytes.load(Ordering::Relaxed);
         if cond > 0 {
-            r.push_str(&format!("\ngpu: conditions uploaded once: {:.1} MiB", mib(cond)));
+            r.push_str(&format!(
+                "\ngpu: conditions uploaded once: {:.1} MiB",
+                mib(cond)
+            ));
         }
-        let copies: Vec<[u64; 3]> = self.bus.iter().map(|b| [0, 1, 2].map(|i| b[i].load(Ordering::Relaxed))).collect();
+        let copies: Vec<[u64; 3]> = self
+            .bus
+            .iter()
+            .map(|b| [0, 1, 2].map(|i| b[i].load(Ordering::Relaxed)))
+            .collect();
         if copies.iter().any(|c| c[0] > 0) {
-            let part = |c: &[u64; 3]| format!("{:.1} MiB in {:.3} ms ({} copies, {})", mib(c[1]), c[2] as f64 * 1e-6, c[0], rate(c[1], c[2] as f64 * 1e-9));
+            let part = |c: &[u64; 3]| {
+                format!(
+                    "{:.1} MiB in {:.3} ms ({} copies, {})",
+                    mib(c[1]),
+                    c[2] as f64 * 1e-6,
+                    c[0],
+                    rate(c[1], c[2] as f64 * 1e-9)
+                )
+            };
             r.push_str(&format!(
                 "\ngpu: bus time (each copy timed): host→device {}, device→host {}, bus share {:.1}% (of the copies' and kernels' time)",
                 part(&copies[0]),
@@ -161,11 +189,23 @@ impl TransferStats {
                 100.0 * self.bus_share().unwrap_or(0.0)
             ));
         }
-        let mut k: Vec<_> = self.kernels.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(n, &(c, t))| (*n, c, t)).collect();
+        let mut k: Vec<_> = self
+            .kernels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, &(c, t))| (*n, c, t))
+            .collect();
         if !k.is_empty() {
             k.sort_by_key(|&(n, _, t)| (std::cmp::Reverse(t), n));
-            let parts: Vec<String> = k.iter().map(|(n, c, t)| format!("{n} {:.3} ms ({c})", *t as f64 * 1e-6)).collect();
-            r.push_str(&format!("\ngpu: kernel time (launches): {}", parts.join(", ")));
+            let parts: Vec<String> = k
+                .iter()
+                .map(|(n, c, t)| format!("{n} {:.3} ms ({c})", *t as f64 * 1e-6))
+                .collect();
+            r.push_str(&format!(
+                "\ngpu: kernel time (launches): {}",
+                parts.join(", ")
+            ));
         }
         let fb = self.cpu_fallbacks.load(Ordering::Relaxed);
         if fb > 0 {
@@ -186,7 +226,13 @@ mod tests {
             for _ in 0..4 {
                 sc.spawn(|| {
                     for _ in 0..100 {
-                        s.add(&BatchTransfers { h2d_bytes: 10, d2h_bytes: 5, h2d_seconds: 1e-4, kernel_seconds: 2e-4, d2h_seconds: 1e-4 });
+                        s.add(&BatchTransfers {
+                            h2d_bytes: 10,
+                            d2h_bytes: 5,
+                            h2d_seconds: 1e-4,
+                            kernel_seconds: 2e-4,
+                            d2h_seconds: 1e-4,
+                        });
                     }
                 });
             }
@@ -199,7 +245,11 @@ mod tests {
         s.add_cpu_fallback();
         s.add_conditions(2 << 20);
         let r = s.report();
-        assert!(r.contains("1 batches ran on the CPU") && r.contains("conditions uploaded once: 2.0 MiB"), "{r}");
+        assert!(
+            r.contains("1 batches ran on the CPU")
+                && r.contains("conditions uploaded once: 2.0 MiB"),
+            "{r}"
+        );
     }
 
     #[test]

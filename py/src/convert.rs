@@ -16,16 +16,25 @@ use quiver_columnar::{Error, ParamValue, Result};
 /// A Python value (bool, int, float, str, list, dict) as a plan value.
 pub fn py_to_toml(v: &Bound<'_, PyAny>) -> std::result::Result<toml::Value, String> {
     if v.is_instance_of::<PyBool>() {
-        return Ok(toml::Value::Boolean(v.extract::<bool>().map_err(|e| e.to_string())?));
+        return Ok(toml::Value::Boolean(
+            v.extract::<bool>().map_err(|e| e.to_string())?,
+        ));
     }
     if v.is_instance_of::<PyInt>() {
-        return v.extract::<i64>().map(toml::Value::Integer).map_err(|_| format!("integer {v} does not fit in 64 bits"));
+        return v
+            .extract::<i64>()
+            .map(toml::Value::Integer)
+            .map_err(|_| format!("integer {v} does not fit in 64 bits"));
     }
     if v.is_instance_of::<PyFloat>() {
-        return Ok(toml::Value::Float(v.extract::<f64>().map_err(|e| e.to_string())?));
+        return Ok(toml::Value::Float(
+            v.extract::<f64>().map_err(|e| e.to_string())?,
+        ));
     }
     if v.is_instance_of::<PyString>() {
-        return Ok(toml::Value::String(v.extract::<String>().map_err(|e| e.to_string())?));
+        return Ok(toml::Value::String(
+            v.extract::<String>().map_err(|e| e.to_string())?,
+        ));
     }
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         let mut out = Vec::new();
@@ -37,11 +46,19 @@ pub fn py_to_toml(v: &Bound<'_, PyAny>) -> std::result::Result<toml::Value, Stri
     if let Ok(d) = v.cast::<PyDict>() {
         let mut t = toml::Table::new();
         for (k, x) in d.iter() {
-            t.insert(k.extract::<String>().map_err(|_| "dictionary keys must be strings".to_string())?, py_to_toml(&x)?);
+            t.insert(
+                k.extract::<String>()
+                    .map_err(|_| "dictionary keys must be strings".to_string())?,
+                py_to_toml(&x)?,
+            );
         }
         return Ok(toml::Value::Table(t));
     }
-    let ty = v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+    let ty = v
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
     Err(format!("a value of Python type '{ty}' cannot be a plan value (use bool, int, float, str or a list of them)"))
 }
 
@@ -63,7 +80,11 @@ fn integer_values(product: &str, a: &dyn Array) -> Result<Vec<i64>> {
     }
     macro_rules! ints {
         ($t:ty) => {
-            a.as_primitive::<$t>().values().iter().map(|&v| v as i64).collect()
+            a.as_primitive::<$t>()
+                .values()
+                .iter()
+                .map(|&v| v as i64)
+                .collect()
         };
     }
     Ok(match a.data_type() {
@@ -83,7 +104,12 @@ fn integer_values(product: &str, a: &dyn Array) -> Result<Vec<i64>> {
 
 /// Per-event offsets from an `event` column: rows must be ordered by event and lie in
 /// `first..first + n`.
-pub fn offsets_from_events(product: &str, events: &dyn Array, first: u64, n: usize) -> Result<OffsetBuffer<i32>> {
+pub fn offsets_from_events(
+    product: &str,
+    events: &dyn Array,
+    first: u64,
+    n: usize,
+) -> Result<OffsetBuffer<i32>> {
     let ev = integer_values(product, events)?;
     let mut lengths = vec![0usize; n];
     let mut prev = i64::MIN;
@@ -108,22 +134,42 @@ pub fn offsets_from_events(product: &str, events: &dyn Array, first: u64, n: usi
 
 /// Offsets given explicitly (`n + 1` non-decreasing values from 0 to `rows`); the error
 /// says which rule the values break, and where.
-pub fn offsets_from_values(product: &str, values: Vec<i64>, n: usize, rows: usize) -> Result<OffsetBuffer<i32>> {
+pub fn offsets_from_values(
+    product: &str,
+    values: Vec<i64>,
+    n: usize,
+    rows: usize,
+) -> Result<OffsetBuffer<i32>> {
     let bad = |what: String| Err(Error::data(format!("product '{product}': offsets {what}")));
     if values.len() != n + 1 {
-        return bad(format!("must have {} values (one more than the batch's {n} events), got {}", n + 1, values.len()));
+        return bad(format!(
+            "must have {} values (one more than the batch's {n} events), got {}",
+            n + 1,
+            values.len()
+        ));
     }
     if values[0] != 0 {
         return bad(format!("must start at 0, got {}", values[0]));
     }
     if let Some(i) = values.windows(2).position(|w| w[1] < w[0]) {
-        return bad(format!("must not decrease: offsets[{i}] = {} > offsets[{}] = {}", values[i], i + 1, values[i + 1]));
+        return bad(format!(
+            "must not decrease: offsets[{i}] = {} > offsets[{}] = {}",
+            values[i],
+            i + 1,
+            values[i + 1]
+        ));
     }
     if values[n] != rows as i64 {
-        return bad(format!("must end at the row count {rows}, got {}", values[n]));
+        return bad(format!(
+            "must end at the row count {rows}, got {}",
+            values[n]
+        ));
     }
     if rows > i32::MAX as usize {
-        return bad(format!("cannot address {rows} rows (Arrow's 32-bit offsets hold at most {})", i32::MAX));
+        return bad(format!(
+            "cannot address {rows} rows (Arrow's 32-bit offsets hold at most {})",
+            i32::MAX
+        ));
     }
     let v: Vec<i32> = values.into_iter().map(|x| x as i32).collect();
     Ok(OffsetBuffer::new(ScalarBuffer::from(v)))
@@ -134,15 +180,19 @@ mod offsets_tests {
     use super::offsets_from_values;
 
     fn msg(values: Vec<i64>, n: usize, rows: usize) -> String {
-        offsets_from_values("p", values, n, rows).unwrap_err().to_string()
+        offsets_from_values("p", values, n, rows)
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]
     fn each_rule_has_its_message() {
         assert!(msg(vec![0, 0, 110], 2, 100).contains("must end at the row count 100, got 110"));
-        assert!(msg(vec![0, 100], 2, 100).contains("must have 3 values (one more than the batch's 2 events), got 2"));
+        assert!(msg(vec![0, 100], 2, 100)
+            .contains("must have 3 values (one more than the batch's 2 events), got 2"));
         assert!(msg(vec![5, 50, 100], 2, 100).contains("must start at 0, got 5"));
-        assert!(msg(vec![0, 60, 40, 100], 3, 100).contains("must not decrease: offsets[1] = 60 > offsets[2] = 40"));
+        assert!(msg(vec![0, 60, 40, 100], 3, 100)
+            .contains("must not decrease: offsets[1] = 60 > offsets[2] = 40"));
         let ok = offsets_from_values("p", vec![0, 0, 100], 2, 100).unwrap();
         assert_eq!(ok.iter().copied().collect::<Vec<_>>(), vec![0, 0, 100]);
     }
@@ -162,7 +212,12 @@ pub fn split_event_column(b: &RecordBatch) -> (Option<ArrayRef>, RecordBatch) {
 
 /// A product of type `type_name` from `columns`, checked against the expected schema when
 /// one is known (names, order, types, nullability); zero-copy: the arrays are reused.
-pub fn product_from(type_name: &str, expected: Option<&SchemaRef>, columns: RecordBatch, offsets: OffsetBuffer<i32>) -> Result<Product> {
+pub fn product_from(
+    type_name: &str,
+    expected: Option<&SchemaRef>,
+    columns: RecordBatch,
+    offsets: OffsetBuffer<i32>,
+) -> Result<Product> {
     let given = columns.schema();
     let schema = match expected {
         Some(exp) => {
@@ -214,7 +269,11 @@ pub fn product_from(type_name: &str, expected: Option<&SchemaRef>, columns: Reco
     let schema = if version_ok {
         schema
     } else {
-        product_schema(type_name, 1, schema.fields().iter().map(|f| f.as_ref().clone()).collect())
+        product_schema(
+            type_name,
+            1,
+            schema.fields().iter().map(|f| f.as_ref().clone()).collect(),
+        )
     };
     let batch = RecordBatch::try_new(schema, columns.columns().to_vec())
         .map_err(|e| Error::data(format!("product '{type_name}': {e}")))?;
@@ -223,5 +282,8 @@ pub fn product_from(type_name: &str, expected: Option<&SchemaRef>, columns: Reco
 
 /// A product's offsets as an Arrow array (shares the buffer).
 pub fn offsets_array(p: &Product) -> ArrayRef {
-    Arc::new(arrow_array::Int32Array::new(p.offsets().inner().clone(), None))
+    Arc::new(arrow_array::Int32Array::new(
+        p.offsets().inner().clone(),
+        None,
+    ))
 }

@@ -24,16 +24,23 @@ pub fn registry() -> Registry {
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// A framework error as the matching Python exception of the `quiver` package:
 /// plan and run-option problems are `PlanError` (a `ValueError`), the rest `StepError`.
 fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     let (name, fallback): (&str, fn(String) -> PyErr) = match &e {
-        Error::Plan { .. } | Error::Usage(_) => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
+        Error::Plan { .. } | Error::Usage(_) => {
+            ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m))
+        }
         Error::Io { .. } => ("QuiverIOError", |m| pyo3::exceptions::PyOSError::new_err(m)),
-        _ => ("StepError", |m| pyo3::exceptions::PyRuntimeError::new_err(m)),
+        _ => ("StepError", |m| {
+            pyo3::exceptions::PyRuntimeError::new_err(m)
+        }),
     };
     let msg = e.to_string();
     match py.import("quiver").and_then(|m| m.getattr(name)) {
@@ -50,17 +57,29 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
 pub(crate) fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => Err(to_pyerr(py, Error::data(format!("internal error (panic): {}", panic_message(p.as_ref()))))),
+        Err(p) => Err(to_pyerr(
+            py,
+            Error::data(format!(
+                "internal error (panic): {}",
+                panic_message(p.as_ref())
+            )),
+        )),
     }
 }
 
 fn is_valid_label(s: &str) -> bool {
-    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 /// What `_Plan.run` returns: summary text, summary numbers, and per collected product
 /// (label, type, Arrow table, Rust-side data addresses per column).
-type RunOutput<'py> = (String, Bound<'py, PyDict>, Vec<(String, String, Py<PyAny>, Bound<'py, PyDict>)>);
+type RunOutput<'py> = (
+    String,
+    Bound<'py, PyDict>,
+    Vec<(String, String, Py<PyAny>, Bound<'py, PyDict>)>,
+);
 
 /// A plan being built or loaded (the Python class `quiver.Plan` wraps it).
 #[pyclass(name = "_Plan", module = "quiver._quiver")]
@@ -74,31 +93,59 @@ struct PyPlan {
 impl PyPlan {
     #[new]
     fn new() -> Self {
-        PyPlan { spec: PlanSpec::default(), origin: "<plan built in Python>".into() }
+        PyPlan {
+            spec: PlanSpec::default(),
+            origin: "<plan built in Python>".into(),
+        }
     }
 
     #[staticmethod]
     #[pyo3(signature = (text, origin = "<string>"))]
     fn from_toml(py: Python<'_>, text: &str, origin: &str) -> PyResult<Self> {
-        guard(py, || PlanSpec::from_toml(text, origin).map(|spec| PyPlan { spec, origin: origin.to_string() }).map_err(|e| to_pyerr(py, e)))
+        guard(py, || {
+            PlanSpec::from_toml(text, origin)
+                .map(|spec| PyPlan {
+                    spec,
+                    origin: origin.to_string(),
+                })
+                .map_err(|e| to_pyerr(py, e))
+        })
     }
 
     #[staticmethod]
     fn from_file(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        guard(py, || PlanSpec::from_file(&path).map(|spec| PyPlan { spec, origin: path.display().to_string() }).map_err(|e| to_pyerr(py, e)))
+        guard(py, || {
+            PlanSpec::from_file(&path)
+                .map(|spec| PyPlan {
+                    spec,
+                    origin: path.display().to_string(),
+                })
+                .map_err(|e| to_pyerr(py, e))
+        })
     }
 
     /// Appends a step; `keys` are its inputs and parameters, as in TOML.
     #[pyo3(signature = (label, type_name, backend, keys))]
-    fn add_step(&mut self, py: Python<'_>, label: &str, type_name: &str, backend: Option<String>, keys: &Bound<'_, PyDict>) -> PyResult<()> {
+    fn add_step(
+        &mut self,
+        py: Python<'_>,
+        label: &str,
+        type_name: &str,
+        backend: Option<String>,
+        keys: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
         if !is_valid_label(label) {
-            return Err(to_pyerr(py, Error::plan(label, "a label may hold only letters, digits, '_' and '-'")));
+            return Err(to_pyerr(
+                py,
+                Error::plan(label, "a label may hold only letters, digits, '_' and '-'"),
+            ));
         }
         let mut s = StepSpec::new(label, type_name);
         s.backend = backend;
         for (k, v) in keys.iter() {
             let k: String = k.extract()?;
-            let v = convert::py_to_toml(&v).map_err(|m| to_pyerr(py, Error::plan(label, format!("'{k}': {m}"))))?;
+            let v = convert::py_to_toml(&v)
+                .map_err(|m| to_pyerr(py, Error::plan(label, format!("'{k}': {m}"))))?;
             s.keys.insert(k, v);
         }
         self.spec.steps.push(s);
@@ -107,7 +154,14 @@ impl PyPlan {
 
     /// Sets `[run]` values (None leaves a value unset).
     #[pyo3(signature = (threads = None, batch_size = None, events = None, input = None, output = None))]
-    fn set_run(&mut self, threads: Option<usize>, batch_size: Option<usize>, events: Option<u64>, input: Option<PathBuf>, output: Option<PathBuf>) {
+    fn set_run(
+        &mut self,
+        threads: Option<usize>,
+        batch_size: Option<usize>,
+        events: Option<u64>,
+        input: Option<PathBuf>,
+        output: Option<PathBuf>,
+    ) {
         let r = &mut self.spec.run;
         r.threads = threads.or(r.threads);
         r.batch_size = batch_size.or(r.batch_size);
@@ -127,7 +181,9 @@ impl PyPlan {
             if self.spec.steps.is_empty() {
                 return Err(to_pyerr(py, Error::plan("", "the plan has no steps")));
             }
-            plan::validate(&self.spec, &registry()).map(|r| r.describe()).map_err(|e| to_pyerr(py, e))
+            plan::validate(&self.spec, &registry())
+                .map(|r| r.describe())
+                .map_err(|e| to_pyerr(py, e))
         })
     }
 
@@ -160,7 +216,14 @@ impl PyPlan {
             let (output, temporary) = match output.or(settings.output.clone()) {
                 Some(o) => (o, false),
                 None => {
-                    let d: PathBuf = py.import("tempfile")?.call_method("mkdtemp", (), Some(&[("prefix", "quiver-run-")].into_py_dict(py)?))?.extract()?;
+                    let d: PathBuf = py
+                        .import("tempfile")?
+                        .call_method(
+                            "mkdtemp",
+                            (),
+                            Some(&[("prefix", "quiver-run-")].into_py_dict(py)?),
+                        )?
+                        .extract()?;
                     (d, true)
                 }
             };
@@ -173,8 +236,12 @@ impl PyPlan {
             };
             let job = quiver::job_context(&resolved, input, Some(output.clone())).map_err(fail)?;
             let opts = RunOptions {
-                threads: threads.or(settings.threads).unwrap_or_else(executor::default_threads),
-                batch_size: batch_size.or(settings.batch_size).unwrap_or(executor::DEFAULT_BATCH_SIZE),
+                threads: threads
+                    .or(settings.threads)
+                    .unwrap_or_else(executor::default_threads),
+                batch_size: batch_size
+                    .or(settings.batch_size)
+                    .unwrap_or(executor::DEFAULT_BATCH_SIZE),
                 first_event,
                 events: events.or(settings.events),
                 progress,
@@ -204,11 +271,21 @@ impl PyPlan {
                     .spawn_scoped(s, move || {
                         let r = quiver_columnar::cancel::with_token(job_token, || {
                             catch_unwind(AssertUnwindSafe(|| {
-                                quiver_columnar::rundir::run_job(resolved, registry, job, origin, opts.first_event, |steps| {
-                                    collect::run_collect(resolved, steps, opts, keys)
-                                })
+                                quiver_columnar::rundir::run_job(
+                                    resolved,
+                                    registry,
+                                    job,
+                                    origin,
+                                    opts.first_event,
+                                    |steps| collect::run_collect(resolved, steps, opts, keys),
+                                )
                             }))
-                            .unwrap_or_else(|p| Err(Error::data(format!("internal error (panic): {}", panic_message(p.as_ref())))))
+                            .unwrap_or_else(|p| {
+                                Err(Error::data(format!(
+                                    "internal error (panic): {}",
+                                    panic_message(p.as_ref())
+                                )))
+                            })
                         });
                         let _ = tx.send(r);
                     })
@@ -216,7 +293,11 @@ impl PyPlan {
                 // In a Mutex to cross py.detach (a Receiver is not Sync); only this thread locks it.
                 let rx = std::sync::Mutex::new(rx);
                 loop {
-                    let wait = || rx.lock().unwrap_or_else(|p| p.into_inner()).recv_timeout(std::time::Duration::from_millis(100));
+                    let wait = || {
+                        rx.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .recv_timeout(std::time::Duration::from_millis(100))
+                    };
                     match py.detach(wait) {
                         Ok(r) => return r,
                         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
@@ -228,7 +309,9 @@ impl PyPlan {
                             }
                         }
                         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                            return Err(Error::data("internal error: the job's thread ended without a result"));
+                            return Err(Error::data(
+                                "internal error: the job's thread ended without a result",
+                            ));
                         }
                     }
                 }
@@ -249,8 +332,13 @@ impl PyPlan {
             if let Some(e) = interrupt {
                 // The job ended before it saw the interrupt.
                 return Err(match &outcome {
-                    Ok((_, _, Some(c))) if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => {
-                        keyboard(format!("interrupted after the job ended; its run was committed to {}", c.dir.display()))
+                    Ok((_, _, Some(c)))
+                        if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) =>
+                    {
+                        keyboard(format!(
+                            "interrupted after the job ended; its run was committed to {}",
+                            c.dir.display()
+                        ))
                     }
                     _ => e,
                 });
@@ -262,7 +350,11 @@ impl PyPlan {
                 text.push('\n');
             }
             let threads_txt = format!("threads {}", summary.threads);
-            text = text.replacen(&threads_txt, &format!("{threads_txt} (GIL released by the driver)"), 1);
+            text = text.replacen(
+                &threads_txt,
+                &format!("{threads_txt} (GIL released by the driver)"),
+                1,
+            );
             let numbers = PyDict::new(py);
             numbers.set_item("events", summary.events)?;
             numbers.set_item("batches", summary.batches)?;
@@ -270,7 +362,14 @@ impl PyPlan {
             numbers.set_item("batch_size", summary.batch_size)?;
             numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
             numbers.set_item("gil_released", true)?;
-            numbers.set_item("output", if wrote { Some(output.display().to_string()) } else { None })?;
+            numbers.set_item(
+                "output",
+                if wrote {
+                    Some(output.display().to_string())
+                } else {
+                    None
+                },
+            )?;
             // Seconds spent in each step's calls, summed over workers.
             let step_s = PyDict::new(py);
             for st in &summary.steps {
@@ -282,20 +381,32 @@ impl PyPlan {
                 let batches = got.with_event_column(k).map_err(|e| to_pyerr(py, e))?;
                 let schema = match batches.first() {
                     Some(b) => b.schema(),
-                    None => std::sync::Arc::new(Schema::new(vec![Field::new("event", DataType::UInt32, false)])),
+                    None => std::sync::Arc::new(Schema::new(vec![Field::new(
+                        "event",
+                        DataType::UInt32,
+                        false,
+                    )])),
                 };
                 // Where each product column's data lives, seen from Rust (zero-copy checks).
                 let addrs = PyDict::new(py);
                 if let Some(parts) = got.get(k) {
                     if let Some((_, p0)) = parts.first() {
                         for (i, f) in p0.batch().schema().fields().iter().enumerate() {
-                            let v: Vec<usize> = parts.iter().map(|(_, p)| data_address(p.batch().column(i).as_ref())).collect();
+                            let v: Vec<usize> = parts
+                                .iter()
+                                .map(|(_, p)| data_address(p.batch().column(i).as_ref()))
+                                .collect();
                             addrs.set_item(f.name(), v)?;
                         }
                     }
                 }
                 let t = PyTable::try_new(batches, schema)?;
-                tables.push((k.label.clone(), k.type_name.clone(), t.into_pyobject(py)?.into_any().unbind(), addrs));
+                tables.push((
+                    k.label.clone(),
+                    k.type_name.clone(),
+                    t.into_pyobject(py)?.into_any().unbind(),
+                    addrs,
+                ));
             }
             Ok((text, numbers, tables))
         })
@@ -321,10 +432,20 @@ fn tune_malloc(always: bool) -> bool {
 /// bytes, sha256).
 #[pyfunction]
 #[pyo3(signature = (path, checksums = true))]
-fn verify_run<'py>(py: Python<'py>, path: PathBuf, checksums: bool) -> PyResult<Bound<'py, PyDict>> {
+fn verify_run<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    checksums: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     use quiver_columnar::rundir::{verify_with, Check};
-    let check = if checksums { Check::Checksums } else { Check::Sizes };
-    let m = py.detach(|| verify_with(&path, check)).map_err(|e| to_pyerr(py, e))?;
+    let check = if checksums {
+        Check::Checksums
+    } else {
+        Check::Sizes
+    };
+    let m = py
+        .detach(|| verify_with(&path, check))
+        .map_err(|e| to_pyerr(py, e))?;
     let d = PyDict::new(py);
     d.set_item("format", &m.format)?;
     d.set_item("quiver", &m.quiver)?;
@@ -351,7 +472,10 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
     quiver_columnar::tune_malloc();
     let code = py.detach(|| {
         catch_unwind(|| quiver::cli::main_with(argv, &registry())).unwrap_or_else(|p| {
-            eprintln!("error: internal error (panic): {}", panic_message(p.as_ref()));
+            eprintln!(
+                "error: internal error (panic): {}",
+                panic_message(p.as_ref())
+            );
             ExitCode::FAILURE
         })
     });
@@ -369,10 +493,16 @@ fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
 }
 
 /// Conditions as a dict: name -> `pyarrow.RecordBatch` (shared with Rust, not copied).
-pub(crate) fn conditions_dict<'py>(py: Python<'py>, c: &quiver_columnar::Conditions) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn conditions_dict<'py>(
+    py: Python<'py>,
+    c: &quiver_columnar::Conditions,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (name, table) in c.tables() {
-        d.set_item(name, pyo3_arrow::PyRecordBatch::new(table).into_pyarrow(py)?)?;
+        d.set_item(
+            name,
+            pyo3_arrow::PyRecordBatch::new(table).into_pyarrow(py)?,
+        )?;
     }
     Ok(d)
 }
@@ -395,21 +525,34 @@ fn describe_steps() -> String {
 #[pyfunction]
 fn buffer_addresses(table: PyTable, column: &str) -> PyResult<Vec<usize>> {
     let (batches, schema) = table.into_inner();
-    let i = schema.index_of(column).map_err(|e| pyo3::exceptions::PyKeyError::new_err(e.to_string()))?;
-    Ok(batches.iter().map(|b| data_address(b.column(i).as_ref())).collect())
+    let i = schema
+        .index_of(column)
+        .map_err(|e| pyo3::exceptions::PyKeyError::new_err(e.to_string()))?;
+    Ok(batches
+        .iter()
+        .map(|b| data_address(b.column(i).as_ref()))
+        .collect())
 }
 
 /// Address of the first value of a primitive array's data buffer (0 if it has none).
 fn data_address(a: &dyn arrow_array::Array) -> usize {
     let d = a.to_data();
-    d.buffers().first().map(|buf| buf.as_ptr() as usize + d.offset() * d.data_type().primitive_width().unwrap_or(0)).unwrap_or(0)
+    d.buffers()
+        .first()
+        .map(|buf| {
+            buf.as_ptr() as usize + d.offset() * d.data_type().primitive_width().unwrap_or(0)
+        })
+        .unwrap_or(0)
 }
 
 /// The track quality names in code order (index = code): `quiver_reco::tracks::Quality`,
 /// the one definition Python's `quiver.Quality` and `QUALITY_NAMES` take theirs from.
 #[pyfunction]
 fn quality_names() -> Vec<&'static str> {
-    quiver::reco::tracks::Quality::ALL.iter().map(|q| q.name()).collect()
+    quiver::reco::tracks::Quality::ALL
+        .iter()
+        .map(|q| q.name())
+        .collect()
 }
 
 #[pymodule]
@@ -425,7 +568,14 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quality_names, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let sys = m.py().import("sys")?;
-    let version: String = sys.getattr("version")?.str()?.extract::<String>()?.split_whitespace().next().unwrap_or("?").to_string();
+    let version: String = sys
+        .getattr("version")?
+        .str()?
+        .extract::<String>()?
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_string();
     // sys._is_gil_enabled exists from 3.13 on; before that the GIL is always on.
     let gil = match sys.getattr("_is_gil_enabled") {
         Ok(f) => f.call0()?.extract::<bool>()?,
@@ -433,7 +583,11 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     };
     quiver_columnar::executor::set_runtime_note(format!(
         "Python {version}, GIL {}",
-        if gil { "enabled: Python steps take turns, Rust steps run in parallel" } else { "disabled" }
+        if gil {
+            "enabled: Python steps take turns, Rust steps run in parallel"
+        } else {
+            "disabled"
+        }
     ));
     Ok(())
 }

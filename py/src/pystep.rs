@@ -15,7 +15,9 @@ use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::{PyArray, PyRecordBatch, PySchema};
 use quiver_columnar::plan::StepSpec;
 use quiver_columnar::product::{product_schema, Product, ProductKey};
-use quiver_columnar::step::{Backend, EventBatch, InputSpec, Registry, Signature, Step, StepConfig, StepType};
+use quiver_columnar::step::{
+    Backend, EventBatch, InputSpec, Registry, Signature, Step, StepConfig, StepType,
+};
 use quiver_columnar::{Error, ParamKind, ParamSpec, ParamValue, Result};
 
 use crate::convert;
@@ -27,7 +29,10 @@ pub const PYTHON_TYPE: &str = "python";
 /// distinct name is leaked once.
 fn intern(s: &str) -> &'static str {
     static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut set = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut set = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(n) = set.get(s) {
         return n;
     }
@@ -40,7 +45,12 @@ fn intern(s: &str) -> &'static str {
 pub fn format_pyerr(py: Python<'_>, e: &PyErr) -> String {
     let formatted = py
         .import("traceback")
-        .and_then(|tb| tb.call_method1("format_exception", (e.get_type(py), e.value(py), e.traceback(py))))
+        .and_then(|tb| {
+            tb.call_method1(
+                "format_exception",
+                (e.get_type(py), e.value(py), e.traceback(py)),
+            )
+        })
         .and_then(|lines| lines.extract::<Vec<String>>());
     match formatted {
         Ok(lines) => lines.concat().trim_end().to_string(),
@@ -78,16 +88,26 @@ fn describe(py: Python<'_>, module: &str, class: &str) -> std::result::Result<De
         .and_then(|m| m.call_method1("describe", (module, class)))
         .map_err(|e| format_pyerr(py, &e))?;
     let get = |k: &str| d.get_item(k).map_err(|e| format_pyerr(py, &e));
-    let consumes: Vec<(String, String, bool)> = get("consumes")?.extract().map_err(|e: PyErr| e.to_string())?;
+    let consumes: Vec<(String, String, bool)> = get("consumes")?
+        .extract()
+        .map_err(|e: PyErr| e.to_string())?;
     let mut produces = Vec::new();
     for item in get("produces")?.try_iter().map_err(|e| e.to_string())? {
         let item = item.map_err(|e| e.to_string())?;
-        let (ty, schema): (String, Bound<'_, PyAny>) = item.extract().map_err(|e: PyErr| e.to_string())?;
+        let (ty, schema): (String, Bound<'_, PyAny>) =
+            item.extract().map_err(|e: PyErr| e.to_string())?;
         let schema = if schema.is_none() {
             None
         } else {
-            let s: PySchema = schema.extract().map_err(|e| format!("produces['{ty}']: not an Arrow schema: {e}"))?;
-            let fields = s.into_inner().fields().iter().map(|f| f.as_ref().clone()).collect();
+            let s: PySchema = schema
+                .extract()
+                .map_err(|e| format!("produces['{ty}']: not an Arrow schema: {e}"))?;
+            let fields = s
+                .into_inner()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone())
+                .collect();
             Some(product_schema(&ty, 1, fields))
         };
         produces.push((ty, schema));
@@ -95,12 +115,15 @@ fn describe(py: Python<'_>, module: &str, class: &str) -> std::result::Result<De
     let mut params = Vec::new();
     for item in get("params")?.try_iter().map_err(|e| e.to_string())? {
         let item = item.map_err(|e| e.to_string())?;
-        let (name, kind, default, doc): (String, String, Bound<'_, PyAny>, String) = item.extract().map_err(|e: PyErr| e.to_string())?;
-        let kind = kind_of(&kind).ok_or_else(|| format!("parameter '{name}': unsupported kind '{kind}'"))?;
+        let (name, kind, default, doc): (String, String, Bound<'_, PyAny>, String) =
+            item.extract().map_err(|e: PyErr| e.to_string())?;
+        let kind = kind_of(&kind)
+            .ok_or_else(|| format!("parameter '{name}': unsupported kind '{kind}'"))?;
         let default = if default.is_none() {
             None
         } else {
-            let v = convert::py_to_toml(&default).map_err(|m| format!("parameter '{name}': {m}"))?;
+            let v =
+                convert::py_to_toml(&default).map_err(|m| format!("parameter '{name}': {m}"))?;
             Some(match (&kind, v) {
                 (ParamKind::Int, toml::Value::Integer(i)) => ParamValue::Int(i),
                 (ParamKind::Float, toml::Value::Float(x)) => ParamValue::Float(x),
@@ -108,37 +131,64 @@ fn describe(py: Python<'_>, module: &str, class: &str) -> std::result::Result<De
                 (ParamKind::Bool, toml::Value::Boolean(b)) => ParamValue::Bool(b),
                 (ParamKind::Str, toml::Value::String(s)) => ParamValue::Str(s),
                 (ParamKind::StrList, toml::Value::Array(a)) => ParamValue::StrList(
-                    a.into_iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<_>>().ok_or_else(|| format!("parameter '{name}': a list of strings"))?,
+                    a.into_iter()
+                        .map(|x| x.as_str().map(str::to_string))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| format!("parameter '{name}': a list of strings"))?,
                 ),
                 (k, v) => return Err(format!("parameter '{name}': default {v} is not {k}")),
             })
         };
         params.push((name, kind, default, doc));
     }
-    Ok(Declared { consumes, produces, params })
+    Ok(Declared {
+        consumes,
+        produces,
+        params,
+    })
 }
 
 fn module_and_class(s: &StepSpec) -> Result<(String, String)> {
     let get = |k: &str| match s.keys.get(k) {
         Some(toml::Value::String(v)) => Ok(v.clone()),
-        Some(v) => Err(Error::plan(&s.label, format!("parameter '{k}' must be string, got {v} ({})", v.type_str()))),
-        None => Err(Error::plan(&s.label, format!("missing required parameter '{k}' (string): a Python step needs module and class"))),
+        Some(v) => Err(Error::plan(
+            &s.label,
+            format!("parameter '{k}' must be string, got {v} ({})", v.type_str()),
+        )),
+        None => Err(Error::plan(
+            &s.label,
+            format!(
+                "missing required parameter '{k}' (string): a Python step needs module and class"
+            ),
+        )),
     };
     Ok((get("module")?, get("class")?))
 }
 
 fn base_params() -> Vec<ParamSpec> {
     vec![
-        ParamSpec::required("module", ParamKind::Str, "a Python file (path ending in .py) or an importable module"),
-        ParamSpec::required("class", ParamKind::Str, "the step class (or @polars_step function) in that module"),
+        ParamSpec::required(
+            "module",
+            ParamKind::Str,
+            "a Python file (path ending in .py) or an importable module",
+        ),
+        ParamSpec::required(
+            "class",
+            ParamKind::Str,
+            "the step class (or @polars_step function) in that module",
+        ),
     ]
 }
 
 /// The signature and parameters of one Python step, read from its class.
 pub fn python_signature(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {
     let (module, class) = module_and_class(s)?;
-    let d = Python::attach(|py| describe(py, &module, &class))
-        .map_err(|m| Error::plan(&s.label, format!("cannot load Python step class '{class}' from '{module}':\n{m}")))?;
+    let d = Python::attach(|py| describe(py, &module, &class)).map_err(|m| {
+        Error::plan(
+            &s.label,
+            format!("cannot load Python step class '{class}' from '{module}':\n{m}"),
+        )
+    })?;
     let inputs = d
         .consumes
         .iter()
@@ -152,9 +202,18 @@ pub fn python_signature(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {
     let mut params = base_params();
     for (name, kind, default, _doc) in d.params {
         if name == "module" || name == "class" {
-            return Err(Error::plan(&s.label, format!("the class declares parameter '{name}', a name reserved for Python steps")));
+            return Err(Error::plan(
+                &s.label,
+                format!("the class declares parameter '{name}', a name reserved for Python steps"),
+            ));
         }
-        params.push(ParamSpec { name: intern(&name), kind, default, doc: "declared by the Python class", range: None });
+        params.push(ParamSpec {
+            name: intern(&name),
+            kind,
+            default,
+            doc: "declared by the Python class",
+            range: None,
+        });
     }
     Ok((Signature { inputs, outputs }, params))
 }
@@ -187,13 +246,28 @@ fn build_python_step(cfg: &StepConfig) -> Result<Box<dyn Step>> {
     let module = cfg.params.str("module").to_string();
     let class_name = cfg.params.str("class").to_string();
     Python::attach(|py| -> Result<Box<dyn Step>> {
-        let fail = |e: PyErr| cfg.param_error("class", format!("cannot load '{class_name}' from '{module}':\n{}", format_pyerr(py, &e)));
-        let class = steps_module(py).and_then(|m| m.call_method1("load", (&module, &class_name))).map_err(fail)?;
+        let fail = |e: PyErr| {
+            cfg.param_error(
+                "class",
+                format!(
+                    "cannot load '{class_name}' from '{module}':\n{}",
+                    format_pyerr(py, &e)
+                ),
+            )
+        };
+        let class = steps_module(py)
+            .and_then(|m| m.call_method1("load", (&module, &class_name)))
+            .map_err(fail)?;
         let d = describe(py, &module, &class_name).map_err(|m| cfg.param_error("class", m))?;
         let params = PyDict::new(py);
         for (k, v) in cfg.params.iter() {
             if k != "module" && k != "class" {
-                params.set_item(k, convert::param_to_py(py, v).map_err(|e| Error::data(e.to_string()))?).map_err(|e| Error::data(e.to_string()))?;
+                params
+                    .set_item(
+                        k,
+                        convert::param_to_py(py, v).map_err(|e| Error::data(e.to_string()))?,
+                    )
+                    .map_err(|e| Error::data(e.to_string()))?;
             }
         }
         let schemas = d
@@ -243,12 +317,20 @@ struct PythonStep {
 impl PythonStep {
     fn instance(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let id = std::thread::current().id();
-        if let Some(i) = self.instances.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(i) = self
+            .instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+        {
             return Ok(i.clone_ref(py));
         }
         let params = self.params.bind(py).copy()?;
         let inst = self.class.bind(py).call1((params,))?.unbind();
-        self.instances.lock().unwrap_or_else(|p| p.into_inner()).insert(id, inst.clone_ref(py));
+        self.instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, inst.clone_ref(py));
         Ok(inst)
     }
 }
@@ -257,7 +339,10 @@ impl Step for PythonStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let mut inputs = BTreeMap::new();
         for (slot, keys) in &self.inputs {
-            let ps = keys.iter().map(|k| batch.get(k)).collect::<Result<Vec<_>>>()?;
+            let ps = keys
+                .iter()
+                .map(|k| batch.get(k))
+                .collect::<Result<Vec<_>>>()?;
             inputs.insert(slot.clone(), ps);
         }
         let view = BatchView {
@@ -270,30 +355,53 @@ impl Step for PythonStep {
         let t_call = Instant::now();
         let products = Python::attach(|py| -> Result<Vec<Product>> {
             let t_held = Instant::now();
-            self.wait_ns.fetch_add((t_held - t_call).as_nanos() as u64, Ordering::Relaxed);
+            self.wait_ns
+                .fetch_add((t_held - t_call).as_nanos() as u64, Ordering::Relaxed);
             let inst = self.instance(py).map_err(|e| {
-                Error::data(format!("Python exception in {}.__init__(params):\n{}", self.what, format_pyerr(py, &e)))
+                Error::data(format!(
+                    "Python exception in {}.__init__(params):\n{}",
+                    self.what,
+                    format_pyerr(py, &e)
+                ))
             });
             let inst = match inst {
                 Ok(i) => i,
                 Err(e) => {
-                    self.held_ns.fetch_add(t_held.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    self.held_ns
+                        .fetch_add(t_held.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     return Err(e);
                 }
             };
             let r = (|| -> PyResult<Vec<Product>> {
-                let b = Bound::new(py, PyBatch { view, puts: Mutex::new(Some(Vec::new())) })?;
+                let b = Bound::new(
+                    py,
+                    PyBatch {
+                        view,
+                        puts: Mutex::new(Some(Vec::new())),
+                    },
+                )?;
                 inst.bind(py).call_method1("produce", (b.clone(),))?;
-                let puts = b.get().puts.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+                let puts = b
+                    .get()
+                    .puts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .unwrap_or_default();
                 Ok(puts)
             })();
-            self.held_ns.fetch_add(t_held.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.held_ns
+                .fetch_add(t_held.elapsed().as_nanos() as u64, Ordering::Relaxed);
             r.map_err(|e| {
                 if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
                     // Stops the job as Ctrl-C does: nothing committed, no partial files.
                     Error::Interrupted(format!("KeyboardInterrupt in {}.produce()", self.what))
                 } else {
-                    Error::data(format!("Python exception in {}.produce():\n{}", self.what, format_pyerr(py, &e)))
+                    Error::data(format!(
+                        "Python exception in {}.produce():\n{}",
+                        self.what,
+                        format_pyerr(py, &e)
+                    ))
                 }
             })
         })?;
@@ -306,16 +414,29 @@ impl Step for PythonStep {
 
     fn end_job(&self, success: bool) -> Result<Option<String>> {
         Python::attach(|py| {
-            let instances: Vec<(ThreadId, Py<PyAny>)> = self.instances.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+            let instances: Vec<(ThreadId, Py<PyAny>)> = self
+                .instances
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain()
+                .collect();
             let mut reports = Vec::new();
             let mut error = None;
             if self.has_end_job && success {
                 for (_, inst) in &instances {
                     match inst.bind(py).call_method0("end_job") {
-                        Ok(r) if !r.is_none() => reports.push(r.str().map(|s| s.to_string()).unwrap_or_default()),
+                        Ok(r) if !r.is_none() => {
+                            reports.push(r.str().map(|s| s.to_string()).unwrap_or_default())
+                        }
                         Ok(_) => {}
                         Err(e) => {
-                            error.get_or_insert_with(|| Error::data(format!("Python exception in {}.end_job():\n{}", self.what, format_pyerr(py, &e))));
+                            error.get_or_insert_with(|| {
+                                Error::data(format!(
+                                    "Python exception in {}.end_job():\n{}",
+                                    self.what,
+                                    format_pyerr(py, &e)
+                                ))
+                            });
                         }
                     }
                 }
@@ -372,7 +493,12 @@ impl BatchView {
                 self.inputs.keys().cloned().collect::<Vec<_>>().join(", ")
             ))
         })?;
-        ps.get(index).ok_or_else(|| pyo3::exceptions::PyIndexError::new_err(format!("input '{slot}' has {} products", ps.len())))
+        ps.get(index).ok_or_else(|| {
+            pyo3::exceptions::PyIndexError::new_err(format!(
+                "input '{slot}' has {} products",
+                ps.len()
+            ))
+        })
     }
 }
 
@@ -411,10 +537,17 @@ impl PyBatch {
     /// The product of input `slot` as a `pyarrow.RecordBatch` with an `event` column first
     /// (the product columns are shared, not copied). `index` picks one of a list input.
     #[pyo3(signature = (slot, index = 0, event = true))]
-    fn get<'py>(&self, py: Python<'py>, slot: &str, index: usize, event: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        slot: &str,
+        index: usize,
+        event: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let p = self.view.product(slot, index)?;
         let rb: RecordBatch = if event {
-            p.with_event_column(self.view.first_event).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
+            p.with_event_column(self.view.first_event)
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
         } else {
             p.batch().clone()
         };
@@ -422,19 +555,34 @@ impl PyBatch {
     }
     /// The per-event row offsets of input `slot` (`n_events + 1` int32, shared).
     #[pyo3(signature = (slot, index = 0))]
-    fn offsets<'py>(&self, py: Python<'py>, slot: &str, index: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn offsets<'py>(
+        &self,
+        py: Python<'py>,
+        slot: &str,
+        index: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let p = self.view.product(slot, index)?;
         let a = Bound::new(py, PyArray::from_array_ref(convert::offsets_array(p)))?;
         py.import("pyarrow")?.getattr("array")?.call1((a,))
     }
     /// The product of input `slot` as a `polars.DataFrame` with an `event` column (zero-copy).
     #[pyo3(signature = (slot, index = 0))]
-    fn polars<'py>(&self, py: Python<'py>, slot: &str, index: usize) -> PyResult<Bound<'py, PyAny>> {
+    fn polars<'py>(
+        &self,
+        py: Python<'py>,
+        slot: &str,
+        index: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let p = self.view.product(slot, index)?;
-        let rb = p.with_event_column(self.view.first_event).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        let rb = p
+            .with_event_column(self.view.first_event)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         let obj = Bound::new(py, PyRecordBatch::new(rb))?;
         // Through quiver._optional: without Polars, one line naming `pip install 'quiver[polars]'`.
-        let pl = py.import("quiver._optional")?.getattr("require")?.call(("polars",), Some(&[("extra", "polars")].into_py_dict(py)?))?;
+        let pl = py
+            .import("quiver._optional")?
+            .getattr("require")?
+            .call(("polars",), Some(&[("extra", "polars")].into_py_dict(py)?))?;
         pl.getattr("DataFrame")?.call1((obj,))
     }
     /// Publishes a product of type `type_name` from any Arrow object (pyarrow/polars/
@@ -442,27 +590,59 @@ impl PyBatch {
     /// to events by its `event` column or, without one, by `offsets`: an input slot name
     /// (rows parallel to that input) or `n_events + 1` integers.
     #[pyo3(signature = (type_name, data, offsets = None))]
-    fn put(&self, py: Python<'_>, type_name: &str, data: &Bound<'_, PyAny>, offsets: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn put(
+        &self,
+        py: Python<'_>,
+        type_name: &str,
+        data: &Bound<'_, PyAny>,
+        offsets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         crate::guard(py, || self.put_checked(py, type_name, data, offsets))
     }
     fn __repr__(&self) -> String {
-        format!("<quiver.Batch events {}..{} inputs [{}]>", self.view.first_event, self.view.first_event + self.view.n_events as u64, self.view.inputs.keys().cloned().collect::<Vec<_>>().join(", "))
+        format!(
+            "<quiver.Batch events {}..{} inputs [{}]>",
+            self.view.first_event,
+            self.view.first_event + self.view.n_events as u64,
+            self.view
+                .inputs
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     }
 }
 
 impl PyBatch {
-    fn put_checked(&self, py: Python<'_>, type_name: &str, data: &Bound<'_, PyAny>, offsets: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn put_checked(
+        &self,
+        py: Python<'_>,
+        type_name: &str,
+        data: &Bound<'_, PyAny>,
+        offsets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let err = |m: String| pyo3::exceptions::PyValueError::new_err(m);
         let Some(expected) = self.view.schemas.get(type_name) else {
             return Err(err(format!(
                 "product type '{type_name}' is not declared in produces (declared: {})",
-                self.view.schemas.keys().cloned().collect::<Vec<_>>().join(", ")
+                self.view
+                    .schemas
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         };
         let data = if data.cast::<PyDict>().is_ok() {
             // Numpy arrays the step could still write to are copied (quiver/_publish.py).
-            let columns = py.import("quiver._publish")?.getattr("columns")?.call1((data,))?;
-            py.import("pyarrow")?.getattr("record_batch")?.call1((columns,))?
+            let columns = py
+                .import("quiver._publish")?
+                .getattr("columns")?
+                .call1((data,))?;
+            py.import("pyarrow")?
+                .getattr("record_batch")?
+                .call1((columns,))?
         } else {
             data.clone()
         };
@@ -474,11 +654,14 @@ impl PyBatch {
             AnyRecordBatch::Stream(s) => {
                 let reader = s.into_reader()?;
                 let schema = reader.schema();
-                let parts = reader.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| err(e.to_string()))?;
+                let parts = reader
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| err(e.to_string()))?;
                 match parts.len() {
                     1 => parts.into_iter().next().expect("one"),
                     // Several chunks must become one batch: this copies.
-                    _ => arrow_select::concat::concat_batches(&schema, &parts).map_err(|e| err(e.to_string()))?,
+                    _ => arrow_select::concat::concat_batches(&schema, &parts)
+                        .map_err(|e| err(e.to_string()))?,
                 }
             }
         };
@@ -508,17 +691,22 @@ impl PyBatch {
             ))),
         }
         .map_err(|e| err(e.to_string()))?;
-        let product = convert::product_from(type_name, expected.as_ref(), columns, offs).map_err(|e| err(e.to_string()))?;
+        let product = convert::product_from(type_name, expected.as_ref(), columns, offs)
+            .map_err(|e| err(e.to_string()))?;
         let mut puts = self.puts.lock().unwrap_or_else(|p| p.into_inner());
         match puts.as_mut() {
             Some(v) => {
                 if v.iter().any(|p| p.type_name() == type_name) {
-                    return Err(err(format!("product '{type_name}' was already put in this batch")));
+                    return Err(err(format!(
+                        "product '{type_name}' was already put in this batch"
+                    )));
                 }
                 v.push(product);
                 Ok(())
             }
-            None => Err(pyo3::exceptions::PyRuntimeError::new_err("this batch is closed: put() only inside produce()")),
+            None => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "this batch is closed: put() only inside produce()",
+            )),
         }
     }
 }

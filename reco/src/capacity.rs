@@ -47,9 +47,14 @@ impl Capacities {
     pub fn of(cfg: &StepConfig) -> Result<Self> {
         match cfg.params.get(PARAM) {
             None => Ok(Capacities::Reference),
-            Some(quiver_columnar::ParamValue::Str(v)) if v == "reference" => Ok(Capacities::Reference),
+            Some(quiver_columnar::ParamValue::Str(v)) if v == "reference" => {
+                Ok(Capacities::Reference)
+            }
             Some(quiver_columnar::ParamValue::Str(v)) if v == "sized" => Ok(Capacities::Sized),
-            Some(other) => Err(cfg.param_error(PARAM, format!("{other:?} is not \"reference\" or \"sized\""))),
+            Some(other) => Err(cfg.param_error(
+                PARAM,
+                format!("{other:?} is not \"reference\" or \"sized\""),
+            )),
         }
     }
 
@@ -98,8 +103,16 @@ pub mod records {
     /// FEDs dropped because the event's word capacity was full (their `digi_errors` rows
     /// have type [`error_type::WORD_CAPACITY`]).
     pub fn fed_words(errors: &[PixelError], max_words: usize) -> Option<Overflow> {
-        let dropped = errors.iter().filter(|e| e.error_type == error_type::WORD_CAPACITY).count() as u64;
-        (dropped > 0).then(|| Overflow { capacity: names::FED_WORDS, limit: max_words as u64, demanded: None, truncated: dropped })
+        let dropped = errors
+            .iter()
+            .filter(|e| e.error_type == error_type::WORD_CAPACITY)
+            .count() as u64;
+        (dropped > 0).then(|| Overflow {
+            capacity: names::FED_WORDS,
+            limit: max_words as u64,
+            demanded: None,
+            truncated: dropped,
+        })
     }
 
     /// Module runs cut at `max_pix_in_module` digis.
@@ -169,8 +182,18 @@ pub mod records {
     /// assert_eq!(pixel_run_stats(5, 1, 3, 2).unwrap().truncated, 3);
     /// assert!(pixel_run_stats(2, 0, 0, 2).is_none());
     /// ```
-    pub fn pixel_run_stats(worst: u64, runs_over: u32, cut: u64, max_pix: usize) -> Option<Overflow> {
-        (runs_over > 0).then(|| Overflow { capacity: names::PIXELS_PER_MODULE, limit: max_pix as u64, demanded: Some(worst), truncated: cut })
+    pub fn pixel_run_stats(
+        worst: u64,
+        runs_over: u32,
+        cut: u64,
+        max_pix: usize,
+    ) -> Option<Overflow> {
+        (runs_over > 0).then(|| Overflow {
+            capacity: names::PIXELS_PER_MODULE,
+            limit: max_pix as u64,
+            demanded: Some(worst),
+            truncated: cut,
+        })
     }
 
     /// Modules whose cluster count (before the charge cut) is above the cap.
@@ -183,7 +206,12 @@ pub mod records {
     pub fn cluster_counts(counts: &[u32], max_per_module: u32) -> Option<Overflow> {
         let over = counts.iter().filter(|&&c| c > max_per_module);
         let cut: u64 = over.clone().map(|&c| (c - max_per_module) as u64).sum();
-        over.max().map(|&m| Overflow { capacity: names::CLUSTERS_PER_MODULE, limit: max_per_module as u64, demanded: Some(m as u64), truncated: cut })
+        over.max().map(|&m| Overflow {
+            capacity: names::CLUSTERS_PER_MODULE,
+            limit: max_per_module as u64,
+            demanded: Some(m as u64),
+            truncated: cut,
+        })
     }
 
     /// Hits beyond `max_hits`, from the clusters per module id (each counted up to
@@ -195,8 +223,15 @@ pub mod records {
     /// assert_eq!((o.demanded, o.truncated), (Some(1032), 32));
     /// assert!(hits_per_event(&[3, 5], 1024, 1000).is_none());
     /// ```
-    pub fn hits_per_event(n_clusters_in_module: &[u32], max_per_module: u32, max_hits: u32) -> Option<Overflow> {
-        let demanded: u64 = n_clusters_in_module.iter().map(|&c| c.min(max_per_module) as u64).sum();
+    pub fn hits_per_event(
+        n_clusters_in_module: &[u32],
+        max_per_module: u32,
+        max_hits: u32,
+    ) -> Option<Overflow> {
+        let demanded: u64 = n_clusters_in_module
+            .iter()
+            .map(|&c| c.min(max_per_module) as u64)
+            .sum();
         (demanded > max_hits as u64).then(|| Overflow {
             capacity: names::HITS_PER_EVENT,
             limit: max_hits as u64,

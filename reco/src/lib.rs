@@ -4,6 +4,6 @@
 
 pub mod capacity;
 pub mod local;
+pub mod steps;
 pub mod tracks;
 pub mod vertices;
-pub mod steps;

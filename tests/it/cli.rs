@@ -8,7 +8,10 @@ use arrow_array::{Array, Float32Array, RecordBatch, UInt32Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver")).args(args).output().expect("runs quiver")
+    Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(args)
+        .output()
+        .expect("runs quiver")
 }
 
 fn stderr(o: &Output) -> String {
@@ -29,13 +32,20 @@ fn write_plan(dir: &Path, text: &str) -> PathBuf {
 fn assert_plan_error(text: &str, expected: &str) {
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(dir.path(), text);
-    for args in [vec!["plan", "check"], vec!["run", "--no-progress", "--events", "1"]] {
+    for args in [
+        vec!["plan", "check"],
+        vec!["run", "--no-progress", "--events", "1"],
+    ] {
         let mut a = args.clone();
         a.push(plan.to_str().unwrap());
         let o = quiver(&a);
         assert!(!o.status.success(), "{a:?} should fail");
         assert_eq!(o.status.code(), Some(1), "no panic (exit 101) for {a:?}");
-        assert_eq!(stderr(&o).trim(), format!("error: plan error: {expected}"), "for {a:?}");
+        assert_eq!(
+            stderr(&o).trim(),
+            format!("error: plan error: {expected}"),
+            "for {a:?}"
+        );
     }
 }
 
@@ -122,10 +132,19 @@ fn malformed_plans() {
     let dir = tempfile::tempdir().unwrap();
     for (text, expected) in [
         ("[[step]]\ntype = \"square\"\n", "step #1 has no 'label'"),
-        ("[[step]]\nlabel = \"a b\"\ntype = \"square\"\n", "step 'a b': a label may hold only letters, digits, '_' and '-'"),
-        ("[run]\nthreds = 2\n[[step]]\nlabel = \"a\"\ntype = \"square\"\n", "unknown field `threds`"),
+        (
+            "[[step]]\nlabel = \"a b\"\ntype = \"square\"\n",
+            "step 'a b': a label may hold only letters, digits, '_' and '-'",
+        ),
+        (
+            "[run]\nthreds = 2\n[[step]]\nlabel = \"a\"\ntype = \"square\"\n",
+            "unknown field `threds`",
+        ),
         ("[run]\nthreads = 2\n", "the plan has no [[step]]"),
-        ("[[step]]\nlabel = \"a\"\ntype = \"square\"\ninput = 3\n", "step 'a': input 'input' must be a label (string), got 3"),
+        (
+            "[[step]]\nlabel = \"a\"\ntype = \"square\"\ninput = 3\n",
+            "step 'a': input 'input' must be a label (string), got 3",
+        ),
         ("[[step]\n", "TOML parse error"),
     ] {
         let plan = write_plan(dir.path(), text);
@@ -143,14 +162,25 @@ fn plan_check_prints_the_resolved_plan() {
     assert!(out.contains("valid, 5 steps"), "{out}");
     assert!(out.contains(" 1. numbers (random_floats, cpu)"), "{out}");
     assert!(out.contains("input <- numbers:floats"), "{out}");
-    assert!(out.contains("products <- numbers:floats, squared:floats"), "{out}");
+    assert!(
+        out.contains("products <- numbers:floats, squared:floats"),
+        "{out}"
+    );
 }
 
 #[test]
 fn steps_lists_the_catalogue() {
     let o = quiver(&["steps"]);
     let out = stdout(&o);
-    for needle in ["random_floats  [cpu]", "param  count", "= 1000", "values per event", "write_parquet", "compare", "input  input"] {
+    for needle in [
+        "random_floats  [cpu]",
+        "param  count",
+        "= 1000",
+        "values per event",
+        "write_parquet",
+        "compare",
+        "input  input",
+    ] {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
 }
@@ -162,8 +192,22 @@ fn read_parquet(path: &Path) -> (Vec<u32>, Vec<f32>, usize) {
     let (mut ev, mut val) = (Vec::new(), Vec::new());
     for b in builder.build().unwrap() {
         let b: RecordBatch = b.unwrap();
-        ev.extend(b.column(0).as_any().downcast_ref::<UInt32Array>().unwrap().values().iter());
-        val.extend(b.column(1).as_any().downcast_ref::<Float32Array>().unwrap().values().iter());
+        ev.extend(
+            b.column(0)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .unwrap()
+                .values()
+                .iter(),
+        );
+        val.extend(
+            b.column(1)
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap()
+                .values()
+                .iter(),
+        );
     }
     (ev, val, groups)
 }
@@ -175,14 +219,31 @@ fn toy_workflow_is_deterministic_for_any_threads_and_batch_size() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         let o = quiver(&[
-            "run", "plans/examples/square.toml", "--no-progress", "--events", "50",
-            "--threads", &threads.to_string(), "--batch-size", &batch.to_string(), "--output", out.to_str().unwrap(),
+            "run",
+            "plans/examples/square.toml",
+            "--no-progress",
+            "--events",
+            "50",
+            "--threads",
+            &threads.to_string(),
+            "--batch-size",
+            &batch.to_string(),
+            "--output",
+            out.to_str().unwrap(),
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
         let text = stdout(&o);
         assert!(text.contains("events 50"), "{text}");
-        assert!(text.contains("compared squared:floats with squared_powi:floats: 50000 rows, 0 differences"), "{text}");
-        assert!(text.contains("pool:") && text.contains("throughput"), "{text}");
+        assert!(
+            text.contains(
+                "compared squared:floats with squared_powi:floats: 50000 rows, 0 differences"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("pool:") && text.contains("throughput"),
+            "{text}"
+        );
         let (ev, sq, groups) = read_parquet(&out.join("floats.squared.parquet"));
         let (ev2, x, _) = read_parquet(&out.join("floats.numbers.parquet"));
         // Row groups close once they hold 16 events (whole batches), whatever the batch size.
@@ -194,16 +255,26 @@ fn toy_workflow_is_deterministic_for_any_threads_and_batch_size() {
             }
         }
         expected += usize::from(open > 0);
-        assert_eq!(groups, expected, "row groups of at least 16 events for batch size {batch}");
+        assert_eq!(
+            groups, expected,
+            "row groups of at least 16 events for batch size {batch}"
+        );
         assert_eq!(ev.len(), 50_000);
         assert!(ev.windows(2).all(|w| w[0] <= w[1]), "rows ordered by event");
         assert_eq!(ev, ev2);
         assert!(x.iter().zip(&sq).all(|(a, b)| a * a == *b));
-        let leftovers: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
+        let leftovers: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
         assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
         results.push(sq.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     }
-    assert!(results.windows(2).all(|w| w[0] == w[1]), "bit-identical for every threads/batch-size");
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "bit-identical for every threads/batch-size"
+    );
 }
 
 #[test]
@@ -217,7 +288,19 @@ fn strict_compare_fails_the_job_with_event_row_and_values() {
              [[step]]\nlabel = \"check\"\ntype = \"compare\"\na = \"numbers\"\nb = \"sq\"\n"
         ),
     );
-    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "20", "--threads", "2", "--batch-size", "4", "--output", out.to_str().unwrap()]);
+    let o = quiver(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--no-progress",
+        "--events",
+        "20",
+        "--threads",
+        "2",
+        "--batch-size",
+        "4",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
@@ -227,23 +310,68 @@ fn strict_compare_fails_the_job_with_event_row_and_values() {
     // The output of the failed job is kept beside the output directory, never as a run.
     assert!(!out.exists(), "a failed job made its output directory");
     let partial = dir.path().join("out.partial");
-    assert!(err.contains(&format!("are in {}", partial.display())), "{err}");
+    assert!(
+        err.contains(&format!("are in {}", partial.display())),
+        "{err}"
+    );
     // The writer ran before the failing compare on batch 0, so that batch is kept.
     let (ev, _, _) = read_parquet(&partial.join("floats.numbers.parquet.partial"));
-    assert_eq!(&ev[..40], &[0u32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]);
+    assert_eq!(
+        &ev[..40],
+        &[
+            0u32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+            2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3
+        ]
+    );
 
     // Non-strict: the job succeeds and reports the count per column.
-    std::fs::write(&plan, std::fs::read_to_string(&plan).unwrap() + "strict = false\ntolerance = 2.0\n").unwrap();
-    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "20", "--output", out.to_str().unwrap()]);
+    std::fs::write(
+        &plan,
+        std::fs::read_to_string(&plan).unwrap() + "strict = false\ntolerance = 2.0\n",
+    )
+    .unwrap();
+    let o = quiver(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--no-progress",
+        "--events",
+        "20",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains("compared numbers:floats with sq:floats: 200 rows, 0 differences"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("compared numbers:floats with sq:floats: 200 rows, 0 differences"),
+        "{}",
+        stdout(&o)
+    );
 
     // Failing again: the complete run in the directory stays as it was.
     let before = quiver::columnar::rundir::verify(&out).unwrap();
-    std::fs::write(&plan, std::fs::read_to_string(&plan).unwrap().replace("strict = false\ntolerance = 2.0\n", "")).unwrap();
-    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "12", "--batch-size", "4", "--output", out.to_str().unwrap()]);
+    std::fs::write(
+        &plan,
+        std::fs::read_to_string(&plan)
+            .unwrap()
+            .replace("strict = false\ntolerance = 2.0\n", ""),
+    )
+    .unwrap();
+    let o = quiver(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--no-progress",
+        "--events",
+        "12",
+        "--batch-size",
+        "4",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains(&format!("{} is unchanged", out.display())), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("{} is unchanged", out.display())),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(quiver::columnar::rundir::verify(&out).unwrap(), before);
 }
 
@@ -256,9 +384,22 @@ fn a_product_selected_twice_is_written_once() {
         dir.path(),
         &format!("{NUMBERS}[[step]]\nlabel = \"w\"\ntype = \"write_parquet\"\nproducts = [\"numbers\", \"numbers:floats\"]\n"),
     );
-    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "10", "--output", out.to_str().unwrap()]);
+    let o = quiver(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--no-progress",
+        "--events",
+        "10",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o).matches("floats.numbers.parquet").count(), 1, "{}", stdout(&o));
+    assert_eq!(
+        stdout(&o).matches("floats.numbers.parquet").count(),
+        1,
+        "{}",
+        stdout(&o)
+    );
     let (ev, _, groups) = read_parquet(&out.join("floats.numbers.parquet"));
     assert_eq!((ev.len(), groups), (100, 1));
 }
@@ -269,14 +410,22 @@ fn events_are_required_without_a_source_that_knows() {
     let plan = write_plan(dir.path(), NUMBERS);
     let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no step knows how many events there are: give --events N"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no step knows how many events there are: give --events N"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn missing_plan_file_is_named() {
     let o = quiver(&["plan", "check", "no/such/plan.toml"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).starts_with("error: no/such/plan.toml: "), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: no/such/plan.toml: "),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -284,14 +433,39 @@ fn write_ipc_writes_one_record_batch_per_batch() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let plan = write_plan(dir.path(), &format!("{NUMBERS}[[step]]\nlabel = \"w\"\ntype = \"write_ipc\"\nproducts = [\"numbers:floats\"]\n"));
-    let o = quiver(&["run", plan.to_str().unwrap(), "--no-progress", "--events", "9", "--batch-size", "4", "--threads", "2", "--output", out.to_str().unwrap()]);
+    let o = quiver(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--no-progress",
+        "--events",
+        "9",
+        "--batch-size",
+        "4",
+        "--threads",
+        "2",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let f = std::fs::File::open(out.join("floats.numbers.arrow")).unwrap();
     let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();
     assert_eq!(reader.schema().metadata()["quiver.schema"], "floats");
     let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
-    assert_eq!(batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![40, 40, 10]);
-    let ev: Vec<u32> = batches.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec()).collect();
+    assert_eq!(
+        batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+        vec![40, 40, 10]
+    );
+    let ev: Vec<u32> = batches
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
+        .collect();
     assert_eq!(ev.first(), Some(&0));
     assert_eq!(ev.last(), Some(&8));
     assert!(ev.windows(2).all(|w| w[0] <= w[1]));
@@ -312,7 +486,12 @@ fn python_commands_explain_where_they_run() {
         let o = quiver(&[cmd, "quiver-out", "SELECT 1"]);
         assert_eq!(o.status.code(), Some(1));
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains(&format!("`quiver {cmd}` is a command of the Python package")) && err.contains("pip install ./py"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "`quiver {cmd}` is a command of the Python package"
+            )) && err.contains("pip install ./py"),
+            "{err}"
+        );
     }
 }
 
@@ -320,13 +499,39 @@ fn python_commands_explain_where_they_run() {
 fn generate_prints_a_readable_summary_and_the_next_command() {
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
-    let o = quiver(&["generate", "--events", "2", "--pileup", "2", "--seed", "4", "--output", ds.to_str().unwrap()]);
+    let o = quiver(&[
+        "generate",
+        "--events",
+        "2",
+        "--pileup",
+        "2",
+        "--seed",
+        "4",
+        "--output",
+        ds.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(!out.contains("GenerateSummary") && !out.contains('{'), "a Debug struct: {out}");
-    assert!(out.starts_with(&format!("generated 2 events at <PU> 2 (seed 4) into {}", ds.display())), "{out}");
-    assert!(out.contains(" FED words, ") && out.contains(" clusters\n"), "{out}");
-    assert!(out.trim_end().ends_with(&format!("next: quiver run --input {}", ds.display())), "{out}");
+    assert!(
+        !out.contains("GenerateSummary") && !out.contains('{'),
+        "a Debug struct: {out}"
+    );
+    assert!(
+        out.starts_with(&format!(
+            "generated 2 events at <PU> 2 (seed 4) into {}",
+            ds.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(" FED words, ") && out.contains(" clusters\n"),
+        "{out}"
+    );
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("next: quiver run --input {}", ds.display())),
+        "{out}"
+    );
 }
 
 #[test]
@@ -335,14 +540,38 @@ fn an_output_that_cannot_be_a_directory_fails_before_any_event_naming_it() {
     let file = dir.path().join("afile");
     std::fs::write(&file, b"x").unwrap();
     for (out, expected) in [
-        (file.clone(), format!("the output directory {} is an existing file, not a directory", file.display())),
-        (file.join("sub"), format!("cannot create the output directory {}", file.join("sub").display())),
+        (
+            file.clone(),
+            format!(
+                "the output directory {} is an existing file, not a directory",
+                file.display()
+            ),
+        ),
+        (
+            file.join("sub"),
+            format!(
+                "cannot create the output directory {}",
+                file.join("sub").display()
+            ),
+        ),
     ] {
-        let o = quiver(&["run", "plans/examples/square.toml", "--no-progress", "--events", "5", "--output", out.to_str().unwrap()]);
+        let o = quiver(&[
+            "run",
+            "plans/examples/square.toml",
+            "--no-progress",
+            "--events",
+            "5",
+            "--output",
+            out.to_str().unwrap(),
+        ]);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         let e = stderr(&o);
         assert!(e.contains(&expected), "{e}");
-        assert!(!stdout(&o).contains("events 5"), "no event ran: {}", stdout(&o));
+        assert!(
+            !stdout(&o).contains("events 5"),
+            "no event ran: {}",
+            stdout(&o)
+        );
     }
 }
 
@@ -351,13 +580,34 @@ fn input_pointing_nowhere_says_how_to_make_a_dataset() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-dataset");
     let plan = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/pixel.toml");
-    for (input, why) in [(missing, "does not exist"), (dir.path().to_path_buf(), "holds no manifest.toml")] {
-        let o = quiver(&["run", plan.to_str().unwrap(), "--input", input.to_str().unwrap(), "--events", "1", "--no-progress",
-                         "--output", dir.path().join("out").to_str().unwrap()]);
+    for (input, why) in [
+        (missing, "does not exist"),
+        (dir.path().to_path_buf(), "holds no manifest.toml"),
+    ] {
+        let o = quiver(&[
+            "run",
+            plan.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--events",
+            "1",
+            "--no-progress",
+            "--output",
+            dir.path().join("out").to_str().unwrap(),
+        ]);
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         let e = stderr(&o);
-        assert!(e.contains(&format!("input dataset: {} {why}", input.display())), "{e}");
-        assert!(e.contains(&format!("make one with `quiver generate --output {}`", input.display())), "{e}");
+        assert!(
+            e.contains(&format!("input dataset: {} {why}", input.display())),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!(
+                "make one with `quiver generate --output {}`",
+                input.display()
+            )),
+            "{e}"
+        );
     }
 }
 
@@ -367,9 +617,15 @@ fn plan_check_shows_when_each_product_is_dropped() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     // Held until the output step reads it (the memory cost of writing it)...
-    assert!(out.contains("-> numbers:floats  (last read by step 5, output)"), "{out}");
+    assert!(
+        out.contains("-> numbers:floats  (last read by step 5, output)"),
+        "{out}"
+    );
     // ...or only until the compare.
-    assert!(out.contains("-> squared_powi:floats  (last read by step 4, check)"), "{out}");
+    assert!(
+        out.contains("-> squared_powi:floats  (last read by step 4, check)"),
+        "{out}"
+    );
 }
 
 /// docs/concepts.md's crate map says which Quiver crates each crate depends on: it must be
@@ -384,19 +640,46 @@ fn crate_map_in_concepts_matches_the_manifests() {
     for line in doc.lines().filter(|l| l.starts_with("| `quiver")) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let (name, folder) = cells[1].split_once(" (").unwrap();
-        let (name, folder) = (name.trim_matches('`'), folder.trim_end_matches(')').trim_matches('`'));
+        let (name, folder) = (
+            name.trim_matches('`'),
+            folder.trim_end_matches(')').trim_matches('`'),
+        );
         // The CLI's sources are in src/, its manifest is the workspace root's.
-        let dir = if folder == "src/" { root.to_path_buf() } else { root.join(folder) };
-        let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap().parse().unwrap();
+        let dir = if folder == "src/" {
+            root.to_path_buf()
+        } else {
+            root.join(folder)
+        };
+        let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(manifest["package"]["name"].as_str(), Some(name), "{folder}");
-        let mut deps: Vec<String> =
-            manifest.get("dependencies").and_then(|d| d.as_table()).map(|t| t.keys().filter(|k| k.starts_with("quiver") && *k != "quiver-workspace-hack").map(|k| short(k)).collect()).unwrap_or_default();
+        let mut deps: Vec<String> = manifest
+            .get("dependencies")
+            .and_then(|d| d.as_table())
+            .map(|t| {
+                t.keys()
+                    .filter(|k| k.starts_with("quiver") && *k != "quiver-workspace-hack")
+                    .map(|k| short(k))
+                    .collect()
+            })
+            .unwrap_or_default();
         deps.sort();
         let listed = cells[2];
         let mut said: Vec<String> = if listed.starts_with('—') {
             vec![]
         } else if listed == "all of the above" {
-            let mut all: Vec<String> = ["columnar", "formats", "datasets", "reco", "gpu", "validation"].map(String::from).to_vec();
+            let mut all: Vec<String> = [
+                "columnar",
+                "formats",
+                "datasets",
+                "reco",
+                "gpu",
+                "validation",
+            ]
+            .map(String::from)
+            .to_vec();
             all.sort();
             all
         } else {
@@ -415,9 +698,20 @@ fn crate_map_in_concepts_matches_the_manifests() {
 fn a_bad_gpu_setting_is_a_plan_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
-    let g = quiver(&["generate", "--events", "1", "--pileup", "1", "--output", ds.to_str().unwrap()]);
+    let g = quiver(&[
+        "generate",
+        "--events",
+        "1",
+        "--pileup",
+        "1",
+        "--output",
+        ds.to_str().unwrap(),
+    ]);
     assert!(g.status.success(), "{}", stderr(&g));
-    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/plans/examples/compare-gpu.toml");
+    let plan = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/plans/examples/compare-gpu.toml"
+    );
     for (var, value, says) in [
         ("QUIVER_GPU_SYNC", "bogus", "QUIVER_GPU_SYNC=bogus: the values are 'events' (the default) and 'streams'"),
         ("QUIVER_GPU_WAIT", "sleepy", "QUIVER_GPU_WAIT=sleepy: the values are 'auto' (the default), 'spin', 'yield' and 'block'"),
@@ -443,11 +737,30 @@ fn an_event_range_past_32_bits_is_refused_not_wrapped() {
     let plan = write_plan(dir.path(), NUMBERS);
     let run = |first: &str| {
         let out = dir.path().join(format!("out-{first}"));
-        quiver(&["run", "--no-progress", plan.to_str().unwrap(), "--first-event", first, "--events", "10", "--output", out.to_str().unwrap()])
+        quiver(&[
+            "run",
+            "--no-progress",
+            plan.to_str().unwrap(),
+            "--first-event",
+            first,
+            "--events",
+            "10",
+            "--output",
+            out.to_str().unwrap(),
+        ])
     };
     let o = run("4294967290");
-    assert_eq!(o.status.code(), Some(2), "a usage error, no panic: {}", stderr(&o));
-    assert!(stderr(&o).contains("event numbers are 32-bit"), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a usage error, no panic: {}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains("event numbers are 32-bit"),
+        "{}",
+        stderr(&o)
+    );
     // The last range that fits ends at event 2^32 - 1.
     let o = run("4294967286");
     assert!(o.status.success(), "{}", stderr(&o));
@@ -459,11 +772,21 @@ fn an_event_range_past_32_bits_is_refused_not_wrapped() {
 fn a_closed_pipe_ends_quiver_quietly() {
     use std::io::Read;
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver")).arg("steps").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .arg("steps")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // Closed before quiver writes (it has barely started): its first write meets EPIPE.
     drop(child.stdout.take());
     let mut err = String::new();
-    child.stderr.as_mut().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .as_mut()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let status = child.wait().unwrap();
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(status.code(), Some(101), "{err}");
@@ -474,10 +797,14 @@ fn a_closed_pipe_ends_quiver_quietly() {
 /// before any event, by `plan check` as by `run`.
 #[test]
 fn two_steps_writing_one_file_are_refused_before_any_event() {
-    let pixel = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/pixel.toml")).unwrap();
+    let pixel =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/pixel.toml"))
+            .unwrap();
     let collide = pixel.replace("text = true ", "file = \"tracks.tracks\"\ntext = true ");
     assert_ne!(collide, pixel);
-    let twice = format!("{pixel}\n[[step]]\nlabel = \"histograms2\"\ntype = \"histograms\"\ntracks = \"tracks\"\n");
+    let twice = format!(
+        "{pixel}\n[[step]]\nlabel = \"histograms2\"\ntype = \"histograms\"\ntracks = \"tracks\"\n"
+    );
     for (text, expected) in [
         (collide, "plan error: step 'output': writes tracks.tracks.parquet into the output directory, and step 'histograms' writes it too"),
         (twice, "plan error: step 'histograms2': writes histograms.parquet into the output directory, and step 'histograms' writes it too"),
@@ -508,13 +835,33 @@ fn plan_check_refuses_what_run_refuses_low_above_high() {
 #[test]
 fn a_parquet_output_past_32767_row_groups_of_16_events_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let plan = write_plan(dir.path(), &format!("{}\n[[step]]\nlabel = \"out\"\ntype = \"write_parquet\"\nproducts = [\"numbers\"]\n", NUMBERS.replace("count = 10", "count = 1")));
+    let plan = write_plan(
+        dir.path(),
+        &format!(
+            "{}\n[[step]]\nlabel = \"out\"\ntype = \"write_parquet\"\nproducts = [\"numbers\"]\n",
+            NUMBERS.replace("count = 10", "count = 1")
+        ),
+    );
     let out = dir.path().join("out");
-    let o = quiver(&["run", plan.to_str().unwrap(), "--events", "600000", "--batch-size", "16", "--output", out.to_str().unwrap(), "--no-progress"]);
+    let o = quiver(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--events",
+        "600000",
+        "--batch-size",
+        "16",
+        "--output",
+        out.to_str().unwrap(),
+        "--no-progress",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let f = std::fs::File::open(out.join("floats.numbers.parquet")).unwrap();
     let b = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
     let meta = b.metadata().clone();
     assert_eq!(meta.file_metadata().num_rows(), 600_000);
-    assert!(meta.num_row_groups() <= 8192, "{} row groups", meta.num_row_groups());
+    assert!(
+        meta.num_row_groups() <= 8192,
+        "{} row groups",
+        meta.num_row_groups()
+    );
 }

@@ -26,11 +26,24 @@ products = ["numbers", "squared"]
 "#;
 
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect()
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
 }
 
 fn staging_dirs(parent: &Path) -> Vec<String> {
-    std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.contains("quiver-staging")).collect()
+    std::fs::read_dir(parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("quiver-staging"))
+        .collect()
 }
 
 fn interrupted_run_commits_nothing(signal: &str, code: i32) {
@@ -46,13 +59,30 @@ fn interrupted_run(signals: &[&str], code: i32, ignore_sigint: bool) {
     let out = tmp.path().join("out");
     let run = |events: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_quiver"));
-        c.args(["run", plan.to_str().unwrap(), "--output", out.to_str().unwrap(), "--no-progress", "--threads", "2", "--events", events]);
+        c.args([
+            "run",
+            plan.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--no-progress",
+            "--threads",
+            "2",
+            "--events",
+            events,
+        ]);
         // As from a terminal, whatever started these tests: quiver leaves ignored signals
         // ignored (a script's background jobs ignore SIGINT).
         // SAFETY: signal() is async-signal-safe, as pre_exec requires.
         unsafe {
             c.pre_exec(move || {
-                libc::signal(libc::SIGINT, if ignore_sigint { libc::SIG_IGN } else { libc::SIG_DFL });
+                libc::signal(
+                    libc::SIGINT,
+                    if ignore_sigint {
+                        libc::SIG_IGN
+                    } else {
+                        libc::SIG_DFL
+                    },
+                );
                 libc::signal(libc::SIGTERM, libc::SIG_DFL);
                 Ok(())
             });
@@ -63,20 +93,35 @@ fn interrupted_run(signals: &[&str], code: i32, ignore_sigint: bool) {
     let before = files(&out);
 
     // Far more events than the test waits for: only the signal ends it.
-    let mut child = run("1000000").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = run("1000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     while staging_dirs(tmp.path()).is_empty() || t0.elapsed() < Duration::from_millis(500) {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the run never started writing");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the run never started writing"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut t1 = Instant::now();
     for (i, signal) in signals.iter().enumerate() {
         if i > 0 {
             std::thread::sleep(Duration::from_secs(1));
-            assert!(child.try_wait().unwrap().is_none(), "quiver run stopped on SIG{}, which it ignores", signals[i - 1]);
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "quiver run stopped on SIG{}, which it ignores",
+                signals[i - 1]
+            );
         }
         t1 = Instant::now();
-        assert!(Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
     }
     let signal = signals.last().unwrap();
     let status = loop {
@@ -92,11 +137,17 @@ fn interrupted_run(signals: &[&str], code: i32, ignore_sigint: bool) {
     let stopped = t1.elapsed();
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert!(stopped < Duration::from_secs(3), "SIG{signal}: stopped after {stopped:?}");
+    assert!(
+        stopped < Duration::from_secs(3),
+        "SIG{signal}: stopped after {stopped:?}"
+    );
     assert_eq!(status.code(), Some(code), "stderr: {stderr}");
     assert_eq!(
         stderr,
-        format!("quiver: interrupted; nothing was written, the previous run in {} is intact\n", out.canonicalize().unwrap().display())
+        format!(
+            "quiver: interrupted; nothing was written, the previous run in {} is intact\n",
+            out.canonicalize().unwrap().display()
+        )
     );
     assert!(files(&out) == before, "the previous run changed");
     assert_eq!(staging_dirs(tmp.path()), Vec::<String>::new());

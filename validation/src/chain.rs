@@ -23,7 +23,14 @@ pub enum Input {
 
 impl Input {
     /// Every input, in chain order.
-    pub const ALL: [Input; 6] = [Input::Digis, Input::CalibratedDigis, Input::ClusteredDigis, Input::Hits, Input::Tracks, Input::Vertices];
+    pub const ALL: [Input; 6] = [
+        Input::Digis,
+        Input::CalibratedDigis,
+        Input::ClusteredDigis,
+        Input::Hits,
+        Input::Tracks,
+        Input::Vertices,
+    ];
 
     /// The product type, which is also the name of the input slot in a plan.
     pub fn type_name(self) -> &'static str {
@@ -75,7 +82,11 @@ impl ChainKeys {
                 more => {
                     return Err(quiver_columnar::Error::plan(
                         &cfg.label,
-                        format!("input '{}' resolves to {} products; name one", i.type_name(), more.len()),
+                        format!(
+                            "input '{}' resolves to {} products; name one",
+                            i.type_name(),
+                            more.len()
+                        ),
                     ))
                 }
             }
@@ -98,10 +109,17 @@ impl ChainKeys {
     /// read (nDigis), so a copy that lives on a device stays there (no download); every
     /// other product is taken with its host view.
     pub fn get(&self, batch: &EventBatch) -> quiver_columnar::Result<ChainProducts> {
-        let mut p = ChainProducts { products: Default::default(), n_events: batch.n_events() };
+        let mut p = ChainProducts {
+            products: Default::default(),
+            n_events: batch.n_events(),
+        };
         for ((slot, key), input) in p.products.iter_mut().zip(&self.keys).zip(Input::ALL) {
             if let Some(k) = key {
-                *slot = Some(if input == Input::Digis { batch.get_resident(k)? } else { batch.get(k)? });
+                *slot = Some(if input == Input::Digis {
+                    batch.get_resident(k)?
+                } else {
+                    batch.get(k)?
+                });
             }
         }
         Ok(p)
@@ -117,8 +135,14 @@ pub struct ChainProducts {
 
 impl ChainProducts {
     /// Products built directly (kernels' tests); all must cover `n_events`.
-    pub fn new(n_events: usize, products: impl IntoIterator<Item = (Input, Product)>) -> Result<Self> {
-        let mut p = ChainProducts { products: Default::default(), n_events };
+    pub fn new(
+        n_events: usize,
+        products: impl IntoIterator<Item = (Input, Product)>,
+    ) -> Result<Self> {
+        let mut p = ChainProducts {
+            products: Default::default(),
+            n_events,
+        };
         for (i, prod) in products {
             if prod.n_events() != n_events {
                 return Err(ValidationError::Data(format!(
@@ -160,17 +184,28 @@ impl ChainProducts {
 /// assert_eq!(column::<UInt16Type>(&p, "value").unwrap_err().to_string(),
 ///            "column 'floats.value' has type Float32, expected UInt16");
 /// ```
-pub fn column<'a, T: ArrowPrimitiveType>(p: &'a Product, name: &str) -> Result<&'a PrimitiveArray<T>> {
+pub fn column<'a, T: ArrowPrimitiveType>(
+    p: &'a Product,
+    name: &str,
+) -> Result<&'a PrimitiveArray<T>> {
     let c = host(p)?
         .column_by_name(name)
-        .ok_or_else(|| ValidationError::MissingColumn { product: p.type_name().into(), column: name.into() })?;
-    let a = c.as_primitive_opt::<T>().ok_or_else(|| ValidationError::ColumnType {
-        column: format!("{}.{name}", p.type_name()),
-        data_type: c.data_type().to_string(),
-        expected: format!("expected {}", T::DATA_TYPE),
-    })?;
+        .ok_or_else(|| ValidationError::MissingColumn {
+            product: p.type_name().into(),
+            column: name.into(),
+        })?;
+    let a = c
+        .as_primitive_opt::<T>()
+        .ok_or_else(|| ValidationError::ColumnType {
+            column: format!("{}.{name}", p.type_name()),
+            data_type: c.data_type().to_string(),
+            expected: format!("expected {}", T::DATA_TYPE),
+        })?;
     if a.null_count() > 0 {
-        return Err(ValidationError::Nulls { column: format!("{}.{name}", p.type_name()), nulls: a.null_count() });
+        return Err(ValidationError::Nulls {
+            column: format!("{}.{name}", p.type_name()),
+            nulls: a.null_count(),
+        });
     }
     Ok(a)
 }
@@ -178,7 +213,8 @@ pub fn column<'a, T: ArrowPrimitiveType>(p: &'a Product, name: &str) -> Result<&
 /// The host view of `p` (made here when it lives only on a device); a failed download is an
 /// error naming the product, not a panic.
 fn host(p: &Product) -> Result<&arrow_array::RecordBatch> {
-    p.host().map_err(|e| ValidationError::Data(format!("{}: {e}", p.type_name())))
+    p.host()
+        .map_err(|e| ValidationError::Data(format!("{}: {e}", p.type_name())))
 }
 
 /// Column `name` of `p` as a dynamically typed array.
@@ -186,5 +222,8 @@ pub fn any_column<'a>(p: &'a Product, name: &str) -> Result<&'a dyn Array> {
     host(p)?
         .column_by_name(name)
         .map(|c| c.as_ref())
-        .ok_or_else(|| ValidationError::MissingColumn { product: p.type_name().into(), column: name.into() })
+        .ok_or_else(|| ValidationError::MissingColumn {
+            product: p.type_name().into(),
+            column: name.into(),
+        })
 }

@@ -27,7 +27,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::Array;
 use arrow_schema::DataType;
-use quiver_columnar::{Backend, EventBatch, ParamSpec, Registry, Signature, Step, StepConfig, StepType};
+use quiver_columnar::{
+    Backend, EventBatch, ParamSpec, Registry, Signature, Step, StepConfig, StepType,
+};
 
 use crate::chain::{column, input_specs, ChainKeys, ChainProducts, Input};
 use crate::cppfmt::format_float;
@@ -90,7 +92,11 @@ fn check_module(m: u16, row: usize) -> Result<usize> {
 /// ```
 pub fn clusters_in_modules_from_digis(module: &[u16], cluster: &[i32]) -> Result<Vec<u32>> {
     if module.len() != cluster.len() {
-        return Err(ValidationError::Data(format!("module has {} rows but cluster {}", module.len(), cluster.len())));
+        return Err(ValidationError::Data(format!(
+            "module has {} rows but cluster {}",
+            module.len(),
+            cluster.len()
+        )));
     }
     let mut out = vec![0u32; MAX_NUM_MODULES];
     for (row, (&m, &c)) in module.iter().zip(cluster).enumerate() {
@@ -122,7 +128,10 @@ pub fn clusters_in_modules_from_hits(det_index: &[u16]) -> Result<Vec<u32>> {
 /// assert_eq!(total_clusters(&vec![1024; 2000]), 49152);
 /// ```
 pub fn total_clusters(clus_in_module: &[u32]) -> u32 {
-    let sum: u64 = clus_in_module.iter().map(|&c| c.min(MAX_CLUSTERS_PER_MODULE) as u64).sum();
+    let sum: u64 = clus_in_module
+        .iter()
+        .map(|&c| c.min(MAX_CLUSTERS_PER_MODULE) as u64)
+        .sum();
     sum.min(MAX_NUM_CLUSTERS as u64) as u32
 }
 
@@ -134,7 +143,11 @@ pub fn total_clusters(clus_in_module: &[u32]) -> u32 {
 /// assert_eq!(count_tracks(&[0, 3, 4, 5], &[5, 0, 2, 3], Some(2)), 2);
 /// ```
 pub fn count_tracks(n_hits: &[u8], quality: &[u8], min_quality: Option<u8>) -> u32 {
-    n_hits.iter().zip(quality).filter(|&(&n, &q)| n > 0 && min_quality.is_none_or(|m| q >= m)).count() as u32
+    n_hits
+        .iter()
+        .zip(quality)
+        .filter(|&(&n, &q)| n > 0 && min_quality.is_none_or(|m| q >= m))
+        .count() as u32
 }
 
 /// Per-event quantities of one batch, each present when the products it needs are.
@@ -154,34 +167,46 @@ pub struct BatchCounts {
 }
 
 fn rows_per_event(p: &quiver_columnar::Product) -> Vec<u32> {
-    (0..p.n_events()).map(|e| p.event_rows(e).len() as u32).collect()
+    (0..p.n_events())
+        .map(|e| p.event_rows(e).len() as u32)
+        .collect()
 }
 
 /// Computes [`BatchCounts`] from the products present.
 pub fn batch_counts(p: &ChainProducts) -> Result<BatchCounts> {
     let n = p.n_events();
     let mut out = BatchCounts::default();
-    if let Some(d) = p.get(Input::Digis).or(p.get(Input::CalibratedDigis)).or(p.get(Input::ClusteredDigis)) {
+    if let Some(d) = p
+        .get(Input::Digis)
+        .or(p.get(Input::CalibratedDigis))
+        .or(p.get(Input::ClusteredDigis))
+    {
         out.n_digis = Some(rows_per_event(d));
     }
     if let Some(c) = p.get(Input::CalibratedDigis) {
         let module = column::<UInt16Type>(c, "module")?.values();
-        out.n_modules = Some((0..n).map(|e| count_modules(&module[c.event_rows(e)])).collect());
+        out.n_modules = Some(
+            (0..n)
+                .map(|e| count_modules(&module[c.event_rows(e)]))
+                .collect(),
+        );
     }
     let per_module: Option<Vec<Vec<u32>>> = if let Some(c) = p.get(Input::ClusteredDigis) {
         let module = column::<UInt16Type>(c, "module")?.values();
         let cluster = column::<Int32Type>(c, "cluster")?.values();
         let ev = |e: usize| {
             let r = c.event_rows(e);
-            clusters_in_modules_from_digis(&module[r.clone()], &cluster[r])
-                .map_err(|err| ValidationError::Data(format!("clustered_digis, event #{e} of the batch: {err}")))
+            clusters_in_modules_from_digis(&module[r.clone()], &cluster[r]).map_err(|err| {
+                ValidationError::Data(format!("clustered_digis, event #{e} of the batch: {err}"))
+            })
         };
         Some((0..n).map(ev).collect::<Result<_>>()?)
     } else if let Some(h) = p.get(Input::Hits) {
         let det = column::<UInt16Type>(h, "det_index")?.values();
         let ev = |e: usize| {
-            clusters_in_modules_from_hits(&det[h.event_rows(e)])
-                .map_err(|err| ValidationError::Data(format!("hits, event #{e} of the batch: {err}")))
+            clusters_in_modules_from_hits(&det[h.event_rows(e)]).map_err(|err| {
+                ValidationError::Data(format!("hits, event #{e} of the batch: {err}"))
+            })
         };
         Some((0..n).map(ev).collect::<Result<_>>()?)
     } else {
@@ -197,7 +222,14 @@ pub fn batch_counts(p: &ChainProducts) -> Result<BatchCounts> {
     if let Some(t) = p.get(Input::Tracks) {
         let nh = column::<UInt8Type>(t, "n_hits")?.values();
         let q = column::<UInt8Type>(t, "quality")?.values();
-        let count = |min| (0..n).map(|e| { let r = t.event_rows(e); count_tracks(&nh[r.clone()], &q[r], min) }).collect();
+        let count = |min| {
+            (0..n)
+                .map(|e| {
+                    let r = t.event_rows(e);
+                    count_tracks(&nh[r.clone()], &q[r], min)
+                })
+                .collect()
+        };
         out.n_tracks = Some(count(None));
         out.n_tracks_loose = Some(count(Some(QUALITY_LOOSE)));
     }
@@ -230,10 +262,16 @@ fn read_u32s(path: &Path, per_event: usize) -> Result<Vec<u32>> {
     if bytes.len() % (4 * per_event) != 0 {
         return Err(ValidationError::BadFile {
             path: path.into(),
-            msg: format!("{} bytes is not a whole number of events of {per_event} × u32", bytes.len()),
+            msg: format!(
+                "{} bytes is not a whole number of events of {per_event} × u32",
+                bytes.len()
+            ),
         });
     }
-    Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 /// Reads the reference's count files from directory `dir`: `digicluster.bin` (per event
@@ -249,7 +287,10 @@ pub fn read_counts_bin(dir: &Path) -> Result<ReferenceTable> {
         }
         let v = read_u32s(&p, 1)?;
         if v.len() != n {
-            return Err(ValidationError::BadFile { path: p, msg: format!("{} events but digicluster.bin has {n}", v.len()) });
+            return Err(ValidationError::BadFile {
+                path: p,
+                msg: format!("{} events but digicluster.bin has {n}", v.len()),
+            });
         }
         Ok(Some(v))
     };
@@ -266,12 +307,18 @@ pub fn read_counts_bin(dir: &Path) -> Result<ReferenceTable> {
             (e as u64, c)
         })
         .collect();
-    Ok(ReferenceTable { events, origin: dir.display().to_string() })
+    Ok(ReferenceTable {
+        events,
+        origin: dir.display().to_string(),
+    })
 }
 
 /// Integer column → u64 values (any integer type; negative values rejected).
 fn int_values(path: &Path, name: &str, a: &dyn Array) -> Result<Vec<u64>> {
-    let bad = |msg: String| ValidationError::BadFile { path: path.into(), msg: format!("column '{name}': {msg}") };
+    let bad = |msg: String| ValidationError::BadFile {
+        path: path.into(),
+        msg: format!("column '{name}': {msg}"),
+    };
     if a.null_count() > 0 {
         return Err(bad(format!("{} null values", a.null_count())));
     }
@@ -302,26 +349,40 @@ fn int_values(path: &Path, name: &str, a: &dyn Array) -> Result<Vec<u64>> {
 /// table [`write_counts_parquet`] writes).
 pub fn read_counts_parquet(path: &Path) -> Result<ReferenceTable> {
     let f = std::fs::File::open(path).map_err(|e| ValidationError::io(path, e))?;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
+    let reader =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
     let mut events = BTreeMap::new();
     let to_u32 = |name: &str, v: u64| {
-        u32::try_from(v).map_err(|_| ValidationError::BadFile { path: path.into(), msg: format!("column '{name}': {v} does not fit u32") })
+        u32::try_from(v).map_err(|_| ValidationError::BadFile {
+            path: path.into(),
+            msg: format!("column '{name}': {v} does not fit u32"),
+        })
     };
     for b in reader {
         let b = b?;
         let col = |name: &str| -> Result<Option<Vec<u64>>> {
-            b.column_by_name(name).map(|a| int_values(path, name, a.as_ref())).transpose()
+            b.column_by_name(name)
+                .map(|a| int_values(path, name, a.as_ref()))
+                .transpose()
         };
         let need = |name: &str| -> Result<Vec<u64>> {
-            col(name)?.ok_or_else(|| ValidationError::BadFile { path: path.into(), msg: format!("no column '{name}'") })
+            col(name)?.ok_or_else(|| ValidationError::BadFile {
+                path: path.into(),
+                msg: format!("no column '{name}'"),
+            })
         };
         let ev = need("event")?;
         let [nm, nd, nc, nt, nv] = COUNT_COLUMNS.map(col);
         let (nm, nd, nc, nt, nv) = (nm?, nd?, nc?, nt?, nv?);
         if [&nm, &nd, &nc, &nt, &nv].iter().all(|c| c.is_none()) {
-            return Err(ValidationError::BadFile { path: path.into(), msg: format!("none of the columns {}", COUNT_COLUMNS.join(", ")) });
+            return Err(ValidationError::BadFile {
+                path: path.into(),
+                msg: format!("none of the columns {}", COUNT_COLUMNS.join(", ")),
+            });
         }
-        let at = |name: &str, c: &Option<Vec<u64>>, i: usize| c.as_ref().map(|v| to_u32(name, v[i])).transpose();
+        let at = |name: &str, c: &Option<Vec<u64>>, i: usize| {
+            c.as_ref().map(|v| to_u32(name, v[i])).transpose()
+        };
         for (i, &event) in ev.iter().enumerate() {
             let c = ReferenceCounts {
                 n_modules: at("n_modules", &nm, i)?,
@@ -331,15 +392,27 @@ pub fn read_counts_parquet(path: &Path) -> Result<ReferenceTable> {
                 n_vertices: at("n_vertices", &nv, i)?,
             };
             if events.insert(event, c).is_some() {
-                return Err(ValidationError::BadFile { path: path.into(), msg: format!("event {event} appears twice") });
+                return Err(ValidationError::BadFile {
+                    path: path.into(),
+                    msg: format!("event {event} appears twice"),
+                });
             }
         }
     }
-    Ok(ReferenceTable { events, origin: path.display().to_string() })
+    Ok(ReferenceTable {
+        events,
+        origin: path.display().to_string(),
+    })
 }
 
 /// The count columns of a counts table, in order.
-pub const COUNT_COLUMNS: [&str; 5] = ["n_modules", "n_digis", "n_clusters", "n_tracks", "n_vertices"];
+pub const COUNT_COLUMNS: [&str; 5] = [
+    "n_modules",
+    "n_digis",
+    "n_clusters",
+    "n_tracks",
+    "n_vertices",
+];
 
 /// Writes per-event counts as a Parquet table (`event` UInt32, then UInt32 columns of
 /// [`COUNT_COLUMNS`] for the quantities every event has), events in order, atomically.
@@ -351,12 +424,20 @@ pub fn write_counts_parquet(path: &Path, counts: &[EventCounts]) -> Result<()> {
     sorted.sort_by_key(|c| c.event);
     let events: Vec<u32> = sorted
         .iter()
-        .map(|c| u32::try_from(c.event).map_err(|_| ValidationError::Data(format!("event {} does not fit u32", c.event))))
+        .map(|c| {
+            u32::try_from(c.event)
+                .map_err(|_| ValidationError::Data(format!("event {} does not fit u32", c.event)))
+        })
         .collect::<Result<_>>()?;
     let mut fields = vec![Field::new("event", DataType::UInt32, false)];
     let mut cols: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(events))];
-    let getters: [fn(&EventCounts) -> Option<u32>; 5] =
-        [|c| c.n_modules, |c| c.n_digis, |c| c.n_clusters, |c| c.n_tracks, |c| c.n_vertices];
+    let getters: [fn(&EventCounts) -> Option<u32>; 5] = [
+        |c| c.n_modules,
+        |c| c.n_digis,
+        |c| c.n_clusters,
+        |c| c.n_tracks,
+        |c| c.n_vertices,
+    ];
     for (name, get) in COUNT_COLUMNS.iter().zip(getters) {
         let v: Option<Vec<u32>> = sorted.iter().map(|c| get(c)).collect();
         if let Some(v) = v.filter(|v| !v.is_empty()) {
@@ -436,8 +517,15 @@ pub struct EventVerdict {
 /// assert_eq!(v.vertex_difference, Some(1));
 /// ```
 pub fn check_event(ours: &EventCounts, r: &ReferenceCounts) -> EventVerdict {
-    let mut v = EventVerdict { event: ours.event, ..Default::default() };
-    for (what, a, b) in [("modules", ours.n_modules, r.n_modules), ("digis", ours.n_digis, r.n_digis), ("clusters", ours.n_clusters, r.n_clusters)] {
+    let mut v = EventVerdict {
+        event: ours.event,
+        ..Default::default()
+    };
+    for (what, a, b) in [
+        ("modules", ours.n_modules, r.n_modules),
+        ("digis", ours.n_digis, r.n_digis),
+        ("clusters", ours.n_clusters, r.n_clusters),
+    ] {
         if let (Some(a), Some(b)) = (a, b) {
             if a != b {
                 v.failures.push(format!("N({what}) is {a} expected {b}"));
@@ -485,7 +573,10 @@ impl CountSummary {
     }
     /// Events that failed.
     pub fn failed(&self) -> usize {
-        self.verdicts.values().filter(|v| !v.failures.is_empty()).count()
+        self.verdicts
+            .values()
+            .filter(|v| !v.failures.is_empty())
+            .count()
     }
     /// The reference's end-of-job report: the verdict and the average track (relative) and
     /// vertex (absolute) differences, or the failed events with their details. Sums run in
@@ -505,11 +596,24 @@ impl CountSummary {
         let mut s = String::new();
         let failed = self.failed();
         if failed == 0 {
-            s.push_str(&format!("CountValidator: all {all} events passed validation\n"));
-            let tracks: f32 = self.verdicts.values().filter_map(|v| v.track_relative_difference).sum();
-            let vertices: i64 = self.verdicts.values().filter_map(|v| v.vertex_difference).sum();
+            s.push_str(&format!(
+                "CountValidator: all {all} events passed validation\n"
+            ));
+            let tracks: f32 = self
+                .verdicts
+                .values()
+                .filter_map(|v| v.track_relative_difference)
+                .sum();
+            let vertices: i64 = self
+                .verdicts
+                .values()
+                .filter_map(|v| v.vertex_difference)
+                .sum();
             if tracks != 0.0 {
-                s.push_str(&format!(" Average relative track difference {} (all within tolerance)\n", format_float(tracks / all as f32)));
+                s.push_str(&format!(
+                    " Average relative track difference {} (all within tolerance)\n",
+                    format_float(tracks / all as f32)
+                ));
             }
             if vertices != 0 {
                 s.push_str(&format!(
@@ -525,7 +629,9 @@ impl CountSummary {
                 }
                 s.push('\n');
             }
-            s.push_str(&format!("CountValidator: {failed} events failed validation (see details above)\n"));
+            s.push_str(&format!(
+                "CountValidator: {failed} events failed validation (see details above)\n"
+            ));
         }
         s
     }
@@ -569,24 +675,42 @@ impl Step for CountValidatorStep {
         let products = self.keys.get(batch)?;
         let counts = batch_counts(&products)?;
         let mut verdicts = Vec::with_capacity(batch.n_events());
-        for (i, ours) in event_counts(&counts, batch.first_event(), batch.n_events()).into_iter().enumerate() {
+        for (i, ours) in event_counts(&counts, batch.first_event(), batch.n_events())
+            .into_iter()
+            .enumerate()
+        {
             // The input's event (a benchmark may replay the input).
             let input = batch.input_event(i);
             let r = self.reference.events.get(&input).ok_or_else(|| {
-                quiver_columnar::Error::data(format!("event {input}: no reference counts in {}", self.reference.origin))
+                quiver_columnar::Error::data(format!(
+                    "event {input}: no reference counts in {}",
+                    self.reference.origin
+                ))
             })?;
             let v = check_event(&ours, r);
             if self.strict && !v.failures.is_empty() {
-                return Err(quiver_columnar::Error::data(format!("event {}: {}", v.event, v.failures.join("; "))));
+                return Err(quiver_columnar::Error::data(format!(
+                    "event {}: {}",
+                    v.event,
+                    v.failures.join("; ")
+                )));
             }
             verdicts.push(v);
         }
-        self.summary.lock().unwrap_or_else(|p| p.into_inner()).add(verdicts);
+        self.summary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(verdicts);
         Ok(())
     }
 
     fn end_job(&self, _success: bool) -> quiver_columnar::Result<Option<String>> {
-        Ok(Some(self.summary.lock().unwrap_or_else(|p| p.into_inner()).report()))
+        Ok(Some(
+            self.summary
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .report(),
+        ))
     }
 }
 
@@ -595,12 +719,20 @@ fn build_count_validator(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn St
     check_countable(cfg, &keys)?;
     let given = cfg.params.str("reference");
     let path: PathBuf = if given.is_empty() {
-        cfg.job.input.clone().ok_or_else(|| cfg.param_error("reference", "empty and the job has no input dataset"))?
+        cfg.job
+            .input
+            .clone()
+            .ok_or_else(|| cfg.param_error("reference", "empty and the job has no input dataset"))?
     } else {
         PathBuf::from(given)
     };
     let reference = read_reference(&path).map_err(|e| cfg.param_error("reference", e))?;
-    Ok(Box::new(CountValidatorStep { keys, reference, strict: cfg.params.bool("strict"), summary: Mutex::new(CountSummary::default()) }))
+    Ok(Box::new(CountValidatorStep {
+        keys,
+        reference,
+        strict: cfg.params.bool("strict"),
+        summary: Mutex::new(CountSummary::default()),
+    }))
 }
 
 /// The `event_counts` step: our per-event counts, written at the end of the job.
@@ -616,7 +748,10 @@ impl Step for EventCountsStep {
     fn process(&self, batch: &mut EventBatch) -> quiver_columnar::Result<()> {
         let counts = batch_counts(&self.keys.get(batch)?)?;
         let ev = event_counts(&counts, batch.first_event(), batch.n_events());
-        self.all.lock().unwrap_or_else(|p| p.into_inner()).extend(ev);
+        self.all
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ev);
         Ok(())
     }
 
@@ -626,7 +761,11 @@ impl Step for EventCountsStep {
         }
         let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
         write_counts_parquet(&self.path, &all)?;
-        let name = self.path.file_name().unwrap_or(self.path.as_os_str()).to_string_lossy();
+        let name = self
+            .path
+            .file_name()
+            .unwrap_or(self.path.as_os_str())
+            .to_string_lossy();
         let mut report = format!("{} events -> {name}", all.len());
         if let Some(dir) = &self.bin_dir {
             write_counts_reference_files(dir, &all)?;
@@ -694,8 +833,16 @@ fn build_event_counts(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>
     if stem.is_empty() || stem.contains(['/', '\\']) {
         return Err(cfg.param_error("file", "must be a plain file name without extension"));
     }
-    let bin_dir = cfg.params.bool("reference_files").then(|| cfg.job.output.clone());
-    Ok(Box::new(EventCountsStep { keys, all: Mutex::new(Vec::new()), path: cfg.job.output.join(format!("{stem}.parquet")), bin_dir }))
+    let bin_dir = cfg
+        .params
+        .bool("reference_files")
+        .then(|| cfg.job.output.clone());
+    Ok(Box::new(EventCountsStep {
+        keys,
+        all: Mutex::new(Vec::new()),
+        path: cfg.job.output.join(format!("{stem}.parquet")),
+        bin_dir,
+    }))
 }
 
 /// Registers `count_validator` and `event_counts`.
@@ -768,8 +915,21 @@ mod tests {
 
     #[test]
     fn track_tolerance_is_relative_and_vertex_absolute() {
-        let r = ReferenceCounts { n_modules: Some(1), n_digis: Some(2), n_clusters: Some(3), n_tracks: Some(1000), n_vertices: Some(10) };
-        let mut ours = EventCounts { event: 0, n_modules: Some(1), n_digis: Some(2), n_clusters: Some(3), n_tracks: Some(1011), n_vertices: Some(9) };
+        let r = ReferenceCounts {
+            n_modules: Some(1),
+            n_digis: Some(2),
+            n_clusters: Some(3),
+            n_tracks: Some(1000),
+            n_vertices: Some(10),
+        };
+        let mut ours = EventCounts {
+            event: 0,
+            n_modules: Some(1),
+            n_digis: Some(2),
+            n_clusters: Some(3),
+            n_tracks: Some(1011),
+            n_vertices: Some(9),
+        };
         let v = check_event(&ours, &r);
         assert!(v.failures.is_empty(), "{:?}", v.failures);
         assert_eq!(v.track_relative_difference, Some(0.011));
@@ -785,23 +945,45 @@ mod tests {
             ]
         );
         // Reference 0 tracks: inf relative difference fails; both 0 passes (NaN).
-        let r0 = ReferenceCounts { n_tracks: Some(0), ..r };
+        let r0 = ReferenceCounts {
+            n_tracks: Some(0),
+            ..r
+        };
         ours.n_tracks = Some(1);
         assert!(check_event(&ours, &r0).failures[0].contains("relative difference inf"));
         ours.n_tracks = Some(0);
         ours.n_vertices = Some(10);
         assert!(check_event(&ours, &r0).failures.is_empty());
         // Missing quantities are not compared.
-        let none = EventCounts { event: 3, ..Default::default() };
+        let none = EventCounts {
+            event: 3,
+            ..Default::default()
+        };
         assert!(check_event(&none, &r).failures.is_empty());
     }
 
     #[test]
     fn failure_report_lists_events_in_order() {
         let mut s = CountSummary::default();
-        let r = ReferenceCounts { n_modules: Some(10), n_digis: Some(20), n_clusters: Some(30), n_tracks: None, n_vertices: None };
-        let e = |event, nm| EventCounts { event, n_modules: Some(nm), n_digis: Some(20), n_clusters: Some(30), ..Default::default() };
-        s.add([check_event(&e(7, 11), &r), check_event(&e(2, 10), &r), check_event(&e(5, 9), &r)]);
+        let r = ReferenceCounts {
+            n_modules: Some(10),
+            n_digis: Some(20),
+            n_clusters: Some(30),
+            n_tracks: None,
+            n_vertices: None,
+        };
+        let e = |event, nm| EventCounts {
+            event,
+            n_modules: Some(nm),
+            n_digis: Some(20),
+            n_clusters: Some(30),
+            ..Default::default()
+        };
+        s.add([
+            check_event(&e(7, 11), &r),
+            check_event(&e(2, 10), &r),
+            check_event(&e(5, 9), &r),
+        ]);
         assert_eq!(s.failed(), 2);
         assert_eq!(
             s.report(),
@@ -813,17 +995,41 @@ mod tests {
     #[test]
     fn reads_bin_and_parquet_reference_files() {
         let dir = tempfile::tempdir().unwrap();
-        let put = |name: &str, v: &[u32]| std::fs::write(dir.path().join(name), v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let put = |name: &str, v: &[u32]| {
+            std::fs::write(
+                dir.path().join(name),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+            )
+            .unwrap()
+        };
         put("digicluster.bin", &[1, 2, 3, 4, 5, 6]);
         put("tracks.bin", &[7, 8]);
         let t = read_reference(dir.path()).unwrap();
         assert_eq!(t.events.len(), 2);
-        assert_eq!(t.events[&1], ReferenceCounts { n_modules: Some(4), n_digis: Some(5), n_clusters: Some(6), n_tracks: Some(8), n_vertices: None });
-        assert_eq!(read_reference(&dir.path().join("digicluster.bin")).unwrap(), t);
+        assert_eq!(
+            t.events[&1],
+            ReferenceCounts {
+                n_modules: Some(4),
+                n_digis: Some(5),
+                n_clusters: Some(6),
+                n_tracks: Some(8),
+                n_vertices: None
+            }
+        );
+        assert_eq!(
+            read_reference(&dir.path().join("digicluster.bin")).unwrap(),
+            t
+        );
         put("vertices.bin", &[1]);
-        assert!(read_reference(dir.path()).unwrap_err().to_string().contains("1 events but digicluster.bin has 2"));
+        assert!(read_reference(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("1 events but digicluster.bin has 2"));
         put("digicluster.bin", &[1, 2]);
-        assert!(read_reference(dir.path()).unwrap_err().to_string().contains("not a whole number of events"));
+        assert!(read_reference(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("not a whole number of events"));
 
         // Parquet, with events out of order and narrower integer types.
         use arrow_array::{RecordBatch, UInt16Array, UInt32Array, UInt64Array};
@@ -847,26 +1053,57 @@ mod tests {
             ],
         )
         .unwrap();
-        let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&p).unwrap(), schema, None).unwrap();
+        let mut w =
+            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&p).unwrap(), schema, None)
+                .unwrap();
         w.write(&b).unwrap();
         w.close().unwrap();
         let t = read_reference(&p).unwrap();
         assert_eq!(t.events.keys().copied().collect::<Vec<_>>(), vec![3, 10]);
         assert_eq!(
             t.events[&3],
-            ReferenceCounts { n_modules: Some(1650), n_digis: Some(80000), n_clusters: Some(14000), n_tracks: None, n_vertices: Some(25) }
+            ReferenceCounts {
+                n_modules: Some(1650),
+                n_digis: Some(80000),
+                n_clusters: Some(14000),
+                n_tracks: None,
+                n_vertices: Some(25)
+            }
         );
         assert!(read_reference(&dir.path().join("x.txt")).is_err());
 
         // Our own counts table round-trips (only quantities every event has get a column).
         let ours = [
-            EventCounts { event: 1, n_modules: Some(5), n_digis: Some(9), n_clusters: Some(2), n_tracks: None, n_vertices: Some(1) },
-            EventCounts { event: 0, n_modules: Some(4), n_digis: Some(8), n_clusters: Some(3), n_tracks: None, n_vertices: None },
+            EventCounts {
+                event: 1,
+                n_modules: Some(5),
+                n_digis: Some(9),
+                n_clusters: Some(2),
+                n_tracks: None,
+                n_vertices: Some(1),
+            },
+            EventCounts {
+                event: 0,
+                n_modules: Some(4),
+                n_digis: Some(8),
+                n_clusters: Some(3),
+                n_tracks: None,
+                n_vertices: None,
+            },
         ];
         let p = dir.path().join("ours.parquet");
         write_counts_parquet(&p, &ours).unwrap();
         let t = read_reference(&p).unwrap();
-        assert_eq!(t.events[&0], ReferenceCounts { n_modules: Some(4), n_digis: Some(8), n_clusters: Some(3), n_tracks: None, n_vertices: None });
+        assert_eq!(
+            t.events[&0],
+            ReferenceCounts {
+                n_modules: Some(4),
+                n_digis: Some(8),
+                n_clusters: Some(3),
+                n_tracks: None,
+                n_vertices: None
+            }
+        );
         assert_eq!(t.events[&1].n_vertices, None);
     }
 }

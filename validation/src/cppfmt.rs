@@ -20,17 +20,27 @@ pub fn format_g(v: f64, precision: usize) -> String {
     let p = precision.max(1);
     if v.is_nan() {
         // glibc prints the sign bit of a NaN too.
-        return if v.is_sign_negative() { "-nan".into() } else { "nan".into() };
+        return if v.is_sign_negative() {
+            "-nan".into()
+        } else {
+            "nan".into()
+        };
     }
     if v.is_infinite() {
         return if v < 0.0 { "-inf".into() } else { "inf".into() };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     // The exponent after rounding to p significant digits decides the style (C11 7.21.6.1).
     let sci = format!("{:.*e}", p - 1, v);
-    let (mantissa, exp) = sci.split_once('e').expect("Rust's {:e} always has an exponent");
+    let (mantissa, exp) = sci
+        .split_once('e')
+        .expect("Rust's {:e} always has an exponent");
     let x: i32 = exp.parse().expect("exponent is an integer");
     if x < -4 || x >= p as i32 {
         let m = strip_zeros(mantissa);

@@ -13,7 +13,11 @@ pub enum ValidationError {
     NotANumber { name: String, index: usize },
     /// A column of a type that cannot be histogrammed or counted.
     #[error("column '{column}' has type {data_type}, {expected}")]
-    ColumnType { column: String, data_type: String, expected: String },
+    ColumnType {
+        column: String,
+        data_type: String,
+        expected: String,
+    },
     /// A column holds nulls where products never have them.
     #[error("column '{column}' has {nulls} null values; products have none")]
     Nulls { column: String, nulls: usize },
@@ -31,7 +35,11 @@ pub enum ValidationError {
     BadFile { path: PathBuf, msg: String },
     /// Reading or writing a file failed.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
     #[error("parquet: {0}")]
@@ -40,7 +48,10 @@ pub enum ValidationError {
 
 impl ValidationError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        ValidationError::Io { path: path.into(), source }
+        ValidationError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 

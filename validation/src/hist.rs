@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
-use arrow_array::{Array, ArrowPrimitiveType, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::{
+    Array, ArrowPrimitiveType, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
 use arrow_schema::{DataType, Field, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
@@ -63,14 +65,27 @@ impl Histogram {
     /// ```
     pub fn new(name: impl Into<String>, n: u32, min: f32, max: f32) -> Result<Self> {
         let name = name.into();
-        let bad = |msg: String| Err(ValidationError::BadHistogram { name: name.clone(), msg });
+        let bad = |msg: String| {
+            Err(ValidationError::BadHistogram {
+                name: name.clone(),
+                msg,
+            })
+        };
         if n == 0 || n >= 1 << 24 {
             return bad(format!("bin count {n} must be in 1..2^24"));
         }
         if !(min.is_finite() && max.is_finite() && min < max && (max - min).is_finite()) {
-            return bad(format!("limits [{min}, {max}) must be finite with min < max"));
+            return bad(format!(
+                "limits [{min}, {max}) must be finite with min < max"
+            ));
         }
-        Ok(Histogram { counts: vec![0; n as usize + 2], name, n, min, max })
+        Ok(Histogram {
+            counts: vec![0; n as usize + 2],
+            name,
+            n,
+            min,
+            max,
+        })
     }
 
     /// The counter index of `v` (0 = underflow, n+1 = overflow); `None` for NaN.
@@ -106,7 +121,10 @@ impl Histogram {
     /// Fills `f32` values; on a NaN nothing is filled and the error names its index.
     pub fn fill(&mut self, values: &[f32]) -> Result<()> {
         if let Some(index) = values.iter().position(|v| v.is_nan()) {
-            return Err(ValidationError::NotANumber { name: self.name.clone(), index });
+            return Err(ValidationError::NotANumber {
+                name: self.name.clone(),
+                index,
+            });
         }
         self.fill_slice(values);
         Ok(())
@@ -127,7 +145,10 @@ impl Histogram {
                 break;
             }
         }
-        self.counts.iter_mut().zip(&second).for_each(|(c, s)| *c += s);
+        self.counts
+            .iter_mut()
+            .zip(&second)
+            .for_each(|(c, s)| *c += s);
     }
 
     /// [`Histogram::fill_iter`] for a slice, with no copy.
@@ -136,7 +157,10 @@ impl Histogram {
         for block in values.chunks(FILL_BLOCK) {
             self.fill_block(block, &mut second);
         }
-        self.counts.iter_mut().zip(&second).for_each(|(c, s)| *c += s);
+        self.counts
+            .iter_mut()
+            .zip(&second)
+            .for_each(|(c, s)| *c += s);
     }
 
     /// [`Histogram::bin`] for a block of values (at most `FILL_BLOCK`, none NaN) without
@@ -155,7 +179,13 @@ impl Histogram {
             let q = ((x - min) / range * nf).clamp(0.0, nf);
             // SAFETY: q lies in [0, n] with n < 2^24, and is not NaN (a clamp of a non-NaN).
             let inner = unsafe { q.to_int_unchecked::<i32>() }.min(n - 1) + 1;
-            *b = if x < min { 0 } else if x >= max { over } else { inner };
+            *b = if x < min {
+                0
+            } else if x >= max {
+                over
+            } else {
+                inner
+            };
         }
         let (pairs, rest) = bins.split_at(bins.len() & !1);
         for p in pairs.chunks_exact(2) {
@@ -186,7 +216,10 @@ impl Histogram {
     /// ```
     pub fn fill_array(&mut self, a: &dyn Array) -> Result<()> {
         if a.null_count() > 0 {
-            return Err(ValidationError::Nulls { column: self.name.clone(), nulls: a.null_count() });
+            return Err(ValidationError::Nulls {
+                column: self.name.clone(),
+                nulls: a.null_count(),
+            });
         }
         macro_rules! ints {
             ($t:ty) => {{
@@ -199,7 +232,10 @@ impl Histogram {
             DataType::Float64 => {
                 let v = a.as_primitive::<Float64Type>().values();
                 if let Some(index) = v.iter().position(|x| x.is_nan()) {
-                    return Err(ValidationError::NotANumber { name: self.name.clone(), index });
+                    return Err(ValidationError::NotANumber {
+                        name: self.name.clone(),
+                        index,
+                    });
                 }
                 self.fill_iter(v.iter().map(|&x| x as f32))
             }
@@ -235,7 +271,12 @@ impl Histogram {
         if keep.iter().all(|&k| k) {
             return self.fill_array(a);
         }
-        let idx: Vec<u32> = keep.iter().enumerate().filter(|(_, &k)| k).map(|(i, _)| i as u32).collect();
+        let idx: Vec<u32> = keep
+            .iter()
+            .enumerate()
+            .filter(|(_, &k)| k)
+            .map(|(i, _)| i as u32)
+            .collect();
         let taken = take_primitive(a, &idx).ok_or_else(|| ValidationError::ColumnType {
             column: self.name.clone(),
             data_type: a.data_type().to_string(),
@@ -243,7 +284,10 @@ impl Histogram {
         })?;
         // A NaN is reported by its row in `a`, not in the selection.
         self.fill_array(taken.as_ref()).map_err(|e| match e {
-            ValidationError::NotANumber { name, index } => ValidationError::NotANumber { name, index: idx[index] as usize },
+            ValidationError::NotANumber { name, index } => ValidationError::NotANumber {
+                name,
+                index: idx[index] as usize,
+            },
             other => other,
         })
     }
@@ -251,8 +295,14 @@ impl Histogram {
     /// Adds the counts of `other` (same name and binning): merging is exact and
     /// order-independent.
     pub fn add(&mut self, other: &Histogram) -> Result<()> {
-        if (self.n, self.min.to_bits(), self.max.to_bits()) != (other.n, other.min.to_bits(), other.max.to_bits()) || self.name != other.name {
-            return Err(ValidationError::Mismatch { a: self.name.clone(), b: other.name.clone() });
+        if (self.n, self.min.to_bits(), self.max.to_bits())
+            != (other.n, other.min.to_bits(), other.max.to_bits())
+            || self.name != other.name
+        {
+            return Err(ValidationError::Mismatch {
+                a: self.name.clone(),
+                b: other.name.clone(),
+            });
         }
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             *a += b;
@@ -270,7 +320,15 @@ impl Histogram {
     /// put a value that lies on an inner edge in the bin below).
     pub fn edges(&self, bin: usize) -> (f64, f64) {
         let (lo, hi, n) = (self.min as f64, self.max as f64, self.n as usize);
-        let edge = |k: usize| if k == 0 { lo } else if k == n { hi } else { lo + (hi - lo) * k as f64 / n as f64 };
+        let edge = |k: usize| {
+            if k == 0 {
+                lo
+            } else if k == n {
+                hi
+            } else {
+                lo + (hi - lo) * k as f64 / n as f64
+            }
+        };
         match bin {
             0 => (f64::NEG_INFINITY, lo),
             b if b > n => (hi, f64::INFINITY),
@@ -288,7 +346,13 @@ impl Histogram {
     /// assert_eq!(h.text_line(), "hit_lex 4 0 5e-05 0 1 0 0");
     /// ```
     pub fn text_line(&self) -> String {
-        let mut s = format!("{} {} {} {}", self.name, self.counts.len(), format_float(self.min), format_float(self.max));
+        let mut s = format!(
+            "{} {} {} {}",
+            self.name,
+            self.counts.len(),
+            format_float(self.min),
+            format_float(self.max)
+        );
         for c in &self.counts {
             s.push(' ');
             s.push_str(&c.to_string());
@@ -300,7 +364,9 @@ impl Histogram {
 fn take_primitive(a: &dyn Array, idx: &[u32]) -> Option<Arc<dyn Array>> {
     fn take<T: ArrowPrimitiveType>(a: &dyn Array, idx: &[u32]) -> Arc<dyn Array> {
         let v = a.as_primitive::<T>().values();
-        Arc::new(arrow_array::PrimitiveArray::<T>::from_iter_values(idx.iter().map(|&i| v[i as usize])))
+        Arc::new(arrow_array::PrimitiveArray::<T>::from_iter_values(
+            idx.iter().map(|&i| v[i as usize]),
+        ))
     }
     Some(match a.data_type() {
         DataType::Float32 => take::<Float32Type>(a, idx),
@@ -345,7 +411,8 @@ pub fn parse_text(text: &str) -> Result<Vec<Histogram>> {
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |msg: &str| ValidationError::Data(format!("histogram text line {}: {msg}", ln + 1));
+        let bad =
+            |msg: &str| ValidationError::Data(format!("histogram text line {}: {msg}", ln + 1));
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 4 {
             return Err(bad("expected 'name size min max counts…'"));
@@ -358,7 +425,9 @@ pub fn parse_text(text: &str) -> Result<Vec<Histogram>> {
         }
         let mut h = Histogram::new(f[0], (size - 2) as u32, min, max)?;
         for (c, s) in h.counts.iter_mut().zip(&f[4..]) {
-            *c = s.parse().map_err(|_| bad("a counter is not a non-negative integer"))?;
+            *c = s
+                .parse()
+                .map_err(|_| bad("a counter is not a non-negative integer"))?;
         }
         out.push(h);
     }
@@ -382,7 +451,8 @@ pub fn histograms_schema() -> SchemaRef {
 
 /// One row per counter of every histogram, histograms in name order, bins in order.
 pub fn to_record_batch(hists: &[Histogram]) -> Result<RecordBatch> {
-    let (mut name, mut bin, mut lo, mut hi, mut count) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut name, mut bin, mut lo, mut hi, mut count) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for h in sorted(hists) {
         for (b, &c) in h.counts.iter().enumerate() {
             let (l, u) = h.edges(b);
@@ -409,7 +479,11 @@ pub fn to_record_batch(hists: &[Histogram]) -> Result<RecordBatch> {
 /// contiguous, bins 0..=n+1 in order).
 pub fn from_record_batch(b: &RecordBatch) -> Result<Vec<Histogram>> {
     let col = |name: &str| {
-        b.column_by_name(name).ok_or_else(|| ValidationError::MissingColumn { product: HISTOGRAMS_SCHEMA.into(), column: name.into() })
+        b.column_by_name(name)
+            .ok_or_else(|| ValidationError::MissingColumn {
+                product: HISTOGRAMS_SCHEMA.into(),
+                column: name.into(),
+            })
     };
     let wrong = |c: &str, a: &dyn Array, t: &str| ValidationError::ColumnType {
         column: c.into(),
@@ -417,15 +491,25 @@ pub fn from_record_batch(b: &RecordBatch) -> Result<Vec<Histogram>> {
         expected: format!("expected {t}"),
     };
     let names = col("histogram")?;
-    let names = names.as_string_opt::<i32>().ok_or_else(|| wrong("histogram", names.as_ref(), "Utf8"))?;
+    let names = names
+        .as_string_opt::<i32>()
+        .ok_or_else(|| wrong("histogram", names.as_ref(), "Utf8"))?;
     let bins = col("bin")?;
-    let bins = bins.as_primitive_opt::<UInt32Type>().ok_or_else(|| wrong("bin", bins.as_ref(), "UInt32"))?;
+    let bins = bins
+        .as_primitive_opt::<UInt32Type>()
+        .ok_or_else(|| wrong("bin", bins.as_ref(), "UInt32"))?;
     let lo = col("low_edge")?;
-    let lo = lo.as_primitive_opt::<Float64Type>().ok_or_else(|| wrong("low_edge", lo.as_ref(), "Float64"))?;
+    let lo = lo
+        .as_primitive_opt::<Float64Type>()
+        .ok_or_else(|| wrong("low_edge", lo.as_ref(), "Float64"))?;
     let hi = col("high_edge")?;
-    let hi = hi.as_primitive_opt::<Float64Type>().ok_or_else(|| wrong("high_edge", hi.as_ref(), "Float64"))?;
+    let hi = hi
+        .as_primitive_opt::<Float64Type>()
+        .ok_or_else(|| wrong("high_edge", hi.as_ref(), "Float64"))?;
     let counts = col("count")?;
-    let counts = counts.as_primitive_opt::<UInt64Type>().ok_or_else(|| wrong("count", counts.as_ref(), "UInt64"))?;
+    let counts = counts
+        .as_primitive_opt::<UInt64Type>()
+        .ok_or_else(|| wrong("count", counts.as_ref(), "UInt64"))?;
     let mut out = Vec::new();
     let mut start = 0;
     while start < b.num_rows() {
@@ -439,7 +523,12 @@ pub fn from_record_batch(b: &RecordBatch) -> Result<Vec<Histogram>> {
         if size < 3 || (0..size).any(|k| bins.value(start + k) as usize != k) {
             return Err(bad("bins must run 0..=n+1 contiguously".into()));
         }
-        let mut h = Histogram::new(name, (size - 2) as u32, lo.value(start + 1) as f32, hi.value(end - 2) as f32)?;
+        let mut h = Histogram::new(
+            name,
+            (size - 2) as u32,
+            lo.value(start + 1) as f32,
+            hi.value(end - 2) as f32,
+        )?;
         h.counts.copy_from_slice(&counts.values()[start..end]);
         out.push(h);
         start = end;
@@ -450,9 +539,15 @@ pub fn from_record_batch(b: &RecordBatch) -> Result<Vec<Histogram>> {
 /// Writes `contents` to `path` through a temporary file in the same directory and a
 /// rename, so no reader ever sees a half-written file.
 pub fn write_atomically(path: &Path, contents: impl FnOnce(&mut File) -> Result<()>) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| ValidationError::io(dir, e))?;
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = File::create(&tmp).map_err(|e| ValidationError::io(&tmp, e))?;
@@ -470,7 +565,9 @@ pub fn write_atomically(path: &Path, contents: impl FnOnce(&mut File) -> Result<
 pub fn write_parquet(path: &Path, hists: &[Histogram]) -> Result<()> {
     let batch = to_record_batch(hists)?;
     write_atomically(path, |f| {
-        let props = WriterProperties::builder().set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION"))).build();
+        let props = WriterProperties::builder()
+            .set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION")))
+            .build();
         let mut w = ArrowWriter::try_new(f, batch.schema(), Some(props))?;
         w.write(&batch)?;
         w.close()?;
@@ -481,7 +578,8 @@ pub fn write_parquet(path: &Path, hists: &[Histogram]) -> Result<()> {
 /// Reads histograms written by [`write_parquet`].
 pub fn read_parquet(path: &Path) -> Result<Vec<Histogram>> {
     let f = File::open(path).map_err(|e| ValidationError::io(path, e))?;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
+    let reader =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
     let mut batches = Vec::new();
     for b in reader {
         batches.push(b?);
@@ -496,7 +594,10 @@ pub fn read_parquet(path: &Path) -> Result<Vec<Histogram>> {
 /// Writes the reference's text format.
 pub fn write_text(path: &Path, hists: &[Histogram]) -> Result<()> {
     let text = to_text(hists);
-    write_atomically(path, |f| f.write_all(text.as_bytes()).map_err(|e| ValidationError::io(path, e)))
+    write_atomically(path, |f| {
+        f.write_all(text.as_bytes())
+            .map_err(|e| ValidationError::io(path, e))
+    })
 }
 
 /// How one histogram differs between two sets.
@@ -528,7 +629,10 @@ pub struct HistogramDiff {
 impl HistogramDiff {
     /// No histogram differs and none is missing on either side.
     pub fn is_identical(&self) -> bool {
-        self.only_a.is_empty() && self.only_b.is_empty() && self.binning.is_empty() && self.counts.is_empty()
+        self.only_a.is_empty()
+            && self.only_b.is_empty()
+            && self.binning.is_empty()
+            && self.counts.is_empty()
     }
     /// A short text summary, one line per difference.
     pub fn render(&self) -> String {
@@ -587,10 +691,20 @@ pub fn diff(a: &[Histogram], b: &[Histogram]) -> HistogramDiff {
         if counters == 0 {
             d.identical += 1;
         } else {
-            d.counts.push(CountDiff { name: x.name.clone(), counters, abs_sum, entries_a: x.entries(), entries_b: y.entries() });
+            d.counts.push(CountDiff {
+                name: x.name.clone(),
+                counters,
+                abs_sum,
+                entries_a: x.entries(),
+                entries_b: y.entries(),
+            });
         }
     }
-    d.only_b = mb.iter().filter(|(n, _)| !ma.contains_key(*n)).map(|(_, h)| h.name.clone()).collect();
+    d.only_b = mb
+        .iter()
+        .filter(|(n, _)| !ma.contains_key(*n))
+        .map(|(_, h)| h.name.clone())
+        .collect();
     d
 }
 
@@ -608,9 +722,28 @@ mod tests {
             rng ^= rng << 17;
             rng
         };
-        for (n, min, max) in [(100u32, 0.0f32, 1e5f32), (3, 3.0, 6.0), (800, -4.0, 4.0), (100, -0.05, 0.05), (6, 0.0, 6.0)] {
-            let mut values = vec![min, max, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX, 0.0, -0.0];
-            values.extend([min, max].iter().flat_map(|&e| [e.next_up(), e.next_down()]));
+        for (n, min, max) in [
+            (100u32, 0.0f32, 1e5f32),
+            (3, 3.0, 6.0),
+            (800, -4.0, 4.0),
+            (100, -0.05, 0.05),
+            (6, 0.0, 6.0),
+        ] {
+            let mut values = vec![
+                min,
+                max,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::MAX,
+                -f32::MAX,
+                0.0,
+                -0.0,
+            ];
+            values.extend(
+                [min, max]
+                    .iter()
+                    .flat_map(|&e| [e.next_up(), e.next_down()]),
+            );
             for _ in 0..1000 {
                 let t = (next() >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
                 values.push(min - 0.1 * (max - min) + 1.2 * (max - min) * t);
@@ -625,7 +758,10 @@ mod tests {
             assert_eq!(h.counts, want, "[{min}, {max}) in {n} bins");
         }
     }
-    use arrow_array::{Float32Array, Float64Array, Int16Array, Int32Array, Int8Array, UInt16Array, UInt64Array, UInt8Array};
+    use arrow_array::{
+        Float32Array, Float64Array, Int16Array, Int32Array, Int8Array, UInt16Array, UInt64Array,
+        UInt8Array,
+    };
 
     fn h(n: u32, min: f32, max: f32) -> Histogram {
         Histogram::new("h", n, min, max).unwrap()
@@ -634,7 +770,8 @@ mod tests {
     #[test]
     fn exactly_min_goes_to_first_bin_and_below_to_underflow() {
         let mut x = h(100, 1500.0, 2000.0);
-        x.fill(&[1500.0, 1499.9999, f32::NEG_INFINITY, -0.0]).unwrap();
+        x.fill(&[1500.0, 1499.9999, f32::NEG_INFINITY, -0.0])
+            .unwrap();
         assert_eq!(x.counts[0], 3);
         assert_eq!(x.counts[1], 1);
         // -0.0 equals 0.0: not below a minimum of 0.
@@ -685,7 +822,9 @@ mod tests {
         // cluster_per_module_n (110 bins on [0, 110)): 1/110 rounds down in f32, so these
         // integers land one bin below their own; every other integer in its own bin.
         let x = h(110, 0.0, 110.0);
-        let low: Vec<u32> = (0..110u32).filter(|&v| x.bin(v as f32) != Some(v as usize + 1)).collect();
+        let low: Vec<u32> = (0..110u32)
+            .filter(|&v| x.bin(v as f32) != Some(v as usize + 1))
+            .collect();
         assert_eq!(low, vec![1, 2, 4, 8, 16, 29, 32, 58, 64]);
         assert!(low.iter().all(|&v| x.bin(v as f32) == Some(v as usize)));
     }
@@ -694,9 +833,14 @@ mod tests {
     fn nan_is_an_error_and_fills_nothing() {
         let mut x = h(10, 0.0, 1.0);
         let e = x.fill(&[0.5, f32::NAN, 0.5]).unwrap_err().to_string();
-        assert_eq!(e, "histogram 'h': value #1 is NaN (the reference's histogram throws on NaN)");
+        assert_eq!(
+            e,
+            "histogram 'h': value #1 is NaN (the reference's histogram throws on NaN)"
+        );
         assert_eq!(x.entries(), 0);
-        let e = x.fill_array(&Float64Array::from(vec![0.1, f64::NAN])).unwrap_err();
+        let e = x
+            .fill_array(&Float64Array::from(vec![0.1, f64::NAN]))
+            .unwrap_err();
         assert!(matches!(e, ValidationError::NotANumber { index: 1, .. }));
         assert_eq!(x.entries(), 0);
         assert_eq!(x.bin(f32::NAN), None);
@@ -705,7 +849,8 @@ mod tests {
     #[test]
     fn negative_sizes_underflow() {
         let mut x = h(800, 0.0, 800.0);
-        x.fill_array(&Int16Array::from(vec![-1, -800, 0, 8])).unwrap();
+        x.fill_array(&Int16Array::from(vec![-1, -800, 0, 8]))
+            .unwrap();
         assert_eq!(x.counts[0], 2);
         assert_eq!(x.counts[1], 1);
         assert_eq!(x.counts[9], 1);
@@ -718,32 +863,53 @@ mod tests {
         x.fill_array(&UInt8Array::from(vec![1u8])).unwrap();
         x.fill_array(&UInt16Array::from(vec![1u16])).unwrap();
         x.fill_array(&Int32Array::from(vec![1])).unwrap();
-        x.fill_array(&arrow_array::Int64Array::from(vec![1i64])).unwrap();
-        x.fill_array(&arrow_array::UInt32Array::from(vec![1u32])).unwrap();
+        x.fill_array(&arrow_array::Int64Array::from(vec![1i64]))
+            .unwrap();
+        x.fill_array(&arrow_array::UInt32Array::from(vec![1u32]))
+            .unwrap();
         x.fill_array(&UInt64Array::from(vec![1u64])).unwrap();
         x.fill_array(&Float32Array::from(vec![1.0f32])).unwrap();
         x.fill_array(&Float64Array::from(vec![1.0f64])).unwrap();
         assert_eq!(x.counts[2], 9);
         // f64 → f32 rounding: 9.99999999 becomes 10.0f, which is the maximum: overflow.
-        x.fill_array(&Float64Array::from(vec![9.99999999f64])).unwrap();
+        x.fill_array(&Float64Array::from(vec![9.99999999f64]))
+            .unwrap();
         assert_eq!(x.counts[11], 1);
         // u32 → f32 rounding: 16777217 becomes 16777216.
         let mut y = Histogram::new("y", 2, 0.0, 16777217.0).unwrap();
         assert_eq!(y.max, 16777216.0);
-        y.fill_array(&arrow_array::UInt32Array::from(vec![16777217u32])).unwrap();
+        y.fill_array(&arrow_array::UInt32Array::from(vec![16777217u32]))
+            .unwrap();
         assert_eq!(y.counts[3], 1);
         let nulls = Int32Array::from(vec![Some(1), None]);
-        assert!(matches!(x.fill_array(&nulls), Err(ValidationError::Nulls { nulls: 1, .. })));
+        assert!(matches!(
+            x.fill_array(&nulls),
+            Err(ValidationError::Nulls { nulls: 1, .. })
+        ));
     }
 
     #[test]
     fn fill_where_selects_rows() {
         let mut x = h(3, 0.0, 3.0);
-        x.fill_array_where(&Float32Array::from(vec![0.5, 1.5, 2.5]), &[true, false, true]).unwrap();
+        x.fill_array_where(
+            &Float32Array::from(vec![0.5, 1.5, 2.5]),
+            &[true, false, true],
+        )
+        .unwrap();
         assert_eq!(x.counts, vec![0, 1, 0, 1, 0]);
-        assert!(x.fill_array_where(&Float32Array::from(vec![0.5]), &[true, true]).is_err());
-        let e = x.fill_array_where(&Float32Array::from(vec![f32::NAN, 0.5, f32::NAN]), &[false, true, true]).unwrap_err();
-        assert!(matches!(e, ValidationError::NotANumber { index: 2, .. }), "{e}");
+        assert!(x
+            .fill_array_where(&Float32Array::from(vec![0.5]), &[true, true])
+            .is_err());
+        let e = x
+            .fill_array_where(
+                &Float32Array::from(vec![f32::NAN, 0.5, f32::NAN]),
+                &[false, true, true],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, ValidationError::NotANumber { index: 2, .. }),
+            "{e}"
+        );
     }
 
     #[test]
@@ -752,8 +918,13 @@ mod tests {
         assert!(Histogram::new("a", 1, 1.0, 1.0).is_err());
         assert!(Histogram::new("a", 1, 0.0, f32::INFINITY).is_err());
         assert!(Histogram::new("a", 1, -3e38, 3e38).is_err());
-        let e = Histogram::new("a", 1, f32::NAN, 1.0).unwrap_err().to_string();
-        assert_eq!(e, "histogram 'a': limits [NaN, 1) must be finite with min < max");
+        let e = Histogram::new("a", 1, f32::NAN, 1.0)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "histogram 'a': limits [NaN, 1) must be finite with min < max"
+        );
     }
 
     #[test]
@@ -783,9 +954,15 @@ mod tests {
         let mut a = Histogram::new("cluster_n", 1, 5000.0, 25000.0).unwrap();
         a.fill(&[0.0]).unwrap();
         let text = to_text(&[b.clone(), a.clone()]);
-        assert_eq!(text, "cluster_n 3 5000 25000 1 0 0\ndigi_n 4 0 100000 0 1 1 1\n");
+        assert_eq!(
+            text,
+            "cluster_n 3 5000 25000 1 0 0\ndigi_n 4 0 100000 0 1 1 1\n"
+        );
         assert_eq!(parse_text(&text).unwrap(), vec![a, b]);
-        assert!(parse_text("x 4 0 1 1 2 3").unwrap_err().to_string().contains("size 4 but 3 counters"));
+        assert!(parse_text("x 4 0 1 1 2 3")
+            .unwrap_err()
+            .to_string()
+            .contains("size 4 but 3 counters"));
     }
 
     #[test]
@@ -801,7 +978,10 @@ mod tests {
         assert_eq!(rb.num_rows(), 102);
         assert_eq!(rb.schema().metadata()["quiver.schema"], "histograms");
         // No temporary file left behind.
-        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("histograms.parquet")]);
     }
 
@@ -822,8 +1002,19 @@ mod tests {
         assert_eq!(d.only_a, vec!["only"]);
         assert!(d.only_b.is_empty());
         assert_eq!(d.binning, vec!["r"]);
-        assert_eq!(d.counts, vec![CountDiff { name: "a".into(), counters: 2, abs_sum: 3, entries_a: 3, entries_b: 2 }]);
-        assert!(d.render().contains("a: 2 counters differ, sum |diff| 3, entries 3 vs 2"));
+        assert_eq!(
+            d.counts,
+            vec![CountDiff {
+                name: "a".into(),
+                counters: 2,
+                abs_sum: 3,
+                entries_a: 3,
+                entries_b: 2
+            }]
+        );
+        assert!(d
+            .render()
+            .contains("a: 2 counters differ, sum |diff| 3, entries 3 vs 2"));
         let x = vec![h(3, 0.0, 1.0)];
         assert!(diff(&x, &x).is_identical());
     }

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use quiver_columnar::{Backend, EventBatch, ParamSpec, Registry, Signature, Step, StepConfig, StepType};
+use quiver_columnar::{
+    Backend, EventBatch, ParamSpec, Registry, Signature, Step, StepConfig, StepType,
+};
 
 use crate::chain::{any_column, column, input_specs, ChainKeys, ChainProducts, Input};
 use crate::counts::{batch_counts, BatchCounts, QUALITY_LOOSE};
@@ -53,7 +55,13 @@ pub struct HistDef {
 }
 
 const fn def(name: &'static str, n: u32, min: f32, max: f32, fill: Fill) -> HistDef {
-    HistDef { name, n, min, max, fill }
+    HistDef {
+        name,
+        n,
+        min,
+        max,
+        fill,
+    }
 }
 
 use Fill::{Column, PerEvent, SelectedTracks};
@@ -65,7 +73,13 @@ pub const REFERENCE_HISTOGRAMS: &[HistDef] = &[
     def("digi_adc", 250, 0.0, 5e4, Column(CalibratedDigis, "charge")),
     def("module_n", 100, 1500.0, 2000.0, PerEvent(Count::Modules)),
     def("cluster_n", 200, 5000.0, 25000.0, PerEvent(Count::Clusters)),
-    def("cluster_per_module_n", 110, 0.0, 110.0, Fill::ClustersPerModule),
+    def(
+        "cluster_per_module_n",
+        110,
+        0.0,
+        110.0,
+        Fill::ClustersPerModule,
+    ),
     def("hit_n", 200, 5000.0, 25000.0, PerEvent(Count::Hits)),
     def("hit_lx", 200, -1.0, 1.0, Column(Hits, "x_local")),
     def("hit_ly", 800, -4.0, 4.0, Column(Hits, "y_local")),
@@ -99,9 +113,18 @@ pub const REFERENCE_HISTOGRAMS: &[HistDef] = &[
 /// The input slots of the `histograms` step, with what each fills.
 const HISTOGRAM_INPUTS: [(Input, &str); 6] = [
     (Input::Digis, "digi_n"),
-    (Input::CalibratedDigis, "digi_n, digi_adc, module_n, cluster_per_module_n"),
-    (Input::ClusteredDigis, "cluster_n, cluster_per_module_n (also digi_n)"),
-    (Input::Hits, "hit_*; cluster counts when clustered_digis is absent"),
+    (
+        Input::CalibratedDigis,
+        "digi_n, digi_adc, module_n, cluster_per_module_n",
+    ),
+    (
+        Input::ClusteredDigis,
+        "cluster_n, cluster_per_module_n (also digi_n)",
+    ),
+    (
+        Input::Hits,
+        "hit_*; cluster counts when clustered_digis is absent",
+    ),
     (Input::Tracks, "track_*"),
     (Input::Vertices, "vertex_*"),
 ];
@@ -110,14 +133,18 @@ impl HistDef {
     /// Whether the connected inputs (`has`) allow filling this histogram.
     pub fn available(&self, has: impl Fn(Input) -> bool) -> bool {
         match self.fill {
-            Fill::PerEvent(Count::Digis) => has(Input::Digis) || has(Input::CalibratedDigis) || has(Input::ClusteredDigis),
+            Fill::PerEvent(Count::Digis) => {
+                has(Input::Digis) || has(Input::CalibratedDigis) || has(Input::ClusteredDigis)
+            }
             Fill::PerEvent(Count::Modules) => has(Input::CalibratedDigis),
             Fill::PerEvent(Count::Clusters) => has(Input::ClusteredDigis) || has(Input::Hits),
             Fill::PerEvent(Count::Hits) => has(Input::Hits),
             Fill::PerEvent(Count::LooseTracks) | Fill::SelectedTracks(_) => has(Input::Tracks),
             Fill::PerEvent(Count::Vertices) => has(Input::Vertices),
             Fill::Column(i, _) => has(i),
-            Fill::ClustersPerModule => has(Input::CalibratedDigis) && (has(Input::ClusteredDigis) || has(Input::Hits)),
+            Fill::ClustersPerModule => {
+                has(Input::CalibratedDigis) && (has(Input::ClusteredDigis) || has(Input::Hits))
+            }
         }
     }
 }
@@ -134,16 +161,29 @@ impl HistogramSet {
     pub fn new(defs: &[HistDef]) -> Result<Self> {
         let mut hists = BTreeMap::new();
         for d in defs {
-            if hists.insert(d.name, Histogram::new(d.name, d.n, d.min, d.max)?).is_some() {
-                return Err(ValidationError::BadHistogram { name: d.name.into(), msg: "defined twice".into() });
+            if hists
+                .insert(d.name, Histogram::new(d.name, d.n, d.min, d.max)?)
+                .is_some()
+            {
+                return Err(ValidationError::BadHistogram {
+                    name: d.name.into(),
+                    msg: "defined twice".into(),
+                });
             }
         }
-        Ok(HistogramSet { defs: defs.to_vec(), hists })
+        Ok(HistogramSet {
+            defs: defs.to_vec(),
+            hists,
+        })
     }
 
     /// The reference's histograms that the inputs `has` allow.
     pub fn for_inputs(has: impl Fn(Input) -> bool) -> Result<Self> {
-        let defs: Vec<HistDef> = REFERENCE_HISTOGRAMS.iter().filter(|d| d.available(&has)).copied().collect();
+        let defs: Vec<HistDef> = REFERENCE_HISTOGRAMS
+            .iter()
+            .filter(|d| d.available(&has))
+            .copied()
+            .collect();
         Self::new(&defs)
     }
 
@@ -169,7 +209,13 @@ impl HistogramSet {
     /// Adds the counts of a set with the same definitions.
     pub fn add(&mut self, other: &HistogramSet) -> Result<()> {
         for (name, h) in &other.hists {
-            let mine = self.hists.get_mut(name).ok_or_else(|| ValidationError::Mismatch { a: "set".into(), b: name.to_string() })?;
+            let mine = self
+                .hists
+                .get_mut(name)
+                .ok_or_else(|| ValidationError::Mismatch {
+                    a: "set".into(),
+                    b: name.to_string(),
+                })?;
             mine.add(h)?;
         }
         Ok(())
@@ -200,35 +246,54 @@ impl HistogramSet {
         let counts = batch_counts(p)?;
         let mut loose: Option<Vec<bool>> = None;
         for d in &self.defs {
-            let h = self.hists.get_mut(d.name).expect("a histogram per definition");
+            let h = self
+                .hists
+                .get_mut(d.name)
+                .expect("a histogram per definition");
             if !d.available(|i| p.has(i)) {
-                return Err(ValidationError::Data(format!("histogram '{}': its input product is not in the batch", d.name)));
+                return Err(ValidationError::Data(format!(
+                    "histogram '{}': its input product is not in the batch",
+                    d.name
+                )));
             }
             match d.fill {
                 Fill::PerEvent(c) => {
-                    let v = per_event(&counts, c).ok_or_else(|| ValidationError::Data(format!("histogram '{}': count unavailable", d.name)))?;
+                    let v = per_event(&counts, c).ok_or_else(|| {
+                        ValidationError::Data(format!("histogram '{}': count unavailable", d.name))
+                    })?;
                     h.fill(&v.iter().map(|&x| x as f32).collect::<Vec<f32>>())?;
                 }
                 Fill::Column(input, name) => {
                     let prod = p.get(input).expect("available");
-                    h.fill_array(any_column(prod, name)?).map_err(|e| context(prod.type_name(), name, e))?;
+                    h.fill_array(any_column(prod, name)?)
+                        .map_err(|e| context(prod.type_name(), name, e))?;
                 }
                 Fill::SelectedTracks(name) => {
                     let t = p.get(Input::Tracks).expect("available");
                     if loose.is_none() {
                         let nh = column::<arrow_array::types::UInt8Type>(t, "n_hits")?.values();
                         let q = column::<arrow_array::types::UInt8Type>(t, "quality")?.values();
-                        loose = Some(nh.iter().zip(q.iter()).map(|(&n, &q)| n > 0 && q >= QUALITY_LOOSE).collect());
+                        loose = Some(
+                            nh.iter()
+                                .zip(q.iter())
+                                .map(|(&n, &q)| n > 0 && q >= QUALITY_LOOSE)
+                                .collect(),
+                        );
                     }
                     let keep = loose.as_deref().expect("computed above");
-                    h.fill_array_where(any_column(t, name)?, keep).map_err(|e| context("tracks", name, e))?;
+                    h.fill_array_where(any_column(t, name)?, keep)
+                        .map_err(|e| context("tracks", name, e))?;
                 }
                 Fill::ClustersPerModule => {
                     let (Some(nm), Some(cm)) = (&counts.n_modules, &counts.clus_in_module) else {
-                        return Err(ValidationError::Data(format!("histogram '{}': counts unavailable", d.name)));
+                        return Err(ValidationError::Data(format!(
+                            "histogram '{}': counts unavailable",
+                            d.name
+                        )));
                     };
                     for (&n, per_module) in nm.iter().zip(cm) {
-                        let vals: Vec<f32> = per_module[..n as usize].iter().map(|&c| c as f32).collect();
+                        let vals: Vec<f32> =
+                            per_module[..n as usize].iter().map(|&c| c as f32).collect();
                         h.fill(&vals)?;
                     }
                 }
@@ -284,9 +349,16 @@ struct HistogramStep {
 impl Step for HistogramStep {
     fn process(&self, batch: &mut EventBatch) -> quiver_columnar::Result<()> {
         let products = self.keys.get(batch)?;
-        let mut local = self.total.lock().unwrap_or_else(|p| p.into_inner()).empty_like();
+        let mut local = self
+            .total
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .empty_like();
         local.fill_batch(&products)?;
-        self.total.lock().unwrap_or_else(|p| p.into_inner()).add(&local)?;
+        self.total
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&local)?;
         Ok(())
     }
 
@@ -299,7 +371,15 @@ impl Step for HistogramStep {
         let n = set.histograms().count();
         Ok(Some(format!(
             "{n} histograms -> {}",
-            written.iter().map(|p| p.file_name().unwrap_or(p.as_os_str()).to_string_lossy().into_owned()).collect::<Vec<_>>().join(", ")
+            written
+                .iter()
+                .map(|p| p
+                    .file_name()
+                    .unwrap_or(p.as_os_str())
+                    .to_string_lossy()
+                    .into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
         )))
     }
 }
@@ -317,7 +397,13 @@ fn build_histograms(cfg: &StepConfig) -> quiver_columnar::Result<Box<dyn Step>> 
     if stem.is_empty() || stem.contains(['/', '\\']) {
         return Err(cfg.param_error("file", "must be a plain file name without extension"));
     }
-    Ok(Box::new(HistogramStep { keys, total: Mutex::new(set), dir: cfg.job.output.clone(), stem, text: cfg.params.bool("text") }))
+    Ok(Box::new(HistogramStep {
+        keys,
+        total: Mutex::new(set),
+        dir: cfg.job.output.clone(),
+        stem,
+        text: cfg.params.bool("text"),
+    }))
 }
 
 /// Registers `histograms`.
@@ -400,7 +486,11 @@ mod tests {
 
     #[test]
     fn tracks_and_vertices_histograms() {
-        let p = ChainProducts::new(2, [(Input::Tracks, tracks()), (Input::Vertices, vertices())]).unwrap();
+        let p = ChainProducts::new(
+            2,
+            [(Input::Tracks, tracks()), (Input::Vertices, vertices())],
+        )
+        .unwrap();
         let mut set = HistogramSet::for_inputs(|i| p.has(i)).unwrap();
         assert_eq!(set.histograms().count(), 16);
         set.fill_batch(&p).unwrap();
@@ -410,13 +500,33 @@ mod tests {
         assert_eq!(h("track_nhits").counts, vec![0, 0, 1, 1, 0]);
         assert_eq!(h("track_quality").counts, vec![0, 0, 0, 1, 0, 1, 0, 0]);
         assert_eq!(h("track_pt").counts[401], 1, "500 GeV: overflow");
-        assert_eq!((h("track_eta").counts[0], h("track_phi").counts[101], h("track_phi").counts[1]), (1, 1, 1));
-        assert_eq!((h("track_tip_zoom").counts[91], h("track_zip").counts[0]), (1, 1));
+        assert_eq!(
+            (
+                h("track_eta").counts[0],
+                h("track_phi").counts[101],
+                h("track_phi").counts[1]
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(
+            (h("track_tip_zoom").counts[91], h("track_zip").counts[0]),
+            (1, 1)
+        );
         assert_eq!(h("vertex_n").counts[1..5], [1, 0, 0, 1]);
-        assert_eq!((h("vertex_ndof").counts[0], h("vertex_ndof").counts[170]), (1, 1));
-        assert_eq!((h("vertex_z").counts[0], h("vertex_pt2").counts[101]), (1, 1));
+        assert_eq!(
+            (h("vertex_ndof").counts[0], h("vertex_ndof").counts[170]),
+            (1, 1)
+        );
+        assert_eq!(
+            (h("vertex_z").counts[0], h("vertex_pt2").counts[101]),
+            (1, 1)
+        );
         let c = batch_counts(&p).unwrap();
-        assert_eq!(c.n_tracks, Some(vec![2, 1]), "the validator counts tracks of any quality");
+        assert_eq!(
+            c.n_tracks,
+            Some(vec![2, 1]),
+            "the validator counts tracks of any quality"
+        );
         assert_eq!(c.n_tracks_loose, Some(vec![1, 1]));
         assert_eq!(c.n_vertices, Some(vec![0, 3]));
     }
@@ -444,16 +554,27 @@ mod tests {
         let mut cols = t.batch().columns().to_vec();
         cols[1] = f32s(&[1.0, f32::NAN, 1.0, f32::NAN]); // row 1 is not selected
         let b = RecordBatch::try_new(t.batch().schema(), cols).unwrap();
-        let p = ChainProducts::new(2, [(Input::Tracks, Product::from_lengths(b, [3, 1]).unwrap())]).unwrap();
+        let p = ChainProducts::new(
+            2,
+            [(Input::Tracks, Product::from_lengths(b, [3, 1]).unwrap())],
+        )
+        .unwrap();
         let mut set = HistogramSet::for_inputs(|i| p.has(i)).unwrap();
         let e = set.fill_batch(&p).unwrap_err().to_string();
         assert_eq!(e, "histogram 'track_pt': tracks.pt row 3 of the batch is NaN (the reference throws on NaN)");
 
         let v = vertices();
         let b = v.batch().project(&[0, 1, 2, 4]).unwrap();
-        let p = ChainProducts::new(2, [(Input::Vertices, Product::from_lengths(b, [0, 3]).unwrap())]).unwrap();
+        let p = ChainProducts::new(
+            2,
+            [(Input::Vertices, Product::from_lengths(b, [0, 3]).unwrap())],
+        )
+        .unwrap();
         let mut set = HistogramSet::for_inputs(|i| p.has(i)).unwrap();
         let e = set.fill_batch(&p).unwrap_err().to_string();
-        assert_eq!(e, "product 'vertices' has no column 'ndof' (see docs/products.md)");
+        assert_eq!(
+            e,
+            "product 'vertices' has no column 'ndof' (see docs/products.md)"
+        );
     }
 }

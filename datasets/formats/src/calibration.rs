@@ -45,7 +45,14 @@ pub fn run2_constants(module: u16) -> (f32, f32) {
 /// assert_eq!(electrons(20, 20.0, 3.0, 47.0, -60.0, MIN_ELECTRONS), 100);
 /// ```
 #[inline(always)]
-pub fn electrons(adc: u16, pedestal: f32, gain: f32, factor: f32, offset: f32, min_electrons: i32) -> i32 {
+pub fn electrons(
+    adc: u16,
+    pedestal: f32,
+    gain: f32,
+    factor: f32,
+    offset: f32,
+    min_electrons: i32,
+) -> i32 {
     let vcal = adc as f32 * gain - pedestal * gain;
     ((vcal * factor + offset) as i32).max(min_electrons)
 }

@@ -9,12 +9,15 @@ use std::io::BufWriter;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, BooleanArray, Float32Array, Int32Array, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
+use arrow_array::{
+    ArrayRef, BooleanArray, Float32Array, Int32Array, RecordBatch, UInt16Array, UInt32Array,
+    UInt8Array,
+};
 use arrow_schema::{DataType, Field, Schema};
 
 use crate::conditions::{
-    AverageGeometry, BeamSpot, CablingMap, CommonParams, Conditions, CpeParams, DetParams, Frame, GainCalibration,
-    CABLING_MAX_SIZE, MAX_NUM_MODULES,
+    AverageGeometry, BeamSpot, CablingMap, CommonParams, Conditions, CpeParams, DetParams, Frame,
+    GainCalibration, CABLING_MAX_SIZE, MAX_NUM_MODULES,
 };
 use crate::error::DatasetError;
 use crate::ipc::column as col;
@@ -49,15 +52,22 @@ fn read_ipc(path: &Path) -> Result<RecordBatch, DatasetError> {
     match batches.len() {
         0 => Ok(RecordBatch::new_empty(schema)),
         1 => Ok(batches.pop().expect("one batch")),
-        n => Err(DatasetError::damaged(path, format!("{n} record batches, expected one"))),
+        n => Err(DatasetError::damaged(
+            path,
+            format!("{n} record batches, expected one"),
+        )),
     }
 }
 
-fn batch(path: &Path, fields: Vec<Field>, cols: Vec<ArrayRef>, meta: HashMap<String, String>) -> Result<RecordBatch, DatasetError> {
+fn batch(
+    path: &Path,
+    fields: Vec<Field>,
+    cols: Vec<ArrayRef>,
+    meta: HashMap<String, String>,
+) -> Result<RecordBatch, DatasetError> {
     let schema = Arc::new(Schema::new_with_metadata(fields, meta));
     RecordBatch::try_new(schema, cols).map_err(|e| DatasetError::format(path, e))
 }
-
 
 fn meta_f32(path: &Path, b: &RecordBatch, key: &str) -> Result<f32, DatasetError> {
     b.schema()
@@ -93,8 +103,32 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
     // beam spot
     let p = dir.join(CONDITION_FILES[0]);
     let bs = &c.beam_spot;
-    let names = ["x", "y", "z", "sigma_z", "beam_width_x", "beam_width_y", "dxdz", "dydz", "emittance_x", "emittance_y", "beta_star"];
-    let vals = [bs.x, bs.y, bs.z, bs.sigma_z, bs.beam_width_x, bs.beam_width_y, bs.dxdz, bs.dydz, bs.emittance_x, bs.emittance_y, bs.beta_star];
+    let names = [
+        "x",
+        "y",
+        "z",
+        "sigma_z",
+        "beam_width_x",
+        "beam_width_y",
+        "dxdz",
+        "dydz",
+        "emittance_x",
+        "emittance_y",
+        "beta_star",
+    ];
+    let vals = [
+        bs.x,
+        bs.y,
+        bs.z,
+        bs.sigma_z,
+        bs.beam_width_x,
+        bs.beam_width_y,
+        bs.dxdz,
+        bs.dydz,
+        bs.emittance_x,
+        bs.emittance_y,
+        bs.beta_star,
+    ];
     let b = batch(
         &p,
         names.iter().map(|n| field(n, DataType::Float32)).collect(),
@@ -104,12 +138,20 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
     write_ipc(&p, &b)?;
     // fed ids
     let p = dir.join(CONDITION_FILES[1]);
-    let b = batch(&p, vec![field("fed", DataType::UInt32)], vec![u32col!(c.fed_ids.clone())], HashMap::new())?;
+    let b = batch(
+        &p,
+        vec![field("fed", DataType::UInt32)],
+        vec![u32col!(c.fed_ids.clone())],
+        HashMap::new(),
+    )?;
     write_ipc(&p, &b)?;
     // cabling
     let p = dir.join(CONDITION_FILES[2]);
     let m = &c.cabling;
-    let mut fields: Vec<Field> = ["fed", "link", "roc", "raw_id", "roc_in_det", "module_id"].iter().map(|n| field(n, DataType::UInt32)).collect();
+    let mut fields: Vec<Field> = ["fed", "link", "roc", "raw_id", "roc_in_det", "module_id"]
+        .iter()
+        .map(|n| field(n, DataType::UInt32))
+        .collect();
     fields.push(field("bad_rocs", DataType::UInt8));
     fields.push(field("mod_to_unp", DataType::UInt8));
     let cols: Vec<ArrayRef> = vec![
@@ -122,7 +164,12 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
         Arc::new(UInt8Array::from(m.bad_rocs.clone())),
         Arc::new(UInt8Array::from(m.mod_to_unp.clone())),
     ];
-    let b = batch(&p, fields, cols, HashMap::from([("size".to_string(), m.size.to_string())]))?;
+    let b = batch(
+        &p,
+        fields,
+        cols,
+        HashMap::from([("size".to_string(), m.size.to_string())]),
+    )?;
     write_ipc(&p, &b)?;
     // gains: per-module ranges + scalars, then the code pairs
     let g = &c.gains;
@@ -141,11 +188,17 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
     ]);
     let b = batch(
         &p,
-        vec![field("first", DataType::UInt32), field("last", DataType::UInt32), field("n_cols", DataType::Int32)],
+        vec![
+            field("first", DataType::UInt32),
+            field("last", DataType::UInt32),
+            field("n_cols", DataType::Int32),
+        ],
         vec![
             u32col!(g.range_and_cols.iter().map(|r| r.0).collect::<Vec<_>>()),
             u32col!(g.range_and_cols.iter().map(|r| r.1).collect::<Vec<_>>()),
-            Arc::new(Int32Array::from(g.range_and_cols.iter().map(|r| r.2).collect::<Vec<_>>())),
+            Arc::new(Int32Array::from(
+                g.range_and_cols.iter().map(|r| r.2).collect::<Vec<_>>(),
+            )),
         ],
         meta,
     )?;
@@ -153,10 +206,22 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
     let p = dir.join(CONDITION_FILES[4]);
     let b = batch(
         &p,
-        vec![field("gain", DataType::UInt8), field("ped", DataType::UInt8)],
         vec![
-            Arc::new(UInt8Array::from(g.data.iter().step_by(2).copied().collect::<Vec<_>>())),
-            Arc::new(UInt8Array::from(g.data.iter().skip(1).step_by(2).copied().collect::<Vec<_>>())),
+            field("gain", DataType::UInt8),
+            field("ped", DataType::UInt8),
+        ],
+        vec![
+            Arc::new(UInt8Array::from(
+                g.data.iter().step_by(2).copied().collect::<Vec<_>>(),
+            )),
+            Arc::new(UInt8Array::from(
+                g.data
+                    .iter()
+                    .skip(1)
+                    .step_by(2)
+                    .copied()
+                    .collect::<Vec<_>>(),
+            )),
         ],
         HashMap::new(),
     )?;
@@ -173,10 +238,18 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
         field("raw_id", DataType::UInt32),
     ];
     let mut cols: Vec<ArrayRef> = vec![
-        Arc::new(BooleanArray::from(d.iter().map(|x| x.is_barrel).collect::<Vec<_>>())),
-        Arc::new(BooleanArray::from(d.iter().map(|x| x.is_pos_z).collect::<Vec<_>>())),
-        Arc::new(UInt16Array::from(d.iter().map(|x| x.layer).collect::<Vec<_>>())),
-        Arc::new(UInt16Array::from(d.iter().map(|x| x.index).collect::<Vec<_>>())),
+        Arc::new(BooleanArray::from(
+            d.iter().map(|x| x.is_barrel).collect::<Vec<_>>(),
+        )),
+        Arc::new(BooleanArray::from(
+            d.iter().map(|x| x.is_pos_z).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt16Array::from(
+            d.iter().map(|x| x.layer).collect::<Vec<_>>(),
+        )),
+        Arc::new(UInt16Array::from(
+            d.iter().map(|x| x.index).collect::<Vec<_>>(),
+        )),
         u32col!(d.iter().map(|x| x.raw_id).collect::<Vec<_>>()),
     ];
     for (name, v) in det_float_columns() {
@@ -197,7 +270,17 @@ pub fn write_conditions(dir: &Path, c: &Conditions) -> Result<(), DatasetError> 
     let ag = &c.cpe.average_geometry;
     let b = batch(
         &p,
-        ["ladder_z", "ladder_x", "ladder_y", "ladder_r", "ladder_min_z", "ladder_max_z"].iter().map(|n| field(n, DataType::Float32)).collect(),
+        [
+            "ladder_z",
+            "ladder_x",
+            "ladder_y",
+            "ladder_r",
+            "ladder_min_z",
+            "ladder_max_z",
+        ]
+        .iter()
+        .map(|n| field(n, DataType::Float32))
+        .collect(),
         vec![
             f32col!(ag.ladder_z.clone()),
             f32col!(ag.ladder_x.clone()),
@@ -252,7 +335,9 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
     // beam spot
     let p = dir.join(CONDITION_FILES[0]);
     let b = read_ipc(&p)?;
-    let g = |n: &str| -> Result<f32, DatasetError> { Ok(col::<Float32Array>(&p, &b, n, Some(1))?.value(0)) };
+    let g = |n: &str| -> Result<f32, DatasetError> {
+        Ok(col::<Float32Array>(&p, &b, n, Some(1))?.value(0))
+    };
     let beam_spot = BeamSpot {
         x: g("x")?,
         y: g("y")?,
@@ -269,14 +354,21 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
     let p = dir.join(CONDITION_FILES[1]);
     let b = read_ipc(&p)?;
     let fed_ids = col::<UInt32Array>(&p, &b, "fed", None)?.values().to_vec();
-    if fed_ids.iter().any(|&f| !(1200..1350).contains(&f)) || fed_ids.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(DatasetError::damaged(&p, "FED ids must be ascending within 1200..1349"));
+    if fed_ids.iter().any(|&f| !(1200..1350).contains(&f))
+        || fed_ids.windows(2).any(|w| w[0] >= w[1])
+    {
+        return Err(DatasetError::damaged(
+            &p,
+            "FED ids must be ascending within 1200..1349",
+        ));
     }
     // cabling
     let p = dir.join(CONDITION_FILES[2]);
     let b = read_ipc(&p)?;
     let n = Some(CABLING_MAX_SIZE);
-    let u = |name: &str| -> Result<Vec<u32>, DatasetError> { Ok(col::<UInt32Array>(&p, &b, name, n)?.values().to_vec()) };
+    let u = |name: &str| -> Result<Vec<u32>, DatasetError> {
+        Ok(col::<UInt32Array>(&p, &b, name, n)?.values().to_vec())
+    };
     let cabling = CablingMap {
         fed: u("fed")?,
         link: u("link")?,
@@ -285,7 +377,9 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
         roc_in_det: u("roc_in_det")?,
         module_id: u("module_id")?,
         bad_rocs: col::<UInt8Array>(&p, &b, "bad_rocs", n)?.values().to_vec(),
-        mod_to_unp: col::<UInt8Array>(&p, &b, "mod_to_unp", n)?.values().to_vec(),
+        mod_to_unp: col::<UInt8Array>(&p, &b, "mod_to_unp", n)?
+            .values()
+            .to_vec(),
         size: meta_u32(&p, &b, "size")?,
     };
     // gains
@@ -295,7 +389,13 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
     let first = col::<UInt32Array>(&p, &b, "first", n)?;
     let last = col::<UInt32Array>(&p, &b, "last", n)?;
     let ncols = col::<Int32Array>(&p, &b, "n_cols", n)?;
-    let range_and_cols = first.values().iter().zip(last.values().iter()).zip(ncols.values().iter()).map(|((&f, &l), &c)| (f, l, c)).collect();
+    let range_and_cols = first
+        .values()
+        .iter()
+        .zip(last.values().iter())
+        .zip(ncols.values().iter())
+        .map(|((&f, &l), &c)| (f, l, c))
+        .collect();
     let pd = dir.join(CONDITION_FILES[4]);
     let bd = read_ipc(&pd)?;
     let gain = col::<UInt8Array>(&pd, &bd, "gain", None)?;
@@ -303,7 +403,10 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
     // Interleaved (gain, pedestal) per bin, over the value slices: indexing the arrays element
     // by element made this loop 55 % of opening a dataset.
     let mut data = vec![0u8; 2 * gain.len()];
-    for (d, (&g, &p)) in data.chunks_exact_mut(2).zip(gain.values().iter().zip(ped.values().iter())) {
+    for (d, (&g, &p)) in data
+        .chunks_exact_mut(2)
+        .zip(gain.values().iter().zip(ped.values().iter()))
+    {
         d.copy_from_slice(&[g, p]);
     }
     let gains = GainCalibration {
@@ -320,8 +423,15 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
         noisy_flag: meta_u32(&p, &b, "noisy_flag")?,
         data,
     };
-    if gains.range_and_cols.iter().any(|&(f, l, _)| f > l || l as usize > gains.data.len()) {
-        return Err(DatasetError::damaged(&p, "gain ranges exceed the gain data"));
+    if gains
+        .range_and_cols
+        .iter()
+        .any(|&(f, l, _)| f > l || l as usize > gains.data.len())
+    {
+        return Err(DatasetError::damaged(
+            &p,
+            "gain ranges exceed the gain data",
+        ));
     }
     // CPE
     let p = dir.join(CONDITION_FILES[5]);
@@ -354,7 +464,22 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
                 z0: v(6),
                 sx: [v(7), v(8), v(9)],
                 sy: [v(10), v(11), v(12)],
-                frame: Frame { px: v(13), py: v(14), pz: v(15), r: [v(16), v(17), v(18), v(19), v(20), v(21), v(22), v(23), v(24)] },
+                frame: Frame {
+                    px: v(13),
+                    py: v(14),
+                    pz: v(15),
+                    r: [
+                        v(16),
+                        v(17),
+                        v(18),
+                        v(19),
+                        v(20),
+                        v(21),
+                        v(22),
+                        v(23),
+                        v(24),
+                    ],
+                },
             }
         })
         .collect();
@@ -367,7 +492,9 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
     let p = dir.join(CONDITION_FILES[6]);
     let b = read_ipc(&p)?;
     let n = Some(NUMBER_OF_LADDERS_IN_BARREL);
-    let f = |name: &str| -> Result<Vec<f32>, DatasetError> { Ok(col::<Float32Array>(&p, &b, name, n)?.values().to_vec()) };
+    let f = |name: &str| -> Result<Vec<f32>, DatasetError> {
+        Ok(col::<Float32Array>(&p, &b, name, n)?.values().to_vec())
+    };
     let average_geometry = AverageGeometry {
         ladder_z: f("ladder_z")?,
         ladder_x: f("ladder_x")?,
@@ -375,8 +502,20 @@ pub fn read_conditions(dir: &Path) -> Result<Conditions, DatasetError> {
         ladder_r: f("ladder_r")?,
         ladder_min_z: f("ladder_min_z")?,
         ladder_max_z: f("ladder_max_z")?,
-        end_cap_z: [meta_f32(&p, &b, "end_cap_z0")?, meta_f32(&p, &b, "end_cap_z1")?],
+        end_cap_z: [
+            meta_f32(&p, &b, "end_cap_z0")?,
+            meta_f32(&p, &b, "end_cap_z1")?,
+        ],
     };
-    Ok(Conditions { beam_spot, cabling, gains, cpe: CpeParams { common, det, average_geometry }, fed_ids })
+    Ok(Conditions {
+        beam_spot,
+        cabling,
+        gains,
+        cpe: CpeParams {
+            common,
+            det,
+            average_geometry,
+        },
+        fed_ids,
+    })
 }
-

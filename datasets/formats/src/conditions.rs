@@ -180,8 +180,16 @@ impl GainCalibration {
         // Fast paths for the usual layout (4 bytes per column, 80-row blocks): the same values
         // without two integer divisions per pixel.
         let span = last - first;
-        let len = if Some(span) == (n_cols as u32).checked_mul(4) { 4 } else { span / n_cols as u32 };
-        let block = if self.rows_averaged == 80 { row as u32 / 80 } else { row as u32 / self.rows_averaged.max(1) };
+        let len = if Some(span) == (n_cols as u32).checked_mul(4) {
+            4
+        } else {
+            span / n_cols as u32
+        };
+        let block = if self.rows_averaged == 80 {
+            row as u32 / 80
+        } else {
+            row as u32 / self.rows_averaged.max(1)
+        };
         let off = (first + col as u32 * len + 2 * block) as usize;
         if off + 1 >= self.data.len() || off as u32 >= last {
             return (0.0, 0.0, true, false);

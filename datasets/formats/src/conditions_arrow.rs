@@ -3,12 +3,16 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, BooleanArray, Float32Array, Int32Array, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
+use arrow_array::{
+    ArrayRef, BooleanArray, Float32Array, Int32Array, RecordBatch, UInt16Array, UInt32Array,
+    UInt8Array,
+};
 
 use crate::conditions::{AverageGeometry, BeamSpot, CablingMap, CpeParams, GainCalibration};
 
 fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
-    RecordBatch::try_from_iter(cols.into_iter().map(|(n, a)| (n.to_string(), a))).expect("columns of equal length")
+    RecordBatch::try_from_iter(cols.into_iter().map(|(n, a)| (n.to_string(), a)))
+        .expect("columns of equal length")
 }
 
 fn f32s(v: impl IntoIterator<Item = f32>) -> ArrayRef {
@@ -33,9 +37,39 @@ impl BeamSpot {
     /// ```
     pub fn to_arrow(&self) -> RecordBatch {
         let b = self;
-        let v = [b.x, b.y, b.z, b.sigma_z, b.beam_width_x, b.beam_width_y, b.dxdz, b.dydz, b.emittance_x, b.emittance_y, b.beta_star];
-        let names = ["x", "y", "z", "sigma_z", "beam_width_x", "beam_width_y", "dxdz", "dydz", "emittance_x", "emittance_y", "beta_star"];
-        batch(names.into_iter().zip(v).map(|(n, x)| (n, f32s([x]))).collect())
+        let v = [
+            b.x,
+            b.y,
+            b.z,
+            b.sigma_z,
+            b.beam_width_x,
+            b.beam_width_y,
+            b.dxdz,
+            b.dydz,
+            b.emittance_x,
+            b.emittance_y,
+            b.beta_star,
+        ];
+        let names = [
+            "x",
+            "y",
+            "z",
+            "sigma_z",
+            "beam_width_x",
+            "beam_width_y",
+            "dxdz",
+            "dydz",
+            "emittance_x",
+            "emittance_y",
+            "beta_star",
+        ];
+        batch(
+            names
+                .into_iter()
+                .zip(v)
+                .map(|(n, x)| (n, f32s([x])))
+                .collect(),
+        )
     }
 }
 
@@ -56,10 +90,22 @@ impl CpeParams {
         let d = &self.det;
         let col = |g: fn(&crate::conditions::DetParams) -> f32| f32s(d.iter().map(g));
         let mut cols: Vec<(&str, ArrayRef)> = vec![
-            ("is_barrel", Arc::new(BooleanArray::from_iter(d.iter().map(|p| Some(p.is_barrel))))),
-            ("is_pos_z", Arc::new(BooleanArray::from_iter(d.iter().map(|p| Some(p.is_pos_z))))),
-            ("layer", Arc::new(UInt16Array::from_iter_values(d.iter().map(|p| p.layer)))),
-            ("index", Arc::new(UInt16Array::from_iter_values(d.iter().map(|p| p.index)))),
+            (
+                "is_barrel",
+                Arc::new(BooleanArray::from_iter(d.iter().map(|p| Some(p.is_barrel)))),
+            ),
+            (
+                "is_pos_z",
+                Arc::new(BooleanArray::from_iter(d.iter().map(|p| Some(p.is_pos_z)))),
+            ),
+            (
+                "layer",
+                Arc::new(UInt16Array::from_iter_values(d.iter().map(|p| p.layer))),
+            ),
+            (
+                "index",
+                Arc::new(UInt16Array::from_iter_values(d.iter().map(|p| p.index))),
+            ),
             ("raw_id", u32s(d.iter().map(|p| p.raw_id))),
             ("shift_x", col(|p| p.shift_x)),
             ("shift_y", col(|p| p.shift_y)),
@@ -80,11 +126,21 @@ impl CpeParams {
         cols.push(("px", col(|p| p.frame.px)));
         cols.push(("py", col(|p| p.frame.py)));
         cols.push(("pz", col(|p| p.frame.pz)));
-        const R: [&str; 9] = ["r11", "r12", "r13", "r21", "r22", "r23", "r31", "r32", "r33"];
+        const R: [&str; 9] = [
+            "r11", "r12", "r13", "r21", "r22", "r23", "r31", "r32", "r33",
+        ];
         for (i, name) in R.into_iter().enumerate() {
             cols.push((name, f32s(d.iter().map(|p| p.frame.r[i]))));
         }
-        let AverageGeometry { ladder_z, ladder_x, ladder_y, ladder_r, ladder_min_z, ladder_max_z, end_cap_z } = &self.average_geometry;
+        let AverageGeometry {
+            ladder_z,
+            ladder_x,
+            ladder_y,
+            ladder_r,
+            ladder_min_z,
+            ladder_max_z,
+            end_cap_z,
+        } = &self.average_geometry;
         let ag = batch(vec![
             ("ladder_z", f32s(ladder_z.iter().copied())),
             ("ladder_x", f32s(ladder_x.iter().copied())),
@@ -97,7 +153,10 @@ impl CpeParams {
             ("CpeParams.common", common),
             ("CpeParams.det", batch(cols)),
             ("CpeParams.average_geometry", ag),
-            ("CpeParams.end_caps", batch(vec![("z", f32s(end_cap_z.iter().copied()))])),
+            (
+                "CpeParams.end_caps",
+                batch(vec![("z", f32s(end_cap_z.iter().copied()))]),
+            ),
         ]
     }
 }
@@ -128,11 +187,17 @@ impl GainCalibration {
         let modules = batch(vec![
             ("first", u32s(r.iter().map(|x| x.0))),
             ("last", u32s(r.iter().map(|x| x.1))),
-            ("columns", Arc::new(Int32Array::from_iter_values(r.iter().map(|x| x.2)))),
+            (
+                "columns",
+                Arc::new(Int32Array::from_iter_values(r.iter().map(|x| x.2))),
+            ),
         ]);
         let data = batch(vec![
             ("gain_code", u8s(self.data.iter().step_by(2).copied())),
-            ("ped_code", u8s(self.data.iter().skip(1).step_by(2).copied())),
+            (
+                "ped_code",
+                u8s(self.data.iter().skip(1).step_by(2).copied()),
+            ),
         ]);
         let encoding = batch(vec![
             ("min_ped", f32s([self.min_ped])),
@@ -146,6 +211,10 @@ impl GainCalibration {
             ("dead_flag", u32s([self.dead_flag])),
             ("noisy_flag", u32s([self.noisy_flag])),
         ]);
-        vec![("GainCalibration.modules", modules), ("GainCalibration.data", data), ("GainCalibration.encoding", encoding)]
+        vec![
+            ("GainCalibration.modules", modules),
+            ("GainCalibration.data", data),
+            ("GainCalibration.encoding", encoding),
+        ]
     }
 }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 /// What to do about a damaged dataset file; ends every such message.
-pub const DAMAGED_HINT: &str = "generate the dataset again with `quiver generate` or download it again";
+pub const DAMAGED_HINT: &str =
+    "generate the dataset again with `quiver generate` or download it again";
 
 /// Everything that can go wrong with a dataset; every variant names the file involved.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +18,11 @@ pub enum DatasetError {
     #[error("{file}: {what}")]
     Format { file: PathBuf, what: String },
     #[error("{file}: checksum mismatch (manifest says {expected}, file has {actual}): the file changed after the dataset was written; {DAMAGED_HINT}")]
-    Checksum { file: PathBuf, expected: String, actual: String },
+    Checksum {
+        file: PathBuf,
+        expected: String,
+        actual: String,
+    },
     #[error("invalid option: {0}")]
     InvalidOption(String),
     #[error("event {index} out of range (dataset has {n_events} events)")]
@@ -26,13 +31,22 @@ pub enum DatasetError {
 
 impl DatasetError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        DatasetError::Io { path: path.into(), source }
+        DatasetError::Io {
+            path: path.into(),
+            source,
+        }
     }
     /// A dataset file whose bytes are wrong (truncated, damaged): says what to do.
     pub fn damaged(file: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
-        DatasetError::Format { file: file.into(), what: format!("{what}; the file is damaged or incomplete: {DAMAGED_HINT}") }
+        DatasetError::Format {
+            file: file.into(),
+            what: format!("{what}; the file is damaged or incomplete: {DAMAGED_HINT}"),
+        }
     }
     pub fn format(file: impl Into<PathBuf>, what: impl std::fmt::Display) -> Self {
-        DatasetError::Format { file: file.into(), what: what.to_string() }
+        DatasetError::Format {
+            file: file.into(),
+            what: what.to_string(),
+        }
     }
 }

@@ -22,7 +22,12 @@ const CONTINUATION: [u8; 4] = [0xFF; 4];
 /// The flat column types a dataset file may hold.
 fn data_type(path: &Path, f: &arrow_ipc::Field<'_>) -> Result<DataType, DatasetError> {
     let name = f.name().unwrap_or("?");
-    let unsupported = |what: &str| DatasetError::damaged(path, format!("column `{name}` has {what}, which no dataset file holds"));
+    let unsupported = |what: &str| {
+        DatasetError::damaged(
+            path,
+            format!("column `{name}` has {what}, which no dataset file holds"),
+        )
+    };
     if f.dictionary().is_some() {
         return Err(unsupported("a dictionary encoding"));
     }
@@ -35,7 +40,9 @@ fn data_type(path: &Path, f: &arrow_ipc::Field<'_>) -> Result<DataType, DatasetE
         Type::Binary => DataType::Binary,
         Type::Utf8 => DataType::Utf8,
         Type::Int => {
-            let i = f.type_as_int().ok_or_else(|| unsupported("an integer type without its table"))?;
+            let i = f
+                .type_as_int()
+                .ok_or_else(|| unsupported("an integer type without its table"))?;
             match (i.bitWidth(), i.is_signed()) {
                 (8, true) => DataType::Int8,
                 (16, true) => DataType::Int16,
@@ -49,7 +56,9 @@ fn data_type(path: &Path, f: &arrow_ipc::Field<'_>) -> Result<DataType, DatasetE
             }
         }
         Type::FloatingPoint => {
-            let p = f.type_as_floating_point().ok_or_else(|| unsupported("a float type without its table"))?;
+            let p = f
+                .type_as_floating_point()
+                .ok_or_else(|| unsupported("a float type without its table"))?;
             match p.precision() {
                 arrow_ipc::Precision::SINGLE => DataType::Float32,
                 arrow_ipc::Precision::DOUBLE => DataType::Float64,
@@ -65,10 +74,14 @@ fn schema(path: &Path, s: arrow_ipc::Schema<'_>) -> Result<Schema, DatasetError>
     if s.endianness() != arrow_ipc::Endianness::Little {
         return Err(DatasetError::damaged(path, "big-endian schema"));
     }
-    let fb_fields = s.fields().ok_or_else(|| DatasetError::damaged(path, "schema without fields"))?;
+    let fb_fields = s
+        .fields()
+        .ok_or_else(|| DatasetError::damaged(path, "schema without fields"))?;
     let mut fields = Vec::with_capacity(fb_fields.len());
     for f in fb_fields.iter() {
-        let name = f.name().ok_or_else(|| DatasetError::damaged(path, "column without a name"))?;
+        let name = f
+            .name()
+            .ok_or_else(|| DatasetError::damaged(path, "column without a name"))?;
         fields.push(Field::new(name, data_type(path, &f)?, f.nullable()));
     }
     let mut meta = HashMap::new();
@@ -90,33 +103,63 @@ fn buffer_count(dt: &DataType) -> usize {
 
 /// Checks one record-batch message against the schema so that arrow's decoder can neither
 /// slice past the body nor build a bitmap or value buffer shorter than its column.
-fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Schema, version: MetadataVersion) -> Result<(), DatasetError> {
-    let bad = |what: String| DatasetError::damaged(path, format!("record batch at byte {at}: {what}"));
+fn check_message(
+    path: &Path,
+    at: i64,
+    meta: &[u8],
+    body_len: u64,
+    schema: &Schema,
+    version: MetadataVersion,
+) -> Result<(), DatasetError> {
+    let bad =
+        |what: String| DatasetError::damaged(path, format!("record batch at byte {at}: {what}"));
     // arrow reads the message flatbuffer the same way: after the continuation marker and the
     // length (8 bytes), or after a bare length (4 bytes, pre-1.0 files)
-    let fb = if meta[..4] == CONTINUATION { &meta[8..] } else { &meta[4..] };
+    let fb = if meta[..4] == CONTINUATION {
+        &meta[8..]
+    } else {
+        &meta[4..]
+    };
     let msg = arrow_ipc::root_as_message(fb).map_err(|e| bad(format!("invalid message ({e})")))?;
     if version != MetadataVersion::V1 && msg.version() != version {
-        return Err(bad(format!("message version {:?}, footer says {version:?}", msg.version())));
+        return Err(bad(format!(
+            "message version {:?}, footer says {version:?}",
+            msg.version()
+        )));
     }
     if msg.header_type() != MessageHeader::RecordBatch {
-        return Err(bad(format!("a {:?} message where a record batch belongs", msg.header_type())));
+        return Err(bad(format!(
+            "a {:?} message where a record batch belongs",
+            msg.header_type()
+        )));
     }
-    let rb = msg.header_as_record_batch().ok_or_else(|| bad("record batch header missing".into()))?;
+    let rb = msg
+        .header_as_record_batch()
+        .ok_or_else(|| bad("record batch header missing".into()))?;
     if rb.compression().is_some() {
-        return Err(bad("compressed buffers (dataset files are not compressed)".into()));
+        return Err(bad(
+            "compressed buffers (dataset files are not compressed)".into()
+        ));
     }
     if rb.variadicBufferCounts().is_some_and(|v| !v.is_empty()) {
-        return Err(bad("variadic buffer counts for a schema without view columns".into()));
+        return Err(bad(
+            "variadic buffer counts for a schema without view columns".into(),
+        ));
     }
     let rows = rb.length();
     // every row needs at least one bit of the body; anything longer is a damaged count
     if rows < 0 || rows as u64 > body_len.saturating_mul(8) {
-        return Err(bad(format!("row count {rows} does not fit a body of {body_len} bytes")));
+        return Err(bad(format!(
+            "row count {rows} does not fit a body of {body_len} bytes"
+        )));
     }
     let nodes = rb.nodes().ok_or_else(|| bad("no field nodes".into()))?;
     let buffers = rb.buffers().ok_or_else(|| bad("no buffers".into()))?;
-    let n_buffers: usize = schema.fields().iter().map(|f| buffer_count(f.data_type())).sum();
+    let n_buffers: usize = schema
+        .fields()
+        .iter()
+        .map(|f| buffer_count(f.data_type()))
+        .sum();
     if nodes.len() != schema.fields().len() || buffers.len() != n_buffers {
         return Err(bad(format!(
             "{} field nodes and {} buffers, the schema needs {} and {n_buffers}",
@@ -130,19 +173,29 @@ fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Sche
         let name = field.name();
         let (len, nulls) = (node.length(), node.null_count());
         if len != rows || nulls < 0 || nulls > len {
-            return Err(bad(format!("column `{name}`: {len} rows with {nulls} nulls in a batch of {rows} rows")));
+            return Err(bad(format!(
+                "column `{name}`: {len} rows with {nulls} nulls in a batch of {rows} rows"
+            )));
         }
         let len = len as u64;
         let bits = len.div_ceil(8);
         let needed: [u64; 3] = match field.data_type() {
             DataType::Boolean => [bits, bits, 0],
-            DataType::Binary | DataType::Utf8 => [bits, if len == 0 { 0 } else { 4 * (len + 1) }, 0],
+            DataType::Binary | DataType::Utf8 => {
+                [bits, if len == 0 { 0 } else { 4 * (len + 1) }, 0]
+            }
             dt => {
-                let width = dt.primitive_width().ok_or_else(|| bad(format!("column `{name}` has type {dt}")))?;
+                let width = dt
+                    .primitive_width()
+                    .ok_or_else(|| bad(format!("column `{name}` has type {dt}")))?;
                 [bits, len * width as u64, 0]
             }
         };
-        for (k, need) in needed.iter().take(buffer_count(field.data_type())).enumerate() {
+        for (k, need) in needed
+            .iter()
+            .take(buffer_count(field.data_type()))
+            .enumerate()
+        {
             let b = buffers.get(bi);
             bi += 1;
             let (off, blen) = (b.offset(), b.length());
@@ -152,7 +205,9 @@ fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Sche
             // The format pads every buffer to 8 bytes; a misaligned one is damage, and arrow
             // asserts (panics) on typed views of misaligned memory in places.
             if off % 8 != 0 {
-                return Err(bad(format!("column `{name}`: buffer {k} at body offset {off}, not a multiple of 8")));
+                return Err(bad(format!(
+                    "column `{name}`: buffer {k} at body offset {off}, not a multiple of 8"
+                )));
             }
             // Typed buffers (offsets, fixed-width values) must hold whole elements: arrow's
             // typed views assert it (a panic, not an error).
@@ -167,7 +222,9 @@ fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Sche
             // the validity bitmap matters only when the node says there are nulls
             let need = if k == 0 && nulls == 0 { 0 } else { *need };
             if (blen as u64) < need {
-                return Err(bad(format!("column `{name}`: buffer {k} holds {blen} bytes, {len} rows need {need}")));
+                return Err(bad(format!(
+                    "column `{name}`: buffer {k} holds {blen} bytes, {len} rows need {need}"
+                )));
             }
         }
     }
@@ -183,7 +240,10 @@ fn check_message(path: &Path, at: i64, meta: &[u8], body_len: u64, schema: &Sche
 /// let e = quiver_formats::ipc::decode_file("x.arrow".as_ref(), &Buffer::from_vec(b"ARROW1 not really".to_vec()));
 /// assert!(e.unwrap_err().to_string().starts_with("x.arrow: not an Arrow IPC file"));
 /// ```
-pub fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
+pub fn decode_file(
+    path: &Path,
+    buffer: &Buffer,
+) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetError> {
     let len = buffer.len();
     if len == 0 {
         return Err(DatasetError::damaged(path, "empty file (0 bytes)"));
@@ -193,31 +253,79 @@ pub fn decode_file(path: &Path, buffer: &Buffer) -> Result<(SchemaRef, Vec<Recor
     }
     let footer_len = i32::from_le_bytes(buffer[len - 10..len - 6].try_into().expect("4 bytes"));
     if footer_len <= 0 || footer_len as usize > len - 18 {
-        return Err(DatasetError::damaged(path, format!("invalid footer length {footer_len} in a file of {len} bytes")));
+        return Err(DatasetError::damaged(
+            path,
+            format!("invalid footer length {footer_len} in a file of {len} bytes"),
+        ));
     }
     let fstart = len - 10 - footer_len as usize;
-    let footer = arrow_ipc::root_as_footer(&buffer[fstart..len - 10]).map_err(|e| DatasetError::damaged(path, format!("invalid footer ({e})")))?;
-    let schema = Arc::new(schema(path, footer.schema().ok_or_else(|| DatasetError::damaged(path, "footer has no schema"))?)?);
+    let footer = arrow_ipc::root_as_footer(&buffer[fstart..len - 10])
+        .map_err(|e| DatasetError::damaged(path, format!("invalid footer ({e})")))?;
+    let schema = Arc::new(schema(
+        path,
+        footer
+            .schema()
+            .ok_or_else(|| DatasetError::damaged(path, "footer has no schema"))?,
+    )?);
     if footer.dictionaries().is_some_and(|d| !d.is_empty()) {
-        return Err(DatasetError::damaged(path, "dictionary batches (dataset files have none)"));
+        return Err(DatasetError::damaged(
+            path,
+            "dictionary batches (dataset files have none)",
+        ));
     }
     let version = footer.version();
-    let decoder = arrow_ipc::reader::FileDecoder::new(schema.clone(), version).with_require_alignment(false);
+    let decoder =
+        arrow_ipc::reader::FileDecoder::new(schema.clone(), version).with_require_alignment(false);
     let mut out = Vec::new();
     for block in footer.recordBatches().iter().flatten() {
         let (off, meta, body) = (block.offset(), block.metaDataLength(), block.bodyLength());
-        if off < 8 || meta < 8 || body < 0 || (off as u64).saturating_add(meta as u64).saturating_add(body as u64) > fstart as u64 || (off as u64 + meta as u64) % 8 != 0 {
-            return Err(DatasetError::damaged(path, format!("record batch block at byte {off} ({meta} + {body} bytes) exceeds the data")));
+        if off < 8
+            || meta < 8
+            || body < 0
+            || (off as u64)
+                .saturating_add(meta as u64)
+                .saturating_add(body as u64)
+                > fstart as u64
+            || (off as u64 + meta as u64) % 8 != 0
+        {
+            return Err(DatasetError::damaged(
+                path,
+                format!(
+                    "record batch block at byte {off} ({meta} + {body} bytes) exceeds the data"
+                ),
+            ));
         }
         let buf = buffer.slice_with_length(off as usize, meta as usize + body as usize);
-        check_message(path, off, &buf[..meta as usize], body as u64, &schema, version)?;
+        check_message(
+            path,
+            off,
+            &buf[..meta as usize],
+            body as u64,
+            &schema,
+            version,
+        )?;
         let b = match decoder.read_record_batch(block, &buf) {
             Ok(Some(b)) => b,
-            Ok(None) => return Err(DatasetError::damaged(path, format!("record batch at byte {off}: empty message"))),
-            Err(e) => return Err(DatasetError::damaged(path, format!("record batch at byte {off}: {e}"))),
+            Ok(None) => {
+                return Err(DatasetError::damaged(
+                    path,
+                    format!("record batch at byte {off}: empty message"),
+                ))
+            }
+            Err(e) => {
+                return Err(DatasetError::damaged(
+                    path,
+                    format!("record batch at byte {off}: {e}"),
+                ))
+            }
         };
         for (f, c) in schema.fields().iter().zip(b.columns()) {
-            c.to_data().validate_full().map_err(|e| DatasetError::damaged(path, format!("record batch at byte {off}, column `{}`: {e}", f.name())))?;
+            c.to_data().validate_full().map_err(|e| {
+                DatasetError::damaged(
+                    path,
+                    format!("record batch at byte {off}, column `{}`: {e}", f.name()),
+                )
+            })?;
         }
         out.push(b);
     }
@@ -237,21 +345,31 @@ pub fn read_file(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), DatasetEr
 
 /// Column `name` of `b` (read from `path`) as `T`, with `rows` rows when given; an error
 /// naming the file and the column otherwise.
-pub fn column<'a, T: arrow_array::Array + 'static>(path: &Path, b: &'a RecordBatch, name: &str, rows: Option<usize>) -> Result<&'a T, DatasetError> {
+pub fn column<'a, T: arrow_array::Array + 'static>(
+    path: &Path,
+    b: &'a RecordBatch,
+    name: &str,
+    rows: Option<usize>,
+) -> Result<&'a T, DatasetError> {
     let c = b
         .column_by_name(name)
         .ok_or_else(|| DatasetError::damaged(path, format!("missing column `{name}`")))?;
-    let a = c
-        .as_any()
-        .downcast_ref::<T>()
-        .ok_or_else(|| DatasetError::damaged(path, format!("column `{name}` has type {}", c.data_type())))?;
+    let a = c.as_any().downcast_ref::<T>().ok_or_else(|| {
+        DatasetError::damaged(path, format!("column `{name}` has type {}", c.data_type()))
+    })?;
     if let Some(n) = rows {
         if a.len() != n {
-            return Err(DatasetError::damaged(path, format!("column `{name}` has {} rows, expected {n}", a.len())));
+            return Err(DatasetError::damaged(
+                path,
+                format!("column `{name}` has {} rows, expected {n}", a.len()),
+            ));
         }
     }
     if a.null_count() > 0 {
-        return Err(DatasetError::damaged(path, format!("column `{name}` has nulls")));
+        return Err(DatasetError::damaged(
+            path,
+            format!("column `{name}` has nulls"),
+        ));
     }
     Ok(a)
 }

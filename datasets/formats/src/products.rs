@@ -58,15 +58,48 @@ pub fn fields(type_name: &str) -> Option<Vec<Field>> {
     use DataType::*;
     let fields = match type_name {
         FED_RAW => vec![f("fed", UInt32), f("data", Binary)],
-        BEAMSPOT => ["x", "y", "z", "sigma_z", "beam_width_x", "beam_width_y", "dxdz", "dydz", "emittance_x", "emittance_y", "beta_star"]
-            .iter()
-            .map(|n| f(n, Float32))
-            .collect(),
-        DIGIS => vec![f("row", UInt16), f("col", UInt16), f("adc", UInt16), f("module", UInt16), f("raw_id", UInt32), f("pdigi", UInt32)],
-        DIGI_ERRORS => vec![f("fed", UInt32), f("word", UInt64), f("raw_id", UInt32), f("error_type", UInt8)],
-        CALIBRATED_DIGIS => vec![f("row", UInt16), f("col", UInt16), f("charge", UInt16), f("module", UInt16)],
+        BEAMSPOT => [
+            "x",
+            "y",
+            "z",
+            "sigma_z",
+            "beam_width_x",
+            "beam_width_y",
+            "dxdz",
+            "dydz",
+            "emittance_x",
+            "emittance_y",
+            "beta_star",
+        ]
+        .iter()
+        .map(|n| f(n, Float32))
+        .collect(),
+        DIGIS => vec![
+            f("row", UInt16),
+            f("col", UInt16),
+            f("adc", UInt16),
+            f("module", UInt16),
+            f("raw_id", UInt32),
+            f("pdigi", UInt32),
+        ],
+        DIGI_ERRORS => vec![
+            f("fed", UInt32),
+            f("word", UInt64),
+            f("raw_id", UInt32),
+            f("error_type", UInt8),
+        ],
+        CALIBRATED_DIGIS => vec![
+            f("row", UInt16),
+            f("col", UInt16),
+            f("charge", UInt16),
+            f("module", UInt16),
+        ],
         PIXEL_CLUSTERS | CLUSTERED_DIGIS => vec![f("module", UInt16), f("cluster", Int32)],
-        CLUSTER_MODULES | HIT_MODULES => vec![f("module", UInt16), f("first_digi", UInt32), f("clusters", UInt32)],
+        CLUSTER_MODULES | HIT_MODULES => vec![
+            f("module", UInt16),
+            f("first_digi", UInt32),
+            f("clusters", UInt32),
+        ],
         HITS => vec![
             f("x_local", Float32),
             f("y_local", Float32),
@@ -82,8 +115,17 @@ pub fn fields(type_name: &str) -> Option<Vec<Field>> {
             f("size_y", Int16),
             f("det_index", UInt16),
         ],
-        DOUBLETS => vec![f("inner", UInt32), f("outer", UInt32), f("pair", UInt8), f("listed", Boolean)],
-        NTUPLETS => vec![f("quality", UInt8), f("hits", list_of(UInt32)), f("cells", list_of(UInt32))],
+        DOUBLETS => vec![
+            f("inner", UInt32),
+            f("outer", UInt32),
+            f("pair", UInt8),
+            f("listed", Boolean),
+        ],
+        NTUPLETS => vec![
+            f("quality", UInt8),
+            f("hits", list_of(UInt32)),
+            f("cells", list_of(UInt32)),
+        ],
         CA_CELLS => vec![f("alive", Boolean)],
         HIT_LAYERS => vec![f("layer", UInt8), f("first_hit", UInt32), f("hits", UInt32)],
         TRACKS | TRACK_FITS => vec![

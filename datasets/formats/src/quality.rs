@@ -29,7 +29,14 @@ impl Quality {
     }
 
     /// Every quality, in code order (index = code).
-    pub const ALL: [Quality; 6] = [Quality::Bad, Quality::Dup, Quality::Loose, Quality::Strict, Quality::Tight, Quality::HighPurity];
+    pub const ALL: [Quality; 6] = [
+        Quality::Bad,
+        Quality::Dup,
+        Quality::Loose,
+        Quality::Strict,
+        Quality::Tight,
+        Quality::HighPurity,
+    ];
 
     /// The reference's name of the quality (`pixelTrack::qualityName`), the one Python and
     /// the reports use.

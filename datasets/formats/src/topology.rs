@@ -128,7 +128,13 @@ mod tests {
 
     #[test]
     fn sixteen_big_columns_and_two_big_rows() {
-        assert_eq!((0..NUM_COLS_IN_MODULE).filter(|&c| is_big_pix_y(c)).count(), 16);
-        assert_eq!((0..NUM_ROWS_IN_MODULE).filter(|&r| is_big_pix_x(r)).count(), 2);
+        assert_eq!(
+            (0..NUM_COLS_IN_MODULE).filter(|&c| is_big_pix_y(c)).count(),
+            16
+        );
+        assert_eq!(
+            (0..NUM_ROWS_IN_MODULE).filter(|&r| is_big_pix_x(r)).count(),
+            2
+        );
     }
 }

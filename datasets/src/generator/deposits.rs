@@ -15,7 +15,17 @@ impl Generator<'_> {
     /// Deposits the charge of a crossing at global point x with tangent d. Returns the cosine
     /// of the incidence angle if the module was hit.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn deposit(&self, tr: &Track, m: &ModuleGeom, x: [f64; 3], d: [f64; 3], rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>, cuts: &mut [f64; 512]) -> Option<f64> {
+    pub(super) fn deposit(
+        &self,
+        tr: &Track,
+        m: &ModuleGeom,
+        x: [f64; 3],
+        d: [f64; 3],
+        rng: &mut Xoshiro256PlusPlus,
+        ev: &mut Event,
+        deps: &mut Vec<Dep>,
+        cuts: &mut [f64; 512],
+    ) -> Option<f64> {
         let p = &self.params;
         let l = m.to_local(x);
         if l[0].abs() >= HALF_X || l[1].abs() >= HALF_Y {
@@ -34,7 +44,8 @@ impl Generator<'_> {
         let beta2 = pmag2 / (pmag2 + tr.mass * tr.mass);
         let z = gauss(rng);
         let moyal = (-(z * z).max(1e-30).ln()).min(30.0);
-        let q_tot = p.mip_mpv / cos_inc * (1.0 / beta2).min(4.0) * (1.0 + p.landau_width * moyal).max(0.3);
+        let q_tot =
+            p.mip_mpv / cos_inc * (1.0 / beta2).min(4.0) * (1.0 + p.landau_width * moyal).max(0.3);
         // The drifted charge lies on a straight segment A→B in the (x, y) plane (drift grows
         // linearly with depth). Cut it at every pixel boundary: each piece gets charge in
         // proportion to its length, which is what the CPE's end-pixel charge sharing needs.
@@ -46,15 +57,31 @@ impl Generator<'_> {
         cuts[0] = 0.0;
         let mut nc = 1;
         // Row boundaries in pitch units: every integer except inside big rows 79–80.
-        boundary_cuts(xa / PITCH_X + 81.0, xb / PITCH_X + 81.0, |k| k == 80 || k == 82, cuts, &mut nc);
+        boundary_cuts(
+            xa / PITCH_X + 81.0,
+            xb / PITCH_X + 81.0,
+            |k| k == 80 || k == 82,
+            cuts,
+            &mut nc,
+        );
         // Column boundaries: every integer except inside the big first/last column of a ROC.
-        boundary_cuts(ya / PITCH_Y + 216.0, yb / PITCH_Y + 216.0, |k| matches!(k.rem_euclid(54), 1 | 53), cuts, &mut nc);
+        boundary_cuts(
+            ya / PITCH_Y + 216.0,
+            yb / PITCH_Y + 216.0,
+            |k| matches!(k.rem_euclid(54), 1 | 53),
+            cuts,
+            &mut nc,
+        );
         cuts[nc] = 1.0;
         nc += 1;
         cuts[1..nc - 1].sort_unstable_by(f64::total_cmp);
         let mi = m.index as u32;
         let sig = p.diffusion;
-        let mut last = Dep { key: u32::MAX, particle: tr.id, q: 0.0 };
+        let mut last = Dep {
+            key: u32::MAX,
+            particle: tr.id,
+            q: 0.0,
+        };
         let mut push = |key: u32, q: f32, deps: &mut Vec<Dep>| {
             if key == last.key {
                 last.q += q;
@@ -62,7 +89,11 @@ impl Generator<'_> {
                 if last.key != u32::MAX {
                     deps.push(last);
                 }
-                last = Dep { key, particle: tr.id, q };
+                last = Dep {
+                    key,
+                    particle: tr.id,
+                    q,
+                };
             }
         };
         for w in cuts[..nc].windows(2) {
@@ -74,7 +105,9 @@ impl Generator<'_> {
             let qn = (q_tot * dt) as f32;
             let xx = xa + (xb - xa) * tm;
             let yy = ya + (yb - ya) * tm;
-            let (Some(r), Some(c)) = (row_of(xx), col_of(yy)) else { continue };
+            let (Some(r), Some(c)) = (row_of(xx), col_of(yy)) else {
+                continue;
+            };
             let (rlo, rw) = row_span(r);
             let (clo, cw) = col_span(c);
             // Fraction spilling to the nearest neighbour row/column.
@@ -113,7 +146,13 @@ impl Generator<'_> {
 /// Appends to `cuts` the fractions t ∈ (0, 1) where the segment from `a` to `b` (pitch units)
 /// crosses an integer boundary not excluded by `skip`.
 #[inline]
-pub(super) fn boundary_cuts(a: f64, b: f64, skip: impl Fn(i64) -> bool, cuts: &mut [f64; 512], n: &mut usize) {
+pub(super) fn boundary_cuts(
+    a: f64,
+    b: f64,
+    skip: impl Fn(i64) -> bool,
+    cuts: &mut [f64; 512],
+    n: &mut usize,
+) {
     let d = b - a;
     if d.abs() < 1e-12 {
         return;
@@ -133,7 +172,11 @@ pub(super) fn boundary_cuts(a: f64, b: f64, skip: impl Fn(i64) -> bool, cuts: &m
 /// neighbour, and that neighbour's index (Gaussian tail, σ = `sig`).
 #[inline]
 pub(super) fn spill(u: f64, w: f64, sig: f64, idx: u16, max: u16) -> (f64, u16) {
-    let (dist, nb) = if u < 0.5 * w { (u, idx.wrapping_sub(1)) } else { (w - u, idx + 1) };
+    let (dist, nb) = if u < 0.5 * w {
+        (u, idx.wrapping_sub(1))
+    } else {
+        (w - u, idx + 1)
+    };
     if sig <= 0.0 || dist > 3.0 * sig || nb > max {
         return (0.0, idx);
     }
@@ -144,6 +187,9 @@ pub(super) fn spill(u: f64, w: f64, sig: f64, idx: u16, max: u16) -> (f64, u16) 
 #[inline]
 pub(super) fn erfc(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
-    let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     poly * (-x * x).exp()
 }

@@ -5,7 +5,14 @@ use super::*;
 
 impl Generator<'_> {
     /// Sums deposits per pixel, adds noise, applies thresholds, dead columns and the ADC.
-    pub(super) fn digitize(&self, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, unsorted: &[Dep], sorted: &mut Vec<Dep>, counts: &mut Vec<u32>) {
+    pub(super) fn digitize(
+        &self,
+        rng: &mut Xoshiro256PlusPlus,
+        ev: &mut Event,
+        unsorted: &[Dep],
+        sorted: &mut Vec<Dep>,
+        counts: &mut Vec<u32>,
+    ) {
         let p = &self.params;
         sort_deposits(unsorted, sorted, counts, self.geom.modules.len());
         let deps = &sorted[..];
@@ -31,7 +38,8 @@ impl Generator<'_> {
             let row = (key & 0xFF) as u16;
             let layer = self.geom.modules[module as usize].layer as usize;
             let barrel = layer < 4;
-            let thr = p.thresholds[self.thr_index[layer]] + p.threshold_sigma[(!barrel) as usize] * gauss(rng);
+            let thr = p.thresholds[self.thr_index[layer]]
+                + p.threshold_sigma[(!barrel) as usize] * gauss(rng);
             let q = total as f64 + p.noise * gauss(rng);
             if q <= thr {
                 continue;
@@ -40,11 +48,30 @@ impl Generator<'_> {
             if dead {
                 continue;
             }
-            let (g, o) = if module < 96 { (50.0, -670.0) } else { (47.0, -60.0) };
-            let adc = (((q - o) / g) / gain as f64 + ped as f64).round().clamp(0.0, 255.0) as u8;
-            ev.digis.push(Digi { module, row, col, adc, electrons: q as f32 });
+            let (g, o) = if module < 96 {
+                (50.0, -670.0)
+            } else {
+                (47.0, -60.0)
+            };
+            let adc = (((q - o) / g) / gain as f64 + ped as f64)
+                .round()
+                .clamp(0.0, 255.0) as u8;
+            ev.digis.push(Digi {
+                module,
+                row,
+                col,
+                adc,
+                electrons: q as f32,
+            });
             for &(pid, e) in &parts {
-                ev.pixel_truth.push(PixelTruth { module, row, col, particle: pid, electrons: e, fraction: e / total });
+                ev.pixel_truth.push(PixelTruth {
+                    module,
+                    row,
+                    col,
+                    particle: pid,
+                    electrons: e,
+                    fraction: e / total,
+                });
             }
         }
     }
@@ -54,7 +81,12 @@ impl Generator<'_> {
 /// the per-pixel f32 sums are fixed by the event alone (not by a sort algorithm's tie order).
 /// A stable counting sort on the module (the key's top bits) leaves short runs, each finished
 /// by a stable comparison sort: much cheaper than sorting the whole event at once.
-pub(super) fn sort_deposits(deps: &[Dep], out: &mut Vec<Dep>, counts: &mut Vec<u32>, n_modules: usize) {
+pub(super) fn sort_deposits(
+    deps: &[Dep],
+    out: &mut Vec<Dep>,
+    counts: &mut Vec<u32>,
+    n_modules: usize,
+) {
     counts.clear();
     counts.resize(n_modules + 1, 0);
     for d in deps {
@@ -64,7 +96,14 @@ pub(super) fn sort_deposits(deps: &[Dep], out: &mut Vec<Dep>, counts: &mut Vec<u
         counts[m + 1] += counts[m];
     }
     out.clear();
-    out.resize(deps.len(), Dep { key: 0, particle: 0, q: 0.0 });
+    out.resize(
+        deps.len(),
+        Dep {
+            key: 0,
+            particle: 0,
+            q: 0.0,
+        },
+    );
     // counts[m] is the next free slot of module m; after the scatter it is where m ends.
     for d in deps {
         let m = (d.key >> 17) as usize;

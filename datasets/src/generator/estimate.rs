@@ -13,7 +13,14 @@ pub fn calibrated_electrons(gains: &GainCalibration, d: &Digi) -> Option<i32> {
     }
     // The reconstruction's formula and constants, so the estimate agrees with it exactly.
     let (g, o) = calibration::run2_constants(d.module);
-    Some(calibration::electrons(d.adc as u16, ped, gain, g, o, calibration::MIN_ELECTRONS))
+    Some(calibration::electrons(
+        d.adc as u16,
+        ped,
+        gain,
+        g,
+        o,
+        calibration::MIN_ELECTRONS,
+    ))
 }
 
 /// Estimated cluster count of an event: 8-connected pixel groups per module whose calibrated
@@ -41,8 +48,17 @@ pub(super) struct ClusterBufs {
     pub(super) charge: Vec<i64>,
 }
 
-pub(super) fn count_clusters(gains: &GainCalibration, digis: &[Digi], b: &mut ClusterBufs) -> usize {
-    let ClusterBufs { grid, q, parent, charge } = b;
+pub(super) fn count_clusters(
+    gains: &GainCalibration,
+    digis: &[Digi],
+    b: &mut ClusterBufs,
+) -> usize {
+    let ClusterBufs {
+        grid,
+        q,
+        parent,
+        charge,
+    } = b;
     let mut n = 0;
     let mut start = 0;
     while start < digis.len() {
@@ -93,7 +109,9 @@ pub(super) fn count_clusters(gains: &GainCalibration, digis: &[Digi], b: &mut Cl
             }
         }
         let cut = if m < 96 { 2000 } else { 4000 };
-        n += (0..px.len()).filter(|&i| q[i] >= 0 && parent[i] as usize == i && charge[i] > cut).count();
+        n += (0..px.len())
+            .filter(|&i| q[i] >= 0 && parent[i] as usize == i && charge[i] > cut)
+            .count();
         for d in px {
             grid[d.row as usize * 416 + d.col as usize] = u32::MAX;
         }

@@ -8,14 +8,13 @@
 //! not depend on how events are spread over threads.
 
 use crate::builders::gauss;
-use quiver_formats::calibration;
 use crate::conditions::{BeamSpot, GainCalibration};
 use crate::geometry::{
-    col_of, col_span, dot, row_of, row_span, Geometry, ModuleGeom, B_FIELD_T, DISK_Z, HALF_X,
-    HALF_Y, BARREL_RADII, BLADES_PER_RING, MODULE_Z_PITCH, PITCH_X, PITCH_Y,
-    RING_RADIUS, THICKNESS,
+    col_of, col_span, dot, row_of, row_span, Geometry, ModuleGeom, BARREL_RADII, BLADES_PER_RING,
+    B_FIELD_T, DISK_Z, HALF_X, HALF_Y, MODULE_Z_PITCH, PITCH_X, PITCH_Y, RING_RADIUS, THICKNESS,
 };
 use crate::topology::{LADDERS_PER_LAYER, LAYER_START, MODULES_PER_LADDER};
+use quiver_formats::calibration;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Gamma, Poisson};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -26,8 +25,8 @@ mod digitize;
 mod estimate;
 mod propagation;
 
-pub use estimate::{calibrated_electrons, estimate_clusters};
 use deposits::Dep;
+pub use estimate::{calibrated_electrons, estimate_clusters};
 use propagation::{norm, Helix, Track};
 
 /// GeV per cm of radius per unit charge: `pT = BFIELD_GEV_PER_CM · R` (3.8112 T).
@@ -255,7 +254,14 @@ struct Scratch {
 
 impl Default for Scratch {
     fn default() -> Self {
-        Scratch { deps: Vec::new(), stack: Vec::new(), cuts: Box::new([0.0; 512]), hint: (0, 0, 0, 0), sorted: Vec::new(), counts: Vec::new() }
+        Scratch {
+            deps: Vec::new(),
+            stack: Vec::new(),
+            cuts: Box::new([0.0; 512]),
+            hint: (0, 0, 0, 0),
+            sorted: Vec::new(),
+            counts: Vec::new(),
+        }
     }
 }
 
@@ -264,7 +270,12 @@ const ELECTRON_MASS: f64 = 0.000511;
 
 impl<'a> Generator<'a> {
     /// A generator for a detector and its gain calibration.
-    pub fn new(params: GeneratorParams, geom: &'a Geometry, gains: &'a GainCalibration, beam_spot: BeamSpot) -> Self {
+    pub fn new(
+        params: GeneratorParams,
+        geom: &'a Geometry,
+        gains: &'a GainCalibration,
+        beam_spot: BeamSpot,
+    ) -> Self {
         let mut disk_z = [0.0; 6];
         for d in 0..3 {
             disk_z[d] = DISK_Z[d];
@@ -298,10 +309,19 @@ impl<'a> Generator<'a> {
         ev.pixel_truth.reserve(sc.hint.1);
         ev.simhits.reserve(sc.hint.2);
         ev.particles.reserve(sc.hint.3);
-        let Scratch { deps, stack, cuts, sorted, counts, .. } = &mut sc;
+        let Scratch {
+            deps,
+            stack,
+            cuts,
+            sorted,
+            counts,
+            ..
+        } = &mut sc;
 
         let n_pu = if p.pileup > 0.0 {
-            Poisson::new(p.pileup).map(|d| d.sample(&mut rng) as u32).unwrap_or(0)
+            Poisson::new(p.pileup)
+                .map(|d| d.sample(&mut rng) as u32)
+                .unwrap_or(0)
         } else {
             0
         };
@@ -311,21 +331,46 @@ impl<'a> Generator<'a> {
             let vx = bs.x as f64 + p.sigma_xy * gauss(&mut rng);
             let vy = bs.y as f64 + p.sigma_xy * gauss(&mut rng);
             let vz = bs.z as f64 + p.sigma_z * gauss(&mut rng);
-            let mean = if is_hard { p.hard_multiplicity } else { p.dndeta * 2.0 * p.eta_max };
+            let mean = if is_hard {
+                p.hard_multiplicity
+            } else {
+                p.dndeta * 2.0 * p.eta_max
+            };
             let lambda = if is_hard || p.nbd_k <= 0.0 {
                 mean
             } else {
-                Gamma::new(p.nbd_k, mean / p.nbd_k).map(|g| g.sample(&mut rng)).unwrap_or(mean)
+                Gamma::new(p.nbd_k, mean / p.nbd_k)
+                    .map(|g| g.sample(&mut rng))
+                    .unwrap_or(mean)
             };
-            let n = if lambda > 0.0 { Poisson::new(lambda).map(|d| d.sample(&mut rng) as u32).unwrap_or(0) } else { 0 };
+            let n = if lambda > 0.0 {
+                Poisson::new(lambda)
+                    .map(|d| d.sample(&mut rng) as u32)
+                    .unwrap_or(0)
+            } else {
+                0
+            };
             let vid = ev.vertices.len() as u32;
-            ev.vertices.push(Vertex { id: vid, x: vx as f32, y: vy as f32, z: vz as f32, n_charged: n, is_hard });
+            ev.vertices.push(Vertex {
+                id: vid,
+                x: vx as f32,
+                y: vy as f32,
+                z: vz as f32,
+                n_charged: n,
+                is_hard,
+            });
             for _ in 0..n {
                 let pt = sample_pt(&mut rng, is_hard);
                 let eta = p.eta_max * (2.0 * rng.random::<f64>() - 1.0);
                 let phi = PI * (2.0 * rng.random::<f64>() - 1.0);
                 let u: f64 = rng.random();
-                let (pdg, mass) = if u < 0.8 { MASSES[0] } else if u < 0.92 { MASSES[1] } else { MASSES[2] };
+                let (pdg, mass) = if u < 0.8 {
+                    MASSES[0]
+                } else if u < 0.92 {
+                    MASSES[1]
+                } else {
+                    MASSES[2]
+                };
                 let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
                 let id = ev.particles.len() as u32;
                 let t = Track {
@@ -336,7 +381,13 @@ impl<'a> Generator<'a> {
                     id,
                     can_spawn: true,
                 };
-                ev.particles.push(make_particle(&t, pdg * q as i32, process::PRIMARY, vid as i32, -1));
+                ev.particles.push(make_particle(
+                    &t,
+                    pdg * q as i32,
+                    process::PRIMARY,
+                    vid as i32,
+                    -1,
+                ));
                 self.propagate(t, &mut rng, &mut ev, deps, stack, cuts);
                 while let Some(s) = stack.pop() {
                     self.propagate(s, &mut rng, &mut ev, deps, stack, cuts);
@@ -345,7 +396,12 @@ impl<'a> Generator<'a> {
         }
         self.add_noise(&mut rng, &mut ev, deps);
         self.digitize(&mut rng, &mut ev, deps, sorted, counts);
-        sc.hint = (ev.digis.len(), ev.pixel_truth.len(), ev.simhits.len(), ev.particles.len());
+        sc.hint = (
+            ev.digis.len(),
+            ev.pixel_truth.len(),
+            ev.simhits.len(),
+            ev.particles.len(),
+        );
         SCRATCH.with(|d| *d.borrow_mut() = sc);
         ev
     }
@@ -357,7 +413,9 @@ impl<'a> Generator<'a> {
         if lambda <= 0.0 {
             return;
         }
-        let n = Poisson::new(lambda).map(|d| d.sample(rng) as u32).unwrap_or(0);
+        let n = Poisson::new(lambda)
+            .map(|d| d.sample(rng) as u32)
+            .unwrap_or(0);
         if n == 0 {
             return;
         }
@@ -384,15 +442,22 @@ impl<'a> Generator<'a> {
             let col = rng.random_range(0..416u32);
             let thr = p.thresholds[self.thr_index[self.geom.modules[m as usize].layer as usize]];
             let q = thr + 500.0 - 1500.0 * (1.0 - rng.random::<f64>()).ln();
-            deps.push(Dep { key: m << 17 | col << 8 | row, particle: id, q: q as f32 });
+            deps.push(Dep {
+                key: m << 17 | col << 8 | row,
+                particle: id,
+                q: q as f32,
+            });
         }
     }
-
 }
 
 fn sample_pt<R: Rng>(rng: &mut R, hard: bool) -> f64 {
     // Soft Γ(2, θ) core with a power-law tail.
-    let (theta, tail_p, tail_min, tail_n) = if hard { (0.6, 0.3, 1.5, 2.2) } else { (0.26, 0.05, 1.0, 3.0) };
+    let (theta, tail_p, tail_min, tail_n) = if hard {
+        (0.6, 0.3, 1.5, 2.2)
+    } else {
+        (0.26, 0.05, 1.0, 3.0)
+    };
     if rng.random::<f64>() < tail_p {
         let u: f64 = 1.0 - rng.random::<f64>();
         (tail_min * u.powf(-1.0 / tail_n)).min(500.0)
@@ -441,13 +506,20 @@ fn make_particle(t: &Track, pdg: i32, proc_: u8, vertex: i32, parent: i32) -> Pa
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::digitize::sort_deposits;
+    use super::*;
     use crate::builders::{build_gains, default_beam_spot, GainParams};
 
     #[test]
     fn helix_reaches_cylinder_and_plane() {
-        let t = Track { pos: [0.0, 0.0, 0.0], p: [1.0, 0.0, 1.0], q: 1.0, mass: 0.14, id: 0, can_spawn: false };
+        let t = Track {
+            pos: [0.0, 0.0, 0.0],
+            p: [1.0, 0.0, 1.0],
+            q: 1.0,
+            mass: 0.14,
+            id: 0,
+            can_spawn: false,
+        };
         let h = Helix::new(&t);
         let tc = h.cylinder(10.0, 1e-9).unwrap();
         let (x, _) = h.at(tc);
@@ -459,27 +531,50 @@ mod tests {
         // a straight-ish track from the origin has d0 ≈ 0 and z0 ≈ 0
         let p = make_particle(&t, 211, 0, 0, -1);
         assert!(p.d0.abs() < 1e-6 && p.z0.abs() < 1e-6);
-        let t2 = Track { pos: [0.1, 0.0, 2.0], p: [0.0, 1.0, 0.5], ..t };
+        let t2 = Track {
+            pos: [0.1, 0.0, 2.0],
+            p: [0.0, 1.0, 0.5],
+            ..t
+        };
         let p2 = make_particle(&t2, 211, 0, 0, -1);
-        assert!((p2.d0.abs() - 0.1).abs() < 1e-4 && (p2.z0 - 2.0).abs() < 1e-3, "{p2:?}");
+        assert!(
+            (p2.d0.abs() - 0.1).abs() < 1e-4 && (p2.z0 - 2.0).abs() < 1e-3,
+            "{p2:?}"
+        );
     }
 
     #[test]
     fn pruned_layer_search_matches_trying_every_layer() {
         let geom = Geometry::phase1();
         let gains = build_gains(&GainParams::default());
-        let g = Generator::new(GeneratorParams::default(), &geom, &gains, default_beam_spot());
+        let g = Generator::new(
+            GeneratorParams::default(),
+            &geom,
+            &gains,
+            default_beam_spot(),
+        );
         let mut rng = event_rng(11, 0);
         let mut several_reachable = 0;
         for i in 0..20_000 {
             // starts near the beam line or on a layer, any direction, 10 MeV .. 10 GeV
-            let r = if i % 3 == 0 { 0.01 * rng.random::<f64>() } else { BARREL_RADII[i % 4] + 0.2 * gauss(&mut rng) };
+            let r = if i % 3 == 0 {
+                0.01 * rng.random::<f64>()
+            } else {
+                BARREL_RADII[i % 4] + 0.2 * gauss(&mut rng)
+            };
             let a = 2.0 * PI * rng.random::<f64>();
             let pos = [r * a.cos(), r * a.sin(), 30.0 * gauss(&mut rng)];
             let pm = 0.01 * 1000f64.powf(rng.random::<f64>());
             let d = norm([gauss(&mut rng), gauss(&mut rng), gauss(&mut rng)]);
             let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
-            let t = Track { pos, p: [pm * d[0], pm * d[1], pm * d[2]], q, mass: 0.14, id: 0, can_spawn: false };
+            let t = Track {
+                pos,
+                p: [pm * d[0], pm * d[1], pm * d[2]],
+                q,
+                mass: 0.14,
+                id: 0,
+                can_spawn: false,
+            };
             let hx = Helix::new(&t);
             let tmin = 1e-4 / hx.rho;
             // the exhaustive search: every cylinder in layer order, then strictly nearer disks
@@ -501,7 +596,11 @@ mod tests {
                 }
             }
             let got = g.next_layer(&hx, pos, tmin);
-            assert_eq!((got.0.to_bits(), got.1), (best.0.to_bits(), best.1), "track {i}: {t:?}");
+            assert_eq!(
+                (got.0.to_bits(), got.1),
+                (best.0.to_bits(), best.1),
+                "track {i}: {t:?}"
+            );
             several_reachable += (n_cyl > 1) as usize;
         }
         assert!(several_reachable > 1000, "{several_reachable}");
@@ -517,7 +616,14 @@ mod tests {
             let pm = 0.05 * 100f64.powf(rng.random::<f64>());
             let d = norm([gauss(&mut rng), gauss(&mut rng), gauss(&mut rng)]);
             let q = if rng.random::<bool>() { 1.0 } else { -1.0 };
-            let t = Track { pos: [r * a.cos(), r * a.sin(), 0.0], p: [pm * d[0], pm * d[1], pm * d[2]], q, mass: 0.14, id: 0, can_spawn: false };
+            let t = Track {
+                pos: [r * a.cos(), r * a.sin(), 0.0],
+                p: [pm * d[0], pm * d[1], pm * d[2]],
+                q,
+                mass: 0.14,
+                id: 0,
+                can_spawn: false,
+            };
             let hx = Helix::new(&t);
             let t_end = 3.0 * PI * rng.random::<f64>();
             let rad = |t: f64| {
@@ -525,10 +631,15 @@ mod tests {
                 (x[0] * x[0] + x[1] * x[1]).sqrt()
             };
             let n = 20_000;
-            let sampled = (0..=n).map(|k| rad(t_end * k as f64 / n as f64)).fold(0.0, f64::max);
+            let sampled = (0..=n)
+                .map(|k| rad(t_end * k as f64 / n as f64))
+                .fold(0.0, f64::max);
             let got = hx.max_radius(t_end, rad(0.0), rad(t_end));
             // the nearest sample is within Δt/2 of the peak, where the radius is flat: O(ρ·Δt²) below
-            assert!(got >= sampled - 1e-9 && got - sampled < 1e-6 * (hx.cc + hx.rho), "track {i}: {got} vs sampled {sampled}");
+            assert!(
+                got >= sampled - 1e-9 && got - sampled < 1e-6 * (hx.cc + hx.rho),
+                "track {i}: {got} vs sampled {sampled}"
+            );
             contains_far_point += (got > rad(0.0).max(rad(t_end)) + 1e-6) as usize;
         }
         assert!(contains_far_point > 500, "{contains_far_point}");
@@ -539,15 +650,29 @@ mod tests {
     fn hit_layers(params: GeneratorParams, pt: f64) -> Vec<u8> {
         let geom = Geometry::phase1();
         let gains = build_gains(&GainParams::default());
-        let params = GeneratorParams { secondary_prob: 0.0, noise_occupancy: 0.0, ..params };
+        let params = GeneratorParams {
+            secondary_prob: 0.0,
+            noise_occupancy: 0.0,
+            ..params
+        };
         let g = Generator::new(params, &geom, &gains, default_beam_spot());
         let mut rng = event_rng(3, 0);
         let mut ev = Event::default();
         let (mut deps, mut stack, mut cuts) = (Vec::new(), Vec::new(), [0.0; 512]);
-        let t = Track { pos: [0.0, 0.0, 1.0], p: [pt * 0.3f64.cos(), pt * 0.3f64.sin(), 0.005 * pt], q: 1.0, mass: 0.13957, id: 0, can_spawn: true };
+        let t = Track {
+            pos: [0.0, 0.0, 1.0],
+            p: [pt * 0.3f64.cos(), pt * 0.3f64.sin(), 0.005 * pt],
+            q: 1.0,
+            mass: 0.13957,
+            id: 0,
+            can_spawn: true,
+        };
         g.propagate(t, &mut rng, &mut ev, &mut deps, &mut stack, &mut cuts);
         assert!(stack.is_empty());
-        ev.simhits.iter().map(|h| geom.modules[h.module as usize].layer).collect()
+        ev.simhits
+            .iter()
+            .map(|h| geom.modules[h.module as usize].layer)
+            .collect()
     }
 
     #[test]
@@ -555,7 +680,11 @@ mod tests {
         let comes_back = |l: &[u8]| l.windows(2).any(|w| w[1] < w[0]);
         // 1 GeV: helix diameter 2ρ ≈ 175 cm > 110 cm. Without the tracker volume it turns
         // round outside and crosses the barrel again inwards; with it, it stops after BPix4.
-        let unbounded = GeneratorParams { tracker_radius: f64::INFINITY, tracker_half_length: f64::INFINITY, ..Default::default() };
+        let unbounded = GeneratorParams {
+            tracker_radius: f64::INFINITY,
+            tracker_half_length: f64::INFINITY,
+            ..Default::default()
+        };
         let old = hit_layers(unbounded, 1.0);
         assert!(comes_back(&old), "{old:?}");
         let new = hit_layers(GeneratorParams::default(), 1.0);
@@ -566,7 +695,10 @@ mod tests {
         // 0.3 GeV: diameter ≈ 52 cm, the whole helix stays inside: it still loops.
         let looper = hit_layers(GeneratorParams::default(), 0.3);
         assert!(comes_back(&looper), "{looper:?}");
-        assert!(looper.iter().filter(|&&l| l == 0).count() >= 2, "{looper:?}");
+        assert!(
+            looper.iter().filter(|&&l| l == 0).count() >= 2,
+            "{looper:?}"
+        );
     }
 
     #[test]
@@ -576,8 +708,18 @@ mod tests {
         t.remove("tracker_radius");
         t.remove("tracker_half_length");
         let old: GeneratorParams = t.try_into().unwrap();
-        assert_eq!((old.tracker_radius, old.tracker_half_length), (f64::INFINITY, f64::INFINITY));
-        assert_eq!(GeneratorParams { tracker_radius: 110.0, tracker_half_length: 280.0, ..old }, GeneratorParams::default());
+        assert_eq!(
+            (old.tracker_radius, old.tracker_half_length),
+            (f64::INFINITY, f64::INFINITY)
+        );
+        assert_eq!(
+            GeneratorParams {
+                tracker_radius: 110.0,
+                tracker_half_length: 280.0,
+                ..old
+            },
+            GeneratorParams::default()
+        );
     }
 
     #[test]
@@ -587,25 +729,50 @@ mod tests {
             .map(|i| {
                 let m = rng.random_range(0..20u32) * 97;
                 let key = m << 17 | rng.random_range(0..3u32) << 8 | rng.random_range(0..3u32);
-                Dep { key, particle: rng.random_range(0..4u32), q: i as f32 }
+                Dep {
+                    key,
+                    particle: rng.random_range(0..4u32),
+                    q: i as f32,
+                }
             })
             .collect();
         let (mut out, mut counts) = (Vec::new(), Vec::new());
         sort_deposits(&deps, &mut out, &mut counts, 1856);
         let mut want = deps.clone();
         want.sort_by_key(|d| (d.key, d.particle));
-        let bits = |v: &[Dep]| v.iter().map(|d| (d.key, d.particle, d.q.to_bits())).collect::<Vec<_>>();
+        let bits = |v: &[Dep]| {
+            v.iter()
+                .map(|d| (d.key, d.particle, d.q.to_bits()))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(bits(&out), bits(&want));
         // reuse of the buffers gives the same answer
         sort_deposits(&deps[..100], &mut out, &mut counts, 1856);
-        assert_eq!(bits(&out), bits(&want.iter().copied().filter(|d| d.q < 100.0).collect::<Vec<_>>()));
+        assert_eq!(
+            bits(&out),
+            bits(
+                &want
+                    .iter()
+                    .copied()
+                    .filter(|d| d.q < 100.0)
+                    .collect::<Vec<_>>()
+            )
+        );
     }
 
     #[test]
     fn low_pileup_event_is_reasonable_and_reproducible() {
         let geom = Geometry::phase1();
         let gains = build_gains(&GainParams::default());
-        let g = Generator::new(GeneratorParams { pileup: 2.0, ..Default::default() }, &geom, &gains, default_beam_spot());
+        let g = Generator::new(
+            GeneratorParams {
+                pileup: 2.0,
+                ..Default::default()
+            },
+            &geom,
+            &gains,
+            default_beam_spot(),
+        );
         let a = g.event(7, 3);
         let b = g.event(7, 3);
         assert_eq!(a, b);
@@ -615,7 +782,11 @@ mod tests {
             assert!((w[0].module, w[0].col, w[0].row) < (w[1].module, w[1].col, w[1].row));
         }
         let nc = estimate_clusters(&gains, &a.digis);
-        assert!(nc > a.simhits.len() / 3 && nc <= a.digis.len(), "{nc} clusters, {} simhits", a.simhits.len());
+        assert!(
+            nc > a.simhits.len() / 3 && nc <= a.digis.len(),
+            "{nc} clusters, {} simhits",
+            a.simhits.len()
+        );
         // fractions sum to one per pixel
         let mut sum = std::collections::HashMap::new();
         for t in &a.pixel_truth {
@@ -629,14 +800,20 @@ mod tests {
     fn barrel_centroid_shift_is_undone_by_cpe_shift() {
         let geom = Geometry::phase1();
         let gains = build_gains(&GainParams::default());
-        let params = GeneratorParams { pileup: 3.0, secondary_prob: 0.0, noise_occupancy: 0.0, ..Default::default() };
+        let params = GeneratorParams {
+            pileup: 3.0,
+            secondary_prob: 0.0,
+            noise_occupancy: 0.0,
+            ..Default::default()
+        };
         let g = Generator::new(params, &geom, &gains, default_beam_spot());
         let cpe = geom.cpe_params();
         let (mut sum, mut n) = (0.0f64, 0usize);
         for e in 0..3 {
             let ev = g.event(5, e);
             // charge-weighted x centroid of each (module, particle) in the barrel
-            let mut acc: std::collections::HashMap<(u16, u32), (f64, f64, usize)> = Default::default();
+            let mut acc: std::collections::HashMap<(u16, u32), (f64, f64, usize)> =
+                Default::default();
             for t in &ev.pixel_truth {
                 if t.module < 1184 {
                     let (lo, w) = row_span(t.row);
@@ -647,7 +824,15 @@ mod tests {
             }
             for h in &ev.simhits {
                 let p = &ev.particles[h.particle as usize];
-                if h.module >= 1184 || p.pt < 1.0 || ev.simhits.iter().filter(|x| x.particle == h.particle && x.module == h.module).count() != 1 {
+                if h.module >= 1184
+                    || p.pt < 1.0
+                    || ev
+                        .simhits
+                        .iter()
+                        .filter(|x| x.particle == h.particle && x.module == h.module)
+                        .count()
+                        != 1
+                {
                     continue;
                 }
                 if let Some(a) = acc.get(&(h.module, h.particle)) {
@@ -662,6 +847,9 @@ mod tests {
         let mean = sum / n as f64;
         let shift = cpe.det[0].shift_x as f64;
         // the CPE adds shift_x to the measured position: it must cancel the drift
-        assert!((mean + shift).abs() < 0.0015, "mean centroid offset {mean}, shift_x {shift}");
+        assert!(
+            (mean + shift).abs() < 0.0015,
+            "mean centroid offset {mean}, shift_x {shift}"
+        );
     }
 }

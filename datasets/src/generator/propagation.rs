@@ -44,7 +44,17 @@ impl Helix {
         let (s, c) = phi0.sin_cos();
         let xc = t.pos[0] - rho * h * s;
         let yc = t.pos[1] + rho * h * c;
-        Helix { xc, yc, rho, h, phi0, cot: t.p[2] / pt, z0: t.pos[2], cc: (xc * xc + yc * yc).sqrt(), alpha: f64::NAN }
+        Helix {
+            xc,
+            yc,
+            rho,
+            h,
+            phi0,
+            cot: t.p[2] / pt,
+            z0: t.pos[2],
+            cc: (xc * xc + yc * yc).sqrt(),
+            alpha: f64::NAN,
+        }
     }
     /// Position and unit-free tangent (dx/dt) at turning angle t ≥ 0.
     #[inline]
@@ -52,7 +62,11 @@ impl Helix {
         let psi = self.phi0 + self.h * t;
         let (s, c) = psi.sin_cos();
         (
-            [self.xc + self.rho * self.h * s, self.yc - self.rho * self.h * c, self.z0 + self.rho * self.cot * t],
+            [
+                self.xc + self.rho * self.h * s,
+                self.yc - self.rho * self.h * c,
+                self.z0 + self.rho * self.cot * t,
+            ],
             [self.rho * c, self.rho * s, self.rho * self.cot],
         )
     }
@@ -101,7 +115,12 @@ impl Helix {
     }
     /// Newton search of the crossing with a module plane, starting at t where the helix is at
     /// `start` (= `self.at(t)`, which the caller already has).
-    pub(super) fn module_plane(&self, m: &ModuleGeom, mut t: f64, start: ([f64; 3], [f64; 3])) -> Option<f64> {
+    pub(super) fn module_plane(
+        &self,
+        m: &ModuleGeom,
+        mut t: f64,
+        start: ([f64; 3], [f64; 3]),
+    ) -> Option<f64> {
         let n = m.normal();
         let mut xd = start;
         for it in 0..8 {
@@ -109,7 +128,9 @@ impl Helix {
                 xd = self.at(t);
             }
             let (x, d) = xd;
-            let f = n[0] * (x[0] - m.centre[0]) + n[1] * (x[1] - m.centre[1]) + n[2] * (x[2] - m.centre[2]);
+            let f = n[0] * (x[0] - m.centre[0])
+                + n[1] * (x[1] - m.centre[1])
+                + n[2] * (x[2] - m.centre[2]);
             let fd = dot(n, d);
             if fd.abs() < 1e-12 {
                 return None;
@@ -127,7 +148,15 @@ impl Helix {
 impl Generator<'_> {
     /// Follows a charged track through the detector, recording deposits and spawning secondaries.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn propagate(&self, mut tr: Track, rng: &mut Xoshiro256PlusPlus, ev: &mut Event, deps: &mut Vec<Dep>, stack: &mut Vec<Track>, cuts: &mut [f64; 512]) {
+    pub(super) fn propagate(
+        &self,
+        mut tr: Track,
+        rng: &mut Xoshiro256PlusPlus,
+        ev: &mut Event,
+        deps: &mut Vec<Dep>,
+        stack: &mut Vec<Track>,
+        cuts: &mut [f64; 512],
+    ) {
         let p = &self.params;
         let mut turned = 0.0;
         for _step in 0..64 {
@@ -150,7 +179,11 @@ impl Generator<'_> {
                 return;
             }
             // Barrel layers only exist within the ladder length; disks within the ring radii.
-            let in_layer = if layer < 4 { xc[2].abs() < 4.0 * MODULE_Z_PITCH + 0.5 } else { (3.5..17.0).contains(&rc) };
+            let in_layer = if layer < 4 {
+                xc[2].abs() < 4.0 * MODULE_Z_PITCH + 0.5
+            } else {
+                (3.5..17.0).contains(&rc)
+            };
             let mut n_hits = 0;
             let mut cos_inc = 1.0f64;
             if in_layer {
@@ -283,7 +316,13 @@ impl Generator<'_> {
     }
 
     /// A low-momentum electron produced at x (δ-ray or conversion leg), isotropic.
-    pub(super) fn secondary(&self, parent: &Track, x: [f64; 3], rng: &mut Xoshiro256PlusPlus, ev: &mut Event) -> Track {
+    pub(super) fn secondary(
+        &self,
+        parent: &Track,
+        x: [f64; 3],
+        rng: &mut Xoshiro256PlusPlus,
+        ev: &mut Event,
+    ) -> Track {
         let (lo, hi) = self.params.secondary_p;
         let pm = lo * (hi / lo).powf(rng.random::<f64>());
         // Emitted around the parent direction (energetic δ-rays and conversions are forward).
@@ -300,7 +339,13 @@ impl Generator<'_> {
             id,
             can_spawn: false,
         };
-        ev.particles.push(make_particle(&t, -11 * q as i32, process::SECONDARY, -1, parent.id as i32));
+        ev.particles.push(make_particle(
+            &t,
+            -11 * q as i32,
+            process::SECONDARY,
+            -1,
+            parent.id as i32,
+        ));
         t
     }
 }
@@ -313,8 +358,16 @@ pub(super) fn norm(v: [f64; 3]) -> [f64; 3] {
 
 /// Deflects unit vector d by small angles a, b in two planes orthogonal to it.
 pub(super) fn kick(d: [f64; 3], a: f64, b: f64) -> [f64; 3] {
-    let helper = if d[2].abs() < 0.9 { [0.0, 0.0, 1.0] } else { [1.0, 0.0, 0.0] };
+    let helper = if d[2].abs() < 0.9 {
+        [0.0, 0.0, 1.0]
+    } else {
+        [1.0, 0.0, 0.0]
+    };
     let u = norm(crate::geometry::cross(d, helper));
     let v = crate::geometry::cross(d, u);
-    norm([d[0] + a * u[0] + b * v[0], d[1] + a * u[1] + b * v[1], d[2] + a * u[2] + b * v[2]])
+    norm([
+        d[0] + a * u[0] + b * v[0],
+        d[1] + a * u[1] + b * v[1],
+        d[2] + a * u[2] + b * v[2],
+    ])
 }

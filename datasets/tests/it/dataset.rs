@@ -25,10 +25,16 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         let p = e.unwrap().path();
         if p.is_dir() {
             for (k, v) in files(&p) {
-                out.insert(format!("{}/{k}", p.file_name().unwrap().to_string_lossy()), v);
+                out.insert(
+                    format!("{}/{k}", p.file_name().unwrap().to_string_lossy()),
+                    v,
+                );
             }
         } else {
-            out.insert(p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap());
+            out.insert(
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            );
         }
     }
     out
@@ -57,7 +63,10 @@ fn decode_event(c: &Conditions, feds: &[(u32, &[u8])]) -> Decoded {
     let mut n_words = 0;
     for &(fed, buf) in feds {
         assert_eq!(buf.len() % 8, 0);
-        let w64: Vec<u64> = buf.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).collect();
+        let w64: Vec<u64> = buf
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
         let n = w64.len();
         assert!(n >= 2);
         assert_eq!(w64[n - 1] & 0x4, 0, "CRC-modified bit");
@@ -101,7 +110,11 @@ fn decode_event(c: &Conditions, feds: &[(u32, &[u8])]) -> Decoded {
                 let barrel = (raw_id >> 25) & 7 == 1;
                 let layer = if barrel { (raw_id >> 20) & 0xF } else { 0 };
                 let side = if barrel {
-                    if ((raw_id >> 2) & 0x3FF) < 5 { -1 } else { 1 }
+                    if ((raw_id >> 2) & 0x3FF) < 5 {
+                        -1
+                    } else {
+                        1
+                    }
                 } else if ((raw_id >> 10) & 3) == 1 {
                     -1
                 } else {
@@ -127,7 +140,12 @@ fn decode_event(c: &Conditions, feds: &[(u32, &[u8])]) -> Decoded {
                 let row = ro + sr * lr as i32;
                 let col = co + sc * lc as i32;
                 assert!((0..160).contains(&row) && (0..416).contains(&col));
-                pixels.push((m.module_id[i] as u16, row as u16, col as u16, (word & 0xFF) as u8));
+                pixels.push((
+                    m.module_id[i] as u16,
+                    row as u16,
+                    col as u16,
+                    (word & 0xFF) as u8,
+                ));
             }
         }
     }
@@ -143,7 +161,15 @@ fn raw_round_trip_gives_back_every_pixel() {
     assert_eq!(ds.n_events(), 3);
     let c = ds.conditions();
     let geom = Geometry::phase1();
-    let gen = Generator::new(GeneratorParams { pileup: opts.pileup, ..Default::default() }, &geom, &c.gains, c.beam_spot);
+    let gen = Generator::new(
+        GeneratorParams {
+            pileup: opts.pileup,
+            ..Default::default()
+        },
+        &geom,
+        &c.gains,
+        c.beam_spot,
+    );
     let mut words = 0;
     for i in 0..ds.n_events() {
         let feds = ds.raw_event(i).unwrap();
@@ -162,7 +188,11 @@ fn raw_round_trip_gives_back_every_pixel() {
         }
         got.sort();
         let ev = gen.event(opts.seed, i as u64);
-        let mut want: Vec<_> = ev.digis.iter().map(|d| (d.module, d.row, d.col, d.adc)).collect();
+        let mut want: Vec<_> = ev
+            .digis
+            .iter()
+            .map(|d| (d.module, d.row, d.col, d.adc))
+            .collect();
         want.sort();
         assert!(!want.is_empty());
         assert_eq!(got, want, "event {i}");
@@ -177,13 +207,21 @@ fn injected_faults_are_recorded() {
     let opts = small(tmp.path(), "faults", 1, 0.3);
     generate(&opts).unwrap();
     let f = std::fs::File::open(opts.output.join("faults.parquet")).unwrap();
-    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
     let mut n = 0;
     let mut kinds = std::collections::HashSet::new();
     for b in r {
         let b = b.unwrap();
         n += b.num_rows();
-        let k = b.column_by_name("kind").unwrap().as_any().downcast_ref::<UInt8Array>().unwrap();
+        let k = b
+            .column_by_name("kind")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<UInt8Array>()
+            .unwrap();
         kinds.extend(k.values().iter().copied());
     }
     assert!(n > 20, "{n} faults");
@@ -193,21 +231,57 @@ fn injected_faults_are_recorded() {
 #[test]
 fn digis_parquet_matches_raw() {
     let tmp = tempfile::tempdir().unwrap();
-    let opts = GenerateOptions { events: 1, ..small(tmp.path(), "dg", 1, 0.0) };
+    let opts = GenerateOptions {
+        events: 1,
+        ..small(tmp.path(), "dg", 1, 0.0)
+    };
     generate(&opts).unwrap();
     let ds = Dataset::open(&opts.output).unwrap();
     let (mut got, _, _) = decode_event(ds.conditions(), &ds.raw_event(0).unwrap());
     got.sort();
     let f = std::fs::File::open(opts.output.join("digis.parquet")).unwrap();
-    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
     let mut want = Vec::new();
     for b in r {
         let b = b.unwrap();
-        let m = b.column_by_name("module").unwrap().as_any().downcast_ref::<UInt16Array>().unwrap().clone();
-        let row = b.column_by_name("row").unwrap().as_any().downcast_ref::<UInt16Array>().unwrap().clone();
-        let col = b.column_by_name("col").unwrap().as_any().downcast_ref::<UInt16Array>().unwrap().clone();
-        let adc = b.column_by_name("adc").unwrap().as_any().downcast_ref::<UInt8Array>().unwrap().clone();
-        let ev = b.column_by_name("event").unwrap().as_any().downcast_ref::<UInt32Array>().unwrap().clone();
+        let m = b
+            .column_by_name("module")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<UInt16Array>()
+            .unwrap()
+            .clone();
+        let row = b
+            .column_by_name("row")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<UInt16Array>()
+            .unwrap()
+            .clone();
+        let col = b
+            .column_by_name("col")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<UInt16Array>()
+            .unwrap()
+            .clone();
+        let adc = b
+            .column_by_name("adc")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<UInt8Array>()
+            .unwrap()
+            .clone();
+        let ev = b
+            .column_by_name("event")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .unwrap()
+            .clone();
         for i in 0..b.num_rows() {
             assert_eq!(ev.value(i), 0);
             want.push((m.value(i), row.value(i), col.value(i), adc.value(i)));
@@ -227,7 +301,10 @@ fn f32_at(b: &[u8], o: usize) -> f32 {
 #[test]
 fn export_layouts() {
     let tmp = tempfile::tempdir().unwrap();
-    let opts = GenerateOptions { events: 2, ..small(tmp.path(), "ex", 1, 0.0) };
+    let opts = GenerateOptions {
+        events: 2,
+        ..small(tmp.path(), "ex", 1, 0.0)
+    };
     generate(&opts).unwrap();
     let out = tmp.path().join("bin");
     export_pixeltrack(&opts.output, &out).unwrap();
@@ -289,8 +366,14 @@ fn export_layouts() {
         assert_eq!(f32_at(&cpe, o + 64 + 12 + 32), d.frame.r[8]);
     }
     let ag = 20 + 112 * 1856;
-    assert_eq!(f32_at(&cpe, ag + 3 * 148 * 4), c.cpe.average_geometry.ladder_r[0]);
-    assert_eq!(f32_at(&cpe, ag + 6 * 148 * 4), c.cpe.average_geometry.end_cap_z[0]);
+    assert_eq!(
+        f32_at(&cpe, ag + 3 * 148 * 4),
+        c.cpe.average_geometry.ladder_r[0]
+    );
+    assert_eq!(
+        f32_at(&cpe, ag + 6 * 148 * 4),
+        c.cpe.average_geometry.end_cap_z[0]
+    );
     assert_eq!(u32_at(&cpe, ag + 3560 + 4 * 10), 1856);
 
     // raw.bin reads back to the dataset's FEDs
@@ -309,8 +392,24 @@ fn export_layouts() {
     }
     assert_eq!(o, raw.len());
 
-    quiver_datasets::write_counts_bin(&out, &[quiver_datasets::EventCounts { n_modules: 1, n_digis: 2, n_clusters: 3, n_tracks: 4, n_vertices: 5 }]).unwrap();
-    assert_eq!(rd("digicluster.bin"), [1u32, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+    quiver_datasets::write_counts_bin(
+        &out,
+        &[quiver_datasets::EventCounts {
+            n_modules: 1,
+            n_digis: 2,
+            n_clusters: 3,
+            n_tracks: 4,
+            n_vertices: 5,
+        }],
+    )
+    .unwrap();
+    assert_eq!(
+        rd("digicluster.bin"),
+        [1u32, 2, 3]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>()
+    );
     assert_eq!(rd("tracks.bin"), 4u32.to_le_bytes());
     assert_eq!(rd("vertices.bin"), 5u32.to_le_bytes());
 }
@@ -318,14 +417,20 @@ fn export_layouts() {
 #[test]
 fn bad_inputs_give_errors_naming_the_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let opts = GenerateOptions { events: 1, ..small(tmp.path(), "bad", 1, 0.0) };
+    let opts = GenerateOptions {
+        events: 1,
+        ..small(tmp.path(), "bad", 1, 0.0)
+    };
     generate(&opts).unwrap();
     let dir = &opts.output;
 
     // missing manifest
     let missing = tmp.path().join("nothing");
     let e = Dataset::open(&missing).unwrap_err();
-    assert!(matches!(e, DatasetError::Io { .. }) && e.to_string().contains("manifest.toml"), "{e}");
+    assert!(
+        matches!(e, DatasetError::Io { .. }) && e.to_string().contains("manifest.toml"),
+        "{e}"
+    );
 
     // wrong checksum, also after this process has verified the dataset once (the hashing
     // is skipped only while every file keeps its size and modification time; the pause
@@ -339,13 +444,19 @@ fn bad_inputs_give_errors_naming_the_file() {
     bad[mid] ^= 0xFF;
     std::fs::write(&raw_path, &bad).unwrap();
     let e = Dataset::open(dir).unwrap_err();
-    assert!(matches!(e, DatasetError::Checksum { .. }) && e.to_string().contains("raw.arrow"), "{e}");
+    assert!(
+        matches!(e, DatasetError::Checksum { .. }) && e.to_string().contains("raw.arrow"),
+        "{e}"
+    );
 
     // truncated raw.arrow: structural error, not a panic
     for cut in [10usize, good.len() / 2, good.len() - 3] {
         std::fs::write(&raw_path, &good[..cut]).unwrap();
         let e = Dataset::open_unverified(dir).unwrap_err();
-        assert!(matches!(e, DatasetError::Format { .. }) && e.to_string().contains("raw.arrow"), "{e}");
+        assert!(
+            matches!(e, DatasetError::Format { .. }) && e.to_string().contains("raw.arrow"),
+            "{e}"
+        );
     }
     // garbage in the body never panics
     for k in 0..20 {
@@ -369,12 +480,33 @@ fn bad_inputs_give_errors_naming_the_file() {
     // malformed manifest
     std::fs::write(dir.join("manifest.toml"), "events = \"many\"").unwrap();
     let e = Dataset::open(dir).unwrap_err();
-    assert!(matches!(e, DatasetError::Format { .. }) && e.to_string().contains("manifest.toml"), "{e}");
+    assert!(
+        matches!(e, DatasetError::Format { .. }) && e.to_string().contains("manifest.toml"),
+        "{e}"
+    );
 
     // invalid options
-    assert!(matches!(generate(&GenerateOptions { events: 0, ..opts.clone() }), Err(DatasetError::InvalidOption(_))));
-    assert!(matches!(generate(&GenerateOptions { pileup: f64::NAN, ..opts.clone() }), Err(DatasetError::InvalidOption(_))));
-    assert!(matches!(generate(&GenerateOptions { corrupt_fraction: 2.0, ..opts.clone() }), Err(DatasetError::InvalidOption(_))));
+    assert!(matches!(
+        generate(&GenerateOptions {
+            events: 0,
+            ..opts.clone()
+        }),
+        Err(DatasetError::InvalidOption(_))
+    ));
+    assert!(matches!(
+        generate(&GenerateOptions {
+            pileup: f64::NAN,
+            ..opts.clone()
+        }),
+        Err(DatasetError::InvalidOption(_))
+    ));
+    assert!(matches!(
+        generate(&GenerateOptions {
+            corrupt_fraction: 2.0,
+            ..opts.clone()
+        }),
+        Err(DatasetError::InvalidOption(_))
+    ));
 }
 
 #[test]

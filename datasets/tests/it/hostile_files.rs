@@ -2,12 +2,19 @@
 //! used to hang the checksum forever; now each is refused before a byte is read.
 
 use quiver_datasets::{generate, Dataset, GenerateOptions};
-use std::path::Path;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::time::Duration;
 
 fn dataset(dir: &Path) -> std::path::PathBuf {
-    let opts = GenerateOptions { events: 2, pileup: 2.0, seed: 5, threads: Some(1), output: dir.join("ds"), corrupt_fraction: 0.0 };
+    let opts = GenerateOptions {
+        events: 2,
+        pileup: 2.0,
+        seed: 5,
+        threads: Some(1),
+        output: dir.join("ds"),
+        corrupt_fraction: 0.0,
+    };
     generate(&opts).unwrap();
     opts.output
 }
@@ -34,7 +41,10 @@ fn a_fifo_or_a_device_in_place_of_a_dataset_file_is_refused_at_once() {
     std::fs::remove_file(&raw).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &raw).unwrap();
     let e = open_error(&ds);
-    assert!(e.contains("raw.arrow") && e.contains("a device, not a regular file"), "{e}");
+    assert!(
+        e.contains("raw.arrow") && e.contains("a device, not a regular file"),
+        "{e}"
+    );
 
     std::fs::remove_file(&raw).unwrap();
     let c = std::ffi::CString::new(raw.to_str().unwrap()).unwrap();
@@ -53,13 +63,28 @@ fn a_file_of_another_size_than_the_manifest_s_is_refused_before_reading() {
     bytes.extend_from_slice(&[0; 8]);
     std::fs::write(&p, &bytes).unwrap();
     let e = open_error(&ds);
-    assert!(e.contains("beamspot.arrow") && e.contains(&format!("{} bytes, the manifest says {}", bytes.len(), bytes.len() - 8)), "{e}");
+    assert!(
+        e.contains("beamspot.arrow")
+            && e.contains(&format!(
+                "{} bytes, the manifest says {}",
+                bytes.len(),
+                bytes.len() - 8
+            )),
+        "{e}"
+    );
 }
 
 #[test]
 fn generate_caps_its_threads_as_run_does() {
     let tmp = tempfile::tempdir().unwrap();
-    let opts = GenerateOptions { events: 1, pileup: 0.0, seed: 1, threads: Some(100_000), output: tmp.path().join("ds"), corrupt_fraction: 0.0 };
+    let opts = GenerateOptions {
+        events: 1,
+        pileup: 0.0,
+        seed: 1,
+        threads: Some(100_000),
+        output: tmp.path().join("ds"),
+        corrupt_fraction: 0.0,
+    };
     let e = generate(&opts).unwrap_err().to_string();
     assert!(e.contains("threads = 100000: at most 1024"), "{e}");
     assert!(!opts.output.exists(), "nothing written");
@@ -74,15 +99,39 @@ fn changing_raw_arrow_under_an_open_dataset_changes_nothing_it_reads() {
     let ds = dataset(tmp.path());
     let raw = ds.join("raw.arrow");
     let d = Dataset::open(&ds).unwrap();
-    let before: Vec<Vec<(u32, Vec<u8>)>> =
-        (0..d.n_events()).map(|i| d.raw_event(i).unwrap().iter().map(|(f, b)| (*f, b.to_vec())).collect()).collect();
+    let before: Vec<Vec<(u32, Vec<u8>)>> = (0..d.n_events())
+        .map(|i| {
+            d.raw_event(i)
+                .unwrap()
+                .iter()
+                .map(|(f, b)| (*f, b.to_vec()))
+                .collect()
+        })
+        .collect();
     // In place: every byte flipped, then truncated to 100 bytes (what `cp` does first).
     let mut bytes = std::fs::read(&raw).unwrap();
     bytes.iter_mut().for_each(|b| *b = !*b);
-    std::fs::OpenOptions::new().write(true).open(&raw).unwrap().write_all_at(&bytes, 0).unwrap();
-    std::fs::OpenOptions::new().write(true).open(&raw).unwrap().set_len(100).unwrap();
-    let after: Vec<Vec<(u32, Vec<u8>)>> =
-        (0..d.n_events()).map(|i| d.raw_event(i).unwrap().iter().map(|(f, b)| (*f, b.to_vec())).collect()).collect();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&raw)
+        .unwrap()
+        .write_all_at(&bytes, 0)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&raw)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let after: Vec<Vec<(u32, Vec<u8>)>> = (0..d.n_events())
+        .map(|i| {
+            d.raw_event(i)
+                .unwrap()
+                .iter()
+                .map(|(f, b)| (*f, b.to_vec()))
+                .collect()
+        })
+        .collect();
     assert_eq!(before, after);
     // A new open sees the damage and names the file.
     let e = open_error(&ds);

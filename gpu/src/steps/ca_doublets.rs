@@ -13,17 +13,21 @@ use cudarc::driver::CudaSlice;
 use quiver_columnar::overflow::EventOverflows;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
 use quiver_formats::conditions::CpeParams;
+use quiver_reco::steps::doublet_overflow_rows;
 use quiver_reco::steps::schema;
 use quiver_reco::steps::types::DOUBLETS;
-use quiver_reco::steps::doublet_overflow_rows;
-use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};
 use quiver_reco::steps::HitDets;
-use quiver_reco::tracks::{check_hit_modules, layer_start_from_det_index, CaConfig, DoubletConfig, TrackError};
+use quiver_reco::tracks::doublets::{LAYER_PAIRS, N_LAYERS, PHI_BINS};
+use quiver_reco::tracks::{
+    check_hit_modules, layer_start_from_det_index, CaConfig, DoubletConfig, TrackError,
+};
 
 use crate::device::upload_condition;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK, STATS_RUN};
-use crate::steps::{blocks, device_columns, fallback, publish_overflows, Common, HostDets, Launch, Run};
+use crate::steps::{
+    blocks, device_columns, fallback, publish_overflows, Common, HostDets, Launch, Run,
+};
 use quiver_columnar::product::offsets_from_lengths;
 
 /// The host tables of a batch for the doublet kernels.
@@ -52,27 +56,48 @@ impl DoubletBatch {
     /// assert_eq!(b.item_start, [0, 2, 4, 6, 6, 6, 6]);
     /// assert_eq!(b.n_items(), 6);
     /// ```
-    pub fn new(layer_starts: &[[u32; 11]], hits_per_event: &[usize], n_pairs: usize) -> Result<Self, String> {
+    pub fn new(
+        layer_starts: &[[u32; 11]],
+        hits_per_event: &[usize],
+        n_pairs: usize,
+    ) -> Result<Self, String> {
         if layer_starts.len() != hits_per_event.len() {
-            return Err(format!("{} layer-start rows for {} events", layer_starts.len(), hits_per_event.len()));
+            return Err(format!(
+                "{} layer-start rows for {} events",
+                layer_starts.len(),
+                hits_per_event.len()
+            ));
         }
         if n_pairs == 0 || n_pairs > LAYER_PAIRS.len() {
-            return Err(format!("{n_pairs} layer pairs, expected 1..={}", LAYER_PAIRS.len()));
+            return Err(format!(
+                "{n_pairs} layer pairs, expected 1..={}",
+                LAYER_PAIRS.len()
+            ));
         }
-        let mut b = DoubletBatch { n_pairs: n_pairs as u32, ..Default::default() };
+        let mut b = DoubletBatch {
+            n_pairs: n_pairs as u32,
+            ..Default::default()
+        };
         b.hit_off.push(0u32);
         b.item_start.push(0u32);
         let (mut hits, mut items) = (0u64, 0u64);
         for (ls, &n) in layer_starts.iter().zip(hits_per_event) {
             if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
-                return Err(format!("layer starts {ls:?} are not non-decreasing up to {n} hits"));
+                return Err(format!(
+                    "layer starts {ls:?} are not non-decreasing up to {n} hits"
+                ));
             }
             hits += n as u64;
-            b.hit_off.push(u32::try_from(hits).map_err(|_| "more than 2^32 hits in a batch".to_string())?);
+            b.hit_off.push(
+                u32::try_from(hits).map_err(|_| "more than 2^32 hits in a batch".to_string())?,
+            );
             b.layer_start.extend_from_slice(ls);
             for &(inner, _) in &LAYER_PAIRS[..n_pairs] {
                 items += (ls[inner as usize + 1] - ls[inner as usize]) as u64;
-                b.item_start.push(u32::try_from(items).map_err(|_| "more than 2^32 work items in a batch".to_string())?);
+                b.item_start.push(
+                    u32::try_from(items)
+                        .map_err(|_| "more than 2^32 work items in a batch".to_string())?,
+                );
             }
         }
         Ok(b)
@@ -99,12 +124,19 @@ impl DoubletBatch {
 /// use quiver_gpu::steps::cell_offsets;
 /// assert_eq!(cell_offsets(&[3, 0, 9], 5).unwrap(), (vec![0, 3, 3, 8], vec![false, false, true]));
 /// ```
-pub fn cell_offsets(event_total: &[u32], max_doublets: u32) -> Result<(Vec<u32>, Vec<bool>), String> {
+pub fn cell_offsets(
+    event_total: &[u32],
+    max_doublets: u32,
+) -> Result<(Vec<u32>, Vec<bool>), String> {
     let mut off = Vec::with_capacity(event_total.len() + 1);
     off.push(0u32);
     let mut overflow = Vec::with_capacity(event_total.len());
     for &t in event_total {
-        let end = off.last().unwrap_or(&0).checked_add(t.min(max_doublets)).ok_or("more than 2^32 cells in a batch")?;
+        let end = off
+            .last()
+            .unwrap_or(&0)
+            .checked_add(t.min(max_doublets))
+            .ok_or("more than 2^32 cells in a batch")?;
         off.push(end);
         overflow.push(t > max_doublets);
     }
@@ -126,7 +158,11 @@ pub fn cell_offsets(event_total: &[u32], max_doublets: u32) -> Result<(Vec<u32>,
 /// let unsorted = HitDets::new(&[5, 3], &[0, 2]).unwrap();
 /// assert!(prepare(unsorted, 1856, &CaConfig::default()).is_err());
 /// ```
-pub fn prepare(h: HitDets, n_modules: usize, cfg: &CaConfig) -> std::result::Result<DoubletBatch, TrackError> {
+pub fn prepare(
+    h: HitDets,
+    n_modules: usize,
+    cfg: &CaConfig,
+) -> std::result::Result<DoubletBatch, TrackError> {
     cfg.validate()?;
     let mut starts = Vec::with_capacity(h.n_events());
     let mut n = Vec::with_capacity(h.n_events());
@@ -165,15 +201,34 @@ pub struct DoubletProducts {
 /// assert_eq!(p.lengths, [2]);
 /// assert_eq!(p.overflows[0][0].truncated, 1);
 /// ```
-pub fn doublet_products(d: &DoubletConfig, event_total: &[u32], cell_off: &[u32], unlisted: &[u32], worst: &[u32]) -> std::result::Result<DoubletProducts, String> {
-    if cell_off.len() != event_total.len() + 1 || unlisted.len() != event_total.len() || worst.len() != event_total.len() {
-        return Err(format!("{} cell offsets, {} and {} counts for {} events", cell_off.len(), unlisted.len(), worst.len(), event_total.len()));
+pub fn doublet_products(
+    d: &DoubletConfig,
+    event_total: &[u32],
+    cell_off: &[u32],
+    unlisted: &[u32],
+    worst: &[u32],
+) -> std::result::Result<DoubletProducts, String> {
+    if cell_off.len() != event_total.len() + 1
+        || unlisted.len() != event_total.len()
+        || worst.len() != event_total.len()
+    {
+        return Err(format!(
+            "{} cell offsets, {} and {} counts for {} events",
+            cell_off.len(),
+            unlisted.len(),
+            worst.len(),
+            event_total.len()
+        ));
     }
     let mut lengths = Vec::with_capacity(event_total.len());
     let mut overflows = Vec::with_capacity(event_total.len());
     for (e, &total) in event_total.iter().enumerate() {
-        let n = cell_off[e + 1].checked_sub(cell_off[e]).ok_or("cell offsets decrease")? as usize;
-        let missed = (total as u64).checked_sub(n as u64).ok_or("more cells than the event counted")?;
+        let n = cell_off[e + 1]
+            .checked_sub(cell_off[e])
+            .ok_or("cell offsets decrease")? as usize;
+        let missed = (total as u64)
+            .checked_sub(n as u64)
+            .ok_or("more cells than the event counted")?;
         let worst = (unlisted[e] > 0).then_some(worst[e] as u64);
         overflows.push(doublet_overflow_rows(d, missed, unlisted[e] as u64, worst));
         lengths.push(n);
@@ -192,14 +247,27 @@ pub(crate) struct CaDoubletsGpu {
 }
 
 impl CaDoubletsGpu {
-    pub fn new(cfg: &StepConfig, common: Common, cpe: Arc<CpeParams>, ca: CaConfig) -> Result<Self> {
+    pub fn new(
+        cfg: &StepConfig,
+        common: Common,
+        cpe: Arc<CpeParams>,
+        ca: CaConfig,
+    ) -> Result<Self> {
         let (pi, pf) = pair_tables(&ca.doublets.cuts());
         let mut bytes = 0u64;
-        let up_err = |m: String| Error::plan(&cfg.label, format!("uploading the layer-pair cuts: {m}"));
+        let up_err =
+            |m: String| Error::plan(&cfg.label, format!("uploading the layer-pair cuts: {m}"));
         let pair_i = upload_condition(common.gpu, &pi, &mut bytes).map_err(up_err)?;
         let pair_f = upload_condition(common.gpu, &pf, &mut bytes).map_err(up_err)?;
         common.stats.add_conditions(bytes);
-        Ok(CaDoubletsGpu { hits: cfg.input("hits")?, cpe, cfg: ca, pair_i, pair_f, common })
+        Ok(CaDoubletsGpu {
+            hits: cfg.input("hits")?,
+            cpe,
+            cfg: ca,
+            pair_i,
+            pair_f,
+            common,
+        })
     }
 }
 
@@ -209,7 +277,9 @@ impl Step for CaDoubletsGpu {
         // The hits' detIndex only on the host: the kernels read the other columns there.
         let hd = HostDets::get(batch, &self.hits)?;
         // Hits the CPU search rejects: the CPU step reports its exact error.
-        let Ok(db) = prepare(hd.view()?, self.cpe.det.len(), &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(db) = prepare(hd.view()?, self.cpe.det.len(), &self.cfg) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
         let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
         if n_hits == 0 || n_items == 0 || n_hits != hd.product.num_rows() {
             return c.cpu.process(batch);
@@ -222,62 +292,213 @@ impl Step for CaDoubletsGpu {
         let mut run = Run::start(c.gpu)?;
         let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
         let hc = crate::resident::cuda(&hd);
-        let (dz, dr, dphi, dsy, ddet) = (hc.column("z_global")?, hc.column("r_global")?, hc.column("iphi")?, hc.column("size_y")?, hc.column("det_index")?);
-        let (hit_off, layer_start, item_start) = (run.up(&db.hit_off)?, run.up(&db.layer_start)?, run.up(&db.item_start)?);
+        let (dz, dr, dphi, dsy, ddet) = (
+            hc.column("z_global")?,
+            hc.column("r_global")?,
+            hc.column("iphi")?,
+            hc.column("size_y")?,
+            hc.column("det_index")?,
+        );
+        let (hit_off, layer_start, item_start) = (
+            run.up(&db.hit_off)?,
+            run.up(&db.layer_start)?,
+            run.up(&db.item_start)?,
+        );
         let mut bin_count = run.zeros::<u32>(n_bins)?;
-        let (mut bin_start, mut cursor) = (run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?, run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?);
-        let (mut pidx, mut pz, mut pr, mut pphi, mut psy) = (run.out::<u32>(n_hits)?, run.out::<f32>(n_hits)?, run.out::<f32>(n_hits)?, run.out::<i16>(n_hits)?, run.out::<i16>(n_hits)?);
-        let (mut item_count, mut item_first, mut event_total) = (run.out::<u32>(n_items)?, run.out::<u32>(n_items)?, run.out::<u32>(n_ev)?);
+        let (mut bin_start, mut cursor) = (
+            run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?,
+            run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?,
+        );
+        let (mut pidx, mut pz, mut pr, mut pphi, mut psy) = (
+            run.out::<u32>(n_hits)?,
+            run.out::<f32>(n_hits)?,
+            run.out::<f32>(n_hits)?,
+            run.out::<i16>(n_hits)?,
+            run.out::<i16>(n_hits)?,
+        );
+        let (mut item_count, mut item_first, mut event_total) = (
+            run.out::<u32>(n_items)?,
+            run.out::<u32>(n_items)?,
+            run.out::<u32>(n_ev)?,
+        );
         run.mark()?;
-        let (vz, vr, vphi, vsy, vdet) = (dz.view::<f32>(n_hits), dr.view::<f32>(n_hits), dphi.view::<i16>(n_hits), dsy.view::<i16>(n_hits), ddet.view::<u16>(n_hits));
-        let (vho, vls, vis) = (hit_off.view::<u32>(n_ev + 1), layer_start.view::<u32>(n_ev * 11), item_start.view::<u32>(n_ev * db.n_pairs as usize + 1));
+        let (vz, vr, vphi, vsy, vdet) = (
+            dz.view::<f32>(n_hits),
+            dr.view::<f32>(n_hits),
+            dphi.view::<i16>(n_hits),
+            dsy.view::<i16>(n_hits),
+            ddet.view::<u16>(n_hits),
+        );
+        let (vho, vls, vis) = (
+            hit_off.view::<u32>(n_ev + 1),
+            layer_start.view::<u32>(n_ev * 11),
+            item_start.view::<u32>(n_ev * db.n_pairs as usize + 1),
+        );
         {
             let mut vbc = bin_count.view_mut::<u32>(n_bins);
-            Launch::new(&run, "ca_bin_count").arg(&vdet).arg(&vphi).arg(&n_hits32).arg(&vho).arg(&vls).arg(&n_ev32).arg(&mut vbc).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            Launch::new(&run, "ca_bin_count")
+                .arg(&vdet)
+                .arg(&vphi)
+                .arg(&n_hits32)
+                .arg(&vho)
+                .arg(&vls)
+                .arg(&n_ev32)
+                .arg(&mut vbc)
+                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
         {
             let vbc = bin_count.view::<u32>(n_bins);
-            let (mut vbs, mut vcur) = (bin_start.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT), cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT));
-            Launch::new(&run, "ca_bin_scan").arg(&vbc).arg(&vho).arg(&n_ev32).arg(&mut vbs).arg(&mut vcur).launch(blocks(n_ev, ELEMENT_BLOCK))?;
+            let (mut vbs, mut vcur) = (
+                bin_start.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+                cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+            );
+            Launch::new(&run, "ca_bin_scan")
+                .arg(&vbc)
+                .arg(&vho)
+                .arg(&n_ev32)
+                .arg(&mut vbs)
+                .arg(&mut vcur)
+                .launch(blocks(n_ev, ELEMENT_BLOCK))?;
         }
         {
-            let (mut vcur, mut vpi) = (cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT), pidx.view_mut::<u32>(n_hits));
-            Launch::new(&run, "ca_bin_fill").arg(&vdet).arg(&vphi).arg(&n_hits32).arg(&vho).arg(&vls).arg(&n_ev32).arg(&mut vcur).arg(&mut vpi).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            let (mut vcur, mut vpi) = (
+                cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+                pidx.view_mut::<u32>(n_hits),
+            );
+            Launch::new(&run, "ca_bin_fill")
+                .arg(&vdet)
+                .arg(&vphi)
+                .arg(&n_hits32)
+                .arg(&vho)
+                .arg(&vls)
+                .arg(&n_ev32)
+                .arg(&mut vcur)
+                .arg(&mut vpi)
+                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
         {
             let vbs = bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT);
-            let (mut vpi, mut vpz, mut vpr, mut vpp, mut vps) =
-                (pidx.view_mut::<u32>(n_hits), pz.view_mut::<f32>(n_hits), pr.view_mut::<f32>(n_hits), pphi.view_mut::<i16>(n_hits), psy.view_mut::<i16>(n_hits));
+            let (mut vpi, mut vpz, mut vpr, mut vpp, mut vps) = (
+                pidx.view_mut::<u32>(n_hits),
+                pz.view_mut::<f32>(n_hits),
+                pr.view_mut::<f32>(n_hits),
+                pphi.view_mut::<i16>(n_hits),
+                psy.view_mut::<i16>(n_hits),
+            );
             let mut l = Launch::new(&run, "ca_bin_sort");
-            l.arg(&vbs).arg(&n_ev32).arg(&vho).arg(&vz).arg(&vr).arg(&vphi).arg(&vsy);
-            l.arg(&mut vpi).arg(&mut vpz).arg(&mut vpr).arg(&mut vpp).arg(&mut vps).launch(blocks(n_bins, ELEMENT_BLOCK))?;
+            l.arg(&vbs)
+                .arg(&n_ev32)
+                .arg(&vho)
+                .arg(&vz)
+                .arg(&vr)
+                .arg(&vphi)
+                .arg(&vsy);
+            l.arg(&mut vpi)
+                .arg(&mut vpz)
+                .arg(&mut vpr)
+                .arg(&mut vpp)
+                .arg(&mut vps)
+                .launch(blocks(n_bins, ELEMENT_BLOCK))?;
         }
         // Both passes of the candidate scan: count (write = 0), then write at the scanned places.
         let (pi, pf) = (&self.pair_i, &self.pair_f);
-        let (vbs, vpi, vpz, vpr, vpp, vps) =
-            (bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT), pidx.view::<u32>(n_hits), pz.view::<f32>(n_hits), pr.view::<f32>(n_hits), pphi.view::<i16>(n_hits), psy.view::<i16>(n_hits));
-        let scan = |run: &Run, write: u32, item_count: &mut crate::device::DeviceBuf, item_first: &crate::device::DeviceBuf, cell_off: &crate::device::DeviceBuf, n_cells: usize,
-                    outs: (&mut crate::device::DeviceBuf, &mut crate::device::DeviceBuf, &mut crate::device::DeviceBuf)| -> Result<()> {
-            let (mut vic, vif, vco) = (item_count.view_mut::<u32>(n_items), item_first.view::<u32>(n_items), cell_off.view::<u32>(n_ev + 1));
-            let (mut oi, mut oo, mut op) = (outs.0.view_mut::<u32>(n_cells.max(1)), outs.1.view_mut::<u32>(n_cells.max(1)), outs.2.view_mut::<u8>(n_cells.max(1)));
+        let (vbs, vpi, vpz, vpr, vpp, vps) = (
+            bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+            pidx.view::<u32>(n_hits),
+            pz.view::<f32>(n_hits),
+            pr.view::<f32>(n_hits),
+            pphi.view::<i16>(n_hits),
+            psy.view::<i16>(n_hits),
+        );
+        let scan = |run: &Run,
+                    write: u32,
+                    item_count: &mut crate::device::DeviceBuf,
+                    item_first: &crate::device::DeviceBuf,
+                    cell_off: &crate::device::DeviceBuf,
+                    n_cells: usize,
+                    outs: (
+            &mut crate::device::DeviceBuf,
+            &mut crate::device::DeviceBuf,
+            &mut crate::device::DeviceBuf,
+        )|
+         -> Result<()> {
+            let (mut vic, vif, vco) = (
+                item_count.view_mut::<u32>(n_items),
+                item_first.view::<u32>(n_items),
+                cell_off.view::<u32>(n_ev + 1),
+            );
+            let (mut oi, mut oo, mut op) = (
+                outs.0.view_mut::<u32>(n_cells.max(1)),
+                outs.1.view_mut::<u32>(n_cells.max(1)),
+                outs.2.view_mut::<u8>(n_cells.max(1)),
+            );
             let mut l = Launch::new(run, "ca_doublets");
-            l.arg(&write).arg(&n_items32).arg(&vis).arg(&db.n_pairs).arg(&n_ev32).arg(&vho).arg(&vls);
+            l.arg(&write)
+                .arg(&n_items32)
+                .arg(&vis)
+                .arg(&db.n_pairs)
+                .arg(&n_ev32)
+                .arg(&vho)
+                .arg(&vls);
             l.arg(&vz).arg(&vr).arg(&vphi).arg(&vsy).arg(&vdet);
-            l.arg(&vbs).arg(&vpi).arg(&vpz).arg(&vpr).arg(&vpp).arg(&vps);
-            l.arg(pi).arg(pf).arg(&flags).arg(&d.z0_cut).arg(&cuts.dzdr_fact).arg(&cuts.min_radius2_t4);
-            l.arg(&cuts.i2p).arg(&d.max_dy_pred).arg(&d.max_number_of_doublets);
-            l.arg(&mut vic).arg(&vif).arg(&vco).arg(&mut oi).arg(&mut oo).arg(&mut op);
+            l.arg(&vbs)
+                .arg(&vpi)
+                .arg(&vpz)
+                .arg(&vpr)
+                .arg(&vpp)
+                .arg(&vps);
+            l.arg(pi)
+                .arg(pf)
+                .arg(&flags)
+                .arg(&d.z0_cut)
+                .arg(&cuts.dzdr_fact)
+                .arg(&cuts.min_radius2_t4);
+            l.arg(&cuts.i2p)
+                .arg(&d.max_dy_pred)
+                .arg(&d.max_number_of_doublets);
+            l.arg(&mut vic)
+                .arg(&vif)
+                .arg(&vco)
+                .arg(&mut oi)
+                .arg(&mut oo)
+                .arg(&mut op);
             l.launch(blocks(n_items, ELEMENT_BLOCK))
         };
         {
-            let (mut d0, mut d1, mut d2, no_off) = (run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u8>(1)?, run.zeros::<u32>(n_ev + 1)?);
-            scan(&run, 0, &mut item_count, &item_first, &no_off, 0, (&mut d0, &mut d1, &mut d2))?;
+            let (mut d0, mut d1, mut d2, no_off) = (
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u8>(1)?,
+                run.zeros::<u32>(n_ev + 1)?,
+            );
+            scan(
+                &run,
+                0,
+                &mut item_count,
+                &item_first,
+                &no_off,
+                0,
+                (&mut d0, &mut d1, &mut d2),
+            )?;
         }
         {
             let vic = item_count.view::<u32>(n_items);
-            let (mut vif, mut vet) = (item_first.view_mut::<u32>(n_items), event_total.view_mut::<u32>(n_ev));
-            let cfg = cudarc::driver::LaunchConfig { grid_dim: (n_ev32, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
-            Launch::new(&run, "ca_item_scan").arg(&vic).arg(&vis).arg(&db.n_pairs).arg(&mut vif).arg(&mut vet).launch(cfg)?;
+            let (mut vif, mut vet) = (
+                item_first.view_mut::<u32>(n_items),
+                event_total.view_mut::<u32>(n_ev),
+            );
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (n_ev32, 1, 1),
+                block_dim: (SCAN_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            Launch::new(&run, "ca_item_scan")
+                .arg(&vic)
+                .arg(&vis)
+                .arg(&db.n_pairs)
+                .arg(&mut vif)
+                .arg(&mut vet)
+                .launch(cfg)?;
         }
         // The events' cell counts size the products: one small download.
         let totals = run.down::<u32>(&event_total, n_ev)?;
@@ -287,8 +508,20 @@ impl Step for CaDoubletsGpu {
         let n_cells = *cell_off.last().unwrap_or(&0) as usize;
         let n_cells32 = n_cells as u32;
         let dco = run.up(&cell_off)?;
-        let (mut inner, mut outer, mut pair) = (run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_cells.max(1))?, run.out::<u8>(n_cells.max(1))?);
-        scan(&run, 1, &mut item_count, &item_first, &dco, n_cells, (&mut inner, &mut outer, &mut pair))?;
+        let (mut inner, mut outer, mut pair) = (
+            run.out::<u32>(n_cells.max(1))?,
+            run.out::<u32>(n_cells.max(1))?,
+            run.out::<u8>(n_cells.max(1))?,
+        );
+        scan(
+            &run,
+            1,
+            &mut item_count,
+            &item_first,
+            &dco,
+            n_cells,
+            (&mut inner, &mut outer, &mut pair),
+        )?;
         let mut outer_count = run.zeros::<u32>(n_hits)?;
         let mut listed = run.zeros::<u8>(n_cells.max(1))?;
         if n_cells > 0 {
@@ -296,31 +529,90 @@ impl Step for CaDoubletsGpu {
             let (vo, vco) = (outer.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1));
             {
                 let mut voc = outer_count.view_mut::<u32>(n_hits);
-                Launch::new(&run, "ca_listed_count").arg(&vo).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&vho).arg(&mut voc).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+                Launch::new(&run, "ca_listed_count")
+                    .arg(&vo)
+                    .arg(&n_cells32)
+                    .arg(&vco)
+                    .arg(&n_ev32)
+                    .arg(&vho)
+                    .arg(&mut voc)
+                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             let voc = outer_count.view::<u32>(n_hits);
             let mut vl = listed.view_mut::<u8>(n_cells);
-            Launch::new(&run, "ca_listed").arg(&vo).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&vho).arg(&voc).arg(&m).arg(&mut vl).launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            Launch::new(&run, "ca_listed_overfull").arg(&vo).arg(&vco).arg(&n_ev32).arg(&vho).arg(&n_hits32).arg(&voc).arg(&m).arg(&mut vl).launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            Launch::new(&run, "ca_listed")
+                .arg(&vo)
+                .arg(&n_cells32)
+                .arg(&vco)
+                .arg(&n_ev32)
+                .arg(&vho)
+                .arg(&voc)
+                .arg(&m)
+                .arg(&mut vl)
+                .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            Launch::new(&run, "ca_listed_overfull")
+                .arg(&vo)
+                .arg(&vco)
+                .arg(&n_ev32)
+                .arg(&vho)
+                .arg(&n_hits32)
+                .arg(&voc)
+                .arg(&m)
+                .arg(&mut vl)
+                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
         // The overflow rows' counts, counted on the device: two numbers per event come back.
         let (mut unlisted, mut worst) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         if n_cells > 0 {
-            let (voc, vl, vco) = (outer_count.view::<u32>(n_hits), listed.view::<u8>(n_cells), dco.view::<u32>(n_ev + 1));
+            let (voc, vl, vco) = (
+                outer_count.view::<u32>(n_hits),
+                listed.view::<u8>(n_cells),
+                dco.view::<u32>(n_ev + 1),
+            );
             let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
             let mut l = Launch::new(&run, "ca_overflow_stats");
-            l.arg(&voc).arg(&n_hits32).arg(&vho).arg(&vl).arg(&n_cells32).arg(&vco).arg(&n_ev32).arg(&mut vu).arg(&mut vw);
-            l.launch(blocks(n_hits.max(n_cells).div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
+            l.arg(&voc)
+                .arg(&n_hits32)
+                .arg(&vho)
+                .arg(&vl)
+                .arg(&n_cells32)
+                .arg(&vco)
+                .arg(&n_ev32)
+                .arg(&mut vu)
+                .arg(&mut vw);
+            l.launch(blocks(
+                n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
+                ELEMENT_BLOCK,
+            ))?;
         }
         run.mark()?;
-        let (hu, hw) = (run.queue::<u32>(&unlisted, n_ev)?, run.queue::<u32>(&worst, n_ev)?);
+        let (hu, hw) = (
+            run.queue::<u32>(&unlisted, n_ev)?,
+            run.queue::<u32>(&worst, n_ev)?,
+        );
         let (hu, hw) = (run.take(hu)?, run.take(hw)?);
         run.finish(&c.stats)?;
-        let p = doublet_products(d, &totals, &cell_off, hu.as_slice(), hw.as_slice()).map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
+        let p = doublet_products(d, &totals, &cell_off, hu.as_slice(), hw.as_slice())
+            .map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
         // The cells stay on the device: a GPU `ca_ntuplets` reads them there, and the first
         // host consumer (a CPU step, an output, `compare`) downloads them once.
-        let device = device_columns(c.gpu, DOUBLETS, n_cells, vec![Arc::new(inner), Arc::new(outer), Arc::new(pair), Arc::new(listed)])?;
-        batch.put(Product::on_device(schema(DOUBLETS), offsets_from_lengths(p.lengths)?, n_cells, device)?)?;
+        let device = device_columns(
+            c.gpu,
+            DOUBLETS,
+            n_cells,
+            vec![
+                Arc::new(inner),
+                Arc::new(outer),
+                Arc::new(pair),
+                Arc::new(listed),
+            ],
+        )?;
+        batch.put(Product::on_device(
+            schema(DOUBLETS),
+            offsets_from_lengths(p.lengths)?,
+            n_cells,
+            device,
+        )?)?;
         publish_overflows(batch, p.overflows)
     }
 

@@ -14,12 +14,14 @@ use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, Quality};
 use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
-use crate::resident::CudaMirror;
-use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
-use std::sync::Arc;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
-use crate::steps::{batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run};
+use crate::resident::CudaMirror;
+use crate::steps::{
+    batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
+};
+use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
+use std::sync::Arc;
 
 /// One event's neighbour lists of the CA connect from what the device computed: for each
 /// cell, the number of cells that connect to it (`count`) and those cells by ascending index
@@ -46,7 +48,9 @@ pub fn capped_neighbors(
     // The CPU opens a list at its first push while fewer than max_active_doublets − 1 are
     // open: with fewer non-empty lists than that, every list opens.
     let non_empty = count.iter().filter(|&&c| c > 0).count() as u64;
-    if non_empty + 1 > max_active_doublets as u64 || count.iter().map(|&c| c as u64).sum::<u64>() != pushed.len() as u64 {
+    if non_empty + 1 > max_active_doublets as u64
+        || count.iter().map(|&c| c as u64).sum::<u64>() != pushed.len() as u64
+    {
         return None;
     }
     let mut offsets = Vec::with_capacity(count.len() + 1);
@@ -60,7 +64,10 @@ pub fn capped_neighbors(
         at += c as usize;
         offsets.push(values.len() as u32);
     }
-    Some((quiver_reco::tracks::doublets::Csr { offsets, values }, overflows))
+    Some((
+        quiver_reco::tracks::doublets::Csr { offsets, values },
+        overflows,
+    ))
 }
 
 /// One event of `ca_ntuplets` from what the device search wrote: `found` tuples in the
@@ -98,8 +105,12 @@ pub fn ntuplet_event(
 ) -> std::result::Result<(Tuples, CaState), String> {
     let (mut t, mut ca) = stored_tuples(n, found, lengths, hits, cells, neighbor_overflows)?;
     // The lists from the cells as the search wrote them (the overflow empties hits only).
-    let (tc, tco) = (std::mem::take(&mut ca.tuple_cells), std::mem::take(&mut ca.tuple_cell_offsets));
-    ca.replay_tracks_of(n_cells, &tc, &tco, n).map_err(|e| e.to_string())?;
+    let (tc, tco) = (
+        std::mem::take(&mut ca.tuple_cells),
+        std::mem::take(&mut ca.tuple_cell_offsets),
+    );
+    ca.replay_tracks_of(n_cells, &tc, &tco, n)
+        .map_err(|e| e.to_string())?;
     (ca.tuple_cells, ca.tuple_cell_offsets) = (tc, tco);
     early_duplicate_remover(&ca, &mut t);
     Ok((t, ca))
@@ -134,10 +145,16 @@ pub fn ntuplet_event_listed(
 ) -> std::result::Result<(Tuples, CaState), String> {
     let (mut t, mut ca) = stored_tuples(n, found, lengths, hits, cells, neighbor_overflows)?;
     if quality.len() != t.len() {
-        return Err(format!("{} quality codes for {} tuples", quality.len(), t.len()));
+        return Err(format!(
+            "{} quality codes for {} tuples",
+            quality.len(),
+            t.len()
+        ));
     }
     for (i, (q, &code)) in t.quality.iter_mut().zip(quality).enumerate() {
-        *q = Quality::from_u8(code).filter(|q| *q <= Quality::Dup).ok_or_else(|| format!("tuple {i}: quality code {code}"))?;
+        *q = Quality::from_u8(code)
+            .filter(|q| *q <= Quality::Dup)
+            .ok_or_else(|| format!("tuple {i}: quality code {code}"))?;
     }
     ca.track_overflows = track_overflows;
     Ok((t, ca))
@@ -153,8 +170,14 @@ fn stored_tuples(
     neighbor_overflows: u32,
 ) -> std::result::Result<(Tuples, CaState), String> {
     let stored = lengths.len();
-    if stored as u64 > found as u64 || stored as u64 > n.max_tuples as u64 || (found > n.max_tuples && stored as u64 != n.max_tuples as u64) {
-        return Err(format!("{stored} tuples stored of {found} found with room for {}", n.max_tuples));
+    if stored as u64 > found as u64
+        || stored as u64 > n.max_tuples as u64
+        || (found > n.max_tuples && stored as u64 != n.max_tuples as u64)
+    {
+        return Err(format!(
+            "{stored} tuples stored of {found} found with room for {}",
+            n.max_tuples
+        ));
     }
     let mut offsets = Vec::with_capacity(stored + 1);
     let mut cell_offsets = Vec::with_capacity(stored + 1);
@@ -167,12 +190,30 @@ fn stored_tuples(
         offsets.push(offsets[i] + l);
         cell_offsets.push(cell_offsets[i] + l - 1);
     }
-    let (nh, nc) = (*offsets.last().unwrap_or(&0) as usize, *cell_offsets.last().unwrap_or(&0) as usize);
+    let (nh, nc) = (
+        *offsets.last().unwrap_or(&0) as usize,
+        *cell_offsets.last().unwrap_or(&0) as usize,
+    );
     let (Some(hits), Some(cells)) = (hits.get(..nh), cells.get(..nc)) else {
-        return Err(format!("{} hits and {} cells for tuples of {nh} hits and {nc} cells", hits.len(), cells.len()));
+        return Err(format!(
+            "{} hits and {} cells for tuples of {nh} hits and {nc} cells",
+            hits.len(),
+            cells.len()
+        ));
     };
-    let ca = CaState { neighbor_overflows, tuple_overflows: found - stored as u32, tuple_cells: cells.to_vec(), tuple_cell_offsets: cell_offsets, ..Default::default() };
-    let mut t = Tuples { offsets, hits: hits.to_vec(), quality: vec![Quality::Bad; stored], overflow: found as usize > stored };
+    let ca = CaState {
+        neighbor_overflows,
+        tuple_overflows: found - stored as u32,
+        tuple_cells: cells.to_vec(),
+        tuple_cell_offsets: cell_offsets,
+        ..Default::default()
+    };
+    let mut t = Tuples {
+        offsets,
+        hits: hits.to_vec(),
+        quality: vec![Quality::Bad; stored],
+        overflow: found as usize > stored,
+    };
     if t.overflow && !t.is_empty() {
         // As the CPU's (and the reference's) overflow finalisation: the last tuple closes empty.
         let start = t.offsets[stored - 1];
@@ -193,7 +234,12 @@ pub(crate) struct CaNtupletsGpu {
 
 impl CaNtupletsGpu {
     pub fn new(cfg: &StepConfig, common: Common, ca: CaConfig) -> Result<Self> {
-        Ok(CaNtupletsGpu { hits: cfg.input("hits")?, doublets: cfg.input("doublets")?, cfg: ca, common })
+        Ok(CaNtupletsGpu {
+            hits: cfg.input("hits")?,
+            doublets: cfg.input("doublets")?,
+            cfg: ca,
+            common,
+        })
     }
 }
 
@@ -202,7 +248,11 @@ fn prefix(v: &[u32]) -> Result<Vec<u32>> {
     let mut out = Vec::with_capacity(v.len() + 1);
     out.push(0u32);
     for &x in v {
-        let next = out.last().unwrap_or(&0).checked_add(x).ok_or_else(|| Error::data("gpu ca_ntuplets: more than 2^32 entries in a batch"))?;
+        let next = out
+            .last()
+            .unwrap_or(&0)
+            .checked_add(x)
+            .ok_or_else(|| Error::data("gpu ca_ntuplets: more than 2^32 entries in a batch"))?;
         out.push(next);
     }
     Ok(out)
@@ -245,41 +295,122 @@ pub(crate) struct CellTracks {
 impl CellTracks {
     pub(crate) fn build(run: &mut Run, i: CellTracksIn) -> Result<Self> {
         let (ne, nc, nt) = (i.n_ev as u32, i.n_cells as u32, i.n_tuples as u32);
-        let (mut count, mut first, mut total, mut cursor) = (run.zeros::<u32>(i.n_cells)?, run.out::<u32>(i.n_cells)?, run.out::<u32>(i.n_ev)?, run.zeros::<u32>(i.n_cells)?);
+        let (mut count, mut first, mut total, mut cursor) = (
+            run.zeros::<u32>(i.n_cells)?,
+            run.out::<u32>(i.n_cells)?,
+            run.out::<u32>(i.n_ev)?,
+            run.zeros::<u32>(i.n_cells)?,
+        );
         let (mut vals, mut bad) = (run.out::<u32>(i.n_entries.max(1))?, run.zeros::<u32>(1)?);
-        let (vto, vcs, vce, vcells, vco, vb) = (&i.tup_off, &i.cstart, &i.cend, &i.cells, &i.cell_off, i.base.view::<u32>(i.n_ev));
+        let (vto, vcs, vce, vcells, vco, vb) = (
+            &i.tup_off,
+            &i.cstart,
+            &i.cend,
+            &i.cells,
+            &i.cell_off,
+            i.base.view::<u32>(i.n_ev),
+        );
         {
             let (mut vn, mut vbad) = (count.view_mut::<u32>(i.n_cells), bad.view_mut::<u32>(1));
             let mut l = Launch::new(run, "ct_count");
-            l.arg(&nt).arg(vto).arg(&ne).arg(&i.limit).arg(vcs).arg(vce).arg(vcells).arg(vco).arg(&mut vn).arg(&mut vbad);
+            l.arg(&nt)
+                .arg(vto)
+                .arg(&ne)
+                .arg(&i.limit)
+                .arg(vcs)
+                .arg(vce)
+                .arg(vcells)
+                .arg(vco)
+                .arg(&mut vn)
+                .arg(&mut vbad);
             l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
         }
         {
-            let (vn, mut vf, mut vt) = (count.view::<u32>(i.n_cells), first.view_mut::<u32>(i.n_cells), total.view_mut::<u32>(i.n_ev));
+            let (vn, mut vf, mut vt) = (
+                count.view::<u32>(i.n_cells),
+                first.view_mut::<u32>(i.n_cells),
+                total.view_mut::<u32>(i.n_ev),
+            );
             seg_scan(run, &vn, i.cell_off_host, vco, &mut vf, &mut vt)?;
         }
         {
-            let (vf, mut vcu, mut vv) = (first.view::<u32>(i.n_cells), cursor.view_mut::<u32>(i.n_cells), vals.view_mut::<u32>(i.n_entries.max(1)));
+            let (vf, mut vcu, mut vv) = (
+                first.view::<u32>(i.n_cells),
+                cursor.view_mut::<u32>(i.n_cells),
+                vals.view_mut::<u32>(i.n_entries.max(1)),
+            );
             let mut l = Launch::new(run, "ct_fill");
-            l.arg(&nt).arg(vto).arg(&ne).arg(&i.limit).arg(vcs).arg(vce).arg(vcells).arg(vco).arg(&vf).arg(&vb).arg(&mut vcu).arg(&mut vv);
+            l.arg(&nt)
+                .arg(vto)
+                .arg(&ne)
+                .arg(&i.limit)
+                .arg(vcs)
+                .arg(vce)
+                .arg(vcells)
+                .arg(vco)
+                .arg(&vf)
+                .arg(&vb)
+                .arg(&mut vcu)
+                .arg(&mut vv);
             l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
         }
         {
-            let (vn, vf, mut vv) = (count.view::<u32>(i.n_cells), first.view::<u32>(i.n_cells), vals.view_mut::<u32>(i.n_entries.max(1)));
+            let (vn, vf, mut vv) = (
+                count.view::<u32>(i.n_cells),
+                first.view::<u32>(i.n_cells),
+                vals.view_mut::<u32>(i.n_entries.max(1)),
+            );
             let mut l = Launch::new(run, "ct_sort");
-            l.arg(&nc).arg(vco).arg(&ne).arg(&vn).arg(&vf).arg(&vb).arg(&mut vv);
+            l.arg(&nc)
+                .arg(vco)
+                .arg(&ne)
+                .arg(&vn)
+                .arg(&vf)
+                .arg(&vb)
+                .arg(&mut vv);
             l.launch(blocks(i.n_cells, ELEMENT_BLOCK))?;
         }
         drop(vb);
-        Ok(CellTracks { count, first, base: i.base, vals, bad, n_ev: i.n_ev, n_cells: i.n_cells })
+        Ok(CellTracks {
+            count,
+            first,
+            base: i.base,
+            vals,
+            bad,
+            n_ev: i.n_ev,
+            n_cells: i.n_cells,
+        })
     }
 
     /// Per event: the non-empty lists, and the entries past `per_list` (the CPU's list
     /// overflows).
-    pub(crate) fn stats(&self, run: &Run, cell_off: &DeviceBuf, per_list: u32, non_empty: &mut DeviceBuf, dropped: &mut DeviceBuf) -> Result<()> {
+    pub(crate) fn stats(
+        &self,
+        run: &Run,
+        cell_off: &DeviceBuf,
+        per_list: u32,
+        non_empty: &mut DeviceBuf,
+        dropped: &mut DeviceBuf,
+    ) -> Result<()> {
         let (ne, nc) = (self.n_ev as u32, self.n_cells as u32);
-        let (vn, vco, mut vne, mut vd) = (self.count.view::<u32>(self.n_cells), cell_off.view::<u32>(self.n_ev + 1), non_empty.view_mut::<u32>(self.n_ev), dropped.view_mut::<u32>(self.n_ev));
-        Launch::new(run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&per_list).arg(&mut vne).arg(&mut vd).launch(blocks(self.n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))
+        let (vn, vco, mut vne, mut vd) = (
+            self.count.view::<u32>(self.n_cells),
+            cell_off.view::<u32>(self.n_ev + 1),
+            non_empty.view_mut::<u32>(self.n_ev),
+            dropped.view_mut::<u32>(self.n_ev),
+        );
+        Launch::new(run, "nt_list_stats")
+            .arg(&vn)
+            .arg(&nc)
+            .arg(&vco)
+            .arg(&ne)
+            .arg(&per_list)
+            .arg(&mut vne)
+            .arg(&mut vd)
+            .launch(blocks(
+                self.n_cells.div_ceil(STATS_RUN as usize),
+                ELEMENT_BLOCK,
+            ))
     }
 }
 
@@ -294,7 +425,11 @@ impl Step for CaNtupletsGpu {
         // The cells: a GPU `ca_doublets`' device-resident product (checked on the device
         // below, never downloaded here), or a host product (checked here, uploaded once).
         let d = batch.get_resident(&self.doublets)?;
-        let on_device = d.device_data().is_some_and(|x| x.as_any().downcast_ref::<crate::resident::CudaColumns>().is_some());
+        let on_device = d.device_data().is_some_and(|x| {
+            x.as_any()
+                .downcast_ref::<crate::resident::CudaColumns>()
+                .is_some()
+        });
         // What the CPU step rejects (hits out of layer order, cells naming hits the event does
         // not have, columns that do not fit) goes to the CPU step for its exact message.
         if h.offsets().len() != n_ev + 1 || d.offsets().len() != n_ev + 1 {
@@ -302,9 +437,19 @@ impl Step for CaNtupletsGpu {
         }
         if !on_device {
             let d = batch.get(&self.doublets)?;
-            let (inner, outer, pair) = (values::<UInt32Type>(&d, "inner")?, values::<UInt32Type>(&d, "outer")?, values::<UInt8Type>(&d, "pair")?);
-            let listed = d.batch().column_by_name("listed").and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
-            if listed != Some(inner.len()) || outer.len() != inner.len() || pair.len() != inner.len() {
+            let (inner, outer, pair) = (
+                values::<UInt32Type>(&d, "inner")?,
+                values::<UInt32Type>(&d, "outer")?,
+                values::<UInt8Type>(&d, "pair")?,
+            );
+            let listed = d
+                .batch()
+                .column_by_name("listed")
+                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
+            if listed != Some(inner.len())
+                || outer.len() != inner.len()
+                || pair.len() != inner.len()
+            {
                 return fallback(c.cpu.as_ref(), &c.stats, batch);
             }
             for e in 0..n_ev {
@@ -333,18 +478,43 @@ impl Step for CaNtupletsGpu {
         let mut run = Run::start(c.gpu)?;
         let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
         let hc = crate::resident::cuda(&hd);
-        let (dx, dy, dz, dr, ddet) = (hc.column("x_global")?, hc.column("y_global")?, hc.column("z_global")?, hc.column("r_global")?, hc.column("det_index")?);
+        let (dx, dy, dz, dr, ddet) = (
+            hc.column("x_global")?,
+            hc.column("y_global")?,
+            hc.column("z_global")?,
+            hc.column("r_global")?,
+            hc.column("det_index")?,
+        );
         let (dho, dco) = (run.up(&hit_off)?, run.up(&cell_off)?);
         // The cells: the GPU `ca_doublets`' device columns, or one upload for the batch.
         let dd = crate::resident::columns_on_device(batch, &self.doublets, c.gpu)?;
         let dc = crate::resident::cuda(&dd);
-        let (di, dout, dp, dl) = (dc.column("inner")?, dc.column("outer")?, dc.column("pair")?, dc.column("listed")?);
+        let (di, dout, dp, dl) = (
+            dc.column("inner")?,
+            dc.column("outer")?,
+            dc.column("pair")?,
+            dc.column("listed")?,
+        );
         if on_device {
             // Before any kernel indexes hits by these cells.
             let mut bad = run.zeros::<u32>(1)?;
             {
-                let (vi, vo, vco, vho, mut vb) = (di.view::<u32>(n_cells), dout.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1), dho.view::<u32>(n_ev + 1), bad.view_mut::<u32>(1));
-                Launch::new(&run, "cn_check_cells").arg(&vi).arg(&vo).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut vb).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+                let (vi, vo, vco, vho, mut vb) = (
+                    di.view::<u32>(n_cells),
+                    dout.view::<u32>(n_cells),
+                    dco.view::<u32>(n_ev + 1),
+                    dho.view::<u32>(n_ev + 1),
+                    bad.view_mut::<u32>(1),
+                );
+                Launch::new(&run, "cn_check_cells")
+                    .arg(&vi)
+                    .arg(&vo)
+                    .arg(&nc)
+                    .arg(&vco)
+                    .arg(&ne)
+                    .arg(&vho)
+                    .arg(&mut vb)
+                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             if run.down::<u32>(&bad, 1)?.as_slice()[0] != 0 {
                 drop(run);
@@ -352,87 +522,270 @@ impl Step for CaNtupletsGpu {
             }
         }
         run.mark()?;
-        let (vx, vy, vz, vr, vdet) = (dx.view::<f32>(n_hits), dy.view::<f32>(n_hits), dz.view::<f32>(n_hits), dr.view::<f32>(n_hits), ddet.view::<u16>(n_hits));
+        let (vx, vy, vz, vr, vdet) = (
+            dx.view::<f32>(n_hits),
+            dy.view::<f32>(n_hits),
+            dz.view::<f32>(n_hits),
+            dr.view::<f32>(n_hits),
+            ddet.view::<u16>(n_hits),
+        );
         let (vho, vco) = (dho.view::<u32>(n_ev + 1), dco.view::<u32>(n_ev + 1));
-        let (vi, vo, vp, vl) = (di.view::<u32>(n_cells), dout.view::<u32>(n_cells), dp.view::<u8>(n_cells), dl.view::<u8>(n_cells));
+        let (vi, vo, vp, vl) = (
+            di.view::<u32>(n_cells),
+            dout.view::<u32>(n_cells),
+            dp.view::<u8>(n_cells),
+            dl.view::<u8>(n_cells),
+        );
 
         // The cells by one of their hits (ascending index): by inner hit for the connect, by
         // outer hit (listed cells only) for the fishbone.
-        let index = |run: &mut Run, key: &cudarc::driver::CudaView<u32>, filter: u32| -> Result<(crate::device::DeviceBuf, crate::device::DeviceBuf)> {
-            let (mut count, mut start, mut cursor, mut idx) = (run.zeros::<u32>(n_hits)?, run.out::<u32>(n_hits + 1)?, run.out::<u32>(n_hits)?, run.out::<u32>(n_cells)?);
+        let index = |run: &mut Run,
+                     key: &cudarc::driver::CudaView<u32>,
+                     filter: u32|
+         -> Result<(crate::device::DeviceBuf, crate::device::DeviceBuf)> {
+            let (mut count, mut start, mut cursor, mut idx) = (
+                run.zeros::<u32>(n_hits)?,
+                run.out::<u32>(n_hits + 1)?,
+                run.out::<u32>(n_hits)?,
+                run.out::<u32>(n_cells)?,
+            );
             let mut sorted = run.out::<u32>(n_cells)?;
             {
                 let mut v = count.view_mut::<u32>(n_hits);
-                Launch::new(run, "cn_index_count").arg(key).arg(&filter).arg(&vl).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut v).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+                Launch::new(run, "cn_index_count")
+                    .arg(key)
+                    .arg(&filter)
+                    .arg(&vl)
+                    .arg(&nc)
+                    .arg(&vco)
+                    .arg(&ne)
+                    .arg(&vho)
+                    .arg(&mut v)
+                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             {
                 let v = count.view::<u32>(n_hits);
-                let (mut s, mut cu) = (start.view_mut::<u32>(n_hits + 1), cursor.view_mut::<u32>(n_hits));
-                let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (SCAN_BLOCK, 1, 1), shared_mem_bytes: 0 };
-                Launch::new(run, "cn_index_scan").arg(&v).arg(&vho).arg(&vco).arg(&ne).arg(&mut s).arg(&mut cu).launch(cfg)?;
+                let (mut s, mut cu) = (
+                    start.view_mut::<u32>(n_hits + 1),
+                    cursor.view_mut::<u32>(n_hits),
+                );
+                let cfg = cudarc::driver::LaunchConfig {
+                    grid_dim: (ne, 1, 1),
+                    block_dim: (SCAN_BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                Launch::new(run, "cn_index_scan")
+                    .arg(&v)
+                    .arg(&vho)
+                    .arg(&vco)
+                    .arg(&ne)
+                    .arg(&mut s)
+                    .arg(&mut cu)
+                    .launch(cfg)?;
             }
             {
-                let (mut cu, mut ix) = (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
-                Launch::new(run, "cn_index_fill").arg(key).arg(&filter).arg(&vl).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&mut cu).arg(&mut ix).launch(blocks(n_cells, ELEMENT_BLOCK))?;
+                let (mut cu, mut ix) =
+                    (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
+                Launch::new(run, "cn_index_fill")
+                    .arg(key)
+                    .arg(&filter)
+                    .arg(&vl)
+                    .arg(&nc)
+                    .arg(&vco)
+                    .arg(&ne)
+                    .arg(&vho)
+                    .arg(&mut cu)
+                    .arg(&mut ix)
+                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             {
-                let (s, ix, mut so) = (start.view::<u32>(n_hits + 1), idx.view::<u32>(n_cells), sorted.view_mut::<u32>(n_cells));
-                Launch::new(run, "cn_index_rank").arg(&s).arg(&nh).arg(&ix).arg(&mut so).launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
+                let (s, ix, mut so) = (
+                    start.view::<u32>(n_hits + 1),
+                    idx.view::<u32>(n_cells),
+                    sorted.view_mut::<u32>(n_cells),
+                );
+                Launch::new(run, "cn_index_rank")
+                    .arg(&s)
+                    .arg(&nh)
+                    .arg(&ix)
+                    .arg(&mut so)
+                    .launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
             }
             Ok((start, sorted))
         };
         let (start_i, by_inner) = index(&mut run, &vi, 0)?;
-        let (vsi, vbi) = (start_i.view::<u32>(n_hits + 1), by_inner.view::<u32>(n_cells));
-        let (mut ncount, mut first, mut ntotal) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.out::<u32>(n_ev)?);
+        let (vsi, vbi) = (
+            start_i.view::<u32>(n_hits + 1),
+            by_inner.view::<u32>(n_cells),
+        );
+        let (mut ncount, mut first, mut ntotal) = (
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_ev)?,
+        );
         let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         let mut used = run.zeros::<u8>(n_cells)?;
         // The first neighbours of each cell, kept by the count pass for the write pass.
         let mut kept = run.out::<u32>(n_cells * CONNECT_KEPT)?;
-        let connect = |run: &Run, write: u32, ncount: &mut crate::device::DeviceBuf, first: &crate::device::DeviceBuf, push_off: &crate::device::DeviceBuf, out: &mut crate::device::DeviceBuf, n_out: usize, used: &mut crate::device::DeviceBuf, kept: &mut crate::device::DeviceBuf| -> Result<()> {
-            let (mut vn, vf, vpo, mut vout, mut vu) = (ncount.view_mut::<u32>(n_cells), first.view::<u32>(n_cells), push_off.view::<u32>(n_ev + 1), out.view_mut::<u32>(n_out.max(1)), used.view_mut::<u8>(n_cells));
+        let connect = |run: &Run,
+                       write: u32,
+                       ncount: &mut crate::device::DeviceBuf,
+                       first: &crate::device::DeviceBuf,
+                       push_off: &crate::device::DeviceBuf,
+                       out: &mut crate::device::DeviceBuf,
+                       n_out: usize,
+                       used: &mut crate::device::DeviceBuf,
+                       kept: &mut crate::device::DeviceBuf|
+         -> Result<()> {
+            let (mut vn, vf, vpo, mut vout, mut vu) = (
+                ncount.view_mut::<u32>(n_cells),
+                first.view::<u32>(n_cells),
+                push_off.view::<u32>(n_ev + 1),
+                out.view_mut::<u32>(n_out.max(1)),
+                used.view_mut::<u8>(n_cells),
+            );
             let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
             let mut l = Launch::new(run, "cn_connect");
-            l.arg(&write).arg(&nc).arg(&vco).arg(&ne).arg(&vho).arg(&vx).arg(&vy).arg(&vz).arg(&vr).arg(&vdet);
+            l.arg(&write)
+                .arg(&nc)
+                .arg(&vco)
+                .arg(&ne)
+                .arg(&vho)
+                .arg(&vx)
+                .arg(&vy)
+                .arg(&vz)
+                .arg(&vr)
+                .arg(&vdet);
             l.arg(&vi).arg(&vo).arg(&vl).arg(&vsi).arg(&vbi);
-            l.arg(&n.ptmin).arg(&n.ca_theta_cut_barrel).arg(&n.ca_theta_cut_forward).arg(&n.dca_cut_inner_triplet).arg(&n.dca_cut_outer_triplet).arg(&n.hard_curv_cut);
-            l.arg(&mut vn).arg(&vf).arg(&vpo).arg(&mut vout).arg(&mut vu).arg(&mut vk);
+            l.arg(&n.ptmin)
+                .arg(&n.ca_theta_cut_barrel)
+                .arg(&n.ca_theta_cut_forward)
+                .arg(&n.dca_cut_inner_triplet)
+                .arg(&n.dca_cut_outer_triplet)
+                .arg(&n.hard_curv_cut);
+            l.arg(&mut vn)
+                .arg(&vf)
+                .arg(&vpo)
+                .arg(&mut vout)
+                .arg(&mut vu)
+                .arg(&mut vk);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))
         };
         {
             let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
-            connect(&run, 0, &mut ncount, &first, &no_off, &mut no_out, 1, &mut used, &mut kept)?;
+            connect(
+                &run,
+                0,
+                &mut ncount,
+                &first,
+                &no_off,
+                &mut no_out,
+                1,
+                &mut used,
+                &mut kept,
+            )?;
         }
-        let scan = |run: &mut Run, value: &crate::device::DeviceBuf, first: &mut crate::device::DeviceBuf, total: &mut crate::device::DeviceBuf| -> Result<()> {
-            let (v, mut f, mut t) = (value.view::<u32>(n_cells), first.view_mut::<u32>(n_cells), total.view_mut::<u32>(n_ev));
+        let scan = |run: &mut Run,
+                    value: &crate::device::DeviceBuf,
+                    first: &mut crate::device::DeviceBuf,
+                    total: &mut crate::device::DeviceBuf|
+         -> Result<()> {
+            let (v, mut f, mut t) = (
+                value.view::<u32>(n_cells),
+                first.view_mut::<u32>(n_cells),
+                total.view_mut::<u32>(n_ev),
+            );
             seg_scan(run, &v, &cell_off, &vco, &mut f, &mut t)
         };
         scan(&mut run, &ncount, &mut first, &mut ntotal)?;
         {
-            let (vn, mut vne, mut vd) = (ncount.view::<u32>(n_cells), non_empty.view_mut::<u32>(n_ev), dropped.view_mut::<u32>(n_ev));
-            Launch::new(&run, "nt_list_stats").arg(&vn).arg(&nc).arg(&vco).arg(&ne).arg(&n.max_cell_neighbors).arg(&mut vne).arg(&mut vd).launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
+            let (vn, mut vne, mut vd) = (
+                ncount.view::<u32>(n_cells),
+                non_empty.view_mut::<u32>(n_ev),
+                dropped.view_mut::<u32>(n_ev),
+            );
+            Launch::new(&run, "nt_list_stats")
+                .arg(&vn)
+                .arg(&nc)
+                .arg(&vco)
+                .arg(&ne)
+                .arg(&n.max_cell_neighbors)
+                .arg(&mut vne)
+                .arg(&mut vd)
+                .launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
         }
-        let (h_total, h_non_empty, h_dropped) = (run.queue::<u32>(&ntotal, n_ev)?, run.queue::<u32>(&non_empty, n_ev)?, run.queue::<u32>(&dropped, n_ev)?);
-        let (h_total, h_non_empty, h_dropped) = (run.take(h_total)?, run.take(h_non_empty)?, run.take(h_dropped)?);
+        let (h_total, h_non_empty, h_dropped) = (
+            run.queue::<u32>(&ntotal, n_ev)?,
+            run.queue::<u32>(&non_empty, n_ev)?,
+            run.queue::<u32>(&dropped, n_ev)?,
+        );
+        let (h_total, h_non_empty, h_dropped) = (
+            run.take(h_total)?,
+            run.take(h_non_empty)?,
+            run.take(h_dropped)?,
+        );
         run.sync()?;
         // max_active_doublets binds: the lists opened depend on the CPU's push order.
-        if h_non_empty.iter().any(|&k| k as u64 + 1 > n.max_active_doublets as u64) {
+        if h_non_empty
+            .iter()
+            .any(|&k| k as u64 + 1 > n.max_active_doublets as u64)
+        {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let push_off = prefix(h_total.as_slice())?;
         let n_push = *push_off.last().unwrap_or(&0) as usize;
         let dpo = run.up(&push_off)?;
         let mut nbr = run.out::<u32>(n_push.max(1))?;
-        connect(&run, 1, &mut ncount, &first, &dpo, &mut nbr, n_push, &mut used, &mut kept)?;
+        connect(
+            &run,
+            1,
+            &mut ncount,
+            &first,
+            &dpo,
+            &mut nbr,
+            n_push,
+            &mut used,
+            &mut kept,
+        )?;
         drop(kept);
 
         let mut dead = run.zeros::<u8>(n_cells)?;
-        let fishbone_index = if n.early_fishbone || n.late_fishbone { Some(index(&mut run, &vo, 1)?) } else { None };
-        let fishbone = |run: &Run, check_track: u32, has_track: &crate::device::DeviceBuf, dead: &mut crate::device::DeviceBuf| -> Result<()> {
-            let Some((start_o, by_outer)) = &fishbone_index else { return Ok(()) };
-            let (vs, vb, vu, vht, mut vd) = (start_o.view::<u32>(n_hits + 1), by_outer.view::<u32>(n_cells), used.view::<u8>(n_cells), has_track.view::<u8>(n_cells), dead.view_mut::<u8>(n_cells));
+        let fishbone_index = if n.early_fishbone || n.late_fishbone {
+            Some(index(&mut run, &vo, 1)?)
+        } else {
+            None
+        };
+        let fishbone = |run: &Run,
+                        check_track: u32,
+                        has_track: &crate::device::DeviceBuf,
+                        dead: &mut crate::device::DeviceBuf|
+         -> Result<()> {
+            let Some((start_o, by_outer)) = &fishbone_index else {
+                return Ok(());
+            };
+            let (vs, vb, vu, vht, mut vd) = (
+                start_o.view::<u32>(n_hits + 1),
+                by_outer.view::<u32>(n_cells),
+                used.view::<u8>(n_cells),
+                has_track.view::<u8>(n_cells),
+                dead.view_mut::<u8>(n_cells),
+            );
             let mut l = Launch::new(run, "nt_fishbone");
-            l.arg(&nh).arg(&vho).arg(&ne).arg(&vco).arg(&vx).arg(&vy).arg(&vz).arg(&vdet).arg(&vi);
-            l.arg(&vs).arg(&vb).arg(&vu).arg(&check_track).arg(&vht).arg(&mut vd);
+            l.arg(&nh)
+                .arg(&vho)
+                .arg(&ne)
+                .arg(&vco)
+                .arg(&vx)
+                .arg(&vy)
+                .arg(&vz)
+                .arg(&vdet)
+                .arg(&vi);
+            l.arg(&vs)
+                .arg(&vb)
+                .arg(&vu)
+                .arg(&check_track)
+                .arg(&vht)
+                .arg(&mut vd);
             l.launch(blocks(n_hits, ELEMENT_BLOCK))
         };
         if n.early_fishbone {
@@ -440,28 +793,118 @@ impl Step for CaNtupletsGpu {
         }
 
         // The search: count, per-event prefix sums, write at the CPU's places.
-        let (mut n_tup, mut n_hit, mut err) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.zeros::<u32>(1)?);
-        let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (run.out::<u32>(n_cells)?, run.out::<u32>(n_cells)?, run.out::<u32>(n_ev)?, run.out::<u32>(n_ev)?);
-        let search = |run: &Run, write: u32, n_tup: &mut crate::device::DeviceBuf, n_hit: &mut crate::device::DeviceBuf, tf: &crate::device::DeviceBuf, hf: &crate::device::DeviceBuf,
-                      to: &crate::device::DeviceBuf, ho: &crate::device::DeviceBuf, outs: [&mut crate::device::DeviceBuf; 5], sizes: [usize; 3], dead: &crate::device::DeviceBuf, err: &mut crate::device::DeviceBuf| -> Result<()> {
+        let (mut n_tup, mut n_hit, mut err) = (
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_cells)?,
+            run.zeros::<u32>(1)?,
+        );
+        let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_ev)?,
+            run.out::<u32>(n_ev)?,
+        );
+        let search = |run: &Run,
+                      write: u32,
+                      n_tup: &mut crate::device::DeviceBuf,
+                      n_hit: &mut crate::device::DeviceBuf,
+                      tf: &crate::device::DeviceBuf,
+                      hf: &crate::device::DeviceBuf,
+                      to: &crate::device::DeviceBuf,
+                      ho: &crate::device::DeviceBuf,
+                      outs: [&mut crate::device::DeviceBuf; 5],
+                      sizes: [usize; 3],
+                      dead: &crate::device::DeviceBuf,
+                      err: &mut crate::device::DeviceBuf|
+         -> Result<()> {
             let [tl, tcs, tce, oh, oc] = outs;
-            let (vdd, vn, vf, vpo, vnb) = (dead.view::<u8>(n_cells), ncount.view::<u32>(n_cells), first.view::<u32>(n_cells), dpo.view::<u32>(n_ev + 1), nbr.view::<u32>(n_push.max(1)));
-            let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (n_tup.view_mut::<u32>(n_cells), n_hit.view_mut::<u32>(n_cells), tf.view::<u32>(n_cells), hf.view::<u32>(n_cells), to.view::<u32>(n_ev + 1), ho.view::<u32>(n_ev + 1));
-            let (mut vtl, mut voh, mut voc, mut ve) = (tl.view_mut::<u32>(sizes[0].max(1)), oh.view_mut::<u32>(sizes[1].max(1)), oc.view_mut::<u32>(sizes[2].max(1)), err.view_mut::<u32>(1));
-            let (mut vcs, mut vce) = (tcs.view_mut::<u32>(sizes[0].max(1)), tce.view_mut::<u32>(sizes[0].max(1)));
+            let (vdd, vn, vf, vpo, vnb) = (
+                dead.view::<u8>(n_cells),
+                ncount.view::<u32>(n_cells),
+                first.view::<u32>(n_cells),
+                dpo.view::<u32>(n_ev + 1),
+                nbr.view::<u32>(n_push.max(1)),
+            );
+            let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (
+                n_tup.view_mut::<u32>(n_cells),
+                n_hit.view_mut::<u32>(n_cells),
+                tf.view::<u32>(n_cells),
+                hf.view::<u32>(n_cells),
+                to.view::<u32>(n_ev + 1),
+                ho.view::<u32>(n_ev + 1),
+            );
+            let (mut vtl, mut voh, mut voc, mut ve) = (
+                tl.view_mut::<u32>(sizes[0].max(1)),
+                oh.view_mut::<u32>(sizes[1].max(1)),
+                oc.view_mut::<u32>(sizes[2].max(1)),
+                err.view_mut::<u32>(1),
+            );
+            let (mut vcs, mut vce) = (
+                tcs.view_mut::<u32>(sizes[0].max(1)),
+                tce.view_mut::<u32>(sizes[0].max(1)),
+            );
             let mut l = Launch::new(run, "nt_search");
-            l.arg(&write).arg(&nc).arg(&vco).arg(&ne).arg(&vi).arg(&vo).arg(&vp).arg(&vdd);
-            l.arg(&vn).arg(&vf).arg(&vpo).arg(&vnb).arg(&n.max_cell_neighbors).arg(&n.min_hits_per_ntuplet).arg(&n.max_tuples);
-            l.arg(&mut vt).arg(&mut vh).arg(&vtf).arg(&vhf).arg(&vto).arg(&vhoo).arg(&mut vtl).arg(&mut vcs).arg(&mut vce).arg(&mut voh).arg(&mut voc).arg(&mut ve);
+            l.arg(&write)
+                .arg(&nc)
+                .arg(&vco)
+                .arg(&ne)
+                .arg(&vi)
+                .arg(&vo)
+                .arg(&vp)
+                .arg(&vdd);
+            l.arg(&vn)
+                .arg(&vf)
+                .arg(&vpo)
+                .arg(&vnb)
+                .arg(&n.max_cell_neighbors)
+                .arg(&n.min_hits_per_ntuplet)
+                .arg(&n.max_tuples);
+            l.arg(&mut vt)
+                .arg(&mut vh)
+                .arg(&vtf)
+                .arg(&vhf)
+                .arg(&vto)
+                .arg(&vhoo)
+                .arg(&mut vtl)
+                .arg(&mut vcs)
+                .arg(&mut vce)
+                .arg(&mut voh)
+                .arg(&mut voc)
+                .arg(&mut ve);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))
         };
         {
-            let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (run.zeros::<u32>(n_ev + 1)?, run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?, run.out::<u32>(1)?);
-            search(&run, 0, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &z1, &z2, [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5], [1, 1, 1], &dead, &mut err)?;
+            let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (
+                run.zeros::<u32>(n_ev + 1)?,
+                run.zeros::<u32>(n_ev + 1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+            );
+            search(
+                &run,
+                0,
+                &mut n_tup,
+                &mut n_hit,
+                &tup_first,
+                &hit_first,
+                &z1,
+                &z2,
+                [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5],
+                [1, 1, 1],
+                &dead,
+                &mut err,
+            )?;
         }
         scan(&mut run, &n_tup, &mut tup_first, &mut tup_total)?;
         scan(&mut run, &n_hit, &mut hit_first, &mut hit_total)?;
-        let (h_tup, h_hit, h_err) = (run.queue::<u32>(&tup_total, n_ev)?, run.queue::<u32>(&hit_total, n_ev)?, run.queue::<u32>(&err, 1)?);
+        let (h_tup, h_hit, h_err) = (
+            run.queue::<u32>(&tup_total, n_ev)?,
+            run.queue::<u32>(&hit_total, n_ev)?,
+            run.queue::<u32>(&err, 1)?,
+        );
         let (h_tup, h_hit, h_err) = (run.take(h_tup)?, run.take(h_hit)?, run.take(h_err)?);
         run.sync()?;
         // A path longer than the search allows: the CPU step reports it.
@@ -469,12 +912,35 @@ impl Step for CaNtupletsGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let (tup_off, hit_pos) = (prefix(h_tup.as_slice())?, prefix(h_hit.as_slice())?);
-        let (n_tuples, n_tuple_hits) = (*tup_off.last().unwrap_or(&0) as usize, *hit_pos.last().unwrap_or(&0) as usize);
+        let (n_tuples, n_tuple_hits) = (
+            *tup_off.last().unwrap_or(&0) as usize,
+            *hit_pos.last().unwrap_or(&0) as usize,
+        );
         let n_tuple_cells = n_tuple_hits - n_tuples;
         let (dto, dhp) = (run.up(&tup_off)?, run.up(&hit_pos)?);
-        let (mut tlen, mut thits, mut tcells) = (run.zeros::<u32>(n_tuples.max(1))?, run.out::<u32>(n_tuple_hits.max(1))?, run.out::<u32>(n_tuple_cells.max(1))?);
-        let (mut cstart, mut cend) = (run.out::<u32>(n_tuples.max(1))?, run.out::<u32>(n_tuples.max(1))?);
-        search(&run, 1, &mut n_tup, &mut n_hit, &tup_first, &hit_first, &dto, &dhp, [&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells], [n_tuples, n_tuple_hits, n_tuple_cells], &dead, &mut err)?;
+        let (mut tlen, mut thits, mut tcells) = (
+            run.zeros::<u32>(n_tuples.max(1))?,
+            run.out::<u32>(n_tuple_hits.max(1))?,
+            run.out::<u32>(n_tuple_cells.max(1))?,
+        );
+        let (mut cstart, mut cend) = (
+            run.out::<u32>(n_tuples.max(1))?,
+            run.out::<u32>(n_tuples.max(1))?,
+        );
+        search(
+            &run,
+            1,
+            &mut n_tup,
+            &mut n_hit,
+            &tup_first,
+            &hit_first,
+            &dto,
+            &dhp,
+            [&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells],
+            [n_tuples, n_tuple_hits, n_tuple_cells],
+            &dead,
+            &mut err,
+        )?;
         // The cells' tuple lists and the early duplicate remover, on the device.
         let list_base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
         let base = run.up(&list_base)?;
@@ -495,23 +961,74 @@ impl Step for CaNtupletsGpu {
                 base,
             },
         )?;
-        let (mut track_non_empty, mut track_dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
-        lists.stats(&run, &dco, n.max_cell_tracks, &mut track_non_empty, &mut track_dropped)?;
+        let (mut track_non_empty, mut track_dropped) =
+            (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        lists.stats(
+            &run,
+            &dco,
+            n.max_cell_tracks,
+            &mut track_non_empty,
+            &mut track_dropped,
+        )?;
         let (mut dq, mut has_track) = (run.zeros::<u8>(n_tuples.max(1))?, run.out::<u8>(n_cells)?);
         {
-            let (vn, vf, vb, vv, vto, vtl, vfound) = (lists.count.view::<u32>(n_cells), lists.first.view::<u32>(n_cells), lists.base.view::<u32>(n_ev), lists.vals.view::<u32>(n_tuple_cells.max(1)), dto.view::<u32>(n_ev + 1), tlen.view::<u32>(n_tuples.max(1)), tup_total.view::<u32>(n_ev));
-            let (mut vq, mut vht) = (dq.view_mut::<u8>(n_tuples.max(1)), has_track.view_mut::<u8>(n_cells));
+            let (vn, vf, vb, vv, vto, vtl, vfound) = (
+                lists.count.view::<u32>(n_cells),
+                lists.first.view::<u32>(n_cells),
+                lists.base.view::<u32>(n_ev),
+                lists.vals.view::<u32>(n_tuple_cells.max(1)),
+                dto.view::<u32>(n_ev + 1),
+                tlen.view::<u32>(n_tuples.max(1)),
+                tup_total.view::<u32>(n_ev),
+            );
+            let (mut vq, mut vht) = (
+                dq.view_mut::<u8>(n_tuples.max(1)),
+                has_track.view_mut::<u8>(n_cells),
+            );
             let mut l = Launch::new(&run, "nt_early_dup");
-            l.arg(&nc).arg(&vco).arg(&ne).arg(&vn).arg(&vf).arg(&vb).arg(&vv).arg(&n.max_cell_tracks).arg(&vto).arg(&vtl).arg(&vfound).arg(&n.max_tuples).arg(&mut vq).arg(&mut vht);
+            l.arg(&nc)
+                .arg(&vco)
+                .arg(&ne)
+                .arg(&vn)
+                .arg(&vf)
+                .arg(&vb)
+                .arg(&vv)
+                .arg(&n.max_cell_tracks)
+                .arg(&vto)
+                .arg(&vtl)
+                .arg(&vfound)
+                .arg(&n.max_tuples)
+                .arg(&mut vq)
+                .arg(&mut vht);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
         }
-        let (h_len, h_hits, h_cells) = (run.queue_of::<u32>(NTUPLETS, &tlen, n_tuples)?, run.queue_of::<u32>(NTUPLETS, &thits, n_tuple_hits)?, run.queue_of::<u32>(NTUPLETS, &tcells, n_tuple_cells)?);
-        let (h_q, h_tne, h_tdrop, h_bad) = (run.queue_of::<u8>(NTUPLETS, &dq, n_tuples)?, run.queue::<u32>(&track_non_empty, n_ev)?, run.queue::<u32>(&track_dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
-        let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (run.take(h_len)?, run.take(h_hits)?, run.take(h_cells)?, run.take(h_q)?, run.take(h_tne)?, run.take(h_tdrop)?, run.take(h_bad)?);
+        let (h_len, h_hits, h_cells) = (
+            run.queue_of::<u32>(NTUPLETS, &tlen, n_tuples)?,
+            run.queue_of::<u32>(NTUPLETS, &thits, n_tuple_hits)?,
+            run.queue_of::<u32>(NTUPLETS, &tcells, n_tuple_cells)?,
+        );
+        let (h_q, h_tne, h_tdrop, h_bad) = (
+            run.queue_of::<u8>(NTUPLETS, &dq, n_tuples)?,
+            run.queue::<u32>(&track_non_empty, n_ev)?,
+            run.queue::<u32>(&track_dropped, n_ev)?,
+            run.queue::<u32>(&lists.bad, 1)?,
+        );
+        let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (
+            run.take(h_len)?,
+            run.take(h_hits)?,
+            run.take(h_cells)?,
+            run.take(h_q)?,
+            run.take(h_tne)?,
+            run.take(h_tdrop)?,
+            run.take(h_bad)?,
+        );
         run.sync()?;
         // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
         // past its event (the CPU's error): the CPU's replay, event by event.
-        let on_device = h_bad.as_slice()[0] == 0 && h_tne.iter().all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
+        let on_device = h_bad.as_slice()[0] == 0
+            && h_tne
+                .iter()
+                .all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
 
         let mut out = Vec::with_capacity(n_ev);
         for e in 0..n_ev {
@@ -519,11 +1036,32 @@ impl Step for CaNtupletsGpu {
             let stored = found.min(n.max_tuples) as usize;
             let t0 = tup_off[e] as usize;
             let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
-            let (lengths, hits, cells) = (&h_len[t0..t0 + stored], &h_hits[hp..hit_pos[e + 1] as usize], &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize]);
+            let (lengths, hits, cells) = (
+                &h_len[t0..t0 + stored],
+                &h_hits[hp..hit_pos[e + 1] as usize],
+                &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize],
+            );
             let r = if on_device {
-                ntuplet_event_listed(n, found, lengths, hits, cells, &h_q[t0..t0 + stored], h_dropped[e], h_tdrop[e])
+                ntuplet_event_listed(
+                    n,
+                    found,
+                    lengths,
+                    hits,
+                    cells,
+                    &h_q[t0..t0 + stored],
+                    h_dropped[e],
+                    h_tdrop[e],
+                )
             } else {
-                ntuplet_event(n, d.event_rows(e).len(), found, lengths, hits, cells, h_dropped[e])
+                ntuplet_event(
+                    n,
+                    d.event_rows(e).len(),
+                    found,
+                    lengths,
+                    hits,
+                    cells,
+                    h_dropped[e],
+                )
             };
             out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
         }
@@ -535,20 +1073,43 @@ impl Step for CaNtupletsGpu {
             && n_tuples > 0
             && h_tup.iter().all(|&f| f <= n.max_tuples)
             && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
-            && out.iter().map(|(_, ca)| ca.tuple_cells.len()).sum::<usize>() == n_tuple_cells;
+            && out
+                .iter()
+                .map(|(_, ca)| ca.tuple_cells.len())
+                .sum::<usize>()
+                == n_tuple_cells;
         let offsets = if as_written {
             let whole = [0u32, n_tuples as u32];
             let dwhole = run.up(&whole)?;
             let (mut first, mut total) = (run.out::<u32>(n_tuples)?, run.out::<u32>(1)?);
             {
-                let (vl, vw, mut vf, mut vt) = (tlen.view::<u32>(n_tuples), dwhole.view::<u32>(2), first.view_mut::<u32>(n_tuples), total.view_mut::<u32>(1));
+                let (vl, vw, mut vf, mut vt) = (
+                    tlen.view::<u32>(n_tuples),
+                    dwhole.view::<u32>(2),
+                    first.view_mut::<u32>(n_tuples),
+                    total.view_mut::<u32>(1),
+                );
                 seg_scan(&mut run, &vl, &whole, &vw, &mut vf, &mut vt)?;
             }
-            let (mut hoff, mut coff) = (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
+            let (mut hoff, mut coff) =
+                (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
             {
-                let (nt, vf, vt) = (n_tuples as u32, first.view::<u32>(n_tuples), total.view::<u32>(1));
-                let (mut vh, mut vc) = (hoff.view_mut::<u32>(n_tuples + 1), coff.view_mut::<u32>(n_tuples + 1));
-                Launch::new(&run, "nt_list_offsets").arg(&nt).arg(&vf).arg(&vt).arg(&mut vh).arg(&mut vc).launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
+                let (nt, vf, vt) = (
+                    n_tuples as u32,
+                    first.view::<u32>(n_tuples),
+                    total.view::<u32>(1),
+                );
+                let (mut vh, mut vc) = (
+                    hoff.view_mut::<u32>(n_tuples + 1),
+                    coff.view_mut::<u32>(n_tuples + 1),
+                );
+                Launch::new(&run, "nt_list_offsets")
+                    .arg(&nt)
+                    .arg(&vf)
+                    .arg(&vt)
+                    .arg(&mut vh)
+                    .arg(&mut vc)
+                    .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
             }
             Some((hoff, coff))
         } else {
@@ -572,12 +1133,17 @@ impl Step for CaNtupletsGpu {
         let mut words = run.out::<u32>(n_words)?;
         {
             let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
-            Launch::new(&run, "nt_alive_bits").arg(&vd).arg(&nc).arg(&mut vw).launch(blocks(n_words, ELEMENT_BLOCK))?;
+            Launch::new(&run, "nt_alive_bits")
+                .arg(&vd)
+                .arg(&nc)
+                .arg(&mut vw)
+                .launch(blocks(n_words, ELEMENT_BLOCK))?;
         }
         run.mark()?;
         let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
         let results = run.finish(&c.stats)?;
-        let alive = arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
+        let alive =
+            arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
         let mirror = match offsets {
             Some((hoff, coff)) => Some(
                 CudaMirror::new()

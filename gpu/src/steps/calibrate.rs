@@ -18,7 +18,12 @@ pub(crate) struct CalibrateGpu {
 }
 
 impl CalibrateGpu {
-    pub fn new(cfg: &StepConfig, common: Common, gains: Arc<GainCalibration>, ccfg: CalibConfig) -> Result<Self> {
+    pub fn new(
+        cfg: &StepConfig,
+        common: Common,
+        gains: Arc<GainCalibration>,
+        ccfg: CalibConfig,
+    ) -> Result<Self> {
         let e = |m: String| Error::plan(&cfg.label, format!("uploading the gains: {m}"));
         let mut bytes = 0u64;
         let g = common.gpu;
@@ -33,7 +38,12 @@ impl CalibrateGpu {
             host: gains,
         };
         common.stats.add_conditions(bytes);
-        Ok(CalibrateGpu { input: cfg.input("input")?, cfg: ccfg, gains: dg, common })
+        Ok(CalibrateGpu {
+            input: cfg.input("input")?,
+            cfg: ccfg,
+            gains: dg,
+            common,
+        })
     }
 }
 
@@ -54,23 +64,51 @@ impl Step for CalibrateGpu {
         let mut run = Run::start(c.gpu)?;
         let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
         let din = cuda(&on_dev);
-        let (dm, dx, dy, da) = (din.column("module")?, din.column("row")?, din.column("col")?, din.column("adc")?);
+        let (dm, dx, dy, da) = (
+            din.column("module")?,
+            din.column("row")?,
+            din.column("col")?,
+            din.column("adc")?,
+        );
         let mut status = run.zeros::<u32>(1)?;
         let (mut om, mut oa) = (run.out::<u16>(n)?, run.out::<u16>(n)?);
         run.mark()?;
         {
             let cf = &self.cfg;
-            let (n32, n_ranges, data_len) = (n as u32, g.range_and_cols.len() as u32, g.data.len() as u64);
+            let (n32, n_ranges, data_len) =
+                (n as u32, g.range_and_cols.len() as u32, g.data.len() as u64);
             let (is_run2, l1) = (cf.is_run2 as u32, cf.l1_modules as u32);
-            let (vm, vx, vy, va) = (dm.view::<u16>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
-            let (mut vom, mut voa, mut vst) = (om.view_mut::<u16>(n), oa.view_mut::<u16>(n), status.view_mut::<u32>(1));
+            let (vm, vx, vy, va) = (
+                dm.view::<u16>(n),
+                dx.view::<u16>(n),
+                dy.view::<u16>(n),
+                da.view::<u16>(n),
+            );
+            let (mut vom, mut voa, mut vst) = (
+                om.view_mut::<u16>(n),
+                oa.view_mut::<u16>(n),
+                status.view_mut::<u32>(1),
+            );
             let mut b = Launch::new(&run, "calibrate");
             b.arg(&vm).arg(&vx).arg(&vy).arg(&va).arg(&n32);
-            b.arg(&self.gains.first).arg(&self.gains.last).arg(&self.gains.cols).arg(&n_ranges);
-            b.arg(&self.gains.data).arg(&data_len).arg(&g.min_ped).arg(&g.min_gain).arg(&g.ped_precision).arg(&g.gain_precision);
+            b.arg(&self.gains.first)
+                .arg(&self.gains.last)
+                .arg(&self.gains.cols)
+                .arg(&n_ranges);
+            b.arg(&self.gains.data)
+                .arg(&data_len)
+                .arg(&g.min_ped)
+                .arg(&g.min_gain)
+                .arg(&g.ped_precision)
+                .arg(&g.gain_precision);
             b.arg(&g.rows_averaged).arg(&g.dead_flag).arg(&g.noisy_flag);
-            b.arg(&is_run2).arg(&l1).arg(&cf.vcal_to_electron_gain_l1).arg(&cf.vcal_to_electron_offset_l1);
-            b.arg(&cf.vcal_to_electron_gain).arg(&cf.vcal_to_electron_offset).arg(&cf.min_electrons);
+            b.arg(&is_run2)
+                .arg(&l1)
+                .arg(&cf.vcal_to_electron_gain_l1)
+                .arg(&cf.vcal_to_electron_offset_l1);
+            b.arg(&cf.vcal_to_electron_gain)
+                .arg(&cf.vcal_to_electron_offset)
+                .arg(&cf.min_electrons);
             b.arg(&mut vom).arg(&mut voa).arg(&mut vst);
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
@@ -82,8 +120,18 @@ impl Step for CalibrateGpu {
         }
         // On the device only, like the digis: `clusterize` makes the host view when it needs
         // one (one download), the later GPU steps read the device columns.
-        let on_device = device_columns(c.gpu, CALIBRATED_DIGIS, n, vec![dx.clone(), dy.clone(), Arc::new(oa), Arc::new(om)])?;
-        batch.put(Product::on_device(schema(CALIBRATED_DIGIS), d.offsets().clone(), n, on_device)?)
+        let on_device = device_columns(
+            c.gpu,
+            CALIBRATED_DIGIS,
+            n,
+            vec![dx.clone(), dy.clone(), Arc::new(oa), Arc::new(om)],
+        )?;
+        batch.put(Product::on_device(
+            schema(CALIBRATED_DIGIS),
+            d.offsets().clone(),
+            n,
+            on_device,
+        )?)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

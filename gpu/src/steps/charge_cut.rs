@@ -16,7 +16,13 @@ pub(crate) struct ChargeCutGpu {
 
 impl ChargeCutGpu {
     pub fn new(cfg: &StepConfig, common: Common, ccfg: ChargeCutConfig) -> Result<Self> {
-        Ok(ChargeCutGpu { digis: cfg.input("digis")?, clusters: cfg.input("clusters")?, modules: cfg.input("modules")?, cfg: ccfg, common })
+        Ok(ChargeCutGpu {
+            digis: cfg.input("digis")?,
+            clusters: cfg.input("clusters")?,
+            modules: cfg.input("modules")?,
+            cfg: ccfg,
+            common,
+        })
     }
 }
 
@@ -38,7 +44,8 @@ impl ChargeCutGpu {
 /// ```
 pub fn beyond_kernel_slots(tables: &[(&[u16], &[u32], &[u32])]) -> bool {
     tables.iter().any(|(_, _, counts)| {
-        counts.iter().any(|&c| c > MAX_CLUSTERS_PER_MODULE) || counts.iter().map(|&c| c as u64).sum::<u64>() > MAX_NUM_CLUSTERS as u64
+        counts.iter().any(|&c| c > MAX_CLUSTERS_PER_MODULE)
+            || counts.iter().map(|&c| c as u64).sum::<u64>() > MAX_NUM_CLUSTERS as u64
     })
 }
 
@@ -54,11 +61,30 @@ pub(super) fn table_rows(m: &Product, e: usize) -> Result<(&[u16], &[u32], &[u32
 
 /// Each of `n_runs` host runs' end over `module` (the batch's digis' modules; `run_ends`):
 /// from its first digi, the first valid digi of another module before its limit.
-pub(super) fn run_ends(run: &mut Run, module: &CudaView<u16>, first: &DeviceBuf, run_module: &DeviceBuf, limit: &DeviceBuf, n_runs: usize) -> Result<DeviceBuf> {
+pub(super) fn run_ends(
+    run: &mut Run,
+    module: &CudaView<u16>,
+    first: &DeviceBuf,
+    run_module: &DeviceBuf,
+    limit: &DeviceBuf,
+    n_runs: usize,
+) -> Result<DeviceBuf> {
     let mut ends = run.out::<u32>(n_runs.max(1))?;
     if n_runs > 0 {
-        let (vf, vm, vl, mut ve) = (first.view::<u32>(n_runs), run_module.view::<u16>(n_runs), limit.view::<u32>(n_runs), ends.view_mut::<u32>(n_runs));
-        Launch::new(run, "run_ends").arg(module).arg(&(n_runs as u32)).arg(&vf).arg(&vm).arg(&vl).arg(&mut ve).launch(blocks(n_runs, ELEMENT_BLOCK))?;
+        let (vf, vm, vl, mut ve) = (
+            first.view::<u32>(n_runs),
+            run_module.view::<u16>(n_runs),
+            limit.view::<u32>(n_runs),
+            ends.view_mut::<u32>(n_runs),
+        );
+        Launch::new(run, "run_ends")
+            .arg(module)
+            .arg(&(n_runs as u32))
+            .arg(&vf)
+            .arg(&vm)
+            .arg(&vl)
+            .arg(&mut ve)
+            .launch(blocks(n_runs, ELEMENT_BLOCK))?;
     }
     Ok(ends)
 }
@@ -105,7 +131,10 @@ type CutEvent = (Vec<u32>, Vec<u16>, Vec<u16>, Vec<u32>);
 /// assert_eq!((r.row_first, r.row_module, r.slot), (vec![5, 9], vec![7, 9], vec![0]));
 /// assert!(cut_runs(&[5..15], &[(&ids, &[4u32, 0], &counts)]).is_none()); // out of order
 /// ```
-pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])]) -> Option<CutRuns> {
+pub fn cut_runs(
+    rows: &[std::ops::Range<usize>],
+    tables: &[(&[u16], &[u32], &[u32])],
+) -> Option<CutRuns> {
     let mut out = CutRuns::default();
     for (e, (r, &(ids, firsts, counts))) in rows.iter().zip(tables).enumerate() {
         let (base, ne) = (r.start, r.len());
@@ -130,7 +159,8 @@ pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u3
             if this == INVALID_MODULE {
                 continue;
             }
-            if this as usize >= MAX_NUM_MODULES || std::mem::replace(&mut seen[this as usize], true) {
+            if this as usize >= MAX_NUM_MODULES || std::mem::replace(&mut seen[this as usize], true)
+            {
                 return None;
             }
             if n_in_module[this as usize] == 0 {
@@ -141,9 +171,11 @@ pub fn cut_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u3
             out.limit.push((base + ne) as u32);
             out.nclus.push(n_in_module[this as usize]);
             out.module.push(this);
-            out.slot.push(u32::try_from(e * MAX_NUM_MODULES + row).ok()?);
+            out.slot
+                .push(u32::try_from(e * MAX_NUM_MODULES + row).ok()?);
         }
-        out.events.push((n_in_module, launched, ids.to_vec(), firsts.to_vec()));
+        out.events
+            .push((n_in_module, launched, ids.to_vec(), firsts.to_vec()));
     }
     Some(out)
 }
@@ -171,7 +203,11 @@ impl Step for ChargeCutGpu {
         let c = &self.common;
         // The digis' and clusters' offsets only on the host (the kernels read their device
         // copies), and the module table.
-        let (d, cl, m) = (batch.get_resident(&self.digis)?, batch.get_resident(&self.clusters)?, batch.get(&self.modules)?);
+        let (d, cl, m) = (
+            batch.get_resident(&self.digis)?,
+            batch.get_resident(&self.clusters)?,
+            batch.get(&self.modules)?,
+        );
         let n = d.num_rows();
         if cl.offsets() != d.offsets() || n == 0 || n > i32::MAX as usize {
             return c.cpu.process(batch);
@@ -186,13 +222,21 @@ impl Step for ChargeCutGpu {
         if sized && beyond_kernel_slots(&tables) {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let Some(plan) = cut_runs(&rows, &tables) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Some(plan) = cut_runs(&rows, &tables) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
         let slots = super::clusterize::run_slots(&m, batch.n_events(), true);
         let mut run = Run::start(c.gpu)?;
-        let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        let (dig_dev, cl_dev) = (
+            columns_on_device(batch, &self.digis, c.gpu)?,
+            columns_on_device(batch, &self.clusters, c.gpu)?,
+        );
         let dm_in = cuda(&dig_dev).column("module")?;
         // The cut renumbers in place: private copies, the inputs' device columns stay intact.
-        let (mut dm, mut dc) = (run.copy::<u16>(dm_in, n)?, run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?);
+        let (mut dm, mut dc) = (
+            run.copy::<u16>(dm_in, n)?,
+            run.copy::<i32>(cuda(&cl_dev).column("cluster")?, n)?,
+        );
         let da = cuda(&dig_dev).column("charge")?;
         let mut status = run.zeros::<u32>(1)?;
         let vin = dm_in.view::<u16>(n);
@@ -203,7 +247,13 @@ impl Step for ChargeCutGpu {
                 let clusters = s.clusters.expect("asked for");
                 run.mark()?;
                 let ends = s.ends(&mut run, &vin, clusters, batch.n_events())?;
-                (s.first.clone(), Arc::new(ends), clusters.clone(), s.module.clone(), s.n_slots)
+                (
+                    s.first.clone(),
+                    Arc::new(ends),
+                    clusters.clone(),
+                    s.module.clone(),
+                    s.n_slots,
+                )
             }
             None => {
                 let (rf, rl, rn, rm) = (&plan.first, &plan.limit, &plan.nclus, &plan.module);
@@ -212,28 +262,70 @@ impl Step for ChargeCutGpu {
                 let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
                 run.mark()?;
                 if n_rows > 0 {
-                    let (vf, vm, mut vst) = (drow_f.view::<u32>(n_rows), drow_m.view::<u16>(n_rows), status.view_mut::<u32>(1));
-                    Launch::new(&run, "run_check").arg(&vin).arg(&(n_rows as u32)).arg(&vf).arg(&vm).arg(&mut vst).launch(blocks(n_rows, ELEMENT_BLOCK))?;
+                    let (vf, vm, mut vst) = (
+                        drow_f.view::<u32>(n_rows),
+                        drow_m.view::<u16>(n_rows),
+                        status.view_mut::<u32>(1),
+                    );
+                    Launch::new(&run, "run_check")
+                        .arg(&vin)
+                        .arg(&(n_rows as u32))
+                        .arg(&vf)
+                        .arg(&vm)
+                        .arg(&mut vst)
+                        .launch(blocks(n_rows, ELEMENT_BLOCK))?;
                 }
                 let ends = run_ends(&mut run, &vin, &drf, &drm, &drl, n_runs)?;
-                (Arc::new(drf), Arc::new(ends), Arc::new(drn), Arc::new(drm), n_runs)
+                (
+                    Arc::new(drf),
+                    Arc::new(ends),
+                    Arc::new(drn),
+                    Arc::new(drm),
+                    n_runs,
+                )
             }
         };
         let mut ncl = run.out::<u32>(n_blocks.max(1))?;
         if n_blocks > 0 {
             let cf = &self.cfg;
             let (mx, l1) = (cf.max_clusters_per_module, cf.l1_modules as u32);
-            let (mut vm, mut vc, va) = (dm.view_mut::<u16>(n), dc.view_mut::<i32>(n), da.view::<u16>(n));
-            let (vf, ve, vn, vmod) = (first.view::<u32>(n_blocks), end.view::<u32>(n_blocks), nclus.view::<u32>(n_blocks), module.view::<u16>(n_blocks));
+            let (mut vm, mut vc, va) = (
+                dm.view_mut::<u16>(n),
+                dc.view_mut::<i32>(n),
+                da.view::<u16>(n),
+            );
+            let (vf, ve, vn, vmod) = (
+                first.view::<u32>(n_blocks),
+                end.view::<u32>(n_blocks),
+                nclus.view::<u32>(n_blocks),
+                module.view::<u16>(n_blocks),
+            );
             let mut vncl = ncl.view_mut::<u32>(n_blocks);
             let mut b = Launch::new(&run, "charge_cut");
-            b.arg(&mut vm).arg(&mut vc).arg(&va).arg(&vf).arg(&ve).arg(&vn).arg(&vmod);
-            b.arg(&mx).arg(&l1).arg(&cf.min_charge_l1).arg(&cf.min_charge).arg(&mut vncl);
+            b.arg(&mut vm)
+                .arg(&mut vc)
+                .arg(&va)
+                .arg(&vf)
+                .arg(&ve)
+                .arg(&vn)
+                .arg(&vmod);
+            b.arg(&mx)
+                .arg(&l1)
+                .arg(&cf.min_charge_l1)
+                .arg(&cf.min_charge)
+                .arg(&mut vncl);
             // One block per run or slot (disjoint spans), of CUT_BLOCK threads.
-            b.launch(LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (crate::kernels::CUT_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
+            b.launch(LaunchConfig {
+                grid_dim: (n_blocks as u32, 1, 1),
+                block_dim: (crate::kernels::CUT_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            })?;
         }
         run.mark()?;
-        let (st, hn) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u32>(HIT_MODULES, &ncl, n_blocks)?);
+        let (st, hn) = (
+            run.queue::<u32>(&status, 1)?,
+            run.queue_of::<u32>(HIT_MODULES, &ncl, n_blocks)?,
+        );
         let (st, hn) = (run.take(st)?, run.take(hn)?);
         let results = run.finish(&c.stats)?;
         if st[0] != 0 {
@@ -245,20 +337,38 @@ impl Step for ChargeCutGpu {
             Some(_) => plan.slot.iter().map(|&k| hn[k as usize]).collect(),
             None => hn.to_vec(),
         };
-        let tables: Vec<ModuleTable> = plan.tables(&kept).into_iter().map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect())).collect();
+        let tables: Vec<ModuleTable> = plan
+            .tables(&kept)
+            .into_iter()
+            .map(|(i, f, n)| (i, f, n.into_iter().map(|c| c.min(cap)).collect()))
+            .collect();
         let overflows = (0..batch.n_events())
-            .map(|e| Ok(records::cluster_counts(table_rows(&m, e)?.2, cap).into_iter().collect()))
+            .map(|e| {
+                Ok(records::cluster_counts(table_rows(&m, e)?.2, cap)
+                    .into_iter()
+                    .collect())
+            })
             .collect::<Result<Vec<_>>>()?;
         // The clustered digis stay on the device: the GPU `rechits` reads them there.
-        let on_device = device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
-        batch.put(Product::on_device(schema(CLUSTERED_DIGIS), d.offsets().clone(), n, on_device)?)?;
+        let on_device =
+            device_columns(c.gpu, CLUSTERED_DIGIS, n, vec![Arc::new(dm), Arc::new(dc)])?;
+        batch.put(Product::on_device(
+            schema(CLUSTERED_DIGIS),
+            d.offsets().clone(),
+            n,
+            on_device,
+        )?)?;
         publish_modules(batch, HIT_MODULES, &tables)?;
         if let Some(s) = &slots {
             // Same rows as the cluster table: `rechits` reads its runs from the same slots.
             let kept = crate::resident::CudaMirror::new()
                 .with::<u32>(super::clusterize::SLOT_FIRST, s.first.clone(), s.n_slots)?
                 .with::<u16>(super::clusterize::SLOT_MODULE, s.module.clone(), s.n_slots)?
-                .with::<u32>(super::clusterize::EVENT_DIGIS, s.events.clone(), batch.n_events() + 1)?;
+                .with::<u32>(
+                    super::clusterize::EVENT_DIGIS,
+                    s.events.clone(),
+                    batch.n_events() + 1,
+                )?;
             batch.attach_device(HIT_MODULES, Arc::new(kept))?;
         }
         record_results(batch, &results)?;

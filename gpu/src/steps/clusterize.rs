@@ -5,7 +5,11 @@
 
 use super::*;
 
-pub(super) fn publish_modules(batch: &mut EventBatch, type_name: &str, tables: &[ModuleTable]) -> Result<()> {
+pub(super) fn publish_modules(
+    batch: &mut EventBatch,
+    type_name: &str,
+    tables: &[ModuleTable],
+) -> Result<()> {
     let cols = vec![
         concat_ref::<UInt16Type, _>(tables.iter().map(|t| t.0.as_slice())),
         concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.1.as_slice())),
@@ -75,13 +79,34 @@ impl RunSlots<'_> {
     /// Each slot's end over `module` (the batch's digis' modules; `slot_ends`): the first
     /// valid digi of another module up to its event's end, for the slots whose count in
     /// `nclus` is not 0 (the others are empty).
-    pub fn ends(&self, run: &mut Run, module: &CudaView<u16>, nclus: &DeviceBuf, n_events: usize) -> Result<DeviceBuf> {
+    pub fn ends(
+        &self,
+        run: &mut Run,
+        module: &CudaView<u16>,
+        nclus: &DeviceBuf,
+        n_events: usize,
+    ) -> Result<DeviceBuf> {
         let n = self.n_slots;
         let mut ends = run.out::<u32>(n)?;
         {
-            let (vf, vm, vn, vo, mut ve) = (self.first.view::<u32>(n), self.module.view::<u16>(n), nclus.view::<u32>(n), self.events.view::<u32>(n_events + 1), ends.view_mut::<u32>(n));
+            let (vf, vm, vn, vo, mut ve) = (
+                self.first.view::<u32>(n),
+                self.module.view::<u16>(n),
+                nclus.view::<u32>(n),
+                self.events.view::<u32>(n_events + 1),
+                ends.view_mut::<u32>(n),
+            );
             let (ns, per) = (n as u32, MAX_NUM_MODULES as u32);
-            Launch::new(run, "slot_ends").arg(module).arg(&ns).arg(&per).arg(&vf).arg(&vm).arg(&vn).arg(&vo).arg(&mut ve).launch(blocks(n, ELEMENT_BLOCK))?;
+            Launch::new(run, "slot_ends")
+                .arg(module)
+                .arg(&ns)
+                .arg(&per)
+                .arg(&vf)
+                .arg(&vm)
+                .arg(&vn)
+                .arg(&vo)
+                .arg(&mut ve)
+                .launch(blocks(n, ELEMENT_BLOCK))?;
         }
         Ok(ends)
     }
@@ -93,7 +118,11 @@ pub(super) fn run_slots(table: &Product, n_events: usize, clusters: bool) -> Opt
         return None;
     }
     let n_slots = n_events * MAX_NUM_MODULES;
-    let clusters = if clusters { Some(m.part::<u32>(SLOT_CLUSTERS, n_slots)?) } else { None };
+    let clusters = if clusters {
+        Some(m.part::<u32>(SLOT_CLUSTERS, n_slots)?)
+    } else {
+        None
+    };
     Some(RunSlots {
         first: m.part::<u32>(SLOT_FIRST, n_slots)?,
         module: m.part::<u16>(SLOT_MODULE, n_slots)?,
@@ -111,7 +140,11 @@ pub(crate) struct ClusterizeGpu {
 
 impl ClusterizeGpu {
     pub fn new(cfg: &StepConfig, common: Common, max_pix: usize) -> Result<Self> {
-        Ok(ClusterizeGpu { input: cfg.input("input")?, max_pix, common })
+        Ok(ClusterizeGpu {
+            input: cfg.input("input")?,
+            max_pix,
+            common,
+        })
     }
 }
 
@@ -130,21 +163,60 @@ impl Step for ClusterizeGpu {
         let mut run = Run::start(c.gpu)?;
         let on_dev = columns_on_device(batch, &self.input, c.gpu)?;
         let din = cuda(&on_dev);
-        let (dm, dx, dy) = (din.column("module")?, din.column("row")?, din.column("col")?);
+        let (dm, dx, dy) = (
+            din.column("module")?,
+            din.column("row")?,
+            din.column("col")?,
+        );
         let dof = run.up(&offsets)?;
         let mut status = run.zeros::<u32>(1)?;
-        let (mut start, mut pos, mut total) = (run.out::<u32>(n)?, run.out::<u32>(n)?, run.out::<u32>(n_ev)?);
+        let (mut start, mut pos, mut total) = (
+            run.out::<u32>(n)?,
+            run.out::<u32>(n)?,
+            run.out::<u32>(n_ev)?,
+        );
         // Unused slots stay empty runs (first = end = 0): their blocks do nothing.
-        let (mut rf, mut re, mut rb, mut rm) = (run.zeros::<u32>(slots)?, run.zeros::<u32>(slots)?, run.zeros::<u32>(slots)?, run.zeros::<u16>(slots)?);
-        let (mut worst, mut over, mut cut) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?, run.zeros::<u64>(n_ev)?);
-        let (mut clus, mut bins, mut found) = (run.out::<i32>(n)?, run.out::<u32>(n)?, run.out::<u32>(slots)?);
+        let (mut rf, mut re, mut rb, mut rm) = (
+            run.zeros::<u32>(slots)?,
+            run.zeros::<u32>(slots)?,
+            run.zeros::<u32>(slots)?,
+            run.zeros::<u16>(slots)?,
+        );
+        let (mut worst, mut over, mut cut) = (
+            run.zeros::<u32>(n_ev)?,
+            run.zeros::<u32>(n_ev)?,
+            run.zeros::<u64>(n_ev)?,
+        );
+        let (mut clus, mut bins, mut found) = (
+            run.out::<i32>(n)?,
+            run.out::<u32>(n)?,
+            run.out::<u32>(slots)?,
+        );
         run.mark()?;
         {
-            let (n32, n_ev32, max_pix) = (n as u32, n_ev as u32, self.max_pix.min(u32::MAX as usize) as u32);
-            let (vm, vx, vy, vo) = (dm.view::<u16>(n), dx.view::<u16>(n), dy.view::<u16>(n), dof.view::<u32>(n_ev + 1));
+            let (n32, n_ev32, max_pix) = (
+                n as u32,
+                n_ev as u32,
+                self.max_pix.min(u32::MAX as usize) as u32,
+            );
+            let (vm, vx, vy, vo) = (
+                dm.view::<u16>(n),
+                dx.view::<u16>(n),
+                dy.view::<u16>(n),
+                dof.view::<u32>(n_ev + 1),
+            );
             {
                 let (mut vs, mut vst) = (start.view_mut::<u32>(n), status.view_mut::<u32>(1));
-                Launch::new(&run, "mr_flag").arg(&vm).arg(&vx).arg(&vy).arg(&n32).arg(&vo).arg(&n_ev32).arg(&mut vs).arg(&mut vst).launch(blocks(n, ELEMENT_BLOCK))?;
+                Launch::new(&run, "mr_flag")
+                    .arg(&vm)
+                    .arg(&vx)
+                    .arg(&vy)
+                    .arg(&n32)
+                    .arg(&vo)
+                    .arg(&n_ev32)
+                    .arg(&mut vs)
+                    .arg(&mut vst)
+                    .launch(blocks(n, ELEMENT_BLOCK))?;
             }
             let vs = start.view::<u32>(n);
             {
@@ -153,28 +225,90 @@ impl Step for ClusterizeGpu {
             }
             {
                 let vp = pos.view::<u32>(n);
-                let (mut vf, mut ve, mut vb, mut vmod) = (rf.view_mut::<u32>(slots), re.view_mut::<u32>(slots), rb.view_mut::<u32>(slots), rm.view_mut::<u16>(slots));
-                let (mut vw, mut vov, mut vc) = (worst.view_mut::<u32>(n_ev), over.view_mut::<u32>(n_ev), cut.view_mut::<u64>(n_ev));
+                let (mut vf, mut ve, mut vb, mut vmod) = (
+                    rf.view_mut::<u32>(slots),
+                    re.view_mut::<u32>(slots),
+                    rb.view_mut::<u32>(slots),
+                    rm.view_mut::<u16>(slots),
+                );
+                let (mut vw, mut vov, mut vc) = (
+                    worst.view_mut::<u32>(n_ev),
+                    over.view_mut::<u32>(n_ev),
+                    cut.view_mut::<u64>(n_ev),
+                );
                 let mut b = Launch::new(&run, "mr_fill");
-                b.arg(&vm).arg(&n32).arg(&vo).arg(&n_ev32).arg(&vs).arg(&vp).arg(&max_pix);
-                b.arg(&mut vf).arg(&mut ve).arg(&mut vb).arg(&mut vmod).arg(&mut vw).arg(&mut vov).arg(&mut vc);
+                b.arg(&vm)
+                    .arg(&n32)
+                    .arg(&vo)
+                    .arg(&n_ev32)
+                    .arg(&vs)
+                    .arg(&vp)
+                    .arg(&max_pix);
+                b.arg(&mut vf)
+                    .arg(&mut ve)
+                    .arg(&mut vb)
+                    .arg(&mut vmod)
+                    .arg(&mut vw)
+                    .arg(&mut vov)
+                    .arg(&mut vc);
                 b.launch(blocks(n, ELEMENT_BLOCK))?;
             }
             {
                 let mut vc = clus.view_mut::<i32>(n);
-                Launch::new(&run, "clus_init").arg(&mut vc).arg(&n32).arg(&vo).arg(&n_ev32).launch(blocks(n, ELEMENT_BLOCK))?;
+                Launch::new(&run, "clus_init")
+                    .arg(&mut vc)
+                    .arg(&n32)
+                    .arg(&vo)
+                    .arg(&n_ev32)
+                    .launch(blocks(n, ELEMENT_BLOCK))?;
             }
-            let (vf, ve, vb) = (rf.view::<u32>(slots), re.view::<u32>(slots), rb.view::<u32>(slots));
-            let (mut vc, mut vbins, mut vfound) = (clus.view_mut::<i32>(n), bins.view_mut::<u32>(n), found.view_mut::<u32>(slots));
+            let (vf, ve, vb) = (
+                rf.view::<u32>(slots),
+                re.view::<u32>(slots),
+                rb.view::<u32>(slots),
+            );
+            let (mut vc, mut vbins, mut vfound) = (
+                clus.view_mut::<i32>(n),
+                bins.view_mut::<u32>(n),
+                found.view_mut::<u32>(slots),
+            );
             let mut b = Launch::new(&run, "clusterize");
-            b.arg(&vm).arg(&vx).arg(&vy).arg(&vf).arg(&ve).arg(&vb).arg(&mut vc).arg(&mut vbins).arg(&mut vfound);
+            b.arg(&vm)
+                .arg(&vx)
+                .arg(&vy)
+                .arg(&vf)
+                .arg(&ve)
+                .arg(&vb)
+                .arg(&mut vc)
+                .arg(&mut vbins)
+                .arg(&mut vfound);
             // One block per slot (runs disjoint inside the batch), of CLUSTER_BLOCK threads.
-            b.launch(LaunchConfig { grid_dim: (slots as u32, 1, 1), block_dim: (crate::kernels::CLUSTER_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
+            b.launch(LaunchConfig {
+                grid_dim: (slots as u32, 1, 1),
+                block_dim: (crate::kernels::CLUSTER_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            })?;
         }
         run.mark()?;
-        let (st, tot, w, ov, ct) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&total, n_ev)?, run.queue::<u32>(&worst, n_ev)?, run.queue::<u32>(&over, n_ev)?, run.queue::<u64>(&cut, n_ev)?);
-        let (hf, hm, hfound) = (run.queue_of::<u32>(CLUSTER_MODULES, &rf, slots)?, run.queue_of::<u16>(CLUSTER_MODULES, &rm, slots)?, run.queue_of::<u32>(CLUSTER_MODULES, &found, slots)?);
-        let (st, tot, w, ov, ct) = (run.take(st)?, run.take(tot)?, run.take(w)?, run.take(ov)?, run.take(ct)?);
+        let (st, tot, w, ov, ct) = (
+            run.queue::<u32>(&status, 1)?,
+            run.queue::<u32>(&total, n_ev)?,
+            run.queue::<u32>(&worst, n_ev)?,
+            run.queue::<u32>(&over, n_ev)?,
+            run.queue::<u64>(&cut, n_ev)?,
+        );
+        let (hf, hm, hfound) = (
+            run.queue_of::<u32>(CLUSTER_MODULES, &rf, slots)?,
+            run.queue_of::<u16>(CLUSTER_MODULES, &rm, slots)?,
+            run.queue_of::<u32>(CLUSTER_MODULES, &found, slots)?,
+        );
+        let (st, tot, w, ov, ct) = (
+            run.take(st)?,
+            run.take(tot)?,
+            run.take(w)?,
+            run.take(ov)?,
+            run.take(ct)?,
+        );
         let (hf, hm, hfound) = (run.take(hf)?, run.take(hm)?, run.take(hfound)?);
         let results = run.finish(&c.stats)?;
         if st[0] != 0 {
@@ -186,13 +320,24 @@ impl Step for ClusterizeGpu {
         for e in 0..n_ev {
             let s0 = e * MAX_NUM_MODULES;
             let kept = (tot[e] as usize).min(MAX_NUM_MODULES);
-            per_event.push((s0..s0 + kept).map(|k| (hf[k] - offsets[e], hm[k])).collect::<Vec<_>>());
+            per_event.push(
+                (s0..s0 + kept)
+                    .map(|k| (hf[k] - offsets[e], hm[k]))
+                    .collect::<Vec<_>>(),
+            );
             found_used.extend_from_slice(&hfound[s0..s0 + kept]);
         }
-        let tables = cluster_tables(&per_event, &found_used).ok_or_else(|| derr("clusterize: a run's module past MAX_NUM_MODULES passed the device's checks"))?;
+        let tables = cluster_tables(&per_event, &found_used).ok_or_else(|| {
+            derr("clusterize: a run's module past MAX_NUM_MODULES passed the device's checks")
+        })?;
         // The clusters stay on the device: the GPU `cluster_charge_cut` reads them there.
         let on_device = device_columns(c.gpu, PIXEL_CLUSTERS, n, vec![dm.clone(), Arc::new(clus)])?;
-        batch.put(Product::on_device(schema(PIXEL_CLUSTERS), d.offsets().clone(), n, on_device)?)?;
+        batch.put(Product::on_device(
+            schema(PIXEL_CLUSTERS),
+            d.offsets().clone(),
+            n,
+            on_device,
+        )?)?;
         publish_modules(batch, CLUSTER_MODULES, &tables)?;
         // The run slots stay on the device: the GPU charge cut and `rechits` read their
         // runs there instead of uploading tables built from the host's.
@@ -203,7 +348,13 @@ impl Step for ClusterizeGpu {
             .with::<u32>(EVENT_DIGIS, Arc::new(dof), n_ev + 1)?;
         batch.attach_device(CLUSTER_MODULES, Arc::new(slots_kept))?;
         record_results(batch, &results)?;
-        let overflows = (0..n_ev).map(|e| records::pixel_run_stats(w[e] as u64, ov[e], ct[e], self.max_pix).into_iter().collect()).collect();
+        let overflows = (0..n_ev)
+            .map(|e| {
+                records::pixel_run_stats(w[e] as u64, ov[e], ct[e], self.max_pix)
+                    .into_iter()
+                    .collect()
+            })
+            .collect();
         publish_overflows(batch, overflows)
     }
 

@@ -47,25 +47,28 @@ use arrow_array::types::{UInt16Type, UInt32Type};
 use arrow_array::{ArrayRef, UInt16Array, UInt32Array};
 use arrow_buffer::ArrowNativeType;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchArgs, LaunchConfig, PushKernelArg,
+};
 use quiver_columnar::columns::{concat_ref, values};
 use quiver_columnar::product::offsets_from_lengths;
 use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
-use quiver_reco::capacity::records;
 use quiver_formats::conditions::{CablingMap, CpeParams, GainCalibration, CABLING_MAX_SIZE};
+use quiver_reco::capacity::records;
 use quiver_reco::local::raw_to_digis::{error_type, frame_fed, DUMMY_DET_ID};
 use quiver_reco::local::{
-    CalibConfig, ChargeCutConfig, PixelError, RawToDigiConfig, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES,
+    CalibConfig, ChargeCutConfig, PixelError, RawToDigiConfig, INVALID_MODULE,
+    MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES,
 };
 use quiver_reco::steps::schema;
 use quiver_reco::steps::types::*;
 
 use crate::device::{upload_condition, zeros, DeviceBuf, Gpu};
-use crate::staging::Staging;
-use crate::resident::{columns_on_device, cuda, CudaColumns};
 use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK};
+use crate::resident::{columns_on_device, cuda, CudaColumns};
+use crate::staging::Staging;
 use crate::transfer::{BatchTransfers, TransferStats};
-
 
 mod ca_doublets;
 mod ca_ntuplets;
@@ -78,34 +81,40 @@ mod track_fit;
 mod track_quality;
 mod vertices;
 
-pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_doublets::CaDoubletsGpu;
-pub use ca_ntuplets::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
+pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_ntuplets::CaNtupletsGpu;
+pub use ca_ntuplets::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
 pub(crate) use calibrate::CalibrateGpu;
-pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};
 pub(crate) use charge_cut::ChargeCutGpu;
-pub use clusterize::{cluster_tables, ModuleTable};
-pub(crate) use clusterize::ClusterizeGpu;
-pub use raw_to_digis::{frame_batch, merge_errors, Framed};
-pub(crate) use raw_to_digis::RawToDigisGpu;
-pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
-pub(crate) use rechits::RecHitsGpu;
-pub use track_fit::{fit_batch, FitBatch};
-pub(crate) use track_fit::TrackFitGpu;
-pub use track_quality::{quality_tables, QualityTables};
-pub(crate) use track_quality::TrackQualityGpu;
-pub use vertices::{clustering_mode, vertex_batch, vertices_from_device, VertexBatch, VertexOutput};
-pub(crate) use vertices::VerticesGpu;
+pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};
 use charge_cut::{run_ends, table_rows};
 use clusterize::publish_modules;
+pub(crate) use clusterize::ClusterizeGpu;
+pub use clusterize::{cluster_tables, ModuleTable};
+pub(crate) use raw_to_digis::RawToDigisGpu;
+pub use raw_to_digis::{frame_batch, merge_errors, Framed};
+pub(crate) use rechits::RecHitsGpu;
+pub use rechits::{det_table, hit_runs, rechit_runs, HitRun, HitRuns};
+pub(crate) use track_fit::TrackFitGpu;
+pub use track_fit::{fit_batch, FitBatch};
+pub(crate) use track_quality::TrackQualityGpu;
+pub use track_quality::{quality_tables, QualityTables};
+pub(crate) use vertices::VerticesGpu;
+pub use vertices::{
+    clustering_mode, vertex_batch, vertices_from_device, VertexBatch, VertexOutput,
+};
 
 pub(crate) fn derr(e: impl std::fmt::Display) -> Error {
     Error::data(format!("gpu: {e}"))
 }
 
 pub(crate) fn blocks(n: usize, per: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: ((n as u32).div_ceil(per).max(1), 1, 1), block_dim: (per, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: ((n as u32).div_ceil(per).max(1), 1, 1),
+        block_dim: (per, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// One batch on the device: its stream, CUDA events around the phases, byte counts, and
@@ -147,7 +156,18 @@ impl Run {
     pub(crate) fn start(gpu: &'static Gpu) -> Result<Run> {
         gpu.ctx.bind_to_thread().map_err(derr)?;
         let stream = gpu.stream().map_err(derr)?;
-        let mut r = Run { gpu, stream, marks: Vec::with_capacity(4), t: BatchTransfers::default(), staging: Some(gpu.staging.take()), idle: false, landed: true, epoch: 0, launches: Default::default(), copies: Vec::new() };
+        let mut r = Run {
+            gpu,
+            stream,
+            marks: Vec::with_capacity(4),
+            t: BatchTransfers::default(),
+            staging: Some(gpu.staging.take()),
+            idle: false,
+            landed: true,
+            epoch: 0,
+            launches: Default::default(),
+            copies: Vec::new(),
+        };
         r.mark()?;
         Ok(r)
     }
@@ -180,15 +200,28 @@ impl Run {
             let staging = self.staging.as_mut().expect("present until the run ends");
             let region = staging.region(&self.gpu.staging, n).map_err(derr)?;
             // SAFETY: `T` is a plain device type (DeviceRepr): its bytes are its value.
-            region.copy_from_slice(unsafe { std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), n) });
+            region.copy_from_slice(unsafe {
+                std::slice::from_raw_parts(host.as_ptr().cast::<u8>(), n)
+            });
             // Timed after the host's copy into the staging: the bus's time alone.
             let before = copy_event(self.gpu, &self.stream, None)?;
             let mut v = buf.view_mut::<u8>(n);
             let (dst, _record) = v.device_ptr_mut(&self.stream);
             // SAFETY: `region` is page-locked and stays untouched until the stream has
             // synchronised (`sync`, `down`, `finish` or the drop); `dst` holds n bytes.
-            unsafe { cudarc::driver::result::memcpy_htod_async(dst, region, self.stream.cu_stream()) }.map_err(|e| derr(format!("upload of {n} bytes: {e}")))?;
-            close_copy(self.gpu, &self.stream, &mut self.copies, before, true, n, None)?;
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(dst, region, self.stream.cu_stream())
+            }
+            .map_err(|e| derr(format!("upload of {n} bytes: {e}")))?;
+            close_copy(
+                self.gpu,
+                &self.stream,
+                &mut self.copies,
+                before,
+                true,
+                n,
+                None,
+            )?;
         }
         self.t.h2d_bytes += n as u64;
         Ok(buf)
@@ -197,7 +230,9 @@ impl Run {
         zeros::<T>(self.gpu, &self.stream, n).map_err(derr)
     }
     pub(crate) fn out<T: DeviceRepr>(&mut self, n: usize) -> Result<DeviceBuf> {
-        self.gpu.buffer(&self.stream, (n * std::mem::size_of::<T>()).max(1)).map_err(derr)
+        self.gpu
+            .buffer(&self.stream, (n * std::mem::size_of::<T>()).max(1))
+            .map_err(derr)
     }
     /// A private copy of `n` elements of a device column (for kernels that write in place
     /// into what another product holds); device to device, no bus crossing.
@@ -205,7 +240,9 @@ impl Run {
         let mut dst = self.out::<T>(n)?;
         if n > 0 {
             let mut v = dst.view_mut::<T>(n);
-            self.stream.memcpy_dtod(&src.view::<T>(n), &mut v).map_err(derr)?;
+            self.stream
+                .memcpy_dtod(&src.view::<T>(n), &mut v)
+                .map_err(derr)?;
         }
         Ok(dst)
     }
@@ -213,15 +250,29 @@ impl Run {
     /// Queues a download of `n` elements of `buf` into page-locked staging, without waiting:
     /// [`Run::take`] gives the values. Downloads queued together cost one wait for the
     /// stream (each synchronisation is a round trip that 16 workers contend for).
-    pub(crate) fn queue<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
+    pub(crate) fn queue<T: DeviceRepr + ArrowNativeType>(
+        &mut self,
+        buf: &DeviceBuf,
+        n: usize,
+    ) -> Result<Queued<T>> {
         self.queue_tagged(None, buf, n)
     }
     /// [`Run::queue`] for values of the product of type `product` that the step publishes:
     /// the copy is timed and counted for that product in the run summary.
-    pub(crate) fn queue_of<T: DeviceRepr + ArrowNativeType>(&mut self, product: &'static str, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
+    pub(crate) fn queue_of<T: DeviceRepr + ArrowNativeType>(
+        &mut self,
+        product: &'static str,
+        buf: &DeviceBuf,
+        n: usize,
+    ) -> Result<Queued<T>> {
         self.queue_tagged(Some(product), buf, n)
     }
-    fn queue_tagged<T: DeviceRepr + ArrowNativeType>(&mut self, product: Option<&'static str>, buf: &DeviceBuf, n: usize) -> Result<Queued<T>> {
+    fn queue_tagged<T: DeviceRepr + ArrowNativeType>(
+        &mut self,
+        product: Option<&'static str>,
+        buf: &DeviceBuf,
+        n: usize,
+    ) -> Result<Queued<T>> {
         let bytes = n * std::mem::size_of::<T>();
         let mut at = 0usize;
         if bytes > 0 {
@@ -233,23 +284,47 @@ impl Run {
             let before = copy_event(self.gpu, &self.stream, product)?;
             // SAFETY: `region` is page-locked, `bytes` long, and stays untouched until the
             // stream has synchronised (`take`); `ptr` holds at least `bytes` bytes.
-            unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *region, ptr, self.stream.cu_stream()) }
-                .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
-            close_copy(self.gpu, &self.stream, &mut self.copies, before, false, bytes, product)?;
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    &mut *region,
+                    ptr,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(|e| derr(format!("download of {bytes} bytes: {e}")))?;
+            close_copy(
+                self.gpu,
+                &self.stream,
+                &mut self.copies,
+                before,
+                false,
+                bytes,
+                product,
+            )?;
             self.landed = false;
         }
         self.t.d2h_bytes += bytes as u64;
-        Ok(Queued { at, n, epoch: self.epoch, _t: std::marker::PhantomData })
+        Ok(Queued {
+            at,
+            n,
+            epoch: self.epoch,
+            _t: std::marker::PhantomData,
+        })
     }
     /// The values of a queued download in a pooled host vector: waits for the stream once
     /// for everything queued before, then copies them out of the staging.
-    pub(crate) fn take<T: DeviceRepr + ArrowNativeType>(&mut self, q: Queued<T>) -> Result<quiver_columnar::PoolVec<T>> {
+    pub(crate) fn take<T: DeviceRepr + ArrowNativeType>(
+        &mut self,
+        q: Queued<T>,
+    ) -> Result<quiver_columnar::PoolVec<T>> {
         let mut v = quiver_columnar::pool::global().vec::<T>(q.n);
         if q.n == 0 {
             return Ok(v);
         }
         if q.epoch != self.epoch {
-            return Err(derr("a queued download was taken after its staging was reset (a bug in the step)"));
+            return Err(derr(
+                "a queued download was taken after its staging was reset (a bug in the step)",
+            ));
         }
         if !self.landed {
             self.stream.synchronize().map_err(derr)?;
@@ -268,19 +343,31 @@ impl Run {
         } else {
             v.resize(q.n, T::default());
             // SAFETY: as above.
-            unsafe { std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes) }.copy_from_slice(region);
+            unsafe {
+                std::slice::from_raw_parts_mut(v.as_mut_slice().as_mut_ptr().cast::<u8>(), bytes)
+            }
+            .copy_from_slice(region);
         }
         Ok(v)
     }
     /// Downloads into a pooled host vector of `n` elements, through page-locked staging:
     /// waits for the stream (what is queued before, then the copy), so the values are
     /// there on return.
-    pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(&mut self, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
+    pub(crate) fn down<T: DeviceRepr + ArrowNativeType>(
+        &mut self,
+        buf: &DeviceBuf,
+        n: usize,
+    ) -> Result<quiver_columnar::PoolVec<T>> {
         let q = self.queue::<T>(buf, n)?;
         self.take(q)
     }
     /// [`Run::down`] for values of the product of type `product` ([`Run::queue_of`]).
-    pub(crate) fn down_of<T: DeviceRepr + ArrowNativeType>(&mut self, product: &'static str, buf: &DeviceBuf, n: usize) -> Result<quiver_columnar::PoolVec<T>> {
+    pub(crate) fn down_of<T: DeviceRepr + ArrowNativeType>(
+        &mut self,
+        product: &'static str,
+        buf: &DeviceBuf,
+        n: usize,
+    ) -> Result<quiver_columnar::PoolVec<T>> {
         let q = self.queue_of::<T>(product, buf, n)?;
         self.take(q)
     }
@@ -338,15 +425,24 @@ impl Drop for Run {
 
 /// A CUDA event recorded now on `stream`.
 fn record(gpu: &Gpu, stream: &Arc<CudaStream>) -> Result<CudaEvent> {
-    let e = gpu.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(derr)?;
+    let e = gpu
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(derr)?;
     e.record(stream).map_err(derr)?;
     Ok(e)
 }
 
 /// An event before a copy across the bus, when copies are timed
 /// ([`crate::transfer::kernel_timing`]) or the copy is a product's values.
-fn copy_event(gpu: &Gpu, stream: &Arc<CudaStream>, product: Option<&'static str>) -> Result<Option<CudaEvent>> {
-    (crate::transfer::kernel_timing() || product.is_some()).then(|| record(gpu, stream)).transpose()
+fn copy_event(
+    gpu: &Gpu,
+    stream: &Arc<CudaStream>,
+    product: Option<&'static str>,
+) -> Result<Option<CudaEvent>> {
+    (crate::transfer::kernel_timing() || product.is_some())
+        .then(|| record(gpu, stream))
+        .transpose()
 }
 
 /// Closes a timed copy (`before` from [`copy_event`]) into `copies`.
@@ -360,7 +456,13 @@ fn close_copy(
     product: Option<&'static str>,
 ) -> Result<()> {
     if let Some(before) = before {
-        copies.push(TimedCopy { to_device, bytes: bytes as u64, product, before, after: record(gpu, stream)? });
+        copies.push(TimedCopy {
+            to_device,
+            bytes: bytes as u64,
+            product,
+            before,
+            after: record(gpu, stream)?,
+        });
     }
     Ok(())
 }
@@ -376,7 +478,12 @@ pub(crate) fn batch_offsets(o: &arrow_buffer::OffsetBuffer<i32>) -> Vec<u32> {
 /// its bytes and the copies' device time.
 pub(crate) fn record_results(batch: &EventBatch, results: &ResultCopies) -> Result<()> {
     for &(product, bytes, seconds) in results {
-        batch.record_result_download(product, crate::resident::DEVICE_NAME, bytes as usize, std::time::Duration::from_secs_f64(seconds))?;
+        batch.record_result_download(
+            product,
+            crate::resident::DEVICE_NAME,
+            bytes as usize,
+            std::time::Duration::from_secs_f64(seconds),
+        )?;
     }
     Ok(())
 }
@@ -401,7 +508,12 @@ pub(crate) struct Launch<'a> {
 
 impl<'a> Launch<'a> {
     pub(crate) fn new(run: &'a Run, name: &'static str) -> Self {
-        Launch { b: run.stream.launch_builder(run.gpu.function(name)), name, types: Vec::new(), run }
+        Launch {
+            b: run.stream.launch_builder(run.gpu.function(name)),
+            name,
+            types: Vec::new(),
+            run,
+        }
     }
     pub(crate) fn arg<A: KernelArg>(&mut self, a: A) -> &mut Self
     where
@@ -413,7 +525,11 @@ impl<'a> Launch<'a> {
     }
     pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
         check_launch(self.name, &self.types).map_err(derr)?;
-        let before = if crate::transfer::kernel_timing() { Some(self.run.event()?) } else { None };
+        let before = if crate::transfer::kernel_timing() {
+            Some(self.run.event()?)
+        } else {
+            None
+        };
         // SAFETY: the arguments match the kernel's parameters (checked above); every buffer
         // holds the elements the kernel indexes (sized by the caller from the same counts).
         unsafe { self.b.launch(cfg) }.map_err(derr)?;
@@ -434,22 +550,58 @@ const SEG_BLOCK: u32 = 256;
 /// and the segment's sum into `total[e]`. Two launches over tiles of [`SEG_TILE`] values
 /// (`sg_tile_sum`, `sg_tile_scan`), so that a batch's scan uses every SM rather than one
 /// block per event (a block scanning an event's 135 000 cells took 0.34 ms on an H200).
-pub(crate) fn seg_scan(run: &mut Run, value: &CudaView<u32>, seg_host: &[u32], seg_off: &CudaView<u32>, first: &mut CudaViewMut<u32>, total: &mut CudaViewMut<u32>) -> Result<()> {
+pub(crate) fn seg_scan(
+    run: &mut Run,
+    value: &CudaView<u32>,
+    seg_host: &[u32],
+    seg_off: &CudaView<u32>,
+    first: &mut CudaViewMut<u32>,
+    total: &mut CudaViewMut<u32>,
+) -> Result<()> {
     let n_seg = seg_host.len().saturating_sub(1);
-    let longest = seg_host.windows(2).map(|w| w[1].wrapping_sub(w[0])).max().unwrap_or(0);
+    let longest = seg_host
+        .windows(2)
+        .map(|w| w[1].wrapping_sub(w[0]))
+        .max()
+        .unwrap_or(0);
     let tiles = longest.div_ceil(SEG_TILE).max(1);
-    if n_seg == 0 || seg_host.windows(2).any(|w| w[1] < w[0]) || (tiles as u64) * (SEG_TILE as u64) > u32::MAX as u64 || (tiles as u64) * (n_seg as u64) > i32::MAX as u64 {
-        return Err(derr(format!("segmented scan: {n_seg} segments with offsets {:?}… cannot be scanned in 32-bit tiles", &seg_host[..seg_host.len().min(4)])));
+    if n_seg == 0
+        || seg_host.windows(2).any(|w| w[1] < w[0])
+        || (tiles as u64) * (SEG_TILE as u64) > u32::MAX as u64
+        || (tiles as u64) * (n_seg as u64) > i32::MAX as u64
+    {
+        return Err(derr(format!(
+            "segmented scan: {n_seg} segments with offsets {:?}… cannot be scanned in 32-bit tiles",
+            &seg_host[..seg_host.len().min(4)]
+        )));
     }
     let n_tiles = n_seg * tiles as usize;
     let mut sums = run.out::<u32>(n_tiles)?;
-    let cfg = LaunchConfig { grid_dim: (n_tiles as u32, 1, 1), block_dim: (SEG_BLOCK, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (n_tiles as u32, 1, 1),
+        block_dim: (SEG_BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
     {
         let mut vs = sums.view_mut::<u32>(n_tiles);
-        Launch::new(run, "sg_tile_sum").arg(value).arg(seg_off).arg(&tiles).arg(&SEG_TILE).arg(&mut vs).launch(cfg)?;
+        Launch::new(run, "sg_tile_sum")
+            .arg(value)
+            .arg(seg_off)
+            .arg(&tiles)
+            .arg(&SEG_TILE)
+            .arg(&mut vs)
+            .launch(cfg)?;
     }
     let vs = sums.view::<u32>(n_tiles);
-    Launch::new(run, "sg_tile_scan").arg(value).arg(seg_off).arg(&tiles).arg(&SEG_TILE).arg(&vs).arg(first).arg(total).launch(cfg)
+    Launch::new(run, "sg_tile_scan")
+        .arg(value)
+        .arg(seg_off)
+        .arg(&tiles)
+        .arg(&SEG_TILE)
+        .arg(&vs)
+        .arg(first)
+        .arg(total)
+        .launch(cfg)
 }
 
 fn u16_array(v: quiver_columnar::PoolVec<u16>) -> ArrayRef {
@@ -459,8 +611,18 @@ fn u16_array(v: quiver_columnar::PoolVec<u16>) -> ArrayRef {
 pub(crate) use quiver_reco::steps::{publish, publish_overflows};
 
 /// Device columns for a product of `type_name` with `rows` rows, in schema order.
-pub(crate) fn device_columns(gpu: &'static Gpu, type_name: &str, rows: usize, cols: Vec<Arc<DeviceBuf>>) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
-    Ok(Arc::new(CudaColumns::new(gpu, schema(type_name), rows, cols)?))
+pub(crate) fn device_columns(
+    gpu: &'static Gpu,
+    type_name: &str,
+    rows: usize,
+    cols: Vec<Arc<DeviceBuf>>,
+) -> Result<Arc<dyn quiver_columnar::residency::DeviceData>> {
+    Ok(Arc::new(CudaColumns::new(
+        gpu,
+        schema(type_name),
+        rows,
+        cols,
+    )?))
 }
 
 /// The hits' rows and detIndex column on the host, without the rest of the hits (what the
@@ -483,12 +645,18 @@ impl HostDets {
             .and_then(|a| a.as_any().downcast_ref::<UInt16Array>())
             .map(|a| a.values().clone());
         // The copy stands for the checks only with the canonical schema (the GPU `rechits`').
-        if let Some(det) = copy.filter(|d| d.len() == p.num_rows() && p.schema().fields() == schema(HITS).fields()) {
+        if let Some(det) =
+            copy.filter(|d| d.len() == p.num_rows() && p.schema().fields() == schema(HITS).fields())
+        {
             return Ok(HostDets { product: p, det });
         }
         let p = batch.get(key)?;
         quiver_reco::steps::check_hit_columns(&p)?;
-        let det = p.host()?.column_by_name("det_index").and_then(|a| a.as_any().downcast_ref::<UInt16Array>()).map(|a| a.values().clone());
+        let det = p
+            .host()?
+            .column_by_name("det_index")
+            .and_then(|a| a.as_any().downcast_ref::<UInt16Array>())
+            .map(|a| a.values().clone());
         let det = det.ok_or_else(|| Error::data("hits: no detIndex column of u16"))?;
         Ok(HostDets { product: p, det })
     }
@@ -501,7 +669,11 @@ impl HostDets {
 }
 
 /// Hands the batch to the CPU implementation and counts it.
-pub(crate) fn fallback(cpu: &dyn Step, stats: &TransferStats, batch: &mut EventBatch) -> Result<()> {
+pub(crate) fn fallback(
+    cpu: &dyn Step,
+    stats: &TransferStats,
+    batch: &mut EventBatch,
+) -> Result<()> {
     stats.add_cpu_fallback();
     cpu.process(batch)
 }

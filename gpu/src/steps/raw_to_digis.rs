@@ -24,7 +24,12 @@ pub(crate) struct RawToDigisGpu {
 }
 
 impl RawToDigisGpu {
-    pub fn new(cfg: &StepConfig, common: Common, cabling: &CablingMap, rcfg: RawToDigiConfig) -> Result<Self> {
+    pub fn new(
+        cfg: &StepConfig,
+        common: Common,
+        cabling: &CablingMap,
+        rcfg: RawToDigiConfig,
+    ) -> Result<Self> {
         let sizes_ok = [
             cabling.fed.len(),
             cabling.link.len(),
@@ -57,7 +62,12 @@ impl RawToDigisGpu {
         } else {
             None
         };
-        Ok(RawToDigisGpu { input: cfg.input("input")?, cfg: rcfg, cabling: cab, common })
+        Ok(RawToDigisGpu {
+            input: cfg.input("input")?,
+            cfg: rcfg,
+            cabling: cab,
+            common,
+        })
     }
 }
 
@@ -73,7 +83,10 @@ pub struct Framed {
 }
 
 /// Frames every FED of every event (`events[e]` = (fed id, bytes) in product order).
-pub fn frame_batch<'a>(events: impl Iterator<Item = Vec<(u32, &'a [u8])>>, max_words: usize) -> Framed {
+pub fn frame_batch<'a>(
+    events: impl Iterator<Item = Vec<(u32, &'a [u8])>>,
+    max_words: usize,
+) -> Framed {
     let mut f = Framed::default();
     for feds in events {
         let mut errors = Vec::new();
@@ -81,12 +94,21 @@ pub fn frame_batch<'a>(events: impl Iterator<Item = Vec<(u32, &'a [u8])>>, max_w
         for (fed, bytes) in feds {
             if let Some((start, n32)) = frame_fed(fed, bytes, &mut errors) {
                 if n32 > max_words.saturating_sub(total) {
-                    errors.push(PixelError { fed, word: 0, raw_id: DUMMY_DET_ID, error_type: error_type::WORD_CAPACITY });
+                    errors.push(PixelError {
+                        fed,
+                        word: 0,
+                        raw_id: DUMMY_DET_ID,
+                        error_type: error_type::WORD_CAPACITY,
+                    });
                     continue;
                 }
                 f.seg_start.push(f.words.len() as u32);
                 f.seg_fed.push(fed);
-                f.words.extend(bytes[start..start + 4 * n32].chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+                f.words.extend(
+                    bytes[start..start + 4 * n32]
+                        .chunks_exact(4)
+                        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+                );
                 total += n32;
             }
         }
@@ -102,7 +124,11 @@ pub fn frame_batch<'a>(events: impl Iterator<Item = Vec<(u32, &'a [u8])>>, max_w
 pub fn merge_errors(framed: &Framed, mut word_errors: Vec<(u32, u8, u32)>) -> Vec<Vec<PixelError>> {
     word_errors.sort_unstable_by_key(|e| e.0);
     let mut errors = framed.framing_errors.clone();
-    let (mut ev, mut ev_end, mut seg) = (0usize, framed.words_per_event.first().copied().unwrap_or(0), 0usize);
+    let (mut ev, mut ev_end, mut seg) = (
+        0usize,
+        framed.words_per_event.first().copied().unwrap_or(0),
+        0usize,
+    );
     for (w, t, raw_id) in word_errors {
         let w = w as usize;
         while w >= ev_end {
@@ -112,7 +138,12 @@ pub fn merge_errors(framed: &Framed, mut word_errors: Vec<(u32, u8, u32)>) -> Ve
         while framed.seg_start[seg + 1] as usize <= w {
             seg += 1;
         }
-        errors[ev].push(PixelError { fed: framed.seg_fed[seg], word: framed.words[w] as u64, raw_id, error_type: t });
+        errors[ev].push(PixelError {
+            fed: framed.seg_fed[seg],
+            word: framed.words[w] as u64,
+            raw_id,
+            error_type: t,
+        });
     }
     errors
 }
@@ -120,11 +151,17 @@ pub fn merge_errors(framed: &Framed, mut word_errors: Vec<(u32, u8, u32)>) -> Ve
 impl Step for RawToDigisGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let Some(cab) = &self.cabling else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Some(cab) = &self.cabling else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
         let raw = batch.get(&self.input)?;
         let fed = values::<UInt32Type>(&raw, "fed")?;
         let data = quiver_columnar::columns::binary(&raw, "data")?;
-        let framed = frame_batch((0..batch.n_events()).map(|e| raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect()), self.cfg.max_words);
+        let framed = frame_batch(
+            (0..batch.n_events())
+                .map(|e| raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect()),
+            self.cfg.max_words,
+        );
         let n = framed.words.len();
         if n == 0 || n > u32::MAX as usize {
             return c.cpu.process(batch); // nothing to decode (or too much for one launch)
@@ -136,30 +173,73 @@ impl Step for RawToDigisGpu {
         let n_seg = framed.seg_fed.len() as u32;
         let mut err_count = run.zeros::<u32>(1)?;
         let mut status = run.zeros::<u32>(1)?;
-        let (mut xx, mut yy, mut adc, mut module) = (run.out::<u16>(n)?, run.out::<u16>(n)?, run.out::<u16>(n)?, run.out::<u16>(n)?);
+        let (mut xx, mut yy, mut adc, mut module) = (
+            run.out::<u16>(n)?,
+            run.out::<u16>(n)?,
+            run.out::<u16>(n)?,
+            run.out::<u16>(n)?,
+        );
         let (mut raw_id, mut pdigi) = (run.out::<u32>(n)?, run.out::<u32>(n)?);
-        let (mut e_index, mut e_type, mut e_raw) = (run.out::<u32>(n)?, run.out::<u8>(n)?, run.out::<u32>(n)?);
+        let (mut e_index, mut e_type, mut e_raw) =
+            (run.out::<u32>(n)?, run.out::<u8>(n)?, run.out::<u32>(n)?);
         run.mark()?;
         {
             let (n32, use_q) = (n as u32, self.cfg.use_quality as u32);
-            let (w, ss, sf) = (words.view::<u32>(n), seg_start.view::<u32>(framed.seg_start.len()), seg_fed.view::<u32>(framed.seg_fed.len()));
-            let (mut vx, mut vy, mut va, mut vm) = (xx.view_mut::<u16>(n), yy.view_mut::<u16>(n), adc.view_mut::<u16>(n), module.view_mut::<u16>(n));
+            let (w, ss, sf) = (
+                words.view::<u32>(n),
+                seg_start.view::<u32>(framed.seg_start.len()),
+                seg_fed.view::<u32>(framed.seg_fed.len()),
+            );
+            let (mut vx, mut vy, mut va, mut vm) = (
+                xx.view_mut::<u16>(n),
+                yy.view_mut::<u16>(n),
+                adc.view_mut::<u16>(n),
+                module.view_mut::<u16>(n),
+            );
             let (mut vr, mut vp) = (raw_id.view_mut::<u32>(n), pdigi.view_mut::<u32>(n));
-            let (mut ec, mut ei, mut et, mut er, mut st) =
-                (err_count.view_mut::<u32>(1), e_index.view_mut::<u32>(n), e_type.view_mut::<u8>(n), e_raw.view_mut::<u32>(n), status.view_mut::<u32>(1));
+            let (mut ec, mut ei, mut et, mut er, mut st) = (
+                err_count.view_mut::<u32>(1),
+                e_index.view_mut::<u32>(n),
+                e_type.view_mut::<u8>(n),
+                e_raw.view_mut::<u32>(n),
+                status.view_mut::<u32>(1),
+            );
             let mut b = Launch::new(&run, "raw_to_digis");
             b.arg(&w).arg(&n32).arg(&ss).arg(&sf).arg(&n_seg);
-            b.arg(&cab.link).arg(&cab.roc).arg(&cab.raw_id).arg(&cab.roc_in_det).arg(&cab.module_id);
-            b.arg(&cab.bad_rocs).arg(&cab.mod_to_unp).arg(&cab.size).arg(&use_q);
-            b.arg(&mut vx).arg(&mut vy).arg(&mut va).arg(&mut vm).arg(&mut vr).arg(&mut vp);
-            b.arg(&mut ec).arg(&mut ei).arg(&mut et).arg(&mut er).arg(&mut st);
+            b.arg(&cab.link)
+                .arg(&cab.roc)
+                .arg(&cab.raw_id)
+                .arg(&cab.roc_in_det)
+                .arg(&cab.module_id);
+            b.arg(&cab.bad_rocs)
+                .arg(&cab.mod_to_unp)
+                .arg(&cab.size)
+                .arg(&use_q);
+            b.arg(&mut vx)
+                .arg(&mut vy)
+                .arg(&mut va)
+                .arg(&mut vm)
+                .arg(&mut vr)
+                .arg(&mut vp);
+            b.arg(&mut ec)
+                .arg(&mut ei)
+                .arg(&mut et)
+                .arg(&mut er)
+                .arg(&mut st);
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;
-        let (st, cnt) = (run.queue::<u32>(&status, 1)?, run.queue::<u32>(&err_count, 1)?);
+        let (st, cnt) = (
+            run.queue::<u32>(&status, 1)?,
+            run.queue::<u32>(&err_count, 1)?,
+        );
         let (st, cnt) = (run.take(st)?, run.take(cnt)?);
         let n_err = (cnt[0] as usize).min(n);
-        let (ei, et, er) = (run.queue::<u32>(&e_index, n_err)?, run.queue::<u8>(&e_type, n_err)?, run.queue::<u32>(&e_raw, n_err)?);
+        let (ei, et, er) = (
+            run.queue::<u32>(&e_index, n_err)?,
+            run.queue::<u8>(&e_type, n_err)?,
+            run.queue::<u32>(&e_raw, n_err)?,
+        );
         let (ei, et, er) = (run.take(ei)?, run.take(et)?, run.take(er)?);
         run.finish(&c.stats)?;
         if st[0] != 0 {
@@ -169,17 +249,44 @@ impl Step for RawToDigisGpu {
         let errors = merge_errors(&framed, werr);
         // The digis stay on the device: the GPU `calibrate` reads them there, and the first
         // host consumer (a CPU step, an output, `compare`) downloads them once.
-        let on_device = device_columns(c.gpu, DIGIS, n, [xx, yy, adc, module, raw_id, pdigi].into_iter().map(Arc::new).collect())?;
-        batch.put(Product::on_device(schema(DIGIS), offsets_from_lengths(framed.words_per_event.iter().copied())?, n, on_device)?)?;
+        let on_device = device_columns(
+            c.gpu,
+            DIGIS,
+            n,
+            [xx, yy, adc, module, raw_id, pdigi]
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+        )?;
+        batch.put(Product::on_device(
+            schema(DIGIS),
+            offsets_from_lengths(framed.words_per_event.iter().copied())?,
+            n,
+            on_device,
+        )?)?;
         let all: Vec<&PixelError> = errors.iter().flatten().collect();
         let err_cols: Vec<ArrayRef> = vec![
             Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
-            Arc::new(arrow_array::UInt64Array::from_iter_values(all.iter().map(|e| e.word))),
+            Arc::new(arrow_array::UInt64Array::from_iter_values(
+                all.iter().map(|e| e.word),
+            )),
             Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.raw_id))),
-            Arc::new(arrow_array::UInt8Array::from_iter_values(all.iter().map(|e| e.error_type))),
+            Arc::new(arrow_array::UInt8Array::from_iter_values(
+                all.iter().map(|e| e.error_type),
+            )),
         ];
         publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))?;
-        publish_overflows(batch, errors.iter().map(|e| records::fed_words(e, self.cfg.max_words).into_iter().collect()).collect())
+        publish_overflows(
+            batch,
+            errors
+                .iter()
+                .map(|e| {
+                    records::fed_words(e, self.cfg.max_words)
+                        .into_iter()
+                        .collect()
+                })
+                .collect(),
+        )
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

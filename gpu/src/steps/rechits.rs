@@ -12,11 +12,24 @@ use super::*;
 pub fn det_table(cpe: &CpeParams) -> Vec<f32> {
     let mut t = Vec::with_capacity(cpe.det.len() * 23);
     for d in &cpe.det {
-        t.extend_from_slice(&[d.shift_x, d.shift_y, d.charge_width_x, d.charge_width_y, d.x0, d.y0, d.z0]);
+        t.extend_from_slice(&[
+            d.shift_x,
+            d.shift_y,
+            d.charge_width_x,
+            d.charge_width_y,
+            d.x0,
+            d.y0,
+            d.z0,
+        ]);
         t.extend_from_slice(&d.sx);
         t.extend_from_slice(&d.sy);
         t.extend_from_slice(&d.frame.r[..6]);
-        t.extend_from_slice(&[d.frame.px, d.frame.py, d.frame.pz, if d.is_barrel { 1.0 } else { 0.0 }]);
+        t.extend_from_slice(&[
+            d.frame.px,
+            d.frame.py,
+            d.frame.pz,
+            if d.is_barrel { 1.0 } else { 0.0 },
+        ]);
     }
     t
 }
@@ -50,8 +63,18 @@ pub struct HitRun {
 /// assert_eq!(runs, vec![HitRun { first: 0, nclus: 2, module: 7, hit: 1, row: 0 }, HitRun { first: 6, nclus: 1, module: 5, hit: 0, row: 2 }]);
 /// assert!(hit_runs(9, &[3, 0, 4, 6], &[7, 3, 7], &n_in_module, 1856).is_none()); // module 7 twice
 /// ```
-pub fn hit_runs(n: usize, module_start: &[u32], module_id: &[u32], n_in_module: &[u32], n_det: usize) -> Option<(Vec<HitRun>, u32)> {
-    let cms = quiver_reco::local::charge_cut::hits_module_start(n_in_module, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS);
+pub fn hit_runs(
+    n: usize,
+    module_start: &[u32],
+    module_id: &[u32],
+    n_in_module: &[u32],
+    n_det: usize,
+) -> Option<(Vec<HitRun>, u32)> {
+    let cms = quiver_reco::local::charge_cut::hits_module_start(
+        n_in_module,
+        MAX_CLUSTERS_PER_MODULE,
+        MAX_NUM_CLUSTERS,
+    );
     if cms.windows(2).any(|w| w[1] < w[0]) {
         return None;
     }
@@ -71,7 +94,13 @@ pub fn hit_runs(n: usize, module_start: &[u32], module_id: &[u32], n_in_module: 
             return None; // two runs would write the same hit slots
         }
         let first = (*module_start.get(1 + run)? as usize).min(n);
-        runs.push(HitRun { first, nclus, module: me as u16, hit: cms[me], row: run });
+        runs.push(HitRun {
+            first,
+            nclus,
+            module: me as u16,
+            hit: cms[me],
+            row: run,
+        });
     }
     Some((runs, cms[MAX_NUM_MODULES]))
 }
@@ -125,7 +154,12 @@ impl HitRuns {
 /// assert_eq!((r.first, r.limit, r.nclus, r.module), (vec![5], vec![15], vec![2], vec![7]));
 /// assert_eq!((r.hits_per_event, r.slot), (vec![2], vec![0]));
 /// ```
-pub fn rechit_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &[u32])], beam: &[[f32; 3]], n_det: usize) -> Option<HitRuns> {
+pub fn rechit_runs(
+    rows: &[std::ops::Range<usize>],
+    tables: &[(&[u16], &[u32], &[u32])],
+    beam: &[[f32; 3]],
+    n_det: usize,
+) -> Option<HitRuns> {
     let mut out = HitRuns::default();
     let mut hit_base = 0u32;
     for (e, ((r, &(ids, firsts, counts)), bs)) in rows.iter().zip(tables).zip(beam).enumerate() {
@@ -145,7 +179,8 @@ pub fn rechit_runs(rows: &[std::ops::Range<usize>], tables: &[(&[u16], &[u32], &
             out.module.push(h.module);
             out.hit.push(hit_base + h.hit);
             out.beam.extend_from_slice(bs);
-            out.slot.push(u32::try_from(e * MAX_NUM_MODULES + h.row).ok()?);
+            out.slot
+                .push(u32::try_from(e * MAX_NUM_MODULES + h.row).ok()?);
         }
         out.hits_per_event.push(n_hits as usize);
         hit_base += n_hits;
@@ -189,7 +224,12 @@ impl Step for RecHitsGpu {
         let c = &self.common;
         // The digis' offsets only on the host (the kernels read their device copies), the
         // module table and the beam spot.
-        let (d, cl, m, b) = (batch.get_resident(&self.digis)?, batch.get_resident(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
+        let (d, cl, m, b) = (
+            batch.get_resident(&self.digis)?,
+            batch.get_resident(&self.clusters)?,
+            batch.get(&self.modules)?,
+            batch.get(&self.beamspot)?,
+        );
         let bs = |name: &str| values::<arrow_array::types::Float32Type>(&b, name);
         let (bx, by, bz) = (bs("x")?, bs("y")?, bs("z")?);
         let n = cl.num_rows();
@@ -220,63 +260,146 @@ impl Step for RecHitsGpu {
         let n_ev = batch.n_events();
         let slots = super::clusterize::run_slots(&m, n_ev, false);
         let mut run = Run::start(c.gpu)?;
-        let (dig_dev, cl_dev) = (columns_on_device(batch, &self.digis, c.gpu)?, columns_on_device(batch, &self.clusters, c.gpu)?);
+        let (dig_dev, cl_dev) = (
+            columns_on_device(batch, &self.digis, c.gpu)?,
+            columns_on_device(batch, &self.clusters, c.gpu)?,
+        );
         let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
         let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
         let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
         let mut status = run.zeros::<u32>(1)?;
-        let mut f32s: Vec<DeviceBuf> = (0..8).map(|_| run.zeros::<f32>(nh)).collect::<Result<_>>()?;
-        let (mut iphi, mut chg, mut sx, mut sy, mut det_index) =
-            (run.zeros::<i16>(nh)?, run.zeros::<i32>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<i16>(nh)?, run.zeros::<u16>(nh)?);
+        let mut f32s: Vec<DeviceBuf> = (0..8)
+            .map(|_| run.zeros::<f32>(nh))
+            .collect::<Result<_>>()?;
+        let (mut iphi, mut chg, mut sx, mut sy, mut det_index) = (
+            run.zeros::<i16>(nh)?,
+            run.zeros::<i32>(nh)?,
+            run.zeros::<i16>(nh)?,
+            run.zeros::<i16>(nh)?,
+            run.zeros::<u16>(nh)?,
+        );
         let vm = dm.view::<u16>(n);
         // The runs and their ends: a GPU clusterize's slots with each slot's clusters and
         // first hit (8 bytes per slot and the beam spot per event cross the bus), else the
         // host's runs.
         let (first, end, nclus, module, hit, beam, beam_stride, n_blocks) = match &slots {
             Some(s) => {
-                let Some((sn, sh)) = plan.per_slot(s.n_slots) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+                let Some((sn, sh)) = plan.per_slot(s.n_slots) else {
+                    return fallback(c.cpu.as_ref(), &c.stats, batch);
+                };
                 let per_event: Vec<f32> = beam.iter().flatten().copied().collect();
                 let (dn, dh, db) = (run.up(&sn)?, run.up(&sh)?, run.up(&per_event)?);
                 run.mark()?;
                 let ends = s.ends(&mut run, &vm, &dn, n_ev)?;
-                (s.first.clone(), Arc::new(ends), Arc::new(dn), s.module.clone(), Arc::new(dh), db, MAX_NUM_MODULES as u32, s.n_slots)
+                (
+                    s.first.clone(),
+                    Arc::new(ends),
+                    Arc::new(dn),
+                    s.module.clone(),
+                    Arc::new(dh),
+                    db,
+                    MAX_NUM_MODULES as u32,
+                    s.n_slots,
+                )
             }
             None => {
-                let (drf, drl, drn, drme, drh) = (run.up(&plan.first)?, run.up(&plan.limit)?, run.up(&plan.nclus)?, run.up(&plan.module)?, run.up(&plan.hit)?);
+                let (drf, drl, drn, drme, drh) = (
+                    run.up(&plan.first)?,
+                    run.up(&plan.limit)?,
+                    run.up(&plan.nclus)?,
+                    run.up(&plan.module)?,
+                    run.up(&plan.hit)?,
+                );
                 let db = run.up(&plan.beam)?;
                 run.mark()?;
                 let ends = run_ends(&mut run, &vm, &drf, &drme, &drl, n_runs)?;
-                (Arc::new(drf), Arc::new(ends), Arc::new(drn), Arc::new(drme), Arc::new(drh), db, 0, n_runs)
+                (
+                    Arc::new(drf),
+                    Arc::new(ends),
+                    Arc::new(drn),
+                    Arc::new(drme),
+                    Arc::new(drh),
+                    db,
+                    0,
+                    n_runs,
+                )
             }
         };
         {
             let com = &self.cpe.common;
-            let (vc, vx, vy, va) = (dc.view::<i32>(n), dx.view::<u16>(n), dy.view::<u16>(n), da.view::<u16>(n));
-            let n_beam = if beam_stride == 0 { 3 * n_blocks } else { 3 * n_ev };
-            let (vf, ve, vn, vme, vh, vbs) =
-                (first.view::<u32>(n_blocks), end.view::<u32>(n_blocks), nclus.view::<u32>(n_blocks), module.view::<u16>(n_blocks), hit.view::<u32>(n_blocks), beam.view::<f32>(n_beam));
+            let (vc, vx, vy, va) = (
+                dc.view::<i32>(n),
+                dx.view::<u16>(n),
+                dy.view::<u16>(n),
+                da.view::<u16>(n),
+            );
+            let n_beam = if beam_stride == 0 {
+                3 * n_blocks
+            } else {
+                3 * n_ev
+            };
+            let (vf, ve, vn, vme, vh, vbs) = (
+                first.view::<u32>(n_blocks),
+                end.view::<u32>(n_blocks),
+                nclus.view::<u32>(n_blocks),
+                module.view::<u16>(n_blocks),
+                hit.view::<u32>(n_blocks),
+                beam.view::<f32>(n_beam),
+            );
             let mut outs: Vec<_> = f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
-            let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) =
-                (iphi.view_mut::<i16>(nh), chg.view_mut::<i32>(nh), sx.view_mut::<i16>(nh), sy.view_mut::<i16>(nh), det_index.view_mut::<u16>(nh), status.view_mut::<u32>(1));
+            let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) = (
+                iphi.view_mut::<i16>(nh),
+                chg.view_mut::<i32>(nh),
+                sx.view_mut::<i16>(nh),
+                sy.view_mut::<i16>(nh),
+                det_index.view_mut::<u16>(nh),
+                status.view_mut::<u32>(1),
+            );
             let mut bld = Launch::new(&run, "rechits");
             bld.arg(&vm).arg(&vc).arg(&vx).arg(&vy).arg(&va);
             // Shared memory for the batch's largest run (a slot's count is a run's).
             let cap = plan.nclus.iter().copied().max().unwrap_or(0).max(1);
-            bld.arg(&vf).arg(&ve).arg(&vn).arg(&vme).arg(&vh).arg(&vbs).arg(&beam_stride).arg(&cap).arg(&self.det);
-            bld.arg(&com.thickness_b).arg(&com.thickness_e).arg(&com.pitch_x).arg(&com.pitch_y);
+            bld.arg(&vf)
+                .arg(&ve)
+                .arg(&vn)
+                .arg(&vme)
+                .arg(&vh)
+                .arg(&vbs)
+                .arg(&beam_stride)
+                .arg(&cap)
+                .arg(&self.det);
+            bld.arg(&com.thickness_b)
+                .arg(&com.thickness_e)
+                .arg(&com.pitch_x)
+                .arg(&com.pitch_y);
             for o in outs.iter_mut() {
                 bld.arg(o);
             }
-            bld.arg(&mut vi).arg(&mut vq).arg(&mut vsx).arg(&mut vsy).arg(&mut vd).arg(&mut vst);
+            bld.arg(&mut vi)
+                .arg(&mut vq)
+                .arg(&mut vsx)
+                .arg(&mut vsy)
+                .arg(&mut vd)
+                .arg(&mut vst);
             // One block per run or slot (hit slots of runs are disjoint), of RECHITS_BLOCK threads.
-            let (threads, per_cluster) = (crate::kernels::RECHITS_BLOCK, crate::kernels::RECHITS_SHARED_PER_CLUSTER);
-            bld.launch(LaunchConfig { grid_dim: (n_blocks as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: per_cluster * cap })?;
+            let (threads, per_cluster) = (
+                crate::kernels::RECHITS_BLOCK,
+                crate::kernels::RECHITS_SHARED_PER_CLUSTER,
+            );
+            bld.launch(LaunchConfig {
+                grid_dim: (n_blocks as u32, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: per_cluster * cap,
+            })?;
         }
         run.mark()?;
         // The hits stay on the device; only their detIndex comes back (2 of the 52 bytes per
         // hit): the layer starts here, and the host checks of the tracking steps
         // (`HostDets`). Their first host consumer downloads the rest.
-        let (st, hd) = (run.queue::<u32>(&status, 1)?, run.queue_of::<u16>(HITS, &det_index, nh)?);
+        let (st, hd) = (
+            run.queue::<u32>(&status, 1)?,
+            run.queue_of::<u16>(HITS, &det_index, nh)?,
+        );
         let (st, hd) = (run.take(st)?, run.take(hd)?);
         let results = run.finish(&c.stats)?;
         if st[0] != 0 {
@@ -287,18 +410,31 @@ impl Step for RecHitsGpu {
         let mut first = 0;
         for &n in &hits_per_event {
             let det = &hd.as_slice()[first..first + n];
-            starts.push(quiver_reco::tracks::layer_start_from_det_index(det).map_err(|e| Error::data(e.to_string()))?);
+            starts.push(
+                quiver_reco::tracks::layer_start_from_det_index(det)
+                    .map_err(|e| Error::data(e.to_string()))?,
+            );
             first += n;
         }
         let mut dev_cols: Vec<Arc<DeviceBuf>> = f32s.into_iter().map(Arc::new).collect();
         dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
-        let on_device = CudaColumns::new(c.gpu, schema(HITS), nh, dev_cols)?.with_host_column("det_index", u16_array(hd))?;
-        batch.put(Product::on_device(schema(HITS), offsets_from_lengths(hits_per_event)?, nh, Arc::new(on_device))?)?;
+        let on_device = CudaColumns::new(c.gpu, schema(HITS), nh, dev_cols)?
+            .with_host_column("det_index", u16_array(hd))?;
+        batch.put(Product::on_device(
+            schema(HITS),
+            offsets_from_lengths(hits_per_event)?,
+            nh,
+            Arc::new(on_device),
+        )?)?;
         record_results(batch, &results)?;
         quiver_reco::steps::publish_hit_layers(batch, &starts)?;
         let overflows = tables
             .iter()
-            .map(|&(_, _, counts)| records::hits_per_event(counts, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS).into_iter().collect())
+            .map(|&(_, _, counts)| {
+                records::hits_per_event(counts, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS)
+                    .into_iter()
+                    .collect()
+            })
             .collect();
         publish_overflows(batch, overflows)
     }

@@ -16,10 +16,12 @@ use quiver_reco::tracks::ntuplets::Tuples;
 use quiver_reco::tracks::{fit_jobs_of, CaConfig};
 
 use crate::device::upload_condition;
-use crate::resident::CudaMirror;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
-use crate::steps::{batch_offsets, blocks, fallback, record_results, Common, HostDets, Launch, Run};
+use crate::resident::CudaMirror;
+use crate::steps::{
+    batch_offsets, blocks, fallback, record_results, Common, HostDets, Launch, Run,
+};
 
 /// A batch's fits for the kernel: every event's jobs (the CPU's, in its order) and the job
 /// table (`FIT_HITS` batch hit indices per job, the fitted hit count per job).
@@ -54,8 +56,17 @@ pub struct FitBatch {
 /// let input = [FitTuples { det: &det, tuples: bad }];
 /// assert!(fit_batch(&input, &[10], 1856, &CaConfig::default(), false).is_none());
 /// ```
-pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cfg: &CaConfig, job_hits: bool) -> Option<FitBatch> {
-    let mut fb = FitBatch { jobs: Vec::with_capacity(inputs.len()), ..FitBatch::default() };
+pub fn fit_batch(
+    inputs: &[FitTuples],
+    hit_start: &[usize],
+    n_modules: usize,
+    cfg: &CaConfig,
+    job_hits: bool,
+) -> Option<FitBatch> {
+    let mut fb = FitBatch {
+        jobs: Vec::with_capacity(inputs.len()),
+        ..FitBatch::default()
+    };
     for (input, &start) in inputs.iter().zip(hit_start) {
         let jobs = fit_jobs_of(input.det.len(), &input.tuples, cfg).ok()?;
         for job in &jobs {
@@ -80,14 +91,29 @@ pub fn fit_batch(inputs: &[FitTuples], hit_start: &[usize], n_modules: usize, cf
 /// The hit lists of a GPU `ca_ntuplets`' tuples kept on the device (`rows` tuples: list
 /// offsets in batch rows, event-local hit indices, and how many), when the product's hit
 /// list starts at value 0 and the mirror holds exactly its offsets and values.
-fn list_mirror(n: &quiver_columnar::Product, rows: usize) -> Option<(&Arc<crate::device::DeviceBuf>, &Arc<crate::device::DeviceBuf>, usize)> {
+fn list_mirror(
+    n: &quiver_columnar::Product,
+    rows: usize,
+) -> Option<(
+    &Arc<crate::device::DeviceBuf>,
+    &Arc<crate::device::DeviceBuf>,
+    usize,
+)> {
     let m = crate::resident::mirror_of(n)?;
-    let l = n.batch().column_by_name("hits")?.as_any().downcast_ref::<arrow_array::ListArray>()?;
+    let l = n
+        .batch()
+        .column_by_name("hits")?
+        .as_any()
+        .downcast_ref::<arrow_array::ListArray>()?;
     let (off, n_hits) = (l.value_offsets(), l.values().len());
     if off.len() != rows + 1 || off[0] != 0 || off[rows] as usize != n_hits {
         return None;
     }
-    Some((m.part::<u32>("hits.offsets", rows + 1)?, m.part::<u32>("hits.values", n_hits)?, n_hits))
+    Some((
+        m.part::<u32>("hits.offsets", rows + 1)?,
+        m.part::<u32>("hits.values", n_hits)?,
+        n_hits,
+    ))
 }
 
 /// The GPU `track_fit` step.
@@ -101,13 +127,25 @@ pub(crate) struct TrackFitGpu {
 }
 
 impl TrackFitGpu {
-    pub fn new(cfg: &StepConfig, common: Common, cpe: Arc<CpeParams>, ca: CaConfig) -> Result<Self> {
+    pub fn new(
+        cfg: &StepConfig,
+        common: Common,
+        cpe: Arc<CpeParams>,
+        ca: CaConfig,
+    ) -> Result<Self> {
         let mut bytes = 0u64;
         // The module frames, once per job (the covariance rotation reads six floats each).
         let frames = upload_condition(common.gpu, &frame_table(&cpe), &mut bytes)
             .map_err(|m| Error::plan(&cfg.label, format!("uploading the module frames: {m}")))?;
         common.stats.add_conditions(bytes);
-        Ok(TrackFitGpu { hits: cfg.input("hits")?, ntuplets: cfg.input("ntuplets")?, cpe, frames, cfg: ca, common })
+        Ok(TrackFitGpu {
+            hits: cfg.input("hits")?,
+            ntuplets: cfg.input("ntuplets")?,
+            cpe,
+            frames,
+            cfg: ca,
+            common,
+        })
     }
 }
 
@@ -115,14 +153,27 @@ impl Step for TrackFitGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         // The hits' detIndex only on the host: the kernel reads the other columns there.
-        let (hd, n) = (HostDets::get(batch, &self.hits)?, batch.get(&self.ntuplets)?);
+        let (hd, n) = (
+            HostDets::get(batch, &self.hits)?,
+            batch.get(&self.ntuplets)?,
+        );
         let h = &hd.product;
         // What the CPU step rejects goes to it, for its exact message.
-        let Ok(inputs) = fit_tuples(hd.view()?, &n) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        let starts: Vec<usize> = (0..batch.n_events()).map(|e| h.event_rows(e).start).collect();
+        let Ok(inputs) = fit_tuples(hd.view()?, &n) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+        let starts: Vec<usize> = (0..batch.n_events())
+            .map(|e| h.event_rows(e).start)
+            .collect();
         // The job table only where the device cannot build it from the tuples it kept.
         let kept = list_mirror(&n, n.num_rows());
-        let Some(fb) = fit_batch(&inputs, &starts, self.cpe.det.len(), &self.cfg, kept.is_none()) else {
+        let Some(fb) = fit_batch(
+            &inputs,
+            &starts,
+            self.cpe.det.len(),
+            &self.cfg,
+            kept.is_none(),
+        ) else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
         let n_jobs = fb.job_n.len();
@@ -134,7 +185,14 @@ impl Step for TrackFitGpu {
             let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
             let hc = crate::resident::cuda(&hd);
             let nh = h.num_rows();
-            let cols = ["x_global", "y_global", "z_global", "xerr_local", "yerr_local"].map(|name| hc.column(name));
+            let cols = [
+                "x_global",
+                "y_global",
+                "z_global",
+                "xerr_local",
+                "yerr_local",
+            ]
+            .map(|name| hc.column(name));
             let [x, y, z, xe, ye] = cols;
             let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);
             let djn = run.up(&fb.job_n)?;
@@ -150,48 +208,115 @@ impl Step for TrackFitGpu {
             let (mut djh, from_lists) = match kept {
                 Some(_) => {
                     let (to, hs) = (batch_offsets(n.offsets()), batch_offsets(h.offsets()));
-                    (run.out::<u32>(n_jobs * FIT_HITS)?, Some((run.up(&to)?, run.up(&hs)?)))
+                    (
+                        run.out::<u32>(n_jobs * FIT_HITS)?,
+                        Some((run.up(&to)?, run.up(&hs)?)),
+                    )
                 }
                 None => (run.up(&fb.job_hits)?, None),
             };
-            let (mut dstate, mut dpt, mut dchi2) = (run.zeros::<f32>(5 * rows)?, run.zeros::<f32>(rows)?, run.zeros::<f32>(rows)?);
+            let (mut dstate, mut dpt, mut dchi2) = (
+                run.zeros::<f32>(5 * rows)?,
+                run.zeros::<f32>(rows)?,
+                run.zeros::<f32>(rows)?,
+            );
             let mut dout = run.out::<f32>(n_jobs * FIT_OUT)?;
             // The raw doubles are for the emulation tests; here a one-element stand-in.
             let mut draw = run.out::<f64>(1)?;
             run.mark()?;
             if let (Some((loff, lhits, n_hits)), Some((dto, dhs))) = (kept, &from_lists) {
                 let (nj, ne) = (n_jobs as u32, batch.n_events() as u32);
-                let (vjr, vjn, vto, vhs) = (djr.view::<u32>(n_jobs), djn.view::<u8>(n_jobs), dto.view::<u32>(ne as usize + 1), dhs.view::<u32>(ne as usize + 1));
-                let (vlo, vlh, mut vjh) = (loff.view::<u32>(rows + 1), lhits.view::<u32>(n_hits), djh.view_mut::<u32>(n_jobs * FIT_HITS));
+                let (vjr, vjn, vto, vhs) = (
+                    djr.view::<u32>(n_jobs),
+                    djn.view::<u8>(n_jobs),
+                    dto.view::<u32>(ne as usize + 1),
+                    dhs.view::<u32>(ne as usize + 1),
+                );
+                let (vlo, vlh, mut vjh) = (
+                    loff.view::<u32>(rows + 1),
+                    lhits.view::<u32>(n_hits),
+                    djh.view_mut::<u32>(n_jobs * FIT_HITS),
+                );
                 let mut l = Launch::new(&run, "fit_job_hits");
-                l.arg(&nj).arg(&vjr).arg(&vjn).arg(&ne).arg(&vto).arg(&vhs).arg(&vlo).arg(&vlh).arg(&mut vjh);
+                l.arg(&nj)
+                    .arg(&vjr)
+                    .arg(&vjn)
+                    .arg(&ne)
+                    .arg(&vto)
+                    .arg(&vhs)
+                    .arg(&vlo)
+                    .arg(&vlh)
+                    .arg(&mut vjh);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             {
                 let (vjh, vjn) = (djh.view::<u32>(n_jobs * FIT_HITS), djn.view::<u8>(n_jobs));
-                let (vx, vy, vz, vxe, vye, vd) =
-                    (x.view::<f32>(nh), y.view::<f32>(nh), z.view::<f32>(nh), xe.view::<f32>(nh), ye.view::<f32>(nh), det.view::<u16>(nh));
-                let (mut vo, mut vr, no_raw) = (dout.view_mut::<f32>(n_jobs * FIT_OUT), draw.view_mut::<f64>(1), 0u32);
+                let (vx, vy, vz, vxe, vye, vd) = (
+                    x.view::<f32>(nh),
+                    y.view::<f32>(nh),
+                    z.view::<f32>(nh),
+                    xe.view::<f32>(nh),
+                    ye.view::<f32>(nh),
+                    det.view::<u16>(nh),
+                );
+                let (mut vo, mut vr, no_raw) = (
+                    dout.view_mut::<f32>(n_jobs * FIT_OUT),
+                    draw.view_mut::<f64>(1),
+                    0u32,
+                );
                 let nj = n_jobs as u32;
-                let kernel = if self.cfg.fit.use_riemann_fit { "track_fit_riemann" } else { "track_fit_bl" };
+                let kernel = if self.cfg.fit.use_riemann_fit {
+                    "track_fit_riemann"
+                } else {
+                    "track_fit_bl"
+                };
                 let mut l = Launch::new(&run, kernel);
-                l.arg(&nj).arg(&vjh).arg(&vjn).arg(&vx).arg(&vy).arg(&vz).arg(&vxe).arg(&vye).arg(&vd);
-                l.arg(&self.frames).arg(&self.cfg.fit.b_field).arg(&mut vo).arg(&no_raw).arg(&mut vr);
+                l.arg(&nj)
+                    .arg(&vjh)
+                    .arg(&vjn)
+                    .arg(&vx)
+                    .arg(&vy)
+                    .arg(&vz)
+                    .arg(&vxe)
+                    .arg(&vye)
+                    .arg(&vd);
+                l.arg(&self.frames)
+                    .arg(&self.cfg.fit.b_field)
+                    .arg(&mut vo)
+                    .arg(&no_raw)
+                    .arg(&mut vr);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             {
                 // As the CPU's StoredFit scales the curvature: by 1/B in f32.
                 let inv_b = 1.0f32 / self.cfg.fit.b_field;
-                let (vjr, vo, nj) = (djr.view::<u32>(n_jobs), dout.view::<f32>(n_jobs * FIT_OUT), n_jobs as u32);
-                let (mut vs, mut vp, mut vc) = (dstate.view_mut::<f32>(5 * rows), dpt.view_mut::<f32>(rows), dchi2.view_mut::<f32>(rows));
+                let (vjr, vo, nj) = (
+                    djr.view::<u32>(n_jobs),
+                    dout.view::<f32>(n_jobs * FIT_OUT),
+                    n_jobs as u32,
+                );
+                let (mut vs, mut vp, mut vc) = (
+                    dstate.view_mut::<f32>(5 * rows),
+                    dpt.view_mut::<f32>(rows),
+                    dchi2.view_mut::<f32>(rows),
+                );
                 let mut l = Launch::new(&run, "fit_scatter");
-                l.arg(&nj).arg(&vjr).arg(&vo).arg(&inv_b).arg(&mut vs).arg(&mut vp).arg(&mut vc);
+                l.arg(&nj)
+                    .arg(&vjr)
+                    .arg(&vo)
+                    .arg(&inv_b)
+                    .arg(&mut vs)
+                    .arg(&mut vp)
+                    .arg(&mut vc);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             run.mark()?;
             let out = run.down_of::<f32>(TRACK_FITS, &dout, n_jobs * FIT_OUT)?;
             let results = run.finish(&c.stats)?;
-            let mirror = CudaMirror::new().with::<f32>("state", Arc::new(dstate), 5 * rows)?.with::<f32>("pt", Arc::new(dpt), rows)?.with::<f32>("chi2", Arc::new(dchi2), rows)?;
+            let mirror = CudaMirror::new()
+                .with::<f32>("state", Arc::new(dstate), 5 * rows)?
+                .with::<f32>("pt", Arc::new(dpt), rows)?
+                .with::<f32>("chi2", Arc::new(dchi2), rows)?;
             Some((out, mirror, results))
         };
         let values = out.as_ref().map_or(&[][..], |(v, _, _)| v.as_slice());

@@ -5,17 +5,19 @@
 //! as the CPU step publishes it. The same parameters, inputs and products as the CPU step.
 
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
-use quiver_reco::steps::{ntuplet_overflows, publish_quality, quality_columns, QualityColumnsView, QualityTally};
+use quiver_reco::steps::{
+    ntuplet_overflows, publish_quality, quality_columns, QualityColumnsView, QualityTally,
+};
 use quiver_reco::tracks::ntuplets::CaState;
 use quiver_reco::tracks::CaConfig;
 
+use crate::device::DeviceBuf;
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
+use crate::resident::{mirror_of, CudaMirror};
 use crate::steps::ca_ntuplets::{CellTracks, CellTracksIn};
 use crate::steps::{fallback, record_results, Common, HostDets, Launch, Run};
-use quiver_reco::steps::types::TRACKS;
-use crate::device::DeviceBuf;
-use crate::resident::{mirror_of, CudaMirror};
 use cudarc::driver::DeviceRepr;
+use quiver_reco::steps::types::TRACKS;
 use std::sync::Arc;
 
 /// The small host tables of a batch's `track_quality` kernels; everything else goes to the
@@ -52,12 +54,39 @@ pub struct QualityTables {
 /// assert_eq!(t.dead, vec![0, 1, 0, 0, 0]);
 /// assert!(quality_tables(&v, &[0, 2, 3], &[0, 10, 20], &[0, 3, 5], false).unwrap().dead.is_empty());
 /// ```
-pub fn quality_tables(v: &QualityColumnsView, tuples: &[i32], hits: &[i32], cells: &[i32], late_fishbone: bool) -> Option<QualityTables> {
-    let u = |o: &[i32]| o.iter().map(|&x| u32::try_from(x).ok()).collect::<Option<Vec<u32>>>();
+pub fn quality_tables(
+    v: &QualityColumnsView,
+    tuples: &[i32],
+    hits: &[i32],
+    cells: &[i32],
+    late_fishbone: bool,
+) -> Option<QualityTables> {
+    let u = |o: &[i32]| {
+        o.iter()
+            .map(|&x| u32::try_from(x).ok())
+            .collect::<Option<Vec<u32>>>()
+    };
     let tup_off = u(tuples)?;
-    let list_base = tup_off[..tup_off.len().saturating_sub(1)].iter().map(|&t| v.cell_offsets.get(t as usize).and_then(|&o| u32::try_from(o).ok())).collect::<Option<_>>()?;
-    let dead = if late_fishbone { v.alive.values().iter().map(|a| u8::from(!a)).collect() } else { Vec::new() };
-    Some(QualityTables { tup_off, hit_off: u(hits)?, cell_off: u(cells)?, list_base, dead })
+    let list_base = tup_off[..tup_off.len().saturating_sub(1)]
+        .iter()
+        .map(|&t| {
+            v.cell_offsets
+                .get(t as usize)
+                .and_then(|&o| u32::try_from(o).ok())
+        })
+        .collect::<Option<_>>()?;
+    let dead = if late_fishbone {
+        v.alive.values().iter().map(|a| u8::from(!a)).collect()
+    } else {
+        Vec::new()
+    };
+    Some(QualityTables {
+        tup_off,
+        hit_off: u(hits)?,
+        cell_off: u(cells)?,
+        list_base,
+        dead,
+    })
 }
 
 /// The GPU `track_quality` step.
@@ -103,7 +132,12 @@ impl RoundsTally {
 
 /// Part `name` of a device mirror when it holds `host.len()` elements, else an upload of
 /// `host`.
-fn mirrored<T: DeviceRepr>(run: &mut Run, m: Option<&CudaMirror>, name: &str, host: &[T]) -> Result<Arc<DeviceBuf>> {
+fn mirrored<T: DeviceRepr>(
+    run: &mut Run,
+    m: Option<&CudaMirror>,
+    name: &str,
+    host: &[T],
+) -> Result<Arc<DeviceBuf>> {
     match m.and_then(|m| m.part::<T>(name, host.len())) {
         Some(b) => Ok(b.clone()),
         None => Ok(Arc::new(run.up(host)?)),
@@ -129,34 +163,74 @@ impl Step for TrackQualityGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         // The hits' detIndex only on the host (see HostDets).
-        let (hd, n, cl, f) = (HostDets::get(batch, &self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
+        let (hd, n, cl, f) = (
+            HostDets::get(batch, &self.hits)?,
+            batch.get(&self.ntuplets)?,
+            batch.get(&self.cells)?,
+            batch.get(&self.fits)?,
+        );
         let h = &hd.product;
         // What the CPU step rejects goes to it, for its exact message (the cells of the
         // tuples are checked on the device, below).
-        let Ok(v) = quality_columns(hd.view()?, &n, &cl, &f) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(v) = quality_columns(hd.view()?, &n, &cl, &f) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
         let late = self.cfg.ntuplets.late_fishbone;
-        let Some(qt) = quality_tables(&v, n.offsets(), h.offsets(), cl.offsets(), late) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
-        let (n_ev, n_tup) = (batch.n_events(), n.offsets().last().copied().unwrap_or(0) as usize);
+        let Some(qt) = quality_tables(&v, n.offsets(), h.offsets(), cl.offsets(), late) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+        let (n_ev, n_tup) = (
+            batch.n_events(),
+            n.offsets().last().copied().unwrap_or(0) as usize,
+        );
         if n_tup == 0 {
             return c.cpu.process(batch);
         }
-        let (n_hits, n_cells) = (*qt.hit_off.last().unwrap_or(&0) as usize, *qt.cell_off.last().unwrap_or(&0) as usize);
-        let (n_th, n_tc) = (v.hit_offsets[n_tup] as usize, v.cell_offsets[n_tup] as usize);
+        let (n_hits, n_cells) = (
+            *qt.hit_off.last().unwrap_or(&0) as usize,
+            *qt.cell_off.last().unwrap_or(&0) as usize,
+        );
+        let (n_th, n_tc) = (
+            v.hit_offsets[n_tup] as usize,
+            v.cell_offsets[n_tup] as usize,
+        );
         let mut run = Run::start(c.gpu)?;
         // The tuples' lists (offsets as u32: the same bits) and the fits' state, pT and χ²
         // that the GPU `ca_ntuplets` and `track_fit` kept on the device; else (CPU steps,
         // lists that are not the device's) uploads.
         let lists_from_zero = v.hit_offsets[0] == 0 && v.cell_offsets[0] == 0;
         let (nm, fm) = (mirror_of(&n).filter(|_| lists_from_zero), mirror_of(&f));
-        let (dto, dtho, dth) = (run.up(&qt.tup_off)?, mirrored(&mut run, nm, "hits.offsets", &v.hit_offsets[..=n_tup])?, mirrored(&mut run, nm, "hits.values", &v.hits[..n_th])?);
-        let (dst, dpt, dchi, dcuts) =
-            (mirrored(&mut run, fm, "state", &v.state[..5 * n_tup])?, mirrored(&mut run, fm, "pt", &v.pt[..n_tup])?, mirrored(&mut run, fm, "chi2", &v.chi2[..n_tup])?, run.up(&cuts_table(&self.cfg.quality))?);
-        let (dco, dtco, dtc, dho) = (run.up(&qt.cell_off)?, mirrored(&mut run, nm, "cells.offsets", &v.cell_offsets[..=n_tup])?, mirrored(&mut run, nm, "cells.values", &v.cells[..n_tc])?, run.up(&qt.hit_off)?);
-        let ddead = if late { run.up(&qt.dead)? } else { run.zeros::<u8>(1)? };
+        let (dto, dtho, dth) = (
+            run.up(&qt.tup_off)?,
+            mirrored(&mut run, nm, "hits.offsets", &v.hit_offsets[..=n_tup])?,
+            mirrored(&mut run, nm, "hits.values", &v.hits[..n_th])?,
+        );
+        let (dst, dpt, dchi, dcuts) = (
+            mirrored(&mut run, fm, "state", &v.state[..5 * n_tup])?,
+            mirrored(&mut run, fm, "pt", &v.pt[..n_tup])?,
+            mirrored(&mut run, fm, "chi2", &v.chi2[..n_tup])?,
+            run.up(&cuts_table(&self.cfg.quality))?,
+        );
+        let (dco, dtco, dtc, dho) = (
+            run.up(&qt.cell_off)?,
+            mirrored(&mut run, nm, "cells.offsets", &v.cell_offsets[..=n_tup])?,
+            mirrored(&mut run, nm, "cells.values", &v.cells[..n_tc])?,
+            run.up(&qt.hit_off)?,
+        );
+        let ddead = if late {
+            run.up(&qt.dead)?
+        } else {
+            run.zeros::<u8>(1)?
+        };
         let base = run.up(&qt.list_base)?;
         let mut dq = run.up(&v.quality[..n_tup])?;
         let (mut h2o, mut h2b) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?);
-        let (mut dcl, mut dwin, mut dkilled, mut drounds) = (run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_cells.max(1))?, run.out::<u32>(n_tup)?, run.out::<u32>(n_ev)?);
+        let (mut dcl, mut dwin, mut dkilled, mut drounds) = (
+            run.out::<u32>(n_cells.max(1))?,
+            run.out::<u32>(n_cells.max(1))?,
+            run.out::<u32>(n_tup)?,
+            run.out::<u32>(n_ev)?,
+        );
         let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         run.mark()?;
         let per_list = self.cfg.ntuplets.max_cell_tracks;
@@ -181,25 +255,88 @@ impl Step for TrackQualityGpu {
         )?;
         lists.stats(&run, &dco, per_list, &mut non_empty, &mut dropped)?;
         {
-            let (vto, vtho, vth) = (dto.view::<u32>(n_ev + 1), dtho.view::<u32>(n_tup + 1), dth.view::<u32>(n_th.max(1)));
-            let (vst, vpt, vchi, vcuts) = (dst.view::<f32>(5 * n_tup), dpt.view::<f32>(n_tup), dchi.view::<f32>(n_tup), dcuts.view::<f32>(crate::kernels_quality::QX_CUTS));
-            let (vco, vcount, vfirst, vbase, vvals) = (dco.view::<u32>(n_ev + 1), lists.count.view::<u32>(n_cells), lists.first.view::<u32>(n_cells), lists.base.view::<u32>(n_ev), lists.vals.view::<u32>(n_tc.max(1)));
-            let (vdead, vho) = (ddead.view::<u8>(if late { n_cells.max(1) } else { 1 }), dho.view::<u32>(n_ev + 1));
-            let (mut v1, mut v2, mut vq) = (h2o.view_mut::<u32>(n_hits + n_ev), h2b.view_mut::<u32>(n_th.max(1)), dq.view_mut::<u8>(n_tup));
-            let (mut vcl, mut vwin, mut vkilled, mut vrounds) = (dcl.view_mut::<u32>(n_cells.max(1)), dwin.view_mut::<u32>(n_cells.max(1)), dkilled.view_mut::<u32>(n_tup), drounds.view_mut::<u32>(n_ev));
+            let (vto, vtho, vth) = (
+                dto.view::<u32>(n_ev + 1),
+                dtho.view::<u32>(n_tup + 1),
+                dth.view::<u32>(n_th.max(1)),
+            );
+            let (vst, vpt, vchi, vcuts) = (
+                dst.view::<f32>(5 * n_tup),
+                dpt.view::<f32>(n_tup),
+                dchi.view::<f32>(n_tup),
+                dcuts.view::<f32>(crate::kernels_quality::QX_CUTS),
+            );
+            let (vco, vcount, vfirst, vbase, vvals) = (
+                dco.view::<u32>(n_ev + 1),
+                lists.count.view::<u32>(n_cells),
+                lists.first.view::<u32>(n_cells),
+                lists.base.view::<u32>(n_ev),
+                lists.vals.view::<u32>(n_tc.max(1)),
+            );
+            let (vdead, vho) = (
+                ddead.view::<u8>(if late { n_cells.max(1) } else { 1 }),
+                dho.view::<u32>(n_ev + 1),
+            );
+            let (mut v1, mut v2, mut vq) = (
+                h2o.view_mut::<u32>(n_hits + n_ev),
+                h2b.view_mut::<u32>(n_th.max(1)),
+                dq.view_mut::<u8>(n_tup),
+            );
+            let (mut vcl, mut vwin, mut vkilled, mut vrounds) = (
+                dcl.view_mut::<u32>(n_cells.max(1)),
+                dwin.view_mut::<u32>(n_cells.max(1)),
+                dkilled.view_mut::<u32>(n_tup),
+                drounds.view_mut::<u32>(n_ev),
+            );
             let (ne, late, sh_cap) = (n_ev as u32, late as u32, QX_SH as u32);
             let mut l = Launch::new(&run, "qx_quality");
-            l.arg(&ne).arg(&vto).arg(&vtho).arg(&vth).arg(&vst).arg(&vpt).arg(&vchi).arg(&vcuts);
-            l.arg(&vco).arg(&vcount).arg(&vfirst).arg(&vbase).arg(&per_list).arg(&vvals).arg(&vdead).arg(&late);
-            l.arg(&vho).arg(&mut v1).arg(&mut v2).arg(&mut vcl).arg(&mut vwin).arg(&mut vkilled);
-            l.arg(&sh_cap).arg(&QX_ROUNDS).arg(&mut vrounds).arg(&mut vq);
-            l.launch(cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (QX_BLOCK, 1, 1), shared_mem_bytes: 0 })?;
+            l.arg(&ne)
+                .arg(&vto)
+                .arg(&vtho)
+                .arg(&vth)
+                .arg(&vst)
+                .arg(&vpt)
+                .arg(&vchi)
+                .arg(&vcuts);
+            l.arg(&vco)
+                .arg(&vcount)
+                .arg(&vfirst)
+                .arg(&vbase)
+                .arg(&per_list)
+                .arg(&vvals)
+                .arg(&vdead)
+                .arg(&late);
+            l.arg(&vho)
+                .arg(&mut v1)
+                .arg(&mut v2)
+                .arg(&mut vcl)
+                .arg(&mut vwin)
+                .arg(&mut vkilled);
+            l.arg(&sh_cap)
+                .arg(&QX_ROUNDS)
+                .arg(&mut vrounds)
+                .arg(&mut vq);
+            l.launch(cudarc::driver::LaunchConfig {
+                grid_dim: (ne, 1, 1),
+                block_dim: (QX_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            })?;
         }
         run.mark()?;
         let q = run.queue_of::<u8>(TRACKS, &dq, n_tup)?;
         let rounds = run.queue::<u32>(&drounds, n_ev)?;
-        let (h_non_empty, h_dropped, h_bad) = (run.queue::<u32>(&non_empty, n_ev)?, run.queue::<u32>(&dropped, n_ev)?, run.queue::<u32>(&lists.bad, 1)?);
-        let (q, rounds, h_non_empty, h_dropped, h_bad) = (run.take(q)?, run.take(rounds)?, run.take(h_non_empty)?, run.take(h_dropped)?, run.take(h_bad)?);
+        let (h_non_empty, h_dropped, h_bad) = (
+            run.queue::<u32>(&non_empty, n_ev)?,
+            run.queue::<u32>(&dropped, n_ev)?,
+            run.queue::<u32>(&lists.bad, 1)?,
+        );
+        let (q, rounds, h_non_empty, h_dropped, h_bad) = (
+            run.take(q)?,
+            run.take(rounds)?,
+            run.take(h_non_empty)?,
+            run.take(h_dropped)?,
+            run.take(h_bad)?,
+        );
         drop(lists);
         let results = run.finish(&c.stats)?;
         // A tuple's cell past its event's (the CPU's error), or lists opened in the CPU's
@@ -209,11 +346,32 @@ impl Step for TrackQualityGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         self.rounds.add(rounds.as_slice());
-        let quality: Vec<Vec<u8>> = qt.tup_off.windows(2).map(|w| q.as_slice()[w[0] as usize..w[1] as usize].to_vec()).collect();
-        if quality.iter().flatten().any(|&x| quiver_reco::tracks::Quality::from_u8(x).is_none()) {
-            return Err(Error::data("gpu track_quality: the device wrote an unknown quality code"));
+        let quality: Vec<Vec<u8>> = qt
+            .tup_off
+            .windows(2)
+            .map(|w| q.as_slice()[w[0] as usize..w[1] as usize].to_vec())
+            .collect();
+        if quality
+            .iter()
+            .flatten()
+            .any(|&x| quiver_reco::tracks::Quality::from_u8(x).is_none())
+        {
+            return Err(Error::data(
+                "gpu track_quality: the device wrote an unknown quality code",
+            ));
         }
-        let overflows = h_dropped.iter().map(|&d| ntuplet_overflows(&CaState { track_overflows: d, ..Default::default() }, &self.cfg.ntuplets)).collect();
+        let overflows = h_dropped
+            .iter()
+            .map(|&d| {
+                ntuplet_overflows(
+                    &CaState {
+                        track_overflows: d,
+                        ..Default::default()
+                    },
+                    &self.cfg.ntuplets,
+                )
+            })
+            .collect();
         self.tally.add(n_ev, &quality);
         publish_quality(batch, &f, &quality, overflows)?;
         record_results(batch, &results)
@@ -222,6 +380,10 @@ impl Step for TrackQualityGpu {
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
         // Counts of the batches computed here; the gpu line says how many went to the CPU step.
         let gpu = self.common.report().unwrap_or_default();
-        Ok(Some(format!("{} (on the device)\n{gpu}\n{}", self.tally.report(), self.rounds.report())))
+        Ok(Some(format!(
+            "{} (on the device)\n{gpu}\n{}",
+            self.tally.report(),
+            self.rounds.report()
+        )))
     }
 }

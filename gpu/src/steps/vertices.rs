@@ -6,7 +6,9 @@
 
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
 use quiver_reco::steps::{publish_vertices, vertex_selection, VertexTally};
-use quiver_reco::vertices::{vertices_from, ChainResult, Clusterizer, Selected, VertexConfig, Vertices};
+use quiver_reco::vertices::{
+    vertices_from, ChainResult, Clusterizer, Selected, VertexConfig, Vertices,
+};
 
 use crate::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
 use crate::steps::{fallback, record_results, Common, Launch, Run};
@@ -32,12 +34,19 @@ pub struct VertexBatch {
 /// assert_eq!((b.sel_off, b.zt.len()), (vec![0, 2, 2, 4], 4));
 /// ```
 pub fn vertex_batch(sel: &[Selected]) -> Result<VertexBatch> {
-    let mut b = VertexBatch { sel_off: vec![0], ..VertexBatch::default() };
+    let mut b = VertexBatch {
+        sel_off: vec![0],
+        ..VertexBatch::default()
+    };
     for s in sel {
         b.zt.extend_from_slice(&s.zt);
         b.ezt2.extend_from_slice(&s.ezt2);
         b.ptt2.extend_from_slice(&s.ptt2);
-        b.sel_off.push(u32::try_from(b.zt.len()).map_err(|_| Error::data("gpu vertices: more than 2^32 selected tracks in a batch"))?);
+        b.sel_off.push(
+            u32::try_from(b.zt.len()).map_err(|_| {
+                Error::data("gpu vertices: more than 2^32 selected tracks in a batch")
+            })?,
+        );
     }
     Ok(b)
 }
@@ -53,14 +62,35 @@ pub struct VertexOutput {
 
 /// Every event's vertices from the kernel's output: event `e`'s `(n_slots, selection)` and
 /// its rows at `b.sel_off[e]`.
-pub fn vertices_from_device(sel: &[(usize, Selected)], b: &VertexBatch, o: &VertexOutput) -> Result<Vec<Vertices>> {
+pub fn vertices_from_device(
+    sel: &[(usize, Selected)],
+    b: &VertexBatch,
+    o: &VertexOutput,
+) -> Result<Vec<Vertices>> {
     let mut out = Vec::with_capacity(sel.len());
     for (e, (n_slots, s)) in sel.iter().enumerate() {
         let (b0, n) = (b.sel_off[e] as usize, s.zt.len());
-        let nv = *o.nv.get(e).ok_or_else(|| Error::data("gpu vertices: no vertex count"))? as usize;
+        let nv = *o
+            .nv
+            .get(e)
+            .ok_or_else(|| Error::data("gpu vertices: no vertex count"))? as usize;
         let o = &o.rows;
-        if nv > n || o.iv.len() < b0 + n || [o.zv.len(), o.wv.len(), o.chi2.len(), o.ndof.len(), o.ptv2.len(), o.sort_ind.len()].iter().any(|&l| l < b0 + nv) {
-            return Err(Error::data(format!("gpu vertices: event {e}: {nv} vertices for {n} selected tracks")));
+        if nv > n
+            || o.iv.len() < b0 + n
+            || [
+                o.zv.len(),
+                o.wv.len(),
+                o.chi2.len(),
+                o.ndof.len(),
+                o.ptv2.len(),
+                o.sort_ind.len(),
+            ]
+            .iter()
+            .any(|&l| l < b0 + nv)
+        {
+            return Err(Error::data(format!(
+                "gpu vertices: event {e}: {nv} vertices for {n} selected tracks"
+            )));
         }
         let r = ChainResult {
             iv: o.iv[b0..b0 + n].to_vec(),
@@ -71,8 +101,15 @@ pub fn vertices_from_device(sel: &[(usize, Selected)], b: &VertexBatch, o: &Vert
             ptv2: o.ptv2[b0..b0 + nv].to_vec(),
             sort_ind: o.sort_ind[b0..b0 + nv].to_vec(),
         };
-        if r.iv.iter().any(|&v| v < 0 || (v as usize >= nv && v != quiver_reco::vertices::IDV_NOISE as i32 && v != quiver_reco::vertices::IDV_DETACHED as i32)) {
-            return Err(Error::data(format!("gpu vertices: event {e}: a track names no vertex of {nv}")));
+        if r.iv.iter().any(|&v| {
+            v < 0
+                || (v as usize >= nv
+                    && v != quiver_reco::vertices::IDV_NOISE as i32
+                    && v != quiver_reco::vertices::IDV_DETACHED as i32)
+        }) {
+            return Err(Error::data(format!(
+                "gpu vertices: event {e}: a track names no vertex of {nv}"
+            )));
         }
         out.push(vertices_from(*n_slots, s, r));
     }
@@ -104,7 +141,12 @@ pub(crate) struct VerticesGpu {
 
 impl VerticesGpu {
     pub fn new(cfg: &StepConfig, common: Common, vc: VertexConfig) -> Result<Self> {
-        Ok(VerticesGpu { input: cfg.input("input")?, cfg: vc, tally: VertexTally::default(), common })
+        Ok(VerticesGpu {
+            input: cfg.input("input")?,
+            cfg: vc,
+            tally: VertexTally::default(),
+            common,
+        })
     }
 }
 
@@ -113,7 +155,9 @@ impl Step for VerticesGpu {
         let c = &self.common;
         let t = batch.get(&self.input)?;
         // What the CPU step rejects goes to it, for its exact message.
-        let Ok(sel) = vertex_selection(&t, &self.cfg) else { return fallback(c.cpu.as_ref(), &c.stats, batch) };
+        let Ok(sel) = vertex_selection(&t, &self.cfg) else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
         let selected: Vec<Selected> = sel.iter().map(|(_, s)| s.clone()).collect();
         let vb = vertex_batch(&selected)?;
         let (n, n_ev) = (vb.zt.len(), sel.len());
@@ -121,39 +165,125 @@ impl Step for VerticesGpu {
             return c.cpu.process(batch);
         }
         let mut run = Run::start(c.gpu)?;
-        let (dso, dz, de, dp) = (run.up(&vb.sel_off)?, run.up(&vb.zt)?, run.up(&vb.ezt2)?, run.up(&vb.ptt2)?);
-        let (mut izt, mut bins, mut off) = (run.out::<u32>(n)?, run.out::<u32>(n)?, run.out::<u32>(n_ev * VX_BIN_OFFSETS)?);
-        let (mut nn, mut ptr, mut iv) = (run.out::<i32>(n)?, run.out::<i32>(n)?, run.out::<i32>(n)?);
-        let (mut s_it, mut s_zz, mut s_ww, mut s_new) = (run.out::<u32>(n)?, run.out::<f32>(n)?, run.out::<f32>(n)?, run.out::<u8>(n)?);
-        let (mut zv, mut wv, mut chi2, mut ndof, mut ptv2, mut sort) =
-            (run.out::<f32>(n)?, run.out::<f32>(n)?, run.out::<f32>(n)?, run.out::<i32>(n)?, run.out::<f32>(n)?, run.out::<u16>(n)?);
+        let (dso, dz, de, dp) = (
+            run.up(&vb.sel_off)?,
+            run.up(&vb.zt)?,
+            run.up(&vb.ezt2)?,
+            run.up(&vb.ptt2)?,
+        );
+        let (mut izt, mut bins, mut off) = (
+            run.out::<u32>(n)?,
+            run.out::<u32>(n)?,
+            run.out::<u32>(n_ev * VX_BIN_OFFSETS)?,
+        );
+        let (mut nn, mut ptr, mut iv) =
+            (run.out::<i32>(n)?, run.out::<i32>(n)?, run.out::<i32>(n)?);
+        let (mut s_it, mut s_zz, mut s_ww, mut s_new) = (
+            run.out::<u32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<u8>(n)?,
+        );
+        let (mut zv, mut wv, mut chi2, mut ndof, mut ptv2, mut sort) = (
+            run.out::<f32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<i32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<u16>(n)?,
+        );
         let (mut nv, mut err) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         run.mark()?;
         {
             let v = &self.cfg;
-            let (vso, vz, ve, vp) = (dso.view::<u32>(n_ev + 1), dz.view::<f32>(n), de.view::<f32>(n), dp.view::<f32>(n));
-            let (mut a1, mut a2, mut a3) = (izt.view_mut::<u32>(n), bins.view_mut::<u32>(n), off.view_mut::<u32>(n_ev * VX_BIN_OFFSETS));
-            let (mut a4, mut a5, mut a6) = (nn.view_mut::<i32>(n), ptr.view_mut::<i32>(n), iv.view_mut::<i32>(n));
-            let (mut a7, mut a8, mut a9, mut a10) = (s_it.view_mut::<u32>(n), s_zz.view_mut::<f32>(n), s_ww.view_mut::<f32>(n), s_new.view_mut::<u8>(n));
-            let (mut o1, mut o2, mut o3, mut o4, mut o5, mut o6) =
-                (zv.view_mut::<f32>(n), wv.view_mut::<f32>(n), chi2.view_mut::<f32>(n), ndof.view_mut::<i32>(n), ptv2.view_mut::<f32>(n), sort.view_mut::<u16>(n));
+            let (vso, vz, ve, vp) = (
+                dso.view::<u32>(n_ev + 1),
+                dz.view::<f32>(n),
+                de.view::<f32>(n),
+                dp.view::<f32>(n),
+            );
+            let (mut a1, mut a2, mut a3) = (
+                izt.view_mut::<u32>(n),
+                bins.view_mut::<u32>(n),
+                off.view_mut::<u32>(n_ev * VX_BIN_OFFSETS),
+            );
+            let (mut a4, mut a5, mut a6) = (
+                nn.view_mut::<i32>(n),
+                ptr.view_mut::<i32>(n),
+                iv.view_mut::<i32>(n),
+            );
+            let (mut a7, mut a8, mut a9, mut a10) = (
+                s_it.view_mut::<u32>(n),
+                s_zz.view_mut::<f32>(n),
+                s_ww.view_mut::<f32>(n),
+                s_new.view_mut::<u8>(n),
+            );
+            let (mut o1, mut o2, mut o3, mut o4, mut o5, mut o6) = (
+                zv.view_mut::<f32>(n),
+                wv.view_mut::<f32>(n),
+                chi2.view_mut::<f32>(n),
+                ndof.view_mut::<i32>(n),
+                ptv2.view_mut::<f32>(n),
+                sort.view_mut::<u16>(n),
+            );
             let (mut o7, mut o8) = (nv.view_mut::<u32>(n_ev), err.view_mut::<u32>(n_ev));
             let ne = n_ev as u32;
             let mut l = Launch::new(&run, "vx_find");
             let mode = clustering_mode(v.clusterizer);
             l.arg(&vso).arg(&ne).arg(&vz).arg(&ve).arg(&vp).arg(&mode);
-            l.arg(&v.min_t).arg(&v.eps).arg(&v.errmax).arg(&v.chi2max).arg(&v.fit_chi2_max_first).arg(&v.split_chi2_max).arg(&v.fit_chi2_max_final);
-            l.arg(&mut a1).arg(&mut a2).arg(&mut a3).arg(&mut a4).arg(&mut a5).arg(&mut a6);
+            l.arg(&v.min_t)
+                .arg(&v.eps)
+                .arg(&v.errmax)
+                .arg(&v.chi2max)
+                .arg(&v.fit_chi2_max_first)
+                .arg(&v.split_chi2_max)
+                .arg(&v.fit_chi2_max_final);
+            l.arg(&mut a1)
+                .arg(&mut a2)
+                .arg(&mut a3)
+                .arg(&mut a4)
+                .arg(&mut a5)
+                .arg(&mut a6);
             l.arg(&mut a7).arg(&mut a8).arg(&mut a9).arg(&mut a10);
-            l.arg(&mut o1).arg(&mut o2).arg(&mut o3).arg(&mut o4).arg(&mut o5).arg(&mut o6).arg(&mut o7).arg(&mut o8);
-            let cfg = cudarc::driver::LaunchConfig { grid_dim: (ne, 1, 1), block_dim: (VX_BLOCK, 1, 1), shared_mem_bytes: 0 };
+            l.arg(&mut o1)
+                .arg(&mut o2)
+                .arg(&mut o3)
+                .arg(&mut o4)
+                .arg(&mut o5)
+                .arg(&mut o6)
+                .arg(&mut o7)
+                .arg(&mut o8);
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (ne, 1, 1),
+                block_dim: (VX_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
             l.launch(cfg)?;
         }
         run.mark()?;
         let (h_err, h_nv) = (run.queue::<u32>(&err, n_ev)?, run.queue::<u32>(&nv, n_ev)?);
-        let (h_iv, h_zv, h_wv, h_chi2) = (run.queue_of::<i32>(TRACK_VERTICES, &iv, n)?, run.queue_of::<f32>(VERTICES, &zv, n)?, run.queue_of::<f32>(VERTICES, &wv, n)?, run.queue_of::<f32>(VERTICES, &chi2, n)?);
-        let (h_ndof, h_ptv2, h_sort) = (run.queue_of::<i32>(VERTICES, &ndof, n)?, run.queue_of::<f32>(VERTICES, &ptv2, n)?, run.queue_of::<u16>(VERTICES, &sort, n)?);
-        let (h_err, h_nv, h_iv, h_zv, h_wv, h_chi2, h_ndof, h_ptv2, h_sort) = (run.take(h_err)?, run.take(h_nv)?, run.take(h_iv)?, run.take(h_zv)?, run.take(h_wv)?, run.take(h_chi2)?, run.take(h_ndof)?, run.take(h_ptv2)?, run.take(h_sort)?);
+        let (h_iv, h_zv, h_wv, h_chi2) = (
+            run.queue_of::<i32>(TRACK_VERTICES, &iv, n)?,
+            run.queue_of::<f32>(VERTICES, &zv, n)?,
+            run.queue_of::<f32>(VERTICES, &wv, n)?,
+            run.queue_of::<f32>(VERTICES, &chi2, n)?,
+        );
+        let (h_ndof, h_ptv2, h_sort) = (
+            run.queue_of::<i32>(VERTICES, &ndof, n)?,
+            run.queue_of::<f32>(VERTICES, &ptv2, n)?,
+            run.queue_of::<u16>(VERTICES, &sort, n)?,
+        );
+        let (h_err, h_nv, h_iv, h_zv, h_wv, h_chi2, h_ndof, h_ptv2, h_sort) = (
+            run.take(h_err)?,
+            run.take(h_nv)?,
+            run.take(h_iv)?,
+            run.take(h_zv)?,
+            run.take(h_wv)?,
+            run.take(h_chi2)?,
+            run.take(h_ndof)?,
+            run.take(h_ptv2)?,
+            run.take(h_sort)?,
+        );
         let results = run.finish(&c.stats)?;
         // The CPU's capacity errors (proto-vertices or vertices past 1 024): its message.
         if h_err.iter().any(|&x| x != 0) {
@@ -168,7 +298,10 @@ impl Step for VerticesGpu {
             ptv2: h_ptv2.as_slice().to_vec(),
             sort_ind: h_sort.as_slice().to_vec(),
         };
-        let out = VertexOutput { rows, nv: h_nv.as_slice().to_vec() };
+        let out = VertexOutput {
+            rows,
+            nv: h_nv.as_slice().to_vec(),
+        };
         let vertices = vertices_from_device(&sel, &vb, &out)?;
         self.tally.add(&vertices);
         publish_vertices(batch, &t, &vertices)?;
@@ -178,6 +311,9 @@ impl Step for VerticesGpu {
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
         // Counts of the batches computed here; the gpu line says how many went to the CPU step.
         let gpu = self.common.report().unwrap_or_default();
-        Ok(Some(format!("{} (on the device)\n{gpu}", self.tally.report())))
+        Ok(Some(format!(
+            "{} (on the device)\n{gpu}",
+            self.tally.report()
+        )))
     }
 }

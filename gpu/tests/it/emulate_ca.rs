@@ -21,15 +21,23 @@ use crate::emu_threads;
 
 use std::sync::OnceLock;
 
-use quiver_datasets::{generate, Dataset, GenerateOptions};
-use quiver_gpu::kernels_ca::{self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN};
-use quiver_gpu::steps::{capped_neighbors, cell_offsets, doublet_products, ntuplet_event, ntuplet_event_listed, prepare, DoubletProducts};
-use quiver_reco::steps::{doublet_overflows, HitDets};
 use quiver_datasets::conditions::CpeParams;
+use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_gpu::kernels_ca::{
+    self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN,
+};
+use quiver_gpu::steps::{
+    capped_neighbors, cell_offsets, doublet_products, ntuplet_event, ntuplet_event_listed, prepare,
+    DoubletProducts,
+};
 use quiver_reco::local;
+use quiver_reco::steps::{doublet_overflows, HitDets};
 use quiver_reco::tracks::doublets::{N_LAYERS, PHI_BINS};
 use quiver_reco::tracks::ntuplets::{connect, CaState, Tuples};
-use quiver_reco::tracks::{doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_ntuplets, CaConfig, HitsView, Quality};
+use quiver_reco::tracks::{
+    doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_ntuplets,
+    CaConfig, HitsView, Quality,
+};
 
 const SHIM: &str = r#"
 #include <cmath>
@@ -89,7 +97,8 @@ fn emulator() -> Option<&'static libloading::Library> {
             quiver_gpu::kernels_quality::QUALITY,
             quiver_gpu::kernels_vertices::VERTICES
         );
-        let (dir, lib) = emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
+        let (dir, lib) =
+            emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
         type SetSync = unsafe extern "C" fn(extern "C" fn());
         // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
         unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_threads::emu_sync) };
@@ -120,7 +129,13 @@ const EMU_BLOCK: u32 = 8;
 /// barrier of `emu_threads`, the block barrier) are globals of the emulator library, so two
 /// tests launching at once (the harness runs tests on parallel threads) would share them;
 /// that is what made the connect test hang when it ran beside the doublet test.
-fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch: impl Fn() + Sync) {
+fn grid(
+    lib: &libloading::Library,
+    mode: Mode,
+    blocks: u32,
+    threads: u32,
+    launch: impl Fn() + Sync,
+) {
     static ONE_LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
     type Thread = unsafe extern "C" fn(u32, u32, u32);
@@ -151,7 +166,13 @@ fn grid(lib: &libloading::Library, mode: Mode, blocks: u32, threads: u32, launch
 
 /// One thread per element, `EMU_BLOCK` per block.
 fn elements(lib: &libloading::Library, mode: Mode, n: usize, launch: impl Fn() + Sync) {
-    grid(lib, mode, (n as u32).div_ceil(EMU_BLOCK).max(1), EMU_BLOCK, launch)
+    grid(
+        lib,
+        mode,
+        (n as u32).div_ceil(EMU_BLOCK).max(1),
+        EMU_BLOCK,
+        launch,
+    )
 }
 
 /// A batch of hits, event after event.
@@ -206,52 +227,191 @@ impl<T: Copy> Dev<T> {
 }
 
 /// The kernel sequence of the GPU step, on the host.
-fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
+fn run_device(
+    lib: &libloading::Library,
+    mode: Mode,
+    b: &Batch,
+    cfg: &CaConfig,
+    cpe: &CpeParams,
+) -> (Cells, DoubletProducts) {
     // The GPU step's own host preparation (checks and tables).
-    let det: Vec<u16> = b.events.iter().flat_map(|h| h.det_index.iter().copied()).collect();
-    let hit_off: Vec<i32> = std::iter::once(0).chain(b.hits_per_event.iter().scan(0i32, |a, &n| { *a += n as i32; Some(*a) })).collect();
+    let det: Vec<u16> = b
+        .events
+        .iter()
+        .flat_map(|h| h.det_index.iter().copied())
+        .collect();
+    let hit_off: Vec<i32> = std::iter::once(0)
+        .chain(b.hits_per_event.iter().scan(0i32, |a, &n| {
+            *a += n as i32;
+            Some(*a)
+        }))
+        .collect();
     let db = prepare(HitDets::new(&det, &hit_off).unwrap(), cpe.det.len(), cfg).unwrap();
-    assert_eq!(db.hit_off.windows(2).map(|w| (w[1] - w[0]) as usize).collect::<Vec<_>>(), b.hits_per_event);
+    assert_eq!(
+        db.hit_off
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .collect::<Vec<_>>(),
+        b.hits_per_event
+    );
     let (n_ev, n_hits, n_items) = (db.n_events(), db.n_hits(), db.n_items());
     let d = &cfg.doublets;
     let cuts = d.cuts();
     let (pair_i, pair_f) = pair_tables(&cuts);
 
     let bin_count = Dev::new(0u32, n_ev * N_LAYERS * PHI_BINS);
-    let (bin_start, cursor) = (Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT), Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT));
+    let (bin_start, cursor) = (
+        Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT),
+        Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT),
+    );
     let packed_idx = Dev::new(u32::MAX, n_hits.max(1));
     let (pz, pr) = (Dev::new(0f32, n_hits.max(1)), Dev::new(0f32, n_hits.max(1)));
     let (pphi, psy) = (Dev::new(0i16, n_hits.max(1)), Dev::new(0i16, n_hits.max(1)));
-    type Count = unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32);
+    type Count =
+        unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32);
     type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
-    type Fill = unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32, *mut u32);
+    type Fill = unsafe extern "C" fn(
+        *const u16,
+        *const i16,
+        u32,
+        *const u32,
+        *const u32,
+        u32,
+        *mut u32,
+        *mut u32,
+    );
     type Sort = unsafe extern "C" fn(
-        *const u32, u32, *const u32, *const f32, *const f32, *const i16, *const i16, *mut u32, *mut f32, *mut f32, *mut i16, *mut i16,
+        *const u32,
+        u32,
+        *const u32,
+        *const f32,
+        *const f32,
+        *const i16,
+        *const i16,
+        *mut u32,
+        *mut f32,
+        *mut f32,
+        *mut i16,
+        *mut i16,
     );
     // SAFETY: kernel signatures as in kernels_ca::CA_DOUBLETS; every buffer holds the elements the kernels index (sized from the same counts as in the GPU step).
     unsafe {
         let f: libloading::Symbol<Count> = lib.get(b"ca_bin_count").unwrap();
-        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), bin_count.ptr()];
-        elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_hits as u32, a[2] as _, a[3] as _, n_ev as u32, a[4] as _));
+        let a = [
+            p(&b.det),
+            p(&b.iphi),
+            p(&db.hit_off),
+            p(&db.layer_start),
+            bin_count.ptr(),
+        ];
+        elements(lib, mode, n_hits, || {
+            f(
+                a[0] as _,
+                a[1] as _,
+                n_hits as u32,
+                a[2] as _,
+                a[3] as _,
+                n_ev as u32,
+                a[4] as _,
+            )
+        });
         let f: libloading::Symbol<Scan> = lib.get(b"ca_bin_scan").unwrap();
-        let a = [bin_count.ptr(), p(&db.hit_off), bin_start.ptr(), cursor.ptr()];
-        elements(lib, mode, n_ev, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, a[3] as _));
+        let a = [
+            bin_count.ptr(),
+            p(&db.hit_off),
+            bin_start.ptr(),
+            cursor.ptr(),
+        ];
+        elements(lib, mode, n_ev, || {
+            f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, a[3] as _)
+        });
         let f: libloading::Symbol<Fill> = lib.get(b"ca_bin_fill").unwrap();
-        let a = [p(&b.det), p(&b.iphi), p(&db.hit_off), p(&db.layer_start), cursor.ptr(), packed_idx.ptr()];
-        elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_hits as u32, a[2] as _, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
+        let a = [
+            p(&b.det),
+            p(&b.iphi),
+            p(&db.hit_off),
+            p(&db.layer_start),
+            cursor.ptr(),
+            packed_idx.ptr(),
+        ];
+        elements(lib, mode, n_hits, || {
+            f(
+                a[0] as _,
+                a[1] as _,
+                n_hits as u32,
+                a[2] as _,
+                a[3] as _,
+                n_ev as u32,
+                a[4] as _,
+                a[5] as _,
+            )
+        });
         let f: libloading::Symbol<Sort> = lib.get(b"ca_bin_sort").unwrap();
-        let a = [bin_start.ptr(), p(&db.hit_off), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), packed_idx.ptr(), pz.ptr(), pr.ptr(), pphi.ptr(), psy.ptr()];
+        let a = [
+            bin_start.ptr(),
+            p(&db.hit_off),
+            p(&b.z),
+            p(&b.r),
+            p(&b.iphi),
+            p(&b.size_y),
+            packed_idx.ptr(),
+            pz.ptr(),
+            pr.ptr(),
+            pphi.ptr(),
+            psy.ptr(),
+        ];
         elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, || {
-            f(a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, a[10] as _)
+            f(
+                a[0] as _,
+                n_ev as u32,
+                a[1] as _,
+                a[2] as _,
+                a[3] as _,
+                a[4] as _,
+                a[5] as _,
+                a[6] as _,
+                a[7] as _,
+                a[8] as _,
+                a[9] as _,
+                a[10] as _,
+            )
         });
     }
 
     type Doublets = unsafe extern "C" fn(
-        u32, u32, *const u32, u32, u32, *const u32, *const u32,
-        *const f32, *const f32, *const i16, *const i16, *const u16,
-        *const u32, *const u32, *const f32, *const f32, *const i16, *const i16,
-        *const i32, *const f32, u32, f32, f32, f32, f32, i32, u32,
-        *mut u32, *const u32, *const u32, *mut u32, *mut u32, *mut u8,
+        u32,
+        u32,
+        *const u32,
+        u32,
+        u32,
+        *const u32,
+        *const u32,
+        *const f32,
+        *const f32,
+        *const i16,
+        *const i16,
+        *const u16,
+        *const u32,
+        *const u32,
+        *const f32,
+        *const f32,
+        *const i16,
+        *const i16,
+        *const i32,
+        *const f32,
+        u32,
+        f32,
+        f32,
+        f32,
+        f32,
+        i32,
+        u32,
+        *mut u32,
+        *const u32,
+        *const u32,
+        *mut u32,
+        *mut u32,
+        *mut u8,
     );
     let item_count = Dev::new(0u32, n_items.max(1));
     let item_first = Dev::new(0u32, n_items.max(1));
@@ -261,17 +421,64 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     let doublets = |write: u32, cell_off: &[u32], out: (&Dev<u32>, &Dev<u32>, &Dev<u8>)| unsafe {
         let f: libloading::Symbol<Doublets> = lib.get(b"ca_doublets").unwrap();
         let a = [
-            p(&db.item_start), p(&db.hit_off), p(&db.layer_start), p(&b.z), p(&b.r), p(&b.iphi), p(&b.size_y), p(&b.det),
-            bin_start.ptr(), packed_idx.ptr(), pz.ptr(), pr.ptr(), pphi.ptr(), psy.ptr(), p(&pair_i), p(&pair_f),
-            item_count.ptr(), item_first.ptr(), p(cell_off), out.0.ptr(), out.1.ptr(), out.2.ptr(),
+            p(&db.item_start),
+            p(&db.hit_off),
+            p(&db.layer_start),
+            p(&b.z),
+            p(&b.r),
+            p(&b.iphi),
+            p(&b.size_y),
+            p(&b.det),
+            bin_start.ptr(),
+            packed_idx.ptr(),
+            pz.ptr(),
+            pr.ptr(),
+            pphi.ptr(),
+            psy.ptr(),
+            p(&pair_i),
+            p(&pair_f),
+            item_count.ptr(),
+            item_first.ptr(),
+            p(cell_off),
+            out.0.ptr(),
+            out.1.ptr(),
+            out.2.ptr(),
         ];
         elements(lib, mode, n_items, || {
             f(
-                write, n_items as u32, a[0] as _, db.n_pairs, n_ev as u32, a[1] as _, a[2] as _,
-                a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _,
-                a[8] as _, a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _,
-                a[14] as _, a[15] as _, flags, d.z0_cut, cuts.dzdr_fact, cuts.min_radius2_t4, cuts.i2p, d.max_dy_pred, d.max_number_of_doublets,
-                a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _, a[21] as _,
+                write,
+                n_items as u32,
+                a[0] as _,
+                db.n_pairs,
+                n_ev as u32,
+                a[1] as _,
+                a[2] as _,
+                a[3] as _,
+                a[4] as _,
+                a[5] as _,
+                a[6] as _,
+                a[7] as _,
+                a[8] as _,
+                a[9] as _,
+                a[10] as _,
+                a[11] as _,
+                a[12] as _,
+                a[13] as _,
+                a[14] as _,
+                a[15] as _,
+                flags,
+                d.z0_cut,
+                cuts.dzdr_fact,
+                cuts.min_radius2_t4,
+                cuts.i2p,
+                d.max_dy_pred,
+                d.max_number_of_doublets,
+                a[16] as _,
+                a[17] as _,
+                a[18] as _,
+                a[19] as _,
+                a[20] as _,
+                a[21] as _,
             )
         });
     };
@@ -281,15 +488,30 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     unsafe {
         type ItemScan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<ItemScan> = lib.get(b"ca_item_scan").unwrap();
-        let a = [item_count.ptr(), p(&db.item_start), item_first.ptr(), event_total.ptr()];
+        let a = [
+            item_count.ptr(),
+            p(&db.item_start),
+            item_first.ptr(),
+            event_total.ptr(),
+        ];
         // Sequential: one thread per block (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
-        grid(lib, mode, n_ev as u32, threads, || f(a[0] as _, a[1] as _, db.n_pairs, a[2] as _, a[3] as _));
+        let threads = if mode == Mode::Sequential {
+            1
+        } else {
+            EMU_BLOCK
+        };
+        grid(lib, mode, n_ev as u32, threads, || {
+            f(a[0] as _, a[1] as _, db.n_pairs, a[2] as _, a[3] as _)
+        });
     }
     let event_total = event_total.get();
     let (cell_off, overflow) = cell_offsets(&event_total, d.max_number_of_doublets).unwrap();
     let n_cells = *cell_off.last().unwrap() as usize;
-    let (inner, outer, pair) = (Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u8::MAX, n_cells.max(1)));
+    let (inner, outer, pair) = (
+        Dev::new(u32::MAX, n_cells.max(1)),
+        Dev::new(u32::MAX, n_cells.max(1)),
+        Dev::new(u8::MAX, n_cells.max(1)),
+    );
     doublets(1, &cell_off, (&inner, &outer, &pair));
 
     let outer_count = Dev::new(0u32, n_hits.max(1));
@@ -297,25 +519,114 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
     // SAFETY: as above.
     unsafe {
         type LCount = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
-        type Listed = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *const u32, u32, *mut u8);
-        type Overfull = unsafe extern "C" fn(*const u32, *const u32, u32, *const u32, u32, *const u32, u32, *mut u8);
-        let a = [outer.ptr(), p(&cell_off), p(&db.hit_off), outer_count.ptr(), listed.ptr()];
+        type Listed = unsafe extern "C" fn(
+            *const u32,
+            u32,
+            *const u32,
+            u32,
+            *const u32,
+            *const u32,
+            u32,
+            *mut u8,
+        );
+        type Overfull = unsafe extern "C" fn(
+            *const u32,
+            *const u32,
+            u32,
+            *const u32,
+            u32,
+            *const u32,
+            u32,
+            *mut u8,
+        );
+        let a = [
+            outer.ptr(),
+            p(&cell_off),
+            p(&db.hit_off),
+            outer_count.ptr(),
+            listed.ptr(),
+        ];
         let m = d.max_cells_per_hit;
         let f: libloading::Symbol<LCount> = lib.get(b"ca_listed_count").unwrap();
-        elements(lib, mode, n_cells, || f(a[0] as _, n_cells as u32, a[1] as _, n_ev as u32, a[2] as _, a[3] as _));
+        elements(lib, mode, n_cells, || {
+            f(
+                a[0] as _,
+                n_cells as u32,
+                a[1] as _,
+                n_ev as u32,
+                a[2] as _,
+                a[3] as _,
+            )
+        });
         let f: libloading::Symbol<Listed> = lib.get(b"ca_listed").unwrap();
-        elements(lib, mode, n_cells, || f(a[0] as _, n_cells as u32, a[1] as _, n_ev as u32, a[2] as _, a[3] as _, m, a[4] as _));
+        elements(lib, mode, n_cells, || {
+            f(
+                a[0] as _,
+                n_cells as u32,
+                a[1] as _,
+                n_ev as u32,
+                a[2] as _,
+                a[3] as _,
+                m,
+                a[4] as _,
+            )
+        });
         let f: libloading::Symbol<Overfull> = lib.get(b"ca_listed_overfull").unwrap();
-        elements(lib, mode, n_hits, || f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, n_hits as u32, a[3] as _, m, a[4] as _));
+        elements(lib, mode, n_hits, || {
+            f(
+                a[0] as _,
+                a[1] as _,
+                n_ev as u32,
+                a[2] as _,
+                n_hits as u32,
+                a[3] as _,
+                m,
+                a[4] as _,
+            )
+        });
     }
     // The overflow rows' counts, as the step counts them on the device.
     let (unlisted, worst) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
     // SAFETY: as above.
     unsafe {
-        type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, *const u8, u32, *const u32, u32, *mut u32, *mut u32);
+        type Stats = unsafe extern "C" fn(
+            *const u32,
+            u32,
+            *const u32,
+            *const u8,
+            u32,
+            *const u32,
+            u32,
+            *mut u32,
+            *mut u32,
+        );
         let f: libloading::Symbol<Stats> = lib.get(b"ca_overflow_stats").unwrap();
-        let a = [outer_count.ptr(), p(&db.hit_off), listed.ptr(), p(&cell_off), unlisted.ptr(), worst.ptr()];
-        elements(lib, mode, n_hits.max(n_cells).div_ceil(STATS_RUN as usize), || f(a[0] as _, n_hits as u32, a[1] as _, a[2] as _, n_cells as u32, a[3] as _, n_ev as u32, a[4] as _, a[5] as _));
+        let a = [
+            outer_count.ptr(),
+            p(&db.hit_off),
+            listed.ptr(),
+            p(&cell_off),
+            unlisted.ptr(),
+            worst.ptr(),
+        ];
+        elements(
+            lib,
+            mode,
+            n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
+            || {
+                f(
+                    a[0] as _,
+                    n_hits as u32,
+                    a[1] as _,
+                    a[2] as _,
+                    n_cells as u32,
+                    a[3] as _,
+                    n_ev as u32,
+                    a[4] as _,
+                    a[5] as _,
+                )
+            },
+        );
     }
     let (inner, outer, pair, listed) = (inner.get(), outer.get(), pair.get(), listed.get());
     let trim = |n: usize| n_cells.min(n);
@@ -328,7 +639,14 @@ fn run_device(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, 
         overflow,
     };
     // The GPU step's own assembly of the products from what the device wrote.
-    let products = doublet_products(d, &event_total, &cells.cell_off, &unlisted.get(), &worst.get()).unwrap();
+    let products = doublet_products(
+        d,
+        &event_total,
+        &cells.cell_off,
+        &unlisted.get(),
+        &worst.get(),
+    )
+    .unwrap();
     (cells, products)
 }
 
@@ -355,12 +673,24 @@ fn views<'a>(b: &'a Batch, cpe: &'a CpeParams) -> Vec<HitsView<'a>> {
 
 /// The CPU step's products for the same batch.
 fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProducts) {
-    let mut c = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
+    let mut c = Cells {
+        cell_off: vec![0],
+        overflow: vec![],
+        inner: vec![],
+        outer: vec![],
+        pair: vec![],
+        listed: vec![],
+    };
     let (mut lengths, mut overflows, mut flags) = (vec![], vec![], Vec::<bool>::new());
     for view in views(b, cpe) {
         // What the CPU step does for each event.
         let (cols, listed) = stage_doublet_cells(&view, cfg).unwrap();
-        overflows.push(doublet_overflows(&cfg.doublets, &cols.outer, &listed, cols.cells_missed));
+        overflows.push(doublet_overflows(
+            &cfg.doublets,
+            &cols.outer,
+            &listed,
+            cols.cells_missed,
+        ));
         lengths.push(cols.inner.len());
         flags.extend(&listed);
         c.inner.extend(&cols.inner);
@@ -378,7 +708,14 @@ fn dataset() -> &'static (tempfile::TempDir, Dataset) {
     static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
     DS.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let opts = GenerateOptions { events: 3, pileup: 50.0, seed: 23, threads: Some(1), output: dir.path().into(), corrupt_fraction: 0.0 };
+        let opts = GenerateOptions {
+            events: 3,
+            pileup: 50.0,
+            seed: 23,
+            threads: Some(1),
+            output: dir.path().into(),
+            corrupt_fraction: 0.0,
+        };
         generate(&opts).unwrap();
         let ds = Dataset::open(dir.path()).unwrap();
         (dir, ds)
@@ -389,11 +726,31 @@ fn dataset() -> &'static (tempfile::TempDir, Dataset) {
 fn batch() -> Batch {
     let (_, ds) = dataset();
     let cond = ds.conditions();
-    let c = local::LocalConditions { cabling: &cond.cabling, gains: &cond.gains, cpe: &cond.cpe, beam_spot: &cond.beam_spot };
-    let mut events: Vec<local::RecHits> =
-        ds.raw_events(0..ds.n_events()).unwrap().iter().map(|feds| local::reconstruct_event(feds, &c, &Default::default()).unwrap().hits).collect();
+    let c = local::LocalConditions {
+        cabling: &cond.cabling,
+        gains: &cond.gains,
+        cpe: &cond.cpe,
+        beam_spot: &cond.beam_spot,
+    };
+    let mut events: Vec<local::RecHits> = ds
+        .raw_events(0..ds.n_events())
+        .unwrap()
+        .iter()
+        .map(|feds| {
+            local::reconstruct_event(feds, &c, &Default::default())
+                .unwrap()
+                .hits
+        })
+        .collect();
     let mut empty = events[0].clone();
-    for v in [&mut empty.x_global, &mut empty.y_global, &mut empty.z_global, &mut empty.r_global, &mut empty.xerr_local, &mut empty.yerr_local] {
+    for v in [
+        &mut empty.x_global,
+        &mut empty.y_global,
+        &mut empty.z_global,
+        &mut empty.r_global,
+        &mut empty.xerr_local,
+        &mut empty.yerr_local,
+    ] {
         v.clear();
     }
     empty.iphi.clear();
@@ -422,22 +779,46 @@ fn batch_of(events: Vec<local::RecHits>) -> Batch {
 }
 
 fn check(name: &str, cfg: &CaConfig) -> Cells {
-    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let Some(lib) = emulator() else {
+        panic!("checked by the caller")
+    };
     let (_, ds) = dataset();
     let b = batch();
     let cpe = &ds.conditions().cpe;
     let (cpu, cpu_products) = run_cpu(&b, cfg, cpe);
     for mode in [Mode::Sequential, Mode::Threaded] {
         let (dev, products) = run_device(lib, mode, &b, cfg, cpe);
-        assert_eq!(products.lengths, cpu_products.lengths, "{name} ({mode:?}): product lengths");
-        assert_eq!(products.overflows, cpu_products.overflows, "{name} ({mode:?}): capacity_overflows rows");
-        assert_eq!(dev.cell_off, cpu.cell_off, "{name} ({mode:?}): cells per event");
-        assert_eq!(dev.overflow, cpu.overflow, "{name} ({mode:?}): overflow flags");
-        assert!(dev.inner == cpu.inner && dev.outer == cpu.outer && dev.pair == cpu.pair, "{name} ({mode:?}): cells differ");
+        assert_eq!(
+            products.lengths, cpu_products.lengths,
+            "{name} ({mode:?}): product lengths"
+        );
+        assert_eq!(
+            products.overflows, cpu_products.overflows,
+            "{name} ({mode:?}): capacity_overflows rows"
+        );
+        assert_eq!(
+            dev.cell_off, cpu.cell_off,
+            "{name} ({mode:?}): cells per event"
+        );
+        assert_eq!(
+            dev.overflow, cpu.overflow,
+            "{name} ({mode:?}): overflow flags"
+        );
+        assert!(
+            dev.inner == cpu.inner && dev.outer == cpu.outer && dev.pair == cpu.pair,
+            "{name} ({mode:?}): cells differ"
+        );
         assert_eq!(dev.listed, cpu.listed, "{name} ({mode:?}): listed flags");
     }
     // Batch size: the events one by one give the same cells as the whole batch.
-    let mut one_by_one = Cells { cell_off: vec![0], overflow: vec![], inner: vec![], outer: vec![], pair: vec![], listed: vec![] };
+    let mut one_by_one = Cells {
+        cell_off: vec![0],
+        overflow: vec![],
+        inner: vec![],
+        outer: vec![],
+        pair: vec![],
+        listed: vec![],
+    };
     for ev in &b.events {
         let (d, _) = run_device(lib, Mode::Sequential, &batch_of(vec![ev.clone()]), cfg, cpe);
         let base = *one_by_one.cell_off.last().unwrap();
@@ -448,12 +829,18 @@ fn check(name: &str, cfg: &CaConfig) -> Cells {
         one_by_one.pair.extend(d.pair);
         one_by_one.listed.extend(d.listed);
     }
-    assert_eq!(one_by_one, cpu, "{name}: events one by one differ from the CPU");
+    assert_eq!(
+        one_by_one, cpu,
+        "{name}: events one by one differ from the CPU"
+    );
     println!(
         "{name}: {} hits, {} cells (per event {:?}), overflow {:?}, {} not listed",
         b.z.len(),
         cpu.inner.len(),
-        cpu.cell_off.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+        cpu.cell_off
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect::<Vec<_>>(),
         cpu.overflow,
         cpu.listed.iter().filter(|&&l| l == 0).count()
     );
@@ -467,7 +854,10 @@ fn doublet_kernels_on_the_host_equal_the_cpu_step() {
     }
     // Default parameters: the 19 pairs, every cut.
     let c = check("default", &CaConfig::default());
-    assert!(c.inner.len() > 10_000, "a realistic number of cells at PU 50");
+    assert!(
+        c.inner.len() > 10_000,
+        "a realistic number of cells at PU 50"
+    );
 
     // Capacities: few cells per event (overflow, the later cells dropped) and few cells
     // per hit (the over-full hits' cells resolved in cell order).
@@ -475,12 +865,18 @@ fn doublet_kernels_on_the_host_equal_the_cpu_step() {
     cfg.doublets.max_number_of_doublets = 3000;
     cfg.doublets.max_cells_per_hit = 2;
     let c = check("capacities", &cfg);
-    assert!(c.overflow.iter().filter(|&&o| o).count() >= 2 && c.listed.contains(&0), "overflow and unlisted cells exercised");
+    assert!(
+        c.overflow.iter().filter(|&&o| o).count() >= 2 && c.listed.contains(&0),
+        "overflow and unlisted cells exercised"
+    );
 
     // Sized from the event (`capacities = "sized"`): every cell, every hit's cells listed;
     // the device's count pass sizes the cell buffers exactly.
     let c = check("sized", &CaConfig::default().with_sized_capacities());
-    assert!(!c.overflow.contains(&true) && !c.listed.contains(&0), "nothing truncated or unlisted");
+    assert!(
+        !c.overflow.contains(&true) && !c.listed.contains(&0),
+        "nothing truncated or unlisted"
+    );
 
     // 15 pairs, the other cluster-cut branches, no pT cut.
     let mut cfg = CaConfig::default();
@@ -515,8 +911,19 @@ struct Connected {
 
 /// The cells by one of their hits (`key`), ascending index, only those with `only` set
 /// when given: the `cn_index_*` kernels. Returns each hit's first place and the index.
-fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u8]>, cell_off: &[u32], hit_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let (n_ev, n_cells, n_hits) = (cell_off.len() - 1, key.len(), *hit_off.last().unwrap() as usize);
+fn index_by(
+    lib: &libloading::Library,
+    mode: Mode,
+    key: &[u32],
+    only: Option<&[u8]>,
+    cell_off: &[u32],
+    hit_off: &[u32],
+) -> (Vec<u32>, Vec<u32>) {
+    let (n_ev, n_cells, n_hits) = (
+        cell_off.len() - 1,
+        key.len(),
+        *hit_off.last().unwrap() as usize,
+    );
     let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
     let (filter, flags) = match only {
         Some(f) => (1u32, p(f)),
@@ -525,8 +932,27 @@ fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u
     let count = Dev::new(0u32, n_hits.max(1));
     let (start, cursor) = (Dev::new(0u32, n_hits + 1), Dev::new(0u32, n_hits.max(1)));
     let index = Dev::new(u32::MAX, n_cells.max(1));
-    type CountFill = unsafe extern "C" fn(*const u32, u32, *const u8, u32, *const u32, u32, *const u32, *mut u32);
-    type Fill = unsafe extern "C" fn(*const u32, u32, *const u8, u32, *const u32, u32, *const u32, *mut u32, *mut u32);
+    type CountFill = unsafe extern "C" fn(
+        *const u32,
+        u32,
+        *const u8,
+        u32,
+        *const u32,
+        u32,
+        *const u32,
+        *mut u32,
+    );
+    type Fill = unsafe extern "C" fn(
+        *const u32,
+        u32,
+        *const u8,
+        u32,
+        *const u32,
+        u32,
+        *const u32,
+        *mut u32,
+        *mut u32,
+    );
     type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
     type Rank = unsafe extern "C" fn(*const u32, u32, *const u32, *mut u32);
     // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
@@ -534,15 +960,42 @@ fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u
     unsafe {
         let f: libloading::Symbol<CountFill> = lib.get(b"cn_index_count").unwrap();
         let a = [p(key), flags, p(cell_off), p(hit_off), count.ptr()];
-        elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _));
+        elements(lib, mode, n_cells, || {
+            f(
+                a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _,
+            )
+        });
         let f: libloading::Symbol<Scan> = lib.get(b"cn_index_scan").unwrap();
-        let a = [count.ptr(), p(hit_off), p(cell_off), start.ptr(), cursor.ptr()];
+        let a = [
+            count.ptr(),
+            p(hit_off),
+            p(cell_off),
+            start.ptr(),
+            cursor.ptr(),
+        ];
         // One block per event (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
-        grid(lib, mode, ne, threads, || f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _));
+        let threads = if mode == Mode::Sequential {
+            1
+        } else {
+            EMU_BLOCK
+        };
+        grid(lib, mode, ne, threads, || {
+            f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _)
+        });
         let f: libloading::Symbol<Fill> = lib.get(b"cn_index_fill").unwrap();
-        let a = [p(key), flags, p(cell_off), p(hit_off), cursor.ptr(), index.ptr()];
-        elements(lib, mode, n_cells, || f(a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _));
+        let a = [
+            p(key),
+            flags,
+            p(cell_off),
+            p(hit_off),
+            cursor.ptr(),
+            index.ptr(),
+        ];
+        elements(lib, mode, n_cells, || {
+            f(
+                a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _,
+            )
+        });
     }
     // The fill's order is the atomics' (ascending in the sequential emulation): each hit's
     // entries reversed, so that the rank kernel has an order to restore.
@@ -555,7 +1008,9 @@ fn index_by(lib: &libloading::Library, mode: Mode, key: &[u32], only: Option<&[u
     unsafe {
         let f: libloading::Symbol<Rank> = lib.get(b"cn_index_rank").unwrap();
         let a = [start.ptr(), p(&filled), sorted.ptr()];
-        elements(lib, mode, n_hits * RANK_LANES as usize, || f(a[0] as _, nh, a[1] as _, a[2] as _));
+        elements(lib, mode, n_hits * RANK_LANES as usize, || {
+            f(a[0] as _, nh, a[1] as _, a[2] as _)
+        });
     }
     (st, sorted.get())
 }
@@ -567,29 +1022,55 @@ const EMU_TILE: u32 = 37;
 /// The segmented scan as `steps::seg_scan` launches it (`sg_tile_sum`, then
 /// `sg_tile_scan`), with tiles of `tile` values: per segment, the exclusive prefix sum of
 /// `value`, and its total.
-fn seg_scan_tiled(lib: &libloading::Library, mode: Mode, value: &[u32], seg_off: &[u32], tile: u32) -> (Vec<u32>, Vec<u32>) {
+fn seg_scan_tiled(
+    lib: &libloading::Library,
+    mode: Mode,
+    value: &[u32],
+    seg_off: &[u32],
+    tile: u32,
+) -> (Vec<u32>, Vec<u32>) {
     let n_ev = seg_off.len() - 1;
     let longest = seg_off.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
     let tiles = longest.div_ceil(tile).max(1);
     let n_tiles = n_ev as u32 * tiles;
-    let (sums, first, total) = (Dev::new(7u32, n_tiles as usize), Dev::new(7u32, value.len().max(1)), Dev::new(7u32, n_ev));
+    let (sums, first, total) = (
+        Dev::new(7u32, n_tiles as usize),
+        Dev::new(7u32, value.len().max(1)),
+        Dev::new(7u32, n_ev),
+    );
     type Sum = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *mut u32);
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
-    let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+    type Scan =
+        unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
+    };
     // SAFETY: as in `index_by`.
     unsafe {
         let f: libloading::Symbol<Sum> = lib.get(b"sg_tile_sum").unwrap();
         let a = [p(value), p(seg_off), sums.ptr()];
-        grid(lib, mode, n_tiles, threads, || f(a[0] as _, a[1] as _, tiles, tile, a[2] as _));
+        grid(lib, mode, n_tiles, threads, || {
+            f(a[0] as _, a[1] as _, tiles, tile, a[2] as _)
+        });
         let f: libloading::Symbol<Scan> = lib.get(b"sg_tile_scan").unwrap();
         let a = [p(value), p(seg_off), sums.ptr(), first.ptr(), total.ptr()];
-        grid(lib, mode, n_tiles, threads, || f(a[0] as _, a[1] as _, tiles, tile, a[2] as _, a[3] as _, a[4] as _));
+        grid(lib, mode, n_tiles, threads, || {
+            f(
+                a[0] as _, a[1] as _, tiles, tile, a[2] as _, a[3] as _, a[4] as _,
+            )
+        });
     }
     (first.get(), total.get())
 }
 
 /// Per event, the exclusive prefix sum of `value` over its cells, and its total.
-fn event_scan(lib: &libloading::Library, mode: Mode, value: &[u32], cell_off: &[u32]) -> (Vec<u32>, Vec<u32>) {
+fn event_scan(
+    lib: &libloading::Library,
+    mode: Mode,
+    value: &[u32],
+    cell_off: &[u32],
+) -> (Vec<u32>, Vec<u32>) {
     seg_scan_tiled(lib, mode, value, cell_off, EMU_TILE)
 }
 
@@ -599,13 +1080,22 @@ fn segmented_scan_equals_prefix_sums_for_any_tiling() {
     for mode in [Mode::Sequential, Mode::Threaded] {
         // Segments: empty ones first, between and last; one a tile long; sums that wrap.
         let lengths = [0u32, 5, 0, 37, 38, 1, 200, 0];
-        let seg_off: Vec<u32> = std::iter::once(0).chain(lengths.iter().scan(0, |a, &l| { *a += l; Some(*a) })).collect();
+        let seg_off: Vec<u32> = std::iter::once(0)
+            .chain(lengths.iter().scan(0, |a, &l| {
+                *a += l;
+                Some(*a)
+            }))
+            .collect();
         let n = *seg_off.last().unwrap() as usize;
         let mut x = 12345u32;
         let value: Vec<u32> = (0..n)
             .map(|i| {
                 x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                if i % 50 == 7 { u32::MAX - (x >> 28) } else { x >> 24 }
+                if i % 50 == 7 {
+                    u32::MAX - (x >> 28)
+                } else {
+                    x >> 24
+                }
             })
             .collect();
         let mut want_first = vec![0u32; n];
@@ -620,7 +1110,11 @@ fn segmented_scan_equals_prefix_sums_for_any_tiling() {
         }
         for tile in [1u32, 2, 8, 37, 64, 4096] {
             let (first, total) = seg_scan_tiled(lib, mode, &value, &seg_off, tile);
-            assert_eq!(&first[..n], &want_first[..], "{mode:?}, tile {tile}: firsts");
+            assert_eq!(
+                &first[..n],
+                &want_first[..],
+                "{mode:?}, tile {tile}: firsts"
+            );
             assert_eq!(total, want_total, "{mode:?}, tile {tile}: totals");
         }
     }
@@ -641,54 +1135,142 @@ struct DeviceLists {
 
 #[allow(clippy::too_many_arguments)]
 fn cell_track_lists(
-    lib: &libloading::Library, mode: Mode, tup_off: &[u32], limit: u32, cstart: &[u32], cend: &[u32], cells: &[u32], cell_off: &[u32], base: &[u32], n_entries: usize, per_list: u32,
+    lib: &libloading::Library,
+    mode: Mode,
+    tup_off: &[u32],
+    limit: u32,
+    cstart: &[u32],
+    cend: &[u32],
+    cells: &[u32],
+    cell_off: &[u32],
+    base: &[u32],
+    n_entries: usize,
+    per_list: u32,
 ) -> DeviceLists {
-    let (n_ev, n_tuples, n_cells) = (cell_off.len() - 1, *tup_off.last().unwrap() as usize, *cell_off.last().unwrap() as usize);
+    let (n_ev, n_tuples, n_cells) = (
+        cell_off.len() - 1,
+        *tup_off.last().unwrap() as usize,
+        *cell_off.last().unwrap() as usize,
+    );
     let (ne, nt, nc) = (n_ev as u32, n_tuples as u32, n_cells as u32);
-    let (count, cursor, bad) = (Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, 1));
+    let (count, cursor, bad) = (
+        Dev::new(0u32, n_cells.max(1)),
+        Dev::new(0u32, n_cells.max(1)),
+        Dev::new(0u32, 1),
+    );
     let vals = Dev::new(u32::MAX, n_entries.max(1));
-    type Count = unsafe extern "C" fn(u32, *const u32, u32, u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32);
-    type Fill = unsafe extern "C" fn(u32, *const u32, u32, u32, *const u32, *const u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32);
-    type Sort = unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *mut u32);
+    type Count = unsafe extern "C" fn(
+        u32,
+        *const u32,
+        u32,
+        u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *mut u32,
+        *mut u32,
+    );
+    type Fill = unsafe extern "C" fn(
+        u32,
+        *const u32,
+        u32,
+        u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *mut u32,
+        *mut u32,
+    );
+    type Sort =
+        unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *mut u32);
     // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
     // elements the kernels index (sized from the same counts).
     unsafe {
         let f: libloading::Symbol<Count> = lib.get(b"ct_count").unwrap();
-        let a = [p(tup_off), p(cstart), p(cend), p(cells), p(cell_off), count.ptr(), bad.ptr()];
-        elements(lib, mode, n_tuples, || f(nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _));
+        let a = [
+            p(tup_off),
+            p(cstart),
+            p(cend),
+            p(cells),
+            p(cell_off),
+            count.ptr(),
+            bad.ptr(),
+        ];
+        elements(lib, mode, n_tuples, || {
+            f(
+                nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _,
+                a[6] as _,
+            )
+        });
     }
     let counts = count.get();
     let (first, _) = event_scan(lib, mode, &counts, cell_off);
     // SAFETY: as above.
     unsafe {
         let f: libloading::Symbol<Fill> = lib.get(b"ct_fill").unwrap();
-        let a = [p(tup_off), p(cstart), p(cend), p(cells), p(cell_off), p(&first), p(base), cursor.ptr(), vals.ptr()];
-        elements(lib, mode, n_tuples, || f(nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _));
+        let a = [
+            p(tup_off),
+            p(cstart),
+            p(cend),
+            p(cells),
+            p(cell_off),
+            p(&first),
+            p(base),
+            cursor.ptr(),
+            vals.ptr(),
+        ];
+        elements(lib, mode, n_tuples, || {
+            f(
+                nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _,
+                a[6] as _, a[7] as _, a[8] as _,
+            )
+        });
         let f: libloading::Symbol<Sort> = lib.get(b"ct_sort").unwrap();
         let a = [p(cell_off), p(&counts), p(&first), p(base), vals.ptr()];
-        elements(lib, mode, n_cells, || f(nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _));
+        elements(lib, mode, n_cells, || {
+            f(
+                nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _,
+            )
+        });
     }
     let (non_empty, dropped) = (Dev::new(0u32, n_ev.max(1)), Dev::new(0u32, n_ev.max(1)));
     // SAFETY: as above.
     unsafe {
-        type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
+        type Stats =
+            unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
         let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _));
+        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || {
+            f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _)
+        });
     }
     let v = vals.get();
     let lists = (0..n_ev)
         .map(|e| {
-            let mut csr = quiver_reco::tracks::doublets::Csr { offsets: vec![0], values: Vec::new() };
+            let mut csr = quiver_reco::tracks::doublets::Csr {
+                offsets: vec![0],
+                values: Vec::new(),
+            };
             for c in cell_off[e] as usize..cell_off[e + 1] as usize {
                 let s = (base[e] + first[c]) as usize;
-                csr.values.extend_from_slice(&v[s..s + counts[c].min(per_list) as usize]);
+                csr.values
+                    .extend_from_slice(&v[s..s + counts[c].min(per_list) as usize]);
                 csr.offsets.push(csr.values.len() as u32);
             }
             csr
         })
         .collect();
-    DeviceLists { lists, non_empty: non_empty.get()[..n_ev].to_vec(), dropped: dropped.get()[..n_ev].to_vec(), bad: bad.get()[0] != 0, raw: (counts, first, base.to_vec(), v) }
+    DeviceLists {
+        lists,
+        non_empty: non_empty.get()[..n_ev].to_vec(),
+        dropped: dropped.get()[..n_ev].to_vec(),
+        bad: bad.get()[0] != 0,
+        raw: (counts, first, base.to_vec(), v),
+    }
 }
 
 /// Exclusive prefix sum with the total appended.
@@ -701,41 +1283,115 @@ fn prefix(v: &[u32]) -> Vec<u32> {
 }
 
 /// The connect kernels on the device cells of a batch.
-fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Connected {
+fn run_connect(
+    lib: &libloading::Library,
+    mode: Mode,
+    b: &Batch,
+    cfg: &CaConfig,
+    cells: &Cells,
+) -> Connected {
     let n = &cfg.ntuplets;
     let n_ev = b.hits_per_event.len();
-    let hit_off = prefix(&b.hits_per_event.iter().map(|&h| h as u32).collect::<Vec<_>>());
+    let hit_off = prefix(
+        &b.hits_per_event
+            .iter()
+            .map(|&h| h as u32)
+            .collect::<Vec<_>>(),
+    );
     let n_cells = cells.inner.len();
     let (cell_off, listed) = (&cells.cell_off, &cells.listed);
     let (start, by_inner) = index_by(lib, mode, &cells.inner, None, cell_off, &hit_off);
     let ncount = Dev::new(u32::MAX, n_cells.max(1));
     let first = Dev::new(0u32, n_cells.max(1));
     type Connect = unsafe extern "C" fn(
-        u32, u32, *const u32, u32, *const u32,
-        *const f32, *const f32, *const f32, *const f32, *const u16,
-        *const u32, *const u32, *const u8, *const u32, *const u32,
-        f32, f32, f32, f32, f32, f32,
-        *mut u32, *const u32, *const u32, *mut u32, *mut u8, *mut u32,
+        u32,
+        u32,
+        *const u32,
+        u32,
+        *const u32,
+        *const f32,
+        *const f32,
+        *const f32,
+        *const f32,
+        *const u16,
+        *const u32,
+        *const u32,
+        *const u8,
+        *const u32,
+        *const u32,
+        f32,
+        f32,
+        f32,
+        f32,
+        f32,
+        f32,
+        *mut u32,
+        *const u32,
+        *const u32,
+        *mut u32,
+        *mut u8,
+        *mut u32,
     );
     let (ne, nc) = (n_ev as u32, n_cells as u32);
     // The neighbours the count pass keeps for the write pass (stale values before it runs,
     // which the write pass must never read).
-    let kept = Dev::new(0xdead_beefu32, (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1));
+    let kept = Dev::new(
+        0xdead_beefu32,
+        (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1),
+    );
     let connect = |write: u32, push_off: &[u32], out: &Dev<u32>, used: &Dev<u8>| {
         // SAFETY: as in `index_by`.
         unsafe {
             let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
             let a = [
-                p(cell_off), p(&hit_off), p(&b.x), p(&b.y), p(&b.z), p(&b.r), p(&b.det),
-                p(&cells.inner), p(&cells.outer), p(listed), p(&start), p(&by_inner),
-                ncount.ptr(), first.ptr(), p(push_off), out.ptr(), used.ptr(), kept.ptr(),
+                p(cell_off),
+                p(&hit_off),
+                p(&b.x),
+                p(&b.y),
+                p(&b.z),
+                p(&b.r),
+                p(&b.det),
+                p(&cells.inner),
+                p(&cells.outer),
+                p(listed),
+                p(&start),
+                p(&by_inner),
+                ncount.ptr(),
+                first.ptr(),
+                p(push_off),
+                out.ptr(),
+                used.ptr(),
+                kept.ptr(),
             ];
             elements(lib, mode, n_cells, || {
                 f(
-                    write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
-                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _,
-                    n.ptmin, n.ca_theta_cut_barrel, n.ca_theta_cut_forward, n.dca_cut_inner_triplet, n.dca_cut_outer_triplet, n.hard_curv_cut,
-                    a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _,
+                    write,
+                    nc,
+                    a[0] as _,
+                    ne,
+                    a[1] as _,
+                    a[2] as _,
+                    a[3] as _,
+                    a[4] as _,
+                    a[5] as _,
+                    a[6] as _,
+                    a[7] as _,
+                    a[8] as _,
+                    a[9] as _,
+                    a[10] as _,
+                    a[11] as _,
+                    n.ptmin,
+                    n.ca_theta_cut_barrel,
+                    n.ca_theta_cut_forward,
+                    n.dca_cut_inner_triplet,
+                    n.dca_cut_outer_triplet,
+                    n.hard_curv_cut,
+                    a[12] as _,
+                    a[13] as _,
+                    a[14] as _,
+                    a[15] as _,
+                    a[16] as _,
+                    a[17] as _,
                 )
             });
         }
@@ -750,21 +1406,40 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
     let (non_empty, dropped) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
     // SAFETY: as in `index_by`.
     unsafe {
-        type Stats = unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
+        type Stats =
+            unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
         let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
         let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || f(a[0] as _, nc, a[1] as _, ne, n.max_cell_neighbors, a[2] as _, a[3] as _));
+        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || {
+            f(
+                a[0] as _,
+                nc,
+                a[1] as _,
+                ne,
+                n.max_cell_neighbors,
+                a[2] as _,
+                a[3] as _,
+            )
+        });
     }
     let push_off = prefix(&total);
     let n_push = *push_off.last().unwrap() as usize;
-    let (out, used) = (Dev::new(u32::MAX, n_push.max(1)), Dev::new(0u8, n_cells.max(1)));
+    let (out, used) = (
+        Dev::new(u32::MAX, n_push.max(1)),
+        Dev::new(0u8, n_cells.max(1)),
+    );
     connect(1, &push_off, &out, &used);
     let (pushed, used) = (out.get(), used.get());
     let lists = (0..n_ev)
         .map(|e| {
             let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
             let pushed = &pushed[push_off[e] as usize..push_off[e + 1] as usize];
-            capped_neighbors(&counts[c0..c1], pushed, n.max_active_doublets, n.max_cell_neighbors)
+            capped_neighbors(
+                &counts[c0..c1],
+                pushed,
+                n.max_active_doublets,
+                n.max_cell_neighbors,
+            )
         })
         .collect();
     Connected {
@@ -782,7 +1457,10 @@ fn run_connect(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig,
 
 /// The test batch, the CPU step's cells of each event, and `f` of each event's hits and
 /// doublets (the CPU's side of a comparison).
-fn on_cpu_cells<R>(cfg: &CaConfig, f: impl Fn(&HitsView, quiver_reco::tracks::doublets::Doublets) -> R) -> (Batch, Cells, Vec<R>) {
+fn on_cpu_cells<R>(
+    cfg: &CaConfig,
+    f: impl Fn(&HitsView, quiver_reco::tracks::doublets::Doublets) -> R,
+) -> (Batch, Cells, Vec<R>) {
     let (_, ds) = dataset();
     let b = batch();
     let cpe = &ds.conditions().cpe;
@@ -791,7 +1469,14 @@ fn on_cpu_cells<R>(cfg: &CaConfig, f: impl Fn(&HitsView, quiver_reco::tracks::do
     for (e, view) in views(&b, cpe).iter().enumerate() {
         let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
         let listed: Vec<bool> = cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
-        let d = doublets_from_columns(view, &cells.inner[r.clone()], &cells.outer[r.clone()], &cells.pair[r.clone()], &listed).unwrap();
+        let d = doublets_from_columns(
+            view,
+            &cells.inner[r.clone()],
+            &cells.outer[r.clone()],
+            &cells.pair[r.clone()],
+            &listed,
+        )
+        .unwrap();
         out.push(f(view, d));
     }
     (b, cells, out)
@@ -801,7 +1486,9 @@ fn on_cpu_cells<R>(cfg: &CaConfig, f: impl Fn(&HitsView, quiver_reco::tracks::do
 /// neighbour lists, overflows and used flags. Returns the events the host had to hand to
 /// the CPU (`max_active_doublets` binding).
 fn check_connect(name: &str, cfg: &CaConfig) -> usize {
-    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let Some(lib) = emulator() else {
+        panic!("checked by the caller")
+    };
     let (b, cells, cpu) = on_cpu_cells(cfg, |view, d| {
         let mut ca = CaState::new(d);
         connect(view, &mut ca, &cfg.ntuplets);
@@ -814,27 +1501,60 @@ fn check_connect(name: &str, cfg: &CaConfig) -> usize {
         for (e, ca) in cpu.iter().enumerate() {
             let used: Vec<u8> = ca.cells.iter().map(|c| (c.used & 1) as u8).collect();
             let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
-            assert!(dev.used[r] == used[..], "{name} ({mode:?}) event {e}: used flags");
+            assert!(
+                dev.used[r] == used[..],
+                "{name} ({mode:?}) event {e}: used flags"
+            );
             match &dev.lists[e] {
                 Some((csr, overflows)) => {
-                    assert_eq!(dev.dropped[e], *overflows, "{name} ({mode:?}) event {e}: nt_list_stats' dropped neighbours");
-                    assert!(dev.non_empty[e] + 1 <= cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: nt_list_stats' non-empty lists");
-                    assert!(csr.offsets == ca.neighbors.offsets || (csr.values.is_empty() && ca.neighbors.values.is_empty()), "{name} ({mode:?}) event {e}: list offsets");
-                    assert!(csr.values == ca.neighbors.values, "{name} ({mode:?}) event {e}: neighbours");
-                    assert_eq!(*overflows, ca.neighbor_overflows, "{name} ({mode:?}) event {e}: overflows");
+                    assert_eq!(
+                        dev.dropped[e], *overflows,
+                        "{name} ({mode:?}) event {e}: nt_list_stats' dropped neighbours"
+                    );
+                    assert!(
+                        dev.non_empty[e] + 1 <= cfg.ntuplets.max_active_doublets,
+                        "{name} ({mode:?}) event {e}: nt_list_stats' non-empty lists"
+                    );
+                    assert!(
+                        csr.offsets == ca.neighbors.offsets
+                            || (csr.values.is_empty() && ca.neighbors.values.is_empty()),
+                        "{name} ({mode:?}) event {e}: list offsets"
+                    );
+                    assert!(
+                        csr.values == ca.neighbors.values,
+                        "{name} ({mode:?}) event {e}: neighbours"
+                    );
+                    assert_eq!(
+                        *overflows, ca.neighbor_overflows,
+                        "{name} ({mode:?}) event {e}: overflows"
+                    );
                 }
                 None => {
-                    assert!(dev.non_empty[e] + 1 > cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: the step hands it to the CPU");
+                    assert!(
+                        dev.non_empty[e] + 1 > cfg.ntuplets.max_active_doublets,
+                        "{name} ({mode:?}) event {e}: the step hands it to the CPU"
+                    );
                     fallbacks += 1;
-                    let non_empty = ca.neighbors.offsets.windows(2).filter(|w| w[1] > w[0]).count() as u32;
-                    assert_eq!(non_empty + 1, cfg.ntuplets.max_active_doublets, "{name} ({mode:?}) event {e}: handed to the CPU, whose lists are capped");
+                    let non_empty = ca
+                        .neighbors
+                        .offsets
+                        .windows(2)
+                        .filter(|w| w[1] > w[0])
+                        .count() as u32;
+                    assert_eq!(
+                        non_empty + 1,
+                        cfg.ntuplets.max_active_doublets,
+                        "{name} ({mode:?}) event {e}: handed to the CPU, whose lists are capped"
+                    );
                 }
             }
         }
     }
     let links: usize = cpu.iter().map(|ca| ca.neighbors.values.len()).sum();
     let over: u32 = cpu.iter().map(|ca| ca.neighbor_overflows).sum();
-    println!("connect {name}: {links} links, {over} overflows, {fallbacks} events handed to the CPU");
+    println!(
+        "connect {name}: {links} links, {over} overflows, {fallbacks} events handed to the CPU"
+    );
     fallbacks
 }
 
@@ -859,28 +1579,91 @@ fn connect_kernels_on_the_host_equal_the_cpu_connect() {
 /// (`steps::ntuplet_event`) and the late fishbone. Per event the tuples and CA state,
 /// and every cell's alive flag; `None` where the step hands the batch to the CPU.
 #[allow(clippy::type_complexity)]
-fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig, cells: &Cells) -> Option<(Vec<(Tuples, CaState)>, Vec<bool>)> {
+fn run_ntuplets(
+    lib: &libloading::Library,
+    mode: Mode,
+    b: &Batch,
+    cfg: &CaConfig,
+    cells: &Cells,
+) -> Option<(Vec<(Tuples, CaState)>, Vec<bool>)> {
     let n = &cfg.ntuplets;
     let con = run_connect(lib, mode, b, cfg, cells);
-    if con.non_empty.iter().any(|&k| k as u64 + 1 > n.max_active_doublets as u64) {
+    if con
+        .non_empty
+        .iter()
+        .any(|&k| k as u64 + 1 > n.max_active_doublets as u64)
+    {
         return None;
     }
     let (cell_off, hit_off) = (&cells.cell_off, &con.hit_off);
-    let (n_ev, n_cells, n_hits) = (cell_off.len() - 1, cells.inner.len(), *hit_off.last().unwrap() as usize);
+    let (n_ev, n_cells, n_hits) = (
+        cell_off.len() - 1,
+        cells.inner.len(),
+        *hit_off.last().unwrap() as usize,
+    );
     let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
     let dead = Dev::new(0u8, n_cells.max(1));
-    let (start_o, by_outer) = index_by(lib, mode, &cells.outer, Some(&cells.listed), cell_off, hit_off);
+    let (start_o, by_outer) = index_by(
+        lib,
+        mode,
+        &cells.outer,
+        Some(&cells.listed),
+        cell_off,
+        hit_off,
+    );
     type Fishbone = unsafe extern "C" fn(
-        u32, *const u32, u32, *const u32, *const f32, *const f32, *const f32, *const u16, *const u32,
-        *const u32, *const u32, *const u8, u32, *const u8, *mut u8,
+        u32,
+        *const u32,
+        u32,
+        *const u32,
+        *const f32,
+        *const f32,
+        *const f32,
+        *const u16,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u8,
+        u32,
+        *const u8,
+        *mut u8,
     );
     let fishbone = |check_track: u32, has_track: &[u8]| {
         // SAFETY: as in `index_by`.
         unsafe {
             let f: libloading::Symbol<Fishbone> = lib.get(b"nt_fishbone").unwrap();
-            let a = [p(hit_off), p(cell_off), p(&b.x), p(&b.y), p(&b.z), p(&b.det), p(&cells.inner), p(&start_o), p(&by_outer), p(&con.used), p(has_track), dead.ptr()];
+            let a = [
+                p(hit_off),
+                p(cell_off),
+                p(&b.x),
+                p(&b.y),
+                p(&b.z),
+                p(&b.det),
+                p(&cells.inner),
+                p(&start_o),
+                p(&by_outer),
+                p(&con.used),
+                p(has_track),
+                dead.ptr(),
+            ];
             elements(lib, mode, n_hits, || {
-                f(nh, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, check_track, a[10] as _, a[11] as _)
+                f(
+                    nh,
+                    a[0] as _,
+                    ne,
+                    a[1] as _,
+                    a[2] as _,
+                    a[3] as _,
+                    a[4] as _,
+                    a[5] as _,
+                    a[6] as _,
+                    a[7] as _,
+                    a[8] as _,
+                    a[9] as _,
+                    check_track,
+                    a[10] as _,
+                    a[11] as _,
+                )
             });
         }
     };
@@ -888,56 +1671,209 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
         fishbone(0, &[0]);
     }
     type Search = unsafe extern "C" fn(
-        u32, u32, *const u32, u32, *const u32, *const u32, *const u8, *const u8,
-        *const u32, *const u32, *const u32, *const u32, u32, u32, u32,
-        *mut u32, *mut u32, *const u32, *const u32, *const u32, *const u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32,
+        u32,
+        u32,
+        *const u32,
+        u32,
+        *const u32,
+        *const u32,
+        *const u8,
+        *const u8,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        u32,
+        u32,
+        u32,
+        *mut u32,
+        *mut u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *const u32,
+        *mut u32,
+        *mut u32,
+        *mut u32,
+        *mut u32,
+        *mut u32,
+        *mut u32,
     );
-    let (n_tup, n_hit, err) = (Dev::new(u32::MAX, n_cells.max(1)), Dev::new(u32::MAX, n_cells.max(1)), Dev::new(0u32, 1));
-    let search = |write: u32, firsts: (&[u32], &[u32]), offs: (&[u32], &[u32]), outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>)| {
+    let (n_tup, n_hit, err) = (
+        Dev::new(u32::MAX, n_cells.max(1)),
+        Dev::new(u32::MAX, n_cells.max(1)),
+        Dev::new(0u32, 1),
+    );
+    let search = |write: u32,
+                  firsts: (&[u32], &[u32]),
+                  offs: (&[u32], &[u32]),
+                  outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>)| {
         // SAFETY: as in `index_by`.
         unsafe {
             let f: libloading::Symbol<Search> = lib.get(b"nt_search").unwrap();
             let a = [
-                p(cell_off), p(&cells.inner), p(&cells.outer), p(&cells.pair), dead.ptr(), p(&con.ncount), p(&con.first), p(&con.push_off), p(&con.pushed),
-                n_tup.ptr(), n_hit.ptr(), p(firsts.0), p(firsts.1), p(offs.0), p(offs.1), outs.0.ptr(), outs.1.ptr(), outs.2.ptr(), outs.3.ptr(), outs.4.ptr(), err.ptr(),
+                p(cell_off),
+                p(&cells.inner),
+                p(&cells.outer),
+                p(&cells.pair),
+                dead.ptr(),
+                p(&con.ncount),
+                p(&con.first),
+                p(&con.push_off),
+                p(&con.pushed),
+                n_tup.ptr(),
+                n_hit.ptr(),
+                p(firsts.0),
+                p(firsts.1),
+                p(offs.0),
+                p(offs.1),
+                outs.0.ptr(),
+                outs.1.ptr(),
+                outs.2.ptr(),
+                outs.3.ptr(),
+                outs.4.ptr(),
+                err.ptr(),
             ];
             elements(lib, mode, n_cells, || {
                 f(
-                    write, nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _,
-                    a[5] as _, a[6] as _, a[7] as _, a[8] as _, n.max_cell_neighbors, n.min_hits_per_ntuplet, n.max_tuples,
-                    a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _,
+                    write,
+                    nc,
+                    a[0] as _,
+                    ne,
+                    a[1] as _,
+                    a[2] as _,
+                    a[3] as _,
+                    a[4] as _,
+                    a[5] as _,
+                    a[6] as _,
+                    a[7] as _,
+                    a[8] as _,
+                    n.max_cell_neighbors,
+                    n.min_hits_per_ntuplet,
+                    n.max_tuples,
+                    a[9] as _,
+                    a[10] as _,
+                    a[11] as _,
+                    a[12] as _,
+                    a[13] as _,
+                    a[14] as _,
+                    a[15] as _,
+                    a[16] as _,
+                    a[17] as _,
+                    a[18] as _,
+                    a[19] as _,
+                    a[20] as _,
                 )
             });
         }
     };
     let none = vec![0u32; n_cells.max(n_ev + 1)];
     let one = Dev::new(0u32, 1);
-    search(0, (&none, &none), (&none, &none), (&one, &one, &one, &one, &one));
+    search(
+        0,
+        (&none, &none),
+        (&none, &none),
+        (&one, &one, &one, &one, &one),
+    );
     let (tup_first, tup_total) = event_scan(lib, mode, &n_tup.get(), cell_off);
     let (hit_first, hit_total) = event_scan(lib, mode, &n_hit.get(), cell_off);
     if err.get()[0] != 0 {
         return None;
     }
     let (tup_off, hit_pos) = (prefix(&tup_total), prefix(&hit_total));
-    let (n_tuples, n_tuple_hits) = (*tup_off.last().unwrap() as usize, *hit_pos.last().unwrap() as usize);
-    let (tlen, thits, tcells) = (Dev::new(0u32, n_tuples.max(1)), Dev::new(u32::MAX, n_tuple_hits.max(1)), Dev::new(u32::MAX, (n_tuple_hits - n_tuples).max(1)));
-    let (cstart, cend) = (Dev::new(u32::MAX, n_tuples.max(1)), Dev::new(u32::MAX, n_tuples.max(1)));
-    search(1, (&tup_first, &hit_first), (&tup_off, &hit_pos), (&tlen, &cstart, &cend, &thits, &tcells));
+    let (n_tuples, n_tuple_hits) = (
+        *tup_off.last().unwrap() as usize,
+        *hit_pos.last().unwrap() as usize,
+    );
+    let (tlen, thits, tcells) = (
+        Dev::new(0u32, n_tuples.max(1)),
+        Dev::new(u32::MAX, n_tuple_hits.max(1)),
+        Dev::new(u32::MAX, (n_tuple_hits - n_tuples).max(1)),
+    );
+    let (cstart, cend) = (
+        Dev::new(u32::MAX, n_tuples.max(1)),
+        Dev::new(u32::MAX, n_tuples.max(1)),
+    );
+    search(
+        1,
+        (&tup_first, &hit_first),
+        (&tup_off, &hit_pos),
+        (&tlen, &cstart, &cend, &thits, &tcells),
+    );
     let (tlen, thits, tcells) = (tlen.get(), thits.get(), tcells.get());
     // The cells' tuple lists and the early duplicate remover on the device, as the step.
     let base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
-    let dl = cell_track_lists(lib, mode, &tup_off, n.max_tuples, &cstart.get(), &cend.get(), &tcells, cell_off, &base, tcells.len(), n.max_cell_tracks);
+    let dl = cell_track_lists(
+        lib,
+        mode,
+        &tup_off,
+        n.max_tuples,
+        &cstart.get(),
+        &cend.get(),
+        &tcells,
+        cell_off,
+        &base,
+        tcells.len(),
+        n.max_cell_tracks,
+    );
     assert!(!dl.bad, "the search's cells are inside their events");
-    let on_device = dl.non_empty.iter().all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
-    let (q, has_track) = (Dev::new(0u8, n_tuples.max(1)), Dev::new(7u8, n_cells.max(1)));
+    let on_device = dl
+        .non_empty
+        .iter()
+        .all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
+    let (q, has_track) = (
+        Dev::new(0u8, n_tuples.max(1)),
+        Dev::new(7u8, n_cells.max(1)),
+    );
     // SAFETY: as in `index_by`.
     unsafe {
-        type EarlyDup = unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *const u32, u32, *const u32, *const u32, *const u32, u32, *mut u8, *mut u8);
+        type EarlyDup = unsafe extern "C" fn(
+            u32,
+            *const u32,
+            u32,
+            *const u32,
+            *const u32,
+            *const u32,
+            *const u32,
+            u32,
+            *const u32,
+            *const u32,
+            *const u32,
+            u32,
+            *mut u8,
+            *mut u8,
+        );
         let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
         let (counts, first, base, vals) = &dl.raw;
-        let a = [p(cell_off), p(counts), p(first), p(base), p(vals), p(&tup_off), p(&tlen), p(&tup_total), q.ptr(), has_track.ptr()];
+        let a = [
+            p(cell_off),
+            p(counts),
+            p(first),
+            p(base),
+            p(vals),
+            p(&tup_off),
+            p(&tlen),
+            p(&tup_total),
+            q.ptr(),
+            has_track.ptr(),
+        ];
         elements(lib, mode, n_cells, || {
-            f(nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _, n.max_cell_tracks, a[5] as _, a[6] as _, a[7] as _, n.max_tuples, a[8] as _, a[9] as _)
+            f(
+                nc,
+                a[0] as _,
+                ne,
+                a[1] as _,
+                a[2] as _,
+                a[3] as _,
+                a[4] as _,
+                n.max_cell_tracks,
+                a[5] as _,
+                a[6] as _,
+                a[7] as _,
+                n.max_tuples,
+                a[8] as _,
+                a[9] as _,
+            )
         });
     }
     let q = q.get();
@@ -945,16 +1881,40 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
     for e in 0..n_ev {
         let (t0, stored) = (tup_off[e] as usize, tup_total[e].min(n.max_tuples) as usize);
         let (hp, cp) = (hit_pos[e] as usize, (hit_pos[e] - tup_off[e]) as usize);
-        let (he, ce) = (hit_pos[e + 1] as usize, (hit_pos[e + 1] - tup_off[e + 1]) as usize);
+        let (he, ce) = (
+            hit_pos[e + 1] as usize,
+            (hit_pos[e + 1] - tup_off[e + 1]) as usize,
+        );
         let n_ev_cells = (cell_off[e + 1] - cell_off[e]) as usize;
         let (lengths, hits, tc) = (&tlen[t0..t0 + stored], &thits[hp..he], &tcells[cp..ce]);
         if on_device {
-            let (t, mut ca) = ntuplet_event_listed(n, tup_total[e], lengths, hits, tc, &q[t0..t0 + stored], con.dropped[e], dl.dropped[e]).unwrap();
+            let (t, mut ca) = ntuplet_event_listed(
+                n,
+                tup_total[e],
+                lengths,
+                hits,
+                tc,
+                &q[t0..t0 + stored],
+                con.dropped[e],
+                dl.dropped[e],
+            )
+            .unwrap();
             // The lists the device built, for the comparison with the CPU's.
             ca.cell_tracks = dl.lists[e].clone();
             out.push((t, ca));
         } else {
-            out.push(ntuplet_event(n, n_ev_cells, tup_total[e], lengths, hits, tc, con.dropped[e]).unwrap());
+            out.push(
+                ntuplet_event(
+                    n,
+                    n_ev_cells,
+                    tup_total[e],
+                    lengths,
+                    hits,
+                    tc,
+                    con.dropped[e],
+                )
+                .unwrap(),
+            );
         }
     }
     // What the step keeps on the device for `track_fit` and `track_quality` when every tuple
@@ -962,17 +1922,34 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
     // one scan of the lengths over the batch (`seg_scan` with one segment, then
     // `nt_list_offsets`), equal the product's lists.
     if on_device && tup_total.iter().all(|&f| f <= n.max_tuples) && n_tuples > 0 {
-        let hits: Vec<u32> = out.iter().flat_map(|(t, _)| t.hits.iter().copied()).collect();
-        let cells: Vec<u32> = out.iter().flat_map(|(_, ca)| ca.tuple_cells.iter().copied()).collect();
-        assert!(hits == thits[..n_tuple_hits] && cells == tcells[..n_tuple_hits - n_tuples], "the kept lists are the product's");
-        let (first, total) = seg_scan_tiled(lib, mode, &tlen[..n_tuples], &[0, n_tuples as u32], EMU_TILE);
+        let hits: Vec<u32> = out
+            .iter()
+            .flat_map(|(t, _)| t.hits.iter().copied())
+            .collect();
+        let cells: Vec<u32> = out
+            .iter()
+            .flat_map(|(_, ca)| ca.tuple_cells.iter().copied())
+            .collect();
+        assert!(
+            hits == thits[..n_tuple_hits] && cells == tcells[..n_tuple_hits - n_tuples],
+            "the kept lists are the product's"
+        );
+        let (first, total) = seg_scan_tiled(
+            lib,
+            mode,
+            &tlen[..n_tuples],
+            &[0, n_tuples as u32],
+            EMU_TILE,
+        );
         let (hoff, coff) = (Dev::new(7u32, n_tuples + 1), Dev::new(7u32, n_tuples + 1));
         // SAFETY: as in `index_by`; first holds n_tuples values, total one.
         unsafe {
             type Offsets = unsafe extern "C" fn(u32, *const u32, *const u32, *mut u32, *mut u32);
             let f: libloading::Symbol<Offsets> = lib.get(b"nt_list_offsets").unwrap();
             let a = [p(&first), p(&total), hoff.ptr(), coff.ptr()];
-            elements(lib, mode, n_tuples + 1, || f(n_tuples as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _));
+            elements(lib, mode, n_tuples + 1, || {
+                f(n_tuples as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _)
+            });
         }
         let mut hw = vec![0u32];
         let mut cw = vec![0u32];
@@ -987,7 +1964,15 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
         assert_eq!(hoff.get(), hw, "hit list offsets");
         assert_eq!(coff.get(), cw, "cell list offsets");
     }
-    let has_tuple: Vec<u8> = out.iter().flat_map(|(_, ca)| ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect::<Vec<_>>()).collect();
+    let has_tuple: Vec<u8> = out
+        .iter()
+        .flat_map(|(_, ca)| {
+            ca.cell_tracks
+                .iter()
+                .map(|l| u8::from(!l.is_empty()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     if on_device {
         // The late fishbone reads the device's "carries a tuple" flags.
         assert_eq!(has_track.get()[..n_cells], has_tuple[..], "has_track");
@@ -1003,11 +1988,21 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
         type Pack = unsafe extern "C" fn(*const u8, u32, *mut u32);
         let f: libloading::Symbol<Pack> = lib.get(b"nt_alive_bits").unwrap();
         let a = [dead.ptr(), words.ptr()];
-        elements(lib, mode, n_words, || f(a[0] as _, n_cells as u32, a[1] as _));
+        elements(lib, mode, n_words, || {
+            f(a[0] as _, n_cells as u32, a[1] as _)
+        });
     }
-    let bits = arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words.get()), 0, n_cells);
+    let bits =
+        arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words.get()), 0, n_cells);
     let alive: Vec<bool> = bits.iter().collect();
-    assert_eq!(alive, dead.get()[..n_cells].iter().map(|&d| d == 0).collect::<Vec<_>>(), "nt_alive_bits");
+    assert_eq!(
+        alive,
+        dead.get()[..n_cells]
+            .iter()
+            .map(|&d| d == 0)
+            .collect::<Vec<_>>(),
+        "nt_alive_bits"
+    );
     Some((out, alive))
 }
 
@@ -1017,30 +2012,78 @@ fn run_ntuplets(lib: &libloading::Library, mode: Mode, b: &Batch, cfg: &CaConfig
 /// tuples, or `None` when the step hands the batch to the CPU. `threaded`: also with real
 /// threads per block (the expensive mode: a barrier after each of ~4 000 blocks).
 fn check_ntuplets(name: &str, cfg: &CaConfig, threaded: bool) -> Option<usize> {
-    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let Some(lib) = emulator() else {
+        panic!("checked by the caller")
+    };
     let (b, cells, cpu) = on_cpu_cells(cfg, |view, d| stage_ntuplets(view, d, cfg).unwrap());
     let mut result = None;
-    let modes: &[Mode] = if threaded { &[Mode::Sequential, Mode::Threaded] } else { &[Mode::Sequential] };
+    let modes: &[Mode] = if threaded {
+        &[Mode::Sequential, Mode::Threaded]
+    } else {
+        &[Mode::Sequential]
+    };
     for &mode in modes {
         let Some((dev, alive)) = run_ntuplets(lib, mode, &b, cfg, &cells) else {
             println!("ntuplets {name} ({mode:?}): handed to the CPU");
             result = None;
             continue;
         };
-        let cpu_alive: Vec<bool> = cpu.iter().flat_map(|(_, ca)| ca.cells.iter().map(|c| c.doublet_id >= 0).collect::<Vec<_>>()).collect();
-        assert!(alive == cpu_alive, "{name} ({mode:?}): alive flags ({} vs {} dead)", alive.iter().filter(|&&a| !a).count(), cpu_alive.iter().filter(|&&a| !a).count());
+        let cpu_alive: Vec<bool> = cpu
+            .iter()
+            .flat_map(|(_, ca)| {
+                ca.cells
+                    .iter()
+                    .map(|c| c.doublet_id >= 0)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(
+            alive == cpu_alive,
+            "{name} ({mode:?}): alive flags ({} vs {} dead)",
+            alive.iter().filter(|&&a| !a).count(),
+            cpu_alive.iter().filter(|&&a| !a).count()
+        );
         for (e, ((t, ca), (dt, dca))) in cpu.iter().zip(&dev).enumerate() {
-            assert!(t == dt, "{name} ({mode:?}) event {e}: tuples ({} vs {})", t.len(), dt.len());
-            assert!(ca.tuple_cells == dca.tuple_cells && ca.tuple_cell_offsets == dca.tuple_cell_offsets, "{name} ({mode:?}) event {e}: tuple cells");
-            assert!(ca.cell_tracks.offsets == dca.cell_tracks.offsets && ca.cell_tracks.values == dca.cell_tracks.values, "{name} ({mode:?}) event {e}: tuples per cell");
+            assert!(
+                t == dt,
+                "{name} ({mode:?}) event {e}: tuples ({} vs {})",
+                t.len(),
+                dt.len()
+            );
+            assert!(
+                ca.tuple_cells == dca.tuple_cells
+                    && ca.tuple_cell_offsets == dca.tuple_cell_offsets,
+                "{name} ({mode:?}) event {e}: tuple cells"
+            );
+            assert!(
+                ca.cell_tracks.offsets == dca.cell_tracks.offsets
+                    && ca.cell_tracks.values == dca.cell_tracks.values,
+                "{name} ({mode:?}) event {e}: tuples per cell"
+            );
             let o = |c: &CaState| (c.neighbor_overflows, c.track_overflows, c.tuple_overflows);
-            assert_eq!(o(ca), o(dca), "{name} ({mode:?}) event {e}: overflows (neighbours, tuples per cell, tuples)");
+            assert_eq!(
+                o(ca),
+                o(dca),
+                "{name} ({mode:?}) event {e}: overflows (neighbours, tuples per cell, tuples)"
+            );
         }
         result = Some(cpu.iter().map(|(t, _)| t.len()).sum());
     }
     let tuples: usize = cpu.iter().map(|(t, _)| t.len()).sum();
-    let dups = cpu.iter().map(|(t, _)| t.quality.iter().filter(|&&q| q == Quality::Dup).count()).sum::<usize>();
-    let o = cpu.iter().map(|(_, ca)| (ca.neighbor_overflows, ca.track_overflows, ca.tuple_overflows)).fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
+    let dups = cpu
+        .iter()
+        .map(|(t, _)| t.quality.iter().filter(|&&q| q == Quality::Dup).count())
+        .sum::<usize>();
+    let o = cpu
+        .iter()
+        .map(|(_, ca)| {
+            (
+                ca.neighbor_overflows,
+                ca.track_overflows,
+                ca.tuple_overflows,
+            )
+        })
+        .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2));
     println!("ntuplets {name}: {tuples} tuples ({dups} dup), overflows (neighbours, per cell, tuples) {o:?}");
     result
 }
@@ -1096,9 +2139,20 @@ fn a_panicking_emulated_thread_ends_the_launch() {
             between.wait();
         })
     });
-    let msg = r.expect_err("the launch fails").downcast::<String>().map(|s| *s).unwrap_or_default();
-    assert!(msg.contains("emulated thread 3 panicked: thread three fails"), "{msg}");
-    assert!(t0.elapsed() < std::time::Duration::from_secs(1), "took {:?}", t0.elapsed());
+    let msg = r
+        .expect_err("the launch fails")
+        .downcast::<String>()
+        .map(|s| *s)
+        .unwrap_or_default();
+    assert!(
+        msg.contains("emulated thread 3 panicked: thread three fails"),
+        "{msg}"
+    );
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
     // And a launch without a panic still synchronises: every thread sees all the writes
     // made before the barrier.
     let seen = std::sync::atomic::AtomicU32::new(0);
@@ -1117,54 +2171,137 @@ fn a_panicking_emulated_thread_ends_the_launch() {
 /// on the CPU's tuples: every fit column bit for bit, and the overflow rows. Returns the
 /// number of fits.
 fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
-    use quiver_gpu::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
     use quiver_columnar::compare::{compare_products, Tolerance};
     use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
     use quiver_columnar::{EventBatch, ProductKey};
+    use quiver_gpu::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
     use quiver_gpu::steps::fit_batch;
     use quiver_reco::steps::types::TRACK_FITS;
     use quiver_reco::steps::{fit_overflows, publish_fit_values, publish_fits, FitTuples};
     use quiver_reco::tracks::fit::{broken_line_fit, hit_global_cov, FitValues};
     use quiver_reco::tracks::riemann::riemann_fit;
     use quiver_reco::tracks::{stage_fit, Tracks};
-    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let Some(lib) = emulator() else {
+        panic!("checked by the caller")
+    };
     let (_, ds) = dataset();
     let cpe = &ds.conditions().cpe;
     let (b, _, tuples) = on_cpu_cells(cfg, |view, d| stage_ntuplets(view, d, cfg).unwrap().0);
     let hits = views(&b, cpe);
-    let cpu: Vec<Tracks> = hits.iter().zip(&tuples).map(|(h, t)| stage_fit(h, t, cfg).unwrap()).collect();
+    let cpu: Vec<Tracks> = hits
+        .iter()
+        .zip(&tuples)
+        .map(|(h, t)| stage_fit(h, t, cfg).unwrap())
+        .collect();
     // The GPU step's inputs: each event's detIndex and tuples (its other hit columns live on
     // the device).
-    let inputs: Vec<FitTuples> = hits.iter().zip(tuples).map(|(h, tuples)| FitTuples { det: h.det_index, tuples }).collect();
-    let starts: Vec<usize> = b.hits_per_event.iter().scan(0, |a, &n| { let s = *a; *a += n; Some(s) }).collect();
-    let fb = fit_batch(&inputs, &starts, cpe.det.len(), cfg, true).expect("the device path applies");
+    let inputs: Vec<FitTuples> = hits
+        .iter()
+        .zip(tuples)
+        .map(|(h, tuples)| FitTuples {
+            det: h.det_index,
+            tuples,
+        })
+        .collect();
+    let starts: Vec<usize> = b
+        .hits_per_event
+        .iter()
+        .scan(0, |a, &n| {
+            let s = *a;
+            *a += n;
+            Some(s)
+        })
+        .collect();
+    let fb =
+        fit_batch(&inputs, &starts, cpe.det.len(), cfg, true).expect("the device path applies");
     let nj = fb.job_n.len();
     assert_eq!(fb.job_hits.len(), nj * FIT_HITS);
     let frames = frame_table(cpe);
-    let xerr: Vec<f32> = b.events.iter().flat_map(|h| h.xerr_local.iter().copied()).collect();
-    let yerr: Vec<f32> = b.events.iter().flat_map(|h| h.yerr_local.iter().copied()).collect();
+    let xerr: Vec<f32> = b
+        .events
+        .iter()
+        .flat_map(|h| h.xerr_local.iter().copied())
+        .collect();
+    let yerr: Vec<f32> = b
+        .events
+        .iter()
+        .flat_map(|h| h.yerr_local.iter().copied())
+        .collect();
     // Every float column of the tracks, as bits (NaN compares equal to itself).
     let bits = |t: &Tracks| -> Vec<u32> {
-        let mut v: Vec<u32> = t.state.iter().flatten().chain(t.covariance.iter().flatten()).map(|x| x.to_bits()).collect();
+        let mut v: Vec<u32> = t
+            .state
+            .iter()
+            .flatten()
+            .chain(t.covariance.iter().flatten())
+            .map(|x| x.to_bits())
+            .collect();
         for c in [&t.pt, &t.eta, &t.chi2, &t.phi, &t.tip, &t.zip] {
             v.extend(c.iter().map(|x| x.to_bits()));
         }
         v
     };
     for &mode in modes {
-        let (out, raw_out) = (Dev::new(f32::NAN, (nj * FIT_OUT).max(1)), Dev::new(f64::NAN, (nj * FIT_OUT).max(1)));
+        let (out, raw_out) = (
+            Dev::new(f32::NAN, (nj * FIT_OUT).max(1)),
+            Dev::new(f64::NAN, (nj * FIT_OUT).max(1)),
+        );
         type Fit = unsafe extern "C" fn(
-            u32, *const u32, *const u8, *const f32, *const f32, *const f32, *const f32, *const f32, *const u16, *const f32, f32, *mut f32, u32, *mut f64,
+            u32,
+            *const u32,
+            *const u8,
+            *const f32,
+            *const f32,
+            *const f32,
+            *const f32,
+            *const f32,
+            *const u16,
+            *const f32,
+            f32,
+            *mut f32,
+            u32,
+            *mut f64,
         );
         // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; the job table holds FIT_HITS
         // hit indices (below the batch's hits) per job, out FIT_OUT floats and raw FIT_OUT
         // doubles per job.
         unsafe {
-            let kernel: &[u8] = if cfg.fit.use_riemann_fit { b"track_fit_riemann" } else { b"track_fit_bl" };
+            let kernel: &[u8] = if cfg.fit.use_riemann_fit {
+                b"track_fit_riemann"
+            } else {
+                b"track_fit_bl"
+            };
             let f: libloading::Symbol<Fit> = lib.get(kernel).unwrap();
-            let a = [p(&fb.job_hits), p(&fb.job_n), p(&b.x), p(&b.y), p(&b.z), p(&xerr), p(&yerr), p(&b.det), p(&frames), out.ptr(), raw_out.ptr()];
+            let a = [
+                p(&fb.job_hits),
+                p(&fb.job_n),
+                p(&b.x),
+                p(&b.y),
+                p(&b.z),
+                p(&xerr),
+                p(&yerr),
+                p(&b.det),
+                p(&frames),
+                out.ptr(),
+                raw_out.ptr(),
+            ];
             elements(lib, mode, nj, || {
-                f(nj as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, cfg.fit.b_field, a[9] as _, 1, a[10] as _)
+                f(
+                    nj as u32,
+                    a[0] as _,
+                    a[1] as _,
+                    a[2] as _,
+                    a[3] as _,
+                    a[4] as _,
+                    a[5] as _,
+                    a[6] as _,
+                    a[7] as _,
+                    a[8] as _,
+                    cfg.fit.b_field,
+                    a[9] as _,
+                    1,
+                    a[10] as _,
+                )
             });
         }
         let (values, raw) = (out.get(), raw_out.get());
@@ -1174,29 +2311,77 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         for ((input, jobs), h) in inputs.iter().zip(&fb.jobs).zip(&hits) {
             for job in jobs {
                 let hs = &input.tuples.hits_of(job.row as usize)[..job.n_fit as usize];
-                let pos: Vec<[f64; 3]> = hs.iter().map(|&i| [h.x_global[i as usize] as f64, h.y_global[i as usize] as f64, h.z_global[i as usize] as f64]).collect();
+                let pos: Vec<[f64; 3]> = hs
+                    .iter()
+                    .map(|&i| {
+                        [
+                            h.x_global[i as usize] as f64,
+                            h.y_global[i as usize] as f64,
+                            h.z_global[i as usize] as f64,
+                        ]
+                    })
+                    .collect();
                 let ge: Vec<[f32; 6]> = hs
                     .iter()
-                    .map(|&i| hit_global_cov(&cpe.det[h.det_index[i as usize] as usize].frame, h.xerr_local[i as usize], h.yerr_local[i as usize]))
+                    .map(|&i| {
+                        hit_global_cov(
+                            &cpe.det[h.det_index[i as usize] as usize].frame,
+                            h.xerr_local[i as usize],
+                            h.yerr_local[i as usize],
+                        )
+                    })
                     .collect();
-                let f = if cfg.fit.use_riemann_fit { riemann_fit(&pos, &ge, cfg.fit.b_field as f64) } else { broken_line_fit(&pos, &ge, cfg.fit.b_field as f64) }.unwrap();
+                let f = if cfg.fit.use_riemann_fit {
+                    riemann_fit(&pos, &ge, cfg.fit.b_field as f64)
+                } else {
+                    broken_line_fit(&pos, &ge, cfg.fit.b_field as f64)
+                }
+                .unwrap();
                 let (c, l) = (&f.circle, &f.line);
                 let want = [
-                    c.par[0], c.par[1], c.par[2], c.cov[0][0], c.cov[0][1], c.cov[0][2], c.cov[1][1], c.cov[1][2], c.cov[2][2],
-                    l.par[0], l.par[1], l.cov[0][0], l.cov[0][1], l.cov[1][1], l.chi2, c.chi2 as f64,
+                    c.par[0],
+                    c.par[1],
+                    c.par[2],
+                    c.cov[0][0],
+                    c.cov[0][1],
+                    c.cov[0][2],
+                    c.cov[1][1],
+                    c.cov[1][2],
+                    c.cov[2][2],
+                    l.par[0],
+                    l.par[1],
+                    l.cov[0][0],
+                    l.cov[0][1],
+                    l.cov[1][1],
+                    l.chi2,
+                    c.chi2 as f64,
                 ];
                 let got = &raw[k * FIT_OUT..(k + 1) * FIT_OUT];
-                assert!(want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} ({mode:?}) fit {k} ({} hits): {want:?} vs {got:?}", job.n_fit);
+                assert!(
+                    want.iter()
+                        .zip(got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name} ({mode:?}) fit {k} ({} hits): {want:?} vs {got:?}",
+                    job.n_fit
+                );
                 // And the f32 values the step downloads, as the CPU rounds them.
                 let want = FitValues::of(&f, job.n_fit as usize, &cfg.fit).to_array();
                 let got = &values[k * FIT_OUT..(k + 1) * FIT_OUT];
-                assert!(want.iter().zip(got).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} ({mode:?}) fit {k} values: {want:?} vs {got:?}");
+                assert!(
+                    want.iter()
+                        .zip(got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{name} ({mode:?}) fit {k} values: {want:?} vs {got:?}"
+                );
                 k += 1;
             }
         }
         // The step's products from the device's values against the CPU step's from its
         // tracks: every column of `track_fits` bit for bit, and the overflow rows.
-        let keys = [ProductKey::new(TRACK_FITS, "fit"), ProductKey::new(CAPACITY_OVERFLOWS, "fit")];
+        let keys = [
+            ProductKey::new(TRACK_FITS, "fit"),
+            ProductKey::new(CAPACITY_OVERFLOWS, "fit"),
+        ];
         let scratch = || {
             let mut b = EventBatch::new(0, inputs.len());
             b.set_allowed(&keys);
@@ -1205,13 +2390,20 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         let (mut gpu_b, mut cpu_b) = (scratch(), scratch());
         let tuples: Vec<&Tuples> = inputs.iter().map(|i| &i.tuples).collect();
         publish_fit_values(&mut gpu_b, &tuples, &fb.jobs, &values[..nj * FIT_OUT], cfg).unwrap();
-        let cpu_out = cpu.iter().zip(&inputs).map(|(c, i)| (c.clone(), fit_overflows(&i.tuples, c.stats.n_fitted, cfg))).collect();
+        let cpu_out = cpu
+            .iter()
+            .zip(&inputs)
+            .map(|(c, i)| (c.clone(), fit_overflows(&i.tuples, c.stats.n_fitted, cfg)))
+            .collect();
         publish_fits(&mut cpu_b, cpu_out).unwrap();
         for k in &keys {
             let (g, c) = (gpu_b.get(k).unwrap(), cpu_b.get(k).unwrap());
             let cmp = compare_products(&g, &c, 0, Tolerance::default()).unwrap();
             assert_eq!(cmp.total(), 0, "{name} ({mode:?}) {k}: {:?}", cmp.first);
-            assert!(cmp.rows as usize == c.num_rows() && g.num_rows() == c.num_rows(), "{name} ({mode:?}) {k}: rows");
+            assert!(
+                cmp.rows as usize == c.num_rows() && g.num_rows() == c.num_rows(),
+                "{name} ({mode:?}) {k}: rows"
+            );
         }
         // The columns the step keeps on the device for `track_quality` (`fit_scatter` into
         // zero-filled rows) equal the product's state, pT and χ² bit for bit.
@@ -1220,8 +2412,21 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
             use arrow_array::types::Float32Type;
             let fits = gpu_b.get(&keys[0]).unwrap();
             let host = fits.host().unwrap();
-            let col = |c: &str| host.column_by_name(c).unwrap().as_primitive::<Float32Type>().values().to_vec();
-            let want_state = host.column_by_name("state").unwrap().as_fixed_size_list().values().as_primitive::<Float32Type>().values().to_vec();
+            let col = |c: &str| {
+                host.column_by_name(c)
+                    .unwrap()
+                    .as_primitive::<Float32Type>()
+                    .values()
+                    .to_vec()
+            };
+            let want_state = host
+                .column_by_name("state")
+                .unwrap()
+                .as_fixed_size_list()
+                .values()
+                .as_primitive::<Float32Type>()
+                .values()
+                .to_vec();
             let rows = fits.num_rows();
             let mut job_row = Vec::with_capacity(nj);
             let mut base = 0usize;
@@ -1230,14 +2435,36 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                 base += input.tuples.len();
             }
             assert_eq!(base, rows);
-            let (state, pt, chi2) = (Dev::new(0.0f32, 5 * rows), Dev::new(0.0f32, rows), Dev::new(0.0f32, rows));
-            type Scatter = unsafe extern "C" fn(u32, *const u32, *const f32, f32, *mut f32, *mut f32, *mut f32);
+            let (state, pt, chi2) = (
+                Dev::new(0.0f32, 5 * rows),
+                Dev::new(0.0f32, rows),
+                Dev::new(0.0f32, rows),
+            );
+            type Scatter = unsafe extern "C" fn(
+                u32,
+                *const u32,
+                *const f32,
+                f32,
+                *mut f32,
+                *mut f32,
+                *mut f32,
+            );
             // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds nj batch
             // rows below `rows`, the values FIT_OUT floats per job.
             unsafe {
                 let f: libloading::Symbol<Scatter> = lib.get(b"fit_scatter").unwrap();
                 let a = [p(&job_row), p(&values), state.ptr(), pt.ptr(), chi2.ptr()];
-                elements(lib, mode, nj, || f(nj as u32, a[0] as _, a[1] as _, 1.0f32 / cfg.fit.b_field, a[2] as _, a[3] as _, a[4] as _));
+                elements(lib, mode, nj, || {
+                    f(
+                        nj as u32,
+                        a[0] as _,
+                        a[1] as _,
+                        1.0f32 / cfg.fit.b_field,
+                        a[2] as _,
+                        a[3] as _,
+                        a[4] as _,
+                    )
+                });
             }
             // The job table from the tuples' lists as the GPU `ca_ntuplets` keeps them (batch
             // list offsets, event-local hits): the host's, slot for slot.
@@ -1253,22 +2480,71 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
             let mut hit_start: Vec<u32> = starts.iter().map(|&x| x as u32).collect();
             hit_start.push(b.x.len() as u32);
             let job_hits = Dev::new(0u32, nj * FIT_HITS);
-            type Jobs = unsafe extern "C" fn(u32, *const u32, *const u8, u32, *const u32, *const u32, *const u32, *const u32, *mut u32);
+            type Jobs = unsafe extern "C" fn(
+                u32,
+                *const u32,
+                *const u8,
+                u32,
+                *const u32,
+                *const u32,
+                *const u32,
+                *const u32,
+                *mut u32,
+            );
             // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds batch tuple
             // rows, tup_off and hit_start n_events + 1 offsets, list_off rows + 1.
             unsafe {
                 let f: libloading::Symbol<Jobs> = lib.get(b"fit_job_hits").unwrap();
-                let a = [p(&job_row), p(&fb.job_n), p(&tup_off), p(&hit_start), p(&list_off), p(&list_hits), job_hits.ptr()];
-                elements(lib, mode, nj, || f(nj as u32, a[0] as _, a[1] as _, inputs.len() as u32, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _));
+                let a = [
+                    p(&job_row),
+                    p(&fb.job_n),
+                    p(&tup_off),
+                    p(&hit_start),
+                    p(&list_off),
+                    p(&list_hits),
+                    job_hits.ptr(),
+                ];
+                elements(lib, mode, nj, || {
+                    f(
+                        nj as u32,
+                        a[0] as _,
+                        a[1] as _,
+                        inputs.len() as u32,
+                        a[2] as _,
+                        a[3] as _,
+                        a[4] as _,
+                        a[5] as _,
+                        a[6] as _,
+                    )
+                });
             }
-            assert_eq!(job_hits.get(), fb.job_hits, "{name} ({mode:?}): the job table from the device's lists");
+            assert_eq!(
+                job_hits.get(),
+                fb.job_hits,
+                "{name} ({mode:?}): the job table from the device's lists"
+            );
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&state.get()), bits(&want_state), "{name} ({mode:?}): scattered state");
-            assert_eq!(bits(&pt.get()), bits(&col("pt")), "{name} ({mode:?}): scattered pT");
-            assert_eq!(bits(&chi2.get()), bits(&col("chi2")), "{name} ({mode:?}): scattered chi2");
+            assert_eq!(
+                bits(&state.get()),
+                bits(&want_state),
+                "{name} ({mode:?}): scattered state"
+            );
+            assert_eq!(
+                bits(&pt.get()),
+                bits(&col("pt")),
+                "{name} ({mode:?}): scattered pT"
+            );
+            assert_eq!(
+                bits(&chi2.get()),
+                bits(&col("chi2")),
+                "{name} ({mode:?}): scattered chi2"
+            );
         }
         // The values that take part: a fitted track's are not all zero.
-        assert!(cpu.iter().any(|c| bits(c).iter().any(|&b| b != 0)), "{name}: no fitted values");
+        assert!(
+            cpu.iter().any(|c| bits(c).iter().any(|&b| b != 0)),
+            "{name}: no fitted values"
+        );
     }
     println!("fit {name}: {nj} fits in {} events", inputs.len());
     nj
@@ -1279,7 +2555,11 @@ fn fit_kernel_on_the_host_equals_the_cpu_step() {
     if emulator().is_none() {
         return;
     }
-    let n = check_fit("default", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded]);
+    let n = check_fit(
+        "default",
+        &CaConfig::default(),
+        &[Mode::Sequential, Mode::Threaded],
+    );
     assert!(n > 5_000, "a realistic number of fits at PU 50: {n}");
     // 5-hit tuples on their 5 hits (the 6×6 inversion of the circle fit).
     let mut cfg = CaConfig::default();
@@ -1310,7 +2590,14 @@ struct VxEvent {
 
 impl VxEvent {
     fn view(&self) -> quiver_reco::vertices::TracksView<'_> {
-        quiver_reco::vertices::TracksView::new(&self.zip, &self.cov_zip, &self.pt, &self.quality, &self.n_hits).unwrap()
+        quiver_reco::vertices::TracksView::new(
+            &self.zip,
+            &self.cov_zip,
+            &self.pt,
+            &self.quality,
+            &self.n_hits,
+        )
+        .unwrap()
     }
 }
 
@@ -1321,7 +2608,9 @@ impl VxEvent {
 fn synthetic_vertex_events() -> Vec<VxEvent> {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut uni = move || {
-        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         ((seed >> 11) as f64) / (1u64 << 53) as f64
     };
     let mut events = Vec::new();
@@ -1332,15 +2621,28 @@ fn synthetic_vertex_events() -> Vec<VxEvent> {
             let vz = (uni() * 20.0 - 10.0) as f32;
             // Every fourth vertex: three groups 0.015 cm apart, σ 40 µm: neighbours chain
             // them into one cluster whose χ² asks for a split.
-            let subs: &[f32] = if v % 4 == 0 { &[0.0, 0.015, 0.03] } else { &[0.0] };
+            let subs: &[f32] = if v % 4 == 0 {
+                &[0.0, 0.015, 0.03]
+            } else {
+                &[0.0]
+            };
             let n_trk = 2 + (uni() * 25.0) as usize;
             for k in 0..n_trk {
-                let sigma = if subs.len() > 1 { 0.004 } else { 0.002 + 0.02 * uni() };
-                let g = (-2.0 * uni().max(1e-12).ln()).sqrt() * (2.0 * std::f64::consts::PI * uni()).cos();
+                let sigma = if subs.len() > 1 {
+                    0.004
+                } else {
+                    0.002 + 0.02 * uni()
+                };
+                let g = (-2.0 * uni().max(1e-12).ln()).sqrt()
+                    * (2.0 * std::f64::consts::PI * uni()).cos();
                 e.zip.push(vz + subs[k % subs.len()] + (g * sigma) as f32);
                 e.cov_zip.push((sigma * sigma) as f32);
                 e.pt.push((0.3 + 5.0 * uni()) as f32);
-                e.quality.push(if k % 11 == 10 { quiver_reco::vertices::quality::BAD } else { quiver_reco::vertices::quality::LOOSE });
+                e.quality.push(if k % 11 == 10 {
+                    quiver_reco::vertices::quality::BAD
+                } else {
+                    quiver_reco::vertices::quality::LOOSE
+                });
                 e.n_hits.push(if k % 7 == 6 { 3 } else { 4 });
             }
         }
@@ -1352,79 +2654,231 @@ fn synthetic_vertex_events() -> Vec<VxEvent> {
         *z = (*z * 1000.0).round() / 1000.0;
     }
     events.push(grid);
-    events.push(VxEvent { zip: vec![0.5], cov_zip: vec![1e-4], pt: vec![2.0], quality: vec![quiver_reco::vertices::quality::LOOSE], n_hits: vec![4] });
+    events.push(VxEvent {
+        zip: vec![0.5],
+        cov_zip: vec![1e-4],
+        pt: vec![2.0],
+        quality: vec![quiver_reco::vertices::quality::LOOSE],
+        n_hits: vec![4],
+    });
     events.push(VxEvent::default());
     events
 }
 
 /// The vertex kernel on a batch (one block per event): its output and error flags.
-fn run_vertex_kernel(lib: &libloading::Library, mode: Mode, vb: &quiver_gpu::steps::VertexBatch, cfg: &quiver_reco::vertices::VertexConfig) -> (quiver_gpu::steps::VertexOutput, Vec<u32>) {
+fn run_vertex_kernel(
+    lib: &libloading::Library,
+    mode: Mode,
+    vb: &quiver_gpu::steps::VertexBatch,
+    cfg: &quiver_reco::vertices::VertexConfig,
+) -> (quiver_gpu::steps::VertexOutput, Vec<u32>) {
     use quiver_gpu::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
     let (n, n_ev) = (vb.zt.len(), vb.sel_off.len() - 1);
-    let (izt, bins, off) = (Dev::new(0u32, n.max(1)), Dev::new(0u32, n.max(1)), Dev::new(0u32, n_ev * VX_BIN_OFFSETS));
-    let (nn, ptr, iv) = (Dev::new(0i32, n.max(1)), Dev::new(0i32, n.max(1)), Dev::new(-7i32, n.max(1)));
-    let (s_it, s_zz, s_ww, s_new) = (Dev::new(0u32, n.max(1)), Dev::new(0f32, n.max(1)), Dev::new(0f32, n.max(1)), Dev::new(0u8, n.max(1)));
-    let (zv, wv, chi2, ndof, ptv2, sort) =
-        (Dev::new(f32::NAN, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(-7i32, n.max(1)), Dev::new(f32::NAN, n.max(1)), Dev::new(u16::MAX, n.max(1)));
+    let (izt, bins, off) = (
+        Dev::new(0u32, n.max(1)),
+        Dev::new(0u32, n.max(1)),
+        Dev::new(0u32, n_ev * VX_BIN_OFFSETS),
+    );
+    let (nn, ptr, iv) = (
+        Dev::new(0i32, n.max(1)),
+        Dev::new(0i32, n.max(1)),
+        Dev::new(-7i32, n.max(1)),
+    );
+    let (s_it, s_zz, s_ww, s_new) = (
+        Dev::new(0u32, n.max(1)),
+        Dev::new(0f32, n.max(1)),
+        Dev::new(0f32, n.max(1)),
+        Dev::new(0u8, n.max(1)),
+    );
+    let (zv, wv, chi2, ndof, ptv2, sort) = (
+        Dev::new(f32::NAN, n.max(1)),
+        Dev::new(f32::NAN, n.max(1)),
+        Dev::new(f32::NAN, n.max(1)),
+        Dev::new(-7i32, n.max(1)),
+        Dev::new(f32::NAN, n.max(1)),
+        Dev::new(u16::MAX, n.max(1)),
+    );
     let (nv, err) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
     type Find = unsafe extern "C" fn(
-        *const u32, u32, *const f32, *const f32, *const f32, u32, i32, f32, f32, f32, f32, f32, f32,
-        *mut u32, *mut u32, *mut u32, *mut i32, *mut i32, *mut i32, *mut u32, *mut f32, *mut f32, *mut u8,
-        *mut f32, *mut f32, *mut f32, *mut i32, *mut f32, *mut u16, *mut u32, *mut u32,
+        *const u32,
+        u32,
+        *const f32,
+        *const f32,
+        *const f32,
+        u32,
+        i32,
+        f32,
+        f32,
+        f32,
+        f32,
+        f32,
+        f32,
+        *mut u32,
+        *mut u32,
+        *mut u32,
+        *mut i32,
+        *mut i32,
+        *mut i32,
+        *mut u32,
+        *mut f32,
+        *mut f32,
+        *mut u8,
+        *mut f32,
+        *mut f32,
+        *mut f32,
+        *mut i32,
+        *mut f32,
+        *mut u16,
+        *mut u32,
+        *mut u32,
     );
     // SAFETY: kernel signature as in kernels_vertices::VERTICES; every per-track buffer
     // holds the batch's selected tracks, off VX_BIN_OFFSETS entries per event.
     unsafe {
         let f: libloading::Symbol<Find> = lib.get(b"vx_find").unwrap();
         let a = [
-            p(&vb.sel_off), p(&vb.zt), p(&vb.ezt2), p(&vb.ptt2), izt.ptr(), bins.ptr(), off.ptr(), nn.ptr(), ptr.ptr(), iv.ptr(),
-            s_it.ptr(), s_zz.ptr(), s_ww.ptr(), s_new.ptr(), zv.ptr(), wv.ptr(), chi2.ptr(), ndof.ptr(), ptv2.ptr(), sort.ptr(), nv.ptr(), err.ptr(),
+            p(&vb.sel_off),
+            p(&vb.zt),
+            p(&vb.ezt2),
+            p(&vb.ptt2),
+            izt.ptr(),
+            bins.ptr(),
+            off.ptr(),
+            nn.ptr(),
+            ptr.ptr(),
+            iv.ptr(),
+            s_it.ptr(),
+            s_zz.ptr(),
+            s_ww.ptr(),
+            s_new.ptr(),
+            zv.ptr(),
+            wv.ptr(),
+            chi2.ptr(),
+            ndof.ptr(),
+            ptv2.ptr(),
+            sort.ptr(),
+            nv.ptr(),
+            err.ptr(),
         ];
         // Sequential: one thread per block (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+        let threads = if mode == Mode::Sequential {
+            1
+        } else {
+            EMU_BLOCK
+        };
         let mode_arg = quiver_gpu::steps::clustering_mode(cfg.clusterizer);
         assert!(VX_BLOCK >= threads);
         grid(lib, mode, n_ev as u32, threads, || {
             f(
-                a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, mode_arg, cfg.min_t, cfg.eps, cfg.errmax, cfg.chi2max,
-                cfg.fit_chi2_max_first, cfg.split_chi2_max, cfg.fit_chi2_max_final,
-                a[4] as _, a[5] as _, a[6] as _, a[7] as _, a[8] as _, a[9] as _, a[10] as _, a[11] as _, a[12] as _, a[13] as _,
-                a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, a[19] as _, a[20] as _, a[21] as _,
+                a[0] as _,
+                n_ev as u32,
+                a[1] as _,
+                a[2] as _,
+                a[3] as _,
+                mode_arg,
+                cfg.min_t,
+                cfg.eps,
+                cfg.errmax,
+                cfg.chi2max,
+                cfg.fit_chi2_max_first,
+                cfg.split_chi2_max,
+                cfg.fit_chi2_max_final,
+                a[4] as _,
+                a[5] as _,
+                a[6] as _,
+                a[7] as _,
+                a[8] as _,
+                a[9] as _,
+                a[10] as _,
+                a[11] as _,
+                a[12] as _,
+                a[13] as _,
+                a[14] as _,
+                a[15] as _,
+                a[16] as _,
+                a[17] as _,
+                a[18] as _,
+                a[19] as _,
+                a[20] as _,
+                a[21] as _,
             )
         });
     }
-    let rows = quiver_reco::vertices::ChainResult { iv: iv.get(), zv: zv.get(), wv: wv.get(), chi2: chi2.get(), ndof: ndof.get(), ptv2: ptv2.get(), sort_ind: sort.get() };
+    let rows = quiver_reco::vertices::ChainResult {
+        iv: iv.get(),
+        zv: zv.get(),
+        wv: wv.get(),
+        chi2: chi2.get(),
+        ndof: ndof.get(),
+        ptv2: ptv2.get(),
+        sort_ind: sort.get(),
+    };
     let out = quiver_gpu::steps::VertexOutput { rows, nv: nv.get() };
     (out, err.get())
 }
 
 /// The vertex kernel with the GPU step's host side equals `find_vertices` on every event:
 /// every field, floats bit for bit. Returns (vertices, events with a split).
-fn check_vertices(name: &str, events: &[VxEvent], cfg: &quiver_reco::vertices::VertexConfig, modes: &[Mode]) -> (usize, usize) {
+fn check_vertices(
+    name: &str,
+    events: &[VxEvent],
+    cfg: &quiver_reco::vertices::VertexConfig,
+    modes: &[Mode],
+) -> (usize, usize) {
     use quiver_gpu::steps::{vertex_batch, vertices_from_device};
     use quiver_reco::vertices::{find_vertices, select_tracks, Vertices};
-    let Some(lib) = emulator() else { panic!("checked by the caller") };
-    let cpu: Vec<Vertices> = events.iter().map(|e| find_vertices(&e.view(), cfg).unwrap()).collect();
-    let sel: Vec<(usize, quiver_reco::vertices::Selected)> = events.iter().map(|e| (e.zip.len(), select_tracks(&e.view(), cfg).unwrap())).collect();
+    let Some(lib) = emulator() else {
+        panic!("checked by the caller")
+    };
+    let cpu: Vec<Vertices> = events
+        .iter()
+        .map(|e| find_vertices(&e.view(), cfg).unwrap())
+        .collect();
+    let sel: Vec<(usize, quiver_reco::vertices::Selected)> = events
+        .iter()
+        .map(|e| (e.zip.len(), select_tracks(&e.view(), cfg).unwrap()))
+        .collect();
     let vb = vertex_batch(&sel.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>()).unwrap();
     let n_ev = events.len();
     for &mode in modes {
         let (out, err) = run_vertex_kernel(lib, mode, &vb, cfg);
-        assert!(err.iter().all(|&x| x == 0), "{name} ({mode:?}): capacity error flagged");
+        assert!(
+            err.iter().all(|&x| x == 0),
+            "{name} ({mode:?}): capacity error flagged"
+        );
         let dev = vertices_from_device(&sel, &vb, &out).unwrap();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (e, (c, d)) in cpu.iter().zip(&dev).enumerate() {
-            assert_eq!(c.nv_final, d.nv_final, "{name} ({mode:?}) event {e}: vertices");
-            assert_eq!((&c.idv, &c.ndof, &c.sort_ind), (&d.idv, &d.ndof, &d.sort_ind), "{name} ({mode:?}) event {e}");
-            for (what, x, y) in [("zv", &c.zv, &d.zv), ("wv", &c.wv, &d.wv), ("chi2", &c.chi2, &d.chi2), ("ptv2", &c.ptv2, &d.ptv2)] {
+            assert_eq!(
+                c.nv_final, d.nv_final,
+                "{name} ({mode:?}) event {e}: vertices"
+            );
+            assert_eq!(
+                (&c.idv, &c.ndof, &c.sort_ind),
+                (&d.idv, &d.ndof, &d.sort_ind),
+                "{name} ({mode:?}) event {e}"
+            );
+            for (what, x, y) in [
+                ("zv", &c.zv, &d.zv),
+                ("wv", &c.wv, &d.wv),
+                ("chi2", &c.chi2, &d.chi2),
+                ("ptv2", &c.ptv2, &d.ptv2),
+            ] {
                 assert_eq!(bits(x), bits(y), "{name} ({mode:?}) event {e}: {what}");
             }
-            assert_eq!((&c.track_offsets, &c.track_indices, c.n_selected), (&d.track_offsets, &d.track_indices, d.n_selected), "{name} ({mode:?}) event {e}");
+            assert_eq!(
+                (&c.track_offsets, &c.track_indices, c.n_selected),
+                (&d.track_offsets, &d.track_indices, d.n_selected),
+                "{name} ({mode:?}) event {e}"
+            );
         }
     }
     let n_vertices = cpu.iter().map(|v| v.nv_final as usize).sum();
     // Events where the CPU's chain split a vertex: more vertices than without splitting.
-    let no_split = quiver_reco::vertices::VertexConfig { split_chi2_max: f32::MAX, ..cfg.clone() };
+    let no_split = quiver_reco::vertices::VertexConfig {
+        split_chi2_max: f32::MAX,
+        ..cfg.clone()
+    };
     let split_events = events
         .iter()
         .zip(&cpu)
@@ -1458,16 +2912,50 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
     let (n, _) = check_vertices("chain", &chain, &vc, &[Mode::Sequential, Mode::Threaded]);
     assert!(n > 20, "vertices at PU 50: {n}");
     let synth = synthetic_vertex_events();
-    let (n, splits) = check_vertices("synthetic", &synth, &vc, &[Mode::Sequential, Mode::Threaded]);
-    assert!(n > 100 && splits >= 3, "{n} vertices, {splits} events with splits");
+    let (n, splits) = check_vertices(
+        "synthetic",
+        &synth,
+        &vc,
+        &[Mode::Sequential, Mode::Threaded],
+    );
+    assert!(
+        n > 100 && splits >= 3,
+        "{n} vertices, {splits} events with splits"
+    );
     // Triplets too, a looser seed and a tighter window.
-    let vc = quiver_reco::vertices::VertexConfig { min_hits: 3, min_t: 1, eps: 0.03, ..Default::default() };
-    check_vertices("triplets, min_t 1, eps 0.03", &synth, &vc, &[Mode::Sequential]);
+    let vc = quiver_reco::vertices::VertexConfig {
+        min_hits: 3,
+        min_t: 1,
+        eps: 0.03,
+        ..Default::default()
+    };
+    check_vertices(
+        "triplets, min_t 1, eps 0.03",
+        &synth,
+        &vc,
+        &[Mode::Sequential],
+    );
     // The other clusterings, on the chain's tracks and the synthetic events.
-    for c in [quiver_reco::vertices::Clusterizer::Dbscan, quiver_reco::vertices::Clusterizer::Iterative] {
-        let vc = quiver_reco::vertices::VertexConfig { clusterizer: c, ..Default::default() };
-        check_vertices(&format!("{c:?} chain"), &chain, &vc, &[Mode::Sequential, Mode::Threaded]);
-        check_vertices(&format!("{c:?} synthetic"), &synth, &vc, &[Mode::Sequential, Mode::Threaded]);
+    for c in [
+        quiver_reco::vertices::Clusterizer::Dbscan,
+        quiver_reco::vertices::Clusterizer::Iterative,
+    ] {
+        let vc = quiver_reco::vertices::VertexConfig {
+            clusterizer: c,
+            ..Default::default()
+        };
+        check_vertices(
+            &format!("{c:?} chain"),
+            &chain,
+            &vc,
+            &[Mode::Sequential, Mode::Threaded],
+        );
+        check_vertices(
+            &format!("{c:?} synthetic"),
+            &synth,
+            &vc,
+            &[Mode::Sequential, Mode::Threaded],
+        );
     }
     // 1 100 isolated triplets of precise tracks: 1 100 proto-vertices, past the capacity.
     // The CPU reports it; the kernel flags the event (the step then hands the batch to the
@@ -1484,7 +2972,11 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
     }
     let vc = quiver_reco::vertices::VertexConfig::default();
     let cpu = quiver_reco::vertices::find_vertices(&e.view(), &vc).unwrap_err();
-    assert!(cpu.to_string().contains("vertices exceed the capacity of 1023"), "{cpu}");
+    assert!(
+        cpu.to_string()
+            .contains("vertices exceed the capacity of 1023"),
+        "{cpu}"
+    );
     let sel = quiver_reco::vertices::select_tracks(&e.view(), &vc).unwrap();
     let vb = quiver_gpu::steps::vertex_batch(&[sel]).unwrap();
     let lib = emulator().unwrap();
@@ -1498,12 +2990,19 @@ fn vertex_kernel_on_the_host_equals_the_cpu_step() {
 /// `stage_quality` on every event. Returns (tracks, loose or better, dup).
 /// `tip_grid` > 0 rounds every fit's tip to that grid (cm) before the CPU step and the
 /// kernel see it, so that the triplet cleaner's |tip| ties occur.
-fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (usize, usize, usize) {
+fn check_quality(
+    name: &str,
+    cfg: &CaConfig,
+    modes: &[Mode],
+    tip_grid: f32,
+) -> (usize, usize, usize) {
     use quiver_gpu::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
     use quiver_gpu::steps::quality_tables;
     use quiver_reco::steps::QualityColumnsView;
     use quiver_reco::tracks::{stage_fit, stage_quality};
-    let Some(lib) = emulator() else { panic!("checked by the caller") };
+    let Some(lib) = emulator() else {
+        panic!("checked by the caller")
+    };
     let (b, cells, per_event) = on_cpu_cells(cfg, |view, d| {
         let (t, ca) = stage_ntuplets(view, d, cfg).unwrap();
         let mut tracks = stage_fit(view, &t, cfg).unwrap();
@@ -1520,13 +3019,17 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
     // The batch's columns as the products hold them (what the step reads).
     let (mut tuple_ev, mut hit_ev, mut cell_ev) = (vec![0i32], vec![0i32], vec![0i32]);
     let (mut hoff, mut hv, mut coff, mut cv) = (vec![0i32], Vec::new(), vec![0i32], Vec::new());
-    let (mut quality, mut state, mut pt, mut chi2, mut alive) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut quality, mut state, mut pt, mut chi2, mut alive) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut expected = Vec::new();
     for (e, (t, ca, tracks, q)) in per_event.iter().enumerate() {
         for i in 0..t.len() {
             hv.extend_from_slice(t.hits_of(i));
             hoff.push(hv.len() as i32);
-            cv.extend_from_slice(&ca.tuple_cells[ca.tuple_cell_offsets[i] as usize..ca.tuple_cell_offsets[i + 1] as usize]);
+            cv.extend_from_slice(
+                &ca.tuple_cells
+                    [ca.tuple_cell_offsets[i] as usize..ca.tuple_cell_offsets[i + 1] as usize],
+            );
             coff.push(cv.len() as i32);
         }
         quality.extend(t.quality.iter().map(|&x| x as u8));
@@ -1539,7 +3042,10 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
         cell_ev.push(alive.len() as i32);
         expected.push(q.clone());
     }
-    assert_eq!(cell_ev.iter().map(|&x| x as u32).collect::<Vec<_>>(), cells.cell_off);
+    assert_eq!(
+        cell_ev.iter().map(|&x| x as u32).collect::<Vec<_>>(),
+        cells.cell_off
+    );
     let v = QualityColumnsView {
         hit_offsets: &hoff,
         hits: &hv,
@@ -1559,49 +3065,165 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
     let per_list = cfg.ntuplets.max_cell_tracks;
     let dead = if late { qt.dead.clone() } else { vec![0u8] };
     // sh_cap 0: every event's codes in global memory; QX_SH: in shared memory where they fit.
-    assert!(qt.tup_off.windows(2).any(|w| w[1] > w[0] && w[1] - w[0] <= QX_SH as u32), "no event fits in shared memory");
+    assert!(
+        qt.tup_off
+            .windows(2)
+            .any(|w| w[1] > w[0] && w[1] - w[0] <= QX_SH as u32),
+        "no event fits in shared memory"
+    );
     // max_rounds 0: the duplicate remover's sequential loop; QX_ROUNDS: its parallel rounds.
     let mut most_rounds = 0;
-    let runs = modes.iter().flat_map(|m| [(m, 0u32, QX_ROUNDS), (m, QX_SH as u32, QX_ROUNDS), (m, QX_SH as u32, 0)]);
+    let runs = modes.iter().flat_map(|m| {
+        [
+            (m, 0u32, QX_ROUNDS),
+            (m, QX_SH as u32, QX_ROUNDS),
+            (m, QX_SH as u32, 0),
+        ]
+    });
     for (&mode, sh_cap, max_rounds) in runs {
         // The cells' tuple lists on the device, as the step builds them (every tuple listed).
         let coff_u: Vec<u32> = coff.iter().map(|&x| x as u32).collect();
-        let dl = cell_track_lists(lib, mode, &qt.tup_off, u32::MAX, &coff_u[..n_tup], &coff_u[1..], &cv, &qt.cell_off, &qt.list_base, cv.len(), per_list);
-        assert!(!dl.bad && dl.non_empty.iter().all(|&k| k as u64 + 1 <= cfg.ntuplets.max_active_doublets as u64), "{name}: the step would hand the batch to the CPU");
+        let dl = cell_track_lists(
+            lib,
+            mode,
+            &qt.tup_off,
+            u32::MAX,
+            &coff_u[..n_tup],
+            &coff_u[1..],
+            &cv,
+            &qt.cell_off,
+            &qt.list_base,
+            cv.len(),
+            per_list,
+        );
+        assert!(
+            !dl.bad
+                && dl
+                    .non_empty
+                    .iter()
+                    .all(|&k| k as u64 + 1 <= cfg.ntuplets.max_active_doublets as u64),
+            "{name}: the step would hand the batch to the CPU"
+        );
         let (counts, first, base, vals) = &dl.raw;
         let hoff_u: Vec<u32> = hoff.iter().map(|&x| x as u32).collect();
-        let q = Dev(quality.iter().map(|&x| std::cell::UnsafeCell::new(x)).collect());
-        let (h2o, h2b, cl) = (Dev::new(0u32, n_hits + n_ev), Dev::new(0u32, n_th.max(1)), Dev::new(0u32, n_cells.max(1)));
-        let (win, killed, rounds) = (Dev::new(0u32, n_cells.max(1)), Dev::new(0u32, n_tup), Dev::new(0u32, n_ev));
+        let q = Dev(quality
+            .iter()
+            .map(|&x| std::cell::UnsafeCell::new(x))
+            .collect());
+        let (h2o, h2b, cl) = (
+            Dev::new(0u32, n_hits + n_ev),
+            Dev::new(0u32, n_th.max(1)),
+            Dev::new(0u32, n_cells.max(1)),
+        );
+        let (win, killed, rounds) = (
+            Dev::new(0u32, n_cells.max(1)),
+            Dev::new(0u32, n_tup),
+            Dev::new(0u32, n_ev),
+        );
         type Quality = unsafe extern "C" fn(
-            u32, *const u32, *const u32, *const u32, *const f32, *const f32, *const f32, *const f32,
-            *const u32, *const u32, *const u32, *const u32, u32, *const u32, *const u8, u32,
-            *const u32, *mut u32, *mut u32, *mut u32, *mut u32, *mut u32, u32, u32, *mut u32, *mut u8,
+            u32,
+            *const u32,
+            *const u32,
+            *const u32,
+            *const f32,
+            *const f32,
+            *const f32,
+            *const f32,
+            *const u32,
+            *const u32,
+            *const u32,
+            *const u32,
+            u32,
+            *const u32,
+            *const u8,
+            u32,
+            *const u32,
+            *mut u32,
+            *mut u32,
+            *mut u32,
+            *mut u32,
+            *mut u32,
+            u32,
+            u32,
+            *mut u32,
+            *mut u8,
         );
         // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
         // own (`quality_tables`, the device lists), the scratch sized as the step sizes it.
         unsafe {
             let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
             let a = [
-                p(&qt.tup_off), p(&hoff_u), p(&hv), p(&state), p(&pt), p(&chi2), p(&cuts),
-                p(&qt.cell_off), p(counts), p(first), p(base), p(vals), p(&dead), p(&qt.hit_off), h2o.ptr(), h2b.ptr(), cl.ptr(), win.ptr(), killed.ptr(), rounds.ptr(), q.ptr(),
+                p(&qt.tup_off),
+                p(&hoff_u),
+                p(&hv),
+                p(&state),
+                p(&pt),
+                p(&chi2),
+                p(&cuts),
+                p(&qt.cell_off),
+                p(counts),
+                p(first),
+                p(base),
+                p(vals),
+                p(&dead),
+                p(&qt.hit_off),
+                h2o.ptr(),
+                h2b.ptr(),
+                cl.ptr(),
+                win.ptr(),
+                killed.ptr(),
+                rounds.ptr(),
+                q.ptr(),
             ];
-            let threads = if mode == Mode::Sequential { 1 } else { EMU_BLOCK };
+            let threads = if mode == Mode::Sequential {
+                1
+            } else {
+                EMU_BLOCK
+            };
             assert!(QX_BLOCK >= threads);
             grid(lib, mode, n_ev as u32, threads, || {
                 f(
-                    n_ev as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _, a[6] as _,
-                    a[7] as _, a[8] as _, a[9] as _, a[10] as _, per_list, a[11] as _, a[12] as _, late as u32,
-                    a[13] as _, a[14] as _, a[15] as _, a[16] as _, a[17] as _, a[18] as _, sh_cap, max_rounds, a[19] as _, a[20] as _,
+                    n_ev as u32,
+                    a[0] as _,
+                    a[1] as _,
+                    a[2] as _,
+                    a[3] as _,
+                    a[4] as _,
+                    a[5] as _,
+                    a[6] as _,
+                    a[7] as _,
+                    a[8] as _,
+                    a[9] as _,
+                    a[10] as _,
+                    per_list,
+                    a[11] as _,
+                    a[12] as _,
+                    late as u32,
+                    a[13] as _,
+                    a[14] as _,
+                    a[15] as _,
+                    a[16] as _,
+                    a[17] as _,
+                    a[18] as _,
+                    sh_cap,
+                    max_rounds,
+                    a[19] as _,
+                    a[20] as _,
                 )
             });
         }
         let got = q.get();
         let r = rounds.get();
         if max_rounds == 0 {
-            assert!(r.iter().all(|&x| x == u32::MAX), "{name}: max_rounds 0 must run the sequential loop");
+            assert!(
+                r.iter().all(|&x| x == u32::MAX),
+                "{name}: max_rounds 0 must run the sequential loop"
+            );
         } else {
-            assert!(r.iter().all(|&x| x <= QX_ROUNDS), "{name}: an event did not settle in {QX_ROUNDS} rounds: {r:?}");
+            assert!(
+                r.iter().all(|&x| x <= QX_ROUNDS),
+                "{name}: an event did not settle in {QX_ROUNDS} rounds: {r:?}"
+            );
             most_rounds = most_rounds.max(r.iter().copied().max().unwrap_or(0));
         }
         for (e, want) in expected.iter().enumerate() {
@@ -1611,8 +3233,17 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
         }
         // The list overflows the step reports are the CPU replay's.
         for (e, (_, ca, _, _)) in per_event.iter().enumerate() {
-            let replay = quiver_reco::tracks::ca_state_for_quality(&alive[cell_ev[e] as usize..cell_ev[e + 1] as usize], &ca.tuple_cells, &ca.tuple_cell_offsets, cfg).unwrap();
-            assert_eq!(dl.dropped[e], replay.track_overflows, "{name} event {e}: list overflows");
+            let replay = quiver_reco::tracks::ca_state_for_quality(
+                &alive[cell_ev[e] as usize..cell_ev[e + 1] as usize],
+                &ca.tuple_cells,
+                &ca.tuple_cell_offsets,
+                cfg,
+            )
+            .unwrap();
+            assert_eq!(
+                dl.dropped[e], replay.track_overflows,
+                "{name} event {e}: list overflows"
+            );
         }
     }
     let all: Vec<u8> = expected.into_iter().flatten().collect();
@@ -1622,8 +3253,14 @@ fn check_quality(name: &str, cfg: &CaConfig, modes: &[Mode], tip_grid: f32) -> (
     println!("quality {name}: {} tracks, {} loose, {} dup; {killed} cells killed by the fishbones; duplicate remover settled in ≤ {most_rounds} rounds", r.0, r.1, r.2);
     // Some cell's winner depends on an earlier cell's choice (else one round would do and the
     // iteration would be untested).
-    assert!(most_rounds >= 2, "{name}: the duplicate remover settled in {most_rounds} round(s)");
-    assert!(!late || killed > 0, "{name}: the late fishbone killed no cell");
+    assert!(
+        most_rounds >= 2,
+        "{name}: the duplicate remover settled in {most_rounds} round(s)"
+    );
+    assert!(
+        !late || killed > 0,
+        "{name}: the late fishbone killed no cell"
+    );
     r
 }
 
@@ -1632,21 +3269,44 @@ fn quality_kernel_on_the_host_equals_the_cpu_step() {
     if emulator().is_none() {
         return;
     }
-    let (n, loose, dup) = check_quality("default", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded], 0.0);
-    assert!(n > 5_000 && loose > 500 && dup > 1_000, "{n} tracks, {loose} loose, {dup} dup");
+    let (n, loose, dup) = check_quality(
+        "default",
+        &CaConfig::default(),
+        &[Mode::Sequential, Mode::Threaded],
+        0.0,
+    );
+    assert!(
+        n > 5_000 && loose > 500 && dup > 1_000,
+        "{n} tracks, {loose} loose, {dup} dup"
+    );
     // The late fishbone (alone: with the early one too it finds nothing left to kill here).
     let mut cfg = CaConfig::default();
     cfg.ntuplets.late_fishbone = true;
     cfg.ntuplets.early_fishbone = false;
-    check_quality("late fishbone only", &cfg, &[Mode::Sequential, Mode::Threaded], 0.0);
+    check_quality(
+        "late fishbone only",
+        &cfg,
+        &[Mode::Sequential, Mode::Threaded],
+        0.0,
+    );
     // Few tuples per cell (the replayed lists capped), and a tight χ² cut.
     let mut cfg = CaConfig::default();
     cfg.ntuplets.max_cell_tracks = 2;
     cfg.quality.chi2_scale = 3.0;
-    check_quality("2 tuples per cell, chi2 scale 3", &cfg, &[Mode::Sequential], 0.0);
+    check_quality(
+        "2 tuples per cell, chi2 scale 3",
+        &cfg,
+        &[Mode::Sequential],
+        0.0,
+    );
     // Tips on a 100 µm grid: equal |tip| among the triplets of one hit, where the CPU's
     // bin order (descending tuple index) decides which stays.
-    check_quality("tips on a 0.01 cm grid", &CaConfig::default(), &[Mode::Sequential, Mode::Threaded], 0.01);
+    check_quality(
+        "tips on a 0.01 cm grid",
+        &CaConfig::default(),
+        &[Mode::Sequential, Mode::Threaded],
+        0.01,
+    );
 }
 
 /// `cn_check_cells`: the GPU `ca_ntuplets` checks device-resident cells with it (the CPU
@@ -1659,24 +3319,55 @@ fn check_cells_kernel_flags_a_cell_past_its_event() {
     let b = batch();
     let cfg = CaConfig::default();
     let (cells, _) = run_device(lib, Mode::Sequential, &b, &cfg, &ds.conditions().cpe);
-    let hit_off: Vec<u32> = std::iter::once(0).chain(b.hits_per_event.iter().scan(0u32, |s, &n| { *s += n as u32; Some(*s) })).collect();
+    let hit_off: Vec<u32> = std::iter::once(0)
+        .chain(b.hits_per_event.iter().scan(0u32, |s, &n| {
+            *s += n as u32;
+            Some(*s)
+        }))
+        .collect();
     let n_ev = b.hits_per_event.len() as u32;
     let flag = |inner: &[u32], outer: &[u32]| -> u32 {
         let bad = Dev::new(0u32, 1);
-        type Check = unsafe extern "C" fn(*const u32, *const u32, u32, *const u32, u32, *const u32, *mut u32);
+        type Check = unsafe extern "C" fn(
+            *const u32,
+            *const u32,
+            u32,
+            *const u32,
+            u32,
+            *const u32,
+            *mut u32,
+        );
         // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; the cells and offsets are
         // the step's own.
         unsafe {
             let f: libloading::Symbol<Check> = lib.get(b"cn_check_cells").unwrap();
-            let a = [p(inner), p(outer), p(&cells.cell_off), p(&hit_off), bad.ptr()];
-            elements(lib, Mode::Threaded, inner.len(), || f(a[0] as _, a[1] as _, inner.len() as u32, a[2] as _, n_ev, a[3] as _, a[4] as _));
+            let a = [
+                p(inner),
+                p(outer),
+                p(&cells.cell_off),
+                p(&hit_off),
+                bad.ptr(),
+            ];
+            elements(lib, Mode::Threaded, inner.len(), || {
+                f(
+                    a[0] as _,
+                    a[1] as _,
+                    inner.len() as u32,
+                    a[2] as _,
+                    n_ev,
+                    a[3] as _,
+                    a[4] as _,
+                )
+            });
         }
         bad.get()[0]
     };
     assert!(cells.inner.len() > 1000);
     assert_eq!(flag(&cells.inner, &cells.outer), 0, "real cells flagged");
     // The last cell of the first event with cells names its event's hit count.
-    let e = (0..n_ev as usize).find(|&e| cells.cell_off[e + 1] > cells.cell_off[e]).unwrap();
+    let e = (0..n_ev as usize)
+        .find(|&e| cells.cell_off[e + 1] > cells.cell_off[e])
+        .unwrap();
     let c = cells.cell_off[e + 1] as usize - 1;
     let (mut inner, mut outer) = (cells.inner.clone(), cells.outer.clone());
     outer[c] = b.hits_per_event[e] as u32;
@@ -1684,7 +3375,11 @@ fn check_cells_kernel_flags_a_cell_past_its_event() {
     inner[c] = b.hits_per_event[e] as u32;
     assert_eq!(flag(&inner, &cells.outer), 1, "inner index past the event");
     outer[c] -= 1;
-    assert_eq!(flag(&cells.inner, &outer), 0, "the event's last hit is a hit");
+    assert_eq!(
+        flag(&cells.inner, &outer),
+        0,
+        "the event's last hit is a hit"
+    );
 }
 
 /// The cells' tuple lists and the early duplicate remover on the device (`ct_*`,
@@ -1706,14 +3401,23 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
     // Per event: cells, found tuples, each tuple's hits and cells (the search's layout: a
     // tuple of k hits has k - 1 cells; the cells of the found tuples one after the other).
     let (mut cell_off, mut tup_off, mut hit_pos) = (vec![0u32], vec![0u32], vec![0u32]);
-    let (mut tlen, mut thits, mut tcells, mut cstart, mut cend) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut tlen, mut thits, mut tcells, mut cstart, mut cend) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for e in 0..12u32 {
         let nc = 20 + rnd(40);
-        let found = if e % 3 == 0 { n.max_tuples + 1 + rnd(5) } else { rnd(n.max_tuples) };
+        let found = if e % 3 == 0 {
+            n.max_tuples + 1 + rnd(5)
+        } else {
+            rnd(n.max_tuples)
+        };
         for it in 0..found {
             // The last stored tuple of an overflowing event as long as any: a duplicate only
             // because the overflow empties it.
-            let len = if found > n.max_tuples && it + 1 == n.max_tuples { 6 } else { 2 + rnd(5) };
+            let len = if found > n.max_tuples && it + 1 == n.max_tuples {
+                6
+            } else {
+                2 + rnd(5)
+            };
             tlen.push(len);
             let cp = tcells.len() as u32;
             for _ in 0..len {
@@ -1743,16 +3447,69 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
     let base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
     let (n_cells, n_tuples) = (*cell_off.last().unwrap() as usize, tlen.len());
     for mode in [Mode::Sequential, Mode::Threaded] {
-        let dl = cell_track_lists(lib, mode, &tup_off, n.max_tuples, &cstart, &cend, &tcells, &cell_off, &base, tcells.len(), n.max_cell_tracks);
+        let dl = cell_track_lists(
+            lib,
+            mode,
+            &tup_off,
+            n.max_tuples,
+            &cstart,
+            &cend,
+            &tcells,
+            &cell_off,
+            &base,
+            tcells.len(),
+            n.max_cell_tracks,
+        );
         let (q, has_track) = (Dev::new(0u8, n_tuples), Dev::new(7u8, n_cells));
         // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; buffers sized as the step sizes them.
         unsafe {
-            type EarlyDup = unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *const u32, u32, *const u32, *const u32, *const u32, u32, *mut u8, *mut u8);
+            type EarlyDup = unsafe extern "C" fn(
+                u32,
+                *const u32,
+                u32,
+                *const u32,
+                *const u32,
+                *const u32,
+                *const u32,
+                u32,
+                *const u32,
+                *const u32,
+                *const u32,
+                u32,
+                *mut u8,
+                *mut u8,
+            );
             let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
             let (counts, first, base, vals) = &dl.raw;
-            let a = [p(&cell_off), p(counts), p(first), p(base), p(vals), p(&tup_off), p(&tlen), p(&found), q.ptr(), has_track.ptr()];
+            let a = [
+                p(&cell_off),
+                p(counts),
+                p(first),
+                p(base),
+                p(vals),
+                p(&tup_off),
+                p(&tlen),
+                p(&found),
+                q.ptr(),
+                has_track.ptr(),
+            ];
             elements(lib, mode, n_cells, || {
-                f(n_cells as u32, a[0] as _, n_ev as u32, a[1] as _, a[2] as _, a[3] as _, a[4] as _, n.max_cell_tracks, a[5] as _, a[6] as _, a[7] as _, n.max_tuples, a[8] as _, a[9] as _)
+                f(
+                    n_cells as u32,
+                    a[0] as _,
+                    n_ev as u32,
+                    a[1] as _,
+                    a[2] as _,
+                    a[3] as _,
+                    a[4] as _,
+                    n.max_cell_tracks,
+                    a[5] as _,
+                    a[6] as _,
+                    a[7] as _,
+                    n.max_tuples,
+                    a[8] as _,
+                    a[9] as _,
+                )
             });
         }
         let (q, has_track) = (q.get(), has_track.get());
@@ -1763,20 +3520,58 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
             let ce = (hit_pos[e + 1] - tup_off[e + 1]) as usize;
             let lengths = &tlen[t0..t0 + stored];
             let nc = (cell_off[e + 1] - cell_off[e]) as usize;
-            let (t, ca) = ntuplet_event(&n, nc, found[e], lengths, &thits[hit_pos[e] as usize..hit_pos[e + 1] as usize], &tcells[cp..ce], 0).unwrap();
-            assert_eq!(dl.lists[e], ca.cell_tracks, "{mode:?} event {e}: tuples per cell");
-            assert_eq!(dl.dropped[e], ca.track_overflows, "{mode:?} event {e}: list overflows");
+            let (t, ca) = ntuplet_event(
+                &n,
+                nc,
+                found[e],
+                lengths,
+                &thits[hit_pos[e] as usize..hit_pos[e + 1] as usize],
+                &tcells[cp..ce],
+                0,
+            )
+            .unwrap();
+            assert_eq!(
+                dl.lists[e], ca.cell_tracks,
+                "{mode:?} event {e}: tuples per cell"
+            );
+            assert_eq!(
+                dl.dropped[e], ca.track_overflows,
+                "{mode:?} event {e}: list overflows"
+            );
             let want: Vec<u8> = t.quality.iter().map(|&x| x as u8).collect();
-            assert_eq!(q[t0..t0 + stored], want[..], "{mode:?} event {e}: early duplicate remover");
-            let has: Vec<u8> = ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())).collect();
-            assert_eq!(has_track[cell_off[e] as usize..cell_off[e + 1] as usize], has[..], "{mode:?} event {e}: has_track");
+            assert_eq!(
+                q[t0..t0 + stored],
+                want[..],
+                "{mode:?} event {e}: early duplicate remover"
+            );
+            let has: Vec<u8> = ca
+                .cell_tracks
+                .iter()
+                .map(|l| u8::from(!l.is_empty()))
+                .collect();
+            assert_eq!(
+                has_track[cell_off[e] as usize..cell_off[e + 1] as usize],
+                has[..],
+                "{mode:?} event {e}: has_track"
+            );
             dups += want.iter().filter(|&&x| x == 1).count();
             let last = stored.wrapping_sub(1) as u32;
-            emptied_dup += usize::from(t.overflow && want.last() == Some(&1) && ca.cell_tracks.iter().any(|l| l.len() > 1 && l.contains(&last)));
+            emptied_dup += usize::from(
+                t.overflow
+                    && want.last() == Some(&1)
+                    && ca
+                        .cell_tracks
+                        .iter()
+                        .any(|l| l.len() > 1 && l.contains(&last)),
+            );
         }
         // The cases the kernels must get right occur: duplicates, capped lists, and an
         // emptied last tuple that is a duplicate only because it is emptied.
-        assert!(dups > 20 && dl.dropped.iter().sum::<u32>() > 5 && emptied_dup > 0, "{dups} dups, {:?} dropped, {emptied_dup}", dl.dropped);
+        assert!(
+            dups > 20 && dl.dropped.iter().sum::<u32>() > 5 && emptied_dup > 0,
+            "{dups} dups, {:?} dropped, {emptied_dup}",
+            dl.dropped
+        );
     }
 }
 
@@ -1786,15 +3581,25 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
 /// checks on the device (`ct_count`'s flag) and hands to the CPU step for its message.
 #[test]
 fn quality_columns_refuse_what_the_cpu_step_refuses() {
-    use std::sync::{Arc, Mutex};
-    use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array};
-    use quiver_columnar::{executor, plan, EventBatch, InputSpec, Product, ProductKey, Registry, Signature, Step, StepConfig, StepType};
+    use arrow_array::{
+        Array, ArrayRef, ListArray, RecordBatch, UInt16Array, UInt32Array, UInt8Array,
+    };
+    use quiver_columnar::{
+        executor, plan, EventBatch, InputSpec, Product, ProductKey, Registry, Signature, Step,
+        StepConfig, StepType,
+    };
     use quiver_reco::steps::types::{CA_CELLS, HITS, NTUPLETS, TRACK_FITS};
     use quiver_reco::steps::{check_hit_columns, quality_columns, quality_inputs, HitDets};
+    use std::sync::{Arc, Mutex};
 
     /// The GPU step's host checks of a host `hits` product: its columns (`HostDets`), then
     /// `quality_columns` on its detIndex.
-    fn gpu_columns(h: &Product, n: &Product, c: &Product, f: &Product) -> quiver_columnar::Result<()> {
+    fn gpu_columns(
+        h: &Product,
+        n: &Product,
+        c: &Product,
+        f: &Product,
+    ) -> quiver_columnar::Result<()> {
         let det = check_hit_columns(h)?;
         quality_columns(HitDets::new(det, h.offsets())?, n, c, f).map(|_| ())
     }
@@ -1804,15 +3609,43 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
         let b = p.batch();
         let mut cols = b.columns().to_vec();
         cols[b.schema().index_of(name).unwrap()] = col;
-        Arc::new(Product::new(RecordBatch::try_new(b.schema(), cols).unwrap(), p.offsets().clone()).unwrap())
+        Arc::new(
+            Product::new(
+                RecordBatch::try_new(b.schema(), cols).unwrap(),
+                p.offsets().clone(),
+            )
+            .unwrap(),
+        )
     }
     /// A list column of `p` with its values changed by `f`.
     fn list_with(p: &Product, name: &str, f: impl Fn(&mut Vec<u32>)) -> Arc<Product> {
-        let l = p.batch().column_by_name(name).unwrap().as_any().downcast_ref::<ListArray>().unwrap().clone();
-        let mut v = l.values().as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec();
+        let l = p
+            .batch()
+            .column_by_name(name)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .unwrap()
+            .clone();
+        let mut v = l
+            .values()
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .unwrap()
+            .values()
+            .to_vec();
         f(&mut v);
         let (field, offsets, _, nulls) = l.into_parts();
-        with(p, name, Arc::new(ListArray::new(field, offsets, Arc::new(UInt32Array::from(v)), nulls)))
+        with(
+            p,
+            name,
+            Arc::new(ListArray::new(
+                field,
+                offsets,
+                Arc::new(UInt32Array::from(v)),
+                nulls,
+            )),
+        )
     }
 
     /// The cases checked (a step is built from a plain function: no captured state).
@@ -1830,37 +3663,96 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
                 return Ok(());
             }
             let first_hits = h.event_rows(0).len() as u32;
-            let det = quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index").unwrap().to_vec();
-            let q = quiver_columnar::columns::values::<arrow_array::types::UInt8Type>(&n, "quality").unwrap().to_vec();
+            let det =
+                quiver_columnar::columns::values::<arrow_array::types::UInt16Type>(&h, "det_index")
+                    .unwrap()
+                    .to_vec();
+            let q =
+                quiver_columnar::columns::values::<arrow_array::types::UInt8Type>(&n, "quality")
+                    .unwrap()
+                    .to_vec();
             let mut fit_lengths: Vec<usize> = (0..n_ev).map(|e| f.event_rows(e).len()).collect();
-            let mut cases: Vec<(&str, [Arc<Product>; 4], bool)> = vec![("as produced", [h.clone(), n.clone(), c.clone(), f.clone()], true)];
+            let mut cases: Vec<(&str, [Arc<Product>; 4], bool)> = vec![(
+                "as produced",
+                [h.clone(), n.clone(), c.clone(), f.clone()],
+                true,
+            )];
             let mut bad_q = q.clone();
             bad_q[1] = 9;
-            cases.push(("quality code 9", [h.clone(), with(&n, "quality", Arc::new(UInt8Array::from(bad_q))), c.clone(), f.clone()], false));
-            cases.push(("tuple hit past the event's hits", [h.clone(), list_with(&n, "hits", |v| v[0] = first_hits), c.clone(), f.clone()], false));
+            cases.push((
+                "quality code 9",
+                [
+                    h.clone(),
+                    with(&n, "quality", Arc::new(UInt8Array::from(bad_q))),
+                    c.clone(),
+                    f.clone(),
+                ],
+                false,
+            ));
+            cases.push((
+                "tuple hit past the event's hits",
+                [
+                    h.clone(),
+                    list_with(&n, "hits", |v| v[0] = first_hits),
+                    c.clone(),
+                    f.clone(),
+                ],
+                false,
+            ));
             let mut rev = det.clone();
             rev[..first_hits as usize].reverse();
-            cases.push(("hits out of layer order", [with(&h, "det_index", Arc::new(UInt16Array::from(rev))), n.clone(), c.clone(), f.clone()], false));
+            cases.push((
+                "hits out of layer order",
+                [
+                    with(&h, "det_index", Arc::new(UInt16Array::from(rev))),
+                    n.clone(),
+                    c.clone(),
+                    f.clone(),
+                ],
+                false,
+            ));
             // One fitted track moved from the first event with tracks to the next event.
             if let Some(e) = (0..n_ev - 1).find(|&e| fit_lengths[e] > 0) {
                 fit_lengths[e] -= 1;
                 fit_lengths[e + 1] += 1;
-                let moved = Arc::new(Product::new(f.batch().clone(), arrow_buffer::OffsetBuffer::from_lengths(fit_lengths)).unwrap());
-                cases.push(("fits of other events", [h.clone(), n.clone(), c.clone(), moved], false));
+                let moved = Arc::new(
+                    Product::new(
+                        f.batch().clone(),
+                        arrow_buffer::OffsetBuffer::from_lengths(fit_lengths),
+                    )
+                    .unwrap(),
+                );
+                cases.push((
+                    "fits of other events",
+                    [h.clone(), n.clone(), c.clone(), moved],
+                    false,
+                ));
             }
             let mut seen = SEEN.lock().unwrap();
             for (what, [h, n, c, f], accepted) in &cases {
                 let cpu = quality_inputs(h, n, c, f, &self.cpe, &cfg).map(|_| ());
                 let gpu = gpu_columns(h, n, c, f).map(|_| ());
-                assert_eq!(cpu.is_ok(), *accepted, "{what}: the CPU step's inputs: {cpu:?}");
-                assert_eq!(gpu.is_ok(), *accepted, "{what}: the GPU step's columns: {:?}", gpu.err());
+                assert_eq!(
+                    cpu.is_ok(),
+                    *accepted,
+                    "{what}: the CPU step's inputs: {cpu:?}"
+                );
+                assert_eq!(
+                    gpu.is_ok(),
+                    *accepted,
+                    "{what}: the GPU step's columns: {:?}",
+                    gpu.err()
+                );
                 seen.push(what.to_string());
             }
             // A tuple's cell past its event's: the CPU's replay refuses it; the GPU step's
             // host checks leave it to the device.
             let n_cells0 = c.event_rows(0).len() as u32;
             let n2 = list_with(&n, "cells", |v| v[0] = n_cells0);
-            assert!(quality_inputs(&h, &n2, &c, &f, &self.cpe, &cfg).is_err() && gpu_columns(&h, &n2, &c, &f).is_ok());
+            assert!(
+                quality_inputs(&h, &n2, &c, &f, &self.cpe, &cfg).is_err()
+                    && gpu_columns(&h, &n2, &c, &f).is_ok()
+            );
             Ok(())
         }
     }
@@ -1885,8 +3777,16 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
         },
         backends: vec![quiver_columnar::Backend::Cpu],
         build: |cfg: &StepConfig| {
-            let keys = [cfg.input("hits")?, cfg.input("ntuplets")?, cfg.input("cells")?, cfg.input("fits")?];
-            Ok(Box::new(Check { keys, cpe: cfg.condition()? }))
+            let keys = [
+                cfg.input("hits")?,
+                cfg.input("ntuplets")?,
+                cfg.input("cells")?,
+                cfg.input("fits")?,
+            ];
+            Ok(Box::new(Check {
+                keys,
+                cpe: cfg.condition()?,
+            }))
         },
     });
     let plan_text = format!(
@@ -1896,7 +3796,14 @@ fn quality_columns_refuse_what_the_cpu_step_refuses() {
     let spec = plan::PlanSpec::from_toml(&plan_text, "check").unwrap();
     let resolved = plan::validate(&spec, &r).unwrap();
     let steps = resolved.build(&r, job).unwrap();
-    let opts = executor::RunOptions { threads: 1, batch_size: 3, first_event: 0, events: Some(3), progress: false, cycle_input: false };
+    let opts = executor::RunOptions {
+        threads: 1,
+        batch_size: 3,
+        first_event: 0,
+        events: Some(3),
+        progress: false,
+        cycle_input: false,
+    };
     executor::run(&resolved, &steps, &opts).unwrap();
     let seen = SEEN.lock().unwrap();
     assert_eq!(seen.len(), 5, "every case ran: {seen:?}");

@@ -10,7 +10,10 @@ mod nvrtc;
 
 /// A job on a generated dataset in `dir`, with the conditions the pixel chain reads (beam
 /// spot, cabling, gains, CPE) and the raw data, writing to `output`.
-fn job_on(dir: &std::path::Path, output: std::path::PathBuf) -> std::sync::Arc<quiver_columnar::JobContext> {
+fn job_on(
+    dir: &std::path::Path,
+    output: std::path::PathBuf,
+) -> std::sync::Arc<quiver_columnar::JobContext> {
     let ds = quiver_datasets::Dataset::open(dir).unwrap();
     let c = ds.conditions().clone();
     let mut store = quiver_columnar::Conditions::new();
@@ -19,5 +22,9 @@ fn job_on(dir: &std::path::Path, output: std::path::PathBuf) -> std::sync::Arc<q
     store.insert(c.gains);
     store.insert(c.cpe);
     store.insert(quiver_formats::raw::RawData::new(ds));
-    std::sync::Arc::new(quiver_columnar::JobContext { input: Some(dir.into()), output, conditions: store })
+    std::sync::Arc::new(quiver_columnar::JobContext {
+        input: Some(dir.into()),
+        output,
+        conditions: store,
+    })
 }

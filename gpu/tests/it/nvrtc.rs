@@ -45,7 +45,10 @@ const OPAQUE_MATH: &str = "__device__ __noinline__ double opaque1(double x) { re
 fn every_kernel_compiles_to_ptx_without_fma() {
     setup();
     if let Err(u) = device::nvrtc_status() {
-        assert!(std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(), "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}");
+        assert!(
+            std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(),
+            "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}"
+        );
         println!("SKIPPED: NVRTC is not available, kernels not compiled: {u}");
         return;
     }
@@ -53,13 +56,22 @@ fn every_kernel_compiles_to_ptx_without_fma() {
         let ptx = kernels::compile(module, body).unwrap_or_else(|e| panic!("{e}"));
         let text = ptx.to_src();
         for f in functions {
-            assert!(text.contains(&format!(".entry {f}(")), "module {module}: no entry point {f} in the PTX");
+            assert!(
+                text.contains(&format!(".entry {f}(")),
+                "module {module}: no entry point {f} in the PTX"
+            );
         }
         // The same source with the device math functions opaque: any fma left is ours.
-        let opaque = kernels::compile(module, &format!("{OPAQUE_MATH}{body}")).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!opaque.to_src().contains("fma."), "module {module}: the PTX contains a fused multiply-add");
+        let opaque = kernels::compile(module, &format!("{OPAQUE_MATH}{body}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !opaque.to_src().contains("fma."),
+            "module {module}: the PTX contains a fused multiply-add"
+        );
         if text.contains("fma.") {
-            println!("module {module}: fused multiply-adds only inside the device's math functions");
+            println!(
+                "module {module}: fused multiply-adds only inside the device's math functions"
+            );
         }
         // Local memory: the driver reserves a kernel's per-thread frame for every thread the
         // device can hold (≈ 270 000 on an H200), so a kilobyte per thread is ≈ 0.3 GB.
@@ -68,16 +80,36 @@ fn every_kernel_compiles_to_ptx_without_fma() {
             if let Some(rest) = l.split(".entry ").nth(1) {
                 entry = rest.split('(').next().unwrap_or("");
             }
-            if let Some(d) = l.split("__local_depot").nth(1).filter(|_| l.contains(".local")) {
-                let bytes: usize = d.split('[').nth(1).and_then(|x| x.split(']').next()).and_then(|x| x.parse().ok()).unwrap_or(0);
+            if let Some(d) = l
+                .split("__local_depot")
+                .nth(1)
+                .filter(|_| l.contains(".local"))
+            {
+                let bytes: usize = d
+                    .split('[')
+                    .nth(1)
+                    .and_then(|x| x.split(']').next())
+                    .and_then(|x| x.parse().ok())
+                    .unwrap_or(0);
                 println!("module {module}: kernel {entry}: {bytes} bytes of local memory per thread (PTX)");
                 // The Riemann fit keeps the CPU's dynamic matrices in fixed storage (docs/decisions.md).
-                let limit = if entry == "track_fit_riemann" { 24 * 1024 } else { 2 * 1024 };
+                let limit = if entry == "track_fit_riemann" {
+                    24 * 1024
+                } else {
+                    2 * 1024
+                };
                 assert!(bytes <= limit, "module {module}: kernel {entry} needs {bytes} bytes of local memory per thread");
             }
         }
-        let header: Vec<&str> = text.lines().filter(|l| l.starts_with(".version") || l.starts_with(".target")).collect();
-        println!("compiled {module}: {} bytes of PTX ({}), kernels {functions:?}", text.len(), header.join(", "));
+        let header: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(".version") || l.starts_with(".target"))
+            .collect();
+        println!(
+            "compiled {module}: {} bytes of PTX ({}), kernels {functions:?}",
+            text.len(),
+            header.join(", ")
+        );
     }
 }
 
@@ -85,19 +117,41 @@ fn every_kernel_compiles_to_ptx_without_fma() {
 fn the_fma_check_can_fail() {
     setup();
     if let Err(u) = device::nvrtc_status() {
-        assert!(std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(), "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}");
+        assert!(
+            std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(),
+            "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}"
+        );
         println!("SKIPPED: NVRTC is not available: {u}");
         return;
     }
     let src = r#"extern "C" __global__ void k(float* o, const float* a, const float* b, const float* c) {
         o[threadIdx.x] = a[threadIdx.x] * b[threadIdx.x] + c[threadIdx.x]; }"#;
     let contracted = cudarc::nvrtc::compile_ptx(src).unwrap().to_src();
-    assert!(contracted.contains("fma."), "NVRTC's default contracts a*b+c");
-    let kept = cudarc::nvrtc::compile_ptx_with_opts(src, kernels::compile_options()).unwrap().to_src();
-    assert!(!kept.contains("fma."), "--fmad=false keeps the multiply and the add apart");
+    assert!(
+        contracted.contains("fma."),
+        "NVRTC's default contracts a*b+c"
+    );
+    let kept = cudarc::nvrtc::compile_ptx_with_opts(src, kernels::compile_options())
+        .unwrap()
+        .to_src();
+    assert!(
+        !kept.contains("fma."),
+        "--fmad=false keeps the multiply and the add apart"
+    );
     // The device's `log` has fused multiply-adds of its own, which the opaque stubs remove.
-    let src = r#"extern "C" __global__ void k(double* o) { o[threadIdx.x] = log(o[threadIdx.x]); }"#;
-    assert!(cudarc::nvrtc::compile_ptx_with_opts(src, kernels::compile_options()).unwrap().to_src().contains("fma."));
+    let src =
+        r#"extern "C" __global__ void k(double* o) { o[threadIdx.x] = log(o[threadIdx.x]); }"#;
+    assert!(
+        cudarc::nvrtc::compile_ptx_with_opts(src, kernels::compile_options())
+            .unwrap()
+            .to_src()
+            .contains("fma.")
+    );
     let stubbed = format!("{OPAQUE_MATH}{src}");
-    assert!(!cudarc::nvrtc::compile_ptx_with_opts(stubbed, kernels::compile_options()).unwrap().to_src().contains("fma."));
+    assert!(
+        !cudarc::nvrtc::compile_ptx_with_opts(stubbed, kernels::compile_options())
+            .unwrap()
+            .to_src()
+            .contains("fma.")
+    );
 }

@@ -7,7 +7,9 @@
 #[allow(clippy::excessive_precision, clippy::inconsistent_digit_grouping)]
 fn poly7(t: f32) -> f32 {
     let z = t * t;
-    t * (-10422.177_734_375f32 + z * (3349.974_121_093_75f32 + z * (-1525.589_599_609_375f32 + z * 406.641_906_738_281_25f32)))
+    t * (-10422.177_734_375f32
+        + z * (3349.974_121_093_75f32
+            + z * (-1525.589_599_609_375f32 + z * 406.641_906_738_281_25f32)))
 }
 
 /// `atan2(y, x)` as an int16 angle with π ↔ 32768 (accurate to ±2 units). As in the
@@ -65,7 +67,8 @@ mod tests {
         let mut worst = 0i32;
         let n = 200_000;
         for k in 0..n {
-            let a = -std::f64::consts::PI + 2.0 * std::f64::consts::PI * (k as f64 + 0.5) / n as f64;
+            let a =
+                -std::f64::consts::PI + 2.0 * std::f64::consts::PI * (k as f64 + 0.5) / n as f64;
             for &rad in &[1e-3f64, 0.7, 3.0, 17.0] {
                 let (x, y) = ((rad * a.cos()) as f32, (rad * a.sin()) as f32);
                 let exact = (y as f64).atan2(x as f64) * 32768.0 / std::f64::consts::PI;
@@ -81,7 +84,10 @@ mod tests {
                 assert!(d.abs() <= 2.0, "atan2s({y}, {x}) = {got}, exact {exact}");
             }
         }
-        assert!(worst >= 1, "the polynomial is not exact: worst error must be non-zero");
+        assert!(
+            worst >= 1,
+            "the polynomial is not exact: worst error must be non-zero"
+        );
     }
 
     #[test]

@@ -80,9 +80,14 @@ pub fn calibrate_digis(
     check_len("yy", yy.len(), n)?;
     check_len("adc", adc.len(), n)?;
     if gains.rows_averaged == 0 {
-        return Err(LocalError::Config("gain calibration has rows_averaged = 0".into()));
+        return Err(LocalError::Config(
+            "gain calibration has rows_averaged = 0".into(),
+        ));
     }
-    let mut out = CalibratedDigis { module_ind: module_ind.to_vec(), adc: adc.to_vec() };
+    let mut out = CalibratedDigis {
+        module_ind: module_ind.to_vec(),
+        adc: adc.to_vec(),
+    };
     // First the payload position of every valid digi (all checks here), then the reads: the
     // payload (3 MB) is mostly out of cache, and with the positions known the loads can be
     // prefetched ahead instead of waiting one by one.
@@ -140,7 +145,9 @@ pub fn calibrate_digis(
         } else {
             let pedestal = ped_code as f32 * gains.ped_precision + gains.min_ped;
             let gain = gain_code as f32 * gains.gain_precision + gains.min_gain;
-            out.adc[i] = calibration::electrons(adc[i], pedestal, gain, factor, offset, cfg.min_electrons) as u16;
+            out.adc[i] =
+                calibration::electrons(adc[i], pedestal, gain, factor, offset, cfg.min_electrons)
+                    as u16;
         }
     }
     Ok(out)
@@ -154,20 +161,48 @@ struct ModuleRange {
     col_len: u64,
 }
 
-fn module_range(g: &GainCalibration, module: u16, col: u16, row: u16) -> Result<ModuleRange, LocalError> {
-    let bad = |what| LocalError::BadGain { module, col, row, what };
-    let &(first, last, n_cols) = g.range_and_cols.get(module as usize).ok_or(bad("no range for module"))?;
+fn module_range(
+    g: &GainCalibration,
+    module: u16,
+    col: u16,
+    row: u16,
+) -> Result<ModuleRange, LocalError> {
+    let bad = |what| LocalError::BadGain {
+        module,
+        col,
+        row,
+        what,
+    };
+    let &(first, last, n_cols) = g
+        .range_and_cols
+        .get(module as usize)
+        .ok_or(bad("no range for module"))?;
     if n_cols <= 0 || last < first {
         return Err(bad("empty or inverted range"));
     }
-    Ok(ModuleRange { first: first as u64, last: last as u64, col_len: (last - first) as u64 / n_cols as u64 })
+    Ok(ModuleRange {
+        first: first as u64,
+        last: last as u64,
+        col_len: (last - first) as u64 / n_cols as u64,
+    })
 }
 
 /// Position of the `{gain, ped}` codes of (module, column, row) in the payload: column data
 /// are `col_len` bytes, two bytes per block of `rows_averaged` rows. Both bytes are inside
 /// the payload.
-fn gain_position(g: &GainCalibration, r: &ModuleRange, module: u16, col: u16, row: u16) -> Result<u32, LocalError> {
-    let bad = |what| LocalError::BadGain { module, col, row, what };
+fn gain_position(
+    g: &GainCalibration,
+    r: &ModuleRange,
+    module: u16,
+    col: u16,
+    row: u16,
+) -> Result<u32, LocalError> {
+    let bad = |what| LocalError::BadGain {
+        module,
+        col,
+        row,
+        what,
+    };
     // 32-bit division: rows are < 2^16 and `rows_averaged` > 0 (checked by the caller).
     let block = (row as u32 / g.rows_averaged) as u64;
     let offset = r.first + col as u64 * r.col_len + 2 * block;
@@ -191,13 +226,23 @@ mod tests {
     fn l1_and_other_constants_and_floor() {
         let g = uniform_gains(30, 12); // gain 3.0 VCal/ADC, ped 12
         let cfg = CalibConfig::default();
-        let out = calibrate_digis(&[5, 500, 500, 9999], &[0, 159, 80, 0], &[0, 415, 3, 0], &[112, 112, 12, 77], &g, &cfg)
-            .unwrap();
+        let out = calibrate_digis(
+            &[5, 500, 500, 9999],
+            &[0, 159, 80, 0],
+            &[0, 415, 3, 0],
+            &[112, 112, 12, 77],
+            &g,
+            &cfg,
+        )
+        .unwrap();
         // L1: (112·3 − 12·3)·50 − 670 = 14330; others: 300·47 − 60 = 14040; at the pedestal:
         // −60 → floor 100; invalid untouched.
         assert_eq!(out.adc, vec![14330, 14040, 100, 77]);
         assert_eq!(out.module_ind, vec![5, 500, 500, 9999]);
-        let raw = CalibConfig { is_run2: false, ..Default::default() };
+        let raw = CalibConfig {
+            is_run2: false,
+            ..Default::default()
+        };
         let out = calibrate_digis(&[500], &[0], &[0], &[112], &g, &raw).unwrap();
         assert_eq!(out.adc, vec![300]);
     }
@@ -216,7 +261,15 @@ mod tests {
                     let reference = ((adc as f32 * gain - ped * gain) * 47.0 - 60.0) as i32;
                     let other = (((adc as f32 - ped) * gain) * 47.0 - 60.0) as i32;
                     if reference != other && reference > 100 {
-                        let out = calibrate_digis(&[200], &[0], &[0], &[adc], &g, &CalibConfig::default()).unwrap();
+                        let out = calibrate_digis(
+                            &[200],
+                            &[0],
+                            &[0],
+                            &[adc],
+                            &g,
+                            &CalibConfig::default(),
+                        )
+                        .unwrap();
                         assert_eq!(out.adc[0] as i32, reference);
                         found += 1;
                     }
@@ -250,9 +303,19 @@ mod tests {
         let mut g = uniform_gains(30, 12);
         let (first, _, _) = g.range_and_cols[600];
         g.data[(first + 5 * 4 + 2) as usize] = 40; // column 5, rows 80..159: gain 4.0
-        let out =
-            calibrate_digis(&[600, 600], &[79, 80], &[5, 5], &[112, 112], &g, &CalibConfig::default()).unwrap();
-        assert_eq!(out.adc, vec![(300 * 47 - 60) as u16, (400 * 47 - 60) as u16]);
+        let out = calibrate_digis(
+            &[600, 600],
+            &[79, 80],
+            &[5, 5],
+            &[112, 112],
+            &g,
+            &CalibConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            out.adc,
+            vec![(300 * 47 - 60) as u16, (400 * 47 - 60) as u16]
+        );
     }
 
     #[test]

@@ -13,7 +13,12 @@ fn run_chain(
 ) -> LocalEvent {
     let refs: Vec<(u32, &[u8])> = feds.iter().map(|(f, b)| (*f, b.as_slice())).collect();
     let cpe = simple_cpe();
-    let cond = LocalConditions { cabling, gains, cpe: &cpe, beam_spot: &BeamSpot::default() };
+    let cond = LocalConditions {
+        cabling,
+        gains,
+        cpe: &cpe,
+        beam_spot: &BeamSpot::default(),
+    };
     let mut cfg = LocalConfig::default();
     cfg.cluster.algorithm = algorithm;
     reconstruct_event(&refs, &cond, &cfg).unwrap()
@@ -24,13 +29,13 @@ fn run_chain(
 fn fed_to_hits_with_dead_column_and_l1() {
     let pixels = [
         (3u16, 10u32, 20u32, 112u32), // L1 single pixel
-        (3, 11, 21, 112),              // its diagonal neighbour
-        (100, 50, 51, 112),            // L2: across the ROC edge 51|52
+        (3, 11, 21, 112),             // its diagonal neighbour
+        (100, 50, 51, 112),           // L2: across the ROC edge 51|52
         (100, 50, 52, 112),
-        (100, 120, 300, 112),          // in a dead column
-        (100, 121, 300, 112),          // dead column as well
-        (100, 121, 301, 112),          // its neighbour, alive: survives alone
-        (1200, 0, 5, 13),              // FPix: 3 e·… below threshold (rejected)
+        (100, 120, 300, 112), // in a dead column
+        (100, 121, 300, 112), // dead column as well
+        (100, 121, 301, 112), // its neighbour, alive: survives alone
+        (1200, 0, 5, 13),     // FPix: 3 e·… below threshold (rejected)
     ];
     let feds = encode_event(&pixels);
     let mut gains = uniform_gains(30, 12);
@@ -39,8 +44,12 @@ fn fed_to_hits_with_dead_column_and_l1() {
     assert!(c.digis.errors.is_empty());
     assert_eq!(c.clusters.n_modules, 3);
     // Dead-column pixels are invalid after calibration.
-    let dead: Vec<usize> = (0..c.digis.n_digis as usize).filter(|&i| c.digis.yy[i] == 300).collect();
-    assert!(dead.iter().all(|&i| c.calibrated.module_ind[i] == INVALID_MODULE && c.calibrated.adc[i] == 0));
+    let dead: Vec<usize> = (0..c.digis.n_digis as usize)
+        .filter(|&i| c.digis.yy[i] == 300)
+        .collect();
+    assert!(dead
+        .iter()
+        .all(|&i| c.calibrated.module_ind[i] == INVALID_MODULE && c.calibrated.adc[i] == 0));
     assert_eq!(c.cut.n_clusters_in_module[3], 1);
     assert_eq!(c.cut.n_clusters_in_module[100], 2);
     assert_eq!(c.cut.n_clusters_in_module[1200], 0);
@@ -106,37 +115,87 @@ fn timing_local_chain() {
         for _ in 0..reps {
             f();
         }
-        eprintln!("{name:<22} {:8.3} ms/event", t.elapsed().as_secs_f64() * 1e3 / reps as f64);
+        eprintln!(
+            "{name:<22} {:8.3} ms/event",
+            t.elapsed().as_secs_f64() * 1e3 / reps as f64
+        );
     };
     let digis = raw_to_digis(&refs, full_cabling(), &RawToDigiConfig::default()).unwrap();
     eprintln!("event: {} words", digis.n_digis);
     time("raw_to_digis", &mut || {
-        std::hint::black_box(raw_to_digis(&refs, full_cabling(), &RawToDigiConfig::default()).unwrap());
+        std::hint::black_box(
+            raw_to_digis(&refs, full_cabling(), &RawToDigiConfig::default()).unwrap(),
+        );
     });
-    let cal = calibrate_digis(&digis.module_ind, &digis.xx, &digis.yy, &digis.adc, &gains, &CalibConfig::default())
-        .unwrap();
+    let cal = calibrate_digis(
+        &digis.module_ind,
+        &digis.xx,
+        &digis.yy,
+        &digis.adc,
+        &gains,
+        &CalibConfig::default(),
+    )
+    .unwrap();
     time("calibrate", &mut || {
         std::hint::black_box(
-            calibrate_digis(&digis.module_ind, &digis.xx, &digis.yy, &digis.adc, &gains, &CalibConfig::default())
-                .unwrap(),
+            calibrate_digis(
+                &digis.module_ind,
+                &digis.xx,
+                &digis.yy,
+                &digis.adc,
+                &gains,
+                &CalibConfig::default(),
+            )
+            .unwrap(),
         );
     });
     for algorithm in [ClusterAlgorithm::Faithful, ClusterAlgorithm::UnionFind] {
-        let cfg = ClusterizeConfig { algorithm, ..Default::default() };
+        let cfg = ClusterizeConfig {
+            algorithm,
+            ..Default::default()
+        };
         time(&format!("clusterize {algorithm:?}"), &mut || {
             std::hint::black_box(clusterize(&cal.module_ind, &digis.xx, &digis.yy, &cfg).unwrap());
         });
     }
-    let cl = clusterize(&cal.module_ind, &digis.xx, &digis.yy, &ClusterizeConfig::default()).unwrap();
+    let cl = clusterize(
+        &cal.module_ind,
+        &digis.xx,
+        &digis.yy,
+        &ClusterizeConfig::default(),
+    )
+    .unwrap();
     let cc = ChargeCutConfig::default();
     time("charge_cut", &mut || {
         std::hint::black_box(
-            charge_cut(&cal.module_ind, &cal.adc, &cl.clus, &cl.module_start, &cl.n_clusters_in_module, &cc).unwrap(),
+            charge_cut(
+                &cal.module_ind,
+                &cal.adc,
+                &cl.clus,
+                &cl.module_start,
+                &cl.n_clusters_in_module,
+                &cc,
+            )
+            .unwrap(),
         );
     });
-    let cut = charge_cut(&cal.module_ind, &cal.adc, &cl.clus, &cl.module_start, &cl.n_clusters_in_module, &cc).unwrap();
+    let cut = charge_cut(
+        &cal.module_ind,
+        &cal.adc,
+        &cl.clus,
+        &cl.module_start,
+        &cl.n_clusters_in_module,
+        &cc,
+    )
+    .unwrap();
     let cpe = simple_cpe();
-    let digi_cols = DigiColumns { module_ind: &cut.module_ind, xx: &digis.xx, yy: &digis.yy, adc: &cal.adc, clus: &cut.clus };
+    let digi_cols = DigiColumns {
+        module_ind: &cut.module_ind,
+        xx: &digis.xx,
+        yy: &digis.yy,
+        adc: &cal.adc,
+        clus: &cut.clus,
+    };
     let clus_cols = ClusterColumns {
         module_start: &cl.module_start,
         module_id: &cl.module_id,
@@ -147,7 +206,12 @@ fn timing_local_chain() {
         std::hint::black_box(rec_hits(&digi_cols, &clus_cols, &cpe, &BeamSpot::default()).unwrap());
     });
     eprintln!("hits: {}", cut.n_clusters);
-    let cond = LocalConditions { cabling: full_cabling(), gains: &gains, cpe: &cpe, beam_spot: &BeamSpot::default() };
+    let cond = LocalConditions {
+        cabling: full_cabling(),
+        gains: &gains,
+        cpe: &cpe,
+        beam_spot: &BeamSpot::default(),
+    };
     for algorithm in [ClusterAlgorithm::Faithful, ClusterAlgorithm::UnionFind] {
         let mut cfg = LocalConfig::default();
         cfg.cluster.algorithm = algorithm;

@@ -1,7 +1,10 @@
 //! Cluster charge cut and hit offsets (reference `gpuClusterChargeCut.h`,
 //! `fillHitsModuleStart`).
 
-use super::{check_len, LocalError, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS, MAX_NUM_MODULES};
+use super::{
+    check_len, LocalError, INVALID_MODULE, MAX_CLUSTERS_PER_MODULE, MAX_NUM_CLUSTERS,
+    MAX_NUM_MODULES,
+};
 
 /// Parameters of the charge cut.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,13 +90,22 @@ pub fn charge_cut(
     let n = module_ind.len();
     check_len("adc", adc.len(), n)?;
     check_len("clus", clus.len(), n)?;
-    check_len("n_clusters_in_module", n_clusters_in_module.len(), MAX_NUM_MODULES)?;
-    let n_runs = *module_start.first().ok_or(LocalError::ColumnLength { name: "module_start", got: 0, expected: 1 })?
-        as usize;
+    check_len(
+        "n_clusters_in_module",
+        n_clusters_in_module.len(),
+        MAX_NUM_MODULES,
+    )?;
+    let n_runs = *module_start.first().ok_or(LocalError::ColumnLength {
+        name: "module_start",
+        got: 0,
+        expected: 1,
+    })? as usize;
     check_len("module_start", module_start.len(), n_runs + 1)?;
     let max_per_module = cfg.max_clusters_per_module;
     if max_per_module == 0 || max_per_module > u16::MAX as u32 {
-        return Err(LocalError::Config(format!("max_clusters_per_module {max_per_module} not in 1..=65535")));
+        return Err(LocalError::Config(format!(
+            "max_clusters_per_module {max_per_module} not in 1..=65535"
+        )));
     }
     let mut id = module_ind.to_vec();
     let mut clus = clus.to_vec();
@@ -110,17 +122,27 @@ pub fn charge_cut(
     for run in 0..n_runs {
         let first = module_start[1 + run] as usize;
         if first >= n {
-            return Err(LocalError::ColumnLength { name: "module_start entry", got: first, expected: n });
+            return Err(LocalError::ColumnLength {
+                name: "module_start entry",
+                got: first,
+                expected: n,
+            });
         }
         let this = id[first];
         if this == INVALID_MODULE {
             continue; // cannot happen for runs from `clusterize`
         }
         if this as usize >= MAX_NUM_MODULES {
-            return Err(LocalError::ModuleOutOfRange { digi: first, module: this as u32, limit: MAX_NUM_MODULES });
+            return Err(LocalError::ModuleOutOfRange {
+                digi: first,
+                module: this as u32,
+                limit: MAX_NUM_MODULES,
+            });
         }
         // The pixels of this run: valid digis from `first` until another module starts.
-        let run_end = (first..n).find(|&i| id[i] != INVALID_MODULE && id[i] != this).unwrap_or(n);
+        let run_end = (first..n)
+            .find(|&i| id[i] != INVALID_MODULE && id[i] != this)
+            .unwrap_or(n);
         let mut nclus = ncl[this as usize];
         if nclus == 0 {
             continue;
@@ -150,7 +172,11 @@ pub fn charge_cut(
                 clus[i] = inv;
             }
         }
-        let cut = if this < cfg.l1_modules { cfg.min_charge_l1 } else { cfg.min_charge };
+        let cut = if this < cfg.l1_modules {
+            cfg.min_charge_l1
+        } else {
+            cfg.min_charge
+        };
         let mut sum = 0u32;
         for c in 0..nc {
             ok[c] = (charge[c] > cut) as u8;
@@ -202,7 +228,11 @@ pub fn charge_cut(
 /// use quiver_reco::local::charge_cut::hits_module_start;
 /// assert_eq!(hits_module_start(&[2, 2000, 1], 1024, 1026), vec![0, 2, 1026, 1026]);
 /// ```
-pub fn hits_module_start(n_clusters_in_module: &[u32], max_per_module: u32, max_hits: u32) -> Vec<u32> {
+pub fn hits_module_start(
+    n_clusters_in_module: &[u32],
+    max_per_module: u32,
+    max_hits: u32,
+) -> Vec<u32> {
     let mut out = Vec::with_capacity(n_clusters_in_module.len() + 1);
     out.push(0u32);
     let mut sum = 0u32;
@@ -223,7 +253,15 @@ mod tests {
 
     fn cut(ids: &[u16], xx: &[u16], yy: &[u16], adc: &[u16]) -> ChargeCutOutput {
         let c = clusterize(ids, xx, yy, &ClusterizeConfig::default()).unwrap();
-        charge_cut(ids, adc, &c.clus, &c.module_start, &c.n_clusters_in_module, &ChargeCutConfig::default()).unwrap()
+        charge_cut(
+            ids,
+            adc,
+            &c.clus,
+            &c.module_start,
+            &c.n_clusters_in_module,
+            &ChargeCutConfig::default(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -234,7 +272,10 @@ mod tests {
         let out = cut(&ids, &xx, &yy, &[2000, 2001, 4000, 4001]);
         assert_eq!(out.module_ind, vec![9999, 95, 9999, 96]);
         assert_eq!(out.clus, vec![9999, 0, 9999, 0]);
-        assert_eq!((out.n_clusters_in_module[95], out.n_clusters_in_module[96]), (1, 1));
+        assert_eq!(
+            (out.n_clusters_in_module[95], out.n_clusters_in_module[96]),
+            (1, 1)
+        );
         assert_eq!(out.n_clusters, 2);
         assert_eq!(&out.clus_module_start[95..98], &[0, 1, 2]);
     }
@@ -268,7 +309,14 @@ mod tests {
         assert!(out.clus[1024..].iter().all(|&c| c == 9999));
         assert_eq!(out.n_clusters_in_module[700], 1024);
         assert_eq!(out.n_clusters, 1024);
-        assert_eq!((out.truncated_modules, out.truncated_clusters, out.max_clusters_in_module), (1, 76, 1100));
+        assert_eq!(
+            (
+                out.truncated_modules,
+                out.truncated_clusters,
+                out.max_clusters_in_module
+            ),
+            (1, 76, 1100)
+        );
         // With one low cluster the count is renumbered to 1023.
         let mut adc = vec![5000u16; n];
         adc[0] = 10;

@@ -37,7 +37,10 @@ pub struct ClusterizeConfig {
 
 impl Default for ClusterizeConfig {
     fn default() -> Self {
-        Self { algorithm: ClusterAlgorithm::Faithful, max_pix_in_module: MAX_PIX_IN_MODULE }
+        Self {
+            algorithm: ClusterAlgorithm::Faithful,
+            max_pix_in_module: MAX_PIX_IN_MODULE,
+        }
     }
 }
 
@@ -91,7 +94,10 @@ pub fn clusterize(
         return Err(LocalError::Config("more than 2^31 digis".into()));
     }
     if cfg.max_pix_in_module == 0 || cfg.max_pix_in_module >= u16::MAX as usize {
-        return Err(LocalError::Config(format!("max_pix_in_module {} not in 1..65535", cfg.max_pix_in_module)));
+        return Err(LocalError::Config(format!(
+            "max_pix_in_module {} not in 1..65535",
+            cfg.max_pix_in_module
+        )));
     }
     let runs = module_runs(module_ind, xx, yy, cfg.max_pix_in_module)?;
     // Every digi starts as its own cluster.
@@ -110,13 +116,26 @@ pub fn clusterize(
         ..Default::default()
     };
     let mut uf = UnionFind::default();
-    for &ModuleRun { first, end, full_end, module: this } in &runs {
+    for &ModuleRun {
+        first,
+        end,
+        full_end,
+        module: this,
+    } in &runs
+    {
         out.max_run_pixels = out.max_run_pixels.max((full_end - first) as u32);
         if end < full_end {
             out.truncated_runs += 1;
             out.truncated_pixels += (full_end - end) as u64;
         }
-        let span = Span { first, end, module: this, ids: module_ind, xx, yy };
+        let span = Span {
+            first,
+            end,
+            module: this,
+            ids: module_ind,
+            xx,
+            yy,
+        };
         let found = match cfg.algorithm {
             ClusterAlgorithm::Faithful => faithful(&span, &mut clus),
             ClusterAlgorithm::UnionFind => uf.run(&span, &mut clus),
@@ -154,7 +173,12 @@ pub struct ModuleRun {
 /// assert_eq!(runs, vec![ModuleRun { first: 0, end: 2, full_end: 4, module: 7 }, ModuleRun { first: 4, end: 5, full_end: 5, module: 3 }]);
 /// assert!(module_runs(&[2000], &[0], &[0], 2).is_err());
 /// ```
-pub fn module_runs(module_ind: &[u16], xx: &[u16], yy: &[u16], max_pix_in_module: usize) -> Result<Vec<ModuleRun>, LocalError> {
+pub fn module_runs(
+    module_ind: &[u16],
+    xx: &[u16],
+    yy: &[u16],
+    max_pix_in_module: usize,
+) -> Result<Vec<ModuleRun>, LocalError> {
     let n = module_ind.len();
     check_len("xx", xx.len(), n)?;
     check_len("yy", yy.len(), n)?;
@@ -164,10 +188,18 @@ pub fn module_runs(module_ind: &[u16], xx: &[u16], yy: &[u16], max_pix_in_module
             continue;
         }
         if m as usize >= MAX_NUM_MODULES {
-            return Err(LocalError::ModuleOutOfRange { digi: i, module: m as u32, limit: MAX_NUM_MODULES });
+            return Err(LocalError::ModuleOutOfRange {
+                digi: i,
+                module: m as u32,
+                limit: MAX_NUM_MODULES,
+            });
         }
         if xx[i] >= NUM_ROWS_IN_MODULE || yy[i] >= NUM_COLS_IN_MODULE {
-            return Err(LocalError::PixelOutOfRange { digi: i, row: xx[i], col: yy[i] });
+            return Err(LocalError::PixelOutOfRange {
+                digi: i,
+                row: xx[i],
+                col: yy[i],
+            });
         }
     }
     let mut firsts = Vec::new();
@@ -185,8 +217,15 @@ pub fn module_runs(module_ind: &[u16], xx: &[u16], yy: &[u16], max_pix_in_module
         .into_iter()
         .map(|first| {
             let module = module_ind[first];
-            let full_end = (first..n).find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != module).unwrap_or(n);
-            ModuleRun { first, end: full_end.min(first + max_pix_in_module), full_end, module }
+            let full_end = (first..n)
+                .find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != module)
+                .unwrap_or(n);
+            ModuleRun {
+                first,
+                end: full_end.min(first + max_pix_in_module),
+                full_end,
+                module,
+            }
         })
         .collect())
 }
@@ -418,7 +457,10 @@ mod tests {
 
     fn both(ids: &[u16], xx: &[u16], yy: &[u16]) -> Clusters {
         let f = clusterize(ids, xx, yy, &ClusterizeConfig::default()).unwrap();
-        let cfg = ClusterizeConfig { algorithm: ClusterAlgorithm::UnionFind, ..Default::default() };
+        let cfg = ClusterizeConfig {
+            algorithm: ClusterAlgorithm::UnionFind,
+            ..Default::default()
+        };
         let u = clusterize(ids, xx, yy, &cfg).unwrap();
         assert_eq!(f, u, "faithful and union-find differ");
         f
@@ -431,7 +473,9 @@ mod tests {
         for run in 0..c.n_modules as usize {
             let first = c.module_start[1 + run] as usize;
             let m = ids[first];
-            let mut end = (first..ids.len()).find(|&i| ids[i] != INVALID_MODULE && ids[i] != m).unwrap_or(ids.len());
+            let mut end = (first..ids.len())
+                .find(|&i| ids[i] != INVALID_MODULE && ids[i] != m)
+                .unwrap_or(ids.len());
             end = end.min(first + cap);
             let px: Vec<usize> = (first..end).filter(|&i| ids[i] != INVALID_MODULE).collect();
             let mut label: Vec<usize> = px.clone();
@@ -440,7 +484,8 @@ mod tests {
                 for a in 0..px.len() {
                     for b in 0..px.len() {
                         let (i, j) = (px[a], px[b]);
-                        let adj = (xx[i] as i32 - xx[j] as i32).abs() <= 1 && (yy[i] as i32 - yy[j] as i32).abs() <= 1;
+                        let adj = (xx[i] as i32 - xx[j] as i32).abs() <= 1
+                            && (yy[i] as i32 - yy[j] as i32).abs() <= 1;
                         if adj && label[b] < label[a] {
                             label[a] = label[b];
                             changed = true;
@@ -509,9 +554,18 @@ mod tests {
     #[test]
     fn rejects_bad_inputs() {
         let cfg = ClusterizeConfig::default();
-        assert!(matches!(clusterize(&[2000], &[0], &[0], &cfg), Err(LocalError::ModuleOutOfRange { .. })));
-        assert!(matches!(clusterize(&[1], &[160], &[0], &cfg), Err(LocalError::PixelOutOfRange { .. })));
-        assert!(matches!(clusterize(&[1], &[0, 1], &[0], &cfg), Err(LocalError::ColumnLength { .. })));
+        assert!(matches!(
+            clusterize(&[2000], &[0], &[0], &cfg),
+            Err(LocalError::ModuleOutOfRange { .. })
+        ));
+        assert!(matches!(
+            clusterize(&[1], &[160], &[0], &cfg),
+            Err(LocalError::PixelOutOfRange { .. })
+        ));
+        assert!(matches!(
+            clusterize(&[1], &[0, 1], &[0], &cfg),
+            Err(LocalError::ColumnLength { .. })
+        ));
         // Invalid digis may carry anything.
         assert!(clusterize(&[9999], &[9000], &[9000], &cfg).is_ok());
     }
@@ -555,7 +609,11 @@ mod tests {
         for ev in 0..400 {
             let (ids, xx, yy) = random_event(&mut rng);
             let c = both(&ids, &xx, &yy);
-            n_clusters += c.n_clusters_in_module.iter().map(|&x| x as u64).sum::<u64>();
+            n_clusters += c
+                .n_clusters_in_module
+                .iter()
+                .map(|&x| x as u64)
+                .sum::<u64>();
             if ev < 60 {
                 // brute force is quadratic: only on the first events
                 let small = ids.len() < 1500;
@@ -564,7 +622,10 @@ mod tests {
                 }
             }
         }
-        assert!(n_clusters > 10_000, "the random events must exercise many clusters: {n_clusters}");
+        assert!(
+            n_clusters > 10_000,
+            "the random events must exercise many clusters: {n_clusters}"
+        );
     }
 
     /// Timing of both algorithms on a dense synthetic event (run with --ignored --nocapture).
@@ -584,13 +645,20 @@ mod tests {
             }
         }
         for algorithm in [ClusterAlgorithm::Faithful, ClusterAlgorithm::UnionFind] {
-            let cfg = ClusterizeConfig { algorithm, ..Default::default() };
+            let cfg = ClusterizeConfig {
+                algorithm,
+                ..Default::default()
+            };
             let t = std::time::Instant::now();
             let reps = 20;
             for _ in 0..reps {
                 std::hint::black_box(clusterize(&ids, &xx, &yy, &cfg).unwrap());
             }
-            eprintln!("{algorithm:?}: {:.3} ms per event of {} digis", t.elapsed().as_secs_f64() * 1e3 / reps as f64, ids.len());
+            eprintln!(
+                "{algorithm:?}: {:.3} ms per event of {} digis",
+                t.elapsed().as_secs_f64() * 1e3 / reps as f64,
+                ids.len()
+            );
         }
     }
 }

@@ -57,22 +57,47 @@ pub const MAX_FED_WORDS: usize = 150 * 2000;
 pub enum LocalError {
     /// Two columns of one event have different lengths.
     #[error("column `{name}` has {got} entries, expected {expected}")]
-    ColumnLength { name: &'static str, got: usize, expected: usize },
+    ColumnLength {
+        name: &'static str,
+        got: usize,
+        expected: usize,
+    },
     /// A conditions table has the wrong size.
     #[error("conditions table `{name}` has {got} entries, expected {expected}")]
-    ConditionsSize { name: &'static str, got: usize, expected: usize },
+    ConditionsSize {
+        name: &'static str,
+        got: usize,
+        expected: usize,
+    },
     /// A connected cabling entry points outside the module tables.
-    #[error("cabling entry {index}: module id {module_id} / ROC-in-module {roc_in_det} out of range")]
-    BadCabling { index: usize, module_id: u32, roc_in_det: u32 },
+    #[error(
+        "cabling entry {index}: module id {module_id} / ROC-in-module {roc_in_det} out of range"
+    )]
+    BadCabling {
+        index: usize,
+        module_id: u32,
+        roc_in_det: u32,
+    },
     /// A valid digi carries a module id outside the conditions.
-    #[error("digi {digi}: module id {module} out of range (< {limit} or {INVALID_MODULE} expected)")]
-    ModuleOutOfRange { digi: usize, module: u32, limit: usize },
+    #[error(
+        "digi {digi}: module id {module} out of range (< {limit} or {INVALID_MODULE} expected)"
+    )]
+    ModuleOutOfRange {
+        digi: usize,
+        module: u32,
+        limit: usize,
+    },
     /// A valid digi lies outside the 160 × 416 module.
     #[error("digi {digi}: pixel (row {row}, col {col}) outside the module")]
     PixelOutOfRange { digi: usize, row: u16, col: u16 },
     /// The gain payload has no entry for this pixel.
     #[error("gain calibration: module {module} column {col} row {row}: {what}")]
-    BadGain { module: u16, col: u16, row: u16, what: &'static str },
+    BadGain {
+        module: u16,
+        col: u16,
+        row: u16,
+        what: &'static str,
+    },
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -82,7 +107,11 @@ pub(crate) fn check_len(name: &'static str, got: usize, expected: usize) -> Resu
     if got == expected {
         Ok(())
     } else {
-        Err(LocalError::ColumnLength { name, got, expected })
+        Err(LocalError::ColumnLength {
+            name,
+            got,
+            expected,
+        })
     }
 }
 
@@ -155,7 +184,14 @@ pub fn reconstruct_event(
     cfg: &LocalConfig,
 ) -> Result<LocalEvent, LocalError> {
     let digis = raw_to_digis(feds, cond.cabling, &cfg.raw)?;
-    let calibrated = calibrate_digis(&digis.module_ind, &digis.xx, &digis.yy, &digis.adc, cond.gains, &cfg.calib)?;
+    let calibrated = calibrate_digis(
+        &digis.module_ind,
+        &digis.xx,
+        &digis.yy,
+        &digis.adc,
+        cond.gains,
+        &cfg.calib,
+    )?;
     let clusters = clusterize(&calibrated.module_ind, &digis.xx, &digis.yy, &cfg.cluster)?;
     let cut = charge_cut(
         &calibrated.module_ind,
@@ -182,5 +218,11 @@ pub fn reconstruct_event(
         cond.cpe,
         cond.beam_spot,
     )?;
-    Ok(LocalEvent { digis, calibrated, clusters, cut, hits })
+    Ok(LocalEvent {
+        digis,
+        calibrated,
+        clusters,
+        cut,
+        hits,
+    })
 }

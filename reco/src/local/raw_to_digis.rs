@@ -9,7 +9,9 @@
 //! would read outside its buffers or tables we stop and report, with the extension codes of
 //! [`error_type`] (≥ 100) or the CMSSW codes 35/36 for impossible link/ROC fields.
 
-use quiver_formats::conditions::{CablingMap, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC};
+use quiver_formats::conditions::{
+    CablingMap, CABLING_MAX_SIZE, FED_ID_MIN, MAX_FED, MAX_LINK, MAX_ROC,
+};
 
 use super::{LocalError, INVALID_MODULE, MAX_FED_WORDS, MAX_NUM_MODULES};
 
@@ -96,7 +98,10 @@ pub struct RawToDigiConfig {
 
 impl Default for RawToDigiConfig {
     fn default() -> Self {
-        Self { use_quality: true, max_words: MAX_FED_WORDS }
+        Self {
+            use_quality: true,
+            max_words: MAX_FED_WORDS,
+        }
     }
 }
 
@@ -236,14 +241,23 @@ fn check_cabling(c: &CablingMap) -> Result<(), LocalError> {
     ];
     for (name, got) in lens {
         if got != CABLING_MAX_SIZE {
-            return Err(LocalError::ConditionsSize { name, got, expected: CABLING_MAX_SIZE });
+            return Err(LocalError::ConditionsSize {
+                name,
+                got,
+                expected: CABLING_MAX_SIZE,
+            });
         }
     }
     Ok(())
 }
 
 fn fed_error(fed: u32, word: u64, t: u8) -> PixelError {
-    PixelError { fed, word, raw_id: DUMMY_DET_ID, error_type: t }
+    PixelError {
+        fed,
+        word,
+        raw_id: DUMMY_DET_ID,
+        error_type: t,
+    }
 }
 
 fn word64(bytes: &[u8], i: usize) -> u64 {
@@ -279,7 +293,11 @@ pub fn frame_fed(fed: u32, bytes: &[u8], errors: &mut Vec<PixelError>) -> Option
         return None;
     }
     if !bytes.len().is_multiple_of(8) {
-        errors.push(fed_error(fed, bytes.len() as u64, error_type::SIZE_NOT_MULTIPLE_OF_8));
+        errors.push(fed_error(
+            fed,
+            bytes.len() as u64,
+            error_type::SIZE_NOT_MULTIPLE_OF_8,
+        ));
     }
     let n_words = bytes.len() / 8;
     if n_words == 0 {
@@ -359,7 +377,14 @@ struct Decoded {
     pdigi: u32,
 }
 
-const INVALID: Decoded = Decoded { row: 0, col: 0, adc: 0, module: INVALID_MODULE, raw_id: 0, pdigi: 0 };
+const INVALID: Decoded = Decoded {
+    row: 0,
+    col: 0,
+    adc: 0,
+    module: INVALID_MODULE,
+    raw_id: 0,
+    pdigi: 0,
+};
 
 /// Cabling index for a fed byte, link 1..48 and ROC 1..8 (`conditions::cabling_index`).
 fn cab_index(fed_idx: u32, link: u32, roc: u32) -> Option<usize> {
@@ -378,7 +403,10 @@ fn check_roc(ww: u32, fed_idx: u32, link: u32, cabling: &CablingMap) -> u8 {
             // Counted only when the cabling knows ROC 1 of this link (as the reference,
             // the test is skipped for the very first entry and for entries past `size`).
             if let Some(i) = cab_index(fed_idx, link, 1) {
-                if i > 0 && i < cabling.size as usize && !(cabling.link[i] == link && cabling.roc[i] == 1) {
+                if i > 0
+                    && i < cabling.size as usize
+                    && !(cabling.link[i] == link && cabling.roc[i] == 1)
+                {
                     return 0;
                 }
             }
@@ -413,7 +441,11 @@ fn err_raw_id(fed_idx: u32, ww: u32, t: u8, cabling: &CablingMap) -> u32 {
             let bit = |s: u32| ((ww >> s) & 1) as i32;
             let local_ch = bit(0) + 2 * bit(1) + 3 * bit(2) + 4 * bit(3) + 5 * bit(4);
             let block = ((ww >> 8) & 0x7) as i32;
-            let chan = if block % 2 == 0 { (block / 2) * 9 + local_ch } else { ((block - 1) / 2) * 9 + 4 + local_ch };
+            let chan = if block % 2 == 0 {
+                (block / 2) * 9 + local_ch
+            } else {
+                ((block - 1) / 2) * 9 + 4 + local_ch
+            };
             if !(1..=36).contains(&chan) {
                 return DUMMY_DET_ID;
             }
@@ -438,7 +470,14 @@ fn decode_word(
     }
     let link = (ww >> LINK_SHIFT) & LINK_MASK;
     let roc = (ww >> ROC_SHIFT) & ROC_MASK;
-    let mut push = |raw_id: u32, t: u8| errors.push(PixelError { fed, word: ww as u64, raw_id, error_type: t });
+    let mut push = |raw_id: u32, t: u8| {
+        errors.push(PixelError {
+            fed,
+            word: ww as u64,
+            raw_id,
+            error_type: t,
+        })
+    };
 
     let etype = check_roc(ww, fed_idx, link, cabling);
     if roc >= MAX_ROC_INDEX && etype != 0 {
@@ -455,7 +494,10 @@ fn decode_word(
             // An invalid-ROC word on an uncabled link: the reference does not count it.
             return Ok(INVALID);
         }
-        push(err_raw_id(fed_idx, ww, error_type::INVALID_ROC_ID, cabling), error_type::INVALID_ROC_ID);
+        push(
+            err_raw_id(fed_idx, ww, error_type::INVALID_ROC_ID, cabling),
+            error_type::INVALID_ROC_ID,
+        );
         return Ok(INVALID);
     };
 
@@ -468,8 +510,14 @@ fn decode_word(
     let raw_id = cabling.raw_id[index];
     let roc_in_det = cabling.roc_in_det[index];
     let module_id = cabling.module_id[index];
-    if roc_in_det >= 16 || (module_id as usize >= MAX_NUM_MODULES && module_id != INVALID_MODULE as u32) {
-        return Err(LocalError::BadCabling { index, module_id, roc_in_det });
+    if roc_in_det >= 16
+        || (module_id as usize >= MAX_NUM_MODULES && module_id != INVALID_MODULE as u32)
+    {
+        return Err(LocalError::BadCabling {
+            index,
+            module_id,
+            roc_in_det,
+        });
     }
 
     let barrel = (raw_id >> 25) & 0x7 == 1;
@@ -513,7 +561,14 @@ fn decode_word(
 
 /// ROC-local (row < 80, col < 52) → module pixel, for `roc_in_det` < 16 (checked with the
 /// cabling). Orientation B: barrel −z outside layer 1, and all FPix; A otherwise.
-fn frame_conversion(barrel: bool, side: i32, layer: u32, roc_in_det: u32, lr: u32, lc: u32) -> (u32, u32) {
+fn frame_conversion(
+    barrel: bool,
+    side: i32,
+    layer: u32,
+    roc_in_det: u32,
+    lr: u32,
+    lc: u32,
+) -> (u32, u32) {
     let orientation_b = !barrel || (side == -1 && layer != 1);
     if orientation_b {
         if roc_in_det < 8 {
@@ -552,13 +607,26 @@ mod tests {
         let mut pixels = Vec::new();
         for m in test_modules() {
             for _ in 0..300 {
-                let (row, col, adc) = (rng.below(160) as u32, rng.below(416) as u32, 1 + rng.below(255) as u32);
+                let (row, col, adc) = (
+                    rng.below(160) as u32,
+                    rng.below(416) as u32,
+                    1 + rng.below(255) as u32,
+                );
                 pixels.push((m.det_index, row, col, adc));
             }
         }
         // Corner pixels of every ROC quadrant.
         for m in test_modules() {
-            for &(r, c) in &[(0, 0), (159, 415), (79, 51), (80, 52), (0, 415), (159, 0), (79, 208), (80, 207)] {
+            for &(r, c) in &[
+                (0, 0),
+                (159, 415),
+                (79, 51),
+                (80, 52),
+                (0, 415),
+                (159, 0),
+                (79, 208),
+                (80, 207),
+            ] {
                 pixels.push((m.det_index, r, c, 9));
             }
         }
@@ -567,7 +635,14 @@ mod tests {
         assert!(d.errors.is_empty(), "{:?}", d.errors);
         let valid: Vec<(u16, u32, u32, u32)> = (0..d.n_digis as usize)
             .filter(|&i| d.module_ind[i] != INVALID_MODULE)
-            .map(|i| (d.module_ind[i], d.xx[i] as u32, d.yy[i] as u32, d.adc[i] as u32))
+            .map(|i| {
+                (
+                    d.module_ind[i],
+                    d.xx[i] as u32,
+                    d.yy[i] as u32,
+                    d.adc[i] as u32,
+                )
+            })
             .collect();
         // encode_event keeps the pixel order within a FED and FEDs ascending.
         let mut expected = pixels.clone();
@@ -577,7 +652,10 @@ mod tests {
             if d.module_ind[i] != INVALID_MODULE {
                 let m = module(d.module_ind[i]);
                 assert_eq!(d.raw_id[i], m.raw_id);
-                assert_eq!(d.pdigi[i], d.xx[i] as u32 | (d.yy[i] as u32) << 11 | (d.adc[i] as u32) << 22);
+                assert_eq!(
+                    d.pdigi[i],
+                    d.xx[i] as u32 | (d.yy[i] as u32) << 11 | (d.adc[i] as u32) << 22
+                );
             }
         }
         let n: usize = feds.iter().map(|(_, b)| b.len() / 4 - 4).sum();
@@ -602,16 +680,19 @@ mod tests {
             err_word(m100.base_link, 30, 8 << 8),
             err_word(m100.base_link, 30, 1 << 8), // overflow → 40
             err_word(m100.base_link, 31, 0),
-            err_word(m100.base_link, 1, 0 << 8),          // pxid 0 → 37
+            err_word(m100.base_link, 1, 0 << 8), // pxid 0 → 37
             err_word(m100.base_link, 1, (26 << 16) | (4 << 8)), // dcol 26 → 37
-            err_word(m3.base_link, 1, 80 << 8),           // L1 row 80 → 37
-            err_word(0, 1, 4 << 8),                       // link 0 → 35
-            err_word(m100.base_link, 0, 4 << 8),          // ROC 0 → 36
-            err_word(m100.base_link, 12, 4 << 8),         // ROC 12 → 36
-            encode_pixel(&m100, 10, 20, 30),              // one good pixel
+            err_word(m3.base_link, 1, 80 << 8),  // L1 row 80 → 37
+            err_word(0, 1, 4 << 8),              // link 0 → 35
+            err_word(m100.base_link, 0, 4 << 8), // ROC 0 → 36
+            err_word(m100.base_link, 12, 4 << 8), // ROC 12 → 36
+            encode_pixel(&m100, 10, 20, 30),     // one good pixel
         ];
         let d = run(&[(1200, build_fed(1200, &words))]);
-        assert_eq!(types(&d), vec![25, 26, 27, 28, 29, 30, 40, 31, 37, 37, 37, 35, 36, 36]);
+        assert_eq!(
+            types(&d),
+            vec![25, 26, 27, 28, 29, 30, 40, 31, 37, 37, 37, 35, 36, 36]
+        );
         let raw = |i: usize| d.errors[i].raw_id;
         assert_eq!(raw(0), m3.raw_id); // 25: link's ROC 1
         assert_eq!(raw(1), DUMMY_DET_ID); // 26: no module
@@ -625,7 +706,9 @@ mod tests {
         assert_eq!(d.errors[0].word, words[0] as u64);
         // Error words occupy digi slots but are invalid; the pixel decodes.
         assert_eq!(d.n_digis, 16);
-        let valid: Vec<usize> = (0..16).filter(|&i| d.module_ind[i] != INVALID_MODULE).collect();
+        let valid: Vec<usize> = (0..16)
+            .filter(|&i| d.module_ind[i] != INVALID_MODULE)
+            .collect();
         assert_eq!(valid, vec![14]);
         assert_eq!((d.xx[14], d.yy[14], d.adc[14]), (10, 20, 30));
     }
@@ -652,14 +735,19 @@ mod tests {
         let fed = build_fed(m.fed, &[w]);
         let d = raw_to_digis(&[(m.fed, &fed[..])], &c, &RawToDigiConfig::default()).unwrap();
         assert_eq!(d.module_ind[0], INVALID_MODULE);
-        let no_q = RawToDigiConfig { use_quality: false, ..Default::default() };
+        let no_q = RawToDigiConfig {
+            use_quality: false,
+            ..Default::default()
+        };
         let d = raw_to_digis(&[(m.fed, &fed[..])], &c, &no_q).unwrap();
         assert_eq!(d.module_ind[0], 107);
         assert!(d.errors.is_empty());
     }
 
     fn set_word(buf: &mut [u8], i: usize, f: impl Fn(u64) -> u64) {
-        let v = f(u64::from_le_bytes(buf[8 * i..8 * i + 8].try_into().unwrap()));
+        let v = f(u64::from_le_bytes(
+            buf[8 * i..8 * i + 8].try_into().unwrap(),
+        ));
         buf[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
     }
 
@@ -668,14 +756,28 @@ mod tests {
     fn fed_framing_faults() {
         let good_pix = encode_pixel(&module(1201), 5, 6, 7); // FED 1201
         let good = build_fed(1201, &[good_pix]);
-        let base = build_fed(1200, &[encode_pixel(&module(100), 1, 2, 3), encode_pixel(&module(100), 4, 5, 6)]);
+        let base = build_fed(
+            1200,
+            &[
+                encode_pixel(&module(100), 1, 2, 3),
+                encode_pixel(&module(100), 4, 5, 6),
+            ],
+        );
         let last = base.len() / 8 - 1;
         let check = |bad: Vec<u8>, want: &[u8], payload_words: u32| {
             let d = run(&[(1200, bad), (1201, good.clone())]);
             assert_eq!(types(&d), want);
-            assert_eq!(d.n_digis, payload_words + 2, "payload of the damaged FED + 2 of the good one");
+            assert_eq!(
+                d.n_digis,
+                payload_words + 2,
+                "payload of the damaged FED + 2 of the good one"
+            );
             let n = d.n_digis as usize;
-            assert_eq!((d.module_ind[n - 2], d.xx[n - 2]), (1201, 5), "good FED still decoded");
+            assert_eq!(
+                (d.module_ind[n - 2], d.xx[n - 2]),
+                (1201, 5),
+                "good FED still decoded"
+            );
         };
         // CRC-modified bit: FED dropped.
         let mut b = base.clone();
@@ -704,13 +806,22 @@ mod tests {
         let mut b = base.clone();
         b.truncate(b.len() - 3);
         let d = run(&[(1200, b), (1201, good.clone())]);
-        assert_eq!(&types(&d)[..2], &[et::SIZE_NOT_MULTIPLE_OF_8, et::TRAILER_MARKER]);
+        assert_eq!(
+            &types(&d)[..2],
+            &[et::SIZE_NOT_MULTIPLE_OF_8, et::TRAILER_MARKER]
+        );
         // A single word: header and trailer coincide.
-        check(base[..8].to_vec(), &[et::TRAILER_MARKER, et::FRAMING_OVERLAP], 0);
+        check(
+            base[..8].to_vec(),
+            &[et::TRAILER_MARKER, et::FRAMING_OVERLAP],
+            0,
+        );
         // More-headers bit on every word: headers run off the buffer.
         let mut b = base.clone();
         for i in 0..=last {
-            set_word(&mut b, i, |w| (w & !(0xf << 60)) | (0x5 << 60) | 8 | (1200 << 8));
+            set_word(&mut b, i, |w| {
+                (w & !(0xf << 60)) | (0x5 << 60) | 8 | (1200 << 8)
+            });
         }
         let d = run(&[(1200, b), (1201, good.clone())]);
         assert!(types(&d).contains(&et::FRAMING_OVERLAP));
@@ -724,11 +835,21 @@ mod tests {
         // Empty FED: nothing to do, nothing wrong.
         check(Vec::new(), &[], 0);
         // FED id out of range: skipped.
-        let d = run(&[(1350, base.clone()), (1199, base.clone()), (1201, good.clone())]);
-        assert_eq!(types(&d), vec![et::FED_ID_OUT_OF_RANGE, et::FED_ID_OUT_OF_RANGE]);
+        let d = run(&[
+            (1350, base.clone()),
+            (1199, base.clone()),
+            (1201, good.clone()),
+        ]);
+        assert_eq!(
+            types(&d),
+            vec![et::FED_ID_OUT_OF_RANGE, et::FED_ID_OUT_OF_RANGE]
+        );
         assert_eq!(d.n_digis, 2);
         // Capacity: the FED that does not fit is skipped.
-        let small = RawToDigiConfig { max_words: 3, ..Default::default() };
+        let small = RawToDigiConfig {
+            max_words: 3,
+            ..Default::default()
+        };
         let refs = [(1200, &base[..]), (1201, &good[..])];
         let d = raw_to_digis(&refs, test_cabling(), &small).unwrap();
         assert_eq!(types(&d), vec![et::WORD_CAPACITY]);
@@ -741,12 +862,16 @@ mod tests {
         c.raw_id.pop();
         assert!(matches!(
             raw_to_digis(&[], &c, &RawToDigiConfig::default()),
-            Err(LocalError::ConditionsSize { name: "cabling.raw_id", .. })
+            Err(LocalError::ConditionsSize {
+                name: "cabling.raw_id",
+                ..
+            })
         ));
         let m = module(107);
         let w = encode_pixel(&m, 100, 10, 50);
         let mut c = test_cabling().clone();
-        let i = quiver_formats::conditions::cabling_index(m.fed, (w >> 26) & 0x3f, (w >> 21) & 0x1f);
+        let i =
+            quiver_formats::conditions::cabling_index(m.fed, (w >> 26) & 0x3f, (w >> 21) & 0x1f);
         c.roc_in_det[i] = 16;
         let fed = build_fed(m.fed, &[w]);
         assert!(matches!(
@@ -762,7 +887,12 @@ mod tests {
         let pixels: Vec<_> = (0..n)
             .map(|_| {
                 let m = &mods[rng.below(mods.len() as u64) as usize];
-                (m.det_index, rng.below(160) as u32, rng.below(416) as u32, rng.below(256) as u32)
+                (
+                    m.det_index,
+                    rng.below(160) as u32,
+                    rng.below(416) as u32,
+                    rng.below(256) as u32,
+                )
             })
             .collect();
         let mut feds = encode_event(&pixels);
@@ -784,7 +914,11 @@ mod tests {
                 // truncate at any byte
                 let at = rng.below(buf.len() as u64 + 1) as usize;
                 buf.truncate(at);
-                if !at.is_multiple_of(8) { vec![et::SIZE_NOT_MULTIPLE_OF_8] } else { vec![] }
+                if !at.is_multiple_of(8) {
+                    vec![et::SIZE_NOT_MULTIPLE_OF_8]
+                } else {
+                    vec![]
+                }
             }
             1 => {
                 // flip random bits anywhere
@@ -857,8 +991,17 @@ mod tests {
         static G: OnceLock<quiver_formats::conditions::GainCalibration> = OnceLock::new();
         static C: OnceLock<quiver_formats::conditions::CpeParams> = OnceLock::new();
         static B: quiver_formats::conditions::BeamSpot = quiver_formats::conditions::BeamSpot {
-            x: 0.0, y: 0.0, z: 0.0, sigma_z: 0.0, beam_width_x: 0.0, beam_width_y: 0.0,
-            dxdz: 0.0, dydz: 0.0, emittance_x: 0.0, emittance_y: 0.0, beta_star: 0.0,
+            x: 0.0,
+            y: 0.0,
+            z: 0.0,
+            sigma_z: 0.0,
+            beam_width_x: 0.0,
+            beam_width_y: 0.0,
+            dxdz: 0.0,
+            dydz: 0.0,
+            emittance_x: 0.0,
+            emittance_y: 0.0,
+            beta_star: 0.0,
         };
         crate::local::LocalConditions {
             cabling: test_cabling(),

@@ -6,8 +6,8 @@
 
 use quiver_formats::conditions::{AverageGeometry, BeamSpot, CommonParams, CpeParams, DetParams};
 use quiver_formats::topology::{
-    is_big_pix_x, is_big_pix_y, local_x, local_y, LAYER_START, NUMBER_OF_LAYERS, NUM_COLS_IN_MODULE,
-    NUM_ROWS_IN_MODULE, X_OFFSET, Y_OFFSET,
+    is_big_pix_x, is_big_pix_y, local_x, local_y, LAYER_START, NUMBER_OF_LAYERS,
+    NUM_COLS_IN_MODULE, NUM_ROWS_IN_MODULE, X_OFFSET, Y_OFFSET,
 };
 
 use super::atan2::unsafe_atan2s;
@@ -107,8 +107,17 @@ struct ClusSums {
     charge: i32,
 }
 
-const EMPTY: ClusSums =
-    ClusSums { min_row: u32::MAX, max_row: 0, min_col: u32::MAX, max_col: 0, q_f_x: 0, q_l_x: 0, q_f_y: 0, q_l_y: 0, charge: 0 };
+const EMPTY: ClusSums = ClusSums {
+    min_row: u32::MAX,
+    max_row: 0,
+    min_col: u32::MAX,
+    max_col: 0,
+    q_f_x: 0,
+    q_l_x: 0,
+    q_f_y: 0,
+    q_l_y: 0,
+    charge: 0,
+};
 
 /// Builds the rec hits of one event.
 ///
@@ -157,13 +166,24 @@ pub fn rec_hits(
     check_len("yy", digis.yy.len(), n)?;
     check_len("adc", digis.adc.len(), n)?;
     check_len("clus", digis.clus.len(), n)?;
-    check_len("n_clusters_in_module", clusters.n_clusters_in_module.len(), MAX_NUM_MODULES)?;
-    check_len("clus_module_start", clusters.clus_module_start.len(), MAX_NUM_MODULES + 1)?;
-    let n_runs = *clusters.module_start.first().ok_or(LocalError::ColumnLength {
-        name: "module_start",
-        got: 0,
-        expected: 1,
-    })? as usize;
+    check_len(
+        "n_clusters_in_module",
+        clusters.n_clusters_in_module.len(),
+        MAX_NUM_MODULES,
+    )?;
+    check_len(
+        "clus_module_start",
+        clusters.clus_module_start.len(),
+        MAX_NUM_MODULES + 1,
+    )?;
+    let n_runs = *clusters
+        .module_start
+        .first()
+        .ok_or(LocalError::ColumnLength {
+            name: "module_start",
+            got: 0,
+            expected: 1,
+        })? as usize;
     check_len("module_start", clusters.module_start.len(), n_runs + 1)?;
     check_len("module_id", clusters.module_id.len(), n_runs)?;
     let cms = clus_module_start_checked(clusters.clus_module_start, n)?;
@@ -174,7 +194,11 @@ pub fn rec_hits(
     for run in 0..n_runs {
         let me = clusters.module_id[run] as usize;
         if me >= MAX_NUM_MODULES || me >= cpe.det.len() {
-            return Err(LocalError::ModuleOutOfRange { digi: run, module: me as u32, limit: cpe.det.len() });
+            return Err(LocalError::ModuleOutOfRange {
+                digi: run,
+                module: me as u32,
+                limit: cpe.det.len(),
+            });
         }
         let slots = (cms[me + 1] - cms[me]) as usize;
         let nclus = (clusters.n_clusters_in_module[me] as usize).min(slots);
@@ -198,7 +222,11 @@ pub fn rec_hits(
             let Some(c) = in_cluster(i) else { continue };
             let (x, y) = (digis.xx[i], digis.yy[i]);
             if x >= NUM_ROWS_IN_MODULE || y >= NUM_COLS_IN_MODULE {
-                return Err(LocalError::PixelOutOfRange { digi: i, row: x, col: y });
+                return Err(LocalError::PixelOutOfRange {
+                    digi: i,
+                    row: x,
+                    col: y,
+                });
             }
             let s = &mut sums[c];
             s.min_row = s.min_row.min(x as u32);
@@ -210,7 +238,7 @@ pub fn rec_hits(
             let Some(c) = in_cluster(i) else { continue };
             let (x, y) = (digis.xx[i] as u32, digis.yy[i] as u32);
             let ch = digis.adc[i] as i32; // pixmx = 65535: no truncation
-            // i32 sums wrap like the reference's atomics (only reachable with > 32k pixels).
+                                          // i32 sums wrap like the reference's atomics (only reachable with > 32k pixels).
             let s = &mut sums[c];
             s.charge = s.charge.wrapping_add(ch);
             if s.min_row == x {
@@ -283,7 +311,11 @@ pub fn average_geometry_bs(ag: &AverageGeometry, bs: &BeamSpot) -> AverageGeomet
     let ladder_y: Vec<f32> = ag.ladder_y.iter().map(|&y| y - bs.y).collect();
     AverageGeometry {
         ladder_z: ag.ladder_z.iter().map(|&z| z - bs.z).collect(),
-        ladder_r: ladder_x.iter().zip(&ladder_y).map(|(&x, &y)| (x * x + y * y).sqrt()).collect(),
+        ladder_r: ladder_x
+            .iter()
+            .zip(&ladder_y)
+            .map(|(&x, &y)| (x * x + y * y).sqrt())
+            .collect(),
         ladder_x,
         ladder_y,
         ladder_min_z: ag.ladder_min_z.iter().map(|&z| z - bs.z).collect(),
@@ -296,7 +328,9 @@ pub fn average_geometry_bs(ag: &AverageGeometry, bs: &BeamSpot) -> AverageGeomet
 /// counted cluster has at least one pixel).
 fn clus_module_start_checked(cms: &[u32], n_digis: usize) -> Result<&[u32], LocalError> {
     if cms.windows(2).any(|w| w[1] < w[0]) {
-        return Err(LocalError::Config("clus_module_start is not non-decreasing".into()));
+        return Err(LocalError::Config(
+            "clus_module_start is not non-decreasing".into(),
+        ));
     }
     if cms[0] != 0 || cms[MAX_NUM_MODULES] as usize > n_digis {
         return Err(LocalError::Config(format!(
@@ -364,7 +398,8 @@ fn correction(
 
 /// `8·|Q_f − Q_l|/(Q_f + Q_l)` truncated; the reference evaluates it in double.
 fn unbalance(q_f: i32, q_l: i32) -> i32 {
-    (8.0f64 * (q_f.wrapping_sub(q_l) as f32).abs() as f64 / (q_f.wrapping_add(q_l) as f32) as f64) as i32
+    (8.0f64 * (q_f.wrapping_sub(q_l) as f32).abs() as f64 / (q_f.wrapping_add(q_l) as f32) as f64)
+        as i32
 }
 
 /// `position` + `errorFromDB` for one cluster with at least one pixel.
@@ -406,7 +441,11 @@ fn cluster_position(com: &CommonParams, det: &DetParams, s: &ClusSums) -> Cluste
     let gvz = -1.0f32 / det.z0;
     let cot_alpha = (x_pos - det.x0) * gvz;
     let cot_beta = (y_pos - det.y0) * gvz;
-    let thickness = if det.is_barrel { com.thickness_b } else { com.thickness_e };
+    let thickness = if det.is_barrel {
+        com.thickness_b
+    } else {
+        com.thickness_e
+    };
     let xcorr = correction(
         (s.max_row - s.min_row) as i32,
         s.q_f_x,
@@ -443,7 +482,14 @@ fn cluster_position(com: &CommonParams, det: &DetParams, s: &ClusSums) -> Cluste
     let xerr = if edge_x { 0.0050f32 } else { det.sx[ix] };
     let yerr = if edge_y { 0.0085f32 } else { det.sy[iy] };
 
-    ClusterPosition { x: x_pos + xcorr, y: y_pos + ycorr, xerr, yerr, size_x, size_y }
+    ClusterPosition {
+        x: x_pos + xcorr,
+        y: y_pos + ycorr,
+        xerr,
+        yerr,
+        size_x,
+        size_y,
+    }
 }
 
 #[cfg(test)]
@@ -460,10 +506,22 @@ mod tests {
         let yy: Vec<u16> = pixels.iter().map(|p| p.2).collect();
         let adc: Vec<u16> = pixels.iter().map(|p| p.3).collect();
         let c = clusterize(&ids, &xx, &yy, &ClusterizeConfig::default()).unwrap();
-        let cut =
-            charge_cut(&ids, &adc, &c.clus, &c.module_start, &c.n_clusters_in_module, &ChargeCutConfig::default())
-                .unwrap();
-        let digis = DigiColumns { module_ind: &cut.module_ind, xx: &xx, yy: &yy, adc: &adc, clus: &cut.clus };
+        let cut = charge_cut(
+            &ids,
+            &adc,
+            &c.clus,
+            &c.module_start,
+            &c.n_clusters_in_module,
+            &ChargeCutConfig::default(),
+        )
+        .unwrap();
+        let digis = DigiColumns {
+            module_ind: &cut.module_ind,
+            xx: &xx,
+            yy: &yy,
+            adc: &adc,
+            clus: &cut.clus,
+        };
         let clusters = ClusterColumns {
             module_start: &c.module_start,
             module_id: &c.module_id,
@@ -488,13 +546,19 @@ mod tests {
         assert!(close(h.x_local[0], 0.01 * (40.5 - 81.0)));
         // local_y(100) = 103 (two big columns of ROC 0 + own big first column offset)
         assert!(close(h.y_local[0], 0.015 * (103.5 - 216.0)));
-        assert_eq!((h.size_x[0], h.size_y[0], h.charge[0], h.det_index[0]), (8, 8, 20000, 500));
+        assert_eq!(
+            (h.size_x[0], h.size_y[0], h.charge[0], h.det_index[0]),
+            (8, 8, 20000, 500)
+        );
         assert_eq!(h.xerr_local[0], 0.00115f32 * 0.00115f32);
         assert_eq!(h.yerr_local[0], 0.00375f32 * 0.00375f32);
         // Frame: local x → global y, local y → global z, module at x = 7.
         assert!(close(h.x_global[0], 7.0) && close(h.y_global[0], h.x_local[0] as f64));
         assert!(close(h.z_global[0], h.y_local[0] as f64));
-        assert!(close(h.r_global[0], (49.0 + (h.x_local[0] as f64).powi(2)).sqrt()));
+        assert!(close(
+            h.r_global[0],
+            (49.0 + (h.x_local[0] as f64).powi(2)).sqrt()
+        ));
         let phi = (h.y_global[0] as f64).atan2(7.0) * 32768.0 / std::f64::consts::PI;
         assert!((h.iphi[0] as f64 - phi).abs() <= 2.0);
     }
@@ -535,8 +599,12 @@ mod tests {
         let corr = 0.5 * (5000.0 - 15000.0) / 20000.0 * w_eff;
         assert!(close(h.x_local[0], x_pos + corr));
         assert_eq!(h.size_x[0], 16 - 4); // unbalance 8·10000/20000
-        // Three rows: W_eff falls back to one pitch.
-        let h = hits(&[(500, 40, 10, 10000), (500, 41, 10, 3000), (500, 42, 10, 2000)]);
+                                         // Three rows: W_eff falls back to one pitch.
+        let h = hits(&[
+            (500, 40, 10, 10000),
+            (500, 41, 10, 3000),
+            (500, 42, 10, 2000),
+        ]);
         let corr = 0.5 * (2000.0 - 10000.0) / 12000.0 * 0.01;
         assert!(close(h.x_local[0], 0.01 * (41.5 - 81.0) + corr));
         assert_eq!(h.size_x[0], 24 - 5);
@@ -555,10 +623,21 @@ mod tests {
 
     #[test]
     fn hit_order_layer_starts_and_beam_spot() {
-        let bs = BeamSpot { x: 0.1, y: -0.2, z: 0.5, ..Default::default() };
+        let bs = BeamSpot {
+            x: 0.1,
+            y: -0.2,
+            z: 0.5,
+            ..Default::default()
+        };
         // Module 1300 (FPix) digis come first in the stream, but hits are ordered by module.
         let h = hits_with_bs(
-            &[(1300, 10, 10, 9000), (10, 20, 20, 9000), (10, 60, 60, 9000), (200, 5, 5, 9000), (200, 5, 6, 9000)],
+            &[
+                (1300, 10, 10, 9000),
+                (10, 20, 20, 9000),
+                (10, 60, 60, 9000),
+                (200, 5, 5, 9000),
+                (200, 5, 6, 9000),
+            ],
             &bs,
         );
         assert_eq!(h.n_hits, 4);
@@ -577,10 +656,32 @@ mod tests {
         let cpe = simple_cpe();
         let ncl = vec![0u32; 2000];
         let cms = vec![0u32; 2001];
-        let digis = DigiColumns { module_ind: &[5], xx: &[1], yy: &[1], adc: &[1], clus: &[0] };
-        let bad_run = ClusterColumns { module_start: &[1, 0], module_id: &[1900], n_clusters_in_module: &ncl, clus_module_start: &cms };
-        assert!(matches!(rec_hits(&digis, &bad_run, &cpe, &BeamSpot::default()), Err(LocalError::ModuleOutOfRange { .. })));
-        let short = ClusterColumns { module_start: &[2, 0], module_id: &[5], n_clusters_in_module: &ncl, clus_module_start: &cms };
-        assert!(matches!(rec_hits(&digis, &short, &cpe, &BeamSpot::default()), Err(LocalError::ColumnLength { .. })));
+        let digis = DigiColumns {
+            module_ind: &[5],
+            xx: &[1],
+            yy: &[1],
+            adc: &[1],
+            clus: &[0],
+        };
+        let bad_run = ClusterColumns {
+            module_start: &[1, 0],
+            module_id: &[1900],
+            n_clusters_in_module: &ncl,
+            clus_module_start: &cms,
+        };
+        assert!(matches!(
+            rec_hits(&digis, &bad_run, &cpe, &BeamSpot::default()),
+            Err(LocalError::ModuleOutOfRange { .. })
+        ));
+        let short = ClusterColumns {
+            module_start: &[2, 0],
+            module_id: &[5],
+            n_clusters_in_module: &ncl,
+            clus_module_start: &cms,
+        };
+        assert!(matches!(
+            rec_hits(&digis, &short, &cpe, &BeamSpot::default()),
+            Err(LocalError::ColumnLength { .. })
+        ));
     }
 }

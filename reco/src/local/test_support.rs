@@ -2,8 +2,8 @@
 //! checklist (§F.4, independent of the decoder), and simple gain / CPE conditions.
 
 use quiver_formats::conditions::{
-    cabling_index, AverageGeometry, CablingMap, CommonParams, CpeParams, DetParams, Frame, GainCalibration,
-    CABLING_MAX_SIZE, MAX_NUM_MODULES,
+    cabling_index, AverageGeometry, CablingMap, CommonParams, CpeParams, DetParams, Frame,
+    GainCalibration, CABLING_MAX_SIZE, MAX_NUM_MODULES,
 };
 use std::sync::OnceLock;
 
@@ -29,11 +29,11 @@ pub fn test_modules() -> &'static [TestModule] {
     static M: OnceLock<Vec<TestModule>> = OnceLock::new();
     M.get_or_init(|| {
         let specs: [(u16, u32); 8] = [
-            (3, barrel_raw_id(1, 1, 4)),     // L1, −z: still orientation A
-            (5, barrel_raw_id(1, 1, 6)),     // L1, +z
-            (100, barrel_raw_id(2, 1, 2)),   // L2, −z: orientation B
-            (107, barrel_raw_id(2, 1, 7)),   // L2, +z: orientation A
-            (700, barrel_raw_id(4, 3, 5)),   // L4 +z
+            (3, barrel_raw_id(1, 1, 4)),       // L1, −z: still orientation A
+            (5, barrel_raw_id(1, 1, 6)),       // L1, +z
+            (100, barrel_raw_id(2, 1, 2)),     // L2, −z: orientation B
+            (107, barrel_raw_id(2, 1, 7)),     // L2, +z: orientation A
+            (700, barrel_raw_id(4, 3, 5)),     // L4 +z
             (1200, endcap_raw_id(2, 1, 3, 1)), // FPix panel 1
             (1201, endcap_raw_id(2, 1, 3, 2)), // FPix panel 2
             (1600, endcap_raw_id(1, 2, 7, 2)), // FPix −z
@@ -68,9 +68,19 @@ pub fn full_modules() -> &'static [TestModule] {
                     barrel_raw_id(l + 1, in_layer / 8 + 1, in_layer % 8 + 1)
                 } else {
                     let side = if d < 1520 { 2 } else { 1 };
-                    endcap_raw_id(side, 1 + (d - 1184) % 336 / 112, 1 + (d % 112) / 2, 1 + d % 2)
+                    endcap_raw_id(
+                        side,
+                        1 + (d - 1184) % 336 / 112,
+                        1 + (d % 112) / 2,
+                        1 + d % 2,
+                    )
                 };
-                TestModule { det_index: d as u16, raw_id, fed: 1200 + d / 24, base_link: 1 + 2 * (d % 24) }
+                TestModule {
+                    det_index: d as u16,
+                    raw_id,
+                    fed: 1200 + d / 24,
+                    base_link: 1 + 2 * (d % 24),
+                }
             })
             .collect()
     })
@@ -121,14 +131,21 @@ fn make_cabling(modules: &[TestModule]) -> CablingMap {
 }
 
 pub fn module(det_index: u16) -> TestModule {
-    *test_modules().iter().find(|m| m.det_index == det_index).expect("test module")
+    *test_modules()
+        .iter()
+        .find(|m| m.det_index == det_index)
+        .expect("test module")
 }
 
 /// Encodes one pixel of a module into a raw word (inverse frame conversion).
 pub fn encode_pixel(m: &TestModule, row: u32, col: u32, adc: u32) -> u32 {
     let barrel = (m.raw_id >> 25) & 7 == 1;
     let layer = if barrel { (m.raw_id >> 20) & 0xf } else { 0 };
-    let side_minus = if barrel { (m.raw_id >> 2) & 0x3ff < 5 } else { (m.raw_id >> 10) & 3 == 1 };
+    let side_minus = if barrel {
+        (m.raw_id >> 2) & 0x3ff < 5
+    } else {
+        (m.raw_id >> 10) & 3 == 1
+    };
     let orientation_b = !barrel || (side_minus && layer != 1);
     let (roc, lr, lc) = match (orientation_b, row >= 80) {
         (false, true) => (col / 52, 159 - row, col - 52 * (col / 52)),
@@ -184,13 +201,22 @@ pub fn encode_event(pixels: &[(u16, u32, u32, u32)]) -> Vec<(u32, Vec<u8>)> {
 }
 
 /// [`encode_event`] for any module table.
-pub fn encode_event_with(pixels: &[(u16, u32, u32, u32)], lookup: impl Fn(u16) -> TestModule) -> Vec<(u32, Vec<u8>)> {
+pub fn encode_event_with(
+    pixels: &[(u16, u32, u32, u32)],
+    lookup: impl Fn(u16) -> TestModule,
+) -> Vec<(u32, Vec<u8>)> {
     let mut by_fed: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
     for &(det, row, col, adc) in pixels {
         let m = lookup(det);
-        by_fed.entry(m.fed).or_default().push(encode_pixel(&m, row, col, adc));
+        by_fed
+            .entry(m.fed)
+            .or_default()
+            .push(encode_pixel(&m, row, col, adc));
     }
-    by_fed.into_iter().map(|(f, ws)| (f, build_fed(f, &ws))).collect()
+    by_fed
+        .into_iter()
+        .map(|(f, ws)| (f, build_fed(f, &ws)))
+        .collect()
 }
 
 /// Gains for every module slot: 416 columns × 2 blocks, the same `{gain, ped}` codes, with
@@ -229,7 +255,12 @@ pub fn set_column_ped(g: &mut GainCalibration, module: u16, col: u32, ped_code: 
 /// CPE conditions: every module a barrel module at radius 7 cm facing +x (local x → global y,
 /// local y → global z), no Lorentz shift, the spec's recommended errors.
 pub fn simple_cpe() -> CpeParams {
-    let frame = Frame { px: 7.0, py: 0.0, pz: 0.0, r: [0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0] };
+    let frame = Frame {
+        px: 7.0,
+        py: 0.0,
+        pz: 0.0,
+        r: [0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+    };
     let det = |i: u16| DetParams {
         is_barrel: i < 1184,
         is_pos_z: true,
@@ -248,7 +279,12 @@ pub fn simple_cpe() -> CpeParams {
         frame,
     };
     CpeParams {
-        common: CommonParams { thickness_b: 0.0285, thickness_e: 0.0285, pitch_x: 0.01, pitch_y: 0.015 },
+        common: CommonParams {
+            thickness_b: 0.0285,
+            thickness_e: 0.0285,
+            pitch_x: 0.01,
+            pitch_y: 0.015,
+        },
         det: (0..1856).map(det).collect(),
         average_geometry: AverageGeometry {
             ladder_z: vec![1.0; 148],

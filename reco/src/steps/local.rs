@@ -2,10 +2,15 @@
 
 use std::sync::Arc;
 
-use arrow_array::types::{Float32Type, Int16Type, Int32Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type};
+use arrow_array::types::{
+    Float32Type, Int16Type, Int32Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
 use arrow_array::{ArrayRef, BinaryArray, Float32Array, RecordBatch};
 use quiver_columnar::columns::{binary, column, concat_ref, values};
-use quiver_columnar::{Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType};
+use quiver_columnar::{
+    Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result,
+    Signature, Step, StepConfig, StepType,
+};
 use quiver_formats::calibration;
 use quiver_formats::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibration};
 use quiver_formats::raw::RawData;
@@ -13,11 +18,12 @@ use quiver_formats::raw::RawData;
 use super::types::*;
 use super::{cond, ev, int_param, local, per_event, publish, publish_overflows, schema};
 use crate::capacity::{records, Capacities};
-use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
 use crate::local::{
-    calibrate_digis, charge_cut, charge_cut::hits_module_start, clusterize, raw_to_digis, rec_hits, CalibConfig, ChargeCutConfig,
-    ClusterAlgorithm, ClusterColumns, ClusterizeConfig, DigiColumns, RawToDigiConfig, MAX_NUM_MODULES,
+    calibrate_digis, charge_cut, charge_cut::hits_module_start, clusterize, raw_to_digis, rec_hits,
+    CalibConfig, ChargeCutConfig, ClusterAlgorithm, ClusterColumns, ClusterizeConfig, DigiColumns,
+    RawToDigiConfig, MAX_NUM_MODULES,
 };
+use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
 
 // --- read_raw -------------------------------------------------------------------------
 
@@ -34,23 +40,39 @@ impl Step for ReadRawStep {
         // One range, or two and more where a benchmark replays the input.
         let mut events = Vec::with_capacity(batch.n_events());
         for r in batch.input_ranges() {
-            events.extend(self.raw.source().raw_events(r.start as usize..r.end as usize).map_err(Error::data)?);
+            events.extend(
+                self.raw
+                    .source()
+                    .raw_events(r.start as usize..r.end as usize)
+                    .map_err(Error::data)?,
+            );
         }
         // The FED bytes are read from the memory-mapped file into one pooled buffer per batch.
         let pool = quiver_columnar::pool::global();
         let n_feds: usize = events.iter().map(Vec::len).sum();
         let n_bytes: usize = events.iter().flatten().map(|(_, b)| b.len()).sum();
-        let (mut ids, mut offsets, mut bytes) = (pool.vec::<u32>(n_feds), pool.vec::<i32>(n_feds + 1), pool.vec::<u8>(n_bytes));
+        let (mut ids, mut offsets, mut bytes) = (
+            pool.vec::<u32>(n_feds),
+            pool.vec::<i32>(n_feds + 1),
+            pool.vec::<u8>(n_bytes),
+        );
         offsets.push(0);
         for &(fed, data) in events.iter().flatten() {
             ids.push(fed);
             bytes.extend_from_slice(data);
-            offsets.push(i32::try_from(bytes.len()).map_err(|_| Error::data("more than 2 GiB of raw data in one batch: use a smaller --batch-size"))?);
+            offsets.push(i32::try_from(bytes.len()).map_err(|_| {
+                Error::data("more than 2 GiB of raw data in one batch: use a smaller --batch-size")
+            })?);
         }
         let offsets = arrow_buffer::OffsetBuffer::new(offsets.into_scalar_buffer());
         let data = BinaryArray::try_new(offsets, bytes.into_buffer(), None)?;
         let ids = arrow_array::UInt32Array::new(ids.into_scalar_buffer(), None);
-        publish(batch, FED_RAW, vec![Arc::new(ids), Arc::new(data)], events.iter().map(Vec::len))
+        publish(
+            batch,
+            FED_RAW,
+            vec![Arc::new(ids), Arc::new(data)],
+            events.iter().map(Vec::len),
+        )
     }
 }
 
@@ -64,14 +86,26 @@ impl Step for BeamSpotStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let b = &self.bs;
         let n = batch.n_events();
-        let cols = [b.x, b.y, b.z, b.sigma_z, b.beam_width_x, b.beam_width_y, b.dxdz, b.dydz, b.emittance_x, b.emittance_y, b.beta_star]
-            .into_iter()
-            .map(|v| {
-                let mut buf = quiver_columnar::pool::global().vec::<f32>(n);
-                buf.resize(n, v);
-                Arc::new(Float32Array::new(buf.into_scalar_buffer(), None)) as ArrayRef
-            })
-            .collect();
+        let cols = [
+            b.x,
+            b.y,
+            b.z,
+            b.sigma_z,
+            b.beam_width_x,
+            b.beam_width_y,
+            b.dxdz,
+            b.dydz,
+            b.emittance_x,
+            b.emittance_y,
+            b.beta_star,
+        ]
+        .into_iter()
+        .map(|v| {
+            let mut buf = quiver_columnar::pool::global().vec::<f32>(n);
+            buf.resize(n, v);
+            Arc::new(Float32Array::new(buf.into_scalar_buffer(), None)) as ArrayRef
+        })
+        .collect();
         publish(batch, BEAMSPOT, cols, std::iter::repeat_n(1, n))
     }
 }
@@ -90,7 +124,8 @@ impl Step for RawToDigisStep {
         let fed = values::<UInt32Type>(&raw, "fed")?;
         let data = binary(&raw, "data")?;
         let out = per_event(batch, |e| {
-            let feds: Vec<(u32, &[u8])> = raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect();
+            let feds: Vec<(u32, &[u8])> =
+                raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect();
             raw_to_digis(&feds, &self.cabling, &self.cfg).map_err(local)
         })?;
         let digis: Vec<ArrayRef> = vec![
@@ -103,10 +138,23 @@ impl Step for RawToDigisStep {
         ];
         publish(batch, DIGIS, digis, out.iter().map(|d| d.xx.len()))?;
         let errs: Vec<_> = out.iter().map(|d| &d.errors).collect();
-        let cols = |g: &dyn Fn(&crate::local::PixelError) -> u64| errs.iter().flat_map(|v| v.iter().map(g)).collect::<Vec<u64>>();
-        let fed_col: Vec<u32> = cols(&|x| x.fed as u64).into_iter().map(|v| v as u32).collect();
-        let raw_id: Vec<u32> = cols(&|x| x.raw_id as u64).into_iter().map(|v| v as u32).collect();
-        let etype: Vec<u8> = cols(&|x| x.error_type as u64).into_iter().map(|v| v as u8).collect();
+        let cols = |g: &dyn Fn(&crate::local::PixelError) -> u64| {
+            errs.iter()
+                .flat_map(|v| v.iter().map(g))
+                .collect::<Vec<u64>>()
+        };
+        let fed_col: Vec<u32> = cols(&|x| x.fed as u64)
+            .into_iter()
+            .map(|v| v as u32)
+            .collect();
+        let raw_id: Vec<u32> = cols(&|x| x.raw_id as u64)
+            .into_iter()
+            .map(|v| v as u32)
+            .collect();
+        let etype: Vec<u8> = cols(&|x| x.error_type as u64)
+            .into_iter()
+            .map(|v| v as u8)
+            .collect();
         let word = cols(&|x| x.word);
         let errors: Vec<ArrayRef> = vec![
             concat_ref::<UInt32Type, _>([fed_col.as_slice()]),
@@ -115,7 +163,16 @@ impl Step for RawToDigisStep {
             concat_ref::<UInt8Type, _>([etype.as_slice()]),
         ];
         publish(batch, DIGI_ERRORS, errors, errs.iter().map(|v| v.len()))?;
-        publish_overflows(batch, errs.iter().map(|e| records::fed_words(e, self.cfg.max_words).into_iter().collect()).collect())
+        publish_overflows(
+            batch,
+            errs.iter()
+                .map(|e| {
+                    records::fed_words(e, self.cfg.max_words)
+                        .into_iter()
+                        .collect()
+                })
+                .collect(),
+        )
     }
 }
 
@@ -130,10 +187,24 @@ struct CalibrateStep {
 impl Step for CalibrateStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let d = batch.get(&self.input)?;
-        let (row, col) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?);
-        let (adc, module) = (values::<UInt16Type>(&d, "adc")?, values::<UInt16Type>(&d, "module")?);
+        let (row, col) = (
+            values::<UInt16Type>(&d, "row")?,
+            values::<UInt16Type>(&d, "col")?,
+        );
+        let (adc, module) = (
+            values::<UInt16Type>(&d, "adc")?,
+            values::<UInt16Type>(&d, "module")?,
+        );
         let out = per_event(batch, |e| {
-            calibrate_digis(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), ev(adc, &d, e), &self.gains, &self.cfg).map_err(local)
+            calibrate_digis(
+                ev(module, &d, e),
+                ev(row, &d, e),
+                ev(col, &d, e),
+                ev(adc, &d, e),
+                &self.gains,
+                &self.cfg,
+            )
+            .map_err(local)
         })?;
         // Rows and columns are unchanged: share the buffers of the digis.
         let cols = vec![
@@ -142,21 +213,35 @@ impl Step for CalibrateStep {
             concat_ref::<UInt16Type, _>(out.iter().map(|c| c.adc.as_slice())),
             concat_ref::<UInt16Type, _>(out.iter().map(|c| c.module_ind.as_slice())),
         ];
-        batch.put(Product::new(RecordBatch::try_new(schema(CALIBRATED_DIGIS), cols)?, d.offsets().clone())?)
+        batch.put(Product::new(
+            RecordBatch::try_new(schema(CALIBRATED_DIGIS), cols)?,
+            d.offsets().clone(),
+        )?)
     }
 }
 
 // --- clusterize -----------------------------------------------------------------------
 
 /// Per-run module table: module id, first digi, clusters.
-fn module_table(module_start: &[u32], module_id: &[u32], n_in_module: &[u32]) -> (Vec<u16>, Vec<u32>, Vec<u32>) {
+fn module_table(
+    module_start: &[u32],
+    module_id: &[u32],
+    n_in_module: &[u32],
+) -> (Vec<u16>, Vec<u32>, Vec<u32>) {
     let runs = module_start[0] as usize;
     let ids: Vec<u16> = module_id[..runs].iter().map(|&m| m as u16).collect();
-    let counts = module_id[..runs].iter().map(|&m| n_in_module[m as usize]).collect();
+    let counts = module_id[..runs]
+        .iter()
+        .map(|&m| n_in_module[m as usize])
+        .collect();
     (ids, module_start[1..=runs].to_vec(), counts)
 }
 
-fn publish_modules(batch: &mut EventBatch, type_name: &str, tables: &[(Vec<u16>, Vec<u32>, Vec<u32>)]) -> Result<()> {
+fn publish_modules(
+    batch: &mut EventBatch,
+    type_name: &str,
+    tables: &[(Vec<u16>, Vec<u32>, Vec<u32>)],
+) -> Result<()> {
     let cols = vec![
         concat_ref::<UInt16Type, _>(tables.iter().map(|t| t.0.as_slice())),
         concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.1.as_slice())),
@@ -177,9 +262,15 @@ fn module_arrays(p: &Product, e: usize) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)
     module_start.extend_from_slice(first);
     let mut n_in_module = vec![0u32; MAX_NUM_MODULES];
     for (&m, &c) in module.iter().zip(n) {
-        *n_in_module.get_mut(m as usize).ok_or_else(|| Error::data(format!("module id {m} out of range")))? = c;
+        *n_in_module
+            .get_mut(m as usize)
+            .ok_or_else(|| Error::data(format!("module id {m} out of range")))? = c;
     }
-    Ok((module_start, module.iter().map(|&m| m as u32).collect(), n_in_module))
+    Ok((
+        module_start,
+        module.iter().map(|&m| m as u32).collect(),
+        n_in_module,
+    ))
 }
 
 struct ClusterizeStep {
@@ -190,13 +281,37 @@ struct ClusterizeStep {
 impl Step for ClusterizeStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let d = batch.get(&self.input)?;
-        let (row, col, module) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?, values::<UInt16Type>(&d, "module")?);
-        let out = per_event(batch, |e| clusterize(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), &self.cfg).map_err(local))?;
-        let cols = vec![column(&d, "module")?, concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice()))];
-        batch.put(Product::new(RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?, d.offsets().clone())?)?;
-        let tables: Vec<_> = out.iter().map(|c| module_table(&c.module_start, &c.module_id, &c.n_clusters_in_module)).collect();
+        let (row, col, module) = (
+            values::<UInt16Type>(&d, "row")?,
+            values::<UInt16Type>(&d, "col")?,
+            values::<UInt16Type>(&d, "module")?,
+        );
+        let out = per_event(batch, |e| {
+            clusterize(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), &self.cfg).map_err(local)
+        })?;
+        let cols = vec![
+            column(&d, "module")?,
+            concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice())),
+        ];
+        batch.put(Product::new(
+            RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?,
+            d.offsets().clone(),
+        )?)?;
+        let tables: Vec<_> = out
+            .iter()
+            .map(|c| module_table(&c.module_start, &c.module_id, &c.n_clusters_in_module))
+            .collect();
         publish_modules(batch, CLUSTER_MODULES, &tables)?;
-        publish_overflows(batch, out.iter().map(|c| records::pixels_per_module(c, self.cfg.max_pix_in_module).into_iter().collect()).collect())
+        publish_overflows(
+            batch,
+            out.iter()
+                .map(|c| {
+                    records::pixels_per_module(c, self.cfg.max_pix_in_module)
+                        .into_iter()
+                        .collect()
+                })
+                .collect(),
+        )
     }
 }
 
@@ -211,24 +326,52 @@ struct ChargeCutStep {
 
 impl Step for ChargeCutStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
-        let (d, c, m) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?);
-        let (module, charge) = (values::<UInt16Type>(&d, "module")?, values::<UInt16Type>(&d, "charge")?);
+        let (d, c, m) = (
+            batch.get(&self.digis)?,
+            batch.get(&self.clusters)?,
+            batch.get(&self.modules)?,
+        );
+        let (module, charge) = (
+            values::<UInt16Type>(&d, "module")?,
+            values::<UInt16Type>(&d, "charge")?,
+        );
         let clus = values::<Int32Type>(&c, "cluster")?;
         if c.offsets() != d.offsets() {
-            return Err(Error::data(format!("{} and {} have different rows per event", self.clusters, self.digis)));
+            return Err(Error::data(format!(
+                "{} and {} have different rows per event",
+                self.clusters, self.digis
+            )));
         }
         let out = per_event(batch, |e| {
             let (module_start, module_id, n_in_module) = module_arrays(&m, e)?;
-            let r = charge_cut(ev(module, &d, e), ev(charge, &d, e), ev(clus, &c, e), &module_start, &n_in_module, &self.cfg).map_err(local)?;
+            let r = charge_cut(
+                ev(module, &d, e),
+                ev(charge, &d, e),
+                ev(clus, &c, e),
+                &module_start,
+                &n_in_module,
+                &self.cfg,
+            )
+            .map_err(local)?;
             let table = module_table(&module_start, &module_id, &r.n_clusters_in_module);
             Ok((r, table))
         })?;
-        let overflows = out.iter().map(|(r, _)| records::clusters_per_module(r, self.cfg.max_clusters_per_module).into_iter().collect()).collect();
+        let overflows = out
+            .iter()
+            .map(|(r, _)| {
+                records::clusters_per_module(r, self.cfg.max_clusters_per_module)
+                    .into_iter()
+                    .collect()
+            })
+            .collect();
         let cols = vec![
             concat_ref::<UInt16Type, _>(out.iter().map(|(r, _)| r.module_ind.as_slice())),
             concat_ref::<Int32Type, _>(out.iter().map(|(r, _)| r.clus.as_slice())),
         ];
-        batch.put(Product::new(RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?, d.offsets().clone())?)?;
+        batch.put(Product::new(
+            RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?,
+            d.offsets().clone(),
+        )?)?;
         let tables: Vec<_> = out.into_iter().map(|(_, t)| t).collect();
         publish_modules(batch, HIT_MODULES, &tables)?;
         publish_overflows(batch, overflows)
@@ -249,27 +392,58 @@ struct RecHitsStep {
 
 impl Step for RecHitsStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
-        let (d, c, m, b) = (batch.get(&self.digis)?, batch.get(&self.clusters)?, batch.get(&self.modules)?, batch.get(&self.beamspot)?);
-        let (row, col, charge) = (values::<UInt16Type>(&d, "row")?, values::<UInt16Type>(&d, "col")?, values::<UInt16Type>(&d, "charge")?);
-        let (module, clus) = (values::<UInt16Type>(&c, "module")?, values::<Int32Type>(&c, "cluster")?);
+        let (d, c, m, b) = (
+            batch.get(&self.digis)?,
+            batch.get(&self.clusters)?,
+            batch.get(&self.modules)?,
+            batch.get(&self.beamspot)?,
+        );
+        let (row, col, charge) = (
+            values::<UInt16Type>(&d, "row")?,
+            values::<UInt16Type>(&d, "col")?,
+            values::<UInt16Type>(&d, "charge")?,
+        );
+        let (module, clus) = (
+            values::<UInt16Type>(&c, "module")?,
+            values::<Int32Type>(&c, "cluster")?,
+        );
         let bs_col = |n: &str| values::<Float32Type>(&b, n);
         let (bx, by, bz) = (bs_col("x")?, bs_col("y")?, bs_col("z")?);
         let out = per_event(batch, |e| {
             let (module_start, module_id, n_in_module) = module_arrays(&m, e)?;
-            let clus_module_start = hits_module_start(&n_in_module, self.max_per_module, self.max_hits);
-            let overflow = records::hits_per_event(&n_in_module, self.max_per_module, self.max_hits);
+            let clus_module_start =
+                hits_module_start(&n_in_module, self.max_per_module, self.max_hits);
+            let overflow =
+                records::hits_per_event(&n_in_module, self.max_per_module, self.max_hits);
             let r = b.event_rows(e).start;
-            let bs = BeamSpot { x: bx[r], y: by[r], z: bz[r], ..Default::default() };
-            let digis = DigiColumns { module_ind: ev(module, &c, e), xx: ev(row, &d, e), yy: ev(col, &d, e), adc: ev(charge, &d, e), clus: ev(clus, &c, e) };
+            let bs = BeamSpot {
+                x: bx[r],
+                y: by[r],
+                z: bz[r],
+                ..Default::default()
+            };
+            let digis = DigiColumns {
+                module_ind: ev(module, &c, e),
+                xx: ev(row, &d, e),
+                yy: ev(col, &d, e),
+                adc: ev(charge, &d, e),
+                clus: ev(clus, &c, e),
+            };
             let clusters = ClusterColumns {
                 module_start: &module_start,
                 module_id: &module_id,
                 n_clusters_in_module: &n_in_module,
                 clus_module_start: &clus_module_start,
             };
-            Ok((rec_hits(&digis, &clusters, &self.cpe, &bs).map_err(local)?, overflow))
+            Ok((
+                rec_hits(&digis, &clusters, &self.cpe, &bs).map_err(local)?,
+                overflow,
+            ))
         })?;
-        let (out, overflows): (Vec<_>, Vec<_>) = out.into_iter().map(|(h, o)| (h, o.into_iter().collect())).unzip();
+        let (out, overflows): (Vec<_>, Vec<_>) = out
+            .into_iter()
+            .map(|(h, o)| (h, o.into_iter().collect()))
+            .unzip();
         macro_rules! cat {
             ($t:ty, $f:ident) => {
                 concat_ref::<$t, _>(out.iter().map(|h| h.$f.as_slice()))
@@ -302,7 +476,10 @@ impl Step for RecHitsStep {
 ///
 /// With `capacities = "sized"` the event's FED words are not bounded.
 pub fn raw_to_digi_config(cfg: &StepConfig) -> Result<RawToDigiConfig> {
-    let mut c = RawToDigiConfig { use_quality: cfg.params.bool("use_quality"), ..Default::default() };
+    let mut c = RawToDigiConfig {
+        use_quality: cfg.params.bool("use_quality"),
+        ..Default::default()
+    };
     if Capacities::of(cfg)?.sized() {
         c.max_words = usize::MAX;
     }
@@ -323,10 +500,21 @@ pub fn calib_config(cfg: &StepConfig) -> CalibConfig {
 
 /// The `clusterize` parameters of a step.
 pub fn clusterize_config(cfg: &StepConfig) -> Result<ClusterizeConfig> {
-    let algorithm = if cfg.params.str("algorithm") == "union_find" { ClusterAlgorithm::UnionFind } else { ClusterAlgorithm::Faithful };
+    let algorithm = if cfg.params.str("algorithm") == "union_find" {
+        ClusterAlgorithm::UnionFind
+    } else {
+        ClusterAlgorithm::Faithful
+    };
     // The core clusters at most 65 534 digis per module run (16-bit digi positions).
-    let max = if Capacities::of(cfg)?.sized() { 65_534 } else { int_param(cfg, "max_pixels_per_module", 1..=65_534)? as usize };
-    Ok(ClusterizeConfig { algorithm, max_pix_in_module: max })
+    let max = if Capacities::of(cfg)?.sized() {
+        65_534
+    } else {
+        int_param(cfg, "max_pixels_per_module", 1..=65_534)? as usize
+    };
+    Ok(ClusterizeConfig {
+        algorithm,
+        max_pix_in_module: max,
+    })
 }
 
 /// The `cluster_charge_cut` parameters of a step.
@@ -358,20 +546,36 @@ pub(super) fn register(r: &mut Registry) {
         name: "beamspot",
         doc: "The beam spot of the conditions as a per-event product (BeamSpotToPOD)",
         params: vec![],
-        signature: Signature { inputs: vec![], outputs: vec![BEAMSPOT.into()] },
+        signature: Signature {
+            inputs: vec![],
+            outputs: vec![BEAMSPOT.into()],
+        },
         backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(BeamSpotStep { bs: *cond::<BeamSpot>(cfg)? })),
+        build: |cfg| {
+            Ok(Box::new(BeamSpotStep {
+                bs: *cond::<BeamSpot>(cfg)?,
+            }))
+        },
     });
     r.add(StepType {
         name: "raw_to_digis",
         doc: "Pixel FED raw data to digis (one per raw word) and errors (RawToDigi + ErrorChecker)",
-        params: vec![ParamSpec::bool("use_quality", true, "skip ROCs the cabling marks bad"), Capacities::param()],
+        params: vec![
+            ParamSpec::bool("use_quality", true, "skip ROCs the cabling marks bad"),
+            Capacities::param(),
+        ],
         signature: Signature {
             inputs: vec![InputSpec::one("input", FED_RAW, "raw FED buffers")],
             outputs: vec![DIGIS.into(), DIGI_ERRORS.into(), CAPACITY_OVERFLOWS.into()],
         },
         backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(RawToDigisStep { input: cfg.input("input")?, cabling: cond(cfg)?, cfg: raw_to_digi_config(cfg)? })),
+        build: |cfg| {
+            Ok(Box::new(RawToDigisStep {
+                input: cfg.input("input")?,
+                cabling: cond(cfg)?,
+                cfg: raw_to_digi_config(cfg)?,
+            }))
+        },
     });
     r.add(StepType {
         name: "calibrate",
@@ -393,38 +597,84 @@ pub(super) fn register(r: &mut Registry) {
         name: "clusterize",
         doc: "8-connected pixel clusters per module, numbered by lowest digi index (findClus)",
         params: vec![
-            ParamSpec::choice("algorithm", &["faithful", "union_find"], "the reference's label propagation, or union-find (identical output)"),
-            ParamSpec::int("max_pixels_per_module", 4000, "pixels clustered per module run at most (with capacities = \"reference\")").within(1.0, 65_534.0),
+            ParamSpec::choice(
+                "algorithm",
+                &["faithful", "union_find"],
+                "the reference's label propagation, or union-find (identical output)",
+            ),
+            ParamSpec::int(
+                "max_pixels_per_module",
+                4000,
+                "pixels clustered per module run at most (with capacities = \"reference\")",
+            )
+            .within(1.0, 65_534.0),
             Capacities::param(),
         ],
         signature: Signature {
-            inputs: vec![InputSpec::one("input", CALIBRATED_DIGIS, "calibrated digis")],
-            outputs: vec![PIXEL_CLUSTERS.into(), CLUSTER_MODULES.into(), CAPACITY_OVERFLOWS.into()],
+            inputs: vec![InputSpec::one(
+                "input",
+                CALIBRATED_DIGIS,
+                "calibrated digis",
+            )],
+            outputs: vec![
+                PIXEL_CLUSTERS.into(),
+                CLUSTER_MODULES.into(),
+                CAPACITY_OVERFLOWS.into(),
+            ],
         },
         backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(ClusterizeStep { input: cfg.input("input")?, cfg: clusterize_config(cfg)? })),
+        build: |cfg| {
+            Ok(Box::new(ClusterizeStep {
+                input: cfg.input("input")?,
+                cfg: clusterize_config(cfg)?,
+            }))
+        },
     });
     r.add(StepType {
         name: "cluster_charge_cut",
         doc: "Drops clusters below the charge threshold and renumbers densely (clusterChargeCut)",
         params: vec![
-            ParamSpec::int("min_charge_l1", 2000, "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it").within(0.0, i32::MAX as f64),
-            ParamSpec::int("min_charge", 4000, "threshold elsewhere, e").within(0.0, i32::MAX as f64),
-            ParamSpec::int("max_clusters_per_module", 1024, "clusters kept per module (with capacities = \"reference\")").within(1.0, 1024.0),
+            ParamSpec::int(
+                "min_charge_l1",
+                2000,
+                "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it",
+            )
+            .within(0.0, i32::MAX as f64),
+            ParamSpec::int("min_charge", 4000, "threshold elsewhere, e")
+                .within(0.0, i32::MAX as f64),
+            ParamSpec::int(
+                "max_clusters_per_module",
+                1024,
+                "clusters kept per module (with capacities = \"reference\")",
+            )
+            .within(1.0, 1024.0),
             Capacities::param(),
         ],
         signature: Signature {
             inputs: vec![
                 InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (charges)"),
                 InputSpec::one("clusters", PIXEL_CLUSTERS, "cluster of each digi"),
-                InputSpec::one("modules", CLUSTER_MODULES, "module runs and their cluster counts"),
+                InputSpec::one(
+                    "modules",
+                    CLUSTER_MODULES,
+                    "module runs and their cluster counts",
+                ),
             ],
-            outputs: vec![CLUSTERED_DIGIS.into(), HIT_MODULES.into(), CAPACITY_OVERFLOWS.into()],
+            outputs: vec![
+                CLUSTERED_DIGIS.into(),
+                HIT_MODULES.into(),
+                CAPACITY_OVERFLOWS.into(),
+            ],
         },
         backends: cpu.clone(),
         build: |cfg| {
             let c = charge_cut_config(cfg)?;
-            Ok(Box::new(ChargeCutStep { digis: cfg.input("digis")?, clusters: cfg.input("clusters")?, modules: cfg.input("modules")?, cfg: c }))
+            Ok(Box::new(ChargeCutStep {
+                digis: cfg.input("digis")?,
+                clusters: cfg.input("clusters")?,
+                modules: cfg.input("modules")?,
+                cfg: c,
+            }))
         },
     });
     r.add(StepType {
@@ -456,4 +706,3 @@ pub(super) fn register(r: &mut Registry) {
         },
     });
 }
-

@@ -4,23 +4,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::types::{Float32Type, Int16Type, Int8Type, UInt16Type, UInt32Type, UInt8Type};
-use arrow_array::{Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, ListArray, RecordBatch};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, Int32Array, ListArray,
+    RecordBatch,
+};
 use arrow_schema::Field;
 use quiver_columnar::columns::{concat, concat_ref, values};
 use quiver_columnar::{
-    Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result, Signature, Step, StepConfig, StepType,
+    Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result,
+    Signature, Step, StepConfig, StepType,
 };
 use quiver_formats::conditions::CpeParams;
 
 use super::types::*;
 use super::{cond, per_event, publish, publish_overflows, schema};
 use crate::capacity::{names, Capacities};
-use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
 use crate::tracks::{
-    ca_state_for_quality, doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_fit, stage_ntuplets,
-    stage_quality, tuples_from_columns, ntuplets::Tuples, check_tuple_hits, CaConfig, HitsView, TrackError, Tracks,
+    ca_state_for_quality, check_tuple_hits, doublets_from_columns, layer_start_from_det_index,
+    ntuplets::Tuples, stage_doublet_cells, stage_fit, stage_ntuplets, stage_quality,
+    tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
 };
-use crate::vertices::{find_vertices, select_tracks, Clusterizer, Selected, TracksView, VertexConfig, Vertices};
+use crate::vertices::{
+    find_vertices, select_tracks, Clusterizer, Selected, TracksView, VertexConfig, Vertices,
+};
+use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
 
 fn tracking(e: TrackError) -> Error {
     Error::data(e.to_string())
@@ -48,9 +55,15 @@ impl<'a> HitDets<'a> {
     /// assert!(HitDets::new(&[3], &[0, 2, 1]).is_err());
     /// ```
     pub fn new(det: &'a [u16], offsets: &'a [i32]) -> Result<Self> {
-        let ok = offsets.first() == Some(&0) && offsets.windows(2).all(|w| w[0] <= w[1]) && offsets.last().is_some_and(|&l| l as usize == det.len());
+        let ok = offsets.first() == Some(&0)
+            && offsets.windows(2).all(|w| w[0] <= w[1])
+            && offsets.last().is_some_and(|&l| l as usize == det.len());
         if !ok {
-            return Err(Error::data(format!("hits: {} offsets do not cover {} detIndex values in order", offsets.len(), det.len())));
+            return Err(Error::data(format!(
+                "hits: {} offsets do not cover {} detIndex values in order",
+                offsets.len(),
+                det.len()
+            )));
         }
         Ok(HitDets { det, offsets })
     }
@@ -134,37 +147,74 @@ impl<'a> HitColumns<'a> {
 
 /// A list column's per-row slices (offsets relative to the values).
 fn list_u32<'a>(p: &'a Product, name: &str) -> Result<(&'a [i32], &'a [u32])> {
-    let col = p.batch().column_by_name(name).ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", p.type_name())))?;
-    let l = col
-        .as_any()
-        .downcast_ref::<ListArray>()
-        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected List<UInt32>", p.type_name(), col.data_type())))?;
+    let col = p.batch().column_by_name(name).ok_or_else(|| {
+        Error::data(format!(
+            "product '{}' has no column '{name}'",
+            p.type_name()
+        ))
+    })?;
+    let l = col.as_any().downcast_ref::<ListArray>().ok_or_else(|| {
+        Error::data(format!(
+            "product '{}': column '{name}' is {}, expected List<UInt32>",
+            p.type_name(),
+            col.data_type()
+        ))
+    })?;
     let v = l
         .values()
         .as_any()
         .downcast_ref::<arrow_array::UInt32Array>()
-        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' does not hold UInt32", p.type_name())))?;
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}': column '{name}' does not hold UInt32",
+                p.type_name()
+            ))
+        })?;
     Ok((l.value_offsets(), v.values()))
 }
 
 /// Offsets (rebased to 0) and values of the list rows `rows`.
-fn list_rows(offsets: &[i32], values: &[u32], rows: std::ops::Range<usize>) -> (Vec<u32>, Vec<u32>) {
+fn list_rows(
+    offsets: &[i32],
+    values: &[u32],
+    rows: std::ops::Range<usize>,
+) -> (Vec<u32>, Vec<u32>) {
     let base = offsets[rows.start];
-    let off = offsets[rows.start..=rows.end].iter().map(|&o| (o - base) as u32).collect();
-    (off, values[base as usize..offsets[rows.end] as usize].to_vec())
+    let off = offsets[rows.start..=rows.end]
+        .iter()
+        .map(|&o| (o - base) as u32)
+        .collect();
+    (
+        off,
+        values[base as usize..offsets[rows.end] as usize].to_vec(),
+    )
 }
 
 fn booleans(p: &Product, name: &str) -> Result<BooleanArray> {
-    let col = p.batch().column_by_name(name).ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", p.type_name())))?;
+    let col = p.batch().column_by_name(name).ok_or_else(|| {
+        Error::data(format!(
+            "product '{}' has no column '{name}'",
+            p.type_name()
+        ))
+    })?;
     col.as_any()
         .downcast_ref::<BooleanArray>()
         .cloned()
-        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected Boolean", p.type_name(), col.data_type())))
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}': column '{name}' is {}, expected Boolean",
+                p.type_name(),
+                col.data_type()
+            ))
+        })
 }
 
 /// One Arrow boolean column from the flags of a batch, packed 64 to a word, not bit by bit.
 fn bool_column(flags: &[bool]) -> ArrayRef {
-    Arc::new(BooleanArray::new(arrow_buffer::BooleanBuffer::collect_bool(flags.len(), |i| flags[i]), None))
+    Arc::new(BooleanArray::new(
+        arrow_buffer::BooleanBuffer::collect_bool(flags.len(), |i| flags[i]),
+        None,
+    ))
 }
 
 // --- ca_doublets -----------------------------------------------------------------------
@@ -184,14 +234,27 @@ impl Step for DoubletsStep {
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
         let d = &self.cfg.doublets;
-        let overflows: Vec<EventOverflows> = out.iter().map(|(c, listed)| doublet_overflows(d, &c.outer, listed, c.cells_missed)).collect();
+        let overflows: Vec<EventOverflows> = out
+            .iter()
+            .map(|(c, listed)| doublet_overflows(d, &c.outer, listed, c.cells_missed))
+            .collect();
         let cols: Vec<ArrayRef> = vec![
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
             concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
             concat_ref::<UInt8Type, _>(out.iter().map(|(c, _)| c.pair.as_slice())),
-            bool_column(&out.iter().map(|(_, l)| l.as_slice()).collect::<Vec<_>>().concat()),
+            bool_column(
+                &out.iter()
+                    .map(|(_, l)| l.as_slice())
+                    .collect::<Vec<_>>()
+                    .concat(),
+            ),
         ];
-        publish(batch, DOUBLETS, cols, out.iter().map(|(c, _)| c.inner.len()))?;
+        publish(
+            batch,
+            DOUBLETS,
+            cols,
+            out.iter().map(|(c, _)| c.inner.len()),
+        )?;
         publish_overflows(batch, overflows)
     }
 }
@@ -207,7 +270,12 @@ impl Step for DoubletsStep {
 /// let o = doublet_overflows(&d, &[4, 4, 5], &[true, false, true], 0);
 /// assert_eq!((o.len(), o[0].demanded, o[0].truncated), (1, Some(2), 1));
 /// ```
-pub fn doublet_overflows(d: &crate::tracks::DoubletConfig, outer: &[u32], listed: &[bool], cells_missed: u64) -> EventOverflows {
+pub fn doublet_overflows(
+    d: &crate::tracks::DoubletConfig,
+    outer: &[u32],
+    listed: &[bool],
+    cells_missed: u64,
+) -> EventOverflows {
     let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
     let worst = if unlisted > 0 {
         let mut per_hit = std::collections::HashMap::<u32, u64>::new();
@@ -233,14 +301,29 @@ pub fn doublet_overflows(d: &crate::tracks::DoubletConfig, outer: &[u32], listed
 /// assert_eq!(doublet_overflows(&d, &outer, &listed, 2), doublet_overflow_rows(&d, 2, 3, Some(3)));
 /// assert!(doublet_overflow_rows(&d, 0, 0, None).is_empty());
 /// ```
-pub fn doublet_overflow_rows(d: &crate::tracks::DoubletConfig, cells_missed: u64, unlisted: u64, worst: Option<u64>) -> EventOverflows {
+pub fn doublet_overflow_rows(
+    d: &crate::tracks::DoubletConfig,
+    cells_missed: u64,
+    unlisted: u64,
+    worst: Option<u64>,
+) -> EventOverflows {
     let mut o = Vec::new();
     if cells_missed > 0 {
         let limit = d.max_number_of_doublets as u64;
-        o.push(Overflow { capacity: names::DOUBLETS, limit, demanded: Some(limit + cells_missed), truncated: cells_missed });
+        o.push(Overflow {
+            capacity: names::DOUBLETS,
+            limit,
+            demanded: Some(limit + cells_missed),
+            truncated: cells_missed,
+        });
     }
     if unlisted > 0 {
-        o.push(Overflow { capacity: names::CELLS_PER_HIT, limit: d.max_cells_per_hit as u64, demanded: worst, truncated: unlisted });
+        o.push(Overflow {
+            capacity: names::CELLS_PER_HIT,
+            limit: d.max_cells_per_hit as u64,
+            demanded: worst,
+            truncated: unlisted,
+        });
     }
     o
 }
@@ -258,20 +341,32 @@ impl Step for NtupletsStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, d) = (batch.get(&self.hits)?, batch.get(&self.doublets)?);
         let cols = HitColumns::new(&h)?;
-        let (inner, outer, pair) = (values::<UInt32Type>(&d, "inner")?, values::<UInt32Type>(&d, "outer")?, values::<UInt8Type>(&d, "pair")?);
+        let (inner, outer, pair) = (
+            values::<UInt32Type>(&d, "inner")?,
+            values::<UInt32Type>(&d, "outer")?,
+            values::<UInt8Type>(&d, "pair")?,
+        );
         let listed = booleans(&d, "listed")?;
         let out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
             let r = d.event_rows(e);
             let bits = listed.values().slice(r.start, r.len());
             // Usually every cell is listed: skip the bit-by-bit unpacking then.
-            let l: Vec<bool> = if bits.count_set_bits() == r.len() { vec![true; r.len()] } else { bits.iter().collect() };
-            let dd = doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l).map_err(tracking)?;
+            let l: Vec<bool> = if bits.count_set_bits() == r.len() {
+                vec![true; r.len()]
+            } else {
+                bits.iter().collect()
+            };
+            let dd =
+                doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l)
+                    .map_err(tracking)?;
             stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
         })?;
         let mut alive = arrow_buffer::BooleanBufferBuilder::new(d.num_rows());
         for (_, ca) in &out {
-            ca.cells.iter().for_each(|c| alive.append(c.doublet_id >= 0));
+            ca.cells
+                .iter()
+                .for_each(|c| alive.append(c.doublet_id >= 0));
         }
         publish_ntuplets(batch, d.offsets(), &out, alive.finish(), &self.cfg.ntuplets)
     }
@@ -285,26 +380,53 @@ impl Step for NtupletsStep {
 pub fn publish_ntuplets(
     batch: &mut EventBatch,
     cell_offsets: &arrow_buffer::OffsetBuffer<i32>,
-    out: &[(crate::tracks::ntuplets::Tuples, crate::tracks::ntuplets::CaState)],
+    out: &[(
+        crate::tracks::ntuplets::Tuples,
+        crate::tracks::ntuplets::CaState,
+    )],
     alive: arrow_buffer::BooleanBuffer,
     n: &crate::tracks::NtupletConfig,
 ) -> Result<()> {
     let n_cells = cell_offsets.last().copied().unwrap_or(0) as usize;
     if alive.len() != n_cells {
-        return Err(Error::data(format!("{} alive flags for {n_cells} cells", alive.len())));
+        return Err(Error::data(format!(
+            "{} alive flags for {n_cells} cells",
+            alive.len()
+        )));
     }
-    let quality: Vec<Vec<u8>> = out.iter().map(|(t, _)| t.quality.iter().map(|&q| q as u8).collect()).collect();
-    let hit_lengths = out.iter().flat_map(|(t, _)| t.offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
-    let cell_lengths = out.iter().flat_map(|(_, ca)| ca.tuple_cell_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let quality: Vec<Vec<u8>> = out
+        .iter()
+        .map(|(t, _)| t.quality.iter().map(|&q| q as u8).collect())
+        .collect();
+    let hit_lengths = out
+        .iter()
+        .flat_map(|(t, _)| t.offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let cell_lengths = out.iter().flat_map(|(_, ca)| {
+        ca.tuple_cell_offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+    });
     let cols: Vec<ArrayRef> = vec![
         concat_ref::<UInt8Type, _>(quality.iter().map(Vec::as_slice)),
-        list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|(t, _)| t.hits.as_slice())))?,
-        list_column(cell_lengths, concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())))?,
+        list_column(
+            hit_lengths,
+            concat::<UInt32Type, _>(out.iter().map(|(t, _)| t.hits.as_slice())),
+        )?,
+        list_column(
+            cell_lengths,
+            concat::<UInt32Type, _>(out.iter().map(|(_, ca)| ca.tuple_cells.as_slice())),
+        )?,
     ];
     publish(batch, NTUPLETS, cols, out.iter().map(|(t, _)| t.len()))?;
     let alive: Vec<ArrayRef> = vec![Arc::new(BooleanArray::new(alive, None))];
-    batch.put(Product::new(RecordBatch::try_new(schema(CA_CELLS), alive)?, cell_offsets.clone())?)?;
-    publish_overflows(batch, out.iter().map(|(_, ca)| ntuplet_overflows(ca, n)).collect())
+    batch.put(Product::new(
+        RecordBatch::try_new(schema(CA_CELLS), alive)?,
+        cell_offsets.clone(),
+    )?)?;
+    publish_overflows(
+        batch,
+        out.iter().map(|(_, ca)| ntuplet_overflows(ca, n)).collect(),
+    )
 }
 
 // --- track_fit / track_quality ----------------------------------------------------------
@@ -316,10 +438,15 @@ fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Re
             concat_ref::<$t, _>(out.iter().map(|t| t.$f.as_slice()))
         };
     }
-    let n_hits: Vec<Vec<u8>> = out.iter().map(|t| t.n_hits.iter().map(|&n| n.min(255) as u8).collect()).collect();
+    let n_hits: Vec<Vec<u8>> = out
+        .iter()
+        .map(|t| t.n_hits.iter().map(|&n| n.min(255) as u8).collect())
+        .collect();
     let state = concat::<Float32Type, _>(out.iter().map(|t| t.state.as_flattened()));
     let cov = concat::<Float32Type, _>(out.iter().map(|t| t.covariance.as_flattened()));
-    let hit_lengths = out.iter().flat_map(|t| t.hit_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let hit_lengths = out
+        .iter()
+        .flat_map(|t| t.hit_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
     let cols: Vec<ArrayRef> = vec![
         cat!(UInt8Type, quality),
         cat!(Float32Type, pt),
@@ -332,14 +459,22 @@ fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Re
         concat_ref::<UInt8Type, _>(n_hits.iter().map(Vec::as_slice)),
         fixed_list(state, 5)?,
         fixed_list(cov, 15)?,
-        list_column(hit_lengths, concat::<UInt32Type, _>(out.iter().map(|t| t.hit_indices.as_slice())))?,
+        list_column(
+            hit_lengths,
+            concat::<UInt32Type, _>(out.iter().map(|t| t.hit_indices.as_slice())),
+        )?,
     ];
     publish(batch, type_name, cols, out.iter().map(|t| t.quality.len()))
 }
 
 /// A fixed-size-list column of `n` f32 per row.
 fn fixed_list(v: Float32Array, n: i32) -> Result<ArrayRef> {
-    Ok(Arc::new(FixedSizeListArray::try_new(Arc::new(Field::new("item", arrow_schema::DataType::Float32, false)), n, Arc::new(v), None)?))
+    Ok(Arc::new(FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", arrow_schema::DataType::Float32, false)),
+        n,
+        Arc::new(v),
+        None,
+    )?))
 }
 
 struct FitStep {
@@ -368,7 +503,13 @@ struct FitColumns<'a> {
 impl<'a> FitColumns<'a> {
     fn new(h: &'a Product, n: &'a Product) -> Result<Self> {
         let (hoff, hvals) = list_u32(n, "hits")?;
-        Ok(FitColumns { hits: HitColumns::new(h)?, n, quality: values::<UInt8Type>(n, "quality")?, hoff, hvals })
+        Ok(FitColumns {
+            hits: HitColumns::new(h)?,
+            n,
+            quality: values::<UInt8Type>(n, "quality")?,
+            hoff,
+            hvals,
+        })
     }
     fn event(&self, e: usize, cpe: &'a CpeParams) -> Result<FitInput<'a>> {
         let hits = self.hits.event(e, cpe)?;
@@ -393,7 +534,11 @@ pub fn fit_tuples<'a>(h: HitDets<'a>, n: &'a Product) -> Result<Vec<FitTuples<'a
     let (hoff, hvals) = list_u32(n, "hits")?;
     let quality = values::<UInt8Type>(n, "quality")?;
     if n.n_events() != h.n_events() {
-        return Err(Error::data(format!("{} events of tuples for {} of hits", n.n_events(), h.n_events())));
+        return Err(Error::data(format!(
+            "{} events of tuples for {} of hits",
+            n.n_events(),
+            h.n_events()
+        )));
     }
     (0..h.n_events())
         .map(|e| {
@@ -411,10 +556,19 @@ pub fn fit_tuples<'a>(h: HitDets<'a>, n: &'a Product) -> Result<Vec<FitTuples<'a
 /// duplicates) beyond its capacity per hit count keep zeros in the fit columns, as in the
 /// reference; say so.
 pub fn fit_overflows(tuples: &Tuples, n_fitted: u32, cfg: &CaConfig) -> EventOverflows {
-    let eligible = (0..tuples.len()).filter(|&i| (3..=5).contains(&tuples.size(i)) && tuples.quality[i] != crate::tracks::Quality::Dup).count() as u64;
+    let eligible = (0..tuples.len())
+        .filter(|&i| {
+            (3..=5).contains(&tuples.size(i)) && tuples.quality[i] != crate::tracks::Quality::Dup
+        })
+        .count() as u64;
     let missed = eligible.saturating_sub(n_fitted as u64);
     (missed > 0)
-        .then_some(Overflow { capacity: names::FITS_PER_MULTIPLICITY, limit: cfg.fit.max_concurrent_fits as u64, demanded: None, truncated: missed })
+        .then_some(Overflow {
+            capacity: names::FITS_PER_MULTIPLICITY,
+            limit: cfg.fit.max_concurrent_fits as u64,
+            demanded: None,
+            truncated: missed,
+        })
         .into_iter()
         .collect()
 }
@@ -454,11 +608,22 @@ pub fn publish_fits(batch: &mut EventBatch, out: Vec<(Tracks, EventOverflows)>) 
 /// let err = publish_fit_values(&mut batch(), &[&t], &[vec![FitJob { row: 2, n_fit: 4 }]], &v, &CaConfig::default());
 /// assert!(err.unwrap_err().to_string().contains("a fit of tuple 2 of 2"));
 /// ```
-pub fn publish_fit_values(batch: &mut EventBatch, tuples: &[&Tuples], jobs: &[Vec<crate::tracks::fit::FitJob>], values: &[f32], cfg: &CaConfig) -> Result<()> {
+pub fn publish_fit_values(
+    batch: &mut EventBatch,
+    tuples: &[&Tuples],
+    jobs: &[Vec<crate::tracks::fit::FitJob>],
+    values: &[f32],
+    cfg: &CaConfig,
+) -> Result<()> {
     use crate::tracks::fit::{FitValues, StoredFit};
     let n_jobs: usize = jobs.iter().map(Vec::len).sum();
     if tuples.len() != jobs.len() || values.len() != n_jobs * FitValues::LEN {
-        return Err(Error::data(format!("{} values for {n_jobs} fits of {} events ({} with jobs)", values.len(), tuples.len(), jobs.len())));
+        return Err(Error::data(format!(
+            "{} values for {n_jobs} fits of {} events ({} with jobs)",
+            values.len(),
+            tuples.len(),
+            jobs.len()
+        )));
     }
     let rows: usize = tuples.iter().map(|t| t.len()).sum();
     let pool = quiver_columnar::pool::global();
@@ -475,7 +640,14 @@ pub fn publish_fit_values(batch: &mut EventBatch, tuples: &[&Tuples], jobs: &[Ve
         n_hits.extend((0..t.len()).map(|i| (t.size(i) as u16).min(255) as u8));
         hits.extend_from_slice(&t.hits);
     }
-    let (mut pt, mut eta, mut phi, mut tip, mut zip, mut chi2) = (filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0), filled(rows, 0.0));
+    let (mut pt, mut eta, mut phi, mut tip, mut zip, mut chi2) = (
+        filled(rows, 0.0),
+        filled(rows, 0.0),
+        filled(rows, 0.0),
+        filled(rows, 0.0),
+        filled(rows, 0.0),
+        filled(rows, 0.0),
+    );
     let mut charge = pool.vec::<i8>(rows);
     charge.resize(rows, 1);
     let (mut state, mut cov) = (filled(5 * rows, 0.0), filled(15 * rows, 0.0));
@@ -485,9 +657,13 @@ pub fn publish_fit_values(batch: &mut EventBatch, tuples: &[&Tuples], jobs: &[Ve
         for job in js {
             let r = job.row as usize;
             if r >= t.len() {
-                return Err(tracking(TrackError::Invalid(format!("event {e}: a fit of tuple {r} of {}", t.len()))));
+                return Err(tracking(TrackError::Invalid(format!(
+                    "event {e}: a fit of tuple {r} of {}",
+                    t.len()
+                ))));
             }
-            let v = FitValues::from_slice(&values[at * FitValues::LEN..(at + 1) * FitValues::LEN]).expect("a slice of FitValues::LEN");
+            let v = FitValues::from_slice(&values[at * FitValues::LEN..(at + 1) * FitValues::LEN])
+                .expect("a slice of FitValues::LEN");
             at += 1;
             let s = StoredFit::of(&v, &cfg.fit);
             let row = base + r;
@@ -501,18 +677,30 @@ pub fn publish_fit_values(batch: &mut EventBatch, tuples: &[&Tuples], jobs: &[Ve
     }
     let f32s = |v: quiver_columnar::PoolVec<f32>| Float32Array::new(v.into_scalar_buffer(), None);
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(arrow_array::UInt8Array::new(quality.into_scalar_buffer(), None)),
+        Arc::new(arrow_array::UInt8Array::new(
+            quality.into_scalar_buffer(),
+            None,
+        )),
         Arc::new(f32s(pt)),
         Arc::new(f32s(eta)),
         Arc::new(f32s(phi)),
         Arc::new(f32s(tip)),
         Arc::new(f32s(zip)),
         Arc::new(f32s(chi2)),
-        Arc::new(arrow_array::Int8Array::new(charge.into_scalar_buffer(), None)),
-        Arc::new(arrow_array::UInt8Array::new(n_hits.into_scalar_buffer(), None)),
+        Arc::new(arrow_array::Int8Array::new(
+            charge.into_scalar_buffer(),
+            None,
+        )),
+        Arc::new(arrow_array::UInt8Array::new(
+            n_hits.into_scalar_buffer(),
+            None,
+        )),
         fixed_list(f32s(state), 5)?,
         fixed_list(f32s(cov), 15)?,
-        list_column(tuples.iter().flat_map(|t| (0..t.len()).map(|i| t.size(i))), arrow_array::UInt32Array::new(hits.into_scalar_buffer(), None))?,
+        list_column(
+            tuples.iter().flat_map(|t| (0..t.len()).map(|i| t.size(i))),
+            arrow_array::UInt32Array::new(hits.into_scalar_buffer(), None),
+        )?,
     ];
     publish(batch, TRACK_FITS, cols, tuples.iter().map(|t| t.len()))?;
     publish_overflows(batch, overflows)
@@ -544,8 +732,11 @@ struct QualityStep {
 
 fn per_event_report(tally: &[AtomicU64], what: &[&str]) -> Option<String> {
     let events = tally[0].load(Ordering::Relaxed).max(1) as f64;
-    let parts: Vec<String> =
-        what.iter().zip(&tally[1..]).map(|(w, n)| format!("{:.1} {w}", n.load(Ordering::Relaxed) as f64 / events)).collect();
+    let parts: Vec<String> = what
+        .iter()
+        .zip(&tally[1..])
+        .map(|(w, n)| format!("{:.1} {w}", n.load(Ordering::Relaxed) as f64 / events))
+        .collect();
     Some(format!("per event: {}", parts.join(", ")))
 }
 
@@ -555,12 +746,18 @@ fn fit_values_from_product(p: &Product, e: usize) -> Result<Tracks> {
     let r = p.event_rows(e);
     let (state, w5) = fixed_values(p, "state")?;
     if w5 != 5 {
-        return Err(Error::data(format!("product '{}': state width {w5}, expected 5", p.type_name())));
+        return Err(Error::data(format!(
+            "product '{}': state width {w5}, expected 5",
+            p.type_name()
+        )));
     }
     Ok(Tracks {
         pt: values::<Float32Type>(p, "pt")?[r.clone()].to_vec(),
         chi2: values::<Float32Type>(p, "chi2")?[r.clone()].to_vec(),
-        state: state[r.start * 5..r.end * 5].chunks_exact(5).map(|c| [c[0], c[1], c[2], c[3], c[4]]).collect(),
+        state: state[r.start * 5..r.end * 5]
+            .chunks_exact(5)
+            .map(|c| [c[0], c[1], c[2], c[3], c[4]])
+            .collect(),
         ..Tracks::default()
     })
 }
@@ -593,7 +790,18 @@ impl<'a> QualityColumns<'a> {
     fn new(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product) -> Result<Self> {
         let (hoff, hvals) = list_u32(n, "hits")?;
         let (coff, cvals) = list_u32(n, "cells")?;
-        Ok(QualityColumns { hits: HitColumns::new(h)?, n, c, f, quality: values::<UInt8Type>(n, "quality")?, hoff, hvals, coff, cvals, alive: booleans(c, "alive")? })
+        Ok(QualityColumns {
+            hits: HitColumns::new(h)?,
+            n,
+            c,
+            f,
+            quality: values::<UInt8Type>(n, "quality")?,
+            hoff,
+            hvals,
+            coff,
+            cvals,
+            alive: booleans(c, "alive")?,
+        })
     }
     fn event(&self, e: usize, cpe: &'a CpeParams, cfg: &CaConfig) -> Result<QualityInput<'a>> {
         let hits = self.hits.event(e, cpe)?;
@@ -605,13 +813,30 @@ impl<'a> QualityColumns<'a> {
         let cr = self.c.event_rows(e);
         // Only the late fishbone reads the alive flags; without it the replay needs the
         // number of cells alone (a bit-by-bit collect was a fifth of the GPU step's host time).
-        let a: Vec<bool> = if cfg.ntuplets.late_fishbone { self.alive.values().slice(cr.start, cr.len()).iter().collect() } else { vec![true; cr.len()] };
+        let a: Vec<bool> = if cfg.ntuplets.late_fishbone {
+            self.alive
+                .values()
+                .slice(cr.start, cr.len())
+                .iter()
+                .collect()
+        } else {
+            vec![true; cr.len()]
+        };
         let ca = ca_state_for_quality(&a, &tc, &tc_off, cfg).map_err(tracking)?;
         let tracks = fit_values_from_product(self.f, e)?;
         if tracks.pt.len() != tuples.len() {
-            return Err(Error::data(format!("{} fitted tracks for {} tuples", tracks.pt.len(), tuples.len())));
+            return Err(Error::data(format!(
+                "{} fitted tracks for {} tuples",
+                tracks.pt.len(),
+                tuples.len()
+            )));
         }
-        Ok(QualityInput { hits, tuples, ca, tracks })
+        Ok(QualityInput {
+            hits,
+            tuples,
+            ca,
+            tracks,
+        })
     }
 }
 
@@ -619,7 +844,14 @@ impl<'a> QualityColumns<'a> {
 /// `track_fits` products, as the CPU step reads them (the cells' tuple lists replayed), with
 /// its checks: an error here is the CPU step's error too. The GPU step reads the batch's
 /// columns instead ([`quality_columns`]).
-pub fn quality_inputs<'a>(h: &'a Product, n: &'a Product, c: &'a Product, f: &'a Product, cpe: &'a CpeParams, cfg: &CaConfig) -> Result<Vec<QualityInput<'a>>> {
+pub fn quality_inputs<'a>(
+    h: &'a Product,
+    n: &'a Product,
+    c: &'a Product,
+    f: &'a Product,
+    cpe: &'a CpeParams,
+    cfg: &CaConfig,
+) -> Result<Vec<QualityInput<'a>>> {
     let cols = QualityColumns::new(h, n, c, f)?;
     (0..h.n_events()).map(|e| cols.event(e, cpe, cfg)).collect()
 }
@@ -644,20 +876,38 @@ pub struct QualityColumnsView<'a> {
 /// cells' tuple lists (a tuple's cell past its event's cells, which the caller checks where
 /// it builds the lists) and of the hit columns other than detIndex (see [`HitDets`]): an
 /// error here is the CPU step's error too.
-pub fn quality_columns<'a>(h: HitDets<'a>, n: &'a Product, c: &'a Product, f: &'a Product) -> Result<QualityColumnsView<'a>> {
+pub fn quality_columns<'a>(
+    h: HitDets<'a>,
+    n: &'a Product,
+    c: &'a Product,
+    f: &'a Product,
+) -> Result<QualityColumnsView<'a>> {
     let (hoff, hvals) = list_u32(n, "hits")?;
     let (coff, cvals) = list_u32(n, "cells")?;
     let (quality, alive) = (values::<UInt8Type>(n, "quality")?, booleans(c, "alive")?);
     let (state, w5) = fixed_values(f, "state")?;
     if w5 != 5 {
-        return Err(Error::data(format!("product '{}': state width {w5}, expected 5", f.type_name())));
+        return Err(Error::data(format!(
+            "product '{}': state width {w5}, expected 5",
+            f.type_name()
+        )));
     }
-    let (pt, chi2) = (values::<Float32Type>(f, "pt")?, values::<Float32Type>(f, "chi2")?);
-    if let Some(&q) = quality.iter().find(|&&q| crate::tracks::Quality::from_u8(q).is_none()) {
+    let (pt, chi2) = (
+        values::<Float32Type>(f, "pt")?,
+        values::<Float32Type>(f, "chi2")?,
+    );
+    if let Some(&q) = quality
+        .iter()
+        .find(|&&q| crate::tracks::Quality::from_u8(q).is_none())
+    {
         return Err(tracking(TrackError::Invalid(format!("tuple quality {q}"))));
     }
     if n.n_events() != h.n_events() {
-        return Err(Error::data(format!("{} events of tuples for {} of hits", n.n_events(), h.n_events())));
+        return Err(Error::data(format!(
+            "{} events of tuples for {} of hits",
+            n.n_events(),
+            h.n_events()
+        )));
     }
     for e in 0..h.n_events() {
         let det = h.event(e);
@@ -665,14 +915,31 @@ pub fn quality_columns<'a>(h: HitDets<'a>, n: &'a Product, c: &'a Product, f: &'
         let r = n.event_rows(e);
         let hits = &hvals[hoff[r.start] as usize..hoff[r.end] as usize];
         if let Some(&bad) = hits.iter().find(|&&x| x as usize >= det.len()) {
-            return Err(tracking(TrackError::Invalid(format!("tuple hit {bad} is not one of the event's {} hits", det.len()))));
+            return Err(tracking(TrackError::Invalid(format!(
+                "tuple hit {bad} is not one of the event's {} hits",
+                det.len()
+            ))));
         }
         let fr = f.event_rows(e);
         if fr.len() != r.len() {
-            return Err(Error::data(format!("{} fitted tracks for {} tuples", fr.len(), r.len())));
+            return Err(Error::data(format!(
+                "{} fitted tracks for {} tuples",
+                fr.len(),
+                r.len()
+            )));
         }
     }
-    Ok(QualityColumnsView { hit_offsets: hoff, hits: hvals, cell_offsets: coff, cells: cvals, quality, state, pt, chi2, alive })
+    Ok(QualityColumnsView {
+        hit_offsets: hoff,
+        hits: hvals,
+        cell_offsets: coff,
+        cells: cvals,
+        quality,
+        state,
+        pt,
+        chi2,
+        alive,
+    })
 }
 
 /// Tracks per event by quality, for the run summary of `track_quality` (CPU or GPU).
@@ -684,42 +951,74 @@ impl QualityTally {
     pub fn add(&self, n_events: usize, quality: &[Vec<u8>]) {
         let t = &self.0;
         t[0].fetch_add(n_events as u64, Ordering::Relaxed);
-        t[1].fetch_add(quality.iter().map(|q| q.len() as u64).sum(), Ordering::Relaxed);
+        t[1].fetch_add(
+            quality.iter().map(|q| q.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
         // t[2..5]: loose (or better), dup, bad.
         use crate::vertices::quality::{BAD, DUP, LOOSE};
-        for (i, pick) in [|q: u8| q >= LOOSE, |q: u8| q == DUP, |q: u8| q == BAD].into_iter().enumerate() {
-            t[2 + i].fetch_add(quality.iter().flatten().filter(|&&q| pick(q)).count() as u64, Ordering::Relaxed);
+        for (i, pick) in [|q: u8| q >= LOOSE, |q: u8| q == DUP, |q: u8| q == BAD]
+            .into_iter()
+            .enumerate()
+        {
+            t[2 + i].fetch_add(
+                quality.iter().flatten().filter(|&&q| pick(q)).count() as u64,
+                Ordering::Relaxed,
+            );
         }
     }
     /// The summary line.
     pub fn report(&self) -> String {
         // Analysts want the loose ones: dup and bad rows are the reference's product too
         // (their pT and η are 0 where the fit was not kept), not tracks to histogram.
-        let r = per_event_report(&self.0, &["tracks", "loose or better", "dup", "bad"]).unwrap_or_default();
+        let r = per_event_report(&self.0, &["tracks", "loose or better", "dup", "bad"])
+            .unwrap_or_default();
         format!("{r} (analyses: quality >= 2, loose or better)")
     }
 }
 
 /// Publishes `track_quality`'s products: `tracks` (the fits' columns, shared, with every
 /// event's final quality) and the overflow rows.
-pub fn publish_quality(batch: &mut EventBatch, f: &Product, quality: &[Vec<u8>], overflows: Vec<EventOverflows>) -> Result<()> {
+pub fn publish_quality(
+    batch: &mut EventBatch,
+    f: &Product,
+    quality: &[Vec<u8>],
+    overflows: Vec<EventOverflows>,
+) -> Result<()> {
     // Same columns as the fits except the quality: share them.
     let fb = f.batch();
     let mut cols: Vec<ArrayRef> = fb.columns().to_vec();
     let qi = fb.schema().index_of("quality")?;
     cols[qi] = concat_ref::<UInt8Type, _>(quality.iter().map(Vec::as_slice));
-    batch.put(Product::new(RecordBatch::try_new(schema(TRACKS), cols)?, f.offsets().clone())?)?;
+    batch.put(Product::new(
+        RecordBatch::try_new(schema(TRACKS), cols)?,
+        f.offsets().clone(),
+    )?)?;
     publish_overflows(batch, overflows)
 }
 
 impl Step for QualityStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
-        let (h, n, c, f) = (batch.get(&self.hits)?, batch.get(&self.ntuplets)?, batch.get(&self.cells)?, batch.get(&self.fits)?);
+        let (h, n, c, f) = (
+            batch.get(&self.hits)?,
+            batch.get(&self.ntuplets)?,
+            batch.get(&self.cells)?,
+            batch.get(&self.fits)?,
+        );
         let cols = QualityColumns::new(&h, &n, &c, &f)?;
         let out = per_event(batch, |e| {
             let mut input = cols.event(e, &self.cpe, &self.cfg)?;
-            stage_quality(&input.hits, &input.tuples, &input.ca, &mut input.tracks, &self.cfg);
-            Ok((input.tracks.quality, ntuplet_overflows(&input.ca, &self.cfg.ntuplets)))
+            stage_quality(
+                &input.hits,
+                &input.tuples,
+                &input.ca,
+                &mut input.tracks,
+                &self.cfg,
+            );
+            Ok((
+                input.tracks.quality,
+                ntuplet_overflows(&input.ca, &self.cfg.ntuplets),
+            ))
         })?;
         let (out, overflows): (Vec<Vec<u8>>, Vec<EventOverflows>) = out.into_iter().unzip();
         self.tally.add(batch.n_events(), &out);
@@ -737,10 +1036,12 @@ pub fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
     let p = &cfg.params;
     let mut c = CaConfig::default();
     if let Some(v) = p.get("include_jumping_forward_doublets") {
-        c.doublets.include_jumping_forward_doublets = matches!(v, quiver_columnar::ParamValue::Bool(true));
+        c.doublets.include_jumping_forward_doublets =
+            matches!(v, quiver_columnar::ParamValue::Bool(true));
     }
     if let Some(quiver_columnar::ParamValue::Int(n)) = p.get("min_hits_per_ntuplet") {
-        c.ntuplets.min_hits_per_ntuplet = u32::try_from(*n).map_err(|_| cfg.param_error("min_hits_per_ntuplet", "must be ≥ 0"))?;
+        c.ntuplets.min_hits_per_ntuplet = u32::try_from(*n)
+            .map_err(|_| cfg.param_error("min_hits_per_ntuplet", "must be ≥ 0"))?;
     }
     if let Some(quiver_columnar::ParamValue::Float(v)) = p.get("ptmin") {
         c.ntuplets.ptmin = *v as f32;
@@ -760,50 +1061,96 @@ pub fn ca_config(cfg: &StepConfig) -> Result<CaConfig> {
     if Capacities::of(cfg)?.sized() {
         c = c.with_sized_capacities();
     }
-    c.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
+    c.validate()
+        .map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
     Ok(c)
 }
 
 /// The list and tuple capacities a CA state reached (`ca_ntuplets`, and the replay of the
 /// tuple lists in `track_quality`).
-pub fn ntuplet_overflows(ca: &crate::tracks::ntuplets::CaState, n: &crate::tracks::NtupletConfig) -> EventOverflows {
+pub fn ntuplet_overflows(
+    ca: &crate::tracks::ntuplets::CaState,
+    n: &crate::tracks::NtupletConfig,
+) -> EventOverflows {
     let mut o = Vec::new();
     if ca.neighbor_overflows > 0 {
         let t = ca.neighbor_overflows as u64;
-        o.push(Overflow { capacity: names::NEIGHBORS_PER_CELL, limit: n.max_cell_neighbors as u64, demanded: None, truncated: t });
+        o.push(Overflow {
+            capacity: names::NEIGHBORS_PER_CELL,
+            limit: n.max_cell_neighbors as u64,
+            demanded: None,
+            truncated: t,
+        });
     }
     if ca.track_overflows > 0 {
         let t = ca.track_overflows as u64;
-        o.push(Overflow { capacity: names::TUPLES_PER_CELL, limit: n.max_cell_tracks as u64, demanded: None, truncated: t });
+        o.push(Overflow {
+            capacity: names::TUPLES_PER_CELL,
+            limit: n.max_cell_tracks as u64,
+            demanded: None,
+            truncated: t,
+        });
     }
     if ca.tuple_overflows > 0 {
         let (limit, t) = (n.max_tuples as u64, ca.tuple_overflows as u64);
-        o.push(Overflow { capacity: names::TUPLES, limit, demanded: Some(limit + t), truncated: t });
+        o.push(Overflow {
+            capacity: names::TUPLES,
+            limit,
+            demanded: Some(limit + t),
+            truncated: t,
+        });
     }
     o
 }
 
 /// A list column from per-row lengths and flat values (pooled memory).
-pub(crate) fn list_column<T: arrow_array::ArrowPrimitiveType>(lengths: impl Iterator<Item = usize>, flat: arrow_array::PrimitiveArray<T>) -> Result<ArrayRef> {
+pub(crate) fn list_column<T: arrow_array::ArrowPrimitiveType>(
+    lengths: impl Iterator<Item = usize>,
+    flat: arrow_array::PrimitiveArray<T>,
+) -> Result<ArrayRef> {
     let offsets = quiver_columnar::product::offsets_from_lengths(lengths)?;
     let field = Arc::new(Field::new("item", T::DATA_TYPE, false));
-    Ok(Arc::new(ListArray::try_new(field, offsets, Arc::new(flat), None)?))
+    Ok(Arc::new(ListArray::try_new(
+        field,
+        offsets,
+        Arc::new(flat),
+        None,
+    )?))
 }
 
 /// The flat values of a fixed-size-list f32 column and its width.
 fn fixed_values<'a>(p: &'a Product, name: &str) -> Result<(&'a [f32], usize)> {
-    let col = p.batch().column_by_name(name).ok_or_else(|| Error::data(format!("product '{}' has no column '{name}'", p.type_name())))?;
+    let col = p.batch().column_by_name(name).ok_or_else(|| {
+        Error::data(format!(
+            "product '{}' has no column '{name}'",
+            p.type_name()
+        ))
+    })?;
     let fl = col
         .as_any()
         .downcast_ref::<FixedSizeListArray>()
-        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' is {}, expected a fixed-size list of Float32", p.type_name(), col.data_type())))?;
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}': column '{name}' is {}, expected a fixed-size list of Float32",
+                p.type_name(),
+                col.data_type()
+            ))
+        })?;
     let width = fl.value_length() as usize;
     let v = fl
         .values()
         .as_any()
         .downcast_ref::<Float32Array>()
-        .ok_or_else(|| Error::data(format!("product '{}': column '{name}' does not hold Float32", p.type_name())))?;
-    Ok((&v.values()[fl.offset() * width..(fl.offset() + fl.len()) * width], width))
+        .ok_or_else(|| {
+            Error::data(format!(
+                "product '{}': column '{name}' does not hold Float32",
+                p.type_name()
+            ))
+        })?;
+    Ok((
+        &v.values()[fl.offset() * width..(fl.offset() + fl.len()) * width],
+        width,
+    ))
 }
 
 // --- vertices -------------------------------------------------------------------------
@@ -822,7 +1169,10 @@ impl VertexTally {
     /// Counts a batch's vertices.
     pub fn add(&self, out: &[Vertices]) {
         self.0[0].fetch_add(out.len() as u64, Ordering::Relaxed);
-        self.0[1].fetch_add(out.iter().map(|v| v.zv.len() as u64).sum(), Ordering::Relaxed);
+        self.0[1].fetch_add(
+            out.iter().map(|v| v.zv.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
     }
     /// The summary line.
     pub fn report(&self) -> String {
@@ -844,7 +1194,9 @@ impl<'a> VertexColumns<'a> {
     fn new(t: &'a Product) -> Result<Self> {
         let (cov, width) = fixed_values(t, "covariance")?;
         if width != 15 {
-            return Err(Error::data(format!("product 'tracks': covariance has {width} terms, expected 15")));
+            return Err(Error::data(format!(
+                "product 'tracks': covariance has {width} terms, expected 15"
+            )));
         }
         Ok(VertexColumns {
             t,
@@ -859,9 +1211,18 @@ impl<'a> VertexColumns<'a> {
     fn with_event<R>(&self, e: usize, f: impl FnOnce(&TracksView) -> Result<R>) -> Result<R> {
         let rows = self.t.event_rows(e);
         let cov_zip: Vec<f32> = rows.clone().map(|r| self.cov[r * 15 + 14]).collect();
-        let n_hits: Vec<u16> = self.n_hits8[rows.clone()].iter().map(|&n| n as u16).collect();
-        let view = TracksView::new_unbounded(&self.zip[rows.clone()], &cov_zip, &self.pt[rows.clone()], &self.quality[rows], &n_hits)
-            .map_err(|e| Error::data(e.to_string()))?;
+        let n_hits: Vec<u16> = self.n_hits8[rows.clone()]
+            .iter()
+            .map(|&n| n as u16)
+            .collect();
+        let view = TracksView::new_unbounded(
+            &self.zip[rows.clone()],
+            &cov_zip,
+            &self.pt[rows.clone()],
+            &self.quality[rows],
+            &n_hits,
+        )
+        .map_err(|e| Error::data(e.to_string()))?;
         f(&view)
     }
 }
@@ -872,7 +1233,14 @@ impl<'a> VertexColumns<'a> {
 pub fn vertex_selection(t: &Product, cfg: &VertexConfig) -> Result<Vec<(usize, Selected)>> {
     let cols = VertexColumns::new(t)?;
     (0..t.n_events())
-        .map(|e| cols.with_event(e, |view| Ok((view.len(), select_tracks(view, cfg).map_err(|e| Error::data(e.to_string()))?))))
+        .map(|e| {
+            cols.with_event(e, |view| {
+                Ok((
+                    view.len(),
+                    select_tracks(view, cfg).map_err(|e| Error::data(e.to_string()))?,
+                ))
+            })
+        })
         .collect()
 }
 
@@ -892,26 +1260,41 @@ pub fn publish_vertices(batch: &mut EventBatch, t: &Product, out: &[Vertices]) -
         })
         .collect();
     let tracks_flat = concat::<UInt32Type, _>(out.iter().map(|v| v.track_indices.as_slice()));
-    let lengths = out.iter().flat_map(|v| v.track_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let lengths = out
+        .iter()
+        .flat_map(|v| v.track_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
     let cols: Vec<ArrayRef> = vec![
         concat_ref::<Float32Type, _>(out.iter().map(|v| v.zv.as_slice())),
         concat_ref::<Float32Type, _>(out.iter().map(|v| v.wv.as_slice())),
         concat_ref::<Float32Type, _>(out.iter().map(|v| v.chi2.as_slice())),
-        Arc::new(Int32Array::from(out.iter().flat_map(|v| v.ndof.iter().copied()).collect::<Vec<i32>>())),
+        Arc::new(Int32Array::from(
+            out.iter()
+                .flat_map(|v| v.ndof.iter().copied())
+                .collect::<Vec<i32>>(),
+        )),
         concat_ref::<Float32Type, _>(out.iter().map(|v| v.ptv2.as_slice())),
         concat_ref::<UInt16Type, _>(ranks.iter().map(Vec::as_slice)),
         list_column(lengths, tracks_flat)?,
     ];
     publish(batch, VERTICES, cols, out.iter().map(|v| v.zv.len()))?;
-    let idv = vec![concat_ref::<Int16Type, _>(out.iter().map(|v| v.idv.as_slice()))];
-    batch.put(Product::new(RecordBatch::try_new(schema(TRACK_VERTICES), idv)?, t.offsets().clone())?)
+    let idv = vec![concat_ref::<Int16Type, _>(
+        out.iter().map(|v| v.idv.as_slice()),
+    )];
+    batch.put(Product::new(
+        RecordBatch::try_new(schema(TRACK_VERTICES), idv)?,
+        t.offsets().clone(),
+    )?)
 }
 
 impl Step for VerticesStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let t = batch.get(&self.input)?;
         let cols = VertexColumns::new(&t)?;
-        let out = per_event(batch, |e| cols.with_event(e, |view| find_vertices(view, &self.cfg).map_err(|e| Error::data(e.to_string()))))?;
+        let out = per_event(batch, |e| {
+            cols.with_event(e, |view| {
+                find_vertices(view, &self.cfg).map_err(|e| Error::data(e.to_string()))
+            })
+        })?;
         self.tally.add(&out);
         publish_vertices(batch, &t, &out)
     }
@@ -928,7 +1311,13 @@ fn ntuplet_hits_agree(plan: &quiver_columnar::plan::ResolvedPlan) -> Result<()> 
     for s in plan.steps.iter().filter(|s| s.type_name == "ca_ntuplets") {
         let Some(n) = s.params.get(KEY) else { continue };
         for k in s.inputs.get("doublets").into_iter().flatten() {
-            let Some(d) = plan.steps.iter().find(|p| p.label == k.label && p.type_name == "ca_doublets") else { continue };
+            let Some(d) = plan
+                .steps
+                .iter()
+                .find(|p| p.label == k.label && p.type_name == "ca_doublets")
+            else {
+                continue;
+            };
             if let Some(m) = d.params.get(KEY).filter(|m| *m != n) {
                 return Err(Error::plan(
                     &s.label,
@@ -951,20 +1340,41 @@ pub(super) fn register(r: &mut Registry) {
     let min_hits = ParamSpec::int("min_hits_per_ntuplet", 3, "3: triplets and quadruplets; 4: quadruplets only (13 layer pairs); the same in ca_doublets and ca_ntuplets")
         .within(3.0, 4.0);
     let fishbones = [
-        ParamSpec::bool("early_fishbone", true, "kill collinear cells sharing an outer hit before the search"),
-        ParamSpec::bool("late_fishbone", false, "the same after the search (off in the reference)"),
+        ParamSpec::bool(
+            "early_fishbone",
+            true,
+            "kill collinear cells sharing an outer hit before the search",
+        ),
+        ParamSpec::bool(
+            "late_fishbone",
+            false,
+            "the same after the search (off in the reference)",
+        ),
     ];
     r.add(StepType {
         name: "ca_doublets",
         doc: "CA doublets: cells of the 19 layer pairs with the φ, z, z0, pT and cluster-size cuts",
         params: vec![
-            ParamSpec::bool("include_jumping_forward_doublets", true, "the four FPix jumping pairs (19 pairs, else 15)"),
+            ParamSpec::bool(
+                "include_jumping_forward_doublets",
+                true,
+                "the four FPix jumping pairs (19 pairs, else 15)",
+            ),
             min_hits.clone(),
             Capacities::param(),
         ],
-        signature: Signature { inputs: vec![InputSpec::one("hits", HITS, "rec hits")], outputs: vec![DOUBLETS.into(), CAPACITY_OVERFLOWS.into()] },
+        signature: Signature {
+            inputs: vec![InputSpec::one("hits", HITS, "rec hits")],
+            outputs: vec![DOUBLETS.into(), CAPACITY_OVERFLOWS.into()],
+        },
         backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(DoubletsStep { hits: cfg.input("hits")?, cpe: cond(cfg)?, cfg: ca_config(cfg)? })),
+        build: |cfg| {
+            Ok(Box::new(DoubletsStep {
+                hits: cfg.input("hits")?,
+                cpe: cond(cfg)?,
+                cfg: ca_config(cfg)?,
+            }))
+        },
     });
     r.add(StepType {
         name: "ca_ntuplets",
@@ -1066,10 +1476,14 @@ pub fn vertex_config(cfg: &StepConfig) -> Result<VertexConfig> {
         chi2max: p.float("chi2max") as f32,
         pt_min: p.float("pt_min") as f32,
         min_hits: p.int("min_hits") as u16,
-        max_tracks: if Capacities::of(cfg)?.sized() { usize::MAX } else { crate::vertices::MAX_TRACKS },
+        max_tracks: if Capacities::of(cfg)?.sized() {
+            usize::MAX
+        } else {
+            crate::vertices::MAX_TRACKS
+        },
         ..Default::default()
     };
-    vc.validate().map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
+    vc.validate()
+        .map_err(|e| Error::plan(&cfg.label, e.to_string()))?;
     Ok(vc)
 }
-

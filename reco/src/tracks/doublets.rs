@@ -117,8 +117,8 @@ impl Default for DoubletConfig {
                 PHI_0P05, PHI_0P05, PHI_0P05,
             ],
             min_z: [
-                -20., 0., -30., -22., 10., -30., -70., -70., -22., 15., -30., -70., -70., -20., -22.,
-                0., -30., -70., -70.,
+                -20., 0., -30., -22., 10., -30., -70., -70., -22., 15., -30., -70., -70., -20.,
+                -22., 0., -30., -70., -70.,
             ],
             max_z: [
                 20., 30., 0., 22., 30., -10., 70., 70., 22., 30., -15., 70., 70., 20., 22., 30.,
@@ -135,12 +135,17 @@ impl DoubletConfig {
     /// Checks the parameters that could make the search meaningless.
     pub fn validate(&self) -> Result<(), TrackError> {
         if self.max_cells_per_hit == 0 {
-            return Err(TrackError::Config("doublets.max_cells_per_hit must be > 0".into()));
+            return Err(TrackError::Config(
+                "doublets.max_cells_per_hit must be > 0".into(),
+            ));
         }
         if self.phi_cuts.iter().any(|&c| c < 0) {
             return Err(TrackError::Config("doublets.phi_cuts must be ≥ 0".into()));
         }
-        if !(self.hard_pt_cut.is_finite() && self.radius_per_gev.is_finite() && self.z0_cut.is_finite()) {
+        if !(self.hard_pt_cut.is_finite()
+            && self.radius_per_gev.is_finite()
+            && self.z0_cut.is_finite())
+        {
             return Err(TrackError::Config("doublets: non-finite cut".into()));
         }
         Ok(())
@@ -167,7 +172,11 @@ impl DoubletConfig {
                 min_z: self.min_z[p],
                 max_z: self.max_z[p],
                 max_r: self.max_r[p],
-                max_dysize: if inner == 0 { self.max_dysize_12 } else { self.max_dysize },
+                max_dysize: if inner == 0 {
+                    self.max_dysize_12
+                } else {
+                    self.max_dysize
+                },
                 barrel_size_cut: self.do_cluster_cut && outer < 4,
                 forward_size_cut: self.do_cluster_cut && outer >= 4 && inner < 4,
                 min_ysize: match (inner, outer > 3) {
@@ -301,7 +310,10 @@ pub struct Csr {
 impl Csr {
     /// `n` empty rows.
     pub fn empty(n: usize) -> Self {
-        Self { offsets: vec![0; n + 1], values: Vec::new() }
+        Self {
+            offsets: vec![0; n + 1],
+            values: Vec::new(),
+        }
     }
 
     /// From one list per row.
@@ -314,7 +326,10 @@ impl Csr {
     /// assert!(c.of(1).is_empty());
     /// ```
     pub fn from_lists(lists: &[Vec<u32>]) -> Self {
-        let mut c = Self { offsets: Vec::with_capacity(lists.len() + 1), values: Vec::new() };
+        let mut c = Self {
+            offsets: Vec::with_capacity(lists.len() + 1),
+            values: Vec::new(),
+        };
         c.offsets.push(0);
         for l in lists {
             c.values.extend_from_slice(l);
@@ -337,13 +352,19 @@ impl Csr {
 
     /// Iterator over the rows' lists.
     pub fn iter(&self) -> impl Iterator<Item = &[u32]> + '_ {
-        self.offsets.windows(2).map(|w| &self.values[w[0] as usize..w[1] as usize])
+        self.offsets
+            .windows(2)
+            .map(|w| &self.values[w[0] as usize..w[1] as usize])
     }
 
     /// Groups `(row, value)` pairs by row in one counting sort, keeping their order inside a
     /// row and at most `cap` values per row (the first ones win, as with a bounded push).
     /// Returns the lists and the number of rows that had more than `cap`.
-    pub fn group_capped(n_rows: usize, pairs: impl Iterator<Item = (u32, u32)> + Clone, cap: u32) -> (Self, u32) {
+    pub fn group_capped(
+        n_rows: usize,
+        pairs: impl Iterator<Item = (u32, u32)> + Clone,
+        cap: u32,
+    ) -> (Self, u32) {
         let mut offsets = vec![0u32; n_rows + 1];
         for (r, _) in pairs.clone() {
             offsets[r as usize + 1] += 1;
@@ -443,23 +464,39 @@ pub fn n_actual_pairs(include_jumping_forward: bool, min_hits_per_ntuplet: u32) 
 /// let d = build_doublets(&cols.view(&cpe), &DoubletConfig::default(), 19).unwrap();
 /// assert_eq!(d.cells.len(), 1);
 /// ```
-pub fn build_doublets(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
+pub fn build_doublets(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    n_pairs: usize,
+) -> Result<Doublets, TrackError> {
     let mut d = build_doublet_cells(hits, cfg, n_pairs)?;
     // Cells ending on each hit, first `max_cells_per_hit` in creation order.
     // (Read from a compact copy of the outer hits: the cells are six times wider.)
     let outers: Vec<u32> = d.cells.iter().map(|cell| cell.outer).collect();
-    let (lists, overflows) =
-        Csr::group_capped(hits.n_hits(), outers.iter().enumerate().map(|(c, &o)| (o, c as u32)), cfg.max_cells_per_hit);
+    let (lists, overflows) = Csr::group_capped(
+        hits.n_hits(),
+        outers.iter().enumerate().map(|(c, &o)| (o, c as u32)),
+        cfg.max_cells_per_hit,
+    );
     d.outer_hit_of_cell = lists;
     d.outer_hit_overflows = overflows;
     Ok(d)
 }
 
 /// [`build_doublets`] without the per-hit cell lists (`outer_hit_of_cell` has no rows).
-pub fn build_doublet_cells(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<Doublets, TrackError> {
+pub fn build_doublet_cells(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    n_pairs: usize,
+) -> Result<Doublets, TrackError> {
     let mut cells = Vec::new();
     let cells_missed = search(hits, cfg, n_pairs, &mut cells)?;
-    Ok(Doublets { cells, cells_overflow: cells_missed > 0, cells_missed, ..Default::default() })
+    Ok(Doublets {
+        cells,
+        cells_overflow: cells_missed > 0,
+        cells_missed,
+        ..Default::default()
+    })
 }
 
 /// The cells of one event as columns, in creation order: what the `ca_doublets` step
@@ -491,7 +528,11 @@ pub struct CellColumns {
 /// let c = build_doublet_columns(&cols.view(&cpe), &DoubletConfig::default(), 19).unwrap();
 /// assert_eq!((c.inner, c.outer, c.pair), (vec![0], vec![1], vec![0]));
 /// ```
-pub fn build_doublet_columns(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<CellColumns, TrackError> {
+pub fn build_doublet_columns(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    n_pairs: usize,
+) -> Result<CellColumns, TrackError> {
     let mut cols = CellColumns::default();
     cols.cells_missed = search(hits, cfg, n_pairs, &mut cols)?;
     cols.cells_overflow = cols.cells_missed > 0;
@@ -557,7 +598,12 @@ pub fn listed_flags(outer: &[u32], n_hits: usize, max_cells_per_hit: u32) -> Vec
 
 /// The doublet search into `sink`; returns the cells found with the container full
 /// (`max_number_of_doublets` reached: 0 when it was not).
-fn search<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<u64, TrackError> {
+fn search<S: CellSink>(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    n_pairs: usize,
+    sink: &mut S,
+) -> Result<u64, TrackError> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2.
@@ -570,12 +616,22 @@ fn search<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sin
 /// operations, so the same cells.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn search_avx2<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, sink: &mut S) -> Result<u64, TrackError> {
+unsafe fn search_avx2<S: CellSink>(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    n_pairs: usize,
+    sink: &mut S,
+) -> Result<u64, TrackError> {
     search_impl(hits, cfg, n_pairs, sink)
 }
 
 #[inline(always)]
-fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize, out: &mut S) -> Result<u64, TrackError> {
+fn search_impl<S: CellSink>(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    n_pairs: usize,
+    out: &mut S,
+) -> Result<u64, TrackError> {
     cfg.validate()?;
     hits.validate_max(cfg.max_hits)?;
     if n_pairs > N_PAIRS {
@@ -606,7 +662,8 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
         let (minz, maxz, maxr) = (pc.min_z, pc.max_z, pc.max_r);
         // Cluster-size cuts: |Δ size| for barrel pairs, size vs. the size predicted from the
         // doublet's slope for barrel → forward pairs.
-        let (dy_barrel, barrel_size_cut, forward_size_cut) = (pc.max_dysize, pc.barrel_size_cut, pc.forward_size_cut);
+        let (dy_barrel, barrel_size_cut, forward_size_cut) =
+            (pc.max_dysize, pc.barrel_size_cut, pc.forward_size_cut);
         let do_pt_cut = cfg.do_pt_cut;
         let min_ysize = pc.min_ysize;
         for i in ls[inner_l] as usize..ls[inner_l + 1] as usize {
@@ -621,7 +678,11 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
             let mut mes: i32 = -1;
             if cfg.do_cluster_cut {
                 let is_outer_ladder = cfg.ideal_conditions || (mi / 8).is_multiple_of(2);
-                mes = if inner > 0 || is_outer_ladder { hits.size_y[i] as i32 } else { -1 };
+                mes = if inner > 0 || is_outer_ladder {
+                    hits.size_y[i] as i32
+                } else {
+                    -1
+                };
                 if mes > 0 && mes < min_ysize {
                     continue;
                 }
@@ -660,17 +721,23 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
                     for j in 0..CHUNK {
                         let (zo, ro) = (zs[j], rs[j]);
                         let dr = ro - mer;
-                        let z0_fails = do_z0_cut & ((dr > maxr) | (dr < 0.0) | ((mez * ro - mer * zo).abs() > z0_cut * dr));
+                        let z0_fails = do_z0_cut
+                            & ((dr > maxr)
+                                | (dr < 0.0)
+                                | ((mez * ro - mer * zo).abs() > z0_cut * dr));
                         // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
                         // |a − b| (the two differ only for −32768, where both are 32768).
                         let idphi = (ps[j].wrapping_sub(mep) as i32).abs();
                         let so = sys[j] as i32;
-                        let size_fails = barrel_size_cut & (mes > 0) & (so > 0) & ((so - mes).abs() > dy_barrel);
+                        let size_fails =
+                            barrel_size_cut & (mes > 0) & (so > 0) & ((so - mes).abs() > dy_barrel);
                         let dphi = ((idphi as u16) as i16) as f32 * i2p;
-                        let pt_fails = do_pt_cut & (dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer));
+                        let pt_fails = do_pt_cut
+                            & (dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer));
                         pass[j] = !(z0_fails | (idphi > phicut as i32) | size_fails | pt_fails);
                     }
-                    let mut bits = mask8(pass[..8].try_into().unwrap()) | (mask8(pass[8..].try_into().unwrap()) << 8);
+                    let mut bits = mask8(pass[..8].try_into().unwrap())
+                        | (mask8(pass[8..].try_into().unwrap()) << 8);
                     let left = k1 - k;
                     if left < CHUNK {
                         bits &= (1u32 << left) - 1;
@@ -680,7 +747,9 @@ fn search_impl<S: CellSink>(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize
                         bits &= bits - 1;
                         let kk = k + j;
                         if forward_size_cut && mes > 0 {
-                            let pred = (((mez - packed.z[kk]) / (mer - packed.r[kk])).abs() * dzdr_fact + 0.5f32) as i32;
+                            let pred = (((mez - packed.z[kk]) / (mer - packed.r[kk])).abs()
+                                * dzdr_fact
+                                + 0.5f32) as i32;
                             if (mes - pred).abs() > cfg.max_dy_pred {
                                 continue;
                             }

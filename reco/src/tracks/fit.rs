@@ -10,7 +10,9 @@ use super::ntuplets::Tuples;
 use super::{HitsView, Quality, TrackError, Tracks};
 use quiver_formats::conditions::Frame;
 
-use super::linalg::{cholesky_invert, cross2, dot2, mat_vec, mul, sandwich, sqr, sub2, transpose, Mat, MX};
+use super::linalg::{
+    cholesky_invert, cross2, dot2, mat_vec, mul, sandwich, sqr, sub2, transpose, Mat, MX,
+};
 
 /// Parameters of the fit. Defaults are the reference's.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,7 +45,10 @@ impl FitConfig {
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), TrackError> {
         if !(self.b_field.is_finite() && self.b_field > 0.0) {
-            return Err(TrackError::Config(format!("fit.b_field must be finite and > 0, got {}", self.b_field)));
+            return Err(TrackError::Config(format!(
+                "fit.b_field must be finite and > 0, got {}",
+                self.b_field
+            )));
         }
         Ok(())
     }
@@ -73,7 +78,9 @@ pub fn mult_scatt(length: f64, b: f64, r: f64, slope: f64) -> f64 {
     const XXI_0: f64 = 0.06 / 16.0;
     const GEOMETRY_FACTOR: f64 = 0.7;
     const FACT: f64 = GEOMETRY_FACTOR * ((13.6 / 1000.0) * (13.6 / 1000.0));
-    FACT / (pt2 * (1.0 + sqr(slope))) * (length.abs() * XXI_0) * sqr(1.0 + 0.038 * (length.abs() * XXI_0).ln())
+    FACT / (pt2 * (1.0 + sqr(slope)))
+        * (length.abs() * XXI_0)
+        * sqr(1.0 + 0.038 * (length.abs() * XXI_0).ln())
 }
 
 /// Global covariance (xx, xy, yy, xz, yz, zz) of a hit with local variances (cxx, cyy),
@@ -147,7 +154,14 @@ fn prepare(hits: &[[f64; 3]], ff: &[f64; 4], b: f64) -> Prepared {
     let q: i32 = if cross2(d, e) > 0.0 { -1 } else { 1 };
     let slope = (-q) as f64 / ff[3];
     let rot = rotation(slope);
-    let mut p = Prepared { q, radii: [[0.0; 2]; MX], s: [0.0; MX], big_s: [0.0; MX], big_z: [0.0; MX], var_beta: [0.0; MX] };
+    let mut p = Prepared {
+        q,
+        radii: [[0.0; 2]; MX],
+        s: [0.0; MX],
+        big_s: [0.0; MX],
+        big_z: [0.0; MX],
+        var_beta: [0.0; MX],
+    };
     for i in 0..n {
         p.radii[i] = [hits[i][0] - ff[0], hits[i][1] - ff[1]];
     }
@@ -179,14 +193,15 @@ fn matrix_c_u(w: &[f64; MX], s: &[f64; MX], vb: &[f64; MX], n: usize) -> Mat {
             c[i][i] += 1.0 / (vb[i - 1] * sqr(s[i] - s[i - 1]));
         }
         if i > 0 && i < n - 1 {
-            c[i][i] += (1.0 / vb[i]) * sqr((s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1])));
+            c[i][i] += (1.0 / vb[i])
+                * sqr((s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1])));
         }
         if i + 2 < n {
             c[i][i] += 1.0 / (vb[i + 1] * sqr(s[i + 1] - s[i]));
         }
         if i > 0 && i < n - 1 {
-            c[i][i + 1] =
-                1.0 / (vb[i] * (s[i + 1] - s[i])) * (-(s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1])));
+            c[i][i + 1] = 1.0 / (vb[i] * (s[i + 1] - s[i]))
+                * (-(s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1])));
         }
         if i + 2 < n {
             c[i][i + 1] += 1.0 / (vb[i + 1] * (s[i + 1] - s[i]))
@@ -258,7 +273,10 @@ fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
         let r = p.radii[i];
         let tmp = 1.0 / (r[0] * r[0] + r[1] * r[1]).sqrt();
         let jac = [[r[1] * tmp, -r[0] * tmp, 0.0], [0.0, 0.0, 1.0]];
-        let t = mul(&mul(&mul(&mul(&rot, &jac), &v), &transpose(&jac)), &transpose(&rot));
+        let t = mul(
+            &mul(&mul(&mul(&rot, &jac), &v), &transpose(&jac)),
+            &transpose(&rot),
+        );
         w[i] = 1.0 / t[1][1];
     }
     let mut r_u = [0.0f64; MX];
@@ -273,7 +291,11 @@ fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
     let idiff = 1.0 / (s[1] - s[0]);
     let c01 = (inv[0][1] - inv[0][0]) * idiff;
     let mut cov = [
-        [(inv[0][0] - 2.0 * inv[0][1] + inv[1][1]) * sqr(idiff) + mult_scatt(s[1] - s[0], b, ff[2], slope), c01],
+        [
+            (inv[0][0] - 2.0 * inv[0][1] + inv[1][1]) * sqr(idiff)
+                + mult_scatt(s[1] - s[0], b, ff[2], slope),
+            c01,
+        ],
         [c01, inv[0][0]],
     ];
     // Back to the SZ frame whose origin is not the first hit.
@@ -296,7 +318,8 @@ fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
     for i in 0..n {
         chi2 += w[i] * sqr(zz[i] - u[i]);
         if i > 0 && i < n - 1 {
-            chi2 += sqr(u[i - 1] / (s[i] - s[i - 1]) - u[i] * (s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1]))
+            chi2 += sqr(u[i - 1] / (s[i] - s[i - 1])
+                - u[i] * (s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1]))
                 + u[i + 1] / (s[i + 1] - s[i]))
                 / vb[i];
         }
@@ -305,7 +328,13 @@ fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
 }
 
 #[inline(always)]
-fn circle_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &mut Prepared) -> CircleFit {
+fn circle_fit(
+    hits: &[[f64; 3]],
+    ge: &[[f32; 6]],
+    ff: &[f64; 4],
+    b: f64,
+    p: &mut Prepared,
+) -> CircleFit {
     let n = hits.len();
     let q = p.q;
     let slope = (-q) as f64 / ff[3];
@@ -336,7 +365,8 @@ fn circle_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &mut
     for i in 0..n {
         cu[i][n] = 0.0;
         if i > 0 && i < n - 1 {
-            cu[i][n] += -(s[i + 1] - s[i - 1]) * (s[i + 1] - s[i - 1]) / (2.0 * vb[i] * (s[i + 1] - s[i]) * (s[i] - s[i - 1]));
+            cu[i][n] += -(s[i + 1] - s[i - 1]) * (s[i + 1] - s[i - 1])
+                / (2.0 * vb[i] * (s[i + 1] - s[i]) * (s[i] - s[i - 1]));
         }
         if i > 1 {
             cu[i][n] += (s[i] - s[i - 2]) / (2.0 * vb[i - 1] * (s[i] - s[i - 1]));
@@ -391,7 +421,11 @@ fn circle_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &mut
         ],
         [0.0, 0.0, qf],
     ];
-    let cov = [[inv[0][0], inv[0][1], inv[0][n]], [inv[1][0], inv[1][1], inv[1][n]], [inv[n][0], inv[n][1], inv[n][n]]];
+    let cov = [
+        [inv[0][0], inv[0][1], inv[0][n]],
+        [inv[1][0], inv[1][1], inv[1][n]],
+        [inv[n][0], inv[n][1], inv[n][n]],
+    ];
     c.cov = sandwich(&j, &cov);
     // To the frame of the first corrected hit, add its multiple scattering, then back.
     translate_karimaki(&mut c, 0.5 * emd[0], 0.5 * emd[1]);
@@ -402,7 +436,8 @@ fn circle_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &mut
     for i in 0..n {
         chi2 = (chi2 as f64 + w[i] * sqr(zz[i] - u[i])) as f32;
         if i > 0 && i < n - 1 {
-            let t = sqr(u[i - 1] / (s[i] - s[i - 1]) - u[i] * (s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1]))
+            let t = sqr(u[i - 1] / (s[i] - s[i - 1])
+                - u[i] * (s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1]))
                 + u[i + 1] / (s[i + 1] - s[i])
                 + (s[i + 1] - s[i - 1]) * u[n] / 2.0)
                 / vb[i];
@@ -437,7 +472,11 @@ pub struct BrokenLineFit {
 /// let f = broken_line_fit(&pts, &ge, 0.0114257).unwrap();
 /// assert!((1.0 / f.circle.par[2].abs() - r).abs() < 1.0);
 /// ```
-pub fn broken_line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<BrokenLineFit, TrackError> {
+pub fn broken_line_fit(
+    hits: &[[f64; 3]],
+    ge: &[[f32; 6]],
+    b: f64,
+) -> Result<BrokenLineFit, TrackError> {
     let n = hits.len();
     if !(3..=5).contains(&n) || ge.len() != n {
         return Err(TrackError::Config(format!(
@@ -462,7 +501,11 @@ fn fit_n<const N: usize>(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> BrokenLi
     // overwrites Z.
     let line = line_fit(ge, &ff, b, &p);
     let circle = circle_fit(hits, ge, &ff, b, &mut p);
-    BrokenLineFit { fast: ff, circle, line }
+    BrokenLineFit {
+        fast: ff,
+        circle,
+        line,
+    }
 }
 
 extern "C" {
@@ -501,12 +544,18 @@ pub fn fit_selection(tuples: &Tuples, cfg: &FitConfig) -> Vec<FitJob> {
     let mut jobs = Vec::with_capacity(tuples.len());
     for it in (0..tuples.len()).rev() {
         let nh = tuples.size(it);
-        if !(3..=5).contains(&nh) || tuples.quality[it] == Quality::Dup || per_mult[nh] >= cfg.max_concurrent_fits {
+        if !(3..=5).contains(&nh)
+            || tuples.quality[it] == Quality::Dup
+            || per_mult[nh] >= cfg.max_concurrent_fits
+        {
             continue;
         }
         per_mult[nh] += 1;
         let n_fit = if nh == 5 && cfg.fit5as4 { 4 } else { nh };
-        jobs.push(FitJob { row: it as u32, n_fit: n_fit as u8 });
+        jobs.push(FitJob {
+            row: it as u32,
+            n_fit: n_fit as u8,
+        });
     }
     jobs
 }
@@ -535,9 +584,23 @@ impl FitValues {
         let b = cfg.b_field as f64;
         let (cp, cc, lp, lc) = (&f.circle.par, &f.circle.cov, &f.line.par, &f.line.cov);
         FitValues {
-            state: [cp[0] as f32, cp[1] as f32, cp[2] as f32, lp[0] as f32, lp[1] as f32],
-            cov: [cc[0][0], cc[0][1], cc[0][2], cc[1][1], cc[1][2], cc[2][2], lc[0][0], lc[0][1], lc[1][1]].map(|x| x as f32),
-            pt: if cfg.use_riemann_fit { (b / cp[2].abs()) as f32 } else { (b as f32) / (cp[2].abs() as f32) },
+            state: [
+                cp[0] as f32,
+                cp[1] as f32,
+                cp[2] as f32,
+                lp[0] as f32,
+                lp[1] as f32,
+            ],
+            cov: [
+                cc[0][0], cc[0][1], cc[0][2], cc[1][1], cc[1][2], cc[2][2], lc[0][0], lc[0][1],
+                lc[1][1],
+            ]
+            .map(|x| x as f32),
+            pt: if cfg.use_riemann_fit {
+                (b / cp[2].abs()) as f32
+            } else {
+                (b as f32) / (cp[2].abs() as f32)
+            },
             chi2: ((f.circle.chi2 as f64 + f.line.chi2) / (2 * n_fit as i32 - 5) as f64) as f32,
         }
     }
@@ -580,7 +643,12 @@ pub fn store_values(tracks: &mut Tracks, row: usize, v: &FitValues, cfg: &FitCon
     tracks.pt[row] = v.pt;
     tracks.eta[row] = s.eta;
     tracks.chi2[row] = v.chi2;
-    (tracks.phi[row], tracks.tip[row], tracks.zip[row], tracks.charge[row]) = (s.phi(), s.tip(), s.zip(), s.charge());
+    (
+        tracks.phi[row],
+        tracks.tip[row],
+        tracks.zip[row],
+        tracks.charge[row],
+    ) = (s.phi(), s.tip(), s.zip(), s.charge());
 }
 
 /// A track's stored values from its fit: what [`store_values`] writes besides the fit's pT
@@ -612,7 +680,11 @@ impl StoredFit {
         cov[12] = c[6];
         cov[13] = c[7];
         cov[14] = c[8];
-        StoredFit { state: st, cov, eta: c_asinhf(v.state[3]) }
+        StoredFit {
+            state: st,
+            cov,
+            eta: c_asinhf(v.state[3]),
+        }
     }
     /// φ at the point of closest approach (the state's first term).
     pub fn phi(&self) -> f32 {
@@ -655,7 +727,12 @@ impl StoredFit {
 /// assert!((t.pt[0] - cfg.b_field / 0.02).abs() < 1e-4);
 /// ```
 pub fn store_fit(tracks: &mut Tracks, job: FitJob, f: &BrokenLineFit, cfg: &FitConfig) {
-    store_values(tracks, job.row as usize, &FitValues::of(f, job.n_fit as usize, cfg), cfg);
+    store_values(
+        tracks,
+        job.row as usize,
+        &FitValues::of(f, job.n_fit as usize, cfg),
+        cfg,
+    );
 }
 
 /// Fits every tuple of [`fit_selection`] with the Broken Line (or the Riemann fit) into
@@ -673,7 +750,12 @@ pub fn store_fit(tracks: &mut Tracks, job: FitJob, f: &BrokenLineFit, cfg: &FitC
 /// assert_eq!(fit_tuples(&cols.view(&cpe), &t, &FitConfig::default(), &mut tracks).unwrap(), 1);
 /// assert!((tracks.pt[0] - 2.0).abs() < 0.01);
 /// ```
-pub fn fit_tuples(hits: &HitsView, tuples: &Tuples, cfg: &FitConfig, tracks: &mut Tracks) -> Result<u32, TrackError> {
+pub fn fit_tuples(
+    hits: &HitsView,
+    tuples: &Tuples,
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<u32, TrackError> {
     cfg.validate()?;
     let b = cfg.b_field as f64;
     let mut pos = [[0f64; 3]; 5];
@@ -681,16 +763,30 @@ pub fn fit_tuples(hits: &HitsView, tuples: &Tuples, cfg: &FitConfig, tracks: &mu
     let jobs = fit_selection(tuples, cfg);
     for &job in &jobs {
         let n_fit = job.n_fit as usize;
-        for (k, &h) in tuples.hits_of(job.row as usize).iter().take(n_fit).enumerate() {
+        for (k, &h) in tuples
+            .hits_of(job.row as usize)
+            .iter()
+            .take(n_fit)
+            .enumerate()
+        {
             let h = h as usize;
             let det = hits.det_index[h] as usize;
-            let frame = hits.cpe.det.get(det).map(|d| d.frame).ok_or(TrackError::MissingModule {
-                hit: h,
-                det: det as u16,
-                n_modules: hits.cpe.det.len(),
-            })?;
+            let frame =
+                hits.cpe
+                    .det
+                    .get(det)
+                    .map(|d| d.frame)
+                    .ok_or(TrackError::MissingModule {
+                        hit: h,
+                        det: det as u16,
+                        n_modules: hits.cpe.det.len(),
+                    })?;
             ge[k] = hit_global_cov(&frame, hits.xerr_local[h], hits.yerr_local[h]);
-            pos[k] = [hits.x_global[h] as f64, hits.y_global[h] as f64, hits.z_global[h] as f64];
+            pos[k] = [
+                hits.x_global[h] as f64,
+                hits.y_global[h] as f64,
+                hits.z_global[h] as f64,
+            ];
         }
         let f = if cfg.use_riemann_fit {
             super::riemann::riemann_fit(&pos[..n_fit], &ge[..n_fit], b)?

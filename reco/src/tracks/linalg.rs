@@ -28,7 +28,10 @@ pub(crate) fn sub2(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
 }
 
 #[inline]
-pub(crate) fn mul<const R: usize, const K: usize, const C: usize>(a: &[[f64; K]; R], b: &[[f64; C]; K]) -> [[f64; C]; R] {
+pub(crate) fn mul<const R: usize, const K: usize, const C: usize>(
+    a: &[[f64; K]; R],
+    b: &[[f64; C]; K],
+) -> [[f64; C]; R] {
     let mut o = [[0.0; C]; R];
     let mut t = [0.0; K];
     for i in 0..R {
@@ -36,7 +39,11 @@ pub(crate) fn mul<const R: usize, const K: usize, const C: usize>(a: &[[f64; K];
             for k in 0..K {
                 t[k] = a[i][k] * b[k][j];
             }
-            o[i][j] = if K % 2 == 1 { tree_sum(&t) } else { seq_sum(&t) };
+            o[i][j] = if K % 2 == 1 {
+                tree_sum(&t)
+            } else {
+                seq_sum(&t)
+            };
         }
     }
     o
@@ -95,7 +102,10 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
         let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
         let li43 = -(luc8 * luc5);
         let li42 = (luc4 * luc8 * luc5 - luc7) * luc2;
-        let li41 = (-luc1 * (luc2 * luc4) * (luc8 * luc5) + luc1 * (luc2 * luc7) + luc3 * (luc8 * luc5) - luc6) * luc0;
+        let li41 =
+            (-luc1 * (luc2 * luc4) * (luc8 * luc5) + luc1 * (luc2 * luc7) + luc3 * (luc8 * luc5)
+                - luc6)
+                * luc0;
         if n == 4 {
             d[0][0] = luc9 * li41 * li41 + luc5 * li31 * li31 + luc2 * li21 * li21 + luc0;
             d[1][0] = luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
@@ -112,12 +122,18 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
             let luc11 = s(4, 1) - luc0 * luc1 * luc10;
             let luc12 = s(4, 2) - luc0 * luc3 * luc10 - luc2 * luc4 * luc11;
             let luc13 = s(4, 3) - luc0 * luc6 * luc10 - luc2 * luc7 * luc11 - luc5 * luc8 * luc12;
-            let mut luc14 =
-                s(4, 4) - (luc0 * luc10 * luc10 + luc2 * luc11 * luc11 + luc5 * luc12 * luc12 + luc9 * luc13 * luc13);
+            let mut luc14 = s(4, 4)
+                - (luc0 * luc10 * luc10
+                    + luc2 * luc11 * luc11
+                    + luc5 * luc12 * luc12
+                    + luc9 * luc13 * luc13);
             luc14 = 1.0 / luc14;
             let li54 = -luc13 * luc9;
             let li53 = (luc13 * luc8 * luc9 - luc12) * luc5;
-            let li52 = (-luc4 * luc8 * luc13 * luc5 * luc9 + luc4 * luc12 * luc5 + luc7 * luc13 * luc9 - luc11) * luc2;
+            let li52 =
+                (-luc4 * luc8 * luc13 * luc5 * luc9 + luc4 * luc12 * luc5 + luc7 * luc13 * luc9
+                    - luc11)
+                    * luc2;
             let li51 = (luc1 * luc4 * luc8 * luc13 * luc2 * luc5 * luc9
                 - luc13 * luc8 * luc3 * luc9 * luc5
                 - luc12 * luc4 * luc1 * luc2 * luc5
@@ -128,8 +144,13 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
                 - luc10)
                 * luc0;
             if n == 5 {
-                d[0][0] = luc14 * li51 * li51 + luc9 * li41 * li41 + luc5 * li31 * li31 + luc2 * li21 * li21 + luc0;
-                d[1][0] = luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
+                d[0][0] = luc14 * li51 * li51
+                    + luc9 * li41 * li41
+                    + luc5 * li31 * li31
+                    + luc2 * li21 * li21
+                    + luc0;
+                d[1][0] =
+                    luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
                 d[1][1] = luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
                 d[2][0] = luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
                 d[2][1] = luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
@@ -147,9 +168,13 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
                 let luc15 = s(5, 0);
                 let luc16 = s(5, 1) - luc0 * luc1 * luc15;
                 let luc17 = s(5, 2) - luc0 * luc3 * luc15 - luc2 * luc4 * luc16;
-                let luc18 = s(5, 3) - luc0 * luc6 * luc15 - luc2 * luc7 * luc16 - luc5 * luc8 * luc17;
-                let luc19 =
-                    s(5, 4) - luc0 * luc10 * luc15 - luc2 * luc11 * luc16 - luc5 * luc12 * luc17 - luc9 * luc13 * luc18;
+                let luc18 =
+                    s(5, 3) - luc0 * luc6 * luc15 - luc2 * luc7 * luc16 - luc5 * luc8 * luc17;
+                let luc19 = s(5, 4)
+                    - luc0 * luc10 * luc15
+                    - luc2 * luc11 * luc16
+                    - luc5 * luc12 * luc17
+                    - luc9 * luc13 * luc18;
                 let mut luc20 = s(5, 5)
                     - (luc0 * luc15 * luc15
                         + luc2 * luc16 * luc16
@@ -159,8 +184,11 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
                 luc20 = 1.0 / luc20;
                 let li65 = -luc19 * luc14;
                 let li64 = (luc19 * luc14 * luc13 - luc18) * luc9;
-                let li63 =
-                    (-luc8 * luc13 * (luc19 * luc14) * luc9 + luc8 * luc9 * luc18 + luc12 * (luc19 * luc14) - luc17) * luc5;
+                let li63 = (-luc8 * luc13 * (luc19 * luc14) * luc9
+                    + luc8 * luc9 * luc18
+                    + luc12 * (luc19 * luc14)
+                    - luc17)
+                    * luc5;
                 let li62 = (luc4 * (luc8 * luc9) * luc13 * luc5 * (luc19 * luc14)
                     - luc18 * luc4 * (luc8 * luc9) * luc5
                     - luc19 * luc12 * luc4 * luc14 * luc5
@@ -193,10 +221,20 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
                     + luc5 * li31 * li31
                     + luc2 * li21 * li21
                     + luc0;
-                d[1][0] = luc20 * li61 * li62 + luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
-                d[1][1] = luc20 * li62 * li62 + luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
-                d[2][0] = luc20 * li61 * li63 + luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
-                d[2][1] = luc20 * li62 * li63 + luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
+                d[1][0] = luc20 * li61 * li62
+                    + luc14 * li51 * li52
+                    + luc9 * li41 * li42
+                    + luc5 * li31 * li32
+                    + luc2 * li21;
+                d[1][1] = luc20 * li62 * li62
+                    + luc14 * li52 * li52
+                    + luc9 * li42 * li42
+                    + luc5 * li32 * li32
+                    + luc2;
+                d[2][0] =
+                    luc20 * li61 * li63 + luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
+                d[2][1] =
+                    luc20 * li62 * li63 + luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
                 d[2][2] = luc20 * li63 * li63 + luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
                 d[3][0] = luc20 * li61 * li64 + luc14 * li51 * li54 + luc9 * li41;
                 d[3][1] = luc20 * li62 * li64 + luc14 * li52 * li54 + luc9 * li42;
@@ -285,7 +323,11 @@ impl IndexMut<(usize, usize)> for Mx {
 
 impl Mx {
     pub(crate) fn zeros(r: usize, c: usize) -> Self {
-        Self { r, c, d: vec![0.0; r * c] }
+        Self {
+            r,
+            c,
+            d: vec![0.0; r * c],
+        }
     }
     pub(crate) fn from_fn(r: usize, c: usize, f: impl Fn(usize, usize) -> f64) -> Self {
         let mut m = Self::zeros(r, c);
@@ -313,13 +355,25 @@ impl Mx {
         Mx::from_fn(self.c, self.r, |i, j| self[(j, i)])
     }
     pub(crate) fn scale(&self, s: f64) -> Mx {
-        Mx { r: self.r, c: self.c, d: self.d.iter().map(|x| x * s).collect() }
+        Mx {
+            r: self.r,
+            c: self.c,
+            d: self.d.iter().map(|x| x * s).collect(),
+        }
     }
     pub(crate) fn add(&self, b: &Mx) -> Mx {
-        Mx { r: self.r, c: self.c, d: self.d.iter().zip(&b.d).map(|(x, y)| x + y).collect() }
+        Mx {
+            r: self.r,
+            c: self.c,
+            d: self.d.iter().zip(&b.d).map(|(x, y)| x + y).collect(),
+        }
     }
     pub(crate) fn cwise(&self, b: &Mx) -> Mx {
-        Mx { r: self.r, c: self.c, d: self.d.iter().zip(&b.d).map(|(x, y)| x * y).collect() }
+        Mx {
+            r: self.r,
+            c: self.c,
+            d: self.d.iter().zip(&b.d).map(|(x, y)| x * y).collect(),
+        }
     }
     pub(crate) fn sum(&self) -> f64 {
         // Column-major order, as Eigen stores matrices.

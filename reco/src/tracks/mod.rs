@@ -24,7 +24,11 @@
 
 // The ports index arrays the way the reference does, keep its argument lists, and write its
 // double literals that are rounded to f32 in full.
-#![allow(clippy::needless_range_loop, clippy::too_many_arguments, clippy::excessive_precision)]
+#![allow(
+    clippy::needless_range_loop,
+    clippy::too_many_arguments,
+    clippy::excessive_precision
+)]
 
 pub mod doublets;
 pub mod fit;
@@ -50,16 +54,29 @@ pub const MAX_HITS: usize = 49_152;
 pub enum TrackError {
     /// The hit columns do not all have the same length.
     #[error("hit column `{column}` has {len} entries, expected {expected} (length of x_global)")]
-    ColumnLength { column: &'static str, len: usize, expected: usize },
+    ColumnLength {
+        column: &'static str,
+        len: usize,
+        expected: usize,
+    },
     /// More hits than the 16-bit hit index allows.
     #[error("{n} hits in the event, at most {max} are supported")]
     TooManyHits { n: usize, max: usize },
     /// `layer_start` is not a non-decreasing list ending at or before the number of hits.
-    #[error("layer_start {layer_start:?} must be non-decreasing and end at or before n_hits = {n_hits}")]
-    LayerStart { layer_start: [u32; 11], n_hits: usize },
+    #[error(
+        "layer_start {layer_start:?} must be non-decreasing and end at or before n_hits = {n_hits}"
+    )]
+    LayerStart {
+        layer_start: [u32; 11],
+        n_hits: usize,
+    },
     /// A valid hit (det index ≤ 2000) points to a module absent from the conditions.
     #[error("hit {hit} has det index {det}, but the CPE conditions hold {n_modules} modules")]
-    MissingModule { hit: usize, det: u16, n_modules: usize },
+    MissingModule {
+        hit: usize,
+        det: u16,
+        n_modules: usize,
+    },
     /// The hits are not ordered by detIndex.
     #[error("hit {hit} has a smaller det index than the hit before it; hits must be ordered by det index")]
     Unsorted { hit: usize },
@@ -155,10 +172,19 @@ impl HitsView<'_> {
         ];
         for (column, len) in cols {
             if len != n {
-                return Err(TrackError::ColumnLength { column, len, expected: n });
+                return Err(TrackError::ColumnLength {
+                    column,
+                    len,
+                    expected: n,
+                });
             }
         }
-        check_hit_modules(self.det_index, &self.layer_start, self.cpe.det.len(), max_hits)
+        check_hit_modules(
+            self.det_index,
+            &self.layer_start,
+            self.cpe.det.len(),
+            max_hits,
+        )
     }
 }
 
@@ -174,18 +200,30 @@ impl HitsView<'_> {
 /// assert!(check_hit_modules(&det, &ls, 1000, 100).is_err()); // no frame for module 1200
 /// assert!(check_hit_modules(&det, &ls, 1856, 2).is_err());   // above the capacity
 /// ```
-pub fn check_hit_modules(det_index: &[u16], layer_start: &[u32; 11], n_modules: usize, max_hits: usize) -> Result<(), TrackError> {
+pub fn check_hit_modules(
+    det_index: &[u16],
+    layer_start: &[u32; 11],
+    n_modules: usize,
+    max_hits: usize,
+) -> Result<(), TrackError> {
     let n = det_index.len();
     if n > max_hits {
         return Err(TrackError::TooManyHits { n, max: max_hits });
     }
     let ls = layer_start;
     if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
-        return Err(TrackError::LayerStart { layer_start: *ls, n_hits: n });
+        return Err(TrackError::LayerStart {
+            layer_start: *ls,
+            n_hits: n,
+        });
     }
     for (hit, &det) in det_index.iter().enumerate() {
         if det <= 2000 && det as usize >= n_modules {
-            return Err(TrackError::MissingModule { hit, det, n_modules });
+            return Err(TrackError::MissingModule {
+                hit,
+                det,
+                n_modules,
+            });
         }
     }
     Ok(())
@@ -371,7 +409,10 @@ pub fn stage_doublets(hits: &HitsView, cfg: &CaConfig) -> Result<doublets::Doubl
 
 /// Stage 1 as the `ca_doublets` step runs it: the cells as columns, and whether each is in
 /// its outer hit's cell list (the `listed` column), without building the lists.
-pub fn stage_doublet_cells(hits: &HitsView, cfg: &CaConfig) -> Result<(doublets::CellColumns, Vec<bool>), TrackError> {
+pub fn stage_doublet_cells(
+    hits: &HitsView,
+    cfg: &CaConfig,
+) -> Result<(doublets::CellColumns, Vec<bool>), TrackError> {
     let c = doublets::build_doublet_columns(hits, &cfg.doublets, cfg.n_pairs())?;
     let listed = doublets::listed_flags(&c.outer, hits.n_hits(), cfg.doublets.max_cells_per_hit);
     Ok((c, listed))
@@ -397,8 +438,15 @@ pub fn doublets_from_columns(
         )));
     }
     let n_hits = hits.n_hits();
-    if let Some(c) = inner.iter().zip(outer).position(|(&i, &o)| i as usize >= n_hits || o as usize >= n_hits) {
-        return Err(TrackError::Invalid(format!("cell {c}: hits {}, {} of {n_hits}", inner[c], outer[c])));
+    if let Some(c) = inner
+        .iter()
+        .zip(outer)
+        .position(|(&i, &o)| i as usize >= n_hits || o as usize >= n_hits)
+    {
+        return Err(TrackError::Invalid(format!(
+            "cell {c}: hits {}, {} of {n_hits}",
+            inner[c], outer[c]
+        )));
     }
     let (z, r) = (hits.z_global, hits.r_global);
     let cells = inner
@@ -436,7 +484,12 @@ pub fn doublets_from_columns(
     }
     let values = entries.iter().map(|e| e.0).collect();
     let listed_inner_hits = entries.iter().map(|e| e.1).collect();
-    Ok(doublets::Doublets { cells, outer_hit_of_cell: doublets::Csr { offsets, values }, listed_inner_hits, ..Default::default() })
+    Ok(doublets::Doublets {
+        cells,
+        outer_hit_of_cell: doublets::Csr { offsets, values },
+        listed_inner_hits,
+        ..Default::default()
+    })
 }
 
 /// Whether each cell is in its outer hit's cell list (the `listed` column of the doublets).
@@ -451,7 +504,11 @@ pub fn listed_cells(d: &doublets::Doublets) -> Vec<bool> {
 /// Stage 2 (`ca_ntuplets`): connect cells, early fishbone, depth-first search, early
 /// duplicate removal, late fishbone. Returns the tuples and the CA state (cells alive or
 /// killed, and the cells of every tuple).
-pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
+pub fn stage_ntuplets(
+    hits: &HitsView,
+    d: doublets::Doublets,
+    cfg: &CaConfig,
+) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
     // `connect` and `find_ntuplets` set the neighbour and tuple lists: start them empty
     // rather than with a row per cell (`CaState::new`).
     let mut ca = ntuplets::CaState {
@@ -477,7 +534,11 @@ pub fn stage_ntuplets(hits: &HitsView, d: doublets::Doublets, cfg: &CaConfig) ->
 
 /// Stage 3 (`track_fit`): fits every tuple (Broken Line, or Riemann when configured); the
 /// quality is still the tuples' (bad or dup).
-pub fn stage_fit(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Tracks, TrackError> {
+pub fn stage_fit(
+    hits: &HitsView,
+    tuples: &ntuplets::Tuples,
+    cfg: &CaConfig,
+) -> Result<Tracks, TrackError> {
     check_tuple_hits(tuples, hits.n_hits())?;
     let mut tracks = Tracks::zeroed(tuples, hits.det_index);
     if hits.n_hits() > 0 {
@@ -488,14 +549,26 @@ pub fn stage_fit(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> 
 
 /// The fits [`stage_fit`] computes for an event, in its order: [`fit::fit_selection`], none
 /// for an event without hits.
-pub fn fit_jobs(hits: &HitsView, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Vec<fit::FitJob>, TrackError> {
+pub fn fit_jobs(
+    hits: &HitsView,
+    tuples: &ntuplets::Tuples,
+    cfg: &CaConfig,
+) -> Result<Vec<fit::FitJob>, TrackError> {
     fit_jobs_of(hits.n_hits(), tuples, cfg)
 }
 
 /// [`fit_jobs`] for an event of `n_hits` hits (all the selection reads of them).
-pub fn fit_jobs_of(n_hits: usize, tuples: &ntuplets::Tuples, cfg: &CaConfig) -> Result<Vec<fit::FitJob>, TrackError> {
+pub fn fit_jobs_of(
+    n_hits: usize,
+    tuples: &ntuplets::Tuples,
+    cfg: &CaConfig,
+) -> Result<Vec<fit::FitJob>, TrackError> {
     check_tuple_hits(tuples, n_hits)?;
-    Ok(if n_hits > 0 { fit::fit_selection(tuples, &cfg.fit) } else { Vec::new() })
+    Ok(if n_hits > 0 {
+        fit::fit_selection(tuples, &cfg.fit)
+    } else {
+        Vec::new()
+    })
 }
 
 /// Stage 3 with the fits computed elsewhere (the GPU `track_fit`): `fits[k]` holds the
@@ -527,7 +600,12 @@ pub fn stage_fit_from(
 ) -> Result<Tracks, TrackError> {
     check_tuple_hits(tuples, hits.n_hits())?;
     if jobs.len() != fits.len() || jobs.iter().any(|j| j.row as usize >= tuples.len()) {
-        return Err(TrackError::Invalid(format!("{} fits for {} fit jobs of {} tuples", fits.len(), jobs.len(), tuples.len())));
+        return Err(TrackError::Invalid(format!(
+            "{} fits for {} fit jobs of {} tuples",
+            fits.len(),
+            jobs.len(),
+            tuples.len()
+        )));
     }
     let mut tracks = Tracks::zeroed(tuples, hits.det_index);
     for (&job, v) in jobs.iter().zip(fits) {
@@ -541,14 +619,23 @@ pub fn stage_fit_from(
 /// elsewhere, e.g. a Python step, may name others).
 pub(crate) fn check_tuple_hits(tuples: &ntuplets::Tuples, n_hits: usize) -> Result<(), TrackError> {
     match tuples.hits.iter().position(|&h| h as usize >= n_hits) {
-        Some(i) => Err(TrackError::Invalid(format!("tuple hit {} is not one of the event's {n_hits} hits", tuples.hits[i]))),
+        Some(i) => Err(TrackError::Invalid(format!(
+            "tuple hit {} is not one of the event's {n_hits} hits",
+            tuples.hits[i]
+        ))),
         None => Ok(()),
     }
 }
 
 /// Stage 4 (`track_quality`): classification, fishbone cleaner (with the late fishbone),
 /// fast duplicate removal and the triplet cleaner; sets `tracks.quality`.
-pub fn stage_quality(hits: &HitsView, tuples: &ntuplets::Tuples, ca: &ntuplets::CaState, tracks: &mut Tracks, cfg: &CaConfig) {
+pub fn stage_quality(
+    hits: &HitsView,
+    tuples: &ntuplets::Tuples,
+    ca: &ntuplets::CaState,
+    tracks: &mut Tracks,
+    cfg: &CaConfig,
+) {
     let mut q = tuples.quality.clone();
     quality::classify_tracks(tuples, tracks, &cfg.quality, &mut q);
     if cfg.ntuplets.late_fishbone {
@@ -570,7 +657,10 @@ pub fn ca_state_for_quality(
     cfg: &CaConfig,
 ) -> Result<ntuplets::CaState, TrackError> {
     if !cfg.ntuplets.late_fishbone {
-        let mut ca = ntuplets::CaState { tuple_cell_offsets: vec![0], ..Default::default() };
+        let mut ca = ntuplets::CaState {
+            tuple_cell_offsets: vec![0],
+            ..Default::default()
+        };
         ca.replay_tracks_of(alive.len(), tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
         return Ok(ca);
     }
@@ -587,21 +677,42 @@ pub fn ca_state_for_quality(
             inner_r: 0.0,
         })
         .collect();
-    let mut ca = ntuplets::CaState::new(doublets::Doublets { cells, ..Default::default() });
+    let mut ca = ntuplets::CaState::new(doublets::Doublets {
+        cells,
+        ..Default::default()
+    });
     ca.replay_tracks(tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
     Ok(ca)
 }
 
 /// Tuples from their columns (as `ca_ntuplets` publishes them).
-pub fn tuples_from_columns(offsets: &[u32], hits: &[u32], quality: &[u8]) -> Result<ntuplets::Tuples, TrackError> {
-    if offsets.len() != quality.len() + 1 || offsets.last().copied().unwrap_or(0) as usize != hits.len() {
-        return Err(TrackError::Invalid(format!("{} tuple offsets for {} tuples and {} hits", offsets.len(), quality.len(), hits.len())));
+pub fn tuples_from_columns(
+    offsets: &[u32],
+    hits: &[u32],
+    quality: &[u8],
+) -> Result<ntuplets::Tuples, TrackError> {
+    if offsets.len() != quality.len() + 1
+        || offsets.last().copied().unwrap_or(0) as usize != hits.len()
+    {
+        return Err(TrackError::Invalid(format!(
+            "{} tuple offsets for {} tuples and {} hits",
+            offsets.len(),
+            quality.len(),
+            hits.len()
+        )));
     }
     let quality = quality
         .iter()
-        .map(|&q| Quality::from_u8(q).ok_or_else(|| TrackError::Invalid(format!("tuple quality {q}"))))
+        .map(|&q| {
+            Quality::from_u8(q).ok_or_else(|| TrackError::Invalid(format!("tuple quality {q}")))
+        })
         .collect::<Result<_, _>>()?;
-    Ok(ntuplets::Tuples { offsets: offsets.to_vec(), hits: hits.to_vec(), quality, overflow: false })
+    Ok(ntuplets::Tuples {
+        offsets: offsets.to_vec(),
+        hits: hits.to_vec(),
+        quality,
+        overflow: false,
+    })
 }
 
 impl Tracks {
@@ -630,7 +741,6 @@ impl Tracks {
         }
         t
     }
-
 }
 
 #[cfg(test)]

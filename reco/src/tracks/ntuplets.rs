@@ -72,7 +72,9 @@ impl NtupletConfig {
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), TrackError> {
         if self.min_hits_per_ntuplet < 2 {
-            return Err(TrackError::Config("ntuplets.min_hits_per_ntuplet must be ≥ 2".into()));
+            return Err(TrackError::Config(
+                "ntuplets.min_hits_per_ntuplet must be ≥ 2".into(),
+            ));
         }
         if self.max_tuples == 0 {
             return Err(TrackError::Config("ntuplets.max_tuples must be ≥ 1".into()));
@@ -129,7 +131,14 @@ pub(crate) struct CappedLists {
 
 impl CappedLists {
     pub(crate) fn new(n_cells: usize, max_lists: u32, per_list: u32) -> Self {
-        Self { count: vec![0; n_cells], pairs: Vec::new(), n_lists: 1, max_lists, per_list, overflows: 0 }
+        Self {
+            count: vec![0; n_cells],
+            pairs: Vec::new(),
+            n_lists: 1,
+            max_lists,
+            per_list,
+            overflows: 0,
+        }
     }
 
     #[inline]
@@ -180,7 +189,11 @@ impl CaState {
         if self.listed_inner_hits.len() == self.outer_hit_of_cell.values.len() {
             std::borrow::Cow::Borrowed(&self.listed_inner_hits)
         } else {
-            self.outer_hit_of_cell.values.iter().map(|&c| self.cells[c as usize].inner).collect()
+            self.outer_hit_of_cell
+                .values
+                .iter()
+                .map(|&c| self.cells[c as usize].inner)
+                .collect()
         }
     }
 
@@ -206,21 +219,39 @@ impl CaState {
     /// Rebuilds the tuple lists of the cells (`cell_tracks`) from the cells of each tuple,
     /// adding them in the order `find_ntuplets` did, with the same capacities: the state a
     /// later step (the quality cleaners) needs, from products of an earlier one.
-    pub fn replay_tracks(&mut self, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
+    pub fn replay_tracks(
+        &mut self,
+        tuple_cells: &[u32],
+        tuple_cell_offsets: &[u32],
+        cfg: &NtupletConfig,
+    ) -> Result<(), TrackError> {
         self.replay_tracks_of(self.cells.len(), tuple_cells, tuple_cell_offsets, cfg)
     }
 
     /// [`CaState::replay_tracks`] for `n_cells` cells (which `cells` may leave out).
-    pub fn replay_tracks_of(&mut self, n_cells: usize, tuple_cells: &[u32], tuple_cell_offsets: &[u32], cfg: &NtupletConfig) -> Result<(), TrackError> {
+    pub fn replay_tracks_of(
+        &mut self,
+        n_cells: usize,
+        tuple_cells: &[u32],
+        tuple_cell_offsets: &[u32],
+        cfg: &NtupletConfig,
+    ) -> Result<(), TrackError> {
         let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_tracks);
         lists.pairs.reserve(tuple_cells.len());
         for (it, w) in tuple_cell_offsets.windows(2).enumerate() {
             let cells = tuple_cells
                 .get(w[0] as usize..w[1] as usize)
-                .ok_or_else(|| TrackError::Invalid(format!("tuple {it}: cell offsets {}..{} out of range", w[0], w[1])))?;
+                .ok_or_else(|| {
+                    TrackError::Invalid(format!(
+                        "tuple {it}: cell offsets {}..{} out of range",
+                        w[0], w[1]
+                    ))
+                })?;
             for &c in cells {
                 if c as usize >= n_cells {
-                    return Err(TrackError::Invalid(format!("tuple {it}: cell {c} of {n_cells}")));
+                    return Err(TrackError::Invalid(format!(
+                        "tuple {it}: cell {c} of {n_cells}"
+                    )));
                 }
                 lists.push(c as usize, it as u32);
             }
@@ -272,11 +303,21 @@ impl Tuples {
 /// assert!(are_aligned_rz(2.9, 1.45, 6.8, 3.4, 10.9, 5.45, 0.9, 0.002));
 /// ```
 #[inline(always)]
-pub fn are_aligned_rz(r1: f32, z1: f32, ri: f32, zi: f32, ro: f32, zo: f32, ptmin: f32, theta_cut: f32) -> bool {
+pub fn are_aligned_rz(
+    r1: f32,
+    z1: f32,
+    ri: f32,
+    zi: f32,
+    ro: f32,
+    zo: f32,
+    ptmin: f32,
+    theta_cut: f32,
+) -> bool {
     let radius_diff = (r1 - ro).abs();
     let distance_13_squared = radius_diff * radius_diff + (z1 - zo) * (z1 - zo);
     let p_min = ptmin * distance_13_squared.sqrt();
-    let tan_12_13_half_mul_distance_13_squared = (z1 * (ri - ro) + zi * (ro - r1) + zo * (r1 - ri)).abs();
+    let tan_12_13_half_mul_distance_13_squared =
+        (z1 * (ri - ro) + zi * (ro - r1) + zo * (r1 - ri)).abs();
     tan_12_13_half_mul_distance_13_squared * p_min <= theta_cut * distance_13_squared * radius_diff
 }
 
@@ -345,7 +386,16 @@ impl CircleEq {
 
 /// Circle cut of a triplet: curvature below `max_curv` and |DCA| below `max_dca`.
 #[inline]
-fn dca_cut(x1: f32, y1: f32, x2: f32, y2: f32, x3: f32, y3: f32, max_dca: f32, max_curv: f32) -> bool {
+fn dca_cut(
+    x1: f32,
+    y1: f32,
+    x2: f32,
+    y2: f32,
+    x3: f32,
+    y3: f32,
+    max_dca: f32,
+    max_curv: f32,
+) -> bool {
     let eq = CircleEq::new(x1, y1, x2, y2, x3, y3);
     if eq.curvature() > max_curv {
         return false;
@@ -424,25 +474,50 @@ fn rz_block_avx2(r1: &[f32; LANES], z1: &[f32; LANES], t: &RzCell) -> u32 {
     // SAFETY: both arrays hold 8 f32.
     let (r1, z1) = unsafe { (_mm256_loadu_ps(r1.as_ptr()), _mm256_loadu_ps(z1.as_ptr())) };
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let (ri, zi, ro, zo) = (_mm256_set1_ps(t.ri), _mm256_set1_ps(t.zi), _mm256_set1_ps(t.ro), _mm256_set1_ps(t.zo));
+    let (ri, zi, ro, zo) = (
+        _mm256_set1_ps(t.ri),
+        _mm256_set1_ps(t.zi),
+        _mm256_set1_ps(t.ro),
+        _mm256_set1_ps(t.zo),
+    );
     let radius_diff = _mm256_and_ps(_mm256_sub_ps(r1, ro), abs);
     let dz = _mm256_sub_ps(z1, zo);
-    let d13_sq = _mm256_add_ps(_mm256_mul_ps(radius_diff, radius_diff), _mm256_mul_ps(dz, dz));
+    let d13_sq = _mm256_add_ps(
+        _mm256_mul_ps(radius_diff, radius_diff),
+        _mm256_mul_ps(dz, dz),
+    );
     let p_min = _mm256_mul_ps(_mm256_set1_ps(t.ptmin), _mm256_sqrt_ps(d13_sq));
     let tan = _mm256_add_ps(
-        _mm256_add_ps(_mm256_mul_ps(z1, _mm256_set1_ps(t.ri - t.ro)), _mm256_mul_ps(zi, _mm256_sub_ps(ro, r1))),
+        _mm256_add_ps(
+            _mm256_mul_ps(z1, _mm256_set1_ps(t.ri - t.ro)),
+            _mm256_mul_ps(zi, _mm256_sub_ps(ro, r1)),
+        ),
         _mm256_mul_ps(zo, _mm256_sub_ps(r1, ri)),
     );
     let lhs = _mm256_mul_ps(_mm256_and_ps(tan, abs), p_min);
-    let rhs = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(t.theta_cut), d13_sq), radius_diff);
+    let rhs = _mm256_mul_ps(
+        _mm256_mul_ps(_mm256_set1_ps(t.theta_cut), d13_sq),
+        radius_diff,
+    );
     _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(lhs, rhs)) as u32
 }
 
 #[inline(always)]
-fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: impl Fn(&[f32; LANES], &[f32; LANES], &RzCell) -> u32) {
+fn connect_impl(
+    hits: &HitsView,
+    ca: &mut CaState,
+    cfg: &NtupletConfig,
+    block: impl Fn(&[f32; LANES], &[f32; LANES], &RzCell) -> u32,
+) {
     let n_cells = ca.cells.len();
     let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_neighbors);
-    let (xg, yg, rg, zg, det) = (hits.x_global, hits.y_global, hits.r_global, hits.z_global, hits.det_index);
+    let (xg, yg, rg, zg, det) = (
+        hits.x_global,
+        hits.y_global,
+        hits.r_global,
+        hits.z_global,
+        hits.det_index,
+    );
     let ohc = &ca.outer_hit_of_cell;
     // The r and z of the inner hit of every listed cell, in list order, column by column and
     // padded by a block: each list is scanned by every cell starting on its hit, eight
@@ -450,7 +525,10 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
     // the doublets carry them (a hit array is small, the cells are not), else from the cells.
     let n_listed = ohc.values.len();
     let h1s = ca.listed_inner_hits_or_gathered();
-    let (mut r1s, mut z1s) = (Vec::with_capacity(n_listed + LANES), Vec::with_capacity(n_listed + LANES));
+    let (mut r1s, mut z1s) = (
+        Vec::with_capacity(n_listed + LANES),
+        Vec::with_capacity(n_listed + LANES),
+    );
     if ca.listed_inner_hits.len() == n_listed {
         r1s.extend(h1s.iter().map(|&h| rg[h as usize]));
         z1s.extend(h1s.iter().map(|&h| zg[h as usize]));
@@ -475,14 +553,22 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
             ro: rg[outer],
             zo: zg[outer],
             ptmin: cfg.ptmin,
-            theta_cut: if is_barrel { cfg.ca_theta_cut_barrel } else { cfg.ca_theta_cut_forward },
+            theta_cut: if is_barrel {
+                cfg.ca_theta_cut_barrel
+            } else {
+                cfg.ca_theta_cut_forward
+            },
         };
         let (xi, yi, xo, yo) = (xg[inner], yg[inner], xg[outer], yg[outer]);
         let mut used = false;
         let (k0, k1) = (ohc.offsets[inner] as usize, ohc.offsets[inner + 1] as usize);
         let mut k = k0;
         while k < k1 {
-            let mut bits = block(r1s[k..k + LANES].try_into().unwrap(), z1s[k..k + LANES].try_into().unwrap(), &t);
+            let mut bits = block(
+                r1s[k..k + LANES].try_into().unwrap(),
+                z1s[k..k + LANES].try_into().unwrap(),
+                &t,
+            );
             if k1 - k < LANES {
                 bits &= (1u32 << (k1 - k)) - 1;
             }
@@ -490,7 +576,11 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
                 let kk = k + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 let (other, oi) = (ohc.values[kk] as usize, h1s[kk] as usize);
-                let max_dca = if det[oi] < LAST_BPIX1_DET_INDEX { cfg.dca_cut_inner_triplet } else { cfg.dca_cut_outer_triplet };
+                let max_dca = if det[oi] < LAST_BPIX1_DET_INDEX {
+                    cfg.dca_cut_inner_triplet
+                } else {
+                    cfg.dca_cut_outer_triplet
+                };
                 if dca_cut(xg[oi], yg[oi], xi, yi, xo, yo, max_dca, cfg.hard_curv_cut) {
                     lists.push(other, idx as u32);
                     used = true;
@@ -530,7 +620,12 @@ fn connect_impl(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig, block: i
 /// assert_eq!(killed, vec![13, 14]);
 /// ```
 pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
-    let cap = ca.outer_hit_of_cell.iter().map(|v| v.len()).max().unwrap_or(0);
+    let cap = ca
+        .outer_hit_of_cell
+        .iter()
+        .map(|v| v.len())
+        .max()
+        .unwrap_or(0);
     let mut x = vec![0f32; cap];
     let mut y = vec![0f32; cap];
     let mut z = vec![0f32; cap];
@@ -610,7 +705,12 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
 /// assert_eq!(t.hits_of(0), &[0, 1, 2]);
 /// ```
 pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, TrackError> {
-    let mut t = Tuples { offsets: vec![0], hits: Vec::new(), quality: Vec::new(), overflow: false };
+    let mut t = Tuples {
+        offsets: vec![0],
+        hits: Vec::new(),
+        quality: Vec::new(),
+        overflow: false,
+    };
     // Alive flags in one pass (see `fishbone`): the search visits neighbours out of order.
     let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
     let mut search = Search {
@@ -631,7 +731,11 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
             continue;
         }
         let pid = c.pair;
-        let doit = if cfg.min_hits_per_ntuplet > 3 { pid < 3 } else { !(8..=12).contains(&pid) };
+        let doit = if cfg.min_hits_per_ntuplet > 3 {
+            pid < 3
+        } else {
+            !(8..=12).contains(&pid)
+        };
         // Most cells have no outer neighbour: their search would end at once with a
         // two-hit path, which is no tuple unless two hits are enough.
         if doit && (cfg.min_hits_per_ntuplet <= 2 || !ca.neighbors.of(idx).is_empty()) {
@@ -733,7 +837,11 @@ pub fn early_duplicate_remover(ca: &CaState, t: &mut Tuples) {
         if tracks.len() < 2 {
             continue;
         }
-        let max_nh = tracks.iter().map(|&it| t.size(it as usize)).max().unwrap_or(0);
+        let max_nh = tracks
+            .iter()
+            .map(|&it| t.size(it as usize))
+            .max()
+            .unwrap_or(0);
         for &it in tracks {
             if t.size(it as usize) != max_nh {
                 t.quality[it as usize] = Quality::Dup;
@@ -788,7 +896,9 @@ mod tests {
                 let j = round % LANES;
                 let rd = (r1[j] - t0.ro).abs();
                 let d13 = rd * rd + (z1[j] - t0.zo) * (z1[j] - t0.zo);
-                let tan = (z1[j] * (t0.ri - t0.ro) + t0.zi * (t0.ro - r1[j]) + t0.zo * (r1[j] - t0.ri)).abs();
+                let tan =
+                    (z1[j] * (t0.ri - t0.ro) + t0.zi * (t0.ro - r1[j]) + t0.zo * (r1[j] - t0.ri))
+                        .abs();
                 let lhs = tan * (t0.ptmin * d13.sqrt());
                 let mut theta = lhs / (d13 * rd);
                 if theta.is_finite() && theta > 0.0 {
@@ -798,14 +908,23 @@ mod tests {
                 } else {
                     theta = 0.002;
                 }
-                for t in [t0, RzCell { theta_cut: theta, ..t0 }] {
+                for t in [
+                    t0,
+                    RzCell {
+                        theta_cut: theta,
+                        ..t0
+                    },
+                ] {
                     // SAFETY: the CPU has AVX2.
                     let fast = unsafe { rz_block_avx2(&r1, &z1, &t) };
                     assert_eq!(fast, rz_block(&r1, &z1, &t), "round {round}: {r1:?} {z1:?}");
                     n += 1;
                 }
             }
-            assert!(n == 80_000 && near > 30_000, "{n} blocks, {near} at a boundary");
+            assert!(
+                n == 80_000 && near > 30_000,
+                "{n} blocks, {near} at a boundary"
+            );
         }
     }
 }

@@ -34,11 +34,24 @@ pub struct QualityConfig {
 impl Default for QualityConfig {
     fn default() -> Self {
         Self {
-            chi2_coeff: [0.681_777_76f64 as f32, 0.746_095_77f64 as f32, -0.080_354_91f64 as f32, 0.003_153_99f64 as f32],
+            chi2_coeff: [
+                0.681_777_76f64 as f32,
+                0.746_095_77f64 as f32,
+                -0.080_354_91f64 as f32,
+                0.003_153_99f64 as f32,
+            ],
             chi2_max_pt: 10.0,
             chi2_scale: 30.0,
-            triplet: RegionCuts { max_tip: 0.3, min_pt: 0.5, max_zip: 12.0 },
-            quadruplet: RegionCuts { max_tip: 0.5, min_pt: 0.3, max_zip: 12.0 },
+            triplet: RegionCuts {
+                max_tip: 0.3,
+                min_pt: 0.5,
+                max_zip: 12.0,
+            },
+            quadruplet: RegionCuts {
+                max_tip: 0.5,
+                min_pt: 0.3,
+                max_zip: 12.0,
+            },
         }
     }
 }
@@ -46,10 +59,20 @@ impl Default for QualityConfig {
 impl QualityConfig {
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), TrackError> {
-        let all = [self.chi2_max_pt, self.chi2_scale, self.triplet.max_tip, self.triplet.min_pt, self.triplet.max_zip]
-            .into_iter()
-            .chain([self.quadruplet.max_tip, self.quadruplet.min_pt, self.quadruplet.max_zip])
-            .chain(self.chi2_coeff);
+        let all = [
+            self.chi2_max_pt,
+            self.chi2_scale,
+            self.triplet.max_tip,
+            self.triplet.min_pt,
+            self.triplet.max_zip,
+        ]
+        .into_iter()
+        .chain([
+            self.quadruplet.max_tip,
+            self.quadruplet.min_pt,
+            self.quadruplet.max_zip,
+        ])
+        .chain(self.chi2_coeff);
         if all.into_iter().any(|x| x.is_nan()) {
             return Err(TrackError::Config("quality: NaN cut".into()));
         }
@@ -84,7 +107,12 @@ impl QualityConfig {
 /// classify_tracks(&t, &tracks, &QualityConfig::default(), &mut q);
 /// assert_eq!(q, vec![Quality::Loose, Quality::Bad]); // a triplet needs |tip| < 0.3 cm
 /// ```
-pub fn classify_tracks(tuples: &Tuples, tracks: &Tracks, cfg: &QualityConfig, quality: &mut [Quality]) {
+pub fn classify_tracks(
+    tuples: &Tuples,
+    tracks: &Tracks,
+    cfg: &QualityConfig,
+    quality: &mut [Quality],
+) {
     for it in 0..tuples.len() {
         let nhits = tuples.size(it);
         if nhits == 0 {
@@ -99,9 +127,16 @@ pub fn classify_tracks(tuples: &Tuples, tracks: &Tracks, cfg: &QualityConfig, qu
         if 3.0f32 * tracks.chi2[it] >= cfg.chi2_cut(tracks.pt[it]) {
             continue;
         }
-        let region = if nhits > 3 { &cfg.quadruplet } else { &cfg.triplet };
+        let region = if nhits > 3 {
+            &cfg.quadruplet
+        } else {
+            &cfg.triplet
+        };
         let st = &tracks.state[it];
-        if st[1].abs() < region.max_tip && tracks.pt[it] > region.min_pt && st[4].abs() < region.max_zip {
+        if st[1].abs() < region.max_tip
+            && tracks.pt[it] > region.min_pt
+            && st[4].abs() < region.max_zip
+        {
             quality[it] = Quality::Loose;
         }
     }
@@ -224,7 +259,11 @@ pub fn triplet_cleaner(tuples: &Tuples, tracks: &Tracks, n_hits: usize, quality:
         if list.len() < 2 {
             continue;
         }
-        let max_nh = list.iter().map(|&it| tuples.size(it as usize)).max().unwrap_or(0);
+        let max_nh = list
+            .iter()
+            .map(|&it| tuples.size(it as usize))
+            .max()
+            .unwrap_or(0);
         for &it in list {
             if tuples.size(it as usize) != max_nh {
                 quality[it as usize] = Quality::Dup;

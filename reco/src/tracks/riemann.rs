@@ -53,7 +53,8 @@ macro_rules! sym_eigen3 {
                 - m[0][0] * m[2][1] * m[2][1]
                 - m[1][1] * m[2][0] * m[2][0]
                 - m[2][2] * m[1][0] * m[1][0];
-            let c1 = m[0][0] * m[1][1] - m[1][0] * m[1][0] + m[0][0] * m[2][2] - m[2][0] * m[2][0] + m[1][1] * m[2][2]
+            let c1 = m[0][0] * m[1][1] - m[1][0] * m[1][0] + m[0][0] * m[2][2] - m[2][0] * m[2][0]
+                + m[1][1] * m[2][2]
                 - m[2][1] * m[2][1];
             let c2 = m[0][0] + m[1][1] + m[2][2];
             let c2_over_3 = c2 * s_inv3;
@@ -77,7 +78,11 @@ macro_rules! sym_eigen3 {
             // Columns of the eigenvector matrix.
             let mut vec: [[$t; 3]; 3] = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
             let cross = |a: [$t; 3], b: [$t; 3]| -> [$t; 3] {
-                [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+                [
+                    a[1] * b[2] - a[2] * b[1],
+                    a[2] * b[0] - a[0] * b[2],
+                    a[0] * b[1] - a[1] * b[0],
+                ]
             };
             let sum3n = |a: $t, b: $t, c: $t| if $tree_norm { a + (b + c) } else { a + b + c };
             let sq = |a: [$t; 3]| sum3n(a[0] * a[0], a[1] * a[1], a[2] * a[2]);
@@ -129,7 +134,8 @@ macro_rules! sym_eigen3 {
                 cols[k] = vk;
                 cols[l] = rep;
                 if d0 <= 2.0 * eps * d1 {
-                    let dk = cols[k][0] * cols[l][0] + cols[k][1] * cols[l][1] + cols[k][2] * cols[l][2];
+                    let dk =
+                        cols[k][0] * cols[l][0] + cols[k][1] * cols[l][1] + cols[k][2] * cols[l][2];
                     for i in 0..3 {
                         cols[l][i] -= dk * cols[k][i];
                     }
@@ -171,7 +177,11 @@ fn min_index<T: PartialOrd + Copy>(v: &[T; 3]) -> usize {
 
 /// Eigenvector of the smallest eigenvalue (f64) and that eigenvalue.
 fn min_eigen3d(a: &Mx) -> ([f64; 3], f64) {
-    let m = [[a[(0, 0)], a[(0, 1)], a[(0, 2)]], [a[(1, 0)], a[(1, 1)], a[(1, 2)]], [a[(2, 0)], a[(2, 1)], a[(2, 2)]]];
+    let m = [
+        [a[(0, 0)], a[(0, 1)], a[(0, 2)]],
+        [a[(1, 0)], a[(1, 1)], a[(1, 2)]],
+        [a[(2, 0)], a[(2, 1)], a[(2, 2)]],
+    ];
     let (ev, vec) = sym_eigen3_f64(&m);
     let k = min_index(&ev);
     ([vec[0][k], vec[1][k], vec[2][k]], ev[k])
@@ -258,7 +268,10 @@ fn scatter_cov_rad(p2d: &[[f64; 2]], ff: &[f64; 4], rad: &[f64], b: f64) -> Mx {
     }
     let rl = rad_len_uniform(&s);
     let f = 0.000225 / (p_2 * sqr(theta.sin()));
-    let sig2: Vec<f64> = rl.iter().map(|&r| sqr(1.0 + 0.038 * r.ln()) * r * f).collect();
+    let sig2: Vec<f64> = rl
+        .iter()
+        .map(|&r| sqr(1.0 + 0.038 * r.ln()) * r * f)
+        .collect();
     let mut m = Mx::zeros(n, n);
     for kk in 0..n {
         for l in kk..n {
@@ -307,7 +320,8 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
             let y2 = cross2(a, bb);
             let tan_c = -y2 / x2;
             let tan_c2 = sqr(tan_c);
-            1.0 / (1.0 + tan_c2) * (v[(i, i)] + v[(i + n, i + n)] * tan_c2 + 2.0 * v[(i, i + n)] * tan_c)
+            1.0 / (1.0 + tan_c2)
+                * (v[(i, i)] + v[(i + n, i + n)] * tan_c2 + 2.0 * v[(i, i + n)] * tan_c)
         };
     }
     let scat = scatter_cov_rad(p2d, ff, rad, b);
@@ -339,7 +353,10 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
         p3d[(0, i)] = p2d[i][0] - h_[0];
         p3d[(1, i)] = p2d[i][1] - h_[1];
     }
-    let mc: Vec<f64> = (0..n).map(|i| p3d[(0, i)]).chain((0..n).map(|i| p3d[(1, i)])).collect();
+    let mc: Vec<f64> = (0..n)
+        .map(|i| p3d[(0, i)])
+        .chain((0..n).map(|i| p3d[(1, i)]))
+        .collect();
     let q = dot(&mc, &mc);
     let s = (nf * 1.0 / q).sqrt();
     for i in 0..n {
@@ -360,8 +377,15 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
     let v2x2_inv = 1.0 / (2.0 * vv[2]);
     let s_inv = 1.0 / s;
     let par_uvr = [-vv[0] * v2x2_inv, -vv[1] * v2x2_inv, h * v2x2_inv];
-    let par = [par_uvr[0] * s_inv + h_[0], par_uvr[1] * s_inv + h_[1], par_uvr[2] * s_inv];
-    let charge = if (p2d[1][0] - p2d[0][0]) * (par[1] - p2d[0][1]) - (p2d[1][1] - p2d[0][1]) * (par[0] - p2d[0][0]) > 0.0 {
+    let par = [
+        par_uvr[0] * s_inv + h_[0],
+        par_uvr[1] * s_inv + h_[1],
+        par_uvr[2] * s_inv,
+    ];
+    let charge = if (p2d[1][0] - p2d[0][0]) * (par[1] - p2d[0][1])
+        - (p2d[1][1] - p2d[0][1]) * (par[0] - p2d[0][0])
+        > 0.0
+    {
         -1
     } else {
         1
@@ -369,7 +393,11 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
     let chi2_c = (chi2.abs() * renorm * 1.0 / sqr(2.0 * vv[2] * par_uvr[2] * s)) as f32;
 
     // Error propagation.
-    let mcv = Mx { r: 2 * n, c: 1, d: mc.clone() };
+    let mcv = Mx {
+        r: 2 * n,
+        c: 1,
+        d: mc.clone(),
+    };
     let cm = mcv.t().mul(&v).mul(&mcv)[(0, 0)];
     // Squared Frobenius norm, summed in Eigen's column-major order.
     let v_sqn = {
@@ -413,8 +441,13 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
     for i in 0..n {
         for j in i..n {
             let e = |m: &Mx| m[(i, j)];
-            c22[(i, j)] = 2.0 * (e(&c00) * e(&c00) + e(&c00) * e(&v01) + e(&c11) * e(&v10) + e(&c11) * e(&c11))
-                + 4.0 * (e(&c00) * e(&t00) + e(&v01) * e(&t01) + e(&v10) * e(&t10) + e(&c11) * e(&t11));
+            c22[(i, j)] = 2.0
+                * (e(&c00) * e(&c00) + e(&c00) * e(&v01) + e(&c11) * e(&v10) + e(&c11) * e(&c11))
+                + 4.0
+                    * (e(&c00) * e(&t00)
+                        + e(&v01) * e(&t01)
+                        + e(&v10) * e(&t10)
+                        + e(&c11) * e(&t11));
         }
     }
     c22.sym_from_upper();
@@ -428,7 +461,11 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
             _ => &c22,
         }
     };
-    let wv = Mx { r: n, c: 1, d: weight.clone() };
+    let wv = Mx {
+        r: n,
+        c: 1,
+        d: weight.clone(),
+    };
     let mut cc0 = Mx::zeros(3, 3);
     for i in 0..3 {
         for j in i..3 {
@@ -469,7 +506,11 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
             let (t0v, t1v);
             if l == k {
                 t0v = dm(j, l).scale(2.0).mat_vec(&s_v.col(l));
-                t1v = if i == j { t0v.clone() } else { dm(i, l).scale(2.0).mat_vec(&s_v.col(l)) };
+                t1v = if i == j {
+                    t0v.clone()
+                } else {
+                    dm(i, l).scale(2.0).mat_vec(&s_v.col(l))
+                };
             } else {
                 let p = dm(j, l).mat_vec(&s_v.col(k));
                 let r = dm(j, k).mat_vec(&s_v.col(l));
@@ -519,8 +560,16 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
         cvc[(i, 3)] = t1v[i];
         cvc[(3, i)] = t1v[i];
     }
-    let vm = Mx { r: 3, c: 1, d: vv.to_vec() };
-    let r0m = Mx { r: 3, c: 1, d: r0.clone() };
+    let vm = Mx {
+        r: 3,
+        c: 1,
+        d: vv.to_vec(),
+    };
+    let r0m = Mx {
+        r: 3,
+        c: 1,
+        d: r0.clone(),
+    };
     let cm1 = vm.t().mul(&cc0).mul(&vm)[(0, 0)];
     let cm3 = r0m.t().mul(&t0m).mul(&r0m)[(0, 0)];
     cvc[(3, 3)] = cm1 + cc0.cwise(&t0m).sum() + cm3;
@@ -543,21 +592,48 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
             -t,
         ],
     };
-    let jq = Mx { r: 1, c: 2 * n, d: mc.iter().map(|m| m * s * 1.0 / nf).collect() };
+    let jq = Mx {
+        r: 1,
+        c: 2 * n,
+        d: mc.iter().map(|m| m * s * 1.0 / nf).collect(),
+    };
     let var_q = jq.mul(&v).mul(&jq.t())[(0, 0)];
-    let pu = Mx { r: 3, c: 1, d: par_uvr.to_vec() };
-    let cov = j3.mul(&cvc).mul(&j3.t()).scale(sqr(s_inv)).add(&pu.mul(&pu.t()).scale(var_q));
-    UvrCircle { par, cov, q: charge, chi2: chi2_c }
+    let pu = Mx {
+        r: 3,
+        c: 1,
+        d: par_uvr.to_vec(),
+    };
+    let cov = j3
+        .mul(&cvc)
+        .mul(&j3.t())
+        .scale(sqr(s_inv))
+        .add(&pu.mul(&pu.t()).scale(var_q));
+    UvrCircle {
+        par,
+        cov,
+        q: charge,
+        chi2: chi2_c,
+    }
 }
 
-fn line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, ff: &[f64; 4], b: f64) -> LineFit {
+fn line_fit(
+    hits: &[[f64; 3]],
+    ge: &[[f32; 6]],
+    circle: &UvrCircle,
+    ff: &[f64; 4],
+    b: f64,
+) -> LineFit {
     let n = hits.len();
     let mut theta = (-circle.q) as f64 * ff[3].atan();
     if theta < 0.0 {
         theta += std::f64::consts::PI;
     }
     let (st, ct) = (theta.sin(), theta.cos());
-    let rot = Mx { r: 2, c: 2, d: vec![st, ct, -ct, st] };
+    let rot = Mx {
+        r: 2,
+        c: 2,
+        d: vec![st, ct, -ct, st],
+    };
     let o = [circle.par[0], circle.par[1]];
     let mo = [-o[0], -o[1]];
     let mut p2d = Mx::zeros(2, n);
@@ -575,7 +651,11 @@ fn line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, ff: &[f64; 4
         let d_r = atan2_;
         let d_x = temp0 * (o[1] * dt + o[0] * cr);
         let d_y = temp0 * (-o[0] * dt + o[1] * cr);
-        let jx = Mx { r: 2, c: 6, d: vec![d_x0, d_y0, d_r, d_x, d_y, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0] };
+        let jx = Mx {
+            r: 2,
+            c: 6,
+            d: vec![d_x0, d_y0, d_r, d_x, d_y, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+        };
         for r in 0..3 {
             for c in 0..3 {
                 cov[(r, c)] = circle.cov[(r, c)];
@@ -600,10 +680,15 @@ fn line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, ff: &[f64; 4
     // Multiple scattering along the 3D path, orthogonal to the rotated s axis.
     let p_t = (ff[2] * b).min(20.0);
     let p_2 = p_t * p_t * (1.0 + 1.0 / (ff[3] * ff[3]));
-    let s_values: Vec<f64> = (0..n).map(|i| (p2d[(0, i)] * p2d[(0, i)] + p2d[(1, i)] * p2d[(1, i)]).sqrt()).collect();
+    let s_values: Vec<f64> = (0..n)
+        .map(|i| (p2d[(0, i)] * p2d[(0, i)] + p2d[(1, i)] * p2d[(1, i)]).sqrt())
+        .collect();
     let rl = rad_len_uniform(&s_values);
     let f = 0.000225 / p_2;
-    let sig2: Vec<f64> = rl.iter().map(|&r| f * sqr(1.0 + 0.038 * r.ln()) * r).collect();
+    let sig2: Vec<f64> = rl
+        .iter()
+        .map(|&r| f * sqr(1.0 + 0.038 * r.ln()) * r)
+        .collect();
     let mut tmp = Mx::zeros(2 * n, 2 * n);
     for k in 0..n {
         tmp[(k, k)] = cov_sz[k][(0, 0)];
@@ -614,7 +699,8 @@ fn line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, ff: &[f64; 4
     for k in 0..n {
         for l in k..n {
             for i in 0..k.min(l) {
-                tmp[(k + n, l + n)] += (s_values[k] - s_values[i]).abs() * (s_values[l] - s_values[i]).abs() * sig2[i];
+                tmp[(k + n, l + n)] +=
+                    (s_values[k] - s_values[i]).abs() * (s_values[l] - s_values[i]).abs() * sig2[i];
             }
             tmp[(l + n, k + n)] = tmp[(k + n, l + n)];
         }
@@ -633,14 +719,23 @@ fn line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, ff: &[f64; 4
     let luc2 = 1.0 / (s11 - luc1);
     let li21 = luc1 * luc0 * luc2;
     let d10 = -s10 * luc0 * luc2;
-    let cov_params = Mx { r: 2, c: 2, d: vec![li21 + luc0, d10, d10, luc2] };
+    let cov_params = Mx {
+        r: 2,
+        c: 2,
+        d: vec![li21 + luc0, d10, d10, luc2],
+    };
     let y: Vec<f64> = (0..n).map(|i| p2d_rot[(1, i)]).collect();
     let sol = cov_params.mul(&a_mat).mul(&vy_inv).mat_vec(&y);
     let common_factor = 1.0 / (st - sol[1] * ct);
     let j = Mx {
         r: 2,
         c: 2,
-        d: vec![0.0, common_factor * common_factor, common_factor, sol[0] * ct * common_factor * common_factor],
+        d: vec![
+            0.0,
+            common_factor * common_factor,
+            common_factor,
+            sol[0] * ct * common_factor * common_factor,
+        ],
     };
     let m = common_factor * (sol[1] * st + ct);
     let qv = common_factor * sol[0];
@@ -648,7 +743,14 @@ fn line_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, ff: &[f64; 4
     let at_sol = a_mat.t().mat_vec(&sol);
     let res: Vec<f64> = (0..n).map(|i| y[i] - at_sol[i]).collect();
     let chi2 = dot(&res, &vy_inv.mat_vec(&res));
-    LineFit { par: [m, qv], cov: [[cov_mq[(0, 0)], cov_mq[(0, 1)]], [cov_mq[(1, 0)], cov_mq[(1, 1)]]], chi2 }
+    LineFit {
+        par: [m, qv],
+        cov: [
+            [cov_mq[(0, 0)], cov_mq[(0, 1)]],
+            [cov_mq[(1, 0)], cov_mq[(1, 1)]],
+        ],
+        chi2,
+    }
 }
 
 /// (X0, Y0, R) → (φ, tip, q/R) with the covariance (the reference's `fromCircleToPerigee`).
@@ -704,7 +806,11 @@ fn to_perigee(c: &UvrCircle) -> CircleFit {
 /// assert!((1.0 / f.circle.par[2].abs() - r).abs() < 1.0);
 /// assert!((f.line.par[0] - 0.5).abs() < 1e-3);
 /// ```
-pub fn riemann_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<BrokenLineFit, TrackError> {
+pub fn riemann_fit(
+    hits: &[[f64; 3]],
+    ge: &[[f32; 6]],
+    b: f64,
+) -> Result<BrokenLineFit, TrackError> {
     let n = hits.len();
     if !(3..=5).contains(&n) || ge.len() != n {
         return Err(TrackError::Config(format!(
@@ -714,7 +820,10 @@ pub fn riemann_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<BrokenL
     }
     let ff = riemann_fast_fit(hits);
     let p2d: Vec<[f64; 2]> = hits.iter().map(|h| [h[0], h[1]]).collect();
-    let rad: Vec<f64> = p2d.iter().map(|p| (p[0] * p[0] + p[1] * p[1]).sqrt()).collect();
+    let rad: Vec<f64> = p2d
+        .iter()
+        .map(|p| (p[0] * p[0] + p[1] * p[1]).sqrt())
+        .collect();
     let mut hits_cov = Mx::zeros(2 * n, 2 * n);
     for i in 0..n {
         hits_cov[(i, i)] = ge[i][0] as f64;
@@ -724,7 +833,11 @@ pub fn riemann_fit(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> Result<BrokenL
     }
     let circle = circle_fit(&p2d, &hits_cov, &ff, &rad, b);
     let line = line_fit(hits, ge, &circle, &ff, b);
-    Ok(BrokenLineFit { fast: ff, circle: to_perigee(&circle), line })
+    Ok(BrokenLineFit {
+        fast: ff,
+        circle: to_perigee(&circle),
+        line,
+    })
 }
 
 #[cfg(test)]
@@ -736,7 +849,8 @@ mod tests {
     #[test]
     #[ignore]
     fn eigen3_cross_check() {
-        let bin = std::env::var("QUIVER_REF_FIT").expect("set QUIVER_REF_FIT to the reference fit harness binary");
+        let bin = std::env::var("QUIVER_REF_FIT")
+            .expect("set QUIVER_REF_FIT to the reference fit harness binary");
         let mut g = crate::tracks::testing::Gauss::new(5);
         let mut mats = Vec::new();
         let mut input = String::new();
@@ -750,9 +864,15 @@ mod tests {
                 [sa * cb, sa * sb * sc + ca * cc, sa * sb * cc - ca * sc],
                 [-sb, cb * sc, cb * cc],
             ];
-            let d = [1e-6 * g.sample().abs(), 0.5 + g.sample().abs(), 2.0 + g.sample().abs()];
+            let d = [
+                1e-6 * g.sample().abs(),
+                0.5 + g.sample().abs(),
+                2.0 + g.sample().abs(),
+            ];
             let scale = 10f64.powf(2.0 * g.sample());
-            let m = Mx::from_fn(3, 3, |i, j| scale * (0..3).map(|k| r[i][k] * d[k] * r[j][k]).sum::<f64>());
+            let m = Mx::from_fn(3, 3, |i, j| {
+                scale * (0..3).map(|k| r[i][k] * d[k] * r[j][k]).sum::<f64>()
+            });
             input += "2 3\n";
             for x in &m.d {
                 input += &format!("{} ", x.to_bits());
@@ -762,18 +882,31 @@ mod tests {
         }
         let path = std::env::temp_dir().join(format!("quiver_eigen3_{}.txt", std::process::id()));
         std::fs::write(&path, &input).unwrap();
-        let out = std::process::Command::new(bin).stdin(std::fs::File::open(&path).unwrap()).output().unwrap();
+        let out = std::process::Command::new(bin)
+            .stdin(std::fs::File::open(&path).unwrap())
+            .output()
+            .unwrap();
         let text = String::from_utf8(out.stdout).unwrap();
         let (mut exact32, mut exact64, mut n) = (0, 0, 0);
         for (m, line) in mats.iter().zip(text.lines()) {
-            let t: Vec<f64> = line.split_whitespace().map(|s| f64::from_bits(s.parse().unwrap())).collect();
+            let t: Vec<f64> = line
+                .split_whitespace()
+                .map(|s| f64::from_bits(s.parse().unwrap()))
+                .collect();
             let f = min_eigen3d_fast(m);
             let (v, chi2) = min_eigen3d(m);
             n += 1;
-            if f.iter().zip(&t[0..3]).all(|(a, b)| a.to_bits() == b.to_bits()) {
+            if f.iter()
+                .zip(&t[0..3])
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+            {
                 exact32 += 1;
             }
-            if v.iter().zip(&t[3..6]).all(|(a, b)| a.to_bits() == b.to_bits()) && chi2.to_bits() == t[6].to_bits() {
+            if v.iter()
+                .zip(&t[3..6])
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+                && chi2.to_bits() == t[6].to_bits()
+            {
                 exact64 += 1;
             }
         }

@@ -37,7 +37,14 @@ pub struct Helix {
 
 impl Default for Helix {
     fn default() -> Self {
-        Self { pt: 3.0, charge: 1, phi0: 0.5, tip: 0.0, zip: 0.0, cot_theta: 0.3 }
+        Self {
+            pt: 3.0,
+            charge: 1,
+            phi0: 0.5,
+            tip: 0.0,
+            zip: 0.0,
+            cot_theta: 0.3,
+        }
     }
 }
 
@@ -55,7 +62,11 @@ impl Helix {
         let p0 = [-self.tip * sn, self.tip * cs];
         let c = [p0[0] + q * r * sn, p0[1] - q * r * cs];
         let phi = self.phi0 - q * s / r;
-        [c[0] - q * r * phi.sin(), c[1] + q * r * phi.cos(), self.zip + s * self.cot_theta]
+        [
+            c[0] - q * r * phi.sin(),
+            c[1] + q * r * phi.cos(),
+            self.zip + s * self.cot_theta,
+        ]
     }
 
     /// First crossing of the cylinder of radius `rc` (bisection on the path length).
@@ -154,7 +165,8 @@ pub fn barrel_det(layer: u8, x: f64, y: f64, z: f64) -> Option<u16> {
 
 /// detIndex of a point on FPix layer `layer` (4..9).
 pub fn endcap_det(layer: u8, x: f64, y: f64) -> u16 {
-    let m = ((phi_norm(x, y) / (2.0 * PI) * MODULES_PER_DISK as f64) as u32).min(MODULES_PER_DISK - 1);
+    let m =
+        ((phi_norm(x, y) / (2.0 * PI) * MODULES_PER_DISK as f64) as u32).min(MODULES_PER_DISK - 1);
     (LAYER_START[layer as usize] + m) as u16
 }
 
@@ -207,7 +219,12 @@ impl HitBuilder {
     /// Adds the crossings of `h` with the given layers (0..3 cylinders, 4..9 disks),
     /// smeared in the module's local x/y by the nominal resolution when `rng` is given.
     /// Layers the helix does not reach are skipped.
-    pub fn add_helix(&mut self, h: &Helix, layers: &[u8], mut rng: Option<&mut Gauss>) -> Vec<usize> {
+    pub fn add_helix(
+        &mut self,
+        h: &Helix,
+        layers: &[u8],
+        mut rng: Option<&mut Gauss>,
+    ) -> Vec<usize> {
         let mut ids = Vec::new();
         for &l in layers {
             let p = if l < 4 {
@@ -239,7 +256,10 @@ impl HitBuilder {
     pub fn build(&self) -> HitColumns {
         let mut order: Vec<usize> = (0..self.hits.len()).collect();
         order.sort_by_key(|&i| self.hits[i].det);
-        let mut c = HitColumns { index_of: vec![0; self.hits.len()], ..HitColumns::default() };
+        let mut c = HitColumns {
+            index_of: vec![0; self.hits.len()],
+            ..HitColumns::default()
+        };
         for (k, &i) in order.iter().enumerate() {
             let h = &self.hits[i];
             c.index_of[i] = k as u32;
@@ -256,7 +276,10 @@ impl HitBuilder {
             c.yerr.push(h.var[1]);
         }
         for l in 0..=10 {
-            c.layer_start[l] = order.iter().filter(|&&i| (self.hits[i].layer as usize) < l).count() as u32;
+            c.layer_start[l] = order
+                .iter()
+                .filter(|&&i| (self.hits[i].layer as usize) < l)
+                .count() as u32;
         }
         c
     }
@@ -276,18 +299,40 @@ impl HitBuilder {
                 let (s, c) = phic.sin_cos();
                 let r = BARREL_R[layer];
                 let rot = [-s, c, 0.0, 0.0, 0.0, 1.0, c, s, 0.0].map(|v| v as f32);
-                (Frame { px: (r * c) as f32, py: (r * s) as f32, pz: zc as f32, r: rot }, true, zc > 0.0)
+                (
+                    Frame {
+                        px: (r * c) as f32,
+                        py: (r * s) as f32,
+                        pz: zc as f32,
+                        r: rot,
+                    },
+                    true,
+                    zc > 0.0,
+                )
             } else {
                 let phic = (local as f64 + 0.5) * 2.0 * PI / MODULES_PER_DISK as f64;
                 let zd = DISK_Z[(layer - 4) % 3] * if layer < 7 { 1.0 } else { -1.0 };
                 let (s, c) = phic.sin_cos();
                 let rot = [-s, c, 0.0, c, s, 0.0, 0.0, 0.0, 1.0].map(|v| v as f32);
-                (Frame { px: (10.0 * c) as f32, py: (10.0 * s) as f32, pz: zd as f32, r: rot }, false, zd > 0.0)
+                (
+                    Frame {
+                        px: (10.0 * c) as f32,
+                        py: (10.0 * s) as f32,
+                        pz: zd as f32,
+                        r: rot,
+                    },
+                    false,
+                    zd > 0.0,
+                )
             };
             det.push(DetParams {
                 is_barrel,
                 is_pos_z: pos_z,
-                layer: if layer < 4 { layer as u16 + 1 } else { ((layer - 4) % 3) as u16 + 1 },
+                layer: if layer < 4 {
+                    layer as u16 + 1
+                } else {
+                    ((layer - 4) % 3) as u16 + 1
+                },
                 index: idx as u16,
                 raw_id: 0,
                 shift_x: 0.0,
@@ -303,7 +348,12 @@ impl HitBuilder {
             });
         }
         CpeParams {
-            common: CommonParams { thickness_b: 0.0285, thickness_e: 0.0285, pitch_x: 0.01, pitch_y: 0.015 },
+            common: CommonParams {
+                thickness_b: 0.0285,
+                thickness_e: 0.0285,
+                pitch_x: 0.01,
+                pitch_y: 0.015,
+            },
             det,
             average_geometry: AverageGeometry {
                 ladder_z: vec![],

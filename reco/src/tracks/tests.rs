@@ -24,13 +24,22 @@ fn only(cut: &str) -> DoubletConfig {
 }
 
 fn loose_tracks(t: &Tracks) -> Vec<usize> {
-    (0..t.len()).filter(|&i| t.quality[i] == Quality::Loose as u8).collect()
+    (0..t.len())
+        .filter(|&i| t.quality[i] == Quality::Loose as u8)
+        .collect()
 }
 
 #[test]
 fn perfect_helix_barrel_gives_one_loose_quadruplet() {
     for (charge, pt) in [(1, 2.0), (-1, 2.0), (1, 0.8), (-1, 15.0)] {
-        let h = Helix { pt, charge, phi0: 1.1, tip: 0.0, zip: 1.0, cot_theta: 0.5 };
+        let h = Helix {
+            pt,
+            charge,
+            phi0: 1.1,
+            tip: 0.0,
+            zip: 1.0,
+            cot_theta: 0.5,
+        };
         let mut b = HitBuilder::new();
         let ids = b.add_helix_barrel(&h, &[0, 1, 2, 3]);
         assert_eq!(ids.len(), 4);
@@ -51,8 +60,16 @@ fn perfect_helix_barrel_gives_one_loose_quadruplet() {
             "q/pt {qpt} vs {} ± {sigma_qpt}",
             charge as f64 / pt
         );
-        assert!((t.pt[i] - pt as f32).abs() / (pt as f32) < 0.02, "pt {} vs {pt}", t.pt[i]);
-        assert!(t.tip[i].abs() < 3.0 * t.covariance[i][5].sqrt() + 1e-4, "tip {}", t.tip[i]);
+        assert!(
+            (t.pt[i] - pt as f32).abs() / (pt as f32) < 0.02,
+            "pt {} vs {pt}",
+            t.pt[i]
+        );
+        assert!(
+            t.tip[i].abs() < 3.0 * t.covariance[i][5].sqrt() + 1e-4,
+            "tip {}",
+            t.tip[i]
+        );
         assert!((t.zip[i] - 1.0).abs() < 1e-3, "zip {}", t.zip[i]);
         assert!((t.state[i][3] - 0.5).abs() < 1e-3, "cot {}", t.state[i][3]);
         assert!((t.eta[i] - 0.5f32.asinh()).abs() < 1e-3);
@@ -69,7 +86,14 @@ fn perfect_helix_barrel_gives_one_loose_quadruplet() {
 
 #[test]
 fn forward_five_hit_track_is_fitted_on_four_hits() {
-    let h = Helix { pt: 3.0, charge: -1, phi0: -2.0, tip: 0.0, zip: 0.5, cot_theta: 3.0 };
+    let h = Helix {
+        pt: 3.0,
+        charge: -1,
+        phi0: -2.0,
+        tip: 0.0,
+        zip: 0.5,
+        cot_theta: 3.0,
+    };
     let mut b = HitBuilder::new();
     let ids = b.add_helix(&h, &[0, 1, 4, 5, 6], None);
     assert_eq!(ids.len(), 5);
@@ -85,7 +109,11 @@ fn forward_five_hit_track_is_fitted_on_four_hits() {
     assert!((t.zip[i] - 0.5).abs() < 1e-2, "zip {}", t.zip[i]);
     assert!((t.state[i][3] - 3.0).abs() < 1e-2);
     // Mirror image in z: the negative endcap.
-    let hm = Helix { cot_theta: -3.0, zip: -0.5, ..h };
+    let hm = Helix {
+        cot_theta: -3.0,
+        zip: -0.5,
+        ..h
+    };
     let mut b = HitBuilder::new();
     assert_eq!(b.add_helix(&hm, &[0, 1, 7, 8, 9], None).len(), 5);
     let cols = b.build();
@@ -155,7 +183,13 @@ fn doublet_cluster_size_cuts() {
         assert_eq!(cells(&b, &only("cluster")).len(), expect, "mes {mes}");
     }
     // Barrel pairs: |Δ y-size| ≤ 28 from B1, ≤ 20 otherwise.
-    for (inner, dsize, expect) in [(0u8, 28i16, 1), (0, 29, 0), (1, 20, 1), (1, 21, 0), (1, -21, 0)] {
+    for (inner, dsize, expect) in [
+        (0u8, 28i16, 1),
+        (0, 29, 0),
+        (1, 20, 1),
+        (1, 21, 0),
+        (1, -21, 0),
+    ] {
         let mut b = HitBuilder::new();
         let r = [2.9, 6.8, 10.9][inner as usize];
         let ro = [2.9, 6.8, 10.9][inner as usize + 1];
@@ -163,7 +197,11 @@ fn doublet_cluster_size_cuts() {
         let o = b.add_barrel_hit(inner + 1, ro, 0.3, 1.0 * ro / r).unwrap();
         b.set_size_y(i, 40);
         b.set_size_y(o, 40 + dsize);
-        assert_eq!(cells(&b, &only("cluster")).len(), expect, "inner {inner} dsize {dsize}");
+        assert_eq!(
+            cells(&b, &only("cluster")).len(),
+            expect,
+            "inner {inner} dsize {dsize}"
+        );
     }
 }
 
@@ -182,17 +220,32 @@ fn doublet_capacities() {
     assert_eq!(d.cells.len(), 130);
     assert_eq!(d.outer_hit_of_cell.of(130).len(), 128);
     assert_eq!(d.outer_hit_overflows, 1);
-    let cfg = DoubletConfig { max_number_of_doublets: 100, ..only("none") };
+    let cfg = DoubletConfig {
+        max_number_of_doublets: 100,
+        ..only("none")
+    };
     let d = build_doublets(&cols.view(&cpe), &cfg, N_PAIRS).unwrap();
     assert_eq!(d.cells.len(), 100);
     assert!(d.cells_overflow);
     // The cells past the capacity are counted, not stored; the stored ones are the first.
     assert_eq!(d.cells_missed, 30);
     let full = build_doublets(&cols.view(&cpe), &only("none"), N_PAIRS).unwrap();
-    assert_eq!(&full.cells[..100].iter().map(|c| (c.inner, c.outer)).collect::<Vec<_>>(), &d.cells.iter().map(|c| (c.inner, c.outer)).collect::<Vec<_>>());
+    assert_eq!(
+        &full.cells[..100]
+            .iter()
+            .map(|c| (c.inner, c.outer))
+            .collect::<Vec<_>>(),
+        &d.cells
+            .iter()
+            .map(|c| (c.inner, c.outer))
+            .collect::<Vec<_>>()
+    );
     // A hit capacity below the event's hits is an error naming both; sized lifts it.
     let n = cols.view(&cpe).n_hits();
-    let small = DoubletConfig { max_hits: n - 1, ..only("none") };
+    let small = DoubletConfig {
+        max_hits: n - 1,
+        ..only("none")
+    };
     let e = build_doublets(&cols.view(&cpe), &small, N_PAIRS).unwrap_err();
     assert_eq!(e, crate::tracks::TrackError::TooManyHits { n, max: n - 1 });
 }
@@ -202,12 +255,21 @@ fn tuples_past_the_capacity_are_counted() {
     // Three separate helices: three triplets; with room for two the third is counted.
     let mut b = HitBuilder::new();
     for phi in [0.3, 1.3, 2.3] {
-        b.add_helix_barrel(&Helix { phi0: phi, ..Helix::default() }, &[0, 1, 2]);
+        b.add_helix_barrel(
+            &Helix {
+                phi0: phi,
+                ..Helix::default()
+            },
+            &[0, 1, 2],
+        );
     }
     let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
     let hits = cols.view(&cpe);
     let run = |max_tuples| {
-        let cfg = NtupletConfig { max_tuples, ..NtupletConfig::default() };
+        let cfg = NtupletConfig {
+            max_tuples,
+            ..NtupletConfig::default()
+        };
         let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
         ntuplets::connect(&hits, &mut ca, &cfg);
         let t = ntuplets::find_ntuplets(&mut ca, &cfg).unwrap();
@@ -234,15 +296,42 @@ fn invalid_inputs_are_errors() {
     let mut cols = b.build();
     cols.yerr.pop();
     let e = reconstruct_tracks(&cols.view(&cpe), &CaConfig::default()).unwrap_err();
-    assert!(matches!(e, TrackError::ColumnLength { column: "yerr_local", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            TrackError::ColumnLength {
+                column: "yerr_local",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let mut cols = b.build();
     cols.layer_start[3] = 100;
-    assert!(matches!(reconstruct_tracks(&cols.view(&cpe), &CaConfig::default()), Err(TrackError::LayerStart { .. })));
+    assert!(matches!(
+        reconstruct_tracks(&cols.view(&cpe), &CaConfig::default()),
+        Err(TrackError::LayerStart { .. })
+    ));
     let cols = b.build();
-    let small = quiver_formats::conditions::CpeParams { det: cpe.det[..10].to_vec(), ..cpe.clone() };
-    assert!(matches!(reconstruct_tracks(&cols.view(&small), &CaConfig::default()), Err(TrackError::MissingModule { .. })));
-    let bad = CaConfig { fit: FitConfig { b_field: -1.0, ..FitConfig::default() }, ..CaConfig::default() };
-    assert!(matches!(reconstruct_tracks(&cols.view(&cpe), &bad), Err(TrackError::Config(_))));
+    let small = quiver_formats::conditions::CpeParams {
+        det: cpe.det[..10].to_vec(),
+        ..cpe.clone()
+    };
+    assert!(matches!(
+        reconstruct_tracks(&cols.view(&small), &CaConfig::default()),
+        Err(TrackError::MissingModule { .. })
+    ));
+    let bad = CaConfig {
+        fit: FitConfig {
+            b_field: -1.0,
+            ..FitConfig::default()
+        },
+        ..CaConfig::default()
+    };
+    assert!(matches!(
+        reconstruct_tracks(&cols.view(&cpe), &bad),
+        Err(TrackError::Config(_))
+    ));
     // An empty event is fine.
     let empty = HitBuilder::new().build();
     let t = reconstruct_tracks(&empty.view(&cpe), &CaConfig::default()).unwrap();
@@ -275,15 +364,36 @@ fn pulls(fit: FitFn, n_hits: usize) {
             continue;
         }
         let cols = b.build();
-        let pos: Vec<[f64; 3]> = (0..n_hits).map(|k| [cols.x[k] as f64, cols.y[k] as f64, cols.z[k] as f64]).collect();
-        let ge: Vec<[f32; 6]> =
-            (0..n_hits).map(|k| hit_global_cov(&cpe.det[cols.det[k] as usize].frame, cols.xerr[k], cols.yerr[k])).collect();
+        let pos: Vec<[f64; 3]> = (0..n_hits)
+            .map(|k| [cols.x[k] as f64, cols.y[k] as f64, cols.z[k] as f64])
+            .collect();
+        let ge: Vec<[f32; 6]> = (0..n_hits)
+            .map(|k| {
+                hit_global_cov(
+                    &cpe.det[cols.det[k] as usize].frame,
+                    cols.xerr[k],
+                    cols.yerr[k],
+                )
+            })
+            .collect();
         let f = fit(&pos, &ge, B_FIELD as f32 as f64).unwrap();
         let c = &f.circle;
         let l = &f.line;
-        let truth = [h.phi0, h.tip, charge as f64 * B_FIELD / h.pt, h.cot_theta, h.zip];
+        let truth = [
+            h.phi0,
+            h.tip,
+            charge as f64 * B_FIELD / h.pt,
+            h.cot_theta,
+            h.zip,
+        ];
         let fitted = [c.par[0], c.par[1], c.par[2], l.par[0], l.par[1]];
-        let var = [c.cov[0][0], c.cov[1][1], c.cov[2][2], l.cov[0][0], l.cov[1][1]];
+        let var = [
+            c.cov[0][0],
+            c.cov[1][1],
+            c.cov[2][2],
+            l.cov[0][0],
+            l.cov[1][1],
+        ];
         // The circle curvature is signed like the charge.
         assert_eq!(c.par[2].signum() as i32, charge, "curvature sign");
         for k in 0..5 {
@@ -298,7 +408,10 @@ fn pulls(fit: FitFn, n_hits: usize) {
     for k in 0..5 {
         let mean = sum[k] / used as f64;
         let rms = (sum2[k] / used as f64 - mean * mean).sqrt();
-        eprintln!("{n_hits} hits, pull {}: mean {mean:.3} rms {rms:.3}", names[k]);
+        eprintln!(
+            "{n_hits} hits, pull {}: mean {mean:.3} rms {rms:.3}",
+            names[k]
+        );
         assert!(mean.abs() < 0.25, "pull {} mean {mean}", names[k]);
         assert!(rms > 0.3 && rms < 1.5, "pull {} rms {rms}", names[k]);
     }
@@ -318,12 +431,25 @@ fn riemann_pulls_on_smeared_helices() {
 
 #[test]
 fn riemann_option_reconstructs_the_helix() {
-    let h = Helix { pt: 2.0, charge: -1, phi0: 2.5, tip: 0.0, zip: -1.5, cot_theta: -0.4 };
+    let h = Helix {
+        pt: 2.0,
+        charge: -1,
+        phi0: 2.5,
+        tip: 0.0,
+        zip: -1.5,
+        cot_theta: -0.4,
+    };
     let mut b = HitBuilder::new();
     assert_eq!(b.add_helix_barrel(&h, &[0, 1, 2, 3]).len(), 4);
     let cpe = HitBuilder::cpe_params();
     let cols = b.build();
-    let cfg = CaConfig { fit: FitConfig { use_riemann_fit: true, ..FitConfig::default() }, ..CaConfig::default() };
+    let cfg = CaConfig {
+        fit: FitConfig {
+            use_riemann_fit: true,
+            ..FitConfig::default()
+        },
+        ..CaConfig::default()
+    };
     let t = reconstruct_tracks(&cols.view(&cpe), &cfg).unwrap();
     let loose = loose_tracks(&t);
     assert_eq!(loose.len(), 1);
@@ -340,7 +466,14 @@ fn riemann_option_reconstructs_the_helix() {
 fn fit_recovers_tip_sign() {
     let cpe = HitBuilder::cpe_params();
     for (charge, tip) in [(1, 0.05), (1, -0.05), (-1, 0.05), (-1, -0.05)] {
-        let h = Helix { pt: 5.0, charge, phi0: 0.7, tip, zip: -2.0, cot_theta: -0.2 };
+        let h = Helix {
+            pt: 5.0,
+            charge,
+            phi0: 0.7,
+            tip,
+            zip: -2.0,
+            cot_theta: -0.2,
+        };
         let mut b = HitBuilder::new();
         assert_eq!(b.add_helix_barrel(&h, &[0, 1, 2, 3]).len(), 4);
         let cols = b.build();
@@ -352,7 +485,12 @@ fn fit_recovers_tip_sign() {
         assert!((t.tip[i].abs() - 0.05).abs() < 2e-3, "tip {}", t.tip[i]);
         // Karimäki's d is x·sinφ − y·cosφ of the point of closest approach, i.e. minus the
         // helper's (and CMS's dxy) convention, whatever the charge.
-        assert_eq!(t.tip[i].signum(), -(tip as f32).signum(), "tip sign {}", t.tip[i]);
+        assert_eq!(
+            t.tip[i].signum(),
+            -(tip as f32).signum(),
+            "tip sign {}",
+            t.tip[i]
+        );
     }
 }
 
@@ -380,8 +518,17 @@ fn many_tracks_event_is_deterministic_and_efficient() {
     let t2 = reconstruct_tracks(&cols.view(&cpe), &CaConfig::default()).unwrap();
     assert_eq!(t1, t2);
     let loose = loose_tracks(&t1);
-    eprintln!("generated {n_gen}, tuples {}, loose {}, stats {:?}", t1.len(), loose.len(), t1.stats);
-    assert!(loose.len() as f64 >= 0.9 * n_gen as f64 && loose.len() <= n_gen, "{} of {n_gen}", loose.len());
+    eprintln!(
+        "generated {n_gen}, tuples {}, loose {}, stats {:?}",
+        t1.len(),
+        loose.len(),
+        t1.stats
+    );
+    assert!(
+        loose.len() as f64 >= 0.9 * n_gen as f64 && loose.len() <= n_gen,
+        "{} of {n_gen}",
+        loose.len()
+    );
 }
 
 #[test]
@@ -394,28 +541,43 @@ fn triplet_cleaner_keeps_smallest_tip_and_longest() {
         quality: vec![Quality::Bad; 4],
         overflow: false,
     };
-    let mut tracks = Tracks { state: vec![[0.0; 5]; 4], ..Tracks::default() };
+    let mut tracks = Tracks {
+        state: vec![[0.0; 5]; 4],
+        ..Tracks::default()
+    };
     tracks.state[0][1] = 0.10;
     tracks.state[1][1] = -0.05;
     tracks.state[2][1] = 0.40;
     tracks.state[3][1] = 0.01;
     let mut q = vec![Quality::Loose; 4];
     triplet_cleaner(&tuples, &tracks, 11, &mut q);
-    assert_eq!(q, vec![Quality::Dup, Quality::Loose, Quality::Loose, Quality::Dup]);
+    assert_eq!(
+        q,
+        vec![Quality::Dup, Quality::Loose, Quality::Loose, Quality::Dup]
+    );
 }
 
 #[test]
 fn fast_duplicate_remover_keeps_loose_with_smallest_tip() {
-    let d = super::doublets::Doublets { cells: vec![], ..Default::default() };
+    let d = super::doublets::Doublets {
+        cells: vec![],
+        ..Default::default()
+    };
     let mut ca = CaState::new(d);
     ca.cell_tracks = super::doublets::Csr::from_lists(&[vec![0, 1, 2], vec![3]]);
-    let mut tracks = Tracks { state: vec![[0.0; 5]; 4], ..Tracks::default() };
+    let mut tracks = Tracks {
+        state: vec![[0.0; 5]; 4],
+        ..Tracks::default()
+    };
     tracks.state[0][1] = 0.02;
     tracks.state[1][1] = 0.01;
     tracks.state[2][1] = 0.001;
     let mut q = vec![Quality::Loose, Quality::Loose, Quality::Bad, Quality::Loose];
     fast_duplicate_remover(&ca, &tracks, &mut q);
-    assert_eq!(q, vec![Quality::Dup, Quality::Loose, Quality::Bad, Quality::Loose]);
+    assert_eq!(
+        q,
+        vec![Quality::Dup, Quality::Loose, Quality::Bad, Quality::Loose]
+    );
 }
 
 #[test]
@@ -460,7 +622,11 @@ fn synthetic_event(n_tracks: usize, n_noise: usize, seed: u64) -> testing::HitCo
             zip: 5.0 * g.sample(),
             cot_theta: 6.0 * (g.sample() / 3.0).tanh(),
         };
-        let layers: &[u8] = if h.cot_theta > 0.0 { &[0, 1, 2, 3, 4, 5, 6] } else { &[0, 1, 2, 3, 7, 8, 9] };
+        let layers: &[u8] = if h.cot_theta > 0.0 {
+            &[0, 1, 2, 3, 4, 5, 6]
+        } else {
+            &[0, 1, 2, 3, 7, 8, 9]
+        };
         for id in b.add_helix(&h, layers, Some(&mut g)) {
             // Cluster-size spread, and some edge clusters (negative sizes), to exercise the
             // size cuts.
@@ -518,7 +684,12 @@ fn timing_run(hits: &HitsView, n_gen: usize) {
     let mut tr = t.clone();
     fit::fit_tuples(&hits, &tuples, &cfg.fit, &mut tr).unwrap();
     tm.push(("fit", t0.elapsed()));
-    eprintln!("steps: {:?}", tm.iter().map(|(n, d)| format!("{n} {:.2} ms", d.as_secs_f64() * 1e3)).collect::<Vec<_>>());
+    eprintln!(
+        "steps: {:?}",
+        tm.iter()
+            .map(|(n, d)| format!("{n} {:.2} ms", d.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+    );
     eprintln!(
         "hits {}, generated tracks {n_gen}, tuples {}, loose {}, {ms:.2} ms/event, stats {:?}",
         hits.n_hits(),
@@ -535,9 +706,15 @@ fn timing_run(hits: &HitsView, n_gen: usize) {
 #[ignore]
 fn reference_ca_cross_check() {
     // Asked for (it is ignored by default), it must run: a missing harness fails, never passes.
-    let bin = std::env::var("QUIVER_REF_CA").expect("set QUIVER_REF_CA to the reference CA harness binary");
+    let bin = std::env::var("QUIVER_REF_CA")
+        .expect("set QUIVER_REF_CA to the reference CA harness binary");
     let cpe = HitBuilder::cpe_params();
-    for (riemann, n_tracks, n_noise, seed) in [(false, 40, 0, 1), (false, 1000, 3000, 2), (false, 1500, 2000, 3), (true, 1000, 3000, 4)] {
+    for (riemann, n_tracks, n_noise, seed) in [
+        (false, 40, 0, 1),
+        (false, 1000, 3000, 2),
+        (false, 1500, 2000, 3),
+        (true, 1000, 3000, 4),
+    ] {
         let cols = synthetic_event(n_tracks, n_noise, seed);
         let hits = cols.view(&cpe);
         let mut input = format!("{}\n", hits.n_hits());
@@ -573,9 +750,18 @@ fn reference_ca_cross_check() {
         if riemann {
             cmd.arg("riemann");
         }
-        let out = cmd.stdin(std::fs::File::open(&path).unwrap()).output().unwrap();
+        let out = cmd
+            .stdin(std::fs::File::open(&path).unwrap())
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let cfg = CaConfig { fit: FitConfig { use_riemann_fit: riemann, ..FitConfig::default() }, ..CaConfig::default() };
+        let cfg = CaConfig {
+            fit: FitConfig {
+                use_riemann_fit: riemann,
+                ..FitConfig::default()
+            },
+            ..CaConfig::default()
+        };
         let t = reconstruct_tracks(&hits, &cfg).unwrap();
         // The reference prints "wrong mult" for 6-hit tuples on stdout.
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("wrong")).collect();
@@ -586,21 +772,31 @@ fn reference_ca_cross_check() {
             let nh: usize = tok[0].parse().unwrap();
             let h: Vec<u32> = tok[1..1 + nh].iter().map(|x| x.parse().unwrap()).collect();
             let q: u8 = tok[1 + nh].parse().unwrap();
-            let fl: Vec<f32> = tok[2 + nh..].iter().map(|x| f32::from_bits(x.parse().unwrap())).collect();
+            let fl: Vec<f32> = tok[2 + nh..]
+                .iter()
+                .map(|x| f32::from_bits(x.parse().unwrap()))
+                .collect();
             if h == t.hits_of(i) {
                 same_hits += 1;
             }
             if q == t.quality[i] {
                 same_q += 1;
             }
-            let ours: Vec<f32> =
-                [t.pt[i], t.eta[i], t.chi2[i]].into_iter().chain(t.state[i]).chain(t.covariance[i]).collect();
+            let ours: Vec<f32> = [t.pt[i], t.eta[i], t.chi2[i]]
+                .into_iter()
+                .chain(t.state[i])
+                .chain(t.covariance[i])
+                .collect();
             for (k, (a, b)) in ours.iter().zip(&fl).enumerate() {
                 if a.to_bits() != b.to_bits() {
                     field_diff[k] += 1;
                 }
             }
-            if ours.iter().zip(&fl).all(|(a, b)| a.to_bits() == b.to_bits()) {
+            if ours
+                .iter()
+                .zip(&fl)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+            {
                 exact_fit += 1;
             } else {
                 for (a, b) in ours.iter().zip(&fl) {
@@ -622,7 +818,11 @@ fn reference_ca_cross_check() {
         assert_eq!(same_hits, t.len());
         assert_eq!(same_q, t.len());
         if !riemann {
-            assert_eq!(exact_fit, t.len(), "Broken Line outputs must be bit-identical");
+            assert_eq!(
+                exact_fit,
+                t.len(),
+                "Broken Line outputs must be bit-identical"
+            );
         }
     }
 }
@@ -634,7 +834,8 @@ fn reference_ca_cross_check() {
 #[test]
 #[ignore]
 fn reference_fit_cross_check() {
-    let bin = std::env::var("QUIVER_REF_FIT").expect("set QUIVER_REF_FIT to the reference fit harness binary");
+    let bin = std::env::var("QUIVER_REF_FIT")
+        .expect("set QUIVER_REF_FIT to the reference fit harness binary");
     let cpe = HitBuilder::cpe_params();
     let mut g = Gauss::new(99);
     let b = B_FIELD as f32 as f64;
@@ -651,15 +852,28 @@ fn reference_fit_cross_check() {
             zip: 3.0 * g.sample(),
             cot_theta: 0.8 * g.sample(),
         };
-        let layers: Vec<u8> = if n == 5 { vec![0, 1, 2, 3, if h.cot_theta > 0.0 { 4 } else { 7 }] } else { (0..n as u8).collect() };
+        let layers: Vec<u8> = if n == 5 {
+            vec![0, 1, 2, 3, if h.cot_theta > 0.0 { 4 } else { 7 }]
+        } else {
+            (0..n as u8).collect()
+        };
         let mut bld = HitBuilder::new();
         if bld.add_helix(&h, &layers, Some(&mut g)).len() != n {
             continue;
         }
         let cols = bld.build();
-        let pos: Vec<[f64; 3]> = (0..n).map(|k| [cols.x[k] as f64, cols.y[k] as f64, cols.z[k] as f64]).collect();
-        let ge: Vec<[f32; 6]> =
-            (0..n).map(|k| hit_global_cov(&cpe.det[cols.det[k] as usize].frame, cols.xerr[k], cols.yerr[k])).collect();
+        let pos: Vec<[f64; 3]> = (0..n)
+            .map(|k| [cols.x[k] as f64, cols.y[k] as f64, cols.z[k] as f64])
+            .collect();
+        let ge: Vec<[f32; 6]> = (0..n)
+            .map(|k| {
+                hit_global_cov(
+                    &cpe.det[cols.det[k] as usize].frame,
+                    cols.xerr[k],
+                    cols.yerr[k],
+                )
+            })
+            .collect();
         input += &format!("{kind} {n}\n");
         for p in &pos {
             for v in p {
@@ -682,7 +896,17 @@ fn reference_fit_cross_check() {
         .unwrap();
     eprintln!("inputs kept in {}", path.display());
     let text = String::from_utf8(out.stdout).unwrap();
-    let names = ["fast", "circle.par", "circle.var", "circle.chi2", "q", "line.par", "line.cov", "line.chi2", "circle.covar"];
+    let names = [
+        "fast",
+        "circle.par",
+        "circle.var",
+        "circle.chi2",
+        "q",
+        "line.par",
+        "line.cov",
+        "line.chi2",
+        "circle.covar",
+    ];
     for kind in 0..2 {
         let mut exact = [0usize; 9];
         let mut total = [0usize; 9];
@@ -691,7 +915,12 @@ fn reference_fit_cross_check() {
             if *k != kind {
                 continue;
             }
-            let f = if kind == 0 { broken_line_fit(pos, ge, b) } else { super::riemann::riemann_fit(pos, ge, b) }.unwrap();
+            let f = if kind == 0 {
+                broken_line_fit(pos, ge, b)
+            } else {
+                super::riemann::riemann_fit(pos, ge, b)
+            }
+            .unwrap();
             let tok: Vec<&str> = line.split_whitespace().collect();
             let d = |i: usize| f64::from_bits(tok[i].parse().unwrap());
             let mut ours: Vec<(usize, f64, f64)> = Vec::new();
@@ -703,9 +932,17 @@ fn reference_fit_cross_check() {
             }
             for i in 0..9 {
                 // Diagonal and off-diagonal terms are reported separately (groups 2 and 8).
-                ours.push((if i % 4 == 0 { 2 } else { 8 }, f.circle.cov[i / 3][i % 3], d(7 + i)));
+                ours.push((
+                    if i % 4 == 0 { 2 } else { 8 },
+                    f.circle.cov[i / 3][i % 3],
+                    d(7 + i),
+                ));
             }
-            ours.push((3, f.circle.chi2 as f64, f32::from_bits(tok[16].parse().unwrap()) as f64));
+            ours.push((
+                3,
+                f.circle.chi2 as f64,
+                f32::from_bits(tok[16].parse().unwrap()) as f64,
+            ));
             ours.push((4, f.circle.q as f64, tok[17].parse::<f64>().unwrap()));
             for i in 0..2 {
                 ours.push((5, f.line.par[i], d(18 + i)));
@@ -739,7 +976,13 @@ fn reference_fit_cross_check() {
             // singular matrix, numerical derivative of f32 eigenvectors): a one-ulp change of
             // one input moves the reference's own output by up to ~3e-6.
             let tol = if kind == 1 { 1e-5 } else { 1e-12 };
-            assert!(worst[grp] < tol, "{} {} differs by {:.2e}", kind, names[grp], worst[grp]);
+            assert!(
+                worst[grp] < tol,
+                "{} {} differs by {:.2e}",
+                kind,
+                names[grp],
+                worst[grp]
+            );
         }
     }
 }
@@ -763,7 +1006,12 @@ fn config_variants_quadruplets_only_and_late_fishbone() {
     late.ntuplets.late_fishbone = true;
     let t2 = reconstruct_tracks(&hits, &late).unwrap();
     assert_eq!(t2.hit_indices, base.hit_indices);
-    let loose = |t: &Tracks| t.quality.iter().filter(|&&q| q == Quality::Loose as u8).count();
+    let loose = |t: &Tracks| {
+        t.quality
+            .iter()
+            .filter(|&&q| q == Quality::Loose as u8)
+            .count()
+    };
     assert!(loose(&t2) <= loose(&base) + 5);
     // Without jumping forward doublets there are fewer or equal cells.
     let mut nojump = CaConfig::default();
@@ -796,15 +1044,32 @@ fn stages_through_columns_equal_the_whole_chain() {
         let q: Vec<u8> = tuples.quality.iter().map(|&x| x as u8).collect();
         let tuples2 = tuples_from_columns(&tuples.offsets, &tuples.hits, &q).unwrap();
         let mut tracks = stage_fit(&hits, &tuples2, &cfg).unwrap();
-        let ca2 = ca_state_for_quality(&alive, &ca.tuple_cells, &ca.tuple_cell_offsets, &cfg).unwrap();
+        let ca2 =
+            ca_state_for_quality(&alive, &ca.tuple_cells, &ca.tuple_cell_offsets, &cfg).unwrap();
         assert_eq!(ca2.cell_tracks, ca.cell_tracks);
         stage_quality(&hits, &tuples2, &ca2, &mut tracks, &cfg);
 
         assert!(whole.quality.len() > 100, "{} tuples", whole.quality.len());
         assert_eq!(tracks.quality, whole.quality);
         assert_eq!(tracks.hit_indices, whole.hit_indices);
-        assert_eq!(tracks.state.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>(), whole.state.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>());
-        assert_eq!(tracks.chi2.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), whole.chi2.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            tracks
+                .state
+                .iter()
+                .flatten()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>(),
+            whole
+                .state
+                .iter()
+                .flatten()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            tracks.chi2.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            whole.chi2.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
     assert!(tuples_from_columns(&[0, 3], &[1, 2], &[0]).is_err());
     assert!(ca_state_for_quality(&[true], &[5], &[0, 1], &CaConfig::default()).is_err());
@@ -824,7 +1089,10 @@ fn connect_is_the_same_on_every_path() {
     let outer: Vec<u32> = d.cells.iter().map(|c| c.outer).collect();
     let pair: Vec<u8> = d.cells.iter().map(|c| c.pair).collect();
     let d2 = doublets_from_columns(&hits, &inner, &outer, &pair, &listed_cells(&d)).unwrap();
-    assert_eq!(d2.listed_inner_hits.len(), d2.outer_hit_of_cell.values.len());
+    assert_eq!(
+        d2.listed_inner_hits.len(),
+        d2.outer_hit_of_cell.values.len()
+    );
     let mut results = Vec::new();
     for from_columns in [false, true] {
         for portable in [false, true] {
@@ -838,7 +1106,11 @@ fn connect_is_the_same_on_every_path() {
             results.push((ca.neighbors, used));
         }
     }
-    assert!(results[0].0.values.len() > 1000, "{} connections", results[0].0.values.len());
+    assert!(
+        results[0].0.values.len() > 1000,
+        "{} connections",
+        results[0].0.values.len()
+    );
     for r in &results[1..] {
         assert!(*r == results[0]);
     }
@@ -856,9 +1128,18 @@ fn doublet_cells_and_listed_flags_match_the_lists() {
         cfg.doublets.max_cells_per_hit = cap;
         let d = stage_doublets(&hits, &cfg).unwrap();
         let (cols, listed) = stage_doublet_cells(&hits, &cfg).unwrap();
-        assert_eq!(cols.inner, d.cells.iter().map(|c| c.inner).collect::<Vec<_>>());
-        assert_eq!(cols.outer, d.cells.iter().map(|c| c.outer).collect::<Vec<_>>());
-        assert_eq!(cols.pair, d.cells.iter().map(|c| c.pair).collect::<Vec<_>>());
+        assert_eq!(
+            cols.inner,
+            d.cells.iter().map(|c| c.inner).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            cols.outer,
+            d.cells.iter().map(|c| c.outer).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            cols.pair,
+            d.cells.iter().map(|c| c.pair).collect::<Vec<_>>()
+        );
         assert_eq!(listed, listed_cells(&d));
         assert_eq!(cap == 3, listed.iter().any(|&l| !l), "cap {cap}");
     }
@@ -871,7 +1152,12 @@ fn doublet_cells_and_listed_flags_match_the_lists() {
 fn capped_lists_match_bounded_vectors() {
     use super::ntuplets::CappedLists;
     let mut g = Gauss::new(11);
-    for (n_cells, max_lists, per_list) in [(7usize, 4u32, 3u32), (20, 65_536, 2), (5, 1, 4), (12, 6, 36)] {
+    for (n_cells, max_lists, per_list) in [
+        (7usize, 4u32, 3u32),
+        (20, 65_536, 2),
+        (5, 1, 4),
+        (12, 6, 36),
+    ] {
         let mut lists = CappedLists::new(n_cells, max_lists, per_list);
         let mut model: Vec<Vec<u32>> = vec![Vec::new(); n_cells];
         let (mut n_lists, mut overflows) = (1u32, 0u32);
@@ -901,9 +1187,20 @@ fn capped_lists_match_bounded_vectors() {
 #[test]
 fn csr_group_capped_keeps_first_values() {
     use super::doublets::Csr;
-    let pairs = [(2u32, 10u32), (0, 11), (2, 12), (2, 13), (1, 14), (2, 15), (0, 16)];
+    let pairs = [
+        (2u32, 10u32),
+        (0, 11),
+        (2, 12),
+        (2, 13),
+        (1, 14),
+        (2, 15),
+        (0, 16),
+    ];
     let (c, overflows) = Csr::group_capped(4, pairs.iter().copied(), 2);
-    assert_eq!(c, Csr::from_lists(&[vec![11, 16], vec![14], vec![10, 12], vec![]]));
+    assert_eq!(
+        c,
+        Csr::from_lists(&[vec![11, 16], vec![14], vec![10, 12], vec![]])
+    );
     assert_eq!(overflows, 1);
     let (c, overflows) = Csr::group_capped(3, pairs.iter().copied(), u32::MAX);
     assert_eq!(c.of(2), &[10, 12, 13, 15]);
@@ -924,10 +1221,38 @@ const LOOPER_FIRST_LEG: [[f32; 3]; 4] = [
     [14.812129020690918, 5.5211005210876465, 1.217499852180481],
 ];
 const LOOPER_FIRST_LEG_GE: [[f32; 6]; 4] = [
-    [9.646171150734517e-08, -3.6000002978653356e-07, 1.3435384289550711e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [1.570813310536323e-07, -4.4891271500091534e-07, 1.2829189017793396e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [1.7586032186045486e-07, -4.7149978854577057e-07, 1.2641398825508077e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [1.6343250308636925e-07, -4.567632174712344e-07, 1.2765675592163461e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [
+        9.646171150734517e-08,
+        -3.6000002978653356e-07,
+        1.3435384289550711e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        1.570813310536323e-07,
+        -4.4891271500091534e-07,
+        1.2829189017793396e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        1.7586032186045486e-07,
+        -4.7149978854577057e-07,
+        1.2641398825508077e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        1.6343250308636925e-07,
+        -4.567632174712344e-07,
+        1.2765675592163461e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
 ];
 const LOOPER_RETURN_LEG: [[f32; 3]; 4] = [
     [-2.6395795345306396, -0.818779706954956, -3.3974997997283936],
@@ -936,10 +1261,38 @@ const LOOPER_RETURN_LEG: [[f32; 3]; 4] = [
     [-15.75196361541748, -3.6143481731414795, -3.2774999141693115],
 ];
 const LOOPER_RETURN_LEG_GE: [[f32; 6]; 4] = [
-    [9.646171150734517e-08, -3.6000002978653356e-07, 1.3435384289550711e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [1.4426393590838416e-07, -4.122826453567541e-07, 1.1782361752921133e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [6.506496674774098e-08, -2.9909884347034676e-07, 1.3749352092418121e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [8.501669412908086e-08, -3.3940568755497225e-07, 1.3549835102821817e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [
+        9.646171150734517e-08,
+        -3.6000002978653356e-07,
+        1.3435384289550711e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        1.4426393590838416e-07,
+        -4.122826453567541e-07,
+        1.1782361752921133e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        6.506496674774098e-08,
+        -2.9909884347034676e-07,
+        1.3749352092418121e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        8.501669412908086e-08,
+        -3.3940568755497225e-07,
+        1.3549835102821817e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
 ];
 const LOOPER_SECOND_LEG: [[f32; 3]; 4] = [
     [2.629472494125366, 0.7672184109687805, -3.434999704360962],
@@ -948,10 +1301,38 @@ const LOOPER_SECOND_LEG: [[f32; 3]; 4] = [
     [14.811342239379883, 5.523299217224121, -3.562499761581421],
 ];
 const LOOPER_SECOND_LEG_GE: [[f32; 6]; 4] = [
-    [9.646171150734517e-08, -3.6000002978653356e-07, 1.3435384289550711e-06, 0.0, 0.0, 7.225000445032492e-05],
-    [1.570813310536323e-07, -4.4891271500091534e-07, 1.2829189017793396e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [1.7586032186045486e-07, -4.7149978854577057e-07, 1.2641398825508077e-06, 0.0, 0.0, 1.4062499758438207e-05],
-    [1.6343250308636925e-07, -4.567632174712344e-07, 1.2765675592163461e-06, 0.0, 0.0, 1.4062499758438207e-05],
+    [
+        9.646171150734517e-08,
+        -3.6000002978653356e-07,
+        1.3435384289550711e-06,
+        0.0,
+        0.0,
+        7.225000445032492e-05,
+    ],
+    [
+        1.570813310536323e-07,
+        -4.4891271500091534e-07,
+        1.2829189017793396e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        1.7586032186045486e-07,
+        -4.7149978854577057e-07,
+        1.2641398825508077e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
+    [
+        1.6343250308636925e-07,
+        -4.567632174712344e-07,
+        1.2765675592163461e-06,
+        0.0,
+        0.0,
+        1.4062499758438207e-05,
+    ],
 ];
 
 fn looper_fit(pos: &[[f32; 3]], ge: &[[f32; 6]]) -> fit::BrokenLineFit {
@@ -989,34 +1370,77 @@ fn looper_return_leg_fits_as_time_reversed_particle() {
         assert_eq!(f.circle.q, -1);
         assert_eq!(charge(f), -1.0);
         assert!(dphi(f.circle.par[0], 0.286) < 0.02, "φ {}", f.circle.par[0]);
-        assert!(f.line.par[0] < 0.0 && f.line.par[0] > -0.02, "cotθ {}", f.line.par[0]);
+        assert!(
+            f.line.par[0] < 0.0 && f.line.par[0] > -0.02,
+            "cotθ {}",
+            f.line.par[0]
+        );
     }
     // The return leg's hits are ordered inner→outer in radius, the reverse of the motion:
     // the turning sense of its first and last segments flips, hence q (and the charge);
     // the pre-fit's R·Δφ/Δz keeps its sign (Δφ and Δz both flip), so slope = −q/that flips.
-    assert!(LOOPER_RETURN_LEG.windows(2).all(|w| w[1][0].hypot(w[1][1]) > w[0][0].hypot(w[0][1])));
+    assert!(LOOPER_RETURN_LEG
+        .windows(2)
+        .all(|w| w[1][0].hypot(w[1][1]) > w[0][0].hypot(w[0][1])));
     assert_eq!(back.circle.q, 1);
     assert_eq!(charge(&back), 1.0);
     assert!(back.fast[3] * second.fast[3] > 0.0);
     assert!((dphi(back.circle.par[0], second.circle.par[0]) - std::f64::consts::PI).abs() < 0.02);
-    assert!((back.line.par[0] + second.line.par[0]).abs() < 0.01, "cotθ {} vs {}", back.line.par[0], second.line.par[0]);
+    assert!(
+        (back.line.par[0] + second.line.par[0]).abs() < 0.01,
+        "cotθ {} vs {}",
+        back.line.par[0],
+        second.line.par[0]
+    );
     // Same curvature (same particle), and the same beam-line crossing as the second leg.
     let pt = |f: &fit::BrokenLineFit| B_FIELD / f.circle.par[2].abs();
-    assert!((pt(&back) / pt(&second) - 1.0).abs() < 0.1, "pT {} vs {}", pt(&back), pt(&second));
-    assert!((back.line.par[1] - second.line.par[1]).abs() < 0.05, "zip {} vs {}", back.line.par[1], second.line.par[1]);
-    assert!((first.line.par[1] - second.line.par[1]).abs() > 4.0, "one loop moves z by ≈ 4.7 cm");
+    assert!(
+        (pt(&back) / pt(&second) - 1.0).abs() < 0.1,
+        "pT {} vs {}",
+        pt(&back),
+        pt(&second)
+    );
+    assert!(
+        (back.line.par[1] - second.line.par[1]).abs() < 0.05,
+        "zip {} vs {}",
+        back.line.par[1],
+        second.line.par[1]
+    );
+    assert!(
+        (first.line.par[1] - second.line.par[1]).abs() > 4.0,
+        "one loop moves z by ≈ 4.7 cm"
+    );
     // The reference's BrokenLine.h (refit.cc harness) on these exact inputs, bit for bit
     // when captured; compared to 1e-12 so another libm's last bit does not matter.
     let close = |a: f64, r: f64| (a - r).abs() <= 1e-12 * r.abs();
-    let want = [-2.851597556863125, -0.06186054697089791, 0.008393506254800379];
-    assert!(back.circle.par.iter().zip(want).all(|(&a, r)| close(a, r)), "{:?}", back.circle.par);
+    let want = [
+        -2.851597556863125,
+        -0.06186054697089791,
+        0.008393506254800379,
+    ];
+    assert!(
+        back.circle.par.iter().zip(want).all(|(&a, r)| close(a, r)),
+        "{:?}",
+        back.circle.par
+    );
     let want = [0.010347482273986967, -3.424293389169996];
-    assert!(back.line.par.iter().zip(want).all(|(&a, r)| close(a, r)), "{:?}", back.line.par);
-    assert!(close(back.fast[3], -111.78240590127928) && close(back.circle.chi2 as f64, 5.165025234222412));
+    assert!(
+        back.line.par.iter().zip(want).all(|(&a, r)| close(a, r)),
+        "{:?}",
+        back.line.par
+    );
+    assert!(
+        close(back.fast[3], -111.78240590127928)
+            && close(back.circle.chi2 as f64, 5.165025234222412)
+    );
     // Fed in time order (outer→inner) the same hits give the particle's own direction and
     // charge back: nothing in the fit depends on the hits being inner→outer.
     assert_eq!(charge(&timed), -1.0);
-    assert!(dphi(timed.circle.par[0], second.circle.par[0]) < 0.02, "φ {}", timed.circle.par[0]);
+    assert!(
+        dphi(timed.circle.par[0], second.circle.par[0]) < 0.02,
+        "φ {}",
+        timed.circle.par[0]
+    );
     assert!(timed.line.par[0] < 0.0);
     assert!((timed.line.par[1] - second.line.par[1]).abs() < 0.05);
 }
@@ -1031,7 +1455,11 @@ fn mask8_matches_bit_by_bit_packing() {
         for (j, &p) in pass.iter().enumerate() {
             expect |= (p as u32) << j;
         }
-        assert_eq!(super::doublets::mask8(&pass), expect, "pattern {pattern:08b}");
+        assert_eq!(
+            super::doublets::mask8(&pass),
+            expect,
+            "pattern {pattern:08b}"
+        );
     }
 }
 
@@ -1042,9 +1470,22 @@ fn tuples_naming_hits_the_event_lacks_are_errors_not_panics() {
     b.add_helix_barrel(&Helix::default(), &[0, 1, 2, 3]);
     let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
     let hits = cols.view(&cpe);
-    let t = ntuplets::Tuples { offsets: vec![0, 4], hits: vec![0, 1, 2, 9], quality: vec![Quality::Bad], overflow: false };
+    let t = ntuplets::Tuples {
+        offsets: vec![0, 4],
+        hits: vec![0, 1, 2, 9],
+        quality: vec![Quality::Bad],
+        overflow: false,
+    };
     let cfg = CaConfig::default();
-    for e in [stage_fit(&hits, &t, &cfg).unwrap_err(), fit_jobs(&hits, &t, &cfg).unwrap_err(), stage_fit_from(&hits, &t, &cfg, &[], &[]).unwrap_err()] {
-        assert_eq!(e.to_string(), "inconsistent input: tuple hit 9 is not one of the event's 4 hits", "{e}");
+    for e in [
+        stage_fit(&hits, &t, &cfg).unwrap_err(),
+        fit_jobs(&hits, &t, &cfg).unwrap_err(),
+        stage_fit_from(&hits, &t, &cfg, &[], &[]).unwrap_err(),
+    ] {
+        assert_eq!(
+            e.to_string(),
+            "inconsistent input: tuple hit 9 is not one of the event's 4 hits",
+            "{e}"
+        );
     }
 }

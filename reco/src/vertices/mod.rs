@@ -221,8 +221,20 @@ impl<'a> TracksView<'a> {
 
     /// [`TracksView::new`] without the [`MAX_TRACKS`] capacity (for sized capacities; the
     /// clustering then checks [`VertexConfig::max_tracks`]).
-    pub fn new_unbounded(zip: &'a [f32], cov_zip: &'a [f32], pt: &'a [f32], quality: &'a [u8], n_hits: &'a [u16]) -> Result<Self, VertexError> {
-        let view = Self { zip, cov_zip, pt, quality, n_hits };
+    pub fn new_unbounded(
+        zip: &'a [f32],
+        cov_zip: &'a [f32],
+        pt: &'a [f32],
+        quality: &'a [u8],
+        n_hits: &'a [u16],
+    ) -> Result<Self, VertexError> {
+        let view = Self {
+            zip,
+            cov_zip,
+            pt,
+            quality,
+            n_hits,
+        };
         view.validate_max(usize::MAX)?;
         Ok(view)
     }
@@ -397,7 +409,15 @@ pub struct ChainResult {
 
 impl From<Chain> for ChainResult {
     fn from(c: Chain) -> Self {
-        ChainResult { iv: c.iv, zv: c.fit.zv, wv: c.fit.wv, chi2: c.fit.chi2, ndof: c.fit.ndof, ptv2: c.sorted.ptv2, sort_ind: c.sorted.sort_ind }
+        ChainResult {
+            iv: c.iv,
+            zv: c.fit.zv,
+            wv: c.fit.wv,
+            chi2: c.fit.chi2,
+            ndof: c.fit.ndof,
+            ptv2: c.sorted.ptv2,
+            sort_ind: c.sorted.sort_ind,
+        }
     }
 }
 

@@ -9,43 +9,115 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
-use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float64Array, LargeListArray, ListArray, RecordBatch, StringArray, UInt64Array};
+use arrow_array::{
+    Array, ArrayRef, FixedSizeListArray, Float64Array, LargeListArray, ListArray, RecordBatch,
+    StringArray, UInt64Array,
+};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::{RecoDigi, TruthPixel, RecHit, RecoEvent, RecoTrack, RecoVertex, TruthSimHit, TruthEvent, TruthParticle, TruthVertex};
+use super::{
+    RecHit, RecoDigi, RecoEvent, RecoTrack, RecoVertex, TruthEvent, TruthParticle, TruthPixel,
+    TruthSimHit, TruthVertex,
+};
 use crate::error::{Result, ValidationError};
 
 /// All rows of a Parquet file as one batch.
 pub(crate) fn read_parquet(path: &Path) -> Result<RecordBatch> {
-    let f = std::fs::File::open(path).map_err(|source| ValidationError::Io { path: path.into(), source })?;
+    let f = std::fs::File::open(path).map_err(|source| ValidationError::Io {
+        path: path.into(),
+        source,
+    })?;
     let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?;
     let schema = builder.schema().clone();
-    let batches = builder.build()?.collect::<std::result::Result<Vec<_>, _>>()?;
+    let batches = builder
+        .build()?
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
 }
 
 fn column<'a>(b: &'a RecordBatch, file: &str, name: &str) -> Result<&'a ArrayRef> {
-    b.column_by_name(name).ok_or_else(|| ValidationError::MissingColumn { product: file.into(), column: name.into() })
+    b.column_by_name(name)
+        .ok_or_else(|| ValidationError::MissingColumn {
+            product: file.into(),
+            column: name.into(),
+        })
 }
 
 macro_rules! convert {
     ($a:expr, $file:expr, $name:expr, $t:ty) => {{
         let a: &dyn Array = $a;
         if a.null_count() > 0 {
-            return Err(ValidationError::Nulls { column: format!("{}:{}", $file, $name), nulls: a.null_count() });
+            return Err(ValidationError::Nulls {
+                column: format!("{}:{}", $file, $name),
+                nulls: a.null_count(),
+            });
         }
         let v: Vec<$t> = match a.data_type() {
-            DataType::UInt8 => a.as_primitive::<UInt8Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::UInt16 => a.as_primitive::<UInt16Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::UInt32 => a.as_primitive::<UInt32Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::UInt64 => a.as_primitive::<UInt64Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Int8 => a.as_primitive::<Int8Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Int16 => a.as_primitive::<Int16Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Int32 => a.as_primitive::<Int32Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Int64 => a.as_primitive::<Int64Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Float32 => a.as_primitive::<Float32Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Float64 => a.as_primitive::<Float64Type>().values().iter().map(|&x| x as $t).collect(),
-            DataType::Boolean => a.as_boolean().iter().map(|x| x.unwrap_or(false) as u8 as $t).collect(),
+            DataType::UInt8 => a
+                .as_primitive::<UInt8Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::UInt16 => a
+                .as_primitive::<UInt16Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::UInt32 => a
+                .as_primitive::<UInt32Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::UInt64 => a
+                .as_primitive::<UInt64Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Int8 => a
+                .as_primitive::<Int8Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Int16 => a
+                .as_primitive::<Int16Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Int32 => a
+                .as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Int64 => a
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Float32 => a
+                .as_primitive::<Float32Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Float64 => a
+                .as_primitive::<Float64Type>()
+                .values()
+                .iter()
+                .map(|&x| x as $t)
+                .collect(),
+            DataType::Boolean => a
+                .as_boolean()
+                .iter()
+                .map(|x| x.unwrap_or(false) as u8 as $t)
+                .collect(),
             t => {
                 return Err(ValidationError::ColumnType {
                     column: format!("{}:{}", $file, $name),
@@ -73,23 +145,39 @@ fn int_lists(b: &RecordBatch, file: &str, name: &str) -> Result<(Vec<usize>, Vec
         let off = l.value_offsets();
         let base = off[0] as usize;
         let vals = convert!(l.values().as_ref(), file, name, i64);
-        Ok((off.iter().map(|&o| o as usize - base).collect(), vals[base..].to_vec()))
+        Ok((
+            off.iter().map(|&o| o as usize - base).collect(),
+            vals[base..].to_vec(),
+        ))
     } else if let Some(l) = a.as_any().downcast_ref::<LargeListArray>() {
         let off = l.value_offsets();
         let base = off[0] as usize;
         let vals = convert!(l.values().as_ref(), file, name, i64);
-        Ok((off.iter().map(|&o| o as usize - base).collect(), vals[base..].to_vec()))
+        Ok((
+            off.iter().map(|&o| o as usize - base).collect(),
+            vals[base..].to_vec(),
+        ))
     } else {
-        Err(ValidationError::ColumnType { column: format!("{file}:{name}"), data_type: a.data_type().to_string(), expected: "expected a list".into() })
+        Err(ValidationError::ColumnType {
+            column: format!("{file}:{name}"),
+            data_type: a.data_type().to_string(),
+            expected: "expected a list".into(),
+        })
     }
 }
 
 /// Flat values of a fixed-size list column of width `w`.
 fn fixed_floats(b: &RecordBatch, file: &str, name: &str, w: usize) -> Result<Vec<f32>> {
     let a = column(b, file, name)?;
-    let l = a.as_any().downcast_ref::<FixedSizeListArray>().filter(|l| l.value_length() as usize == w).ok_or_else(|| {
-        ValidationError::ColumnType { column: format!("{file}:{name}"), data_type: a.data_type().to_string(), expected: format!("expected a fixed-size list of {w}") }
-    })?;
+    let l = a
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .filter(|l| l.value_length() as usize == w)
+        .ok_or_else(|| ValidationError::ColumnType {
+            column: format!("{file}:{name}"),
+            data_type: a.data_type().to_string(),
+            expected: format!("expected a fixed-size list of {w}"),
+        })?;
     let vals = convert!(l.values().as_ref(), file, name, f32);
     let start = l.offset() * w;
     Ok(vals[start..start + l.len() * w].to_vec())
@@ -102,9 +190,13 @@ fn event_ranges(b: &RecordBatch, file: &str) -> Result<BTreeMap<u32, Range<usize
     let mut start = 0;
     for i in 1..=ev.len() {
         if i == ev.len() || ev[i] != ev[start] {
-            let e = u32::try_from(ev[start]).map_err(|_| ValidationError::Data(format!("{file}: event {} out of range", ev[start])))?;
+            let e = u32::try_from(ev[start]).map_err(|_| {
+                ValidationError::Data(format!("{file}: event {} out of range", ev[start]))
+            })?;
             if out.insert(e, start..i).is_some() {
-                return Err(ValidationError::Data(format!("{file}: rows of event {e} are not contiguous")));
+                return Err(ValidationError::Data(format!(
+                    "{file}: rows of event {e} are not contiguous"
+                )));
             }
             start = i;
         }
@@ -125,18 +217,46 @@ fn u32_of(v: i64, what: &str) -> Result<u32> {
 pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
     // Only a complete run, whose files all come from one job (the run manifest).
     quiver_columnar::rundir::verify(dir).map_err(|e| ValidationError::Data(e.to_string()))?;
-    let names = ["digis.digis", "clustered_digis.chargecut", "hits.hits", "tracks.tracks", "vertices.vertices"];
-    let b: Vec<RecordBatch> = names.iter().map(|n| read_parquet(&dir.join(format!("{n}.parquet")))).collect::<Result<_>>()?;
-    let r: Vec<BTreeMap<u32, Range<usize>>> = names.iter().zip(&b).map(|(n, b)| event_ranges(b, n)).collect::<Result<_>>()?;
+    let names = [
+        "digis.digis",
+        "clustered_digis.chargecut",
+        "hits.hits",
+        "tracks.tracks",
+        "vertices.vertices",
+    ];
+    let b: Vec<RecordBatch> = names
+        .iter()
+        .map(|n| read_parquet(&dir.join(format!("{n}.parquet"))))
+        .collect::<Result<_>>()?;
+    let r: Vec<BTreeMap<u32, Range<usize>>> = names
+        .iter()
+        .zip(&b)
+        .map(|(n, b)| event_ranges(b, n))
+        .collect::<Result<_>>()?;
     let (dg, cd, hi, tr, vx) = (&b[0], &b[1], &b[2], &b[3], &b[4]);
     let (row, col) = (ints(dg, names[0], "row")?, ints(dg, names[0], "col")?);
-    let (cmod, cclu) = (ints(cd, names[1], "module")?, ints(cd, names[1], "cluster")?);
+    let (cmod, cclu) = (
+        ints(cd, names[1], "module")?,
+        ints(cd, names[1], "cluster")?,
+    );
     let hmod = ints(hi, names[2], "det_index")?;
-    let (hx, hy) = (floats(hi, names[2], "x_local")?, floats(hi, names[2], "y_local")?);
+    let (hx, hy) = (
+        floats(hi, names[2], "x_local")?,
+        floats(hi, names[2], "y_local")?,
+    );
     let (sx, sy) = (ints(hi, names[2], "size_x")?, ints(hi, names[2], "size_y")?);
     let t = names[3];
-    let (q, pt, eta, phi) = (ints(tr, t, "quality")?, floats(tr, t, "pt")?, floats(tr, t, "eta")?, floats(tr, t, "phi")?);
-    let (tip, zip, charge) = (floats(tr, t, "tip")?, floats(tr, t, "zip")?, ints(tr, t, "charge")?);
+    let (q, pt, eta, phi) = (
+        ints(tr, t, "quality")?,
+        floats(tr, t, "pt")?,
+        floats(tr, t, "eta")?,
+        floats(tr, t, "phi")?,
+    );
+    let (tip, zip, charge) = (
+        floats(tr, t, "tip")?,
+        floats(tr, t, "zip")?,
+        ints(tr, t, "charge")?,
+    );
     let state = fixed_floats(tr, t, "state", 5)?;
     let cov = fixed_floats(tr, t, "covariance", 15)?;
     let (hoff, hval) = int_lists(tr, t, "hits")?;
@@ -147,19 +267,37 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
     for (&e, dr) in &r[0] {
         let crow = rows_of(&r[1], e);
         if crow.len() != dr.len() {
-            return Err(ValidationError::Data(format!("event {e}: {} digis rows but {} clustered_digis rows", dr.len(), crow.len())));
+            return Err(ValidationError::Data(format!(
+                "event {e}: {} digis rows but {} clustered_digis rows",
+                dr.len(),
+                crow.len()
+            )));
         }
         let digis = dr
             .clone()
             .zip(crow)
-            .map(|(i, j)| RecoDigi { row: row[i] as u16, col: col[i] as u16, module: cmod[j] as u16, cluster: cclu[j] as i32 })
+            .map(|(i, j)| RecoDigi {
+                row: row[i] as u16,
+                col: col[i] as u16,
+                module: cmod[j] as u16,
+                cluster: cclu[j] as i32,
+            })
             .collect();
         let hits = rows_of(&r[2], e)
-            .map(|i| RecHit { module: hmod[i] as u16, x_local: hx[i], y_local: hy[i], size_x: sx[i] as i32, size_y: sy[i] as i32 })
+            .map(|i| RecHit {
+                module: hmod[i] as u16,
+                x_local: hx[i],
+                y_local: hy[i],
+                size_x: sx[i] as i32,
+                size_y: sy[i] as i32,
+            })
             .collect();
         let mut tracks = Vec::new();
         for i in rows_of(&r[3], e) {
-            let hits = hval[hoff[i]..hoff[i + 1]].iter().map(|&h| u32_of(h, "track hit")).collect::<Result<_>>()?;
+            let hits = hval[hoff[i]..hoff[i + 1]]
+                .iter()
+                .map(|&h| u32_of(h, "track hit"))
+                .collect::<Result<_>>()?;
             tracks.push(RecoTrack {
                 quality: q[i] as u8,
                 pt: pt[i],
@@ -175,10 +313,25 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
         }
         let mut vertices = Vec::new();
         for i in rows_of(&r[4], e) {
-            let tracks = vval[voff[i]..voff[i + 1]].iter().map(|&h| u32_of(h, "vertex track")).collect::<Result<_>>()?;
-            vertices.push(RecoVertex { z: vz[i], weight: vw[i], tracks });
+            let tracks = vval[voff[i]..voff[i + 1]]
+                .iter()
+                .map(|&h| u32_of(h, "vertex track"))
+                .collect::<Result<_>>()?;
+            vertices.push(RecoVertex {
+                z: vz[i],
+                weight: vw[i],
+                tracks,
+            });
         }
-        out.insert(e, RecoEvent { digis, hits, tracks, vertices });
+        out.insert(
+            e,
+            RecoEvent {
+                digis,
+                hits,
+                tracks,
+                vertices,
+            },
+        );
     }
     Ok(out)
 }
@@ -187,20 +340,61 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
 pub(crate) fn read_truth(dir: &Path) -> Result<BTreeMap<u32, TruthEvent>> {
     let names = ["particles", "vertices", "simhits", "pixel_truth"];
     let files: Vec<String> = names.iter().map(|n| format!("{n}.parquet")).collect();
-    quiver_datasets::format::verify_files(dir, &files.iter().map(String::as_str).collect::<Vec<_>>())
-        .map_err(|e| crate::ValidationError::Data(e.to_string()))?;
-    let b: Vec<RecordBatch> = names.iter().map(|n| read_parquet(&dir.join(format!("{n}.parquet")))).collect::<Result<_>>()?;
-    let r: Vec<BTreeMap<u32, Range<usize>>> = names.iter().zip(&b).map(|(n, b)| event_ranges(b, n)).collect::<Result<_>>()?;
+    quiver_datasets::format::verify_files(
+        dir,
+        &files.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .map_err(|e| crate::ValidationError::Data(e.to_string()))?;
+    let b: Vec<RecordBatch> = names
+        .iter()
+        .map(|n| read_parquet(&dir.join(format!("{n}.parquet"))))
+        .collect::<Result<_>>()?;
+    let r: Vec<BTreeMap<u32, Range<usize>>> = names
+        .iter()
+        .zip(&b)
+        .map(|(n, b)| event_ranges(b, n))
+        .collect::<Result<_>>()?;
     let (p, v, s, x) = (&b[0], &b[1], &b[2], &b[3]);
     let n = names[0];
-    let (pid, pq, ppt, peta, pphi) = (ints(p, n, "id")?, ints(p, n, "charge")?, floats(p, n, "pt")?, floats(p, n, "eta")?, floats(p, n, "phi")?);
-    let (pvx, pvy, pvz, pproc, pvert) = (floats(p, n, "vx")?, floats(p, n, "vy")?, floats(p, n, "vz")?, ints(p, n, "process")?, ints(p, n, "vertex")?);
-    let (vid, vzz, vhard) = (ints(v, names[1], "id")?, floats(v, names[1], "z")?, ints(v, names[1], "is_hard")?);
-    let (smod, slx, sly, spart) = (ints(s, names[2], "module")?, floats(s, names[2], "lx")?, floats(s, names[2], "ly")?, ints(s, names[2], "particle")?);
-    let (xmod, xrow, xcol, xpart, xel) =
-        (ints(x, names[3], "module")?, ints(x, names[3], "row")?, ints(x, names[3], "col")?, ints(x, names[3], "particle")?, floats(x, names[3], "electrons")?);
+    let (pid, pq, ppt, peta, pphi) = (
+        ints(p, n, "id")?,
+        ints(p, n, "charge")?,
+        floats(p, n, "pt")?,
+        floats(p, n, "eta")?,
+        floats(p, n, "phi")?,
+    );
+    let (pvx, pvy, pvz, pproc, pvert) = (
+        floats(p, n, "vx")?,
+        floats(p, n, "vy")?,
+        floats(p, n, "vz")?,
+        ints(p, n, "process")?,
+        ints(p, n, "vertex")?,
+    );
+    let (vid, vzz, vhard) = (
+        ints(v, names[1], "id")?,
+        floats(v, names[1], "z")?,
+        ints(v, names[1], "is_hard")?,
+    );
+    let (smod, slx, sly, spart) = (
+        ints(s, names[2], "module")?,
+        floats(s, names[2], "lx")?,
+        floats(s, names[2], "ly")?,
+        ints(s, names[2], "particle")?,
+    );
+    let (xmod, xrow, xcol, xpart, xel) = (
+        ints(x, names[3], "module")?,
+        ints(x, names[3], "row")?,
+        ints(x, names[3], "col")?,
+        ints(x, names[3], "particle")?,
+        floats(x, names[3], "electrons")?,
+    );
     let mut out = BTreeMap::new();
-    for &e in &r[0].keys().chain(r[1].keys()).copied().collect::<std::collections::BTreeSet<_>>() {
+    for &e in &r[0]
+        .keys()
+        .chain(r[1].keys())
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let mut t = TruthEvent::default();
         for i in rows_of(&r[0], e) {
             t.particles.push(TruthParticle {
@@ -217,10 +411,19 @@ pub(crate) fn read_truth(dir: &Path) -> Result<BTreeMap<u32, TruthEvent>> {
             });
         }
         for i in rows_of(&r[1], e) {
-            t.vertices.push(TruthVertex { id: u32_of(vid[i], "vertex id")?, z: vzz[i], is_hard: vhard[i] != 0 });
+            t.vertices.push(TruthVertex {
+                id: u32_of(vid[i], "vertex id")?,
+                z: vzz[i],
+                is_hard: vhard[i] != 0,
+            });
         }
         for i in rows_of(&r[2], e) {
-            t.simhits.push(TruthSimHit { module: smod[i] as u16, lx: slx[i], ly: sly[i], particle: u32_of(spart[i], "simhit particle")? });
+            t.simhits.push(TruthSimHit {
+                module: smod[i] as u16,
+                lx: slx[i],
+                ly: sly[i],
+                particle: u32_of(spart[i], "simhit particle")?,
+            });
         }
         for i in rows_of(&r[3], e) {
             t.pixels.push(TruthPixel {
@@ -257,7 +460,10 @@ pub(crate) fn write_table(path: &Path, cols: Vec<(&str, Col)>) -> Result<()> {
         arrays.push(a);
     }
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
-    let f = std::fs::File::create(path).map_err(|source| ValidationError::Io { path: path.into(), source })?;
+    let f = std::fs::File::create(path).map_err(|source| ValidationError::Io {
+        path: path.into(),
+        source,
+    })?;
     let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None)?;
     w.write(&batch)?;
     w.close()?;

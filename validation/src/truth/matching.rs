@@ -31,7 +31,11 @@ pub fn hit_particles(reco: &RecoEvent, truth: &TruthEvent) -> Result<Vec<Option<
         if prev == Some(h.module) {
             k += 1;
         } else if prev.is_some_and(|p| p > h.module) {
-            return Err(ValidationError::Data(format!("hit {i}: module {} after module {}: hits are not ordered by module", h.module, prev.unwrap())));
+            return Err(ValidationError::Data(format!(
+                "hit {i}: module {} after module {}: hits are not ordered by module",
+                h.module,
+                prev.unwrap()
+            )));
         } else {
             k = 0;
         }
@@ -41,29 +45,46 @@ pub fn hit_particles(reco: &RecoEvent, truth: &TruthEvent) -> Result<Vec<Option<
     let key = |m: u16, r: u16, c: u16| (m as u64) << 32 | (r as u64) << 16 | c as u64;
     let mut deposits: HashMap<u64, Vec<(u32, f32)>> = HashMap::with_capacity(truth.pixels.len());
     for p in &truth.pixels {
-        deposits.entry(key(p.module, p.row, p.col)).or_default().push((p.particle, p.electrons));
+        deposits
+            .entry(key(p.module, p.row, p.col))
+            .or_default()
+            .push((p.particle, p.electrons));
     }
     let mut sums: Vec<Vec<(u32, f64)>> = vec![Vec::new(); reco.hits.len()];
     for d in &reco.digis {
         if d.module == 9999 || d.cluster < 0 || d.cluster == 9999 {
             continue;
         }
-        let Some(&h) = hit_of.get(&(d.module, d.cluster)) else { continue };
-        for &(p, e) in deposits.get(&key(d.module, d.row, d.col)).map(|v| v.as_slice()).unwrap_or(&[]) {
+        let Some(&h) = hit_of.get(&(d.module, d.cluster)) else {
+            continue;
+        };
+        for &(p, e) in deposits
+            .get(&key(d.module, d.row, d.col))
+            .map(|v| v.as_slice())
+            .unwrap_or(&[])
+        {
             match sums[h].iter_mut().find(|s| s.0 == p) {
                 Some(s) => s.1 += e as f64,
                 None => sums[h].push((p, e as f64)),
             }
         }
     }
-    let noise: std::collections::HashSet<u32> = truth.particles.iter().filter(|p| p.process == 2).map(|p| p.id).collect();
+    let noise: std::collections::HashSet<u32> = truth
+        .particles
+        .iter()
+        .filter(|p| p.process == 2)
+        .map(|p| p.id)
+        .collect();
     Ok(sums
         .iter()
         .map(|s| {
-            let best = s.iter().filter(|x| x.1 > 0.0).fold(None::<(u32, f64)>, |b, &(p, e)| match b {
-                Some((bp, be)) if be > e || (be == e && bp < p) => Some((bp, be)),
-                _ => Some((p, e)),
-            });
+            let best =
+                s.iter()
+                    .filter(|x| x.1 > 0.0)
+                    .fold(None::<(u32, f64)>, |b, &(p, e)| match b {
+                        Some((bp, be)) if be > e || (be == e && bp < p) => Some((bp, be)),
+                        _ => Some((p, e)),
+                    });
             best.map(|b| b.0).filter(|p| !noise.contains(p))
         })
         .collect())
@@ -99,6 +120,7 @@ pub fn best_share(hits: &[u32], hit_particle: &[Option<u32>]) -> Option<(u32, us
             }
         }
     }
-    counts.into_iter().max_by_key(|&(p, n)| (n, std::cmp::Reverse(p)))
+    counts
+        .into_iter()
+        .max_by_key(|&(p, n)| (n, std::cmp::Reverse(p)))
 }
-

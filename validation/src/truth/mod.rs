@@ -331,18 +331,37 @@ pub struct EventResult {
 pub fn analyze_event(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config) -> Result<EventResult> {
     let hp = hit_particles(reco, truth)?;
     let by_id: HashMap<u32, &TruthParticle> = truth.particles.iter().map(|p| (p.id, p)).collect();
-    let mut r = EventResult { n_pileup: truth.vertices.iter().filter(|v| !v.is_hard).count(), ..Default::default() };
-    let matched: Vec<Option<u32>> = reco.tracks.iter().map(|t| match_track(&t.hits, &hp, cfg.match_fraction)).collect();
+    let mut r = EventResult {
+        n_pileup: truth.vertices.iter().filter(|v| !v.is_hard).count(),
+        ..Default::default()
+    };
+    let matched: Vec<Option<u32>> = reco
+        .tracks
+        .iter()
+        .map(|t| match_track(&t.hits, &hp, cfg.match_fraction))
+        .collect();
     tracks::analyze(reco, truth, cfg, &hp, &matched, &by_id, &mut r);
     vertices::analyze(reco, truth, cfg, &matched, &by_id, &mut r);
     r.residuals = residuals::hit_residuals(reco, truth, &hp);
     let clusters = {
-        let mut c: Vec<(u16, i32)> = reco.digis.iter().filter(|d| d.module != 9999 && d.cluster >= 0 && d.cluster != 9999).map(|d| (d.module, d.cluster)).collect();
+        let mut c: Vec<(u16, i32)> = reco
+            .digis
+            .iter()
+            .filter(|d| d.module != 9999 && d.cluster >= 0 && d.cluster != 9999)
+            .map(|d| (d.module, d.cluster))
+            .collect();
         c.sort_unstable();
         c.dedup();
         c.len()
     };
-    r.counts = Counts { digis: reco.digis.len(), clusters, hits: reco.hits.len(), tracks: reco.tracks.len(), loose_tracks: r.loose, vertices: reco.vertices.len() };
+    r.counts = Counts {
+        digis: reco.digis.len(),
+        clusters,
+        hits: reco.hits.len(),
+        tracks: reco.tracks.len(),
+        loose_tracks: r.loose,
+        vertices: reco.vertices.len(),
+    };
     Ok(r)
 }
 
@@ -355,16 +374,32 @@ pub fn analyze_event(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config) -> Resu
 /// the truth are an error.
 pub fn report(run_dir: &Path, truth_dir: &Path, output: &Path) -> Result<Summary> {
     let bs = quiver_datasets::format::read_conditions(truth_dir)
-        .map_err(|e| ValidationError::Data(format!("{}: reading the beam spot: {e}", truth_dir.display())))?
+        .map_err(|e| {
+            ValidationError::Data(format!(
+                "{}: reading the beam spot: {e}",
+                truth_dir.display()
+            ))
+        })?
         .beam_spot;
-    let cfg = Config { beam_spot: [bs.x, bs.y, bs.z], ..Config::default() };
+    let cfg = Config {
+        beam_spot: [bs.x, bs.y, bs.z],
+        ..Config::default()
+    };
     report_with(run_dir, truth_dir, output, &cfg)
 }
 
 /// [`report`] with explicit cuts (and beam spot).
-pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config) -> Result<Summary> {
+pub fn report_with(
+    run_dir: &Path,
+    truth_dir: &Path,
+    output: &Path,
+    cfg: &Config,
+) -> Result<Summary> {
     let events = read_events(run_dir, truth_dir)?;
-    let results = events.iter().map(|(_, r, t)| analyze_event(r, t, cfg)).collect::<Result<Vec<_>>>()?;
+    let results = events
+        .iter()
+        .map(|(_, r, t)| analyze_event(r, t, cfg))
+        .collect::<Result<Vec<_>>>()?;
     let mut s = summarize(&results, cfg, Some(output))?;
     // Truncated events bias every number above: the report says which capacities the run
     // reached, as the run summary did.
@@ -373,12 +408,28 @@ pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config
     io::write_table(
         &output.join("capacity_overflows.parquet"),
         vec![
-            ("step", io::Col::Str(c.iter().map(|c| c.label.clone()).collect())),
-            ("capacity", io::Col::Str(c.iter().map(|c| c.capacity.clone()).collect())),
+            (
+                "step",
+                io::Col::Str(c.iter().map(|c| c.label.clone()).collect()),
+            ),
+            (
+                "capacity",
+                io::Col::Str(c.iter().map(|c| c.capacity.clone()).collect()),
+            ),
             ("limit", io::Col::U64(c.iter().map(|c| c.limit).collect())),
             ("events", io::Col::U64(c.iter().map(|c| c.events).collect())),
-            ("max_demanded", io::Col::F64(c.iter().map(|c| c.max_demanded.map_or(f64::NAN, |d| d as f64)).collect())),
-            ("truncated", io::Col::U64(c.iter().map(|c| c.truncated).collect())),
+            (
+                "max_demanded",
+                io::Col::F64(
+                    c.iter()
+                        .map(|c| c.max_demanded.map_or(f64::NAN, |d| d as f64))
+                        .collect(),
+                ),
+            ),
+            (
+                "truncated",
+                io::Col::U64(c.iter().map(|c| c.truncated).collect()),
+            ),
         ],
     )?;
     let p = output.join("summary.json");
@@ -388,7 +439,8 @@ pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config
     for name in ["histograms.parquet", "histograms.txt"] {
         let from = run_dir.join(name);
         if from.exists() {
-            std::fs::copy(&from, output.join(name)).map_err(|e| ValidationError::io(output.join(name), e))?;
+            std::fs::copy(&from, output.join(name))
+                .map_err(|e| ValidationError::io(output.join(name), e))?;
         }
     }
     crate::html::write_report_html(output, &s)?;
@@ -399,7 +451,8 @@ pub fn report_with(run_dir: &Path, truth_dir: &Path, output: &Path, cfg: &Config
 /// dataset's truth, a run gives efficiency 0 and fake rate 1 without any other sign.
 fn check_truth_is_input(run_dir: &Path, truth_dir: &Path) -> Result<()> {
     use quiver_columnar::rundir::{self, InputIdentity};
-    let m = rundir::verify_with(run_dir, rundir::Check::Sizes).map_err(|e| ValidationError::Data(e.to_string()))?;
+    let m = rundir::verify_with(run_dir, rundir::Check::Sizes)
+        .map_err(|e| ValidationError::Data(e.to_string()))?;
     let Some(read) = m.input else {
         return Err(ValidationError::Data(format!(
             "{}: the run records no input dataset (written by a Quiver before runs recorded it, or a plan that reads \
@@ -410,7 +463,12 @@ fn check_truth_is_input(run_dir: &Path, truth_dir: &Path) -> Result<()> {
     let seed = |s: Option<u64>| s.map_or(String::new(), |s| format!(", seed {s}"));
     let truth = InputIdentity::of(truth_dir)
         .map_err(|e| ValidationError::Data(e.to_string()))?
-        .ok_or_else(|| ValidationError::Data(format!("{}: no manifest.toml, so not a Quiver dataset", truth_dir.display())))?;
+        .ok_or_else(|| {
+            ValidationError::Data(format!(
+                "{}: no manifest.toml, so not a Quiver dataset",
+                truth_dir.display()
+            ))
+        })?;
     if truth.manifest_sha256 != read.manifest_sha256 {
         return Err(ValidationError::Data(format!(
             "the truth dataset {}{} is not the dataset the run in {} read ({}{}; their manifests differ): give the \
@@ -433,7 +491,12 @@ pub fn read_events(run_dir: &Path, truth_dir: &Path) -> Result<Vec<(u32, RecoEve
     let mut truth = io::read_truth(truth_dir)?;
     reco.into_iter()
         .map(|(e, r)| {
-            let t = truth.remove(&e).ok_or_else(|| ValidationError::Data(format!("event {e} of the run has no truth in {}", truth_dir.display())))?;
+            let t = truth.remove(&e).ok_or_else(|| {
+                ValidationError::Data(format!(
+                    "event {e} of the run has no truth in {}",
+                    truth_dir.display()
+                ))
+            })?;
             Ok((e, r, t))
         })
         .collect()

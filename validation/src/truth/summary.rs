@@ -4,7 +4,10 @@
 use std::path::Path;
 
 use super::io::{self, Col};
-use super::{Config, EventResult, HitResidual, LooseTrack, SelectedParticle, TrackKind, TrackResolution, VertexResult, QUANTITIES};
+use super::{
+    Config, EventResult, HitResidual, LooseTrack, SelectedParticle, TrackKind, TrackResolution,
+    VertexResult, QUANTITIES,
+};
 use crate::error::{Result, ValidationError};
 
 /// Headline numbers of a report (`summary.json`).
@@ -67,7 +70,13 @@ pub struct Summary {
 impl Summary {
     /// The summary as a JSON object (non-finite numbers as `null`).
     pub fn to_json(&self) -> String {
-        let f = |v: f64| if v.is_finite() { format!("{v}") } else { "null".into() };
+        let f = |v: f64| {
+            if v.is_finite() {
+                format!("{v}")
+            } else {
+                "null".into()
+            }
+        };
         let fields: Vec<(&str, String)> = vec![
             ("events", self.events.to_string()),
             ("track_efficiency", f(self.track_efficiency)),
@@ -89,14 +98,29 @@ impl Summary {
             ("zip_resolution_um", f(self.zip_resolution_um)),
             ("charge_agreement", f(self.charge_agreement)),
             ("track_fake_rate_4hits", f(self.track_fake_rate_4hits)),
-            ("efficiency_particles_with_rechits", f(self.efficiency_particles_with_rechits)),
+            (
+                "efficiency_particles_with_rechits",
+                f(self.efficiency_particles_with_rechits),
+            ),
             ("hit_match_fraction", f(self.hit_match_fraction)),
-            ("duplicate_double_hit_fraction", f(self.duplicate_double_hit_fraction)),
+            (
+                "duplicate_double_hit_fraction",
+                f(self.duplicate_double_hit_fraction),
+            ),
             ("track_reversed_fraction", f(self.track_reversed_fraction)),
-            ("duplicate_reversed_fraction", f(self.duplicate_reversed_fraction)),
-            ("efficiency_particles", self.efficiency_particles.to_string()),
+            (
+                "duplicate_reversed_fraction",
+                f(self.duplicate_reversed_fraction),
+            ),
+            (
+                "efficiency_particles",
+                self.efficiency_particles.to_string(),
+            ),
             ("loose_tracks", self.loose_tracks.to_string()),
-            ("reconstructable_vertices", self.reconstructable_vertices.to_string()),
+            (
+                "reconstructable_vertices",
+                self.reconstructable_vertices.to_string(),
+            ),
             ("mean_digis", f(self.mean_digis)),
             ("mean_clusters", f(self.mean_clusters)),
             ("mean_hits", f(self.mean_hits)),
@@ -104,10 +128,24 @@ impl Summary {
             ("mean_loose_tracks", f(self.mean_loose_tracks)),
             ("mean_vertices", f(self.mean_vertices)),
             ("mean_pileup", f(self.mean_pileup)),
-            ("capacities_reached", self.capacities_reached.len().to_string()),
-            ("capacity_overflow_events", self.capacities_reached.iter().map(|c| c.events).max().unwrap_or(0).to_string()),
+            (
+                "capacities_reached",
+                self.capacities_reached.len().to_string(),
+            ),
+            (
+                "capacity_overflow_events",
+                self.capacities_reached
+                    .iter()
+                    .map(|c| c.events)
+                    .max()
+                    .unwrap_or(0)
+                    .to_string(),
+            ),
         ];
-        let body: Vec<String> = fields.into_iter().map(|(k, v)| format!("  \"{k}\": {v}")).collect();
+        let body: Vec<String> = fields
+            .into_iter()
+            .map(|(k, v)| format!("  \"{k}\": {v}"))
+            .collect();
         format!("{{\n{}\n}}\n", body.join(",\n"))
     }
 }
@@ -171,19 +209,47 @@ fn mean_rms(v: &[f64]) -> (f64, f64) {
 pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -> Result<Summary> {
     let n = results.len();
     let sum = |f: &dyn Fn(&EventResult) -> usize| results.iter().map(f).sum::<usize>();
-    let sel: Vec<Selected> = results.iter().flat_map(|r| r.selected.iter().map(move |p| Selected { p, pileup: r.n_pileup })).collect();
+    let sel: Vec<Selected> = results
+        .iter()
+        .flat_map(|r| {
+            r.selected.iter().map(move |p| Selected {
+                p,
+                pileup: r.n_pileup,
+            })
+        })
+        .collect();
     let loose = sum(&|r| r.loose);
-    let verts: Vec<VertexResult> = results.iter().flat_map(|r| r.vertices.iter().copied()).collect();
-    let res: Vec<TrackResolution> = results.iter().flat_map(|r| r.resolution.iter().copied()).collect();
-    let resid: Vec<HitResidual> = results.iter().flat_map(|r| r.residuals.iter().copied()).collect();
-    let mean = |k: &dyn Fn(&EventResult) -> usize| if n == 0 { f64::NAN } else { sum(k) as f64 / n as f64 };
+    let verts: Vec<VertexResult> = results
+        .iter()
+        .flat_map(|r| r.vertices.iter().copied())
+        .collect();
+    let res: Vec<TrackResolution> = results
+        .iter()
+        .flat_map(|r| r.resolution.iter().copied())
+        .collect();
+    let resid: Vec<HitResidual> = results
+        .iter()
+        .flat_map(|r| r.residuals.iter().copied())
+        .collect();
+    let mean = |k: &dyn Fn(&EventResult) -> usize| {
+        if n == 0 {
+            f64::NAN
+        } else {
+            sum(k) as f64 / n as f64
+        }
+    };
     let reco_vertices = sum(&|r| r.counts.vertices);
     let hi_pt: Vec<_> = res.iter().filter(|r| r.true_pt > cfg.min_pt).collect();
     let q = |i: usize| half_width_68(&hi_pt.iter().map(|r| r.residuals[i]).collect::<Vec<_>>());
-    let barrel_non_edge: Vec<&HitResidual> = resid.iter().filter(|r| r.layer < 4 && r.non_edge).collect();
+    let barrel_non_edge: Vec<&HitResidual> =
+        resid.iter().filter(|r| r.layer < 4 && r.non_edge).collect();
     let bnx: Vec<f64> = barrel_non_edge.iter().map(|r| r.dx_um).collect();
     let bny: Vec<f64> = barrel_non_edge.iter().map(|r| r.dy_um).collect();
-    let found_dz: Vec<f64> = verts.iter().filter(|v| v.found).map(|v| v.dz * 1e4).collect();
+    let found_dz: Vec<f64> = verts
+        .iter()
+        .filter(|v| v.found)
+        .map(|v| v.dz * 1e4)
+        .collect();
     let count = |f: &dyn Fn(&VertexResult) -> bool| verts.iter().filter(|v| f(v)).count();
     let s = Summary {
         events: n,
@@ -206,13 +272,26 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
         zip_resolution_um: q(4) * 1e4,
         charge_agreement: ratio(sum(&|r| r.charge_agrees), sum(&|r| r.charge_compared)),
         track_fake_rate_4hits: {
-            let l4 = results.iter().flat_map(|r| r.loose_tracks.iter()).filter(|t| t.hits >= 4);
-            let (f4, n4) = l4.fold((0, 0), |(f, n), t| (f + (t.kind == TrackKind::Fake) as usize, n + 1));
+            let l4 = results
+                .iter()
+                .flat_map(|r| r.loose_tracks.iter())
+                .filter(|t| t.hits >= 4);
+            let (f4, n4) = l4.fold((0, 0), |(f, n), t| {
+                (f + (t.kind == TrackKind::Fake) as usize, n + 1)
+            });
             ratio(f4, n4)
         },
-        efficiency_particles_with_rechits: ratio(sel.iter().filter(|s| s.p.rechit_layers >= cfg.min_layers).count(), sel.len()),
+        efficiency_particles_with_rechits: ratio(
+            sel.iter()
+                .filter(|s| s.p.rechit_layers >= cfg.min_layers)
+                .count(),
+            sel.len(),
+        ),
         hit_match_fraction: ratio(sum(&|r| r.hits_with_particle), sum(&|r| r.hits)),
-        duplicate_double_hit_fraction: ratio(sum(&|r| r.duplicate_double_hits), sum(&|r| r.duplicate)),
+        duplicate_double_hit_fraction: ratio(
+            sum(&|r| r.duplicate_double_hits),
+            sum(&|r| r.duplicate),
+        ),
         track_reversed_fraction: ratio(sum(&|r| r.reversed), sum(&|r| r.reversed) + res.len()),
         duplicate_reversed_fraction: ratio(sum(&|r| r.reversed_pairs), sum(&|r| r.duplicate)),
         efficiency_particles: sel.len(),
@@ -224,15 +303,25 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
         mean_tracks: mean(&|r| r.counts.tracks),
         mean_loose_tracks: mean(&|r| r.counts.loose_tracks),
         mean_vertices: mean(&|r| r.counts.vertices),
-        mean_pileup: if n == 0 { f64::NAN } else { results.iter().map(|r| r.n_pileup).sum::<usize>() as f64 / n as f64 },
+        mean_pileup: if n == 0 {
+            f64::NAN
+        } else {
+            results.iter().map(|r| r.n_pileup).sum::<usize>() as f64 / n as f64
+        },
         capacities_reached: Vec::new(),
     };
     let Some(out) = output else { return Ok(s) };
-    std::fs::create_dir_all(out).map_err(|source| ValidationError::Io { path: out.into(), source })?;
+    std::fs::create_dir_all(out).map_err(|source| ValidationError::Io {
+        path: out.into(),
+        source,
+    })?;
     write_efficiency(out, &sel, cfg)?;
     write_resolution(out, &res, cfg)?;
     write_vertex_efficiency(out, &verts)?;
-    let lt: Vec<LooseTrack> = results.iter().flat_map(|r| r.loose_tracks.iter().copied()).collect();
+    let lt: Vec<LooseTrack> = results
+        .iter()
+        .flat_map(|r| r.loose_tracks.iter().copied())
+        .collect();
     write_track_composition(out, &lt)?;
     write_vertex_neighbours(out, &verts)?;
     write_hit_residuals(out, &resid)?;
@@ -247,7 +336,8 @@ fn write_efficiency(out: &Path, sel: &[Selected], cfg: &Config) -> Result<()> {
     let eta_edges: Vec<f64> = (0..=24).map(|i| -2.4 + 0.2 * i as f64).collect();
     let phi_edges: Vec<f64> = (0..=16).map(|i| -pi + 2.0 * pi * i as f64 / 16.0).collect();
     let pu_edges: Vec<f64> = (0..=20).map(|i| 10.0 * i as f64).collect();
-    let (mut var, mut lo, mut hi, mut tot, mut fnd, mut eff) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut var, mut lo, mut hi, mut tot, mut fnd, mut eff) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut hit3, mut any, mut dbl) = (vec![], vec![], vec![]);
     let vars: [Binning<Selected>; 4] = [
         ("pt", PT_EDGES.to_vec(), &|s| s.p.pt as f64),
@@ -257,23 +347,38 @@ fn write_efficiency(out: &Path, sel: &[Selected], cfg: &Config) -> Result<()> {
     ];
     for (name, edges, x) in vars {
         for w in edges.windows(2) {
-            let inb: Vec<_> = sel.iter().filter(|s| (w[0]..w[1]).contains(&x(s))).collect();
+            let inb: Vec<_> = sel
+                .iter()
+                .filter(|s| (w[0]..w[1]).contains(&x(s)))
+                .collect();
             var.push(name.to_string());
             lo.push(w[0]);
             hi.push(w[1]);
             tot.push(inb.len() as u64);
             fnd.push(inb.iter().filter(|s| s.p.found).count() as u64);
             eff.push(ratio(inb.iter().filter(|s| s.p.found).count(), inb.len()));
-            hit3.push(inb.iter().filter(|s| s.p.rechit_layers >= cfg.min_layers).count() as u64);
+            hit3.push(
+                inb.iter()
+                    .filter(|s| s.p.rechit_layers >= cfg.min_layers)
+                    .count() as u64,
+            );
             any.push(inb.iter().filter(|s| s.p.found_any_quality).count() as u64);
             dbl.push(inb.iter().filter(|s| s.p.double_layer_hits).count() as u64);
         }
     }
     io::write_table(
         &out.join("efficiency.parquet"),
-        vec![("variable", Col::Str(var)), ("low", Col::F64(lo)), ("high", Col::F64(hi)), ("n_particles", Col::U64(tot)), ("n_found", Col::U64(fnd)), ("efficiency", Col::F64(eff)),
-            ("n_rechits_on_min_layers", Col::U64(hit3)), ("n_found_any_quality", Col::U64(any)),
-            ("n_double_layer_hits", Col::U64(dbl))],
+        vec![
+            ("variable", Col::Str(var)),
+            ("low", Col::F64(lo)),
+            ("high", Col::F64(hi)),
+            ("n_particles", Col::U64(tot)),
+            ("n_found", Col::U64(fnd)),
+            ("efficiency", Col::F64(eff)),
+            ("n_rechits_on_min_layers", Col::U64(hit3)),
+            ("n_found_any_quality", Col::U64(any)),
+            ("n_double_layer_hits", Col::U64(dbl)),
+        ],
     )
 }
 
@@ -284,8 +389,17 @@ fn write_resolution(out: &Path, res: &[TrackResolution], cfg: &Config) -> Result
     let bins: Vec<(String, f64, f64)> = [("all", 0.0, 1e9)]
         .into_iter()
         .map(|(a, b, c)| (a.to_string(), b, c))
-        .chain(PT_EDGES[..PT_EDGES.len() - 1].iter().zip(&PT_EDGES[1..]).map(|(a, b)| ("pt".to_string(), *a, *b)))
-        .chain([0.0, 0.8, 1.6, 2.4, 3.0].windows(2).map(|w| ("abs_eta".to_string(), w[0], w[1])))
+        .chain(
+            PT_EDGES[..PT_EDGES.len() - 1]
+                .iter()
+                .zip(&PT_EDGES[1..])
+                .map(|(a, b)| ("pt".to_string(), *a, *b)),
+        )
+        .chain(
+            [0.0, 0.8, 1.6, 2.4, 3.0]
+                .windows(2)
+                .map(|w| ("abs_eta".to_string(), w[0], w[1])),
+        )
         .collect();
     for (qi, qn) in QUANTITIES.iter().enumerate() {
         for (bn, a, b) in &bins {
@@ -305,7 +419,19 @@ fn write_resolution(out: &Path, res: &[TrackResolution], cfg: &Config) -> Result
             tb.push(bn.clone());
             tn.push(rows.len() as u64);
             to.push(p.iter().filter(|x| x.abs() > 5.0).count() as u64);
-            for (k, x) in [a.to_owned(), b.to_owned(), m, rms, half_width_68(&v), pm, prms, half_width_68(&p)].into_iter().enumerate() {
+            for (k, x) in [
+                a.to_owned(),
+                b.to_owned(),
+                m,
+                rms,
+                half_width_68(&v),
+                pm,
+                prms,
+                half_width_68(&p),
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 t[k].push(x);
             }
         }
@@ -335,9 +461,16 @@ fn write_vertex_efficiency(out: &Path, verts: &[VertexResult]) -> Result<()> {
     let vb = [4usize, 5, 7, 10, 15, 20, 30, 50, 100, usize::MAX];
     let mut c: [Vec<u64>; 6] = Default::default();
     for w in vb.windows(2) {
-        let inb: Vec<_> = verts.iter().filter(|v| v.tracks >= w[0] && v.tracks < w[1]).collect();
+        let inb: Vec<_> = verts
+            .iter()
+            .filter(|v| v.tracks >= w[0] && v.tracks < w[1])
+            .collect();
         c[0].push(w[0] as u64);
-        c[1].push(if w[1] == usize::MAX { u64::MAX } else { w[1] as u64 });
+        c[1].push(if w[1] == usize::MAX {
+            u64::MAX
+        } else {
+            w[1] as u64
+        });
         c[2].push(inb.len() as u64);
         c[3].push(inb.iter().filter(|v| v.found).count() as u64);
         c[4].push(inb.iter().filter(|v| v.merged).count() as u64);
@@ -359,11 +492,20 @@ fn write_vertex_efficiency(out: &Path, verts: &[VertexResult]) -> Result<()> {
 
 /// Loose-track composition vs hits, pT, η (`track_composition.parquet`).
 fn write_track_composition(out: &Path, lt: &[LooseTrack]) -> Result<()> {
-    let (mut fv, mut fl, mut fh, mut fn_, mut ff, mut fd, mut f1) = (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut fv, mut fl, mut fh, mut fn_, mut ff, mut fd, mut f1) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let fvars: [Binning<LooseTrack>; 3] = [
-        ("n_hits", vec![3.0, 4.0, 5.0, 6.0, 100.0], &|t| t.hits as f64),
-        ("pt", vec![0.0, 0.5, 0.9, 1.5, 3.0, 10.0, 1e9], &|t| t.pt as f64),
-        ("eta", (0..=16).map(|i| -4.0 + 0.5 * i as f64).collect(), &|t| t.eta as f64),
+        ("n_hits", vec![3.0, 4.0, 5.0, 6.0, 100.0], &|t| {
+            t.hits as f64
+        }),
+        ("pt", vec![0.0, 0.5, 0.9, 1.5, 3.0, 10.0, 1e9], &|t| {
+            t.pt as f64
+        }),
+        (
+            "eta",
+            (0..=16).map(|i| -4.0 + 0.5 * i as f64).collect(),
+            &|t| t.eta as f64,
+        ),
     ];
     for (name, edges, x) in fvars {
         for w in edges.windows(2) {
@@ -373,9 +515,17 @@ fn write_track_composition(out: &Path, lt: &[LooseTrack]) -> Result<()> {
             fh.push(w[1]);
             fn_.push(inb.len() as u64);
             ff.push(inb.iter().filter(|t| t.kind == TrackKind::Fake).count() as u64);
-            fd.push(inb.iter().filter(|t| t.kind == TrackKind::Duplicate).count() as u64);
+            fd.push(
+                inb.iter()
+                    .filter(|t| t.kind == TrackKind::Duplicate)
+                    .count() as u64,
+            );
             // Fakes whose hits all but one come from one particle.
-            f1.push(inb.iter().filter(|t| t.kind == TrackKind::Fake && t.best_share + 1 == t.hits).count() as u64);
+            f1.push(
+                inb.iter()
+                    .filter(|t| t.kind == TrackKind::Fake && t.best_share + 1 == t.hits)
+                    .count() as u64,
+            );
         }
     }
     io::write_table(
@@ -399,7 +549,10 @@ fn write_vertex_neighbours(out: &Path, verts: &[VertexResult]) -> Result<()> {
     let mut c: [Vec<f64>; 2] = Default::default();
     let mut d: [Vec<u64>; 4] = Default::default();
     for w in db.windows(2) {
-        let inb: Vec<_> = verts.iter().filter(|v| v.nearest_dz >= w[0] && v.nearest_dz < w[1]).collect();
+        let inb: Vec<_> = verts
+            .iter()
+            .filter(|v| v.nearest_dz >= w[0] && v.nearest_dz < w[1])
+            .collect();
         c[0].push(w[0]);
         c[1].push(w[1]);
         d[0].push(inb.len() as u64);
@@ -427,14 +580,20 @@ fn write_hit_residuals(out: &Path, resid: &[HitResidual]) -> Result<()> {
     let (mut hl, mut he, mut hn) = (vec![], vec![], vec![]);
     for layer in 0..10usize {
         for edge in [false, true] {
-            let rows: Vec<_> = resid.iter().filter(|r| r.layer == layer && r.non_edge != edge).collect();
+            let rows: Vec<_> = resid
+                .iter()
+                .filter(|r| r.layer == layer && r.non_edge != edge)
+                .collect();
             let x: Vec<f64> = rows.iter().map(|r| r.dx_um).collect();
             let y: Vec<f64> = rows.iter().map(|r| r.dy_um).collect();
             hl.push(layer as u64);
             he.push(if edge { "edge" } else { "non_edge" }.to_string());
             hn.push(rows.len() as u64);
             let ((mx, rx), (my, ry)) = (mean_rms(&x), mean_rms(&y));
-            for (k, v) in [mx, rx, half_width_68(&x), my, ry, half_width_68(&y)].into_iter().enumerate() {
+            for (k, v) in [mx, rx, half_width_68(&x), my, ry, half_width_68(&y)]
+                .into_iter()
+                .enumerate()
+            {
                 h[k].push(v);
             }
         }

@@ -3,7 +3,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{best_share, layer_of, Config, EventResult, LooseTrack, RecoEvent, SelectedParticle, TrackKind, TrackResolution, TruthEvent, TruthParticle, LOOSE};
+use super::{
+    best_share, layer_of, Config, EventResult, LooseTrack, RecoEvent, SelectedParticle, TrackKind,
+    TrackResolution, TruthEvent, TruthParticle, LOOSE,
+};
 
 fn wrap(d: f64) -> f64 {
     (d + std::f64::consts::PI).rem_euclid(2.0 * std::f64::consts::PI) - std::f64::consts::PI
@@ -49,7 +52,13 @@ pub(super) fn analyze(
         }
         r.loose += 1;
         let share = best_share(&t.hits, hp).map_or(0, |b| b.1);
-        let loose = |kind| LooseTrack { hits: t.hits.len(), pt: t.pt, eta: t.eta, kind, best_share: share };
+        let loose = |kind| LooseTrack {
+            hits: t.hits.len(),
+            pt: t.pt,
+            eta: t.eta,
+            kind,
+            best_share: share,
+        };
         let Some(pid) = m else {
             r.fake += 1;
             r.loose_tracks.push(loose(TrackKind::Fake));
@@ -97,14 +106,24 @@ pub(super) fn analyze(
             e.0 = true;
         } else {
             e.1 = true;
-            r.resolution.push(TrackResolution { true_pt: p.pt, true_eta: p.eta, residuals: res, pulls });
+            r.resolution.push(TrackResolution {
+                true_pt: p.pt,
+                true_eta: p.eta,
+                residuals: res,
+                pulls,
+            });
         }
     }
     r.reversed_pairs = direction.values().filter(|d| d.0 && d.1).count();
 
     for p in &truth.particles {
         let nl = layers.get(&p.id).map_or(0, |m| m.count_ones() as usize);
-        if p.process == 0 && p.charge != 0 && p.pt > cfg.min_pt && p.eta.abs() < cfg.max_abs_eta && nl >= cfg.min_layers {
+        if p.process == 0
+            && p.charge != 0
+            && p.pt > cfg.min_pt
+            && p.eta.abs() < cfg.max_abs_eta
+            && nl >= cfg.min_layers
+        {
             r.selected.push(SelectedParticle {
                 pt: p.pt,
                 eta: p.eta,
@@ -130,7 +149,11 @@ pub(super) fn analyze(
 /// ```
 pub fn truth_track_params(p: &TruthParticle, beam_spot: [f32; 3]) -> (f64, f64, f64) {
     const B_GEV_PER_CM: f64 = 0.002_997_924_58 * 3.8112;
-    let (x, y, z) = ((p.vx - beam_spot[0]) as f64, (p.vy - beam_spot[1]) as f64, (p.vz - beam_spot[2]) as f64);
+    let (x, y, z) = (
+        (p.vx - beam_spot[0]) as f64,
+        (p.vy - beam_spot[1]) as f64,
+        (p.vz - beam_spot[2]) as f64,
+    );
     let phi0 = p.phi as f64;
     let rho = (p.pt as f64).max(1e-9) / B_GEV_PER_CM;
     let cot = (p.eta as f64).sinh();
@@ -150,6 +173,7 @@ pub fn truth_track_params(p: &TruthParticle, beam_spot: [f32; 3]) -> (f64, f64, 
     let tip = px * psi.sin() - py * psi.cos();
     let mut dt = h * (psi - phi0);
     dt = (dt + std::f64::consts::PI).rem_euclid(2.0 * std::f64::consts::PI) - std::f64::consts::PI;
-    let phi = (psi + std::f64::consts::PI).rem_euclid(2.0 * std::f64::consts::PI) - std::f64::consts::PI;
+    let phi =
+        (psi + std::f64::consts::PI).rem_euclid(2.0 * std::f64::consts::PI) - std::f64::consts::PI;
     (phi, tip, z + rho * cot * dt)
 }

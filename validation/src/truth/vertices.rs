@@ -3,17 +3,31 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Config, EventResult, RecoEvent, TruthEvent, TruthParticle, TruthVertex, VertexResult, LOOSE};
+use super::{
+    Config, EventResult, RecoEvent, TruthEvent, TruthParticle, TruthVertex, VertexResult, LOOSE,
+};
 
 /// The vertex part of [`super::analyze_event`] (`matched`: each track's particle).
-pub(super) fn analyze(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config, matched: &[Option<u32>], by_id: &HashMap<u32, &TruthParticle>, r: &mut EventResult) {
+pub(super) fn analyze(
+    reco: &RecoEvent,
+    truth: &TruthEvent,
+    cfg: &Config,
+    matched: &[Option<u32>],
+    by_id: &HashMap<u32, &TruthParticle>,
+    r: &mut EventResult,
+) {
     let true_vertex_of_track: Vec<Option<u32>> = reco
         .tracks
         .iter()
         .zip(matched)
         .map(|(t, m)| {
-            let ok = t.quality >= LOOSE && t.hits.len() >= cfg.vertex_track_min_hits && t.pt >= cfg.vertex_track_min_pt;
-            m.filter(|_| ok).and_then(|pid| by_id.get(&pid)).filter(|p| p.process == 0 && p.vertex >= 0).map(|p| p.vertex as u32)
+            let ok = t.quality >= LOOSE
+                && t.hits.len() >= cfg.vertex_track_min_hits
+                && t.pt >= cfg.vertex_track_min_pt;
+            m.filter(|_| ok)
+                .and_then(|pid| by_id.get(&pid))
+                .filter(|p| p.process == 0 && p.vertex >= 0)
+                .map(|p| p.vertex as u32)
         })
         .collect();
     let mut n_reco_tracks: BTreeMap<u32, usize> = BTreeMap::new();
@@ -30,7 +44,9 @@ pub(super) fn analyze(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config, matche
                     *c.entry(*v).or_default() += 1;
                 }
             }
-            c.into_iter().max_by_key(|&(v, n)| (n, std::cmp::Reverse(v))).map(|x| x.0)
+            c.into_iter()
+                .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
+                .map(|x| x.0)
         })
         .collect();
     r.fake_vertices = main.iter().filter(|m| m.is_none()).count();
@@ -41,15 +57,25 @@ pub(super) fn analyze(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config, matche
             vertex_of_track.insert(t, i);
         }
     }
-    let reconstructable: Vec<&TruthVertex> =
-        truth.vertices.iter().filter(|v| n_reco_tracks.get(&v.id).copied().unwrap_or(0) >= cfg.vertex_min_tracks).collect();
+    let reconstructable: Vec<&TruthVertex> = truth
+        .vertices
+        .iter()
+        .filter(|v| n_reco_tracks.get(&v.id).copied().unwrap_or(0) >= cfg.vertex_min_tracks)
+        .collect();
     for tv in &reconstructable {
         let n = n_reco_tracks[&tv.id];
-        let nearest = reconstructable.iter().filter(|o| o.id != tv.id).map(|o| (o.z - tv.z).abs() as f64).fold(f64::INFINITY, f64::min);
+        let nearest = reconstructable
+            .iter()
+            .filter(|o| o.id != tv.id)
+            .map(|o| (o.z - tv.z).abs() as f64)
+            .fold(f64::INFINITY, f64::min);
         let zt = (tv.z - cfg.beam_spot[2]) as f64;
-        let mine: Vec<usize> = (0..reco.vertices.len()).filter(|&i| main[i] == Some(tv.id)).collect();
+        let mine: Vec<usize> = (0..reco.vertices.len())
+            .filter(|&i| main[i] == Some(tv.id))
+            .collect();
         let best = mine.iter().copied().min_by(|&a, &b| {
-            ((reco.vertices[a].z as f64 - zt).abs()).total_cmp(&(reco.vertices[b].z as f64 - zt).abs())
+            ((reco.vertices[a].z as f64 - zt).abs())
+                .total_cmp(&(reco.vertices[b].z as f64 - zt).abs())
         });
         let (found, dz, pull) = match best {
             Some(b) => {
@@ -69,8 +95,18 @@ pub(super) fn analyze(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config, matche
                     }
                 }
             }
-            c.into_iter().max_by_key(|&(v, n)| (n, std::cmp::Reverse(v))).is_some_and(|(rv, _)| main[rv].is_some_and(|m| m != tv.id))
+            c.into_iter()
+                .max_by_key(|&(v, n)| (n, std::cmp::Reverse(v)))
+                .is_some_and(|(rv, _)| main[rv].is_some_and(|m| m != tv.id))
         };
-        r.vertices.push(VertexResult { tracks: n, found, merged, split, dz, pull, nearest_dz: nearest });
+        r.vertices.push(VertexResult {
+            tracks: n,
+            found,
+            merged,
+            split,
+            dz,
+            pull,
+            nearest_dz: nearest,
+        });
     }
 }

@@ -9,7 +9,8 @@ use arrow_array::{ArrayRef, Float32Array, Int16Array, Int32Array, RecordBatch, U
 use arrow_schema::{DataType, Field};
 use quiver_columnar::plan::PlanSpec;
 use quiver_columnar::{
-    executor, product_schema, Backend, EventBatch, JobContext, Product, Registry, Signature, Step, StepType,
+    executor, product_schema, Backend, EventBatch, JobContext, Product, Registry, Signature, Step,
+    StepType,
 };
 use quiver_validation::hist::{parse_text, read_parquet, Histogram};
 
@@ -22,7 +23,9 @@ struct Event {
 
 fn event(e: u64) -> Event {
     let k = (e % 3 + 1) as u16;
-    Event { modules: (0..k).map(|j| 10 * j + (e % 2) as u16).collect() }
+    Event {
+        modules: (0..k).map(|j| 10 * j + (e % 2) as u16).collect(),
+    }
 }
 
 impl Event {
@@ -48,7 +51,13 @@ fn f32s(v: Vec<f32>) -> ArrayRef {
 
 impl Step for ChainSource {
     fn process(&self, batch: &mut EventBatch) -> quiver_columnar::Result<()> {
-        let (mut row, mut col, mut charge, mut module, mut cmodule) = (Vec::<u16>::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut row, mut col, mut charge, mut module, mut cmodule) = (
+            Vec::<u16>::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
         let mut cluster = Vec::<i32>::new();
         let (mut digi_len, mut hit_len) = (Vec::new(), Vec::new());
         let mut h: [Vec<f32>; 8] = Default::default();
@@ -87,14 +96,38 @@ impl Step for ChainSource {
             hit_len.push(ev.n_clusters() as usize);
         }
         let f16 = |n: &str| Field::new(n, DataType::UInt16, false);
-        let cal = product_schema("calibrated_digis", 1, vec![f16("row"), f16("col"), f16("charge"), f16("module")]);
-        let cal = RecordBatch::try_new(cal, vec![u16s(row), u16s(col), u16s(charge), u16s(module)])?;
+        let cal = product_schema(
+            "calibrated_digis",
+            1,
+            vec![f16("row"), f16("col"), f16("charge"), f16("module")],
+        );
+        let cal =
+            RecordBatch::try_new(cal, vec![u16s(row), u16s(col), u16s(charge), u16s(module)])?;
         batch.put(Product::from_lengths(cal, digi_len.clone())?)?;
-        let clu = product_schema("clustered_digis", 1, vec![f16("module"), Field::new("cluster", DataType::Int32, false)]);
-        let clu = RecordBatch::try_new(clu, vec![u16s(cmodule), Arc::new(Int32Array::from(cluster))])?;
+        let clu = product_schema(
+            "clustered_digis",
+            1,
+            vec![f16("module"), Field::new("cluster", DataType::Int32, false)],
+        );
+        let clu = RecordBatch::try_new(
+            clu,
+            vec![u16s(cmodule), Arc::new(Int32Array::from(cluster))],
+        )?;
         batch.put(Product::from_lengths(clu, digi_len)?)?;
-        let names = ["x_local", "y_local", "xerr_local", "yerr_local", "x_global", "y_global", "z_global", "r_global"];
-        let mut fields: Vec<Field> = names.iter().map(|n| Field::new(*n, DataType::Float32, false)).collect();
+        let names = [
+            "x_local",
+            "y_local",
+            "xerr_local",
+            "yerr_local",
+            "x_global",
+            "y_global",
+            "z_global",
+            "r_global",
+        ];
+        let mut fields: Vec<Field> = names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Float32, false))
+            .collect();
         fields.extend([
             Field::new("iphi", DataType::Int16, false),
             Field::new("charge", DataType::Int32, false),
@@ -120,7 +153,14 @@ fn registry() -> Registry {
         name: "test_chain",
         doc: "test source of pixel-chain products",
         params: vec![],
-        signature: Signature { inputs: vec![], outputs: vec!["calibrated_digis".into(), "clustered_digis".into(), "hits".into()] },
+        signature: Signature {
+            inputs: vec![],
+            outputs: vec![
+                "calibrated_digis".into(),
+                "clustered_digis".into(),
+                "hits".into(),
+            ],
+        },
         backends: vec![Backend::Cpu],
         build: |_| Ok(Box::new(ChainSource)),
     });
@@ -145,13 +185,32 @@ fn write_reference(dir: &Path, bad: Option<(u64, u32)>) {
     std::fs::write(dir.join("digicluster.bin"), bytes).unwrap();
 }
 
-fn run(plan: &str, out: &Path, threads: usize, batch_size: usize) -> quiver_columnar::Result<executor::Summary> {
+fn run(
+    plan: &str,
+    out: &Path,
+    threads: usize,
+    batch_size: usize,
+) -> quiver_columnar::Result<executor::Summary> {
     let r = registry();
     let spec = PlanSpec::from_toml(plan, "test").unwrap();
     let resolved = quiver_columnar::validate(&spec, &r)?;
-    let job = JobContext { output: out.to_path_buf(), ..Default::default() };
+    let job = JobContext {
+        output: out.to_path_buf(),
+        ..Default::default()
+    };
     let steps = resolved.build(&r, Arc::new(job))?;
-    executor::run(&resolved, &steps, &executor::RunOptions { threads, batch_size, first_event: 0, events: Some(EVENTS), progress: false, cycle_input: false })
+    executor::run(
+        &resolved,
+        &steps,
+        &executor::RunOptions {
+            threads,
+            batch_size,
+            first_event: 0,
+            events: Some(EVENTS),
+            progress: false,
+            cycle_input: false,
+        },
+    )
 }
 
 fn plan(reference: &Path, strict: bool) -> String {
@@ -175,7 +234,10 @@ fn plan(reference: &Path, strict: bool) -> String {
 }
 
 fn by_name(hs: &[Histogram], name: &str) -> Histogram {
-    hs.iter().find(|h| h.name == name).unwrap_or_else(|| panic!("no histogram {name}")).clone()
+    hs.iter()
+        .find(|h| h.name == name)
+        .unwrap_or_else(|| panic!("no histogram {name}"))
+        .clone()
 }
 
 #[test]
@@ -184,20 +246,37 @@ fn histograms_and_counts_through_the_executor() {
     write_reference(refdir.path(), None);
     let out = tempfile::tempdir().unwrap();
     let summary = run(&plan(refdir.path(), true), out.path(), 2, 3).unwrap();
-    let report = &summary.reports.iter().find(|(l, _)| l == "counts").unwrap().1;
-    assert_eq!(report, &format!("CountValidator: all {EVENTS} events passed validation\n"));
+    let report = &summary
+        .reports
+        .iter()
+        .find(|(l, _)| l == "counts")
+        .unwrap()
+        .1;
+    assert_eq!(
+        report,
+        &format!("CountValidator: all {EVENTS} events passed validation\n")
+    );
 
     let hs = read_parquet(&out.path().join("histograms.parquet")).unwrap();
     let text = std::fs::read_to_string(out.path().join("histograms.txt")).unwrap();
-    assert_eq!(parse_text(&text).unwrap(), hs, "text and Parquet hold the same histograms");
+    assert_eq!(
+        parse_text(&text).unwrap(),
+        hs,
+        "text and Parquet hold the same histograms"
+    );
     // No tracks or vertices in this plan: the 17 digi/cluster/hit histograms, name order.
     let names: Vec<&str> = hs.iter().map(|h| h.name.as_str()).collect();
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted);
     assert_eq!(names.len(), 17);
-    assert!(names.iter().all(|n| !n.starts_with("track") && !n.starts_with("vertex")));
-    assert!(text.lines().any(|l| l.starts_with("hit_lex 102 0 5e-05 ")), "{text}");
+    assert!(names
+        .iter()
+        .all(|n| !n.starts_with("track") && !n.starts_with("vertex")));
+    assert!(
+        text.lines().any(|l| l.starts_with("hit_lex 102 0 5e-05 ")),
+        "{text}"
+    );
 
     // Expected contents, from the event definition.
     let (mut digis, mut hits, mut modules_total) = (0u64, 0u64, 0u64);
@@ -218,22 +297,45 @@ fn histograms_and_counts_through_the_executor() {
     }
     let digi_n = by_name(&hs, "digi_n");
     assert_eq!((digi_n.counts[1], digi_n.entries()), (EVENTS, EVENTS));
-    assert_eq!(by_name(&hs, "module_n").counts[0], EVENTS, "fewer than 1500 modules: underflow");
+    assert_eq!(
+        by_name(&hs, "module_n").counts[0],
+        EVENTS,
+        "fewer than 1500 modules: underflow"
+    );
     assert_eq!(by_name(&hs, "cluster_n").counts[0], EVENTS);
     assert_eq!(by_name(&hs, "hit_n").counts[0], EVENTS);
     let adc = by_name(&hs, "digi_adc");
     assert_eq!(adc.entries(), digis);
-    assert_eq!(adc.counts[1], digis / 3, "invalid words have charge 0: first bin");
+    assert_eq!(
+        adc.counts[1],
+        digis / 3,
+        "invalid words have charge 0: first bin"
+    );
     let cpm = by_name(&hs, "cluster_per_module_n");
     // In f32, (1 − 0)/110·110 = 0.99999994: the reference puts a module with 1 cluster in
     // the first bin, with the empty modules.
-    assert_eq!((cpm.counts[1], cpm.counts[2], cpm.entries()), (cpm_zero + cpm_one, 0, modules_total));
+    assert_eq!(
+        (cpm.counts[1], cpm.counts[2], cpm.entries()),
+        (cpm_zero + cpm_one, 0, modules_total)
+    );
     assert!(cpm_one > 0 && cpm_zero > 0);
     let sx = by_name(&hs, "hit_sizex");
     assert_eq!(sx.entries(), hits);
-    assert_eq!(sx.counts[0], modules_total, "the first hit of every module has size −8: underflow");
+    assert_eq!(
+        sx.counts[0], modules_total,
+        "the first hit of every module has size −8: underflow"
+    );
     assert_eq!(sx.counts[17], hits - modules_total);
-    for name in ["hit_lx", "hit_ly", "hit_gx", "hit_gz", "hit_gr", "hit_charge", "hit_sizey", "hit_lex"] {
+    for name in [
+        "hit_lx",
+        "hit_ly",
+        "hit_gx",
+        "hit_gz",
+        "hit_gr",
+        "hit_charge",
+        "hit_sizey",
+        "hit_lex",
+    ] {
         assert_eq!(by_name(&hs, name).entries(), hits, "{name}");
     }
 
@@ -241,10 +343,17 @@ fn histograms_and_counts_through_the_executor() {
     let out1 = tempfile::tempdir().unwrap();
     run(&plan(refdir.path(), true), out1.path(), 1, 1).unwrap();
     for f in ["histograms.parquet", "histograms.txt"] {
-        assert_eq!(std::fs::read(out.path().join(f)).unwrap(), std::fs::read(out1.path().join(f)).unwrap(), "{f}");
+        assert_eq!(
+            std::fs::read(out.path().join(f)).unwrap(),
+            std::fs::read(out1.path().join(f)).unwrap(),
+            "{f}"
+        );
     }
     // Nothing else (no temporary files) in the output directory.
-    let mut files: Vec<String> = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut files: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     files.sort();
     assert_eq!(files, ["histograms.parquet", "histograms.txt"]);
 }
@@ -255,11 +364,19 @@ fn count_mismatch_fails_strict_jobs_and_is_reported_otherwise() {
     let wrong = event(13).n_clusters() + 5;
     write_reference(refdir.path(), Some((13, wrong)));
     let out = tempfile::tempdir().unwrap();
-    let e = run(&plan(refdir.path(), true), out.path(), 2, 4).unwrap_err().to_string();
+    let e = run(&plan(refdir.path(), true), out.path(), 2, 4)
+        .unwrap_err()
+        .to_string();
     let ours = event(13).n_clusters();
-    assert!(e.contains(&format!("event 13: N(clusters) is {ours} expected {wrong}")), "{e}");
+    assert!(
+        e.contains(&format!("event 13: N(clusters) is {ours} expected {wrong}")),
+        "{e}"
+    );
     assert!(e.contains("step 'counts'"), "{e}");
-    assert!(!out.path().join("histograms.parquet").exists(), "a failed job writes no histograms");
+    assert!(
+        !out.path().join("histograms.parquet").exists(),
+        "a failed job writes no histograms"
+    );
 
     let s = run(&plan(refdir.path(), false), out.path(), 2, 4).unwrap();
     let report = &s.reports.iter().find(|(l, _)| l == "counts").unwrap().1;
@@ -272,8 +389,18 @@ fn count_mismatch_fails_strict_jobs_and_is_reported_otherwise() {
 #[test]
 fn plan_errors_name_the_problem() {
     let out = tempfile::tempdir().unwrap();
-    let e = run(&plan(Path::new("/nonexistent/counts"), true), out.path(), 1, 1).unwrap_err().to_string();
-    assert!(e.contains("step 'counts'") && e.contains("parameter 'reference'"), "{e}");
+    let e = run(
+        &plan(Path::new("/nonexistent/counts"), true),
+        out.path(),
+        1,
+        1,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("step 'counts'") && e.contains("parameter 'reference'"),
+        "{e}"
+    );
     let lonely = "[[step]]\nlabel = \"h\"\ntype = \"histograms\"\n";
     let e = run(lonely, out.path(), 1, 1).unwrap_err().to_string();
     assert!(e.contains("no histogram can be filled"), "{e}");
@@ -282,7 +409,14 @@ fn plan_errors_name_the_problem() {
 #[test]
 fn catalogue_describes_the_steps() {
     let d = registry().describe();
-    for needle in ["histograms  [cpu]", "count_validator  [cpu]", "input  calibrated_digis", "calibrated_digis (optional)  digi_n, digi_adc", "param  reference", "param  text"] {
+    for needle in [
+        "histograms  [cpu]",
+        "count_validator  [cpu]",
+        "input  calibrated_digis",
+        "calibrated_digis (optional)  digi_n, digi_adc",
+        "param  reference",
+        "param  text",
+    ] {
         assert!(d.contains(needle), "{needle} missing in:\n{d}");
     }
     println!("{d}");
@@ -293,7 +427,11 @@ fn event_counts_serve_as_a_reference() {
     let out = tempfile::tempdir().unwrap();
     let plan1 = "[[step]]\nlabel = \"chain\"\ntype = \"test_chain\"\n[[step]]\nlabel = \"n\"\ntype = \"event_counts\"\nfile = \"mine\"\n";
     let s = run(plan1, out.path(), 2, 3).unwrap();
-    assert!(s.reports[0].1.contains(&format!("{EVENTS} events -> ")), "{:?}", s.reports);
+    assert!(
+        s.reports[0].1.contains(&format!("{EVENTS} events -> ")),
+        "{:?}",
+        s.reports
+    );
     let counts = out.path().join("mine.parquet");
     let t = quiver_validation::counts::read_reference(&counts).unwrap();
     assert_eq!(t.events.len(), EVENTS as usize);
@@ -309,7 +447,10 @@ fn event_counts_serve_as_a_reference() {
     let out2 = tempfile::tempdir().unwrap();
     let s = run(&plan(&counts, true), out2.path(), 1, 7).unwrap();
     let report = &s.reports.iter().find(|(l, _)| l == "counts").unwrap().1;
-    assert_eq!(report, &format!("CountValidator: all {EVENTS} events passed validation\n"));
+    assert_eq!(
+        report,
+        &format!("CountValidator: all {EVENTS} events passed validation\n")
+    );
 }
 
 #[test]
@@ -318,10 +459,16 @@ fn reference_count_files_need_every_count() {
     // written, and the job says which count is missing.
     let out = tempfile::tempdir().unwrap();
     let plan1 = "[[step]]\nlabel = \"chain\"\ntype = \"test_chain\"\n[[step]]\nlabel = \"n\"\ntype = \"event_counts\"\nreference_files = true\n";
-    let err = run(plan1, out.path(), 2, 3).err().expect("the job must fail").to_string();
+    let err = run(plan1, out.path(), 2, 3)
+        .err()
+        .expect("the job must fail")
+        .to_string();
     assert!(err.contains("no track count"), "{err}");
     assert!(!out.path().join("digicluster.bin").exists());
-    assert!(out.path().join("counts.parquet").exists(), "the Parquet counts are still written");
+    assert!(
+        out.path().join("counts.parquet").exists(),
+        "the Parquet counts are still written"
+    );
 }
 
 /// Device memory that cannot be read back: a download is counted and fails.
@@ -352,8 +499,13 @@ fn raw_digis_on_a_device_are_counted_without_a_download() {
     // needs their rows per event alone.
     let data = Arc::new(Unreadable(Default::default()));
     let key = quiver_columnar::ProductKey::new("digis", "digis");
-    let p = Product::on_device(quiver_reco::steps::schema("digis"), arrow_buffer::OffsetBuffer::from_lengths([3, 0, 40_000]), 40_003, data.clone())
-        .unwrap();
+    let p = Product::on_device(
+        quiver_reco::steps::schema("digis"),
+        arrow_buffer::OffsetBuffer::from_lengths([3, 0, 40_000]),
+        40_003,
+        data.clone(),
+    )
+    .unwrap();
     let mut batch = EventBatch::new(0, 3);
     batch.set_allowed(&[key.clone()]);
     batch.put(p).unwrap();
@@ -364,10 +516,24 @@ fn raw_digis_on_a_device_are_counted_without_a_download() {
     let h = set.get("digi_n").unwrap();
     // [0, 1e5) in 100 bins: 3 and 0 in the first, 40 000 in bin 40.
     assert_eq!((h.counts[1], h.counts[41], h.entries()), (2, 1, 3));
-    assert_eq!(quiver_validation::counts::batch_counts(&products).unwrap().n_digis, Some(vec![3, 0, 40_000]));
-    assert_eq!(data.0.load(std::sync::atomic::Ordering::SeqCst), 0, "no download");
+    assert_eq!(
+        quiver_validation::counts::batch_counts(&products)
+            .unwrap()
+            .n_digis,
+        Some(vec![3, 0, 40_000])
+    );
+    assert_eq!(
+        data.0.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no download"
+    );
     // A column of it is a download; one that fails is an error naming the product, not a panic.
     let d = products.get(Input::Digis).unwrap();
-    let err = column::<arrow_array::types::UInt16Type>(d, "adc").unwrap_err().to_string();
-    assert!(err.contains("digis") && err.contains("cannot be read"), "{err}");
+    let err = column::<arrow_array::types::UInt16Type>(d, "adc")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("digis") && err.contains("cannot be read"),
+        "{err}"
+    );
 }

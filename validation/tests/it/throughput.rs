@@ -11,8 +11,12 @@ use quiver_validation::hist::Histogram;
 fn fill_throughput() {
     let n = 20_000_000usize;
     // Spread over the range with some under/overflow, deterministic.
-    let f: Float32Array = (0..n).map(|i| ((i as u64 * 2_654_435_761) % 2_400_000) as f32 * 1e-6 - 1.2).collect();
-    let u: UInt16Array = (0..n).map(|i| ((i as u64 * 40503) % 60000) as u16).collect();
+    let f: Float32Array = (0..n)
+        .map(|i| ((i as u64 * 2_654_435_761) % 2_400_000) as f32 * 1e-6 - 1.2)
+        .collect();
+    let u: UInt16Array = (0..n)
+        .map(|i| ((i as u64 * 40503) % 60000) as u16)
+        .collect();
     let mut hf = Histogram::new("hit_lx", 200, -1.0, 1.0).unwrap();
     let mut hu = Histogram::new("digi_adc", 250, 0.0, 5e4).unwrap();
     let t = Instant::now();

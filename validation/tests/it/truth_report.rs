@@ -11,11 +11,19 @@ use arrow_schema::DataType;
 
 fn dump(path: &std::path::Path) {
     let f = std::fs::File::open(path).unwrap();
-    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
     println!("== {}", path.file_name().unwrap().to_string_lossy());
     for b in r {
         let b = b.unwrap();
-        let names: Vec<String> = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<String> = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         println!("{}", names.join("\t"));
         for i in 0..b.num_rows() {
             let cells: Vec<String> = b
@@ -38,12 +46,17 @@ fn dump(path: &std::path::Path) {
 fn report_from_environment() {
     let var = |k: &str| PathBuf::from(std::env::var(k).unwrap_or_else(|_| panic!("set {k}")));
     let out = var("QUIVER_REPORT");
-    let s = quiver_validation::truth::report(&var("QUIVER_RUN"), &var("QUIVER_TRUTH"), &out).unwrap();
-    for f in ["efficiency", "resolution", "vertex_efficiency", "vertex_neighbours", "track_composition", "hit_residuals"] {
+    let s =
+        quiver_validation::truth::report(&var("QUIVER_RUN"), &var("QUIVER_TRUTH"), &out).unwrap();
+    for f in [
+        "efficiency",
+        "resolution",
+        "vertex_efficiency",
+        "vertex_neighbours",
+        "track_composition",
+        "hit_residuals",
+    ] {
         dump(&out.join(format!("{f}.parquet")));
     }
     println!("{}", s.to_json());
 }
-
-
-

@@ -29,7 +29,12 @@ pub struct BlockBarrier {
 
 impl BlockBarrier {
     pub fn new(n: usize) -> Self {
-        BlockBarrier { n, arrived: AtomicUsize::new(0), generation: AtomicU64::new(0), broken: AtomicBool::new(false) }
+        BlockBarrier {
+            n,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            broken: AtomicBool::new(false),
+        }
     }
 
     /// Waits until all `n` threads arrive; `false` (at once) when the barrier is broken.
@@ -85,7 +90,10 @@ pub extern "C" fn emu_sync() {
 }
 
 fn message(p: &(dyn Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 /// Runs `body(t, barrier)` for `t` in `0..threads`, each on its own OS thread, sharing one
@@ -130,14 +138,24 @@ pub fn run_threads(threads: u32, body: impl Fn(u32, &BlockBarrier) + Sync) {
 /// -fno-fast-math -w` (no contraction, as NVRTC is told). `None`, with a line saying so, when
 /// no C++ compiler (`$CXX`, else `c++`) can be run; a source that does not compile panics
 /// with the compiler's message. The directory holds the library while it is loaded.
-pub fn build_library(name: &str, source: &str, flags: &[&str]) -> Option<(tempfile::TempDir, libloading::Library)> {
+pub fn build_library(
+    name: &str,
+    source: &str,
+    flags: &[&str],
+) -> Option<(tempfile::TempDir, libloading::Library)> {
     let dir = tempfile::tempdir().ok()?;
     let cpp = dir.path().join(format!("{name}.cpp"));
     std::fs::write(&cpp, source).ok()?;
     let so = dir.path().join(format!("lib{name}.so"));
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = std::process::Command::new(&cxx)
-        .args(["-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-w"])
+        .args([
+            "-shared",
+            "-fPIC",
+            "-ffp-contract=off",
+            "-fno-fast-math",
+            "-w",
+        ])
         .args(flags)
         .args(["-x", "c++"])
         .arg(&cpp)
@@ -146,11 +164,17 @@ pub fn build_library(name: &str, source: &str, flags: &[&str]) -> Option<(tempfi
         .output();
     match out {
         Ok(o) if o.status.success() => {}
-        Ok(o) => panic!("the {name} kernels do not compile as C++: {}", String::from_utf8_lossy(&o.stderr)),
+        Ok(o) => panic!(
+            "the {name} kernels do not compile as C++: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
         Err(e) => {
             // CI sets it: there a missing compiler must fail the emulation tests, not let
             // them pass having checked nothing.
-            assert!(std::env::var_os("QUIVER_REQUIRE_CXX").is_none(), "QUIVER_REQUIRE_CXX is set but the C++ compiler '{cxx}' cannot run: {e}");
+            assert!(
+                std::env::var_os("QUIVER_REQUIRE_CXX").is_none(),
+                "QUIVER_REQUIRE_CXX is set but the C++ compiler '{cxx}' cannot run: {e}"
+            );
             println!("SKIPPED: no C++ compiler '{cxx}': {e}");
             return None;
         }
