@@ -156,7 +156,7 @@ def test_run_without_output_writes_to_a_temporary_directory(tmp_path, monkeypatc
 def test_unknown_step_type_gets_a_suggestion():
     with pytest.raises(quiver.PlanError) as e:
         quiver.Plan().add("x", "rechit").check()
-    assert str(e.value) == "plan error: step 'x': unknown step type 'rechit' (did you mean 'rechits'? `quiver steps` lists the catalogue)"
+    assert str(e.value) == "step 'x': unknown step type 'rechit' (did you mean 'rechits'? `quiver steps` lists the catalogue)"
 
 
 def test_input_pointing_nowhere_names_quiver_generate(tmp_path):

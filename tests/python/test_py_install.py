@@ -28,13 +28,16 @@ def _name(req: str) -> str:
 
 def test_every_extra_is_declared_and_pinned_like_the_tests():
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert set(extras) == set(EXTRAS) | {"all"}
+    assert set(extras) == set(EXTRAS) | {"all", "notebook"}
     assert extras["all"] == [f"quiver[{','.join(EXTRAS)}]"]
+    assert extras["notebook"][0] == "quiver[all]"  # the notebook uses every feature
     pinned = {_name(r): r for r in REQUIREMENTS}
     for extra, reqs in extras.items():
         if extra == "all":
             continue
         for r in reqs:
+            if r == "quiver[all]":
+                continue
             # The same version range as the tests' requirements (what CI installs).
             assert pinned.get(_name(r)) == r, f"extra {extra}: {r} vs requirements.txt {pinned.get(_name(r))}"
 

@@ -3,10 +3,12 @@ its headline numbers in a notebook and says where ``report.html`` is."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import pathlib
+import sys
 
 from . import _quiver
 from ._errors import QuiverError
@@ -44,11 +46,27 @@ class Report:
                 f"{html.escape(str(self.html_path))}</a></p></div>")
 
 
+@contextlib.contextmanager
+def _stdout_to_devnull():
+    """The process's file descriptor 1 (where Rust prints) goes nowhere for a while."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def report(run, truth, output) -> Report:
     """Runs ``quiver report --run RUN --truth TRUTH --output OUTPUT`` (the run directory of
     the pixel chain, the dataset it read) and returns the :class:`Report`."""
     args = ["quiver", "report", "--run", os.fspath(run), "--truth", os.fspath(truth), "--output", os.fspath(output)]
-    code = _quiver.cli_main(args)
+    # The command prints summary.json (40 lines) on stdout: the Report shows it instead.
+    with _stdout_to_devnull():
+        code = _quiver.cli_main(args)
     if code != 0:
         raise QuiverError(f"quiver report failed (exit {code}); its message is on stderr")
     return Report(output)
