@@ -186,3 +186,16 @@ def test_a_broken_installed_package_is_not_reported_as_missing(tmp_path, monkeyp
     with pytest.raises(ModuleNotFoundError) as e:
         quiver._optional.require("brokenpkg", extra="hist")
     assert not isinstance(e.value, MissingExtraError) and e.value.name == "no_such_dependency_of_brokenpkg"
+
+
+def test_one_supported_python_range_everywhere():
+    """README, getting-started and the Python guide state the range py/pyproject.toml
+    declares, and nothing else (no 'Python 3.10')."""
+    assert PYPROJECT["project"]["requires-python"] == ">=3.11"
+    for doc in ("README.md", "docs/getting-started.md", "docs/python.md"):
+        text = (ROOT / doc).read_text()
+        stated = set(re.findall(r"Python (3\.\d+)(\+| or newer)", text))
+        assert stated == {("3.11", "+")} or stated == {("3.11", " or newer")}, (doc, stated)
+    assert "maturin develop" not in (ROOT / "README.md").read_text().split("## First steps")[1].split("```")[1]
+    wheel = (ROOT / "scripts/check-wheel.sh").read_text()
+    assert "requires-python" in wheel, "check-wheel.sh checks the Python it runs is the range's lowest"
