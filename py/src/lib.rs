@@ -342,7 +342,7 @@ impl PyPlan {
                 Some(sel) if sel.is_empty() => Ok(Vec::new()),
                 Some(sel) => collect::select(&resolved, sel),
             }
-            .map_err(|e| to_pyerr(py, e))?;
+            .map_err(fail)?;
             // The framework and Rust steps run without the GIL on a thread of their own; a
             // Python step takes the GIL per batch. This thread waits with the GIL released and
             // looks for signals every 100 ms: Python runs its handlers (Ctrl-C's

@@ -12,7 +12,6 @@ import sys
 import traceback
 
 import pytest
-
 import quiver
 import quiver.cli
 import quiver.examples
@@ -22,7 +21,11 @@ SQUARE = (ROOT / "plans/examples/square.toml").read_text()
 
 
 def toy_plan():
-    return quiver.Plan().add("numbers", "random_floats", count=5).add("squared", "square", input="numbers")
+    return (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=5)
+        .add("squared", "square", input="numbers")
+    )
 
 
 def test_replace_swaps_a_step_in_place():
@@ -46,21 +49,28 @@ def test_replace_validates_at_once_and_leaves_the_plan_as_it_was():
     resolved = plan.check()
     with pytest.raises(quiver.PlanError, match=r"^step 'squared': unknown parameter 'colour'"):
         plan.replace("squared", "square", colour=1)
-    with pytest.raises(quiver.PlanError, match=r"^step 'squared': unknown step type 'sqare' \(did you mean 'square'\?"):
+    with pytest.raises(
+        quiver.PlanError,
+        match=r"^step 'squared': unknown step type 'sqare' \(did you mean 'square'\?",
+    ):
         plan.replace("squared", "sqare")
     assert plan.check() == resolved
     with pytest.raises(quiver.PlanError) as e:
         plan.replace("sqared", "square")
-    assert str(e.value) == ("step 'sqared': no step of this plan has this label "
-                            "(did you mean 'squared'? its steps: numbers, squared)")
+    assert str(e.value) == (
+        "step 'sqared': no step of this plan has this label "
+        "(did you mean 'squared'? its steps: numbers, squared)"
+    )
 
 
 def test_remove_refuses_a_step_others_consume():
     plan = toy_plan().add("cubed", "square", input="squared")
     with pytest.raises(quiver.PlanError) as e:
         plan.remove("squared")
-    assert str(e.value) == ("step 'squared': cannot remove it: step 'cubed' (input 'input') consumes "
-                            "its products (remove or replace those first)")
+    assert str(e.value) == (
+        "step 'squared': cannot remove it: step 'cubed' (input 'input') consumes "
+        "its products (remove or replace those first)"
+    )
     assert plan.labels == ["numbers", "squared", "cubed"]
     plan.remove("cubed").remove("squared")
     assert plan.labels == ["numbers"]
@@ -74,24 +84,34 @@ def test_remove_refuses_a_step_others_consume():
 
 def test_misspelled_python_class_is_a_one_line_plan_error(tmp_path, capfd):
     def check(module, cls):
-        plan = toy_plan().add("p", "python", backend="python", module=module, input="numbers", **{"class": cls})
+        plan = toy_plan().add(
+            "p", "python", backend="python", module=module, input="numbers", **{"class": cls}
+        )
         with pytest.raises(quiver.PlanError) as e:
             plan.check()
         return str(e.value)
 
     msg = check("quiver.examples", "Sqare")
-    assert msg == ("step 'p': parameter 'class': 'quiver.examples' has no 'Sqare' "
-                   "(did you mean 'Square'? its step classes: Square, square_polars)")
+    assert msg == (
+        "step 'p': parameter 'class': 'quiver.examples' has no 'Sqare' "
+        "(did you mean 'Square'? its step classes: Square, square_polars)"
+    )
     msg = check("quiver.exampls", "Square")
-    assert msg.startswith("step 'p': parameter 'module': no Python module 'quiver.exampls' "
-                          "(did you mean 'quiver.examples'?")
+    assert msg.startswith(
+        "step 'p': parameter 'module': no Python module 'quiver.exampls' "
+        "(did you mean 'quiver.examples'?"
+    )
     assert "no Python file" in check(str(tmp_path / "nope.py"), "X")
     # The command line says the same, in one line.
     toml = tmp_path / "p.toml"
-    toml.write_text('[[step]]\nlabel = "p"\ntype = "python"\nbackend = "python"\n'
-                    'module = "quiver.examples"\nclass = "Sqare"\n')
+    toml.write_text(
+        '[[step]]\nlabel = "p"\ntype = "python"\nbackend = "python"\n'
+        'module = "quiver.examples"\nclass = "Sqare"\n'
+    )
     capfd.readouterr()
-    assert quiver.cli.main(["run", str(toml), "--events", "1", "--output", str(tmp_path / "o")]) == 1
+    assert (
+        quiver.cli.main(["run", str(toml), "--events", "1", "--output", str(tmp_path / "o")]) == 1
+    )
     err = capfd.readouterr().err
     assert "did you mean 'Square'?" in err and "Traceback" not in err and "_steps.py" not in err
     # A module that fails on import keeps its traceback: that is the user's bug, not a typo.
@@ -105,15 +125,19 @@ def test_plan_error_says_plan_error_once():
     with pytest.raises(quiver.PlanError) as e:
         quiver.Plan.from_toml('[[step]]\nlabel = "x"\ntype = "cube"\n').check()
     line = "".join(traceback.format_exception_only(e.value)).strip()
-    assert line == ("quiver.PlanError: step 'x': unknown step type 'cube' "
-                    "(`quiver steps` lists the catalogue)")
+    assert line == (
+        "quiver.PlanError: step 'x': unknown step type 'cube' (`quiver steps` lists the catalogue)"
+    )
 
 
 def test_run_summary_header_is_one_readable_line():
     head = toy_plan().run(events=2, threads=2).summary.splitlines()[0]
     assert ") (" not in head, head
-    assert re.search(r"  threads 2 \(Python [0-9.]+[a-z0-9+]*, GIL (enabled: Python steps take turns, Rust steps "
-                     r"run in parallel; the driver waits without the GIL|disabled)\)  wall ", head), head
+    assert re.search(
+        r"  threads 2 \(Python [0-9.]+[a-z0-9+]*, GIL (enabled: Python steps take turns, "
+        r"Rust steps run in parallel; the driver waits without the GIL|disabled)\)  wall ",
+        head,
+    ), head
 
 
 def test_temporary_output_goes_with_the_result_unless_kept(tmp_path):
@@ -142,17 +166,33 @@ def test_temporary_output_goes_with_the_result_unless_kept(tmp_path):
     assert (tmp_path / "mine" / "floats.squared.parquet").exists()
 
 
+def test_a_run_refused_before_it_starts_leaves_no_temporary_directory():
+    from conftest import SESSION_TMP
+
+    before = leftovers(SESSION_TMP)
+    with pytest.raises(quiver.PlanError, match="nope"):
+        quiver.Plan.from_toml(SQUARE).run(events=2, threads=1, collect=["nope"])
+    assert leftovers(SESSION_TMP) == before
+
+
 def test_temporary_output_goes_when_python_exits(tmp_path):
-    code = ("import quiver, pathlib, sys; r = quiver.Plan.load(sys.argv[1]).run(events=2, threads=1); "
-            "assert pathlib.Path(r.output).exists(); print(r.output)")
+    code = (
+        "import quiver, pathlib, sys; r = quiver.Plan.load(sys.argv[1]).run(events=2, threads=1); "
+        "assert pathlib.Path(r.output).exists(); print(r.output)"
+    )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    p = subprocess.run([sys.executable, "-c", code, str(ROOT / "plans/examples/square.toml")],
-                       env=env, capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "plans/examples/square.toml")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert p.stdout.strip().startswith(str(tmp_path / "quiver-run-"))
     assert leftovers(tmp_path) == []
 
 
-TOUCH = '''
+TOUCH = """
 import json, sys
 import quiver
 
@@ -166,7 +206,7 @@ assert "pyarrow" not in sys.modules
 plan = quiver.Plan.load(sys.argv[1]).add("touch", Touch, hits="hits")
 r = plan.run(input=sys.argv[2], threads=2, batch_size=1, collect=[], output=sys.argv[3])
 print(json.dumps({"step_s": r.numbers["step_s"]["touch"], "summary": r.summary}))
-'''
+"""
 
 
 def test_python_step_is_not_charged_for_one_off_setup(small_dataset, tmp_path):
@@ -174,8 +214,17 @@ def test_python_step_is_not_charged_for_one_off_setup(small_dataset, tmp_path):
     in the first batch of each worker: a trivial step read as 15 ms/event."""
     script = tmp_path / "touch.py"
     script.write_text(TOUCH)
-    p = subprocess.run([sys.executable, str(script), str(ROOT / "plans/pixel.toml"), str(small_dataset),
-                        str(tmp_path / "out")], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(ROOT / "plans/pixel.toml"),
+            str(small_dataset),
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout)
     m = re.search(r"setup, once per job and not in the step's time: ([0-9.]+) ms", got["summary"])
