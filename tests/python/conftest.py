@@ -60,9 +60,23 @@ def square_run(quiver_bin, tmp_path_factory):
     """Output directory of the toy plan run over 40 events in batches of 16."""
     out = tmp_path_factory.mktemp("square")
     subprocess.run(
-        [quiver_bin, "run", str(ROOT / "plans/examples/square.toml"), "--events", "40",
-         "--batch-size", "16", "--threads", "2", "--no-progress", "--output", str(out)],
-        check=True, capture_output=True, text=True,
+        [
+            quiver_bin,
+            "run",
+            str(ROOT / "plans/examples/square.toml"),
+            "--events",
+            "40",
+            "--batch-size",
+            "16",
+            "--threads",
+            "2",
+            "--no-progress",
+            "--output",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return out
 
@@ -73,7 +87,9 @@ def small_dataset(tmp_path_factory):
     import quiver.cli
 
     ds = tmp_path_factory.mktemp("small") / "dataset"
-    code = quiver.cli.main(["generate", "--events", "12", "--pileup", "10", "--seed", "5", "--output", str(ds)])
+    code = quiver.cli.main(
+        ["generate", "--events", "12", "--pileup", "10", "--seed", "5", "--output", str(ds)]
+    )
     assert code == 0, "quiver generate failed"
     return ds
 
@@ -84,5 +100,7 @@ def small_run(small_dataset, tmp_path_factory):
     import quiver
 
     out = tmp_path_factory.mktemp("small_run")
-    quiver.Plan.load(ROOT / "plans/pixel.toml").run(input=small_dataset, output=out, threads=1, collect=[])
+    quiver.Plan.load(ROOT / "plans/pixel.toml").run(
+        input=small_dataset, output=out, threads=1, collect=[]
+    )
     return out

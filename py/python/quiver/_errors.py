@@ -13,7 +13,7 @@ class PlanError(QuiverError, ValueError):
     def __init__(self, message="", *args):
         # The command line's "plan error: " prefix: the class name says it already.
         if isinstance(message, str) and message.startswith(_PREFIX):
-            message = message[len(_PREFIX):]
+            message = message[len(_PREFIX) :]
         super().__init__(message, *args)
 
 

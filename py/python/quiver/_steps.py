@@ -79,18 +79,24 @@ def polars_step(*, consumes: dict, produces: str | list | dict, params: dict | N
             elif len(out_types) == 1:
                 batch.put(out_types[0], out)
             else:
-                raise TypeError(f"{fn.__name__} produces {out_types}: return a dict type -> DataFrame")
+                raise TypeError(
+                    f"{fn.__name__} produces {out_types}: return a dict type -> DataFrame"
+                )
 
-        cls = type(fn.__name__, (Step,), {
-            "consumes": dict(consumes),
-            "produces": produces if isinstance(produces, dict) else out_types,
-            "params": dict(params or {}),
-            "produce": produce,
-            "fn": staticmethod(fn),
-            "__doc__": fn.__doc__,
-            "__module__": fn.__module__,
-            "__qualname__": fn.__qualname__,
-        })
+        cls = type(
+            fn.__name__,
+            (Step,),
+            {
+                "consumes": dict(consumes),
+                "produces": produces if isinstance(produces, dict) else out_types,
+                "params": dict(params or {}),
+                "produce": produce,
+                "fn": staticmethod(fn),
+                "__doc__": fn.__doc__,
+                "__module__": fn.__module__,
+                "__qualname__": fn.__qualname__,
+            },
+        )
         return cls
 
     return wrap
@@ -135,7 +141,11 @@ def _did_you_mean(name: str, candidates) -> str:
 
 
 def _step_classes(mod) -> list[str]:
-    return [n for n, v in vars(mod).items() if isinstance(v, type) and issubclass(v, Step) and v is not Step]
+    return [
+        n
+        for n, v in vars(mod).items()
+        if isinstance(v, type) and issubclass(v, Step) and v is not Step
+    ]
 
 
 def _import_or_plan_error(module: str):
@@ -153,11 +163,15 @@ def _import_or_plan_error(module: str):
         if parent:
             try:
                 path = importlib.import_module(parent).__path__
-                hint = _did_you_mean(e.name, (f"{parent}.{m.name}" for m in pkgutil.iter_modules(path)))
+                hint = _did_you_mean(
+                    e.name, (f"{parent}.{m.name}" for m in pkgutil.iter_modules(path))
+                )
             except (ImportError, AttributeError):
                 pass
-        raise PlanError(f"parameter 'module': no Python module '{module}' ({hint}"
-                        f"a module importable here, or a path to a .py file)") from None
+        raise PlanError(
+            f"parameter 'module': no Python module '{module}' ({hint}"
+            f"a module importable here, or a path to a .py file)"
+        ) from None
 
 
 def load(module: str, class_name: str) -> type:
@@ -167,15 +181,23 @@ def load(module: str, class_name: str) -> type:
         obj = _import_or_plan_error(module)
         for part in class_name.split("."):
             if not hasattr(obj, part):
-                found = ", ".join(sorted(_step_classes(obj))) if isinstance(obj, types.ModuleType) else ""
+                found = (
+                    ", ".join(sorted(_step_classes(obj)))
+                    if isinstance(obj, types.ModuleType)
+                    else ""
+                )
                 hint = _did_you_mean(class_name, found.split(", ") if found else [])
-                raise PlanError(f"parameter 'class': '{module}' has no '{class_name}' ({hint}"
-                                f"its step classes: {found or 'none'})")
+                raise PlanError(
+                    f"parameter 'class': '{module}' has no '{class_name}' ({hint}"
+                    f"its step classes: {found or 'none'})"
+                )
             obj = getattr(obj, part)
         cls = obj
     if not (isinstance(cls, type) and issubclass(cls, Step)):
-        raise PlanError(f"parameter 'class': '{class_name}' in '{module}' is not a quiver.Step subclass "
-                        f"(or a @polars_step function)")
+        raise PlanError(
+            f"parameter 'class': '{class_name}' in '{module}' is not a quiver.Step subclass "
+            f"(or a @polars_step function)"
+        )
     return cls
 
 
@@ -185,12 +207,17 @@ def _param(name, decl):
         decl, doc = decl
     if isinstance(decl, type):
         if decl not in _KINDS:
-            raise TypeError(f"parameter '{name}': type {decl.__name__} is not one of bool, int, float, str, list")
+            raise TypeError(
+                f"parameter '{name}': type {decl.__name__} is not one of bool, int, float, str, "
+                "list"
+            )
         return (name, _KINDS[decl], None, doc)
     for t in (bool, int, float, str, list):  # bool before int: True is an int
         if isinstance(decl, t):
             return (name, _KINDS[t], decl, doc)
-    raise TypeError(f"parameter '{name}': default {decl!r} is not a bool, int, float, str or list of str")
+    raise TypeError(
+        f"parameter '{name}': default {decl!r} is not a bool, int, float, str or list of str"
+    )
 
 
 def describe(module: str, class_name: str) -> dict:
@@ -202,7 +229,9 @@ def describe(module: str, class_name: str) -> dict:
         if many:
             (ty,) = ty
         if not isinstance(ty, str):
-            raise TypeError(f"{class_name}.consumes['{slot}'] must be a product type name (str) or [type]")
+            raise TypeError(
+                f"{class_name}.consumes['{slot}'] must be a product type name (str) or [type]"
+            )
         consumes.append((slot, ty, many))
     produces = cls.produces
     if isinstance(produces, str):
