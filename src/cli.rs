@@ -129,6 +129,9 @@ struct GenerateArgs {
     /// Fraction of FEDs given an injected fault (error words, truncation, bad framing, bit flips)
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     corrupt_fraction: f64,
+    /// Never draw a progress bar
+    #[arg(long)]
+    no_progress: bool,
 }
 
 #[derive(Subcommand)]
@@ -241,11 +244,27 @@ fn prepare(
     Ok((resolved, job))
 }
 
+/// The scratch output directory of `quiver bench`, removed however the bench ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
     use std::fmt::Write;
-    let tmp = std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id()));
-    let (resolved, job) = prepare(args.plan.as_ref(), args.input, Some(tmp.clone()), registry)?;
+    let tmp = Scratch(std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id())));
+    let (resolved, job) = prepare(
+        args.plan.as_ref(),
+        args.input,
+        Some(tmp.0.clone()),
+        registry,
+    )?;
     let job = std::sync::Arc::new(job);
+    // Ctrl-C and SIGTERM stop the run in progress between batches, as in `quiver run`.
+    let _signals = quiver_columnar::cancel::SignalGuard::install();
     let mut rows: Vec<(usize, executor::Summary)> = Vec::new();
     for &threads in &args.threads {
         for rep in 0..args.repeat.max(1) {
@@ -267,6 +286,12 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
                 {
                     quiver_columnar::Error::Usage(format!("{m}; or --cycle to replay them"))
                 }
+                quiver_columnar::Error::Interrupted(_) => {
+                    quiver_columnar::Error::Interrupted(format!(
+                        "the bench stopped during its run at {threads} threads; \
+                         no results (its scratch output was removed)"
+                    ))
+                }
                 e => e,
             })?;
             if rep > 0 || args.repeat <= 1 {
@@ -274,7 +299,7 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
     let mut out = String::new();
     let mut csv =
         String::from("threads,batch_size,events,wall_s,events_per_s,step,type,ms_per_event\n");
@@ -347,7 +372,9 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         output: g.output.unwrap_or_else(crate::default_dataset_dir),
         corrupt_fraction: g.corrupt_fraction,
     };
-    let s = crate::generate_dataset(&opts)?;
+    let bar = progress_bar(u64::from(g.events), !g.no_progress);
+    let s = crate::generate_dataset_with_progress(&opts, &|done| bar.set_position(done))?;
+    bar.finish_and_clear();
     let out = opts.output.display();
     println!(
         "generated {} events at <PU> {} (seed {}) into {out} in {:.2} s ({:.1} events/s)\n\
@@ -364,6 +391,29 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         s.clusters_per_event
     );
     Ok(())
+}
+
+/// A bar of `events` on stderr when `wanted` and stderr is a terminal (as `quiver run`
+/// draws one); otherwise a hidden one, so that logs and pipes get no control characters.
+fn progress_bar(events: u64, wanted: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(events);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {rate}  eta {eta}")
+    {
+        bar.set_style(style.with_key(
+            "rate",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.1} events/s", s.per_sec());
+            },
+        ));
+    }
+    // Drawn from the start, and its rate and ETA kept current between chunks.
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    bar
 }
 
 /// Runs the command line `args` (program name first) with the step types of `registry`.
