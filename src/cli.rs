@@ -244,6 +244,10 @@ fn prepare(
     Ok((resolved, job))
 }
 
+/// A bench run shorter than this is mostly thread start-up and warm-up: its speed-up says
+/// little (20 events of the local plan on 2 threads showed 0.99×).
+const SHORT_BENCH_RUN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The scratch output directory of `quiver bench`, removed however the bench ends.
 struct Scratch(PathBuf);
 
@@ -355,6 +359,14 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             }
             out.push('\n');
         }
+    }
+    if rows.iter().any(|(_, s)| s.wall < SHORT_BENCH_RUN) {
+        let _ = writeln!(
+            out,
+            "\nnote: runs under {} s measure start-up more than throughput; for longer runs, more \
+             events (--events N, with --cycle to replay the input)",
+            SHORT_BENCH_RUN.as_secs()
+        );
     }
     print!("{out}");
     if let Some(path) = args.csv {

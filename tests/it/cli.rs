@@ -946,3 +946,27 @@ fn generate_draws_a_bar_on_a_terminal_and_nothing_when_piped() {
     assert!(status.success(), "{seen}");
     assert!(!seen.contains("/40 events"), "{seen:?}");
 }
+
+#[test]
+fn a_bench_of_short_runs_says_its_speed_up_means_little() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), NUMBERS);
+    let o = quiver(&[
+        "bench",
+        plan.to_str().unwrap(),
+        "--events",
+        "3",
+        "--threads",
+        "1,2",
+        "--repeat",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("speed-up"), "{out}");
+    assert!(
+        out.contains("note: runs under 1 s measure start-up more than throughput")
+            && out.contains("--events N, with --cycle"),
+        "{out}"
+    );
+}
