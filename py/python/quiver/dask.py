@@ -700,30 +700,32 @@ def _show_progress(client, futures: dict, started: float) -> None:
     slots = _n_slots(client)
     keys = {fut.key: part for part, fut in futures.items()}
     width = 0
-    while True:
-        states = [fut.status for fut in futures.values()]
-        done = [part for part, st in zip(futures, states) if st == "finished"]
-        failed = states.count("error") + states.count("cancelled")
-        if len(done) + failed >= n_parts:
-            break
-        try:
-            running = sum(1 for ks in client.processing().values() for k in ks if k in keys)
-        except Exception:  # a scheduler that does not answer: the line goes on without it
-            running = 0
-        events_done = sum(k for _, k in done)
-        elapsed = time.perf_counter() - started
-        rate = events_done / elapsed if elapsed > 0 else 0.0
-        eta = f"{(n_events - events_done) / rate:.0f}s" if rate > 0 else "?"
-        filled = 30 * (len(done) + failed) // n_parts
-        line = (f"[{'#' * filled}{'-' * (30 - filled)}] {len(done)}/{n_parts} partitions  "
-                f"{min(running, slots)} running  {failed} failed  {events_done}/{n_events} events  "
-                f"{rate:.1f} events/s  eta {eta}")
-        width = max(width, len(line))
-        sys.stderr.write("\r" + line.ljust(width))
+    try:
+        while True:
+            states = [fut.status for fut in futures.values()]
+            done = [part for part, st in zip(futures, states) if st == "finished"]
+            failed = states.count("error") + states.count("cancelled")
+            if len(done) + failed >= n_parts:
+                break
+            try:
+                running = sum(1 for ks in client.processing().values() for k in ks if k in keys)
+            except Exception:  # a scheduler that does not answer: the line goes on without it
+                running = 0
+            events_done = sum(k for _, k in done)
+            elapsed = time.perf_counter() - started
+            rate = events_done / elapsed if elapsed > 0 else 0.0
+            eta = f"{(n_events - events_done) / rate:.0f}s" if rate > 0 else "?"
+            filled = 30 * (len(done) + failed) // n_parts
+            line = (f"[{'#' * filled}{'-' * (30 - filled)}] {len(done)}/{n_parts} partitions  "
+                    f"{min(running, slots)} running  {failed} failed  {events_done}/{n_events} events  "
+                    f"{rate:.1f} events/s  eta {eta}")
+            width = max(width, len(line))
+            sys.stderr.write("\r" + line.ljust(width))
+            sys.stderr.flush()
+            time.sleep(0.25)
+    finally:  # also on Ctrl-C, so that the command's one-line message starts a clean line
+        sys.stderr.write("\r" + " " * width + "\r")
         sys.stderr.flush()
-        time.sleep(0.25)
-    sys.stderr.write("\r" + " " * width + "\r")
-    sys.stderr.flush()
 
 
 def _product_file(part_dir: pathlib.Path, sel: str) -> pathlib.Path:
