@@ -385,8 +385,10 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         corrupt_fraction: g.corrupt_fraction,
     };
     let bar = progress_bar(u64::from(g.events), !g.no_progress);
-    let s = crate::generate_dataset_with_progress(&opts, &|done| bar.set_position(done))?;
+    let s = crate::generate_dataset_with_progress(&opts, &|done| bar.set_position(done));
+    // Cleared on an error too, so that the error line stands alone.
     bar.finish_and_clear();
+    let s = s?;
     let out = opts.output.display();
     println!(
         "generated {} events at <PU> {} (seed {}) into {out} in {:.2} s ({:.1} events/s)\n\

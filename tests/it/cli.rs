@@ -945,6 +945,19 @@ fn generate_draws_a_bar_on_a_terminal_and_nothing_when_piped() {
     let (seen, status) = quiver_on_a_terminal(&quiet);
     assert!(status.success(), "{seen}");
     assert!(!seen.contains("/40 events"), "{seen:?}");
+    // An error on a terminal: the bar is cleared, the error's line stands alone.
+    let bad = args("bad");
+    let bad: Vec<&str> = bad
+        .iter()
+        .map(|a| if a == "40" { "0" } else { a.as_str() })
+        .collect();
+    let (seen, status) = quiver_on_a_terminal(&bad);
+    assert_eq!(status.code(), Some(1), "{seen}");
+    let visible = seen.rsplit("\x1b[2K").next().unwrap_or_default();
+    assert!(
+        visible.starts_with("error: ") && visible.lines().count() == 1,
+        "{seen:?}"
+    );
 }
 
 #[test]
