@@ -114,7 +114,7 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
     h.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Quiver truth report</title>\n<style>\n");
     h.push_str("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:0.5em 0 1.5em}");
     h.push_str("td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}th{background:#eee}td:first-child{text-align:left}");
-    h.push_str("td.why{text-align:left;max-width:36em;font-size:90%}");
+    h.push_str("td.why,th.why{text-align:left;max-width:36em;font-size:90%}");
     h.push_str(".pass{color:#070;font-weight:bold}.fail{color:#b00;font-weight:bold}figure{display:inline-block;margin:0.5em}\n");
     h.push_str("</style></head><body>\n<h1>Quiver truth report</h1>\n");
     let _ = writeln!(h, "<p>{} events, {} efficiency particles, {} loose tracks, {} reconstructable vertices, mean pile-up {}.</p>",
@@ -137,7 +137,7 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
 /// The headline numbers against the targets (each with where its target comes from and,
 /// when the reference algorithm misses it by design, why), then every summary.json key.
 fn summary_section(h: &mut String, s: &Summary) {
-    h.push_str("<h2 id=\"summary\">Summary</h2>\n<table><tr><th>Quantity</th><th>Value</th><th>Target</th><th>Status</th><th>About the target</th></tr>\n");
+    h.push_str("<h2 id=\"summary\">Summary</h2>\n<table><tr><th>Quantity</th><th>Value</th><th>Target</th><th>Status</th><th class=\"why\">About the target</th></tr>\n");
     let fields = summary_fields(s);
     let value = |key: &str| {
         fields
@@ -522,6 +522,7 @@ fn efficiency_plot(
             .x_desc(xlabel)
             .y_desc("efficiency")
             .x_label_formatter(&|v| x_label(*v, log))
+            .y_label_formatter(&|v| num(*v))
             .draw()
             .map_err(|e| plot_err(title, e))?;
         let red = RED.mix(0.7);
@@ -609,6 +610,7 @@ fn step_plot(
             .x_desc(xlabel)
             .y_desc(ylabel)
             .x_label_formatter(&|v| x_label(*v, log))
+            .y_label_formatter(&|v| num(*v))
             .draw()
             .map_err(|e| plot_err(title, e))?;
         for (i, (name, pts)) in series.iter().enumerate() {
@@ -783,7 +785,7 @@ mod tests {
         let svg = efficiency_plot("t", "x", &bins, false, 0.95).unwrap();
         // The y axis starts at 0.9, not 0: its labels step through 0.9 … 1.0.
         let label = |v: &str| svg.contains(&format!(">\n{v}\n</text>"));
-        assert!(label("0.9") && label("0.96") && label("1.0"), "{svg}");
+        assert!(label("0.9") && label("0.96") && label("1"), "{svg}");
         assert!(!label("0.2") && !label("0.4"), "{svg}");
         // A low bin lengthens the axis rather than falling off it.
         let pt = |e| (0.0, 1.0, e, 0.01);
