@@ -258,7 +258,6 @@ impl Drop for Scratch {
 }
 
 fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
-    use std::fmt::Write;
     let tmp = Scratch(std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id())));
     let (resolved, job) = prepare(
         args.plan.as_ref(),
@@ -304,6 +303,17 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         }
     }
     drop(tmp);
+    let (out, csv) = bench_tables(&rows);
+    print!("{out}");
+    if let Some(path) = args.csv {
+        std::fs::write(&path, csv).map_err(|e| quiver_columnar::Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
+/// The bench's printed tables and its CSV, from the measured runs.
+fn bench_tables(rows: &[(usize, executor::Summary)]) -> (String, String) {
+    use std::fmt::Write;
     let mut out = String::new();
     let mut csv =
         String::from("threads,batch_size,events,wall_s,events_per_s,step,type,ms_per_event\n");
@@ -313,7 +323,7 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         "threads", "batch", "events", "wall s", "events/s", "speed-up"
     );
     let base = rows.first().map(|(_, s)| s.throughput()).unwrap_or(1.0);
-    for (t, s) in &rows {
+    for (t, s) in rows {
         let _ = writeln!(
             out,
             "{:>7} {:>6} {:>8} {:>10.3} {:>12.2} {:>8.2}",
@@ -343,14 +353,14 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         "\nms/event in each step (wall time of its calls, summed over workers):"
     );
     let _ = write!(out, "{:<20}", "step");
-    for (t, _) in &rows {
+    for (t, _) in rows {
         let _ = write!(out, " {:>9}", format!("{t} thr"));
     }
     out.push('\n');
     if let Some((_, first)) = rows.first() {
         for (i, st) in first.steps.iter().enumerate() {
             let _ = write!(out, "{:<20}", st.label);
-            for (_, s) in &rows {
+            for (_, s) in rows {
                 let _ = write!(
                     out,
                     " {:>9.3}",
@@ -368,11 +378,7 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             SHORT_BENCH_RUN.as_secs()
         );
     }
-    print!("{out}");
-    if let Some(path) = args.csv {
-        std::fs::write(&path, csv).map_err(|e| quiver_columnar::Error::io(&path, e))?;
-    }
-    Ok(())
+    (out, csv)
 }
 
 fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
