@@ -632,11 +632,7 @@ fn search_impl<S: CellSink>(
     n_pairs: usize,
     out: &mut S,
 ) -> Result<u64, TrackError> {
-    cfg.validate()?;
-    hits.validate_max(cfg.max_hits)?;
-    if n_pairs > N_PAIRS {
-        return Err(TrackError::Config(format!("n_pairs {n_pairs} > {N_PAIRS}")));
-    }
+    check_search(hits, cfg, n_pairs)?;
     let n_hits = hits.n_hits();
     // Cells found with the container full: counted, not stored (the search goes on, as
     // the reference's threads do, so that the overflow record says what was needed).
@@ -652,7 +648,13 @@ fn search_impl<S: CellSink>(
     let cuts = cfg.cuts();
     let (dzdr_fact, min_radius2_t4, i2p) = (cuts.dzdr_fact, cuts.min_radius2_t4, cuts.i2p);
     let max_doublets = cfg.max_number_of_doublets as usize;
-    let (do_z0_cut, z0_cut) = (cfg.do_z0_cut, cfg.z0_cut);
+    let shared = SharedCuts {
+        do_z0_cut: cfg.do_z0_cut,
+        z0_cut: cfg.z0_cut,
+        do_pt_cut: cfg.do_pt_cut,
+        min_radius2_t4,
+        i2p,
+    };
     out.reserve(max_doublets.min(n_hits * 16));
 
     for (pair_id, pc) in cuts.pairs.iter().enumerate().take(n_pairs) {
@@ -664,7 +666,6 @@ fn search_impl<S: CellSink>(
         // doublet's slope for barrel → forward pairs.
         let (dy_barrel, barrel_size_cut, forward_size_cut) =
             (pc.max_dysize, pc.barrel_size_cut, pc.forward_size_cut);
-        let do_pt_cut = cfg.do_pt_cut;
         let min_ysize = pc.min_ysize;
         for i in ls[inner_l] as usize..ls[inner_l + 1] as usize {
             let mi = hits.det_index[i];
@@ -675,34 +676,23 @@ fn search_impl<S: CellSink>(
             if mez < minz || mez > maxz {
                 continue;
             }
-            let mut mes: i32 = -1;
-            if cfg.do_cluster_cut {
-                let is_outer_ladder = cfg.ideal_conditions || (mi / 8).is_multiple_of(2);
-                mes = if inner > 0 || is_outer_ladder {
-                    hits.size_y[i] as i32
-                } else {
-                    -1
-                };
-                if mes > 0 && mes < min_ysize {
-                    continue;
-                }
-            }
+            let Some(mes) = inner_y_size(hits, cfg, i, inner, min_ysize) else {
+                continue;
+            };
             let mep = hits.iphi[i];
             let mer = hits.r_global[i];
 
-            // Outer bins kl..=kh with wrap-around: at most two contiguous runs of the packed
-            // hits, visited in the reference's bin order (none when kh + 1 wraps onto kl).
-            let kl = PhiBinner::bin(mep.wrapping_sub(phicut));
-            let kh = PhiBinner::bin(mep.wrapping_add(phicut));
-            let khh = (kh + 1) % PHI_BINS;
-            let runs: [(usize, usize); 2] = if kl < khh {
-                [(kl, khh), (0, 0)]
-            } else if kl > khh {
-                [(kl, PHI_BINS), (0, khh)]
-            } else {
-                [(0, 0), (0, 0)]
+            let probe = Probe {
+                mez,
+                mer,
+                mep,
+                mes,
+                phicut,
+                maxr,
+                dy_barrel,
+                barrel_size_cut,
             };
-            for (b0, b1) in runs {
+            for (b0, b1) in phi_runs(mep, phicut) {
                 if b0 == b1 {
                     continue;
                 }
@@ -713,31 +703,7 @@ fn search_impl<S: CellSink>(
                 // time; the forward size cut (a division and a saturating cast) stays scalar.
                 let mut k = k0;
                 while k < k1 {
-                    let zs: &[f32; CHUNK] = packed.z[k..k + CHUNK].try_into().unwrap();
-                    let rs: &[f32; CHUNK] = packed.r[k..k + CHUNK].try_into().unwrap();
-                    let ps: &[i16; CHUNK] = packed.iphi[k..k + CHUNK].try_into().unwrap();
-                    let sys: &[i16; CHUNK] = packed.size_y[k..k + CHUNK].try_into().unwrap();
-                    let mut pass = [false; CHUNK];
-                    for j in 0..CHUNK {
-                        let (zo, ro) = (zs[j], rs[j]);
-                        let dr = ro - mer;
-                        let z0_fails = do_z0_cut
-                            & ((dr > maxr)
-                                | (dr < 0.0)
-                                | ((mez * ro - mer * zo).abs() > z0_cut * dr));
-                        // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
-                        // |a − b| (the two differ only for −32768, where both are 32768).
-                        let idphi = (ps[j].wrapping_sub(mep) as i32).abs();
-                        let so = sys[j] as i32;
-                        let size_fails =
-                            barrel_size_cut & (mes > 0) & (so > 0) & ((so - mes).abs() > dy_barrel);
-                        let dphi = ((idphi as u16) as i16) as f32 * i2p;
-                        let pt_fails = do_pt_cut
-                            & (dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer));
-                        pass[j] = !(z0_fails | (idphi > phicut as i32) | size_fails | pt_fails);
-                    }
-                    let mut bits = mask8(pass[..8].try_into().unwrap())
-                        | (mask8(pass[8..].try_into().unwrap()) << 8);
+                    let mut bits = pass_mask(&packed, k, &probe, &shared);
                     let left = k1 - k;
                     if left < CHUNK {
                         bits &= (1u32 << left) - 1;
@@ -779,6 +745,125 @@ fn search_impl<S: CellSink>(
 
 /// Candidates whose pure cuts are evaluated together.
 const CHUNK: usize = 16;
+
+/// Inner hit `i`'s y-size for the cluster-size cuts (−1 where they do not apply); `None`
+/// when it is below the pair's minimum.
+#[inline(always)]
+fn inner_y_size(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    i: usize,
+    inner: u8,
+    min_ysize: i32,
+) -> Option<i32> {
+    let mut mes: i32 = -1;
+    if cfg.do_cluster_cut {
+        let is_outer_ladder = cfg.ideal_conditions || (hits.det_index[i] / 8).is_multiple_of(2);
+        mes = if inner > 0 || is_outer_ladder {
+            hits.size_y[i] as i32
+        } else {
+            -1
+        };
+        if mes > 0 && mes < min_ysize {
+            return None;
+        }
+    }
+    Some(mes)
+}
+
+/// The checks of the doublet search's inputs.
+fn check_search(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<(), TrackError> {
+    cfg.validate()?;
+    hits.validate_max(cfg.max_hits)?;
+    if n_pairs > N_PAIRS {
+        return Err(TrackError::Config(format!("n_pairs {n_pairs} > {N_PAIRS}")));
+    }
+    Ok(())
+}
+
+/// Outer bins kl..=kh around `mep` with wrap-around: at most two contiguous runs of the
+/// packed hits, in the reference's bin order (none when kh + 1 wraps onto kl).
+#[inline(always)]
+fn phi_runs(mep: i16, phicut: i16) -> [(usize, usize); 2] {
+    let kl = PhiBinner::bin(mep.wrapping_sub(phicut));
+    let kh = PhiBinner::bin(mep.wrapping_add(phicut));
+    let khh = (kh + 1) % PHI_BINS;
+    if kl < khh {
+        [(kl, khh), (0, 0)]
+    } else if kl > khh {
+        [(kl, PHI_BINS), (0, khh)]
+    } else {
+        [(0, 0), (0, 0)]
+    }
+}
+
+/// The cuts of the doublet search that do not depend on the layer pair.
+#[derive(Clone, Copy)]
+struct SharedCuts {
+    do_z0_cut: bool,
+    z0_cut: f32,
+    do_pt_cut: bool,
+    min_radius2_t4: f32,
+    i2p: f32,
+}
+
+/// An inner hit (z, r, φ, y-size) and the cuts of its layer pair that [`pass_mask`] applies.
+#[derive(Clone, Copy)]
+struct Probe {
+    mez: f32,
+    mer: f32,
+    mep: i16,
+    mes: i32,
+    phicut: i16,
+    maxr: f32,
+    dy_barrel: i32,
+    barrel_size_cut: bool,
+}
+
+/// Bit j set when packed candidate `k + j` passes the z0, φ, pT and barrel cluster-size
+/// cuts: pure predicates, evaluated for a chunk at once (branch-free, vectorisable), with
+/// the same f32 expressions as one candidate at a time.
+#[inline(always)]
+fn pass_mask(packed: &PackedBins, k: usize, probe: &Probe, shared: &SharedCuts) -> u32 {
+    let Probe {
+        mez,
+        mer,
+        mep,
+        mes,
+        phicut,
+        maxr,
+        dy_barrel,
+        barrel_size_cut,
+    } = *probe;
+    let SharedCuts {
+        do_z0_cut,
+        z0_cut,
+        do_pt_cut,
+        min_radius2_t4,
+        i2p,
+    } = *shared;
+    let zs: &[f32; CHUNK] = packed.z[k..k + CHUNK].try_into().unwrap();
+    let rs: &[f32; CHUNK] = packed.r[k..k + CHUNK].try_into().unwrap();
+    let ps: &[i16; CHUNK] = packed.iphi[k..k + CHUNK].try_into().unwrap();
+    let sys: &[i16; CHUNK] = packed.size_y[k..k + CHUNK].try_into().unwrap();
+    let mut pass = [false; CHUNK];
+    for j in 0..CHUNK {
+        let (zo, ro) = (zs[j], rs[j]);
+        let dr = ro - mer;
+        let z0_fails =
+            do_z0_cut & ((dr > maxr) | (dr < 0.0) | ((mez * ro - mer * zo).abs() > z0_cut * dr));
+        // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
+        // |a − b| (the two differ only for −32768, where both are 32768).
+        let idphi = (ps[j].wrapping_sub(mep) as i32).abs();
+        let so = sys[j] as i32;
+        let size_fails = barrel_size_cut & (mes > 0) & (so > 0) & ((so - mes).abs() > dy_barrel);
+        let dphi = ((idphi as u16) as i16) as f32 * i2p;
+        let pt_fails =
+            do_pt_cut & (dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer));
+        pass[j] = !(z0_fails | (idphi > phicut as i32) | size_fails | pt_fails);
+    }
+    mask8(pass[..8].try_into().unwrap()) | (mask8(pass[8..].try_into().unwrap()) << 8)
+}
 
 /// Bit `j` set for each true `pass[j]`: the eight flags as the bytes of a u64, gathered into
 /// its top byte by one multiplication (each partial product lands on its own bit, no carry).
