@@ -278,45 +278,54 @@ def main() -> None:
             if a.checks_only:
                 sys.exit(0 if validated and same else 1)
 
-        plain = dict(os.environ)
-        plain.pop("GLIBC_TUNABLES", None)
-        tuned = dict(plain, GLIBC_TUNABLES=TUNED)
-        threads = [int(x) for x in a.threads.split(",")]
-        progs = ["reference", "reference, tuned malloc", "quiver"]
-        # m[(t, what, prog)]: one value per round; what is loop (events/s by the program's
-        # own timer), process (events/s over the whole process's wall time) or rss (MB).
-        m: dict[tuple, list[float]] = {}
-        noise: list[float] = []
-        load = []
+        rows, noise, load = time_rounds(a, serial, quiver, data, work)
+    report(a, rows, noise, load)
 
-        def one(t: int, prog: str) -> None:
-            if prog == "quiver":
-                m.setdefault((t, "loop", prog), []).append(quiver_rate(quiver, a.input, t, a.events))
-                wall, peak = quiver_process(quiver, a.input, t, a.events, work / "run")
-            else:
-                rate, wall, peak = reference_rate(serial, data, t, a.events, tuned if "tuned" in prog else plain)
-                m.setdefault((t, "loop", prog), []).append(rate)
-            m.setdefault((t, "process", prog), []).append(a.events / wall)
-            m.setdefault((t, "rss", prog), []).append(peak)
 
-        for r in range(a.repeat):
-            noise.append(check_quiet(a.noise_limit, a.allow_noisy))
-            load.append(loadavg())
-            # Thread counts and programs in a turned order each round, so that a drift of the
-            # machine does not favour whichever runs first.
-            for t in threads[r % len(threads):] + threads[:r % len(threads)]:
-                for prog in progs[r % len(progs):] + progs[:r % len(progs)]:
-                    one(t, prog)
-                lp, pp = m[(t, "loop", "quiver")][-1], m[(t, "process", "quiver")][-1]
-                rl, rp = m[(t, "loop", "reference")][-1], m[(t, "process", "reference")][-1]
-                print(f"round {r + 1} threads {t}: event loop: reference {rl:.2f}, tuned "
-                      f"{m[(t, 'loop', 'reference, tuned malloc')][-1]:.2f}, quiver {lp:.2f} events/s "
-                      f"(quiver / reference {lp / rl:.2f}); whole process: reference {rp:.2f}, quiver "
-                      f"{pp:.2f} events/s ({pp / rp:.2f}), peak RSS {m[(t, 'rss', 'reference')][-1]:.0f} / "
-                      f"{m[(t, 'rss', 'quiver')][-1]:.0f} MB; others' CPU before the round {noise[-1]:.0f} %",
-                      flush=True)
-        rows = summarize(m, threads, progs)
+def time_rounds(a: argparse.Namespace, serial: Path, quiver: Path, data: Path, work: Path):
+    """The timed rounds: (summary rows, others' CPU before each round, load averages)."""
+    plain = dict(os.environ)
+    plain.pop("GLIBC_TUNABLES", None)
+    tuned = dict(plain, GLIBC_TUNABLES=TUNED)
+    threads = [int(x) for x in a.threads.split(",")]
+    progs = ["reference", "reference, tuned malloc", "quiver"]
+    # m[(t, what, prog)]: one value per round; what is loop (events/s by the program's own
+    # timer), process (events/s over the whole process's wall time) or rss (MB).
+    m: dict[tuple, list[float]] = {}
+    noise: list[float] = []
+    load = []
 
+    def one(t: int, prog: str) -> None:
+        if prog == "quiver":
+            m.setdefault((t, "loop", prog), []).append(quiver_rate(quiver, a.input, t, a.events))
+            wall, peak = quiver_process(quiver, a.input, t, a.events, work / "run")
+        else:
+            rate, wall, peak = reference_rate(serial, data, t, a.events, tuned if "tuned" in prog else plain)
+            m.setdefault((t, "loop", prog), []).append(rate)
+        m.setdefault((t, "process", prog), []).append(a.events / wall)
+        m.setdefault((t, "rss", prog), []).append(peak)
+
+    for r in range(a.repeat):
+        noise.append(check_quiet(a.noise_limit, a.allow_noisy))
+        load.append(loadavg())
+        # Thread counts and programs in a turned order each round, so that a drift of the
+        # machine does not favour whichever runs first.
+        for t in threads[r % len(threads):] + threads[:r % len(threads)]:
+            for prog in progs[r % len(progs):] + progs[:r % len(progs)]:
+                one(t, prog)
+            lp, pp = m[(t, "loop", "quiver")][-1], m[(t, "process", "quiver")][-1]
+            rl, rp = m[(t, "loop", "reference")][-1], m[(t, "process", "reference")][-1]
+            print(f"round {r + 1} threads {t}: event loop: reference {rl:.2f}, tuned "
+                  f"{m[(t, 'loop', 'reference, tuned malloc')][-1]:.2f}, quiver {lp:.2f} events/s "
+                  f"(quiver / reference {lp / rl:.2f}); whole process: reference {rp:.2f}, quiver "
+                  f"{pp:.2f} events/s ({pp / rp:.2f}), peak RSS {m[(t, 'rss', 'reference')][-1]:.0f} / "
+                  f"{m[(t, 'rss', 'quiver')][-1]:.0f} MB; others' CPU before the round {noise[-1]:.0f} %",
+                  flush=True)
+    return summarize(m, threads, progs), noise, load
+
+
+def report(a: argparse.Namespace, rows: list[dict], noise: list[float], load: list[str]) -> None:
+    """Prints the summary tables and writes the CSV, with the machine's state."""
     env = dict(machine(), events=a.events, rounds=a.repeat, allow_noisy=a.allow_noisy,
                others_cpu_pct=" ".join(f"{x:.0f}" for x in noise), loadavg=" | ".join(load))
     print(f"\n{env['cpu_model']}, {env['cores']} cores, kernel {env['kernel']}, THP {env['thp']}; "
@@ -325,11 +334,10 @@ def main() -> None:
     print(f"\n{'threads':>7}  {'program':<24} {'event loop, events/s':>28} {'whole process, events/s':>28}"
           f" {'peak RSS MB':>12}")
     for r in rows:
-        if r["program"].startswith("quiver / "):
-            continue
-        print(f"{r['threads']:>7}  {r['program']:<24} {r['loop_median']:>10.2f} [{r['loop_min']:.2f}-{r['loop_max']:.2f}]"
-              f"    {r['process_median']:>10.2f} [{r['process_min']:.2f}-{r['process_max']:.2f}]"
-              f" {r['rss_median']:>12.0f}")
+        if not r["program"].startswith("quiver / "):
+            print(f"{r['threads']:>7}  {r['program']:<24} {r['loop_median']:>10.2f} [{r['loop_min']:.2f}-"
+                  f"{r['loop_max']:.2f}]    {r['process_median']:>10.2f} [{r['process_min']:.2f}-"
+                  f"{r['process_max']:.2f}] {r['rss_median']:>12.0f}")
     print(f"\n{'threads':>7}  {'ratio, per round':<34} {'event loop median [min-max]':>28} "
           f"{'whole process median [min-max]':>31}")
     for r in rows:
