@@ -45,6 +45,9 @@ pub fn row_group_events(events: u64) -> u64 {
     ROW_GROUP_EVENTS.max(events.div_ceil(MAX_EVENT_GROUPS))
 }
 
+/// Batches a file may hold queued before a worker adding one waits for the file's writer.
+const MAX_QUEUED_BATCHES: usize = 16;
+
 /// File formats of the output steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -184,14 +187,24 @@ impl OutputFile {
     }
 
     /// Queues a batch, then writes what is ready unless another worker is writing this file
-    /// (that worker then writes this batch too).
+    /// (that worker then writes this batch too). With [`MAX_QUEUED_BATCHES`] queued, it waits
+    /// for the writer instead: the workers must not make batches faster than one of them
+    /// encodes them, or the queue, and the memory, would grow with the job.
     fn add(&self, first_event: u64, n_events: u64, b: RecordBatch) -> Result<()> {
-        lock(&self.queue).pending.insert(first_event, (n_events, b));
+        let mut wait = {
+            let mut q = lock(&self.queue);
+            q.pending.insert(first_event, (n_events, b));
+            q.pending.len() > MAX_QUEUED_BATCHES
+        };
         loop {
-            let mut w = match self.writer.try_lock() {
-                Ok(w) => w,
-                Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            let mut w = if std::mem::take(&mut wait) {
+                lock(&self.writer)
+            } else {
+                match self.writer.try_lock() {
+                    Ok(w) => w,
+                    Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                }
             };
             loop {
                 let next = lock(&self.queue).take_next();
@@ -527,6 +540,35 @@ mod tests {
         assert_eq!(path.file_name().unwrap(), "p.x.parquet");
     }
 
+    /// Past [`MAX_QUEUED_BATCHES`] queued, a worker waits for the writer (and then writes
+    /// what is ready) instead of queueing more: memory stays bounded when the workers make
+    /// batches faster than one of them encodes.
+    #[test]
+    fn a_long_queue_makes_the_adding_worker_wait_and_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::sync::Arc::new(snappy_file(dir.path()));
+        let encoding = f.writer.lock().unwrap();
+        for i in 0..MAX_QUEUED_BATCHES as u64 {
+            f.add(i, 1, batch(1)).unwrap(); // queued, returns at once
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = f.clone();
+        let last = MAX_QUEUED_BATCHES as u64;
+        std::thread::spawn(move || tx.send(f2.add(last, 1, batch(1)).is_ok()).unwrap());
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "add() queued a batch past the limit instead of waiting"
+        );
+        drop(encoding);
+        assert_eq!(
+            rx.recv_timeout(std::time::Duration::from_secs(20)),
+            Ok(true)
+        );
+        assert_eq!(lock(&f.writer).events_written, last + 1);
+        assert!(lock(&f.queue).pending.is_empty());
+    }
+
     /// Batches added by many threads in any order make the same bytes as one thread adding
     /// them in order, and none is left behind (a batch queued while another thread held the
     /// writer is written by that thread before it lets go).
@@ -535,14 +577,14 @@ mod tests {
         use arrow_array::{ArrayRef, UInt32Array};
         let numbered = |i: u32| {
             let schema = batch(1).schema();
-            let values: Vec<u32> = (0..100).map(|k| i * 1000 + k).collect();
+            let values: Vec<u32> = (0..4).map(|k| i * 1000 + k).collect();
             RecordBatch::try_new(
                 schema,
                 vec![std::sync::Arc::new(UInt32Array::from(values)) as ArrayRef],
             )
             .unwrap()
         };
-        let n = 200u32;
+        let n = 2000u32;
         let dir = tempfile::tempdir().unwrap();
         let sequential = dir.path().join("sequential");
         std::fs::create_dir(&sequential).unwrap();
@@ -551,11 +593,11 @@ mod tests {
             f.add(u64::from(i), 1, numbered(i)).unwrap();
         }
         let expected = std::fs::read(f.finish(true).unwrap().unwrap()).unwrap();
-        for round in 0..5 {
+        for round in 0..10 {
             let sub = dir.path().join(format!("threads{round}"));
             std::fs::create_dir(&sub).unwrap();
             let f = snappy_file(&sub);
-            let threads = 4;
+            let threads = 6;
             std::thread::scope(|s| {
                 for t in 0..threads {
                     let f = &f;
