@@ -505,7 +505,6 @@ impl Step for RecHitsStep {
     }
 }
 
-/// Registers the local-reconstruction step types.
 /// The `raw_to_digis` parameters of a step (shared with the GPU implementation).
 ///
 /// With `capacities = "sized"` the event's FED words are not bounded.
@@ -566,17 +565,30 @@ pub fn charge_cut_config(cfg: &StepConfig) -> Result<ChargeCutConfig> {
     })
 }
 
+/// Registers the local-reconstruction step types.
 pub(super) fn register(r: &mut Registry) {
-    let cpu = vec![Backend::Cpu];
-    r.add(StepType {
-        name: "read_raw",
-        doc: "Reads the raw FED data of the input dataset, event by event (the source of the pixel chain)",
-        params: vec![],
-        signature: Signature { inputs: vec![], outputs: vec![FED_RAW.into()] },
-        backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(ReadRawStep { raw: cond(cfg)? })),
-    });
-    r.add(StepType {
+    r.add(read_raw_type());
+    r.add(beamspot_type());
+    r.add(raw_to_digis_type());
+    r.add(calibrate_type());
+    r.add(clusterize_type());
+    r.add(cluster_charge_cut_type());
+    r.add(rechits_type());
+}
+
+fn read_raw_type() -> StepType {
+    StepType {
+    name: "read_raw",
+    doc: "Reads the raw FED data of the input dataset, event by event (the source of the pixel chain)",
+    params: vec![],
+    signature: Signature { inputs: vec![], outputs: vec![FED_RAW.into()] },
+    backends: vec![Backend::Cpu],
+    build: |cfg| Ok(Box::new(ReadRawStep { raw: cond(cfg)? })),
+    }
+}
+
+fn beamspot_type() -> StepType {
+    StepType {
         name: "beamspot",
         doc: "The beam spot of the conditions as a per-event product (BeamSpotToPOD)",
         params: vec![],
@@ -584,14 +596,17 @@ pub(super) fn register(r: &mut Registry) {
             inputs: vec![],
             outputs: vec![BEAMSPOT.into()],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             Ok(Box::new(BeamSpotStep {
                 bs: *cond::<BeamSpot>(cfg)?,
             }))
         },
-    });
-    r.add(StepType {
+    }
+}
+
+fn raw_to_digis_type() -> StepType {
+    StepType {
         name: "raw_to_digis",
         doc: "Pixel FED raw data to digis (one per raw word) and errors (RawToDigi + ErrorChecker)",
         params: vec![
@@ -602,7 +617,7 @@ pub(super) fn register(r: &mut Registry) {
             inputs: vec![InputSpec::one("input", FED_RAW, "raw FED buffers")],
             outputs: vec![DIGIS.into(), DIGI_ERRORS.into(), CAPACITY_OVERFLOWS.into()],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             Ok(Box::new(RawToDigisStep {
                 input: cfg.input("input")?,
@@ -610,24 +625,30 @@ pub(super) fn register(r: &mut Registry) {
                 cfg: raw_to_digi_config(cfg)?,
             }))
         },
-    });
-    r.add(StepType {
-        name: "calibrate",
-        doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
-        params: vec![
-            ParamSpec::float("gain_l1", calibration::VCAL_TO_ELECTRON_GAIN_L1 as f64, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
-            ParamSpec::float("offset_l1", calibration::VCAL_TO_ELECTRON_OFFSET_L1 as f64, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
-            ParamSpec::float("gain", calibration::VCAL_TO_ELECTRON_GAIN as f64, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
-            ParamSpec::float("offset", calibration::VCAL_TO_ELECTRON_OFFSET as f64, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
-        ],
-        signature: Signature {
-            inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],
-            outputs: vec![CALIBRATED_DIGIS.into()],
-        },
-        backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: calib_config(cfg) })),
-    });
-    r.add(StepType {
+    }
+}
+
+fn calibrate_type() -> StepType {
+    StepType {
+    name: "calibrate",
+    doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
+    params: vec![
+        ParamSpec::float("gain_l1", calibration::VCAL_TO_ELECTRON_GAIN_L1 as f64, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
+        ParamSpec::float("offset_l1", calibration::VCAL_TO_ELECTRON_OFFSET_L1 as f64, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
+        ParamSpec::float("gain", calibration::VCAL_TO_ELECTRON_GAIN as f64, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
+        ParamSpec::float("offset", calibration::VCAL_TO_ELECTRON_OFFSET as f64, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
+    ],
+    signature: Signature {
+        inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],
+        outputs: vec![CALIBRATED_DIGIS.into()],
+    },
+    backends: vec![Backend::Cpu],
+    build: |cfg| Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: calib_config(cfg) })),
+    }
+}
+
+fn clusterize_type() -> StepType {
+    StepType {
         name: "clusterize",
         doc: "8-connected pixel clusters per module, numbered by lowest digi index (findClus)",
         params: vec![
@@ -656,15 +677,18 @@ pub(super) fn register(r: &mut Registry) {
                 CAPACITY_OVERFLOWS.into(),
             ],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             Ok(Box::new(ClusterizeStep {
                 input: cfg.input("input")?,
                 cfg: clusterize_config(cfg)?,
             }))
         },
-    });
-    r.add(StepType {
+    }
+}
+
+fn cluster_charge_cut_type() -> StepType {
+    StepType {
         name: "cluster_charge_cut",
         doc: "Drops clusters below the charge threshold and renumbers densely (clusterChargeCut)",
         params: vec![
@@ -700,7 +724,7 @@ pub(super) fn register(r: &mut Registry) {
                 CAPACITY_OVERFLOWS.into(),
             ],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             let c = charge_cut_config(cfg)?;
             Ok(Box::new(ChargeCutStep {
@@ -710,33 +734,36 @@ pub(super) fn register(r: &mut Registry) {
                 cfg: c,
             }))
         },
-    });
-    r.add(StepType {
-        name: "rechits",
-        doc: "Rec hits: CPE fast positions and errors, global positions minus the beam spot, int16 phi",
-        params: vec![Capacities::param()],
-        signature: Signature {
-            inputs: vec![
-                InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (row, col, charge)"),
-                InputSpec::one("clusters", CLUSTERED_DIGIS, "cluster of each digi after the charge cut"),
-                InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
-                InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
-            ],
-            outputs: vec![HITS.into(), HIT_LAYERS.into(), CAPACITY_OVERFLOWS.into()],
-        },
-        backends: cpu,
-        build: |cfg| {
-            // Sized: the charge cut already bounds each module's count; no hit cap.
-            let sized = Capacities::of(cfg)?.sized();
-            Ok(Box::new(RecHitsStep {
-                digis: cfg.input("digis")?,
-                clusters: cfg.input("clusters")?,
-                modules: cfg.input("modules")?,
-                beamspot: cfg.input("beamspot")?,
-                cpe: cond(cfg)?,
-                max_per_module: if sized { u32::MAX } else { crate::local::MAX_CLUSTERS_PER_MODULE },
-                max_hits: if sized { u32::MAX } else { crate::local::MAX_NUM_CLUSTERS },
-            }))
-        },
-    });
+    }
+}
+
+fn rechits_type() -> StepType {
+    StepType {
+    name: "rechits",
+    doc: "Rec hits: CPE fast positions and errors, global positions minus the beam spot, int16 phi",
+    params: vec![Capacities::param()],
+    signature: Signature {
+        inputs: vec![
+            InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (row, col, charge)"),
+            InputSpec::one("clusters", CLUSTERED_DIGIS, "cluster of each digi after the charge cut"),
+            InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
+            InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
+        ],
+        outputs: vec![HITS.into(), HIT_LAYERS.into(), CAPACITY_OVERFLOWS.into()],
+    },
+    backends: vec![Backend::Cpu],
+    build: |cfg| {
+        // Sized: the charge cut already bounds each module's count; no hit cap.
+        let sized = Capacities::of(cfg)?.sized();
+        Ok(Box::new(RecHitsStep {
+            digis: cfg.input("digis")?,
+            clusters: cfg.input("clusters")?,
+            modules: cfg.input("modules")?,
+            beamspot: cfg.input("beamspot")?,
+            cpe: cond(cfg)?,
+            max_per_module: if sized { u32::MAX } else { crate::local::MAX_CLUSTERS_PER_MODULE },
+            max_hits: if sized { u32::MAX } else { crate::local::MAX_NUM_CLUSTERS },
+        }))
+    },
+    }
 }
