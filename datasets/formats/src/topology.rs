@@ -1,5 +1,5 @@
 //! CMS Phase-1 pixel topology constants, as the reference's
-//! `Geometry/phase1PixelTopology.h` fixes them (see `shared/reference/pixel-chain.md` §A.1).
+//! `Geometry/phase1PixelTopology.h` fixes them.
 //!
 //! These are facts of the detector numbering, not tunable parameters.
 
