@@ -126,6 +126,16 @@ pub fn generate_with(
     opts: &GenerateOptions,
     params: GeneratorParams,
 ) -> Result<GenerateSummary, DatasetError> {
+    generate_with_progress(opts, params, &|_| {})
+}
+
+/// [`generate_with`], calling `progress(events_written)` after each chunk of events (the
+/// command's progress bar).
+pub fn generate_with_progress(
+    opts: &GenerateOptions,
+    params: GeneratorParams,
+    progress: &dyn Fn(u64),
+) -> Result<GenerateSummary, DatasetError> {
     check_options(opts, &params)?;
     let t0 = std::time::Instant::now();
     let dir = &opts.output;
@@ -188,6 +198,7 @@ pub fn generate_with(
             .collect();
         raw.write(&raw_chunk)?;
         truth.write(&truth_chunk)?;
+        progress(end as u64);
     }
     raw.finish()?;
     truth.finish()?;
