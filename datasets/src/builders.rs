@@ -1,5 +1,5 @@
 //! Builders for the synthetic detector's conditions: cabling (FEDs, links, ROCs), gains and
-//! pedestals, beam spot (`shared/reference/pixel-chain.md` §B.2, §C.1, §F.1).
+//! pedestals, beam spot (docs/datasets.md).
 
 use crate::conditions::{
     cabling_index, BeamSpot, CablingMap, Conditions, GainCalibration, CABLING_MAX_SIZE, FED_ID_MIN,

@@ -1,5 +1,5 @@
 //! Export of a dataset in the binary layouts the reference `pixeltrack-standalone` programs read
-//! (`shared/reference/pixel-chain.md` §C.1): `raw.bin`, `fedIds.bin`, `beamspot.bin`,
+//! (docs/datasets.md): `raw.bin`, `fedIds.bin`, `beamspot.bin`,
 //! `cablingMap.bin`, `gain.bin`, `cpefast.bin`, and the per-event count files.
 
 use crate::conditions::{Conditions, CABLING_MAX_SIZE, MAX_NUM_MODULES};

@@ -12,7 +12,7 @@ use crate::geometry::Geometry;
 use crate::raw::{encode_event, inject_faults, Faults};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Options of `generate`.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,33 +136,7 @@ pub fn generate_with_progress(
     params: GeneratorParams,
     progress: &dyn Fn(u64),
 ) -> Result<GenerateSummary, DatasetError> {
-    if opts.events == 0 {
-        return Err(DatasetError::InvalidOption(
-            "events must be at least 1".into(),
-        ));
-    }
-    if !(params.pileup.is_finite() && params.pileup >= 0.0 && params.pileup <= 1000.0) {
-        return Err(DatasetError::InvalidOption(format!(
-            "pileup {} not in [0, 1000]",
-            params.pileup
-        )));
-    }
-    if !(0.0..=1.0).contains(&opts.corrupt_fraction) {
-        return Err(DatasetError::InvalidOption(format!(
-            "corrupt_fraction {} not in [0, 1]",
-            opts.corrupt_fraction
-        )));
-    }
-    if opts.threads == Some(0) {
-        return Err(DatasetError::InvalidOption(
-            "threads must be at least 1".into(),
-        ));
-    }
-    if let Some(t) = opts.threads.filter(|&t| t > MAX_THREADS) {
-        return Err(DatasetError::InvalidOption(format!(
-            "threads = {t}: at most {MAX_THREADS} worker threads"
-        )));
-    }
+    check_options(opts, &params)?;
     let t0 = std::time::Instant::now();
     let dir = &opts.output;
     std::fs::create_dir_all(dir).map_err(|e| DatasetError::io(dir, e))?;
@@ -228,6 +202,58 @@ pub fn generate_with_progress(
     }
     raw.finish()?;
     truth.finish()?;
+    write_manifest(dir, opts, params)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let k = n as f64;
+    Ok(GenerateSummary {
+        events: opts.events,
+        words_per_event: words / k,
+        modules_with_hits: mods / k,
+        pixels_per_event: pix / k,
+        clusters_per_event: clus / k,
+        seconds: secs,
+        events_per_second: k / secs.max(1e-9),
+    })
+}
+
+/// Refuses options the generator cannot honour, before anything is written.
+fn check_options(opts: &GenerateOptions, params: &GeneratorParams) -> Result<(), DatasetError> {
+    if opts.events == 0 {
+        return Err(DatasetError::InvalidOption(
+            "events must be at least 1".into(),
+        ));
+    }
+    if !(params.pileup.is_finite() && params.pileup >= 0.0 && params.pileup <= 1000.0) {
+        return Err(DatasetError::InvalidOption(format!(
+            "pileup {} not in [0, 1000]",
+            params.pileup
+        )));
+    }
+    if !(0.0..=1.0).contains(&opts.corrupt_fraction) {
+        return Err(DatasetError::InvalidOption(format!(
+            "corrupt_fraction {} not in [0, 1]",
+            opts.corrupt_fraction
+        )));
+    }
+    if opts.threads == Some(0) {
+        return Err(DatasetError::InvalidOption(
+            "threads must be at least 1".into(),
+        ));
+    }
+    if let Some(t) = opts.threads.filter(|&t| t > MAX_THREADS) {
+        return Err(DatasetError::InvalidOption(format!(
+            "threads = {t}: at most {MAX_THREADS} worker threads"
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `manifest.toml`: the options, the parameters and every file's checksum and size.
+fn write_manifest(
+    dir: &Path,
+    opts: &GenerateOptions,
+    params: GeneratorParams,
+) -> Result<(), DatasetError> {
     let mut files = BTreeMap::new();
     let mut sizes = BTreeMap::new();
     for name in ["raw.arrow"]
@@ -256,16 +282,5 @@ pub fn generate_with_progress(
     };
     let mp = dir.join("manifest.toml");
     let text = toml::to_string(&manifest).map_err(|e| DatasetError::format(&mp, e))?;
-    std::fs::write(&mp, text).map_err(|e| DatasetError::io(&mp, e))?;
-    let secs = t0.elapsed().as_secs_f64();
-    let k = n as f64;
-    Ok(GenerateSummary {
-        events: opts.events,
-        words_per_event: words / k,
-        modules_with_hits: mods / k,
-        pixels_per_event: pix / k,
-        clusters_per_event: clus / k,
-        seconds: secs,
-        events_per_second: k / secs.max(1e-9),
-    })
+    std::fs::write(&mp, text).map_err(|e| DatasetError::io(&mp, e))
 }

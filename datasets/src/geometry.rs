@@ -1,6 +1,6 @@
 //! The synthetic CMS Phase-1-like pixel geometry: 1856 identical 160×416-pixel modules in the
 //! reference detIndex order (`topology::LAYER_START`), their frames, rawIds and the CPE
-//! conditions derived from them (`shared/reference/pixel-chain.md` §A, §F.1).
+//! conditions derived from them (docs/datasets.md).
 //!
 //! Physics computations use `f64`; the conditions handed to the reconstruction are `f32` as in
 //! the reference dumps.
@@ -57,7 +57,7 @@ pub struct ModuleGeom {
     pub is_barrel: bool,
     /// Sign of the module centre z (for barrel modules: module number ≥ 5).
     pub is_pos_z: bool,
-    /// CMSSW DetId with the bit layout of §A.5.
+    /// CMSSW DetId with the bit layout of CMSSW's `PXBDetId`/`PXFDetId`.
     pub raw_id: u32,
     /// Barrel ladder (1-based) or forward blade (1-based, inner ring first).
     pub ladder: u16,
@@ -211,7 +211,7 @@ pub fn col_span(c: u16) -> (f64, f64) {
     ((e - 216.0) * PITCH_Y, w * PITCH_Y)
 }
 
-/// Barrel rawId (§A.5): tracker det 1, subdet 1, layer, ladder, module.
+/// Barrel rawId (CMSSW `PXBDetId`): tracker det 1, subdet 1, layer, ladder, module.
 pub const fn barrel_raw_id(layer: u32, ladder: u32, module: u32) -> u32 {
     (1 << 28) | (1 << 25) | (layer << 20) | (ladder << 12) | (module << 2)
 }
@@ -337,7 +337,7 @@ impl Geometry {
         Geometry { modules }
     }
 
-    /// The CPE conditions for this geometry (§A.3, §F.1).
+    /// The CPE conditions for this geometry.
     ///
     /// ```
     /// use quiver_datasets::geometry::Geometry;
@@ -468,7 +468,7 @@ mod tests {
             for (a, b) in z.iter().zip(m.rot[2]) {
                 assert!((a - b).abs() < 1e-12);
             }
-            // barrel rawId decodes as §A.5
+            // barrel rawId decodes as CMSSW's PXBDetId
             if m.is_barrel {
                 assert_eq!((m.raw_id >> 25) & 7, 1);
                 assert_eq!((m.raw_id >> 20) & 0xF, m.layer as u32 + 1);

@@ -1,5 +1,5 @@
 //! FED raw-data encoding of digis, exactly as the reference RawToDigi decodes it
-//! (`shared/reference/pixel-chain.md` §B.0–B.1, §F.4): per FED a 64-bit header, 32-bit data
+//! (docs/datasets.md): per FED a 64-bit header, 32-bit data
 //! words in pairs (zero-padded), a 64-bit trailer; all words of a module contiguous.
 
 use crate::builders::ReadoutMap;

@@ -107,7 +107,7 @@ pub mod records {
             .iter()
             .filter(|e| e.error_type == error_type::WORD_CAPACITY)
             .count() as u64;
-        (dropped > 0).then(|| Overflow {
+        (dropped > 0).then_some(Overflow {
             capacity: names::FED_WORDS,
             limit: max_words as u64,
             demanded: None,
@@ -117,7 +117,7 @@ pub mod records {
 
     /// Module runs cut at `max_pix_in_module` digis.
     pub fn pixels_per_module(c: &Clusters, max_pix: usize) -> Option<Overflow> {
-        (c.truncated_runs > 0).then(|| Overflow {
+        (c.truncated_runs > 0).then_some(Overflow {
             capacity: names::PIXELS_PER_MODULE,
             limit: max_pix as u64,
             demanded: Some(c.max_run_pixels as u64),
@@ -127,7 +127,7 @@ pub mod records {
 
     /// Modules with more clusters than the cap.
     pub fn clusters_per_module(r: &ChargeCutOutput, max_per_module: u32) -> Option<Overflow> {
-        (r.truncated_modules > 0).then(|| Overflow {
+        (r.truncated_modules > 0).then_some(Overflow {
             capacity: names::CLUSTERS_PER_MODULE,
             limit: max_per_module as u64,
             demanded: Some(r.max_clusters_in_module as u64),
@@ -188,7 +188,7 @@ pub mod records {
         cut: u64,
         max_pix: usize,
     ) -> Option<Overflow> {
-        (runs_over > 0).then(|| Overflow {
+        (runs_over > 0).then_some(Overflow {
             capacity: names::PIXELS_PER_MODULE,
             limit: max_pix as u64,
             demanded: Some(worst),
@@ -232,7 +232,7 @@ pub mod records {
             .iter()
             .map(|&c| c.min(max_per_module) as u64)
             .sum();
-        (demanded > max_hits as u64).then(|| Overflow {
+        (demanded > max_hits as u64).then_some(Overflow {
             capacity: names::HITS_PER_EVENT,
             limit: max_hits as u64,
             demanded: Some(demanded),

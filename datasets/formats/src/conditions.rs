@@ -1,5 +1,5 @@
 //! Per-dataset conditions, mirroring the structures the reference reconstruction reads
-//! (`shared/reference/pixel-chain.md` §A.2–A.3, §B.2, §C.1): beam spot, cabling map, gains,
+//! (docs/datasets.md): beam spot, cabling map, gains,
 //! CPE parameters with module frames. Plain Rust data, shared read-only by every worker.
 //!
 //! Field names follow the reference's in snake case so that a port reads like the original.

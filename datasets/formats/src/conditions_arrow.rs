@@ -117,11 +117,11 @@ impl CpeParams {
         ];
         const SX: [&str; 3] = ["sx0", "sx1", "sx2"];
         const SY: [&str; 3] = ["sy0", "sy1", "sy2"];
-        for i in 0..3 {
-            cols.push((SX[i], f32s(d.iter().map(|p| p.sx[i]))));
+        for (i, name) in SX.into_iter().enumerate() {
+            cols.push((name, f32s(d.iter().map(|p| p.sx[i]))));
         }
-        for i in 0..3 {
-            cols.push((SY[i], f32s(d.iter().map(|p| p.sy[i]))));
+        for (i, name) in SY.into_iter().enumerate() {
+            cols.push((name, f32s(d.iter().map(|p| p.sy[i]))));
         }
         cols.push(("px", col(|p| p.frame.px)));
         cols.push(("py", col(|p| p.frame.py)));

@@ -120,6 +120,47 @@ fn check_message(
     } else {
         &meta[4..]
     };
+    let rb = record_batch_header(fb, version, &bad)?;
+    let rows = rb.length();
+    // every row needs at least one bit of the body; anything longer is a damaged count
+    if rows < 0 || rows as u64 > body_len.saturating_mul(8) {
+        return Err(bad(format!(
+            "row count {rows} does not fit a body of {body_len} bytes"
+        )));
+    }
+    let nodes = rb.nodes().ok_or_else(|| bad("no field nodes".into()))?;
+    let buffers = rb.buffers().ok_or_else(|| bad("no buffers".into()))?;
+    let n_buffers: usize = schema
+        .fields()
+        .iter()
+        .map(|f| buffer_count(f.data_type()))
+        .sum();
+    if nodes.len() != schema.fields().len() || buffers.len() != n_buffers {
+        return Err(bad(format!(
+            "{} field nodes and {} buffers, the schema needs {} and {n_buffers}",
+            nodes.len(),
+            buffers.len(),
+            schema.fields().len()
+        )));
+    }
+    let buffers: Vec<(i64, i64)> = buffers.iter().map(|b| (b.offset(), b.length())).collect();
+    let mut bi = 0;
+    for (field, node) in schema.fields().iter().zip(nodes.iter()) {
+        let n = buffer_count(field.data_type());
+        let column = (node.length(), node.null_count());
+        check_column(field, column, rows, &buffers[bi..bi + n], body_len, &bad)?;
+        bi += n;
+    }
+    Ok(())
+}
+
+/// The record-batch header of a message flatbuffer, of the file's version, uncompressed and
+/// without variadic buffers (none of the dataset files has them).
+fn record_batch_header<'a>(
+    fb: &'a [u8],
+    version: MetadataVersion,
+    bad: &dyn Fn(String) -> DatasetError,
+) -> Result<arrow_ipc::RecordBatch<'a>, DatasetError> {
     let msg = arrow_ipc::root_as_message(fb).map_err(|e| bad(format!("invalid message ({e})")))?;
     if version != MetadataVersion::V1 && msg.version() != version {
         return Err(bad(format!(
@@ -146,86 +187,67 @@ fn check_message(
             "variadic buffer counts for a schema without view columns".into(),
         ));
     }
-    let rows = rb.length();
-    // every row needs at least one bit of the body; anything longer is a damaged count
-    if rows < 0 || rows as u64 > body_len.saturating_mul(8) {
+    Ok(rb)
+}
+
+/// Checks one column's node (`(rows, nulls)`) and buffers (`(offset, length)` in the body).
+fn check_column(
+    field: &Field,
+    (len, nulls): (i64, i64),
+    rows: i64,
+    buffers: &[(i64, i64)],
+    body_len: u64,
+    bad: &dyn Fn(String) -> DatasetError,
+) -> Result<(), DatasetError> {
+    let name = field.name();
+    if len != rows || nulls < 0 || nulls > len {
         return Err(bad(format!(
-            "row count {rows} does not fit a body of {body_len} bytes"
+            "column `{name}`: {len} rows with {nulls} nulls in a batch of {rows} rows"
         )));
     }
-    let nodes = rb.nodes().ok_or_else(|| bad("no field nodes".into()))?;
-    let buffers = rb.buffers().ok_or_else(|| bad("no buffers".into()))?;
-    let n_buffers: usize = schema
-        .fields()
-        .iter()
-        .map(|f| buffer_count(f.data_type()))
-        .sum();
-    if nodes.len() != schema.fields().len() || buffers.len() != n_buffers {
-        return Err(bad(format!(
-            "{} field nodes and {} buffers, the schema needs {} and {n_buffers}",
-            nodes.len(),
-            buffers.len(),
-            schema.fields().len()
-        )));
-    }
-    let mut bi = 0;
-    for (field, node) in schema.fields().iter().zip(nodes.iter()) {
-        let name = field.name();
-        let (len, nulls) = (node.length(), node.null_count());
-        if len != rows || nulls < 0 || nulls > len {
+    let len = len as u64;
+    let bits = len.div_ceil(8);
+    let needed: [u64; 3] = match field.data_type() {
+        DataType::Boolean => [bits, bits, 0],
+        DataType::Binary | DataType::Utf8 => [bits, if len == 0 { 0 } else { 4 * (len + 1) }, 0],
+        dt => {
+            let width = dt
+                .primitive_width()
+                .ok_or_else(|| bad(format!("column `{name}` has type {dt}")))?;
+            [bits, len * width as u64, 0]
+        }
+    };
+    for (k, (need, &(off, blen))) in needed.iter().zip(buffers).enumerate() {
+        if off < 0 || blen < 0 || (off as u64).saturating_add(blen as u64) > body_len {
             return Err(bad(format!(
-                "column `{name}`: {len} rows with {nulls} nulls in a batch of {rows} rows"
+                "column `{name}`: buffer {k} at {off}+{blen} exceeds the body of {body_len} bytes"
             )));
         }
-        let len = len as u64;
-        let bits = len.div_ceil(8);
-        let needed: [u64; 3] = match field.data_type() {
-            DataType::Boolean => [bits, bits, 0],
-            DataType::Binary | DataType::Utf8 => {
-                [bits, if len == 0 { 0 } else { 4 * (len + 1) }, 0]
-            }
-            dt => {
-                let width = dt
-                    .primitive_width()
-                    .ok_or_else(|| bad(format!("column `{name}` has type {dt}")))?;
-                [bits, len * width as u64, 0]
-            }
+        // The format pads every buffer to 8 bytes; a misaligned one is damage, and arrow
+        // asserts (panics) on typed views of misaligned memory in places.
+        if off % 8 != 0 {
+            return Err(bad(format!(
+                "column `{name}`: buffer {k} at body offset {off}, not a multiple of 8"
+            )));
+        }
+        // Typed buffers (offsets, fixed-width values) must hold whole elements: arrow's
+        // typed views assert it (a panic, not an error).
+        let elem = match (field.data_type(), k) {
+            (DataType::Binary | DataType::Utf8, 1) => 4,
+            (DataType::Boolean, _) | (_, 0) | (DataType::Binary | DataType::Utf8, _) => 1,
+            (dt, _) => dt.primitive_width().unwrap_or(1) as i64,
         };
-        for (k, need) in needed
-            .iter()
-            .take(buffer_count(field.data_type()))
-            .enumerate()
-        {
-            let b = buffers.get(bi);
-            bi += 1;
-            let (off, blen) = (b.offset(), b.length());
-            if off < 0 || blen < 0 || (off as u64).saturating_add(blen as u64) > body_len {
-                return Err(bad(format!("column `{name}`: buffer {k} at {off}+{blen} exceeds the body of {body_len} bytes")));
-            }
-            // The format pads every buffer to 8 bytes; a misaligned one is damage, and arrow
-            // asserts (panics) on typed views of misaligned memory in places.
-            if off % 8 != 0 {
-                return Err(bad(format!(
-                    "column `{name}`: buffer {k} at body offset {off}, not a multiple of 8"
-                )));
-            }
-            // Typed buffers (offsets, fixed-width values) must hold whole elements: arrow's
-            // typed views assert it (a panic, not an error).
-            let elem = match (field.data_type(), k) {
-                (DataType::Binary | DataType::Utf8, 1) => 4,
-                (DataType::Boolean, _) | (_, 0) | (DataType::Binary | DataType::Utf8, _) => 1,
-                (dt, _) => dt.primitive_width().unwrap_or(1) as i64,
-            };
-            if blen % elem != 0 {
-                return Err(bad(format!("column `{name}`: buffer {k} holds {blen} bytes, not whole {elem}-byte elements")));
-            }
-            // the validity bitmap matters only when the node says there are nulls
-            let need = if k == 0 && nulls == 0 { 0 } else { *need };
-            if (blen as u64) < need {
-                return Err(bad(format!(
-                    "column `{name}`: buffer {k} holds {blen} bytes, {len} rows need {need}"
-                )));
-            }
+        if blen % elem != 0 {
+            return Err(bad(format!(
+                "column `{name}`: buffer {k} holds {blen} bytes, not whole {elem}-byte elements"
+            )));
+        }
+        // the validity bitmap matters only when the node says there are nulls
+        let need = if k == 0 && nulls == 0 { 0 } else { *need };
+        if (blen as u64) < need {
+            return Err(bad(format!(
+                "column `{name}`: buffer {k} holds {blen} bytes, {len} rows need {need}"
+            )));
         }
     }
     Ok(())
@@ -286,7 +308,7 @@ pub fn decode_file(
                 .saturating_add(meta as u64)
                 .saturating_add(body as u64)
                 > fstart as u64
-            || (off as u64 + meta as u64) % 8 != 0
+            || !(off as u64 + meta as u64).is_multiple_of(8)
         {
             return Err(DatasetError::damaged(
                 path,

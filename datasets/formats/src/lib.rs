@@ -1,7 +1,8 @@
 //! Quiver's pixel data formats, apart from the producers and the simulation (as
 //! pixeltrack-standalone's and CMSSW's `DataFormats`/`CondFormats` are):
 //!
-//! - [`products`]: the product type names of the pixel chain and their columns;
+//! - [`products`]: the product type names of the pixel chain and their columns; [`batch`]:
+//!   batches built by column name against them;
 //! - [`quality`]: the track quality codes;
 //! - [`calibration`]: the ADC → electrons formula and its Run-2 constants;
 //! - [`conditions`]: the conditions the reconstruction reads (beam spot, cabling, gains,
@@ -15,6 +16,7 @@
 //! the generator (`quiver-datasets`) and the Python bindings all take their formats from here,
 //! so none of them sits under another for a type.
 
+pub mod batch;
 pub mod calibration;
 pub mod condition_files;
 pub mod conditions;

@@ -1,5 +1,5 @@
 //! CMS Phase-1 pixel topology constants, as the reference's
-//! `Geometry/phase1PixelTopology.h` fixes them (see `shared/reference/pixel-chain.md` §A.1).
+//! `Geometry/phase1PixelTopology.h` fixes them.
 //!
 //! These are facts of the detector numbering, not tunable parameters.
 
@@ -111,7 +111,7 @@ pub const fn local_x(px: u16) -> u16 {
 /// ```
 pub const fn local_y(py: u16) -> u16 {
     let roc = py / NUM_COLS_IN_ROC;
-    py + 2 * roc + (py % NUM_COLS_IN_ROC > 0) as u16
+    py + 2 * roc + !py.is_multiple_of(NUM_COLS_IN_ROC) as u16
 }
 
 #[cfg(test)]

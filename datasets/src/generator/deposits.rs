@@ -53,49 +53,11 @@ impl Generator<'_> {
         let ya = l[1] - sy * half_t;
         let xb = l[0] + sx * half_t + m.tan_lorentz * THICKNESS;
         let yb = l[1] + sy * half_t;
-        // Reused between crossings: only the first `nc` entries are ever read.
-        cuts[0] = 0.0;
-        let mut nc = 1;
-        // Row boundaries in pitch units: every integer except inside big rows 79–80.
-        boundary_cuts(
-            xa / PITCH_X + 81.0,
-            xb / PITCH_X + 81.0,
-            |k| k == 80 || k == 82,
-            cuts,
-            &mut nc,
-        );
-        // Column boundaries: every integer except inside the big first/last column of a ROC.
-        boundary_cuts(
-            ya / PITCH_Y + 216.0,
-            yb / PITCH_Y + 216.0,
-            |k| matches!(k.rem_euclid(54), 1 | 53),
-            cuts,
-            &mut nc,
-        );
-        cuts[nc] = 1.0;
-        nc += 1;
-        cuts[1..nc - 1].sort_unstable_by(f64::total_cmp);
+        let nc = segment_cuts([xa, ya], [xb, yb], cuts);
         let mi = m.index as u32;
         let sig = p.diffusion;
-        let mut last = Dep {
-            key: u32::MAX,
-            particle: tr.id,
-            q: 0.0,
-        };
-        let mut push = |key: u32, q: f32, deps: &mut Vec<Dep>| {
-            if key == last.key {
-                last.q += q;
-            } else {
-                if last.key != u32::MAX {
-                    deps.push(last);
-                }
-                last = Dep {
-                    key,
-                    particle: tr.id,
-                    q,
-                };
-            }
-        };
+        let mut merged = DepMerger::new(tr.id);
+        let mut push = |key: u32, q: f32, deps: &mut Vec<Dep>| merged.push(key, q, deps);
         for w in cuts[..nc].windows(2) {
             let dt = w[1] - w[0];
             if dt <= 1e-9 {
@@ -126,9 +88,7 @@ impl Generator<'_> {
                 }
             }
         }
-        if last.key != u32::MAX {
-            deps.push(last);
-        }
+        merged.finish(deps);
         ev.simhits.push(SimHit {
             module: m.index,
             lx: l[0] as f32,
@@ -140,6 +100,74 @@ impl Generator<'_> {
             charge: q_tot as f32,
         });
         Some(cos_inc)
+    }
+}
+
+/// The fractions 0 = t₀ < … < 1 along the segment from `a` to `b` (local x, y) where it
+/// crosses a pixel boundary, sorted into `cuts` (reused between crossings: only the first
+/// entries, as many as returned, are ever read).
+fn segment_cuts(a: [f64; 2], b: [f64; 2], cuts: &mut [f64; 512]) -> usize {
+    let ([xa, ya], [xb, yb]) = (a, b);
+    cuts[0] = 0.0;
+    let mut nc = 1;
+    // Row boundaries in pitch units: every integer except inside big rows 79–80.
+    boundary_cuts(
+        xa / PITCH_X + 81.0,
+        xb / PITCH_X + 81.0,
+        |k| k == 80 || k == 82,
+        cuts,
+        &mut nc,
+    );
+    // Column boundaries: every integer except inside the big first/last column of a ROC.
+    boundary_cuts(
+        ya / PITCH_Y + 216.0,
+        yb / PITCH_Y + 216.0,
+        |k| matches!(k.rem_euclid(54), 1 | 53),
+        cuts,
+        &mut nc,
+    );
+    cuts[nc] = 1.0;
+    nc += 1;
+    cuts[1..nc - 1].sort_unstable_by(f64::total_cmp);
+    nc
+}
+
+/// Merges consecutive deposits of a particle on one pixel into one.
+struct DepMerger {
+    last: Dep,
+}
+
+impl DepMerger {
+    fn new(particle: u32) -> Self {
+        DepMerger {
+            last: Dep {
+                key: u32::MAX,
+                particle,
+                q: 0.0,
+            },
+        }
+    }
+
+    fn push(&mut self, key: u32, q: f32, deps: &mut Vec<Dep>) {
+        let last = &mut self.last;
+        if key == last.key {
+            last.q += q;
+        } else {
+            if last.key != u32::MAX {
+                deps.push(*last);
+            }
+            *last = Dep {
+                key,
+                particle: last.particle,
+                q,
+            };
+        }
+    }
+
+    fn finish(self, deps: &mut Vec<Dep>) {
+        if self.last.key != u32::MAX {
+            deps.push(self.last);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// Charge in electrons the reconstruction computes from an ADC (§B.2), or `None` for a dead or
+/// Charge in electrons the reconstruction computes from an ADC (the calibration's formula), or `None` for a dead or
 /// noisy column.
 pub fn calibrated_electrons(gains: &GainCalibration, d: &Digi) -> Option<i32> {
     let (ped, gain, dead, noisy) = gains.ped_and_gain(d.module, d.col, d.row);

@@ -2,7 +2,7 @@
 //! interaction, helices in a uniform field crossing the pixel modules with multiple scattering,
 //! low-momentum secondaries (loopers), Landau-fluctuated charge drifted and shared between
 //! pixels, thresholds, noise and an 8-bit ADC consistent with the written gains
-//! (`shared/reference/pixel-chain.md` §F.2–F.3).
+//! (docs/datasets.md).
 //!
 //! Every event draws from its own RNG seeded from `(seed, event index)` only, so the output does
 //! not depend on how events are spread over threads.

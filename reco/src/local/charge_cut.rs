@@ -88,6 +88,77 @@ pub fn charge_cut(
     cfg: &ChargeCutConfig,
 ) -> Result<ChargeCutOutput, LocalError> {
     let n = module_ind.len();
+    let n_runs = check_inputs(
+        module_ind,
+        adc,
+        clus,
+        module_start,
+        n_clusters_in_module,
+        cfg,
+    )?;
+    let max_per_module = cfg.max_clusters_per_module;
+    let mut ev = EventCut {
+        id: module_ind.to_vec(),
+        clus: clus.to_vec(),
+        ncl: n_clusters_in_module.to_vec(),
+        truncated_modules: 0,
+        truncated_clusters: 0,
+    };
+    // Scratch for the largest module this event holds (at most the cap).
+    let max_found = ev.ncl.iter().copied().max().unwrap_or(0);
+    let mut scratch = Scratch::new(max_found.min(max_per_module) as usize);
+    for run in 0..n_runs {
+        let first = module_start[1 + run] as usize;
+        if first >= n {
+            return Err(LocalError::ColumnLength {
+                name: "module_start entry",
+                got: first,
+                expected: n,
+            });
+        }
+        let this = ev.id[first];
+        if this == INVALID_MODULE {
+            continue; // cannot happen for runs from `clusterize`
+        }
+        if this as usize >= MAX_NUM_MODULES {
+            return Err(LocalError::ModuleOutOfRange {
+                digi: first,
+                module: this as u32,
+                limit: MAX_NUM_MODULES,
+            });
+        }
+        // The pixels of this run: valid digis from `first` until another module starts.
+        let id = &ev.id;
+        let run_end = (first..n)
+            .find(|&i| id[i] != INVALID_MODULE && id[i] != this)
+            .unwrap_or(n);
+        ev.cut_run(this, first..run_end, adc, cfg, &mut scratch);
+    }
+
+    let clus_module_start = hits_module_start(&ev.ncl, max_per_module, cfg.max_num_clusters);
+    let n_clusters = clus_module_start[MAX_NUM_MODULES];
+    Ok(ChargeCutOutput {
+        module_ind: ev.id,
+        clus: ev.clus,
+        n_clusters_in_module: ev.ncl,
+        clus_module_start,
+        n_clusters,
+        truncated_modules: ev.truncated_modules,
+        truncated_clusters: ev.truncated_clusters,
+        max_clusters_in_module: max_found,
+    })
+}
+
+/// Checks the column lengths and the cap; returns the number of module runs.
+fn check_inputs(
+    module_ind: &[u16],
+    adc: &[u16],
+    clus: &[i32],
+    module_start: &[u32],
+    n_clusters_in_module: &[u32],
+    cfg: &ChargeCutConfig,
+) -> Result<usize, LocalError> {
+    let n = module_ind.len();
     check_len("adc", adc.len(), n)?;
     check_len("clus", clus.len(), n)?;
     check_len(
@@ -107,50 +178,57 @@ pub fn charge_cut(
             "max_clusters_per_module {max_per_module} not in 1..=65535"
         )));
     }
-    let mut id = module_ind.to_vec();
-    let mut clus = clus.to_vec();
-    let mut ncl = n_clusters_in_module.to_vec();
-    let inv = INVALID_MODULE as i32;
+    Ok(n_runs)
+}
 
-    // Scratch for the largest module this event holds (at most the cap).
-    let max_found = ncl.iter().copied().max().unwrap_or(0);
-    let scratch = max_found.min(max_per_module) as usize;
-    let mut charge = vec![0i32; scratch];
-    let mut ok = vec![0u8; scratch];
-    let mut newclus = vec![0u32; scratch];
-    let (mut truncated_modules, mut truncated_clusters) = (0u32, 0u64);
-    for run in 0..n_runs {
-        let first = module_start[1 + run] as usize;
-        if first >= n {
-            return Err(LocalError::ColumnLength {
-                name: "module_start entry",
-                got: first,
-                expected: n,
-            });
+/// Per-cluster scratch of one module: charge, pass flag, new number (prefix scan).
+struct Scratch {
+    charge: Vec<i32>,
+    ok: Vec<u8>,
+    newclus: Vec<u32>,
+}
+
+impl Scratch {
+    fn new(n: usize) -> Self {
+        Scratch {
+            charge: vec![0; n],
+            ok: vec![0; n],
+            newclus: vec![0; n],
         }
-        let this = id[first];
-        if this == INVALID_MODULE {
-            continue; // cannot happen for runs from `clusterize`
-        }
-        if this as usize >= MAX_NUM_MODULES {
-            return Err(LocalError::ModuleOutOfRange {
-                digi: first,
-                module: this as u32,
-                limit: MAX_NUM_MODULES,
-            });
-        }
-        // The pixels of this run: valid digis from `first` until another module starts.
-        let run_end = (first..n)
-            .find(|&i| id[i] != INVALID_MODULE && id[i] != this)
-            .unwrap_or(n);
-        let mut nclus = ncl[this as usize];
+    }
+}
+
+/// The event's columns as the cut rewrites them, and what the cap truncated.
+struct EventCut {
+    id: Vec<u16>,
+    clus: Vec<i32>,
+    ncl: Vec<u32>,
+    truncated_modules: u32,
+    truncated_clusters: u64,
+}
+
+impl EventCut {
+    /// Cuts the clusters of module `this`, whose pixels are `pixels`: caps its clusters,
+    /// sums their charge, drops those at or below the cut and renumbers the rest.
+    fn cut_run(
+        &mut self,
+        this: u16,
+        pixels: std::ops::Range<usize>,
+        adc: &[u16],
+        cfg: &ChargeCutConfig,
+        s: &mut Scratch,
+    ) {
+        let (id, clus) = (&mut self.id, &mut self.clus);
+        let inv = INVALID_MODULE as i32;
+        let max_per_module = cfg.max_clusters_per_module;
+        let mut nclus = self.ncl[this as usize];
         if nclus == 0 {
-            continue;
+            return;
         }
         if nclus > max_per_module {
-            truncated_modules += 1;
-            truncated_clusters += (nclus - max_per_module) as u64;
-            for i in first..run_end {
+            self.truncated_modules += 1;
+            self.truncated_clusters += (nclus - max_per_module) as u64;
+            for i in pixels.clone() {
                 if id[i] != INVALID_MODULE && clus[i] >= max_per_module as i32 {
                     id[i] = INVALID_MODULE;
                     clus[i] = inv;
@@ -159,14 +237,14 @@ pub fn charge_cut(
             nclus = max_per_module;
         }
         let nc = nclus as usize;
-        charge[..nc].fill(0);
-        for i in first..run_end {
+        s.charge[..nc].fill(0);
+        for i in pixels.clone() {
             if id[i] == INVALID_MODULE {
                 continue;
             }
             let c = clus[i];
             if (0..nclus as i32).contains(&c) {
-                charge[c as usize] = charge[c as usize].wrapping_add(adc[i] as i32);
+                s.charge[c as usize] = s.charge[c as usize].wrapping_add(adc[i] as i32);
             } else {
                 id[i] = INVALID_MODULE;
                 clus[i] = inv;
@@ -179,46 +257,33 @@ pub fn charge_cut(
         };
         let mut sum = 0u32;
         for c in 0..nc {
-            ok[c] = (charge[c] > cut) as u8;
-            sum += ok[c] as u32;
-            newclus[c] = sum; // inclusive prefix scan
+            s.ok[c] = (s.charge[c] > cut) as u8;
+            sum += s.ok[c] as u32;
+            s.newclus[c] = sum; // inclusive prefix scan
         }
         if sum == nclus {
             // Every cluster passes: numbers unchanged. The reference keeps a capped module's
             // count above the cap here; the count published is the clusters kept, so that
             // no hit slot is left without a cluster (a row of zeros).
-            ncl[this as usize] = nclus;
-            continue;
+            self.ncl[this as usize] = nclus;
+            return;
         }
-        ncl[this as usize] = sum;
+        self.ncl[this as usize] = sum;
         for c in 0..nc {
-            if ok[c] == 0 {
-                newclus[c] = INVALID_MODULE as u32 + 1;
+            if s.ok[c] == 0 {
+                s.newclus[c] = INVALID_MODULE as u32 + 1;
             }
         }
-        for i in first..run_end {
+        for i in pixels {
             if id[i] == INVALID_MODULE {
                 continue;
             }
-            clus[i] = newclus[clus[i] as usize] as i32 - 1;
+            clus[i] = s.newclus[clus[i] as usize] as i32 - 1;
             if clus[i] == inv {
                 id[i] = INVALID_MODULE;
             }
         }
     }
-
-    let clus_module_start = hits_module_start(&ncl, max_per_module, cfg.max_num_clusters);
-    let n_clusters = clus_module_start[MAX_NUM_MODULES];
-    Ok(ChargeCutOutput {
-        module_ind: id,
-        clus,
-        n_clusters_in_module: ncl,
-        clus_module_start,
-        n_clusters,
-        truncated_modules,
-        truncated_clusters,
-        max_clusters_in_module: max_found,
-    })
 }
 
 /// `fillHitsModuleStart`: `[0] = 0`, `[i+1] = Σ_{k≤i} min(max_per_module, n[k])`, every

@@ -1,7 +1,7 @@
 //! Local reconstruction: raw FED data → digis → clusters → rec hits.
 //!
 //! One file per step, each a plain function over the columns of ONE event plus conditions,
-//! returning owned vectors (spec: `shared/reference/pixel-chain.md` §B.0–B.7, §C):
+//! returning owned vectors (the reference's kernels, one event at a time):
 //!
 //! 1. [`raw_to_digis::raw_to_digis`]: FED buffers → one digi slot per 32-bit payload word.
 //! 2. [`calibrate::calibrate_digis`]: ADC → electrons, dead/noisy columns invalidated.

@@ -162,6 +162,57 @@ pub fn rec_hits(
     bs: &BeamSpot,
 ) -> Result<RecHits, LocalError> {
     let n = digis.module_ind.len();
+    let (n_runs, cms) = check_inputs(digis, clusters)?;
+    let n_hits = cms[MAX_NUM_MODULES] as usize;
+
+    let mut hits = RecHits::zeroed(n_hits);
+    let mut sums: Vec<ClusSums> = Vec::new();
+    for run in 0..n_runs {
+        let me = clusters.module_id[run] as usize;
+        if me >= MAX_NUM_MODULES || me >= cpe.det.len() {
+            return Err(LocalError::ModuleOutOfRange {
+                digi: run,
+                module: me as u32,
+                limit: cpe.det.len(),
+            });
+        }
+        let slots = (cms[me + 1] - cms[me]) as usize;
+        let nclus = (clusters.n_clusters_in_module[me] as usize).min(slots);
+        if nclus == 0 {
+            continue;
+        }
+        let first = clusters.module_start[1 + run] as usize;
+        let me16 = me as u16;
+        // The module's valid digis: from the run start until another module begins.
+        let end = (first.min(n)..n)
+            .find(|&i| digis.module_ind[i] != INVALID_MODULE && digis.module_ind[i] != me16)
+            .unwrap_or(n);
+        sums.clear();
+        sums.resize(nclus, EMPTY);
+        cluster_sums(digis, me16, first.min(n)..end, &mut sums)?;
+        let det = &cpe.det[me];
+        for (ic, s) in sums.iter().enumerate() {
+            if s.min_row == u32::MAX {
+                continue; // no pixel: leave the slot empty
+            }
+            let h = cms[me] as usize + ic;
+            store_hit(&mut hits, h, me16, s, &cpe.common, det, bs);
+        }
+    }
+    hits.hits_module_start = cms.to_vec();
+    for (l, &start) in LAYER_START.iter().enumerate() {
+        hits.hits_layer_start[l] = cms[start as usize];
+    }
+    Ok(hits)
+}
+
+/// Checks the column lengths; returns the number of module runs and the checked
+/// `clus_module_start`.
+fn check_inputs<'a>(
+    digis: &DigiColumns,
+    clusters: &ClusterColumns<'a>,
+) -> Result<(usize, &'a [u32]), LocalError> {
+    let n = digis.module_ind.len();
     check_len("xx", digis.xx.len(), n)?;
     check_len("yy", digis.yy.len(), n)?;
     check_len("adc", digis.adc.len(), n)?;
@@ -187,111 +238,96 @@ pub fn rec_hits(
     check_len("module_start", clusters.module_start.len(), n_runs + 1)?;
     check_len("module_id", clusters.module_id.len(), n_runs)?;
     let cms = clus_module_start_checked(clusters.clus_module_start, n)?;
-    let n_hits = cms[MAX_NUM_MODULES] as usize;
+    Ok((n_runs, cms))
+}
 
-    let mut hits = RecHits::zeroed(n_hits);
-    let mut sums: Vec<ClusSums> = Vec::new();
-    for run in 0..n_runs {
-        let me = clusters.module_id[run] as usize;
-        if me >= MAX_NUM_MODULES || me >= cpe.det.len() {
-            return Err(LocalError::ModuleOutOfRange {
-                digi: run,
-                module: me as u32,
-                limit: cpe.det.len(),
+/// The sums of every cluster of module `me` over its digis `pixels`: first the bounding
+/// box, then the charges (total and on the box's edges).
+fn cluster_sums(
+    digis: &DigiColumns,
+    me: u16,
+    pixels: std::ops::Range<usize>,
+    sums: &mut [ClusSums],
+) -> Result<(), LocalError> {
+    let nclus = sums.len();
+    let in_cluster = |i: usize| -> Option<usize> {
+        let c = digis.clus[i];
+        (digis.module_ind[i] == me && c >= 0 && (c as usize) < nclus).then_some(c as usize)
+    };
+    for i in pixels.clone() {
+        let Some(c) = in_cluster(i) else { continue };
+        let (x, y) = (digis.xx[i], digis.yy[i]);
+        if x >= NUM_ROWS_IN_MODULE || y >= NUM_COLS_IN_MODULE {
+            return Err(LocalError::PixelOutOfRange {
+                digi: i,
+                row: x,
+                col: y,
             });
         }
-        let slots = (cms[me + 1] - cms[me]) as usize;
-        let nclus = (clusters.n_clusters_in_module[me] as usize).min(slots);
-        if nclus == 0 {
-            continue;
+        let s = &mut sums[c];
+        s.min_row = s.min_row.min(x as u32);
+        s.max_row = s.max_row.max(x as u32);
+        s.min_col = s.min_col.min(y as u32);
+        s.max_col = s.max_col.max(y as u32);
+    }
+    for i in pixels {
+        let Some(c) = in_cluster(i) else { continue };
+        let (x, y) = (digis.xx[i] as u32, digis.yy[i] as u32);
+        let ch = digis.adc[i] as i32; // pixmx = 65535: no truncation
+                                      // i32 sums wrap like the reference's atomics (only reachable with > 32k pixels).
+        let s = &mut sums[c];
+        s.charge = s.charge.wrapping_add(ch);
+        if s.min_row == x {
+            s.q_f_x = s.q_f_x.wrapping_add(ch);
         }
-        let first = clusters.module_start[1 + run] as usize;
-        let me16 = me as u16;
-        // The module's valid digis: from the run start until another module begins.
-        let end = (first.min(n)..n)
-            .find(|&i| digis.module_ind[i] != INVALID_MODULE && digis.module_ind[i] != me16)
-            .unwrap_or(n);
-        let in_cluster = |i: usize| -> Option<usize> {
-            let c = digis.clus[i];
-            (digis.module_ind[i] == me16 && c >= 0 && (c as usize) < nclus).then_some(c as usize)
-        };
-
-        sums.clear();
-        sums.resize(nclus, EMPTY);
-        for i in first.min(n)..end {
-            let Some(c) = in_cluster(i) else { continue };
-            let (x, y) = (digis.xx[i], digis.yy[i]);
-            if x >= NUM_ROWS_IN_MODULE || y >= NUM_COLS_IN_MODULE {
-                return Err(LocalError::PixelOutOfRange {
-                    digi: i,
-                    row: x,
-                    col: y,
-                });
-            }
-            let s = &mut sums[c];
-            s.min_row = s.min_row.min(x as u32);
-            s.max_row = s.max_row.max(x as u32);
-            s.min_col = s.min_col.min(y as u32);
-            s.max_col = s.max_col.max(y as u32);
+        if s.max_row == x {
+            s.q_l_x = s.q_l_x.wrapping_add(ch);
         }
-        for i in first.min(n)..end {
-            let Some(c) = in_cluster(i) else { continue };
-            let (x, y) = (digis.xx[i] as u32, digis.yy[i] as u32);
-            let ch = digis.adc[i] as i32; // pixmx = 65535: no truncation
-                                          // i32 sums wrap like the reference's atomics (only reachable with > 32k pixels).
-            let s = &mut sums[c];
-            s.charge = s.charge.wrapping_add(ch);
-            if s.min_row == x {
-                s.q_f_x = s.q_f_x.wrapping_add(ch);
-            }
-            if s.max_row == x {
-                s.q_l_x = s.q_l_x.wrapping_add(ch);
-            }
-            if s.min_col == y {
-                s.q_f_y = s.q_f_y.wrapping_add(ch);
-            }
-            if s.max_col == y {
-                s.q_l_y = s.q_l_y.wrapping_add(ch);
-            }
+        if s.min_col == y {
+            s.q_f_y = s.q_f_y.wrapping_add(ch);
         }
-
-        let det = &cpe.det[me];
-        for (ic, s) in sums.iter().enumerate() {
-            if s.min_row == u32::MAX {
-                continue; // no pixel: leave the slot empty
-            }
-            let h = cms[me] as usize + ic;
-            let cp = cluster_position(&cpe.common, det, s);
-            hits.charge[h] = s.charge;
-            hits.det_index[h] = me16;
-            hits.x_local[h] = cp.x;
-            hits.y_local[h] = cp.y;
-            hits.size_x[h] = cp.size_x;
-            hits.size_y[h] = cp.size_y;
-            hits.xerr_local[h] = cp.xerr * cp.xerr;
-            hits.yerr_local[h] = cp.yerr * cp.yerr;
-            let r = &det.frame.r;
-            let mut xg = r[0] * cp.x + r[3] * cp.y;
-            let mut yg = r[1] * cp.x + r[4] * cp.y;
-            let mut zg = r[2] * cp.x + r[5] * cp.y;
-            xg += det.frame.px;
-            yg += det.frame.py;
-            zg += det.frame.pz;
-            xg -= bs.x;
-            yg -= bs.y;
-            zg -= bs.z;
-            hits.x_global[h] = xg;
-            hits.y_global[h] = yg;
-            hits.z_global[h] = zg;
-            hits.r_global[h] = (xg * xg + yg * yg).sqrt();
-            hits.iphi[h] = unsafe_atan2s(yg, xg);
+        if s.max_col == y {
+            s.q_l_y = s.q_l_y.wrapping_add(ch);
         }
     }
-    hits.hits_module_start = cms.to_vec();
-    for (l, &start) in LAYER_START.iter().enumerate() {
-        hits.hits_layer_start[l] = cms[start as usize];
-    }
-    Ok(hits)
+    Ok(())
+}
+
+/// Writes hit `h` of module `me` from its cluster's sums: local position and errors, then
+/// the global position relative to the beam spot.
+fn store_hit(
+    hits: &mut RecHits,
+    h: usize,
+    me: u16,
+    s: &ClusSums,
+    common: &CommonParams,
+    det: &DetParams,
+    bs: &BeamSpot,
+) {
+    let cp = cluster_position(common, det, s);
+    hits.charge[h] = s.charge;
+    hits.det_index[h] = me;
+    hits.x_local[h] = cp.x;
+    hits.y_local[h] = cp.y;
+    hits.size_x[h] = cp.size_x;
+    hits.size_y[h] = cp.size_y;
+    hits.xerr_local[h] = cp.xerr * cp.xerr;
+    hits.yerr_local[h] = cp.yerr * cp.yerr;
+    let r = &det.frame.r;
+    let mut xg = r[0] * cp.x + r[3] * cp.y;
+    let mut yg = r[1] * cp.x + r[4] * cp.y;
+    let mut zg = r[2] * cp.x + r[5] * cp.y;
+    xg += det.frame.px;
+    yg += det.frame.py;
+    zg += det.frame.pz;
+    xg -= bs.x;
+    yg -= bs.y;
+    zg -= bs.z;
+    hits.x_global[h] = xg;
+    hits.y_global[h] = yg;
+    hits.z_global[h] = zg;
+    hits.r_global[h] = (xg * xg + yg * yg).sqrt();
+    hits.iphi[h] = unsafe_atan2s(yg, xg);
 }
 
 /// The average geometry with the beam spot subtracted, as the reference copies it next to the

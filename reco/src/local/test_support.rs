@@ -1,5 +1,5 @@
-//! Test-only helpers: a small cabling map, a FED encoder written from the spec's encoding
-//! checklist (§F.4, independent of the decoder), and simple gain / CPE conditions.
+//! Test-only helpers: a small cabling map, a FED encoder written from the raw-data
+//! format (independent of the decoder), and simple gain / CPE conditions.
 
 use quiver_formats::conditions::{
     cabling_index, AverageGeometry, CablingMap, CommonParams, CpeParams, DetParams, Frame,
@@ -253,7 +253,7 @@ pub fn set_column_ped(g: &mut GainCalibration, module: u16, col: u32, ped_code: 
 }
 
 /// CPE conditions: every module a barrel module at radius 7 cm facing +x (local x → global y,
-/// local y → global z), no Lorentz shift, the spec's recommended errors.
+/// local y → global z), no Lorentz shift, the reference's default errors.
 pub fn simple_cpe() -> CpeParams {
     let frame = Frame {
         px: 7.0,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use arrow_array::types::{
     Float32Type, Int16Type, Int32Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
-use arrow_array::{ArrayRef, BinaryArray, Float32Array, RecordBatch};
+use arrow_array::{ArrayRef, BinaryArray, Float32Array};
 use quiver_columnar::columns::{binary, column, concat_ref, values};
 use quiver_columnar::{
     Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result,
@@ -16,7 +16,9 @@ use quiver_formats::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibratio
 use quiver_formats::raw::RawData;
 
 use super::types::*;
-use super::{cond, ev, int_param, local, per_event, publish, publish_overflows, schema};
+use super::{
+    cond, ev, int_param, local, per_event, product_batch, publish_columns, publish_overflows,
+};
 use crate::capacity::{records, Capacities};
 use crate::local::{
     calibrate_digis, charge_cut, charge_cut::hits_module_start, clusterize, raw_to_digis, rec_hits,
@@ -24,6 +26,11 @@ use crate::local::{
     RawToDigiConfig, MAX_NUM_MODULES,
 };
 use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
+
+/// One `u16` column of every event's `field`.
+fn cat_u16<T>(per_event: &[T], field: impl Fn(&T) -> &Vec<u16>) -> ArrayRef {
+    concat_ref::<UInt16Type, _>(per_event.iter().map(|t| field(t).as_slice()))
+}
 
 // --- read_raw -------------------------------------------------------------------------
 
@@ -67,10 +74,13 @@ impl Step for ReadRawStep {
         let offsets = arrow_buffer::OffsetBuffer::new(offsets.into_scalar_buffer());
         let data = BinaryArray::try_new(offsets, bytes.into_buffer(), None)?;
         let ids = arrow_array::UInt32Array::new(ids.into_scalar_buffer(), None);
-        publish(
+        publish_columns(
             batch,
             FED_RAW,
-            vec![Arc::new(ids), Arc::new(data)],
+            [
+                ("fed", Arc::new(ids) as ArrayRef),
+                ("data", Arc::new(data) as ArrayRef),
+            ],
             events.iter().map(Vec::len),
         )
     }
@@ -87,26 +97,27 @@ impl Step for BeamSpotStep {
         let b = &self.bs;
         let n = batch.n_events();
         let cols = [
-            b.x,
-            b.y,
-            b.z,
-            b.sigma_z,
-            b.beam_width_x,
-            b.beam_width_y,
-            b.dxdz,
-            b.dydz,
-            b.emittance_x,
-            b.emittance_y,
-            b.beta_star,
+            ("x", b.x),
+            ("y", b.y),
+            ("z", b.z),
+            ("sigma_z", b.sigma_z),
+            ("beam_width_x", b.beam_width_x),
+            ("beam_width_y", b.beam_width_y),
+            ("dxdz", b.dxdz),
+            ("dydz", b.dydz),
+            ("emittance_x", b.emittance_x),
+            ("emittance_y", b.emittance_y),
+            ("beta_star", b.beta_star),
         ]
-        .into_iter()
-        .map(|v| {
+        .map(|(name, v)| {
             let mut buf = quiver_columnar::pool::global().vec::<f32>(n);
             buf.resize(n, v);
-            Arc::new(Float32Array::new(buf.into_scalar_buffer(), None)) as ArrayRef
-        })
-        .collect();
-        publish(batch, BEAMSPOT, cols, std::iter::repeat_n(1, n))
+            (
+                name,
+                Arc::new(Float32Array::new(buf.into_scalar_buffer(), None)) as ArrayRef,
+            )
+        });
+        publish_columns(batch, BEAMSPOT, cols, std::iter::repeat_n(1, n))
     }
 }
 
@@ -128,15 +139,22 @@ impl Step for RawToDigisStep {
                 raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect();
             raw_to_digis(&feds, &self.cabling, &self.cfg).map_err(local)
         })?;
-        let digis: Vec<ArrayRef> = vec![
-            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.xx.as_slice())),
-            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.yy.as_slice())),
-            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.adc.as_slice())),
-            concat_ref::<UInt16Type, _>(out.iter().map(|d| d.module_ind.as_slice())),
-            concat_ref::<UInt32Type, _>(out.iter().map(|d| d.raw_id.as_slice())),
-            concat_ref::<UInt32Type, _>(out.iter().map(|d| d.pdigi.as_slice())),
+        // The reference's `xx, yy` are the schema's `row, col`.
+        let digis = [
+            ("row", cat_u16(&out, |d| &d.xx)),
+            ("col", cat_u16(&out, |d| &d.yy)),
+            ("adc", cat_u16(&out, |d| &d.adc)),
+            ("module", cat_u16(&out, |d| &d.module_ind)),
+            (
+                "raw_id",
+                concat_ref::<UInt32Type, _>(out.iter().map(|d| d.raw_id.as_slice())),
+            ),
+            (
+                "pdigi",
+                concat_ref::<UInt32Type, _>(out.iter().map(|d| d.pdigi.as_slice())),
+            ),
         ];
-        publish(batch, DIGIS, digis, out.iter().map(|d| d.xx.len()))?;
+        publish_columns(batch, DIGIS, digis, out.iter().map(|d| d.xx.len()))?;
         let errs: Vec<_> = out.iter().map(|d| &d.errors).collect();
         let cols = |g: &dyn Fn(&crate::local::PixelError) -> u64| {
             errs.iter()
@@ -156,13 +174,13 @@ impl Step for RawToDigisStep {
             .map(|v| v as u8)
             .collect();
         let word = cols(&|x| x.word);
-        let errors: Vec<ArrayRef> = vec![
-            concat_ref::<UInt32Type, _>([fed_col.as_slice()]),
-            concat_ref::<UInt64Type, _>([word.as_slice()]),
-            concat_ref::<UInt32Type, _>([raw_id.as_slice()]),
-            concat_ref::<UInt8Type, _>([etype.as_slice()]),
+        let errors = [
+            ("fed", concat_ref::<UInt32Type, _>([fed_col.as_slice()])),
+            ("word", concat_ref::<UInt64Type, _>([word.as_slice()])),
+            ("raw_id", concat_ref::<UInt32Type, _>([raw_id.as_slice()])),
+            ("error_type", concat_ref::<UInt8Type, _>([etype.as_slice()])),
         ];
-        publish(batch, DIGI_ERRORS, errors, errs.iter().map(|v| v.len()))?;
+        publish_columns(batch, DIGI_ERRORS, errors, errs.iter().map(|v| v.len()))?;
         publish_overflows(
             batch,
             errs.iter()
@@ -207,14 +225,14 @@ impl Step for CalibrateStep {
             .map_err(local)
         })?;
         // Rows and columns are unchanged: share the buffers of the digis.
-        let cols = vec![
-            column(&d, "row")?,
-            column(&d, "col")?,
-            concat_ref::<UInt16Type, _>(out.iter().map(|c| c.adc.as_slice())),
-            concat_ref::<UInt16Type, _>(out.iter().map(|c| c.module_ind.as_slice())),
+        let cols = [
+            ("row", column(&d, "row")?),
+            ("col", column(&d, "col")?),
+            ("charge", cat_u16(&out, |c| &c.adc)),
+            ("module", cat_u16(&out, |c| &c.module_ind)),
         ];
         batch.put(Product::new(
-            RecordBatch::try_new(schema(CALIBRATED_DIGIS), cols)?,
+            product_batch(CALIBRATED_DIGIS, cols)?,
             d.offsets().clone(),
         )?)
     }
@@ -242,12 +260,18 @@ fn publish_modules(
     type_name: &str,
     tables: &[(Vec<u16>, Vec<u32>, Vec<u32>)],
 ) -> Result<()> {
-    let cols = vec![
-        concat_ref::<UInt16Type, _>(tables.iter().map(|t| t.0.as_slice())),
-        concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.1.as_slice())),
-        concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.2.as_slice())),
+    let cols = [
+        ("module", cat_u16(tables, |t| &t.0)),
+        (
+            "first_digi",
+            concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.1.as_slice())),
+        ),
+        (
+            "clusters",
+            concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.2.as_slice())),
+        ),
     ];
-    publish(batch, type_name, cols, tables.iter().map(|t| t.0.len()))
+    publish_columns(batch, type_name, cols, tables.iter().map(|t| t.0.len()))
 }
 
 /// Rebuilds the reference's per-event module tables (`moduleStart`, `moduleId`, and
@@ -289,12 +313,15 @@ impl Step for ClusterizeStep {
         let out = per_event(batch, |e| {
             clusterize(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), &self.cfg).map_err(local)
         })?;
-        let cols = vec![
-            column(&d, "module")?,
-            concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice())),
+        let cols = [
+            ("module", column(&d, "module")?),
+            (
+                "cluster",
+                concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice())),
+            ),
         ];
         batch.put(Product::new(
-            RecordBatch::try_new(schema(PIXEL_CLUSTERS), cols)?,
+            product_batch(PIXEL_CLUSTERS, cols)?,
             d.offsets().clone(),
         )?)?;
         let tables: Vec<_> = out
@@ -364,12 +391,15 @@ impl Step for ChargeCutStep {
                     .collect()
             })
             .collect();
-        let cols = vec![
-            concat_ref::<UInt16Type, _>(out.iter().map(|(r, _)| r.module_ind.as_slice())),
-            concat_ref::<Int32Type, _>(out.iter().map(|(r, _)| r.clus.as_slice())),
+        let cols = [
+            ("module", cat_u16(&out, |(r, _)| &r.module_ind)),
+            (
+                "cluster",
+                concat_ref::<Int32Type, _>(out.iter().map(|(r, _)| r.clus.as_slice())),
+            ),
         ];
         batch.put(Product::new(
-            RecordBatch::try_new(schema(CLUSTERED_DIGIS), cols)?,
+            product_batch(CLUSTERED_DIGIS, cols)?,
             d.offsets().clone(),
         )?)?;
         let tables: Vec<_> = out.into_iter().map(|(_, t)| t).collect();
@@ -444,12 +474,16 @@ impl Step for RecHitsStep {
             .into_iter()
             .map(|(h, o)| (h, o.into_iter().collect()))
             .unzip();
+        // Each column under the name of its field of the rec hits.
         macro_rules! cat {
             ($t:ty, $f:ident) => {
-                concat_ref::<$t, _>(out.iter().map(|h| h.$f.as_slice()))
+                (
+                    stringify!($f),
+                    concat_ref::<$t, _>(out.iter().map(|h| h.$f.as_slice())),
+                )
             };
         }
-        let cols = vec![
+        let cols = [
             cat!(Float32Type, x_local),
             cat!(Float32Type, y_local),
             cat!(Float32Type, xerr_local),
@@ -464,14 +498,13 @@ impl Step for RecHitsStep {
             cat!(Int16Type, size_y),
             cat!(UInt16Type, det_index),
         ];
-        publish(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))?;
+        publish_columns(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))?;
         let starts: Vec<[u32; 11]> = out.iter().map(|h| h.hits_layer_start).collect();
         super::publish_hit_layers(batch, &starts)?;
         publish_overflows(batch, overflows)
     }
 }
 
-/// Registers the local-reconstruction step types.
 /// The `raw_to_digis` parameters of a step (shared with the GPU implementation).
 ///
 /// With `capacities = "sized"` the event's FED words are not bounded.
@@ -532,17 +565,30 @@ pub fn charge_cut_config(cfg: &StepConfig) -> Result<ChargeCutConfig> {
     })
 }
 
+/// Registers the local-reconstruction step types.
 pub(super) fn register(r: &mut Registry) {
-    let cpu = vec![Backend::Cpu];
-    r.add(StepType {
-        name: "read_raw",
-        doc: "Reads the raw FED data of the input dataset, event by event (the source of the pixel chain)",
-        params: vec![],
-        signature: Signature { inputs: vec![], outputs: vec![FED_RAW.into()] },
-        backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(ReadRawStep { raw: cond(cfg)? })),
-    });
-    r.add(StepType {
+    r.add(read_raw_type());
+    r.add(beamspot_type());
+    r.add(raw_to_digis_type());
+    r.add(calibrate_type());
+    r.add(clusterize_type());
+    r.add(cluster_charge_cut_type());
+    r.add(rechits_type());
+}
+
+fn read_raw_type() -> StepType {
+    StepType {
+    name: "read_raw",
+    doc: "Reads the raw FED data of the input dataset, event by event (the source of the pixel chain)",
+    params: vec![],
+    signature: Signature { inputs: vec![], outputs: vec![FED_RAW.into()] },
+    backends: vec![Backend::Cpu],
+    build: |cfg| Ok(Box::new(ReadRawStep { raw: cond(cfg)? })),
+    }
+}
+
+fn beamspot_type() -> StepType {
+    StepType {
         name: "beamspot",
         doc: "The beam spot of the conditions as a per-event product (BeamSpotToPOD)",
         params: vec![],
@@ -550,14 +596,17 @@ pub(super) fn register(r: &mut Registry) {
             inputs: vec![],
             outputs: vec![BEAMSPOT.into()],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             Ok(Box::new(BeamSpotStep {
                 bs: *cond::<BeamSpot>(cfg)?,
             }))
         },
-    });
-    r.add(StepType {
+    }
+}
+
+fn raw_to_digis_type() -> StepType {
+    StepType {
         name: "raw_to_digis",
         doc: "Pixel FED raw data to digis (one per raw word) and errors (RawToDigi + ErrorChecker)",
         params: vec![
@@ -568,7 +617,7 @@ pub(super) fn register(r: &mut Registry) {
             inputs: vec![InputSpec::one("input", FED_RAW, "raw FED buffers")],
             outputs: vec![DIGIS.into(), DIGI_ERRORS.into(), CAPACITY_OVERFLOWS.into()],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             Ok(Box::new(RawToDigisStep {
                 input: cfg.input("input")?,
@@ -576,24 +625,30 @@ pub(super) fn register(r: &mut Registry) {
                 cfg: raw_to_digi_config(cfg)?,
             }))
         },
-    });
-    r.add(StepType {
-        name: "calibrate",
-        doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
-        params: vec![
-            ParamSpec::float("gain_l1", calibration::VCAL_TO_ELECTRON_GAIN_L1 as f64, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
-            ParamSpec::float("offset_l1", calibration::VCAL_TO_ELECTRON_OFFSET_L1 as f64, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
-            ParamSpec::float("gain", calibration::VCAL_TO_ELECTRON_GAIN as f64, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
-            ParamSpec::float("offset", calibration::VCAL_TO_ELECTRON_OFFSET as f64, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
-        ],
-        signature: Signature {
-            inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],
-            outputs: vec![CALIBRATED_DIGIS.into()],
-        },
-        backends: cpu.clone(),
-        build: |cfg| Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: calib_config(cfg) })),
-    });
-    r.add(StepType {
+    }
+}
+
+fn calibrate_type() -> StepType {
+    StepType {
+    name: "calibrate",
+    doc: "ADC to electrons with per-column gains and pedestals; dead/noisy columns invalidated (calibDigis)",
+    params: vec![
+        ParamSpec::float("gain_l1", calibration::VCAL_TO_ELECTRON_GAIN_L1 as f64, "VCal→electrons slope on BPix L1, e/VCal").above(0.0, 1e4),
+        ParamSpec::float("offset_l1", calibration::VCAL_TO_ELECTRON_OFFSET_L1 as f64, "VCal→electrons offset on BPix L1, e").within(-1e5, 1e5),
+        ParamSpec::float("gain", calibration::VCAL_TO_ELECTRON_GAIN as f64, "VCal→electrons slope elsewhere, e/VCal").above(0.0, 1e4),
+        ParamSpec::float("offset", calibration::VCAL_TO_ELECTRON_OFFSET as f64, "VCal→electrons offset elsewhere, e").within(-1e5, 1e5),
+    ],
+    signature: Signature {
+        inputs: vec![InputSpec::one("input", DIGIS, "decoded digis")],
+        outputs: vec![CALIBRATED_DIGIS.into()],
+    },
+    backends: vec![Backend::Cpu],
+    build: |cfg| Ok(Box::new(CalibrateStep { input: cfg.input("input")?, gains: cond(cfg)?, cfg: calib_config(cfg) })),
+    }
+}
+
+fn clusterize_type() -> StepType {
+    StepType {
         name: "clusterize",
         doc: "8-connected pixel clusters per module, numbered by lowest digi index (findClus)",
         params: vec![
@@ -622,15 +677,18 @@ pub(super) fn register(r: &mut Registry) {
                 CAPACITY_OVERFLOWS.into(),
             ],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             Ok(Box::new(ClusterizeStep {
                 input: cfg.input("input")?,
                 cfg: clusterize_config(cfg)?,
             }))
         },
-    });
-    r.add(StepType {
+    }
+}
+
+fn cluster_charge_cut_type() -> StepType {
+    StepType {
         name: "cluster_charge_cut",
         doc: "Drops clusters below the charge threshold and renumbers densely (clusterChargeCut)",
         params: vec![
@@ -666,7 +724,7 @@ pub(super) fn register(r: &mut Registry) {
                 CAPACITY_OVERFLOWS.into(),
             ],
         },
-        backends: cpu.clone(),
+        backends: vec![Backend::Cpu],
         build: |cfg| {
             let c = charge_cut_config(cfg)?;
             Ok(Box::new(ChargeCutStep {
@@ -676,33 +734,36 @@ pub(super) fn register(r: &mut Registry) {
                 cfg: c,
             }))
         },
-    });
-    r.add(StepType {
-        name: "rechits",
-        doc: "Rec hits: CPE fast positions and errors, global positions minus the beam spot, int16 phi",
-        params: vec![Capacities::param()],
-        signature: Signature {
-            inputs: vec![
-                InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (row, col, charge)"),
-                InputSpec::one("clusters", CLUSTERED_DIGIS, "cluster of each digi after the charge cut"),
-                InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
-                InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
-            ],
-            outputs: vec![HITS.into(), HIT_LAYERS.into(), CAPACITY_OVERFLOWS.into()],
-        },
-        backends: cpu,
-        build: |cfg| {
-            // Sized: the charge cut already bounds each module's count; no hit cap.
-            let sized = Capacities::of(cfg)?.sized();
-            Ok(Box::new(RecHitsStep {
-                digis: cfg.input("digis")?,
-                clusters: cfg.input("clusters")?,
-                modules: cfg.input("modules")?,
-                beamspot: cfg.input("beamspot")?,
-                cpe: cond(cfg)?,
-                max_per_module: if sized { u32::MAX } else { crate::local::MAX_CLUSTERS_PER_MODULE },
-                max_hits: if sized { u32::MAX } else { crate::local::MAX_NUM_CLUSTERS },
-            }))
-        },
-    });
+    }
+}
+
+fn rechits_type() -> StepType {
+    StepType {
+    name: "rechits",
+    doc: "Rec hits: CPE fast positions and errors, global positions minus the beam spot, int16 phi",
+    params: vec![Capacities::param()],
+    signature: Signature {
+        inputs: vec![
+            InputSpec::one("digis", CALIBRATED_DIGIS, "calibrated digis (row, col, charge)"),
+            InputSpec::one("clusters", CLUSTERED_DIGIS, "cluster of each digi after the charge cut"),
+            InputSpec::one("modules", HIT_MODULES, "module runs and surviving clusters"),
+            InputSpec::one("beamspot", BEAMSPOT, "beam spot"),
+        ],
+        outputs: vec![HITS.into(), HIT_LAYERS.into(), CAPACITY_OVERFLOWS.into()],
+    },
+    backends: vec![Backend::Cpu],
+    build: |cfg| {
+        // Sized: the charge cut already bounds each module's count; no hit cap.
+        let sized = Capacities::of(cfg)?.sized();
+        Ok(Box::new(RecHitsStep {
+            digis: cfg.input("digis")?,
+            clusters: cfg.input("clusters")?,
+            modules: cfg.input("modules")?,
+            beamspot: cfg.input("beamspot")?,
+            cpe: cond(cfg)?,
+            max_per_module: if sized { u32::MAX } else { crate::local::MAX_CLUSTERS_PER_MODULE },
+            max_hits: if sized { u32::MAX } else { crate::local::MAX_NUM_CLUSTERS },
+        }))
+    },
+    }
 }

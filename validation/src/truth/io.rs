@@ -245,21 +245,7 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
         floats(hi, names[2], "y_local")?,
     );
     let (sx, sy) = (ints(hi, names[2], "size_x")?, ints(hi, names[2], "size_y")?);
-    let t = names[3];
-    let (q, pt, eta, phi) = (
-        ints(tr, t, "quality")?,
-        floats(tr, t, "pt")?,
-        floats(tr, t, "eta")?,
-        floats(tr, t, "phi")?,
-    );
-    let (tip, zip, charge) = (
-        floats(tr, t, "tip")?,
-        floats(tr, t, "zip")?,
-        ints(tr, t, "charge")?,
-    );
-    let state = fixed_floats(tr, t, "state", 5)?;
-    let cov = fixed_floats(tr, t, "covariance", 15)?;
-    let (hoff, hval) = int_lists(tr, t, "hits")?;
+    let tracks = TrackColumns::read(tr, names[3])?;
     let (vz, vw) = (floats(vx, names[4], "z")?, floats(vx, names[4], "weight")?);
     let (voff, vval) = int_lists(vx, names[4], "tracks")?;
 
@@ -292,25 +278,9 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
                 size_y: sy[i] as i32,
             })
             .collect();
-        let mut tracks = Vec::new();
-        for i in rows_of(&r[3], e) {
-            let hits = hval[hoff[i]..hoff[i + 1]]
-                .iter()
-                .map(|&h| u32_of(h, "track hit"))
-                .collect::<Result<_>>()?;
-            tracks.push(RecoTrack {
-                quality: q[i] as u8,
-                pt: pt[i],
-                eta: eta[i],
-                phi: phi[i],
-                tip: tip[i],
-                zip: zip[i],
-                charge: charge[i] as i8,
-                state: state[i * 5..i * 5 + 5].try_into().unwrap(),
-                cov: cov[i * 15..i * 15 + 15].try_into().unwrap(),
-                hits,
-            });
-        }
+        let tracks = rows_of(&r[3], e)
+            .map(|i| tracks.track(i))
+            .collect::<Result<_>>()?;
         let mut vertices = Vec::new();
         for i in rows_of(&r[4], e) {
             let tracks = vval[voff[i]..voff[i + 1]]
@@ -334,6 +304,60 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
         );
     }
     Ok(out)
+}
+
+/// The columns of `tracks.tracks` that the truth matching reads.
+struct TrackColumns {
+    quality: Vec<i64>,
+    pt: Vec<f32>,
+    eta: Vec<f32>,
+    phi: Vec<f32>,
+    tip: Vec<f32>,
+    zip: Vec<f32>,
+    charge: Vec<i64>,
+    state: Vec<f32>,
+    cov: Vec<f32>,
+    hit_offsets: Vec<usize>,
+    hits: Vec<i64>,
+}
+
+impl TrackColumns {
+    fn read(tr: &RecordBatch, t: &str) -> Result<Self> {
+        let (hit_offsets, hits) = int_lists(tr, t, "hits")?;
+        Ok(TrackColumns {
+            quality: ints(tr, t, "quality")?,
+            pt: floats(tr, t, "pt")?,
+            eta: floats(tr, t, "eta")?,
+            phi: floats(tr, t, "phi")?,
+            tip: floats(tr, t, "tip")?,
+            zip: floats(tr, t, "zip")?,
+            charge: ints(tr, t, "charge")?,
+            state: fixed_floats(tr, t, "state", 5)?,
+            cov: fixed_floats(tr, t, "covariance", 15)?,
+            hit_offsets,
+            hits,
+        })
+    }
+
+    /// Track `i` (a row of the file).
+    fn track(&self, i: usize) -> Result<RecoTrack> {
+        let hits = self.hits[self.hit_offsets[i]..self.hit_offsets[i + 1]]
+            .iter()
+            .map(|&h| u32_of(h, "track hit"))
+            .collect::<Result<_>>()?;
+        Ok(RecoTrack {
+            quality: self.quality[i] as u8,
+            pt: self.pt[i],
+            eta: self.eta[i],
+            phi: self.phi[i],
+            tip: self.tip[i],
+            zip: self.zip[i],
+            charge: self.charge[i] as i8,
+            state: self.state[i * 5..i * 5 + 5].try_into().unwrap(),
+            cov: self.cov[i * 15..i * 15 + 15].try_into().unwrap(),
+            hits,
+        })
+    }
 }
 
 /// Reads `particles`, `vertices`, `simhits` and `pixel_truth` of a dataset directory.

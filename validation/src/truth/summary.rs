@@ -310,24 +310,50 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
         },
         capacities_reached: Vec::new(),
     };
-    let Some(out) = output else { return Ok(s) };
+    if let Some(out) = output {
+        let tables = Tables {
+            sel: &sel,
+            res: &res,
+            verts: &verts,
+            resid: &resid,
+        };
+        write_tables(out, results, &tables, cfg, &s)?;
+    }
+    Ok(s)
+}
+
+/// The per-particle, per-track, per-vertex and per-hit results the tables are made of.
+struct Tables<'a> {
+    sel: &'a [Selected<'a>],
+    res: &'a [TrackResolution],
+    verts: &'a [VertexResult],
+    resid: &'a [HitResidual],
+}
+
+/// Writes the result tables and `summary.json` into `out`.
+fn write_tables(
+    out: &Path,
+    results: &[EventResult],
+    t: &Tables,
+    cfg: &Config,
+    s: &Summary,
+) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|source| ValidationError::Io {
         path: out.into(),
         source,
     })?;
-    write_efficiency(out, &sel, cfg)?;
-    write_resolution(out, &res, cfg)?;
-    write_vertex_efficiency(out, &verts)?;
+    write_efficiency(out, t.sel, cfg)?;
+    write_resolution(out, t.res, cfg)?;
+    write_vertex_efficiency(out, t.verts)?;
     let lt: Vec<LooseTrack> = results
         .iter()
         .flat_map(|r| r.loose_tracks.iter().copied())
         .collect();
     write_track_composition(out, &lt)?;
-    write_vertex_neighbours(out, &verts)?;
-    write_hit_residuals(out, &resid)?;
+    write_vertex_neighbours(out, t.verts)?;
+    write_hit_residuals(out, t.resid)?;
     let p = out.join("summary.json");
-    std::fs::write(&p, s.to_json()).map_err(|source| ValidationError::Io { path: p, source })?;
-    Ok(s)
+    std::fs::write(&p, s.to_json()).map_err(|source| ValidationError::Io { path: p, source })
 }
 
 /// Efficiency vs pT, η, φ, pile-up (`efficiency.parquet`).

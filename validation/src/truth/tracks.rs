@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    best_share, layer_of, Config, EventResult, LooseTrack, RecoEvent, SelectedParticle, TrackKind,
-    TrackResolution, TruthEvent, TruthParticle, LOOSE,
+    best_share, layer_of, Config, EventResult, LooseTrack, RecoEvent, RecoTrack, SelectedParticle,
+    TrackKind, TrackResolution, TruthEvent, TruthParticle, LOOSE,
 };
 
 fn wrap(d: f64) -> f64 {
@@ -23,18 +23,7 @@ pub(super) fn analyze(
     by_id: &HashMap<u32, &TruthParticle>,
     r: &mut EventResult,
 ) {
-    // Layers with sim hits per particle, and whether one layer has two.
-    let mut layers: HashMap<u32, u16> = HashMap::new();
-    let mut double: HashSet<u32> = HashSet::new();
-    for s in &truth.simhits {
-        if let Some(l) = layer_of(s.module) {
-            let m = layers.entry(s.particle).or_default();
-            if *m & (1 << l) != 0 {
-                double.insert(s.particle);
-            }
-            *m |= 1 << l;
-        }
-    }
+    let (layers, double) = sim_hit_layers(truth);
     let mut seen = HashSet::new();
     let mut direction: HashMap<u32, (bool, bool)> = HashMap::new();
     let any_quality: HashSet<u32> = matched.iter().flatten().copied().collect();
@@ -77,28 +66,12 @@ pub(super) fn analyze(
         if p.process != 0 {
             continue;
         }
-        let (phi, tip, zip) = truth_track_params(p, cfg.beam_spot);
-        let cot = (p.eta as f64).sinh();
-        let res = [
-            (t.pt as f64 - p.pt as f64) / p.pt as f64,
-            wrap(t.state[0] as f64 - phi),
-            t.state[3] as f64 - cot,
-            t.tip as f64 - tip,
-            t.zip as f64 - zip,
-        ];
-        let sig = |i: usize| (t.cov[i] as f64).sqrt();
-        let pulls = [
-            (t.state[2].abs() as f64 - 1.0 / p.pt as f64) / sig(9),
-            res[1] / sig(0),
-            res[2] / sig(12),
-            res[3] / sig(5),
-            res[4] / sig(14),
-        ];
+        let (res, pulls) = residuals_and_pulls(t, p, cfg.beam_spot);
         // A track fitted in the reversed direction (the returning leg of a low-pT looper,
         // its hits ordered against the particle's flight) has φ off by π and cotθ, zip of the
         // other leg: comparing it with the truth at production measures nothing about the fit.
-        // Counted, never in the resolutions and pulls (with them the cotθ pull RMS was 27 on
-        // the default dataset, every pull above 20 from such a track).
+        // Counted, never in the resolutions and pulls (a few such tracks would dominate the
+        // cotθ pull RMS).
         let rev = res[1].abs() > std::f64::consts::FRAC_PI_2;
         let e = direction.entry(p.id).or_insert((false, false));
         if rev {
@@ -135,6 +108,50 @@ pub(super) fn analyze(
             });
         }
     }
+}
+
+/// Per particle, the layers it has sim hits on (a bit per layer), and the particles with two
+/// sim hits on one layer.
+fn sim_hit_layers(truth: &TruthEvent) -> (HashMap<u32, u16>, HashSet<u32>) {
+    let mut layers: HashMap<u32, u16> = HashMap::new();
+    let mut double: HashSet<u32> = HashSet::new();
+    for s in &truth.simhits {
+        if let Some(l) = layer_of(s.module) {
+            let m = layers.entry(s.particle).or_default();
+            if *m & (1 << l) != 0 {
+                double.insert(s.particle);
+            }
+            *m |= 1 << l;
+        }
+    }
+    (layers, double)
+}
+
+/// The residuals (relative pT, φ, cotθ, tip, zip) of track `t` against particle `p`, and
+/// their pulls (the first on 1/pT).
+fn residuals_and_pulls(
+    t: &RecoTrack,
+    p: &TruthParticle,
+    beam_spot: [f32; 3],
+) -> ([f64; 5], [f64; 5]) {
+    let (phi, tip, zip) = truth_track_params(p, beam_spot);
+    let cot = (p.eta as f64).sinh();
+    let res = [
+        (t.pt as f64 - p.pt as f64) / p.pt as f64,
+        wrap(t.state[0] as f64 - phi),
+        t.state[3] as f64 - cot,
+        t.tip as f64 - tip,
+        t.zip as f64 - zip,
+    ];
+    let sig = |i: usize| (t.cov[i] as f64).sqrt();
+    let pulls = [
+        (t.state[2].abs() as f64 - 1.0 / p.pt as f64) / sig(9),
+        res[1] / sig(0),
+        res[2] / sig(12),
+        res[3] / sig(5),
+        res[4] / sig(14),
+    ];
+    (res, pulls)
 }
 
 /// Truth (φ, tip, zip) at the transverse point of closest approach to the beam line through

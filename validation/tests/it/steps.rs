@@ -460,8 +460,7 @@ fn reference_count_files_need_every_count() {
     let out = tempfile::tempdir().unwrap();
     let plan1 = "[[step]]\nlabel = \"chain\"\ntype = \"test_chain\"\n[[step]]\nlabel = \"n\"\ntype = \"event_counts\"\nreference_files = true\n";
     let err = run(plan1, out.path(), 2, 3)
-        .err()
-        .expect("the job must fail")
+        .expect_err("the job must fail")
         .to_string();
     assert!(err.contains("no track count"), "{err}");
     assert!(!out.path().join("digicluster.bin").exists());
@@ -507,7 +506,7 @@ fn raw_digis_on_a_device_are_counted_without_a_download() {
     )
     .unwrap();
     let mut batch = EventBatch::new(0, 3);
-    batch.set_allowed(&[key.clone()]);
+    batch.set_allowed(std::slice::from_ref(&key));
     batch.put(p).unwrap();
     let keys = ChainKeys::from_keys([(Input::Digis, key)]);
     let products = keys.get(&batch).unwrap();
