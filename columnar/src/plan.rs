@@ -270,7 +270,7 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
         }
         let (signature, param_specs) = match registry.dynamic(&s.type_name) {
             Some(f) => f(s).map_err(|e| match e {
-                Error::Plan { .. } => e,
+                e if e.is_plan_error() => e,
                 other => Error::plan(&s.label, other.to_string()),
             })?,
             None => (t.signature.clone(), t.params.clone()),
@@ -542,7 +542,7 @@ impl ResolvedPlan {
                     job: job.clone(),
                 };
                 (t.build)(&cfg).map_err(|e| match e {
-                    Error::Plan { .. } => e,
+                    e if e.is_plan_error() => e,
                     other => Error::plan(&st.label, other.to_string()),
                 })
             })

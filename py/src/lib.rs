@@ -34,9 +34,8 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// plan and run-option problems are `PlanError` (a `ValueError`), the rest `StepError`.
 fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     let (name, fallback): (&str, fn(String) -> PyErr) = match &e {
-        Error::Plan { .. } | Error::Usage(_) => {
-            ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m))
-        }
+        e if e.is_plan_error() => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
+        Error::Usage(_) => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
         Error::Io { .. } => ("QuiverIOError", |m| pyo3::exceptions::PyOSError::new_err(m)),
         _ => ("StepError", |m| {
             pyo3::exceptions::PyRuntimeError::new_err(m)
@@ -57,13 +56,7 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
 pub(crate) fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => Err(to_pyerr(
-            py,
-            Error::data(format!(
-                "internal error (panic): {}",
-                panic_message(p.as_ref())
-            )),
-        )),
+        Err(p) => Err(to_pyerr(py, Error::Panic(panic_message(p.as_ref())))),
     }
 }
 
@@ -280,12 +273,7 @@ impl PyPlan {
                                     |steps| collect::run_collect(resolved, steps, opts, keys),
                                 )
                             }))
-                            .unwrap_or_else(|p| {
-                                Err(Error::data(format!(
-                                    "internal error (panic): {}",
-                                    panic_message(p.as_ref())
-                                )))
-                            })
+                            .unwrap_or_else(|p| Err(Error::Panic(panic_message(p.as_ref()))))
                         });
                         let _ = tx.send(r);
                     })

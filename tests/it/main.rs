@@ -9,3 +9,4 @@ mod generate_atomic;
 mod interrupt;
 mod params;
 mod pixel;
+mod registry;
