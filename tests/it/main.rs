@@ -10,3 +10,4 @@ mod interrupt;
 mod params;
 mod pixel;
 mod registry;
+mod tmpfs;
