@@ -98,6 +98,16 @@ pub enum Error {
     /// The input dataset `path` cannot be used: it does not exist, is not a dataset, ...
     #[error("input dataset: {} {why}", path.display())]
     InputDataset { path: PathBuf, why: String },
+    /// A finished run (dataset) could not take the place of output directory `dir`; it is
+    /// complete in `kept`.
+    #[error("cannot move the new {what} into {}: {source}; it is kept in {}", dir.display(), kept.display())]
+    NotMoved {
+        what: &'static str,
+        dir: PathBuf,
+        kept: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A run's manifest cannot be read: the run directory cannot be trusted.
     #[error("{}: {why}; the run manifest is damaged, so the directory cannot be trusted: run the plan again into it", path.display())]
     DamagedManifest { path: PathBuf, why: String },

@@ -16,14 +16,13 @@ use crate::pool::{self, PoolStats};
 use crate::product::ProductKey;
 use crate::step::{EventBatch, Step};
 
-/// Default events per batch: one. Measured (docs/performance.md, "Batch size"): on the CPU
-/// the smallest batch is as fast or faster (better balance between workers, data in cache)
-/// and holds a quarter of the memory of 16 (`chain.toml`, ⟨PU⟩ 70, one thread: 64 against
-/// 291 MiB). GPU plans want larger batches: set `[run] batch_size` or `--batch-size`.
+/// Default events per batch: one. On the CPU the smallest batch is as fast or faster (better
+/// balance between workers, data in cache) and holds the least memory (docs/performance.md,
+/// "Batch size"). GPU plans want larger batches: set `[run] batch_size` or `--batch-size`.
 pub const DEFAULT_BATCH_SIZE: usize = 1;
 
 /// The most worker threads a job may ask for: each holds a batch in memory and a stack, so
-/// thousands only thrash (2 000 threads took 20 s for 8 events).
+/// thousands only thrash.
 pub const MAX_THREADS: usize = 1024;
 
 impl RunOptions {
@@ -316,8 +315,7 @@ impl Summary {
 /// How many batches past the lowest unfinished one a worker may start, for `threads`
 /// workers: every worker keeps busy through ordinary variations of batch cost, and one
 /// stalled batch holds at most this many others in the ordered writers (their pending
-/// maps) instead of every later batch of the job (3.1 GB against 165 MB, measured at
-/// `--threads 4` before the bound).
+/// maps) instead of every later batch of the job (docs/reliability.md).
 pub fn batches_ahead(threads: usize) -> u64 {
     4 * threads.max(1) as u64
 }

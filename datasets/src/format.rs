@@ -483,8 +483,8 @@ pub use quiver_formats::raw::RawEvent;
 impl Dataset {
     /// Opens a dataset directory, verifying every file against the manifest's SHA-256. A
     /// process hashes the files once: a later open of the same directory whose manifest and
-    /// files (size, modification time) are unchanged skips it (0.3 s for 100 events at
-    /// ⟨PU⟩ 50; the partitions a Dask worker runs open the same dataset again and again).
+    /// files (size, modification time) are unchanged skips it (the partitions a Dask worker
+    /// runs open the same dataset again and again).
     pub fn open(dir: &Path) -> Result<Dataset, DatasetError> {
         Self::open_with(dir, true)
     }

@@ -18,8 +18,13 @@ fn a_failed_exchange_keeps_the_finished_run_where_the_message_says() {
     std::fs::write(run.staging_dir().join("a.parquet"), b"new").unwrap();
     let staging = run.staging_dir().to_path_buf();
     FAIL_EXCHANGE.with(|f| f.set(true));
-    let e = run.commit(&info(2)).unwrap_err().to_string();
+    let e = run.commit(&info(2)).unwrap_err();
     FAIL_EXCHANGE.with(|f| f.set(false));
+    assert!(
+        matches!(&e, Error::NotMoved { what: "run", kept, .. } if kept == &staging),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains(&format!("kept in {}", staging.display())), "{e}");
     // The only copy of the finished run is where the message says, manifest and all.
     assert_eq!(std::fs::read(staging.join("a.parquet")).unwrap(), b"new");
