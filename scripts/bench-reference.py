@@ -18,14 +18,22 @@ The script
 2. checks the two chains agree: the reference's own `--validation` (its CountValidator
    against our modules, digis, clusters, tracks and vertices per event) and its
    `--histogram` file against the text histograms of `quiver run` (byte for byte);
-3. times, alternating, the reference (`--numberOfThreads T --numberOfStreams T`, its
-   event-loop timer), the reference with the glibc allocator settings the `quiver` command
-   uses, and `quiver bench plans/examples/chain.toml --threads T --repeat 2` (the second
-   of two runs), `--repeat` times each per thread count, and prints events/s (median, min,
-   max) and the ratios of the medians;
-4. in the same rounds, each program as a user runs it: the whole process's wall time and
-   peak resident set (`wait4`'s rusage), the reference's plain run above against
-   `quiver run plans/examples/chain.toml --threads T` (no outputs, no progress bar).
+3. times, in `--repeat` rounds, each round running every thread count (their order turned
+   round by round) and, per thread count, every program (their order turned too):
+   - the event loop by each program's own report: the reference
+     (`--numberOfThreads T --numberOfStreams T`, its event-loop timer), the reference with
+     the glibc allocator settings the `quiver` command uses, and `quiver bench
+     plans/examples/chain.toml --threads T --repeat 2` (the second of two runs);
+   - each program as a user runs it: the whole process's events over its wall time and
+     its peak resident set (`wait4`'s rusage), the reference's plain run above against
+     `quiver run plans/examples/chain.toml --threads T` (no outputs, no progress bar);
+   and prints every round's rates and Quiver / reference ratios, then per thread count the
+   median [min-max] of each program and of the ratio;
+4. refuses to time on a busy machine: before each round it samples /proc for a second and
+   stops (exit status 3) when processes other than its own use more than 10 % of a core
+   (`--noise-limit`), naming the busiest. `--allow-noisy` times anyway, and the CSV says
+   so, with the CPU model, kernel, transparent huge pages setting, load average and the
+   other processes' CPU of every round.
 
 Only the standard library is needed. `--quiver` defaults to the release binary of
 `$CARGO_TARGET_DIR` (or `target/`).
@@ -107,6 +115,94 @@ def quiver_rate(quiver: Path, dataset: Path, threads: int, events: int) -> float
     return float(rows[-1][4])
 
 
+def machine() -> dict:
+    """What the rates depend on besides the programs: CPU, kernel, huge pages, load."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
+        thp = re.search(r"\[(\w+)\]", thp).group(1) if "[" in thp else thp  # the one in force
+    except OSError:
+        thp = "unknown"
+    return {"cpu_model": cpu, "cores": os.cpu_count(), "kernel": os.uname().release, "thp": thp}
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def cpu_ticks() -> dict[int, tuple[int, str, int]]:
+    """Every process: (its CPU ticks, its name, its parent), from /proc/PID/stat."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # The name is in parentheses and may hold spaces; the fields after it are plain.
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        rest = stat[stat.rindex(")") + 2:].split()
+        out[int(d)] = (int(rest[11]) + int(rest[12]), name, int(rest[1]))  # utime, stime; ppid
+    return out
+
+
+def busy_ticks() -> int:
+    """All CPUs' non-idle ticks since boot, from /proc/stat (processes that come and go
+    between two samples of /proc/PID count here too)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(f) - f[3] - f[4]  # less idle and iowait
+
+
+def own_tree(procs: dict) -> set[int]:
+    mine, grew = {os.getpid()}, True
+    while grew:
+        more = {p for p, (_, _, ppid) in procs.items() if ppid in mine} - mine
+        grew = bool(more)
+        mine |= more
+    return mine
+
+
+def other_load(seconds: float = 1.0) -> tuple[float, list[tuple[str, float]]]:
+    """The CPU that processes outside this script's tree used over `seconds`, in % of one
+    core, and the busiest of them."""
+    hz = os.sysconf("SC_CLK_TCK")
+    before, busy0, t0 = cpu_ticks(), busy_ticks(), time.perf_counter()
+    time.sleep(seconds)
+    after, busy1, t1 = cpu_ticks(), busy_ticks(), time.perf_counter()
+    mine = own_tree(after) | own_tree(before)
+    wall = t1 - t0
+    own = sum(after[p][0] - before.get(p, (0,))[0] for p in mine if p in after)
+    others = [(f"{after[p][1]} (pid {p})", 100.0 * (after[p][0] - before.get(p, (0,))[0]) / hz / wall)
+              for p in after if p not in mine]
+    others = sorted((o for o in others if o[1] > 0.5), key=lambda o: -o[1])
+    total = max(0.0, 100.0 * (busy1 - busy0 - own) / hz / wall)
+    return total, others[:5]
+
+
+def check_quiet(limit: float, allow_noisy: bool) -> float:
+    """Samples the machine before a round; exits (status 3) when it is busy, unless allowed."""
+    pct, top = other_load()
+    if pct > limit and not allow_noisy:
+        names = ", ".join(f"{n} {c:.0f} %" for n, c in top) or "short-lived processes"
+        print(f"bench-reference: the machine is busy: other processes used {pct:.0f} % of a core "
+                 f"over the last second (limit {limit:g} %; {names}), so the timings would measure "
+                 f"them too. Wait for a quiet machine, or pass --allow-noisy to time anyway "
+                 f"(the CSV then records it).", file=sys.stderr)
+        sys.exit(3)
+    return pct
+
+
 def reference_cuda(a: argparse.Namespace) -> int:
     """The cuda program is timed on a GPU machine, from the pack: pack it here (needs no GPU),
     then run the device script, which stops with an error where no GPU is present."""
@@ -131,6 +227,10 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--csv", type=Path)
+    ap.add_argument("--allow-noisy", action="store_true",
+                    help="time even when other processes use the CPU (recorded in the CSV)")
+    ap.add_argument("--noise-limit", type=float, default=10.0, metavar="PCT",
+                    help="the most CPU, in %% of one core, other processes may use before a round (default 10)")
     ap.add_argument("--skip-checks", action="store_true", help="time only")
     ap.add_argument("--checks-only", action="store_true",
                     help="the two checks, no timing; exits non-zero when either fails (scripts/refcheck.sh)")
@@ -178,54 +278,105 @@ def main() -> None:
             if a.checks_only:
                 sys.exit(0 if validated and same else 1)
 
-        plain = dict(os.environ)
-        plain.pop("GLIBC_TUNABLES", None)
-        tuned = dict(plain, GLIBC_TUNABLES=TUNED)
-        rows = []
-        for t in [int(x) for x in a.threads.split(",")]:
-            rates: dict[str, list[float]] = {"reference": [], "reference, tuned malloc": [], "quiver": []}
-            # The whole process as a user runs it: the reference's plain run, and `quiver run`.
-            walls: dict[str, list[float]] = {"reference": [], "quiver": []}
-            rss: dict[str, list[float]] = {"reference": [], "quiver": []}
-            for i in range(a.repeat):
-                rate, wall, peak = reference_rate(serial, data, t, a.events, plain)
-                rates["reference"].append(rate)
-                walls["reference"].append(wall)
-                rss["reference"].append(peak)
-                rates["reference, tuned malloc"].append(reference_rate(serial, data, t, a.events, tuned)[0])
-                rates["quiver"].append(quiver_rate(quiver, a.input, t, a.events))
-                wall, peak = quiver_process(quiver, a.input, t, a.events, work / "run")
-                walls["quiver"].append(wall)
-                rss["quiver"].append(peak)
-                print(f"threads {t} run {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items())
-                      + "; process " + ", ".join(f"{k} {walls[k][-1]:.2f} s {rss[k][-1]:.0f} MB" for k in walls),
-                      flush=True)
-            q = statistics.median(rates["quiver"])
-            qw = statistics.median(walls["quiver"])
-            for k, v in rates.items():
-                med = statistics.median(v)
-                rows.append({"threads": t, "program": k, "median_events_per_s": round(med, 2), "min": round(min(v), 2),
-                             "max": round(max(v), 2), "wall_ms_per_event": round(1000 / med, 2) if med else None,
-                             "quiver_over_this": round(q / med, 2), "runs": " ".join(f"{x:.2f}" for x in v),
-                             "process_wall_s": round(statistics.median(walls[k]), 3) if k in walls else None,
-                             "process_quiver_over_this": round(statistics.median(walls[k]) / qw, 2) if k in walls else None,
-                             "peak_rss_mb": round(statistics.median(rss[k]), 1) if k in rss else None,
-                             "peak_rss_mb_max": round(max(rss[k]), 1) if k in rss else None})
+        rows, noise, load = time_rounds(a, serial, quiver, data, work)
+    report(a, rows, noise, load)
 
-    print(f"\n{'threads':>7}  {'program':<24} {'events/s median [min-max]':>27}  {'quiver / this':>13}")
+
+def time_rounds(a: argparse.Namespace, serial: Path, quiver: Path, data: Path, work: Path):
+    """The timed rounds: (summary rows, others' CPU before each round, load averages)."""
+    plain = dict(os.environ)
+    plain.pop("GLIBC_TUNABLES", None)
+    tuned = dict(plain, GLIBC_TUNABLES=TUNED)
+    threads = [int(x) for x in a.threads.split(",")]
+    progs = ["reference", "reference, tuned malloc", "quiver"]
+    # m[(t, what, prog)]: one value per round; what is loop (events/s by the program's own
+    # timer), process (events/s over the whole process's wall time) or rss (MB).
+    m: dict[tuple, list[float]] = {}
+    noise: list[float] = []
+    load = []
+
+    def one(t: int, prog: str) -> None:
+        if prog == "quiver":
+            m.setdefault((t, "loop", prog), []).append(quiver_rate(quiver, a.input, t, a.events))
+            wall, peak = quiver_process(quiver, a.input, t, a.events, work / "run")
+        else:
+            rate, wall, peak = reference_rate(serial, data, t, a.events, tuned if "tuned" in prog else plain)
+            m.setdefault((t, "loop", prog), []).append(rate)
+        m.setdefault((t, "process", prog), []).append(a.events / wall)
+        m.setdefault((t, "rss", prog), []).append(peak)
+
+    for r in range(a.repeat):
+        noise.append(check_quiet(a.noise_limit, a.allow_noisy))
+        load.append(loadavg())
+        # Thread counts and programs in a turned order each round, so that a drift of the
+        # machine does not favour whichever runs first.
+        for t in threads[r % len(threads):] + threads[:r % len(threads)]:
+            for prog in progs[r % len(progs):] + progs[:r % len(progs)]:
+                one(t, prog)
+            lp, pp = m[(t, "loop", "quiver")][-1], m[(t, "process", "quiver")][-1]
+            rl, rp = m[(t, "loop", "reference")][-1], m[(t, "process", "reference")][-1]
+            print(f"round {r + 1} threads {t}: event loop: reference {rl:.2f}, tuned "
+                  f"{m[(t, 'loop', 'reference, tuned malloc')][-1]:.2f}, quiver {lp:.2f} events/s "
+                  f"(quiver / reference {lp / rl:.2f}); whole process: reference {rp:.2f}, quiver "
+                  f"{pp:.2f} events/s ({pp / rp:.2f}), peak RSS {m[(t, 'rss', 'reference')][-1]:.0f} / "
+                  f"{m[(t, 'rss', 'quiver')][-1]:.0f} MB; others' CPU before the round {noise[-1]:.0f} %",
+                  flush=True)
+    return summarize(m, threads, progs), noise, load
+
+
+def report(a: argparse.Namespace, rows: list[dict], noise: list[float], load: list[str]) -> None:
+    """Prints the summary tables and writes the CSV, with the machine's state."""
+    env = dict(machine(), events=a.events, rounds=a.repeat, allow_noisy=a.allow_noisy,
+               others_cpu_pct=" ".join(f"{x:.0f}" for x in noise), loadavg=" | ".join(load))
+    print(f"\n{env['cpu_model']}, {env['cores']} cores, kernel {env['kernel']}, THP {env['thp']}; "
+          f"others' CPU before each round (% of a core): {env['others_cpu_pct']}"
+          + ("  [--allow-noisy: the machine was shared]" if a.allow_noisy else ""))
+    print(f"\n{'threads':>7}  {'program':<24} {'event loop, events/s':>28} {'whole process, events/s':>28}"
+          f" {'peak RSS MB':>12}")
     for r in rows:
-        print(f"{r['threads']:>7}  {r['program']:<24} {r['median_events_per_s']:>10.2f} [{r['min']:.2f}-{r['max']:.2f}]"
-              f"  {r['quiver_over_this']:>13.2f}")
-    print(f"\n{'threads':>7}  {'program (whole process)':<24} {'wall s':>8} {'this / quiver':>13} {'peak RSS MB (max)':>18}")
+        if not r["program"].startswith("quiver / "):
+            print(f"{r['threads']:>7}  {r['program']:<24} {r['loop_median']:>10.2f} [{r['loop_min']:.2f}-"
+                  f"{r['loop_max']:.2f}]    {r['process_median']:>10.2f} [{r['process_min']:.2f}-"
+                  f"{r['process_max']:.2f}] {r['rss_median']:>12.0f}")
+    print(f"\n{'threads':>7}  {'ratio, per round':<34} {'event loop median [min-max]':>28} "
+          f"{'whole process median [min-max]':>31}")
     for r in rows:
-        if r["process_wall_s"] is not None:
-            print(f"{r['threads']:>7}  {r['program']:<24} {r['process_wall_s']:>8.3f} {r['process_quiver_over_this']:>13.2f}"
-                  f" {r['peak_rss_mb']:>10.1f} ({r['peak_rss_mb_max']:.1f})")
+        if r["program"].startswith("quiver / "):
+            print(f"{r['threads']:>7}  {r['program']:<34} {r['loop_median']:>10.2f} [{r['loop_min']:.2f}-"
+                  f"{r['loop_max']:.2f}]    {r['process_median']:>10.2f} [{r['process_min']:.2f}-"
+                  f"{r['process_max']:.2f}]")
     if a.csv:
         with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w = csv.DictWriter(f, fieldnames=list(rows[0]) + list(env))
             w.writeheader()
-            w.writerows(rows)
+            w.writerows(dict(r, **env) for r in rows)
+
+
+def summarize(m: dict, threads: list[int], progs: list[str]) -> list[dict]:
+    """Per thread count: each program's median, min and max, then Quiver over each
+    reference program round by round (the ratio of one round's two runs, not of medians)."""
+    rows = []
+
+    def stats(row: dict, what: str, v: list[float]) -> None:
+        row[f"{what}_median"] = round(statistics.median(v), 3)
+        row[f"{what}_min"] = round(min(v), 3)
+        row[f"{what}_max"] = round(max(v), 3)
+        row[f"{what}_runs"] = " ".join(f"{x:.3f}" for x in v)
+
+    for t in threads:
+        for prog in progs:
+            row = {"threads": t, "program": prog}
+            for what in ("loop", "process", "rss"):
+                stats(row, what, m[(t, what, prog)])
+            rows.append(row)
+        for ref in progs[:-1]:
+            row = {"threads": t, "program": f"quiver / {ref}"}
+            for what in ("loop", "process"):
+                stats(row, what, [q / r for q, r in zip(m[(t, what, "quiver")], m[(t, what, ref)])])
+            for k in ("median", "min", "max", "runs"):
+                row[f"rss_{k}"] = None
+            rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

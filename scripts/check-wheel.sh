@@ -14,6 +14,17 @@ trap 'rm -rf "$tmp"' EXIT
 "$(dirname "$py")/maturin" build --quiet --release -m py/Cargo.toml --out "$tmp/dist" >/dev/null
 wheel=("$tmp"/dist/quiver-*.whl)
 [ -f "${wheel[0]}" ] || { echo "check-wheel: maturin made no wheel" >&2; exit 1; }
+# The docs' one supported range is py/pyproject.toml's requires-python; say which Python of
+# it this check ran (CI runs its floor, 3.11) and refuse one outside it.
+pyver="$("$py" - <<'PY'
+import re, sys, tomllib
+floor = tomllib.load(open("py/pyproject.toml", "rb"))["project"]["requires-python"]
+want = tuple(int(x) for x in re.fullmatch(r">=(\d+)\.(\d+)", floor).groups())
+if sys.version_info[:2] < want:
+    sys.exit(f"check-wheel: requires-python is {floor}, but this is Python {sys.version.split()[0]}")
+print(sys.version.split()[0])
+PY
+)"
 "$py" -m venv "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "${wheel[0]}"
 # No cargo or rustc on PATH, no cargo home, another working directory: only what the wheel
@@ -47,4 +58,4 @@ PY
     if quiver query out "SELECT 1" > q.txt 2>&1; then echo "check-wheel: query ran without datafusion" >&2; exit 1; fi
     grep -q "pip install" q.txt || { cat q.txt >&2; exit 1; }
 ' check-wheel "$tmp"
-echo "check-wheel: $(basename "${wheel[0]}") installs and runs in a clean environment without Rust"
+echo "check-wheel: $(basename "${wheel[0]}") installs and runs in a clean environment without Rust (Python $pyver)"

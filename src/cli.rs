@@ -129,6 +129,9 @@ struct GenerateArgs {
     /// Fraction of FEDs given an injected fault (error words, truncation, bad framing, bit flips)
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     corrupt_fraction: f64,
+    /// Never draw a progress bar
+    #[arg(long)]
+    no_progress: bool,
 }
 
 #[derive(Subcommand)]
@@ -241,11 +244,30 @@ fn prepare(
     Ok((resolved, job))
 }
 
+/// A bench run shorter than this is mostly thread start-up and warm-up: its speed-up says
+/// little (20 events of the local plan on 2 threads showed 0.99×).
+const SHORT_BENCH_RUN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The scratch output directory of `quiver bench`, removed however the bench ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
-    use std::fmt::Write;
-    let tmp = std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id()));
-    let (resolved, job) = prepare(args.plan.as_ref(), args.input, Some(tmp.clone()), registry)?;
+    let tmp = Scratch(std::env::temp_dir().join(format!("quiver-bench-{}", std::process::id())));
+    let (resolved, job) = prepare(
+        args.plan.as_ref(),
+        args.input,
+        Some(tmp.0.clone()),
+        registry,
+    )?;
     let job = std::sync::Arc::new(job);
+    // Ctrl-C and SIGTERM stop the run in progress between batches, as in `quiver run`.
+    let _signals = quiver_columnar::cancel::SignalGuard::install();
     let mut rows: Vec<(usize, executor::Summary)> = Vec::new();
     for &threads in &args.threads {
         for rep in 0..args.repeat.max(1) {
@@ -267,6 +289,12 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
                 {
                     quiver_columnar::Error::Usage(format!("{m}; or --cycle to replay them"))
                 }
+                quiver_columnar::Error::Interrupted(_) => {
+                    quiver_columnar::Error::Interrupted(format!(
+                        "the bench stopped during its run at {threads} threads; \
+                         no results (its scratch output was removed)"
+                    ))
+                }
                 e => e,
             })?;
             if rep > 0 || args.repeat <= 1 {
@@ -274,7 +302,18 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
+    let (out, csv) = bench_tables(&rows);
+    print!("{out}");
+    if let Some(path) = args.csv {
+        std::fs::write(&path, csv).map_err(|e| quiver_columnar::Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
+/// The bench's printed tables and its CSV, from the measured runs.
+fn bench_tables(rows: &[(usize, executor::Summary)]) -> (String, String) {
+    use std::fmt::Write;
     let mut out = String::new();
     let mut csv =
         String::from("threads,batch_size,events,wall_s,events_per_s,step,type,ms_per_event\n");
@@ -284,7 +323,7 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         "threads", "batch", "events", "wall s", "events/s", "speed-up"
     );
     let base = rows.first().map(|(_, s)| s.throughput()).unwrap_or(1.0);
-    for (t, s) in &rows {
+    for (t, s) in rows {
         let _ = writeln!(
             out,
             "{:>7} {:>6} {:>8} {:>10.3} {:>12.2} {:>8.2}",
@@ -314,14 +353,14 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         "\nms/event in each step (wall time of its calls, summed over workers):"
     );
     let _ = write!(out, "{:<20}", "step");
-    for (t, _) in &rows {
+    for (t, _) in rows {
         let _ = write!(out, " {:>9}", format!("{t} thr"));
     }
     out.push('\n');
     if let Some((_, first)) = rows.first() {
         for (i, st) in first.steps.iter().enumerate() {
             let _ = write!(out, "{:<20}", st.label);
-            for (_, s) in &rows {
+            for (_, s) in rows {
                 let _ = write!(
                     out,
                     " {:>9.3}",
@@ -331,11 +370,15 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
             out.push('\n');
         }
     }
-    print!("{out}");
-    if let Some(path) = args.csv {
-        std::fs::write(&path, csv).map_err(|e| quiver_columnar::Error::io(&path, e))?;
+    if rows.iter().any(|(_, s)| s.wall < SHORT_BENCH_RUN) {
+        let _ = writeln!(
+            out,
+            "\nnote: runs under {} s measure start-up more than throughput; for longer runs, more \
+             events (--events N, with --cycle to replay the input)",
+            SHORT_BENCH_RUN.as_secs()
+        );
     }
-    Ok(())
+    (out, csv)
 }
 
 fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
@@ -347,7 +390,11 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         output: g.output.unwrap_or_else(crate::default_dataset_dir),
         corrupt_fraction: g.corrupt_fraction,
     };
-    let s = crate::generate_dataset(&opts)?;
+    let bar = progress_bar(u64::from(g.events), !g.no_progress);
+    let s = crate::generate_dataset_with_progress(&opts, &|done| bar.set_position(done));
+    // Cleared on an error too, so that the error line stands alone.
+    bar.finish_and_clear();
+    let s = s?;
     let out = opts.output.display();
     println!(
         "generated {} events at <PU> {} (seed {}) into {out} in {:.2} s ({:.1} events/s)\n\
@@ -364,6 +411,29 @@ fn generate(g: GenerateArgs) -> quiver_columnar::Result<()> {
         s.clusters_per_event
     );
     Ok(())
+}
+
+/// A bar of `events` on stderr when `wanted` and stderr is a terminal (as `quiver run`
+/// draws one); otherwise a hidden one, so that logs and pipes get no control characters.
+fn progress_bar(events: u64, wanted: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(events);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {rate}  eta {eta}")
+    {
+        bar.set_style(style.with_key(
+            "rate",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.1} events/s", s.per_sec());
+            },
+        ));
+    }
+    // Drawn from the start, and its rate and ETA kept current between chunks.
+    bar.enable_steady_tick(std::time::Duration::from_millis(250));
+    bar
 }
 
 /// Runs the command line `args` (program name first) with the step types of `registry`.

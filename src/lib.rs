@@ -165,18 +165,31 @@ pub fn job_context(
 pub fn generate_dataset(
     opts: &datasets::GenerateOptions,
 ) -> columnar::Result<datasets::generate::GenerateSummary> {
+    generate_dataset_with_progress(opts, &|_| {})
+}
+
+/// [`generate_dataset`], calling `progress(events_written)` as events are written.
+pub fn generate_dataset_with_progress(
+    opts: &datasets::GenerateOptions,
+    progress: &dyn Fn(u64),
+) -> columnar::Result<datasets::generate::GenerateSummary> {
     let staged = columnar::rundir::StagedRun::begin_dataset(&opts.output)?;
     let staged_opts = datasets::GenerateOptions {
         output: staged.staging_dir().to_path_buf(),
         ..opts.clone()
     };
     // On an error `staged` is dropped, which removes the staging directory.
-    let summary = datasets::generate(&staged_opts).map_err(|e| {
-        columnar::Error::data(e.to_string().replace(
-            &staged_opts.output.display().to_string(),
-            &opts.output.display().to_string(),
-        ))
-    })?;
+    let params = datasets::generator::GeneratorParams {
+        pileup: opts.pileup,
+        ..Default::default()
+    };
+    let summary = datasets::generate::generate_with_progress(&staged_opts, params, progress)
+        .map_err(|e| {
+            columnar::Error::data(e.to_string().replace(
+                &staged_opts.output.display().to_string(),
+                &opts.output.display().to_string(),
+            ))
+        })?;
     staged.commit_dataset()?;
     Ok(summary)
 }

@@ -12,7 +12,7 @@ use arrow_array::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::error::{Error, Result};
 use crate::params::ParamSpec;
@@ -23,8 +23,8 @@ use crate::step::{
 
 /// Events a Parquet row group gathers before it is closed (the last one may hold fewer): row
 /// groups follow the events, not the batch size, so that small batches (less memory) do not
-/// make files with a row group per event, which Polars scans ten times slower (a filter on
-/// the tracks of 100 events: 61 ms with 100 row groups, 6 ms with 7).
+/// make files with a row group per event, which Polars scans about ten times slower
+/// (docs/performance.md).
 pub const ROW_GROUP_EVENTS: u64 = 16;
 
 /// At most this many row groups of whole events per Parquet file: a file holds at most
@@ -44,6 +44,9 @@ pub const MAX_EVENT_GROUPS: u64 = 8192;
 pub fn row_group_events(events: u64) -> u64 {
     ROW_GROUP_EVENTS.max(events.div_ceil(MAX_EVENT_GROUPS))
 }
+
+/// Batches a file may hold queued before a worker adding one waits for the file's writer.
+const MAX_QUEUED_BATCHES: usize = 16;
 
 /// File formats of the output steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,19 +100,56 @@ impl Sink {
 }
 
 /// One output file being written: batches arrive in any order and are written in event order.
+///
+/// Two locks, so that no worker waits for another's encoding: `queue` (held only to insert
+/// or take a batch) and `writer` (held while encoding). A worker queues its batch, then
+/// encodes whatever is ready only if no other worker is encoding this file; the encoding
+/// worker takes the batches queued meanwhile before it lets go. (With one lock held for the
+/// whole encoding, workers arriving together queued behind each other file by file.)
 struct OutputFile {
     key: ProductKey,
     path: PathBuf,
     tmp: PathBuf,
     format: Format,
-    sink: Option<Sink>,
+    queue: Mutex<Queue>,
+    writer: Mutex<Writer>,
+}
+
+/// The batches not written yet, by first event.
+struct Queue {
+    /// The first event of the batch the file takes next.
     next_event: u64,
     pending: BTreeMap<u64, (u64, RecordBatch)>,
+}
+
+impl Queue {
+    /// Takes the next batch in event order, when it has arrived.
+    fn take_next(&mut self) -> Option<(u64, RecordBatch)> {
+        let entry = self.pending.first_entry()?;
+        if *entry.key() != self.next_event {
+            return None;
+        }
+        let (n, b) = entry.remove();
+        self.next_event += n;
+        Some((n, b))
+    }
+
+    fn next_is_ready(&self) -> bool {
+        self.pending.first_key_value().map(|(k, _)| *k) == Some(self.next_event)
+    }
+}
+
+struct Writer {
+    sink: Option<Sink>,
     events_written: u64,
     /// Events in the open Parquet row group.
     group_events: u64,
     /// Events a row group gathers ([`row_group_events`] of the job).
     group_target: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl OutputFile {
@@ -121,94 +161,94 @@ impl OutputFile {
             tmp,
             key,
             format,
-            sink: None,
-            next_event: 0,
-            pending: BTreeMap::new(),
-            events_written: 0,
-            group_events: 0,
-            group_target: ROW_GROUP_EVENTS,
+            queue: Mutex::new(Queue {
+                next_event: 0,
+                pending: BTreeMap::new(),
+            }),
+            writer: Mutex::new(Writer {
+                sink: None,
+                events_written: 0,
+                group_events: 0,
+                group_target: ROW_GROUP_EVENTS,
+            }),
         }
     }
 
-    fn open(&mut self, b: &RecordBatch) -> Result<Sink> {
+    fn open(&self, b: &RecordBatch) -> Result<Sink> {
         let f = File::create(&self.tmp).map_err(|e| Error::io(&self.tmp, e))?;
         Ok(match self.format {
-            Format::Parquet { compression } => {
-                // The schema's name and version also as plain Parquet key-value metadata, for
-                // readers that ignore the embedded Arrow schema; sorted by key, as arrow-ipc
-                // sorts the embedded schema's: in the map's hash order, which changes from
-                // process to process, two runs of a job wrote files differing in bytes.
-                let mut kv: Vec<KeyValue> = b
-                    .schema()
-                    .metadata()
-                    .iter()
-                    .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-                    .collect();
-                kv.sort_by(|x, y| x.key.cmp(&y.key));
-                let mut props = WriterProperties::builder()
-                    .set_key_value_metadata(Some(kv))
-                    .set_compression(compression)
-                    .set_max_row_group_row_count(None)
-                    .set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION")))
-                    .set_dictionary_enabled(false);
-                // Small integers (rows, columns, ADC, modules, flags) as DELTA_BINARY_PACKED,
-                // everything else plain; no dictionary: interning every value cost 13 % of the
-                // default job. Measured on the default job (100 events, 2 threads, snappy):
-                // write_parquet 16.5 -> 11.3 ms/event and 180.8 -> 179.0 MB against dictionary
-                // encoding of the small integers; plain everywhere: 10.8 ms/event, 221 MB;
-                // delta for every integer column: 13.1 ms/event, 170 MB.
-                for field in b.schema().fields() {
-                    use arrow_schema::DataType::*;
-                    if matches!(field.data_type(), UInt8 | UInt16 | Int8 | Int16) {
-                        let path = parquet::schema::types::ColumnPath::from(field.name().as_str());
-                        props = props.set_column_encoding(
-                            path,
-                            parquet::basic::Encoding::DELTA_BINARY_PACKED,
-                        );
-                    }
-                }
-                let props = props.build();
-                Sink::Parquet(ArrowWriter::try_new(f, b.schema(), Some(props))?)
-            }
+            Format::Parquet { compression } => Sink::Parquet(ArrowWriter::try_new(
+                f,
+                b.schema(),
+                Some(parquet_properties(&b.schema(), compression)),
+            )?),
             Format::Ipc => Sink::Ipc(arrow_ipc::writer::FileWriter::try_new(f, &b.schema())?),
         })
     }
 
-    fn add(&mut self, first_event: u64, n_events: u64, b: RecordBatch) -> Result<()> {
-        self.pending.insert(first_event, (n_events, b));
-        while let Some(entry) = self.pending.first_entry() {
-            if *entry.key() != self.next_event {
-                break;
+    /// Queues a batch, then writes what is ready unless another worker is writing this file
+    /// (that worker then writes this batch too). With [`MAX_QUEUED_BATCHES`] queued, it waits
+    /// for the writer instead: the workers must not make batches faster than one of them
+    /// encodes them, or the queue, and the memory, would grow with the job.
+    fn add(&self, first_event: u64, n_events: u64, b: RecordBatch) -> Result<()> {
+        let mut wait = {
+            let mut q = lock(&self.queue);
+            q.pending.insert(first_event, (n_events, b));
+            q.pending.len() > MAX_QUEUED_BATCHES
+        };
+        loop {
+            let mut w = if std::mem::take(&mut wait) {
+                lock(&self.writer)
+            } else {
+                match self.writer.try_lock() {
+                    Ok(w) => w,
+                    Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                }
+            };
+            loop {
+                let next = lock(&self.queue).take_next();
+                let Some((n, b)) = next else { break };
+                self.write(&mut w, n, &b)?;
             }
-            let (n, b) = entry.remove();
-            if self.sink.is_none() {
-                self.sink = Some(self.open(&b)?);
+            drop(w);
+            // A batch queued while this worker still held the writer, by a worker that
+            // then found it held, is this worker's to write.
+            if !lock(&self.queue).next_is_ready() {
+                return Ok(());
             }
-            self.group_events += n;
-            let close = self.group_events >= self.group_target;
-            if close {
-                self.group_events = 0;
-            }
-            self.sink
-                .as_mut()
-                .expect("opened")
-                .write(&b, close)
-                .map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
-            self.next_event += n;
-            self.events_written += n;
         }
+    }
+
+    fn write(&self, w: &mut Writer, n: u64, b: &RecordBatch) -> Result<()> {
+        if w.sink.is_none() {
+            w.sink = Some(self.open(b)?);
+        }
+        w.group_events += n;
+        let close = w.group_events >= w.group_target;
+        if close {
+            w.group_events = 0;
+        }
+        w.sink
+            .as_mut()
+            .expect("opened")
+            .write(b, close)
+            .map_err(|e| Error::data(format!("{}: {e}", self.tmp.display())))?;
+        w.events_written += n;
         Ok(())
     }
 
     /// Completes the file. On success it takes its final name; after a failed job, the
     /// events written so far are kept under `<name>.partial`, which no reader mistakes for
     /// a complete output.
-    fn finish(&mut self, success: bool) -> Result<Option<PathBuf>> {
-        let Some(sink) = self.sink.take() else {
+    fn finish(&self, success: bool) -> Result<Option<PathBuf>> {
+        let mut w = lock(&self.writer);
+        let Some(sink) = w.sink.take() else {
             return Ok(None);
         };
         sink.finish()?;
-        let target = if success && self.pending.is_empty() {
+        let complete = success && lock(&self.queue).pending.is_empty();
+        let target = if complete {
             self.path.clone()
         } else {
             let mut p = self.path.clone().into_os_string();
@@ -218,6 +258,45 @@ impl OutputFile {
         std::fs::rename(&self.tmp, &target).map_err(|e| Error::io(&target, e))?;
         Ok(Some(target))
     }
+}
+
+/// The writer properties of a product's Parquet file.
+fn parquet_properties(schema: &arrow_schema::Schema, compression: Compression) -> WriterProperties {
+    // The schema's name and version also as plain Parquet key-value metadata, for readers
+    // that ignore the embedded Arrow schema; sorted by key, as arrow-ipc sorts the embedded
+    // schema's: in the map's hash order, which changes from process to process, two runs of
+    // a job wrote files differing in bytes.
+    let mut kv: Vec<KeyValue> = schema
+        .metadata()
+        .iter()
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .collect();
+    kv.sort_by(|x, y| x.key.cmp(&y.key));
+    let mut props = WriterProperties::builder()
+        .set_key_value_metadata(Some(kv))
+        .set_compression(compression)
+        .set_max_row_group_row_count(None)
+        .set_created_by(format!("quiver {}", env!("CARGO_PKG_VERSION")))
+        .set_dictionary_enabled(false)
+        // Minimum and maximum only for the event column: a row group holds whole events, so
+        // readers skip row groups (and pages) by event; any other column spans about its
+        // whole range in every group, and computing its bounds is a good part of the step's
+        // time (docs/performance.md).
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_column_statistics_enabled(
+            parquet::schema::types::ColumnPath::from(crate::product::EVENT_COLUMN),
+            EnabledStatistics::Page,
+        );
+    // Small integers (rows, columns, ADC, modules, flags) as DELTA_BINARY_PACKED, everything
+    // else plain; no dictionary: interning every value is costly (docs/performance.md).
+    for field in schema.fields() {
+        use arrow_schema::DataType::*;
+        if matches!(field.data_type(), UInt8 | UInt16 | Int8 | Int16) {
+            let path = parquet::schema::types::ColumnPath::from(field.name().as_str());
+            props = props.set_column_encoding(path, parquet::basic::Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    props.build()
 }
 
 /// Makes the output directory and proves it writable before any event, so that a wrong
@@ -252,9 +331,8 @@ fn prepare_output_dir(label: &str, dir: &Path) -> Result<()> {
 
 struct WriteStep {
     inputs: Vec<ProductKey>,
-    files: Vec<Mutex<OutputFile>>,
-    /// Time in `process` (taking the rows, encoding, writing; waiting for a file's lock
-    /// included), summed over workers, ns.
+    files: Vec<OutputFile>,
+    /// Time in `process` (taking the rows, encoding, writing), summed over workers, ns.
     busy_ns: std::sync::atomic::AtomicU64,
 }
 
@@ -271,7 +349,7 @@ impl WriteStep {
         }
         let files = inputs
             .iter()
-            .map(|k| Mutex::new(OutputFile::new(dir, k.clone(), format)))
+            .map(|k| OutputFile::new(dir, k.clone(), format))
             .collect();
         Ok(Box::new(WriteStep {
             inputs,
@@ -284,9 +362,8 @@ impl WriteStep {
 impl Step for WriteStep {
     fn begin_job(&self, first_event: u64, events: u64) -> Result<()> {
         for f in &self.files {
-            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
-            f.next_event = first_event;
-            f.group_target = row_group_events(events);
+            lock(&f.queue).next_event = first_event;
+            lock(&f.writer).group_target = row_group_events(events);
         }
         Ok(())
     }
@@ -296,11 +373,7 @@ impl Step for WriteStep {
         for (key, file) in self.inputs.iter().zip(&self.files) {
             let p = batch.get(key)?;
             let rb = p.with_event_column(batch.first_event())?;
-            file.lock().unwrap_or_else(|e| e.into_inner()).add(
-                batch.first_event(),
-                batch.n_events() as u64,
-                rb,
-            )?;
+            file.add(batch.first_event(), batch.n_events() as u64, rb)?;
         }
         self.busy_ns.fetch_add(
             t0.elapsed().as_nanos() as u64,
@@ -313,14 +386,17 @@ impl Step for WriteStep {
         let mut lines = Vec::new();
         let (mut bytes, mut n_files) = (0u64, 0usize);
         for f in &self.files {
-            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = f.finish(success)? {
                 let name = path
                     .file_name()
                     .unwrap_or(path.as_os_str())
                     .to_string_lossy()
                     .into_owned();
-                lines.push(format!("{} -> {name} ({} events)", f.key, f.events_written));
+                lines.push(format!(
+                    "{} -> {name} ({} events)",
+                    f.key,
+                    lock(&f.writer).events_written
+                ));
                 bytes += std::fs::metadata(&path)
                     .map_err(|e| Error::io(&path, e))?
                     .len();
@@ -429,6 +505,158 @@ mod tests {
         .unwrap()
     }
 
+    fn snappy_file(dir: &Path) -> OutputFile {
+        OutputFile::new(
+            dir,
+            ProductKey::new("p", "x"),
+            Format::Parquet {
+                compression: Compression::SNAPPY,
+            },
+        )
+    }
+
+    /// A worker that finds the file being encoded by another queues its batch and goes on:
+    /// when `process` held the file's lock for the whole encoding, the workers queued
+    /// behind each other file by file.
+    #[test]
+    fn a_worker_does_not_wait_for_another_encoding_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::sync::Arc::new(snappy_file(dir.path()));
+        let encoding = f.writer.lock().unwrap(); // another worker, in the middle of a write
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = f.clone();
+        std::thread::spawn(move || tx.send(f2.add(0, 1, batch(1)).is_ok()).unwrap());
+        let returned = rx.recv_timeout(std::time::Duration::from_secs(20));
+        drop(encoding);
+        assert_eq!(
+            returned,
+            Ok(true),
+            "add() waited for the worker holding the file's writer"
+        );
+        // The next batch's worker finds the writer free and writes both, in event order.
+        f.add(1, 1, batch(1)).unwrap();
+        assert_eq!(lock(&f.writer).events_written, 2);
+        let path = f.finish(true).unwrap().unwrap();
+        assert_eq!(path.file_name().unwrap(), "p.x.parquet");
+    }
+
+    /// Past [`MAX_QUEUED_BATCHES`] queued, a worker waits for the writer (and then writes
+    /// what is ready) instead of queueing more: memory stays bounded when the workers make
+    /// batches faster than one of them encodes.
+    #[test]
+    fn a_long_queue_makes_the_adding_worker_wait_and_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::sync::Arc::new(snappy_file(dir.path()));
+        let encoding = f.writer.lock().unwrap();
+        for i in 0..MAX_QUEUED_BATCHES as u64 {
+            f.add(i, 1, batch(1)).unwrap(); // queued, returns at once
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f2 = f.clone();
+        let last = MAX_QUEUED_BATCHES as u64;
+        std::thread::spawn(move || tx.send(f2.add(last, 1, batch(1)).is_ok()).unwrap());
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "add() queued a batch past the limit instead of waiting"
+        );
+        drop(encoding);
+        assert_eq!(
+            rx.recv_timeout(std::time::Duration::from_secs(20)),
+            Ok(true)
+        );
+        assert_eq!(lock(&f.writer).events_written, last + 1);
+        assert!(lock(&f.queue).pending.is_empty());
+    }
+
+    /// Batches added by many threads in any order make the same bytes as one thread adding
+    /// them in order, and none is left behind (a batch queued while another thread held the
+    /// writer is written by that thread before it lets go).
+    #[test]
+    fn concurrent_adds_in_any_order_write_every_batch_and_the_same_bytes() {
+        use arrow_array::{ArrayRef, UInt32Array};
+        let numbered = |i: u32| {
+            let schema = batch(1).schema();
+            let values: Vec<u32> = (0..4).map(|k| i * 1000 + k).collect();
+            RecordBatch::try_new(
+                schema,
+                vec![std::sync::Arc::new(UInt32Array::from(values)) as ArrayRef],
+            )
+            .unwrap()
+        };
+        let n = 2000u32;
+        let dir = tempfile::tempdir().unwrap();
+        let sequential = dir.path().join("sequential");
+        std::fs::create_dir(&sequential).unwrap();
+        let f = snappy_file(&sequential);
+        for i in 0..n {
+            f.add(u64::from(i), 1, numbered(i)).unwrap();
+        }
+        let expected = std::fs::read(f.finish(true).unwrap().unwrap()).unwrap();
+        for round in 0..10 {
+            let sub = dir.path().join(format!("threads{round}"));
+            std::fs::create_dir(&sub).unwrap();
+            let f = snappy_file(&sub);
+            let threads = 6;
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let f = &f;
+                    // Thread t adds every fourth batch, the later ones first for odd t.
+                    s.spawn(move || {
+                        let mut mine: Vec<u32> = (0..n).filter(|i| i % threads == t).collect();
+                        if t % 2 == 1 {
+                            mine.reverse();
+                        }
+                        for i in mine {
+                            f.add(u64::from(i), 1, numbered(i)).unwrap();
+                        }
+                    });
+                }
+            });
+            assert_eq!(
+                lock(&f.writer).events_written,
+                u64::from(n),
+                "round {round}"
+            );
+            let path = f.finish(true).unwrap().unwrap();
+            assert_eq!(path.file_name().unwrap(), "p.x.parquet", "round {round}");
+            assert!(
+                std::fs::read(&path).unwrap() == expected,
+                "round {round}: other bytes"
+            );
+        }
+    }
+
+    /// Readers skip row groups by event: the event column keeps its minimum and maximum;
+    /// the other columns have none (their bounds would span every group).
+    #[test]
+    fn only_the_event_column_has_statistics() {
+        use parquet::file::reader::FileReader;
+        let dir = tempfile::tempdir().unwrap();
+        let f = snappy_file(dir.path());
+        let schema = arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("event", arrow_schema::DataType::UInt32, false),
+            arrow_schema::Field::new("x", arrow_schema::DataType::Float32, false),
+        ]);
+        let columns: Vec<arrow_array::ArrayRef> = vec![
+            std::sync::Arc::new(arrow_array::UInt32Array::from(vec![7, 8, 8])),
+            std::sync::Arc::new(arrow_array::Float32Array::from(vec![1.0, -2.0, 3.0])),
+        ];
+        let b = RecordBatch::try_new(std::sync::Arc::new(schema), columns).unwrap();
+        f.add(0, 2, b).unwrap();
+        let path = f.finish(true).unwrap().unwrap();
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(File::open(&path).unwrap()).unwrap();
+        let rg = reader.metadata().row_group(0);
+        let event = rg.column(0);
+        assert_eq!(event.column_path().string(), "event");
+        let stats = event.statistics().expect("the event column has statistics");
+        assert_eq!(stats.min_bytes_opt(), Some(&7u32.to_le_bytes()[..]));
+        assert_eq!(stats.max_bytes_opt(), Some(&8u32.to_le_bytes()[..]));
+        assert_eq!(rg.column(1).column_path().string(), "x");
+        assert!(rg.column(1).statistics().is_none(), "x has statistics");
+    }
+
     /// The same rows give the same file bytes whatever order the schema's metadata map has,
     /// and the metadata reads back.
     #[test]
@@ -438,7 +666,7 @@ mod tests {
             let sub = dir.path().join(name);
             std::fs::create_dir(&sub).unwrap();
             let key = ProductKey::new("p", "x");
-            let mut f = OutputFile::new(
+            let f = OutputFile::new(
                 &sub,
                 key,
                 Format::Parquet {

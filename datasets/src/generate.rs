@@ -126,6 +126,16 @@ pub fn generate_with(
     opts: &GenerateOptions,
     params: GeneratorParams,
 ) -> Result<GenerateSummary, DatasetError> {
+    generate_with_progress(opts, params, &|_| {})
+}
+
+/// [`generate_with`], calling `progress(events_written)` after each chunk of events (the
+/// command's progress bar).
+pub fn generate_with_progress(
+    opts: &GenerateOptions,
+    params: GeneratorParams,
+    progress: &dyn Fn(u64),
+) -> Result<GenerateSummary, DatasetError> {
     if opts.events == 0 {
         return Err(DatasetError::InvalidOption(
             "events must be at least 1".into(),
@@ -214,6 +224,7 @@ pub fn generate_with(
             .collect();
         raw.write(&raw_chunk)?;
         truth.write(&truth_chunk)?;
+        progress(end as u64);
     }
     raw.finish()?;
     truth.finish()?;

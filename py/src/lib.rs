@@ -144,6 +144,99 @@ impl PyPlan {
         Ok(())
     }
 
+    /// Replaces step `label` in place (same label, same consumers): `keys` override its keys,
+    /// a key given as None is dropped, the others stay. The backend stays unless the type
+    /// changes. Validated at once: a change that breaks the plan (or, in a plan still being
+    /// built, this step) is undone and raised.
+    #[pyo3(signature = (label, type_name, backend, keys))]
+    fn replace_step(
+        &mut self,
+        py: Python<'_>,
+        label: &str,
+        type_name: &str,
+        backend: Option<String>,
+        keys: &Bound<'_, PyDict>,
+    ) -> PyResult<()> {
+        let i = self.position(py, label)?;
+        let registry = registry();
+        let was_valid = plan::validate(&self.spec, &registry).is_ok();
+        let old = self.spec.steps[i].clone();
+        let mut s = old.clone();
+        if s.type_name != type_name {
+            if s.type_name == pystep::PYTHON_TYPE {
+                s.keys.remove("module");
+                s.keys.remove("class");
+            }
+            s.type_name = type_name.to_string();
+            s.backend = None;
+        }
+        s.backend = backend.or(s.backend);
+        for (k, v) in keys.iter() {
+            let k: String = k.extract()?;
+            if v.is_none() {
+                s.keys.remove(&k);
+                continue;
+            }
+            let v = convert::py_to_toml(&v)
+                .map_err(|m| to_pyerr(py, Error::plan(label, format!("'{k}': {m}"))))?;
+            s.keys.insert(k, v);
+        }
+        self.spec.steps[i] = s;
+        match guard(py, || Ok(plan::validate(&self.spec, &registry))) {
+            Ok(Err(e))
+                if was_valid
+                    || matches!(&e, Error::Plan { label: l, .. } | Error::Param { step: l, .. } if l == label) =>
+            {
+                self.spec.steps[i] = old;
+                Err(to_pyerr(py, e))
+            }
+            Err(e) => {
+                self.spec.steps[i] = old;
+                Err(e)
+            }
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// Removes step `label`; refuses while other steps consume its products.
+    fn remove_step(&mut self, py: Python<'_>, label: &str) -> PyResult<()> {
+        let i = self.position(py, label)?;
+        let consumers: Vec<String> = match plan::validate(&self.spec, &registry()) {
+            Ok(r) => r
+                .steps
+                .iter()
+                .flat_map(|s| {
+                    s.inputs
+                        .iter()
+                        .filter(|(_, ks)| ks.iter().any(|k| k.label == label))
+                        .map(move |(slot, _)| format!("'{}' (input '{slot}')", s.label))
+                })
+                .collect(),
+            // A plan still being built: any key naming the label.
+            Err(_) => self
+                .spec
+                .steps
+                .iter()
+                .filter(|s| s.label != label)
+                .flat_map(|s| {
+                    s.keys
+                        .iter()
+                        .filter(|(_, v)| names_label(v, label))
+                        .map(move |(k, _)| format!("'{}' (key '{k}')", s.label))
+                })
+                .collect(),
+        };
+        if !consumers.is_empty() {
+            let msg = format!(
+                "cannot remove it: step {} consumes its products (remove or replace those first)",
+                consumers.join(", step ")
+            );
+            return Err(to_pyerr(py, Error::plan(label, msg)));
+        }
+        self.spec.steps.remove(i);
+        Ok(())
+    }
+
     /// Sets `[run]` values (None leaves a value unset).
     #[pyo3(signature = (threads = None, batch_size = None, events = None, input = None, output = None))]
     fn set_run(
@@ -228,7 +321,7 @@ impl PyPlan {
                 Some(sel) if sel.is_empty() => Ok(Vec::new()),
                 Some(sel) => collect::select(&resolved, sel),
             }
-            .map_err(|e| to_pyerr(py, e))?;
+            .map_err(fail)?;
             let driven = Driven {
                 resolved: &resolved,
                 registry: &registry,
@@ -247,14 +340,14 @@ impl PyPlan {
                 text.push_str(&c.describe());
                 text.push('\n');
             }
-            let threads_txt = format!("threads {}", summary.threads);
+            // One parenthetical after the thread count: the interpreter's note, completed.
             text = text.replacen(
-                &threads_txt,
-                &format!("{threads_txt} (GIL released by the driver)"),
+                GIL_NOTE,
+                &format!("{GIL_NOTE}; the driver waits without the GIL"),
                 1,
             );
             let output = wrote.then(|| output.display().to_string());
-            let numbers = summary_numbers(py, &summary, output)?;
+            let numbers = summary_numbers(py, &summary, output, temporary && wrote)?;
             Ok((text, numbers, collected_tables(py, &keys, &got)?))
         })
     }
@@ -397,11 +490,13 @@ fn raise_interrupt(
 }
 
 /// The summary's numbers for Python: events, batches, threads, wall time, the output
-/// directory (`None` when nothing was written) and seconds per step.
+/// directory (`None` when nothing was written; `temporary_output` when it is a temporary
+/// directory made for the run) and seconds per step.
 fn summary_numbers<'py>(
     py: Python<'py>,
     summary: &quiver_columnar::Summary,
     output: Option<String>,
+    temporary_output: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let numbers = PyDict::new(py);
     numbers.set_item("events", summary.events)?;
@@ -410,6 +505,7 @@ fn summary_numbers<'py>(
     numbers.set_item("batch_size", summary.batch_size)?;
     numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
     numbers.set_item("gil_released", true)?;
+    numbers.set_item("temporary_output", temporary_output)?;
     numbers.set_item("output", output)?;
     // Seconds spent in each step's calls, summed over workers.
     let step_s = PyDict::new(py);
@@ -460,6 +556,34 @@ fn collected_tables<'py>(
     }
     Ok(tables)
 }
+
+impl PyPlan {
+    fn position(&self, py: Python<'_>, label: &str) -> PyResult<usize> {
+        self.spec
+            .steps
+            .iter()
+            .position(|s| s.label == label)
+            .ok_or_else(|| {
+                to_pyerr(
+                    py,
+                    Error::plan(label, "no step of this plan has this label"),
+                )
+            })
+    }
+}
+
+/// Whether a plan value names step `label` as an input (`"label"`, `"label:type"`, or a list
+/// holding one).
+fn names_label(v: &toml::Value, label: &str) -> bool {
+    match v {
+        toml::Value::String(s) => s.split(':').next() == Some(label),
+        toml::Value::Array(a) => a.iter().any(|x| names_label(x, label)),
+        _ => false,
+    }
+}
+
+/// The run summary's note on the GIL (after the thread count) when the GIL is enabled.
+const GIL_NOTE: &str = "enabled: Python steps take turns, Rust steps run in parallel";
 
 /// Sets the allocator as the `quiver` command does (quiver_columnar::tune): with `always`,
 /// also when the environment holds allocator settings (a Dask worker's, from its nanny).
@@ -631,11 +755,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     };
     quiver_columnar::executor::set_runtime_note(format!(
         "Python {version}, GIL {}",
-        if gil {
-            "enabled: Python steps take turns, Rust steps run in parallel"
-        } else {
-            "disabled"
-        }
+        if gil { GIL_NOTE } else { "disabled" }
     ));
     Ok(())
 }

@@ -58,6 +58,14 @@ pub fn format_pyerr(py: Python<'_>, e: &PyErr) -> String {
     }
 }
 
+/// Whether `e` is a `quiver.PlanError`: `quiver._steps.load` raises one for a misspelled
+/// module or class.
+fn is_plan_error(py: Python<'_>, e: &PyErr) -> bool {
+    py.import("quiver._errors")
+        .and_then(|m| m.getattr("PlanError"))
+        .is_ok_and(|t| e.is_instance(py, &t))
+}
+
 fn steps_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     py.import("quiver._steps")
 }
@@ -183,11 +191,21 @@ fn base_params() -> Vec<ParamSpec> {
 /// The signature and parameters of one Python step, read from its class.
 pub fn python_signature(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {
     let (module, class) = module_and_class(s)?;
-    let d = Python::attach(|py| describe(py, &module, &class)).map_err(|m| {
-        Error::plan(
-            &s.label,
-            format!("cannot load Python step class '{class}' from '{module}':\n{m}"),
-        )
+    let d = Python::attach(|py| {
+        // A misspelled module or class: one line with "did you mean", as for a Rust step
+        // type; the user's module failing keeps its traceback.
+        let found = steps_module(py).and_then(|m| m.call_method1("load", (&module, &class)));
+        if let Err(e) = found {
+            if is_plan_error(py, &e) {
+                return Err(Error::plan(&s.label, e.value(py).to_string()));
+            }
+        }
+        describe(py, &module, &class).map_err(|m| {
+            Error::plan(
+                &s.label,
+                format!("cannot load Python step class '{class}' from '{module}':\n{m}"),
+            )
+        })
     })?;
     let inputs = d
         .consumes
@@ -280,6 +298,19 @@ fn build_python_step(cfg: &StepConfig) -> Result<Box<dyn Step>> {
             })
             .collect();
         let has_end_job = class.hasattr("end_job").unwrap_or(false);
+        // Once per job, outside the step's time: pyarrow's import and the conditions as
+        // pyarrow batches would otherwise be charged to the first batch of every worker.
+        let t_setup = Instant::now();
+        let conditions = py
+            .import("pyarrow")
+            .and_then(|_| crate::conditions_dict(py, &cfg.job.conditions))
+            .map_err(|e| {
+                Error::data(format!(
+                    "step '{}': the conditions for Python: {e}",
+                    cfg.label
+                ))
+            })?;
+        let setup = t_setup.elapsed();
         Ok(Box::new(PythonStep {
             label: cfg.label.clone(),
             what: format!("{module}:{class_name}"),
@@ -287,7 +318,8 @@ fn build_python_step(cfg: &StepConfig) -> Result<Box<dyn Step>> {
             params: params.unbind(),
             inputs: cfg.inputs.clone(),
             schemas,
-            conditions: Arc::new(cfg.job.conditions.clone()),
+            conditions: Arc::new(conditions.unbind()),
+            setup,
             has_end_job,
             instances: Mutex::new(HashMap::new()),
             calls: AtomicU64::new(0),
@@ -306,7 +338,9 @@ struct PythonStep {
     params: Py<PyDict>,
     inputs: BTreeMap<String, Vec<ProductKey>>,
     schemas: BTreeMap<String, Option<SchemaRef>>,
-    conditions: Arc<quiver_columnar::Conditions>,
+    conditions: Arc<Py<PyDict>>,
+    /// Time spent once per job when the step was built (see `build_python_step`).
+    setup: std::time::Duration,
     has_end_job: bool,
     /// One instance per worker thread, made on its first batch.
     instances: Mutex<HashMap<ThreadId, Py<PyAny>>>,
@@ -447,12 +481,13 @@ impl Step for PythonStep {
                 // Time inside produce(), not GIL-held time: numpy, pyarrow and Polars release
                 // the GIL inside, so calls of several workers overlap and the sum can exceed
                 // the wall time.
-                "python step {} ({}): {} batches; {:.1} ms in Python summed over worker threads (libraries may release the GIL inside), {:.1} ms waiting for the GIL; the framework and Rust steps ran without the GIL",
+                "python step {} ({}): {} batches; {:.1} ms in Python summed over worker threads (libraries may release the GIL inside), {:.1} ms waiting for the GIL; the framework and Rust steps ran without the GIL\nsetup, once per job and not in the step's time: {:.1} ms (pyarrow, the conditions for batch.conditions)",
                 self.label,
                 self.what,
                 self.calls.load(Ordering::Relaxed),
                 ms(&self.held_ns),
-                ms(&self.wait_ns)
+                ms(&self.wait_ns),
+                self.setup.as_secs_f64() * 1e3
             );
             for r in reports {
                 s.push('\n');
@@ -479,7 +514,7 @@ struct BatchView {
     n_events: usize,
     inputs: BTreeMap<String, Vec<Arc<Product>>>,
     schemas: BTreeMap<String, Option<SchemaRef>>,
-    conditions: Arc<quiver_columnar::Conditions>,
+    conditions: Arc<Py<PyDict>>,
 }
 
 impl BatchView {
@@ -524,7 +559,8 @@ impl PyBatch {
     /// `"CpeParams.det"`), made once per job and shared, not copied.
     #[getter]
     fn conditions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::conditions_dict(py, &self.view.conditions)
+        // A copy of the job's dict: what one batch does to it cannot reach the next.
+        self.view.conditions.bind(py).copy()
     }
     /// Input slot names.
     #[getter]

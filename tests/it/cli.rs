@@ -865,3 +865,121 @@ fn a_parquet_output_past_32767_row_groups_of_16_events_is_written() {
         meta.num_row_groups()
     );
 }
+
+/// Runs quiver with stdin, stdout and stderr on a new pseudo-terminal, as from an
+/// interactive shell; returns everything the terminal received and the exit status.
+fn quiver_on_a_terminal(args: &[&str]) -> (String, std::process::ExitStatus) {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors, which are then owned by the OwnedFds below.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: fresh descriptors from openpty, owned by nothing else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(args)
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .expect("runs quiver");
+    // The Command's copies of the terminal's descriptors are gone once spawn returns: the
+    // reads below end (EIO) when the child closes its own.
+    let mut terminal = std::fs::File::from(master);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = terminal.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let status = child.wait().unwrap();
+    (String::from_utf8_lossy(&seen).into_owned(), status)
+}
+
+#[test]
+fn generate_draws_a_bar_on_a_terminal_and_nothing_when_piped() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |name: &str| {
+        let out = dir.path().join(name);
+        ["generate", "--events", "40", "--pileup", "5", "--output"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([out.to_str().unwrap().to_string()])
+            .collect::<Vec<_>>()
+    };
+    let tty_args = args("tty");
+    let tty_args: Vec<&str> = tty_args.iter().map(String::as_str).collect();
+    let (seen, status) = quiver_on_a_terminal(&tty_args);
+    assert!(status.success(), "{seen}");
+    assert!(
+        seen.contains("/40 events") && seen.contains("events/s") && seen.contains("eta "),
+        "no progress bar on the terminal: {seen:?}"
+    );
+    assert!(seen.contains("generated 40 events"), "{seen:?}");
+
+    let piped_args = args("piped");
+    let piped_args: Vec<&str> = piped_args.iter().map(String::as_str).collect();
+    let o = quiver(&piped_args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "a bar drawn into a pipe");
+    assert!(
+        !stdout(&o).contains("/40 events") && !stdout(&o).contains('\r'),
+        "{}",
+        stdout(&o)
+    );
+    // --no-progress: nothing even on a terminal.
+    let mut quiet = args("quiet");
+    quiet.push("--no-progress".into());
+    let quiet: Vec<&str> = quiet.iter().map(String::as_str).collect();
+    let (seen, status) = quiver_on_a_terminal(&quiet);
+    assert!(status.success(), "{seen}");
+    assert!(!seen.contains("/40 events"), "{seen:?}");
+    // An error on a terminal: the bar is cleared, the error's line stands alone.
+    let bad = args("bad");
+    let bad: Vec<&str> = bad
+        .iter()
+        .map(|a| if a == "40" { "0" } else { a.as_str() })
+        .collect();
+    let (seen, status) = quiver_on_a_terminal(&bad);
+    assert_eq!(status.code(), Some(1), "{seen}");
+    let visible = seen.rsplit("\x1b[2K").next().unwrap_or_default();
+    assert!(
+        visible.starts_with("error: ") && visible.lines().count() == 1,
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_bench_of_short_runs_says_its_speed_up_means_little() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), NUMBERS);
+    let o = quiver(&[
+        "bench",
+        plan.to_str().unwrap(),
+        "--events",
+        "3",
+        "--threads",
+        "1,2",
+        "--repeat",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("speed-up"), "{out}");
+    assert!(
+        out.contains("note: runs under 1 s measure start-up more than throughput")
+            && out.contains("--events N, with --cycle"),
+        "{out}"
+    );
+}

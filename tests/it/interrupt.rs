@@ -167,3 +167,78 @@ fn sigterm_stops_the_run_and_removes_its_staging_directory() {
 fn an_ignored_sigint_stays_ignored() {
     interrupted_run(&["INT", "TERM"], 143, true);
 }
+
+/// `quiver bench` on Ctrl-C: stops the run in progress, prints one line and no table,
+/// removes its scratch output and exits 130, as `quiver run` does.
+#[test]
+fn ctrl_c_stops_the_bench_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("plan.toml");
+    std::fs::write(&plan, PLAN).unwrap();
+    let scratch = tmp.path().join("tmp");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_quiver"));
+    c.args([
+        "bench",
+        plan.to_str().unwrap(),
+        "--threads",
+        "1,2",
+        "--repeat",
+        "1",
+        "--events",
+        "1000000",
+    ])
+    .env("TMPDIR", &scratch)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while std::fs::read_dir(&scratch).unwrap().next().is_none()
+        || t0.elapsed() < Duration::from_millis(500)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the bench never started writing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t1 = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t1.elapsed() > Duration::from_secs(20) {
+            child.kill().unwrap();
+            panic!("quiver bench did not stop within 20 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(130), "stderr: {stderr}");
+    assert!(t1.elapsed() < Duration::from_secs(3), "{:?}", t1.elapsed());
+    assert_eq!(
+        stderr,
+        "quiver: interrupted; the bench stopped during its run at 1 threads; \
+         no results (its scratch output was removed)\n"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "a table after Ctrl-C"
+    );
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().collect();
+    assert!(left.is_empty(), "scratch output left: {left:?}");
+}

@@ -9,7 +9,6 @@ import shlex
 
 import pyarrow.parquet as pq
 import pytest
-
 import quiver.cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -42,10 +41,15 @@ def test_analysis_guide_examples_run(tmp_path, capsys):
     ns = namespace
 
     # Each Polars example equals its SQL version.
-    assert ns["per_vertex_pl"].equals(ns["per_vertex_sql"]), (ns["per_vertex_pl"], ns["per_vertex_sql"])
+    assert ns["per_vertex_pl"].equals(ns["per_vertex_sql"]), (
+        ns["per_vertex_pl"],
+        ns["per_vertex_sql"],
+    )
     assert ns["per_vertex_pl"]["vertices"].sum() > 10
     assert ns["spectrum_pl"].equals(ns["spectrum_sql"]), (ns["spectrum_pl"], ns["spectrum_sql"])
-    loose = pq.read_table(tmp_path / "analysis/run/tracks.tracks.parquet", filters=[("quality", ">=", 2)])
+    loose = pq.read_table(
+        tmp_path / "analysis/run/tracks.tracks.parquet", filters=[("quality", ">=", 2)]
+    )
     assert ns["spectrum_pl"]["tracks"].sum() == loose.num_rows > 0
     r_pl, r_sql = ns["residuals_pl"], ns["residuals_sql"]
     assert r_pl["layer"].to_list() == r_sql["layer"].to_list() == list(range(10))

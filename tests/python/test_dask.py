@@ -465,3 +465,72 @@ def test_numeric_options_get_one_line_errors(client, small_dataset, tmp_path, op
     name = option[2:].replace("-", "_")
     assert name in r.stdout or "outside the dataset" in r.stdout, r.stdout
     assert not out.exists()
+
+
+def test_default_partitioning_gives_every_worker_work():
+    """The fixed default of 50 events made one partition of the README's 20 events, leaving
+    the second worker idle: about 4 partitions per worker thread, 5 to 50 events each."""
+    assert qd.default_partition_events(20, 2) == 5
+    assert qd.partitions(20, qd.default_partition_events(20, 2)) == [(0, 5), (5, 5), (10, 5), (15, 5)]
+    assert qd.default_partition_events(100, 2) == 13
+    assert qd.default_partition_events(10_000, 2) == 50
+    assert qd.default_partition_events(3, 2) == 5
+    assert qd.default_partition_events(1000, 64) == 5
+    assert qd.default_partition_events(20, 0) == 5  # a cluster without workers yet
+
+
+def test_default_partitioning_follows_the_cluster_and_an_earlier_output(client, small_dataset, small_run, tmp_path):
+    out = tmp_path / "default"
+    s = qd.reconstruct(PLAN, small_dataset, out, client=client)
+    # 12 events on 2 workers: partitions of 5, both workers busy (50 would make one).
+    assert s.ok and s.done == [(0, 5), (5, 5), (10, 2)], s.done
+    assert_same_products(out, small_run)
+    # An output made with another partitioning keeps it on a rerun with the default,
+    # whatever the cluster: every partition is found complete, none redone.
+    other = tmp_path / "by4"
+    assert qd.reconstruct(PLAN, small_dataset, other, client=client, partition_events=4).ok
+    again = qd.reconstruct(PLAN, small_dataset, other, client=client)
+    assert again.ok and again.done == [] and again.skipped == [(0, 4), (4, 4), (8, 4)]
+
+
+def _on_a_terminal(args):
+    """Runs ``python -m quiver ARGS`` with stdin, stdout and stderr on a new pseudo-terminal;
+    returns everything the terminal received and the exit status."""
+    import pty
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "quiver", *args], stdin=slave, stdout=slave, stderr=slave,
+                         close_fds=True)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: every descriptor of the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return seen.decode(errors="replace"), p.wait(timeout=120)
+
+
+def test_progress_line_on_a_terminal_and_nothing_when_piped(client, small_dataset, tmp_path):
+    def args(name, *extra):
+        return ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(tmp_path / name),
+                "--scheduler", client.scheduler.address, "--partition-events", "3", *extra]
+
+    seen, code = _on_a_terminal(args("tty"))
+    assert code == 0, seen
+    assert "/4 partitions" in seen and " running " in seen and " failed " in seen, seen
+    assert "events/s" in seen and "eta " in seen and "\r[" in seen, seen
+    assert "events 12 in 4 partitions" in seen, seen
+
+    r = subprocess.run([sys.executable, "-m", "quiver", *args("piped")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "eta " not in r.stdout + r.stderr and "\r" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "events 12 in 4 partitions" in r.stdout
+
+    seen, code = _on_a_terminal(args("quiet", "--no-progress"))
+    assert code == 0 and "eta " not in seen and "events 12 in 4 partitions" in seen, seen

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 
 NOTEBOOK = ROOT / "docs/examples/analysis.ipynb"
@@ -20,15 +19,25 @@ def test_analysis_notebook_runs(tmp_path, monkeypatch):
     # A kernelspec that starts this very interpreter.
     spec = tmp_path / "kernels/quiver-test"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "quiver tests", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "quiver tests",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, kernel_name="quiver-test", timeout=120,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client = NotebookClient(
+        nb,
+        kernel_name="quiver-test",
+        timeout=120,
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
     start = time.monotonic()
     client.execute()
     elapsed = time.monotonic() - start
@@ -43,3 +52,13 @@ def test_analysis_notebook_runs(tmp_path, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs), "the histogram figure"
     text = "".join(o.get("text", "") for o in outputs)
     assert "loose tracks per event:" in text
+
+
+def test_the_notebook_command_is_the_one_documented():
+    """docs/python.md and the notebook's first cell give the same install line and command
+    (scripts/test.sh runs that command)."""
+    install, run = "pip install './py[notebook]'", "jupyter execute docs/examples/analysis.ipynb"
+    guide = (ROOT / "docs/python.md").read_text()
+    header = "".join(json.loads(NOTEBOOK.read_text())["cells"][0]["source"])
+    for text in (guide, header):
+        assert install in text and run in text

@@ -26,7 +26,13 @@ def test_polars_joins_products_by_event(square_run):
     assert (both["value"] * both["value"] == both["squared"]).all()
     per_event = x.group_by("event").len().sort("event")
     assert per_event["len"].to_list() == [1000] * 40
-    assert pl.scan_parquet(square_run / "floats.numbers.parquet").filter(pl.col("event") == 7).collect().height == 1000
+    assert (
+        pl.scan_parquet(square_run / "floats.numbers.parquet")
+        .filter(pl.col("event") == 7)
+        .collect()
+        .height
+        == 1000
+    )
 
 
 def test_no_temporary_or_partial_files(square_run):
@@ -40,10 +46,26 @@ def test_ipc_output_is_memory_mappable_by_pyarrow(quiver_bin, tmp_path):
     import pyarrow as pa
 
     plan = tmp_path / "plan.toml"
-    plan.write_text('[[step]]\nlabel = "numbers"\ntype = "random_floats"\ncount = 5\n'
-                    '[[step]]\nlabel = "w"\ntype = "write_ipc"\nproducts = ["numbers"]\n')
-    subprocess.run([quiver_bin, "run", str(plan), "--events", "7", "--batch-size", "3", "--no-progress",
-                    "--output", str(tmp_path / "out")], check=True, capture_output=True)
+    plan.write_text(
+        '[[step]]\nlabel = "numbers"\ntype = "random_floats"\ncount = 5\n'
+        '[[step]]\nlabel = "w"\ntype = "write_ipc"\nproducts = ["numbers"]\n'
+    )
+    subprocess.run(
+        [
+            quiver_bin,
+            "run",
+            str(plan),
+            "--events",
+            "7",
+            "--batch-size",
+            "3",
+            "--no-progress",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     with pa.memory_map(str(tmp_path / "out" / "floats.numbers.arrow")) as source:
         reader = pa.ipc.open_file(source)
         assert reader.num_record_batches == 3

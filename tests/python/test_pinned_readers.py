@@ -3,12 +3,15 @@ committed into the same directory (quiver.open)."""
 
 import polars as pl
 import pyarrow.parquet as pq
-
 import quiver
 
 
 def write_run(out, seed, events):
-    plan = quiver.Plan().add("numbers", "random_floats", count=500, seed=seed).add("w", "write_parquet", products=["numbers"])
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=500, seed=seed)
+        .add("w", "write_parquet", products=["numbers"])
+    )
     plan.run(events=events, threads=1, output=out, collect=[])
 
 

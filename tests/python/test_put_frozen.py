@@ -3,7 +3,6 @@ a numpy buffer reused across batches gives the same products as fresh arrays."""
 
 import numpy as np
 import pytest
-
 import quiver
 
 
@@ -31,8 +30,12 @@ class Fresh(quiver.Step):
 
 
 def test_a_reused_buffer_gives_the_same_products_as_fresh_arrays():
-    plan = (quiver.Plan().add("numbers", "random_floats", count=2000, seed=3)
-            .add("reused", ReuseBuffer, input="numbers").add("fresh", Fresh, input="numbers"))
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=2000, seed=3)
+        .add("reused", ReuseBuffer, input="numbers")
+        .add("fresh", Fresh, input="numbers")
+    )
     r = plan.run(events=100, threads=4)
     x = r["numbers"].column("value").to_numpy()
     fresh = r["fresh"].column("value").to_numpy()
@@ -62,7 +65,11 @@ class WriteAfterPut(quiver.Step):
 
 def test_writing_into_a_published_array_raises_and_the_product_is_unchanged():
     WriteAfterPut.outcomes.clear()
-    plan = quiver.Plan().add("numbers", "random_floats", count=50).add("w", WriteAfterPut, input="numbers")
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=50)
+        .add("w", WriteAfterPut, input="numbers")
+    )
     r = plan.run(events=8, threads=2)
     assert len(WriteAfterPut.outcomes) == 8
     assert all("read-only" in o for o in WriteAfterPut.outcomes), WriteAfterPut.outcomes

@@ -20,5 +20,5 @@ def test_python_guide_examples_run(capsys):
     finally:
         os.chdir(cwd)
     printed = capsys.readouterr().out
-    assert "plan error: step 'numbers': unknown parameter 'colour' (known: count, seed, low, high)" in printed
+    assert "step 'numbers': unknown parameter 'colour' (known: count, seed, low, high)" in printed
     assert " 1. numbers (random_floats, cpu)" in printed

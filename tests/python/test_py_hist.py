@@ -7,10 +7,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from quiver.hist import to_hist
-
 from conftest import ROOT
+from quiver.hist import to_hist
 
 INF = math.inf
 
@@ -18,20 +16,28 @@ INF = math.inf
 def table(rows):
     """A histograms table (docs/products.md) from (name, bin, low, high, count) rows."""
     names, bins, lows, highs, counts = zip(*rows)
-    return pa.table({
-        "histogram": pa.array(names, pa.utf8()),
-        "bin": pa.array(bins, pa.uint32()),
-        "low_edge": pa.array(lows, pa.float64()),
-        "high_edge": pa.array(highs, pa.float64()),
-        "count": pa.array(counts, pa.uint64()),
-    })
+    return pa.table(
+        {
+            "histogram": pa.array(names, pa.utf8()),
+            "bin": pa.array(bins, pa.uint32()),
+            "low_edge": pa.array(lows, pa.float64()),
+            "high_edge": pa.array(highs, pa.float64()),
+            "count": pa.array(counts, pa.uint64()),
+        }
+    )
 
 
 # Two histograms, counters deliberately out of order.
 ROWS = [
-    ("b", 0, -INF, -1.0, 0), ("b", 1, -1.0, 1.0, 9), ("b", 2, 1.0, INF, 4),
-    ("a", 3, 1.0, 1.5, 6), ("a", 0, -INF, 0.0, 2), ("a", 1, 0.0, 0.5, 3),
-    ("a", 2, 0.5, 1.0, 5), ("a", 4, 1.5, 2.0, 1), ("a", 5, 2.0, INF, 7),
+    ("b", 0, -INF, -1.0, 0),
+    ("b", 1, -1.0, 1.0, 9),
+    ("b", 2, 1.0, INF, 4),
+    ("a", 3, 1.0, 1.5, 6),
+    ("a", 0, -INF, 0.0, 2),
+    ("a", 1, 0.0, 0.5, 3),
+    ("a", 2, 0.5, 1.0, 5),
+    ("a", 4, 1.5, 2.0, 1),
+    ("a", 5, 2.0, INF, 7),
 ]
 
 
@@ -80,19 +86,34 @@ def test_bad_tables():
 def test_histograms_step_output(quiver_bin, tmp_path):
     """The histograms step's own file converts, counter for counter."""
     ds, out = tmp_path / "ds", tmp_path / "out"
-    subprocess.run([quiver_bin, "generate", "--events", "2", "--output", str(ds)], check=True, capture_output=True)
+    subprocess.run(
+        [quiver_bin, "generate", "--events", "2", "--output", str(ds)],
+        check=True,
+        capture_output=True,
+    )
     plan = tmp_path / "plan.toml"
-    plan.write_text((ROOT / "plans/pixel.toml").read_text() + '\n[[step]]\nlabel = "histos"\ntype = "histograms"\nfile = "histos"\n')
-    subprocess.run([quiver_bin, "run", str(plan), "--input", str(ds), "--output", str(out), "--no-progress"],
-                   check=True, capture_output=True)
+    plan.write_text(
+        (ROOT / "plans/pixel.toml").read_text()
+        + '\n[[step]]\nlabel = "histos"\ntype = "histograms"\nfile = "histos"\n'
+    )
+    subprocess.run(
+        [quiver_bin, "run", str(plan), "--input", str(ds), "--output", str(out), "--no-progress"],
+        check=True,
+        capture_output=True,
+    )
     # Its own file: two histograms steps may not write one (refused before any event).
     t = pq.read_table(out / "histos.parquet")
     hs = to_hist(t)
     names = t.column("histogram").to_pylist()
     assert sorted(hs) == sorted(set(names)) and len(hs) > 10
     for name, h in hs.items():
-        rows = sorted((b, lo, hi, c) for n, b, lo, hi, c in zip(
-            names, *(t.column(c).to_pylist() for c in ("bin", "low_edge", "high_edge", "count"))) if n == name)
+        rows = sorted(
+            (b, lo, hi, c)
+            for n, b, lo, hi, c in zip(
+                names, *(t.column(c).to_pylist() for c in ("bin", "low_edge", "high_edge", "count"))
+            )
+            if n == name
+        )
         assert h.view(flow=True).tolist() == [r[3] for r in rows]
         assert h.axes[0].edges[0] == rows[1][1] and h.axes[0].edges[-1] == rows[-2][2]
         assert len(h.axes[0]) == len(rows) - 2

@@ -10,16 +10,17 @@ import tomllib
 
 import pyarrow as pa
 import pytest
-
 import quiver
 import quiver._quiver
+from conftest import ROOT
 from quiver._optional import EXTRAS, MissingExtraError
 
-from conftest import ROOT
-
 PYPROJECT = tomllib.loads((ROOT / "py/pyproject.toml").read_text())
-REQUIREMENTS = [l.strip() for l in (ROOT / "tests/python/requirements.txt").read_text().splitlines()
-                if l.strip() and not l.startswith("#")]
+REQUIREMENTS = [
+    line.strip()
+    for line in (ROOT / "tests/python/requirements.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
 
 
 def _name(req: str) -> str:
@@ -28,15 +29,20 @@ def _name(req: str) -> str:
 
 def test_every_extra_is_declared_and_pinned_like_the_tests():
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert set(extras) == set(EXTRAS) | {"all"}
+    assert set(extras) == set(EXTRAS) | {"all", "notebook"}
     assert extras["all"] == [f"quiver[{','.join(EXTRAS)}]"]
+    assert extras["notebook"][0] == "quiver[all]"  # the notebook uses every feature
     pinned = {_name(r): r for r in REQUIREMENTS}
     for extra, reqs in extras.items():
         if extra == "all":
             continue
         for r in reqs:
+            if r == "quiver[all]":
+                continue
             # The same version range as the tests' requirements (what CI installs).
-            assert pinned.get(_name(r)) == r, f"extra {extra}: {r} vs requirements.txt {pinned.get(_name(r))}"
+            assert pinned.get(_name(r)) == r, (
+                f"extra {extra}: {r} vs requirements.txt {pinned.get(_name(r))}"
+            )
 
 
 def _assert_one_line(err, extra):
@@ -48,7 +54,11 @@ def _assert_one_line(err, extra):
 
 @pytest.fixture
 def toy_result():
-    plan = quiver.Plan().add("numbers", "random_floats", count=3).add("squared", "square", input="numbers")
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=3)
+        .add("squared", "square", input="numbers")
+    )
     return plan.run(events=4, threads=1)
 
 
@@ -62,7 +72,9 @@ def test_missing_datafusion_sql_and_query(monkeypatch, square_run, capsys):
 
     assert main([str(square_run), "SELECT 1"]) == 2
     out = capsys.readouterr().out.strip()
-    assert out.startswith("error: ") and out.endswith("pip install 'quiver[sql]'") and "\n" not in out
+    assert (
+        out.startswith("error: ") and out.endswith("pip install 'quiver[sql]'") and "\n" not in out
+    )
 
 
 def test_missing_distributed_dask_and_reconstruct(monkeypatch, tmp_path, capsys):
@@ -72,7 +84,9 @@ def test_missing_distributed_dask_and_reconstruct(monkeypatch, tmp_path, capsys)
     with pytest.raises(MissingExtraError) as e:
         quiver.dask.reconstruct(ROOT / "plans/pixel.toml", tmp_path, tmp_path / "out")
     _assert_one_line(e.value, "dask")
-    code = quiver.dask.main([str(ROOT / "plans/pixel.toml"), "--input", str(tmp_path), "--output", str(tmp_path / "o")])
+    code = quiver.dask.main(
+        [str(ROOT / "plans/pixel.toml"), "--input", str(tmp_path), "--output", str(tmp_path / "o")]
+    )
     assert code == 2
     assert capsys.readouterr().out.strip().endswith("pip install 'quiver[dask]'")
 
@@ -81,8 +95,15 @@ def test_missing_hist(monkeypatch):
     monkeypatch.setitem(sys.modules, "hist", None)
     import quiver.hist
 
-    table = pa.table({"histogram": ["h"] * 3, "bin": [0, 1, 2], "low_edge": [0.0, 0.0, 1.0],
-                      "high_edge": [0.0, 1.0, 1.0], "count": [0, 1, 0]})
+    table = pa.table(
+        {
+            "histogram": ["h"] * 3,
+            "bin": [0, 1, 2],
+            "low_edge": [0.0, 0.0, 1.0],
+            "high_edge": [0.0, 1.0, 1.0],
+            "count": [0, 1, 0],
+        }
+    )
     with pytest.raises(MissingExtraError) as e:
         quiver.hist.to_hist(table)
     _assert_one_line(e.value, "hist")
@@ -99,7 +120,9 @@ def test_missing_polars(monkeypatch, toy_result, square_run):
     # Inside a Python step (Batch.polars, called from Rust): the same line, in the StepError.
     from quiver.examples import square_polars
 
-    plan = quiver.Plan().add("numbers", "random_floats", count=3).add("sq", square_polars, x="numbers")
+    plan = (
+        quiver.Plan().add("numbers", "random_floats", count=3).add("sq", square_polars, x="numbers")
+    )
     with pytest.raises(quiver.StepError) as e:
         plan.run(events=2, threads=1)
     assert "pip install 'quiver[polars]'" in str(e.value)
@@ -142,7 +165,9 @@ def test_stubs_name_exactly_what_the_extension_exports():
     assert stub == _public(dir(ext)), "py/python/quiver/_quiver.pyi is out of date"
     for name, methods in classes.items():
         cls = getattr(ext, name)
-        assert _public(methods) - {"__init__"} == {m for m in _public(dir(cls)) if m not in dir(object)}, name
+        assert _public(methods) - {"__init__"} == {
+            m for m in _public(dir(cls)) if m not in dir(object)
+        }, name
 
 
 def test_stub_signatures_match_the_text_signatures():
@@ -159,9 +184,15 @@ def test_stub_signatures_match_the_text_signatures():
             targets.append((getattr(ext, node.name), node))
         elif isinstance(node, ast.ClassDef):
             cls = getattr(ext, node.name)
-            targets += [(getattr(cls, f.name), f) for f in node.body
-                        if isinstance(f, ast.FunctionDef) and f.name != "__init__"
-                        and not any(isinstance(d, ast.Name) and d.id == "property" for d in f.decorator_list)]
+            targets += [
+                (getattr(cls, f.name), f)
+                for f in node.body
+                if isinstance(f, ast.FunctionDef)
+                and f.name != "__init__"
+                and not any(
+                    isinstance(d, ast.Name) and d.id == "property" for d in f.decorator_list
+                )
+            ]
         for obj, fn in targets:
             try:
                 sig = inspect.signature(obj)
@@ -182,4 +213,25 @@ def test_a_broken_installed_package_is_not_reported_as_missing(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError) as e:
         quiver._optional.require("brokenpkg", extra="hist")
-    assert not isinstance(e.value, MissingExtraError) and e.value.name == "no_such_dependency_of_brokenpkg"
+    assert (
+        not isinstance(e.value, MissingExtraError)
+        and e.value.name == "no_such_dependency_of_brokenpkg"
+    )
+
+
+def test_one_supported_python_range_everywhere():
+    """README, getting-started and the Python guide state the range py/pyproject.toml
+    declares, and nothing else (no 'Python 3.10')."""
+    assert PYPROJECT["project"]["requires-python"] == ">=3.11"
+    for doc in ("README.md", "docs/getting-started.md", "docs/python.md"):
+        text = (ROOT / doc).read_text()
+        stated = set(re.findall(r"Python (3\.\d+)(\+| or newer)", text))
+        assert stated == {("3.11", "+")} or stated == {("3.11", " or newer")}, (doc, stated)
+    assert (
+        "maturin develop"
+        not in (ROOT / "README.md").read_text().split("## First steps")[1].split("```")[1]
+    )
+    wheel = (ROOT / "scripts/check-wheel.sh").read_text()
+    assert "requires-python" in wheel, (
+        "check-wheel.sh checks the Python it runs is the range's lowest"
+    )

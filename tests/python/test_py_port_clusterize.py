@@ -8,7 +8,6 @@ a module)."""
 import numpy as np
 import polars as pl
 import pytest
-
 import quiver
 from conftest import pixel_chain_toml
 
@@ -68,14 +67,18 @@ def check_equal(result):
         assert ta.num_rows == tb.num_rows > 0, (a, b)
         assert ta.equals(tb), (a, b)
     kept = result["chargecut_py:clustered_digis"].column("module").to_numpy()
-    n_hits = int(result["chargecut_py:hit_modules"].column("clusters").to_numpy().astype(np.int64).sum())
+    n_hits = int(
+        result["chargecut_py:hit_modules"].column("clusters").to_numpy().astype(np.int64).sum()
+    )
     return int((kept != 9999).sum()), n_hits
 
 
 @pytest.mark.parametrize("batch_size", [7, 32])
 def test_ports_equal_rust_on_the_default_dataset(batch_size):
     plan = quiver.Plan.from_toml(CHAIN + SIDE_BY_SIDE + compares())
-    result = plan.run(events=100, threads=2, batch_size=batch_size, collect=[a for p in COMPARED for a in p])
+    result = plan.run(
+        events=100, threads=2, batch_size=batch_size, collect=[a for p in COMPARED for a in p]
+    )
     pixels, hits = check_equal(result)
     assert result["clusters_py:pixel_clusters"].column("event").to_numpy()[-1] == 99
     # <PU> 50: thousands of hits per event survive the charge cut.
@@ -83,6 +86,7 @@ def test_ports_equal_rust_on_the_default_dataset(batch_size):
 
 
 # --- synthetic edge cases ------------------------------------------------------------------
+
 
 def synthetic_event(event):
     """One event's digis: module runs of blobs, single pixels and duplicates, with invalid
@@ -148,10 +152,13 @@ def test_ports_equal_rust_on_synthetic_edge_cases():
     assert per_event[0] == 2000  # the run cap was reached
     py = result["clusters_py:pixel_clusters"].column("cluster").to_numpy()
     assert (py == -9999).any()  # invalid words inside runs
+
     # Module 700 of the odd events: > 1024 clusters before the cut, at most 1024 hits after.
     def odd700(sel):
         df = result.polars(sel)
-        return df.filter((pl.col("module") == 700) & (pl.col("event") % 2 == 1))["clusters"].to_numpy()
+        return df.filter((pl.col("module") == 700) & (pl.col("event") % 2 == 1))[
+            "clusters"
+        ].to_numpy()
 
     before, after = odd700("clusters_py:cluster_modules"), odd700("chargecut_py:hit_modules")
     assert len(before) == 3 and (before == 1100).all()
@@ -162,17 +169,31 @@ def test_hand_built_runs_invalid_words_and_a_repeated_module():
     """The cores alone, on the Rust unit tests' hand-built cases."""
     from quiver.pixel.clusterize import charge_cut_batch, clusterize_batch
 
-    u16 = lambda *v: np.array(v, dtype=np.uint16)
+    def u16(*v):
+        return np.array(v, dtype=np.uint16)
+
     # Digi 0 lies before every run (keeps its own index); invalid words inside runs get
     # -9999; module 3 is clustered twice and both rows carry its last count.
-    ids, xx, yy = u16(9999, 3, 3, 9999, 8, 8, 9999, 3), u16(0, 1, 2, 0, 5, 50, 0, 1), u16(0, 1, 2, 0, 5, 50, 0, 2)
+    ids, xx, yy = (
+        u16(9999, 3, 3, 9999, 8, 8, 9999, 3),
+        u16(0, 1, 2, 0, 5, 50, 0, 1),
+        u16(0, 1, 2, 0, 5, 50, 0, 2),
+    )
     clus, runs = clusterize_batch(ids, xx, yy, [0, 8])
     assert clus.tolist() == [0, 0, 0, -9999, 0, 1, -9999, 0]
     assert runs["module"].tolist() == [3, 8, 3] and runs["first_digi"].tolist() == [1, 4, 7]
     assert runs["clusters"].tolist() == [1, 2, 1]
     # Module 200: clusters of 3000 e (rejected: 4000 needed) and 5000 e (kept, renumbered 0).
-    mod, cl, n = charge_cut_batch(u16(200, 200, 200), u16(3000, 2500, 2500), np.array([0, 1, 1], np.int32), [0, 3],
-                                  [0], u16(200), [0], [2])
+    mod, cl, n = charge_cut_batch(
+        u16(200, 200, 200),
+        u16(3000, 2500, 2500),
+        np.array([0, 1, 1], np.int32),
+        [0, 3],
+        [0],
+        u16(200),
+        [0],
+        [2],
+    )
     assert mod.tolist() == [9999, 200, 200] and cl.tolist() == [9999, 0, 0] and n.tolist() == [1]
     with pytest.raises(ValueError, match="module id 2000 out of range"):
         clusterize_batch(u16(2000), u16(0), u16(0), [0, 1])

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 quiver = pytest.importorskip("quiver")
-from quiver.pixel.vertices import IDV_DETACHED, IDV_NOISE, VertexConfig, VertexError, find_vertices  # noqa: E402
-
 from conftest import ROOT  # noqa: E402
+from quiver.pixel.vertices import IDV_DETACHED, IDV_NOISE, VertexConfig, VertexError, find_vertices  # noqa: E402
 
 # Products of the pixel chain the ports are checked on (histograms and file output left out).
 CHAIN_END = "tracks"
@@ -45,11 +44,26 @@ def side_by_side_plan():
     ]
     for label, ty, params in pairs:
         plan.add(label, ty, input="tracks", **params)
-        plan.add(f"{label}_py", "python", backend="python", module="quiver.pixel", **{"class": "Vertices"},
-                 input="tracks", **params)
+        plan.add(
+            f"{label}_py",
+            "python",
+            backend="python",
+            module="quiver.pixel",
+            **{"class": "Vertices"},
+            input="tracks",
+            **params,
+        )
         for product in ("vertices", "track_vertices"):
-            plan.add(f"check_{label}_{product}", "compare", a=f"{label}:{product}", b=f"{label}_py:{product}", strict=True)
-    plan.add("beamspot_py", "python", backend="python", module="quiver.pixel", **{"class": "BeamSpot"})
+            plan.add(
+                f"check_{label}_{product}",
+                "compare",
+                a=f"{label}:{product}",
+                b=f"{label}_py:{product}",
+                strict=True,
+            )
+    plan.add(
+        "beamspot_py", "python", backend="python", module="quiver.pixel", **{"class": "BeamSpot"}
+    )
     plan.add("check_beamspot", "compare", a="beamspot", b="beamspot_py", strict=True)
     return plan
 
@@ -67,12 +81,18 @@ def rust_run():
     for label, keys in chain_steps():
         plan.add(label, keys.pop("type"), **keys)
     plan.add("vertices", "vertices")
-    return plan.run(threads=2, batch_size=16, collect=["beamspot", "vertices:vertices", "vertices:track_vertices"])
+    return plan.run(
+        threads=2,
+        batch_size=16,
+        collect=["beamspot", "vertices:vertices", "vertices:track_vertices"],
+    )
 
 
 @pytest.mark.parametrize("batch_size", [7, 32])
 def test_ports_match_rust_bit_for_bit(batch_size):
-    result = side_by_side_plan().run(threads=2, batch_size=batch_size, collect=["vertices:vertices"])
+    result = side_by_side_plan().run(
+        threads=2, batch_size=batch_size, collect=["vertices:vertices"]
+    )
     assert result.numbers["events"] == 100
     c = compared(result.summary)
     assert len(c) == 7, result.summary
@@ -98,7 +118,11 @@ def test_ports_are_drop_in_replacements(rust_run):
             keys = {**PY, "class": "BeamSpot"}
         plan.add(label, keys.pop("type"), **keys)
     plan.add("vertices", **{**PY, "class": "Vertices"})
-    result = plan.run(threads=2, batch_size=10, collect=["beamspot", "vertices:vertices", "vertices:track_vertices"])
+    result = plan.run(
+        threads=2,
+        batch_size=10,
+        collect=["beamspot", "vertices:vertices", "vertices:track_vertices"],
+    )
     for sel in ("beamspot", "vertices:vertices", "vertices:track_vertices"):
         a, b = rust_run[sel], result[sel]
         assert a.column_names == b.column_names and a.num_rows == b.num_rows, sel
@@ -119,12 +143,23 @@ def events(*evs):
 
 
 def test_edge_cases_by_hand():
-    two = [(1.0, 25e-6, 2.0, 2, 4), (1.004, 25e-6, 1.0, 2, 4), (0.996, 25e-6, 1.0, 2, 4),
-           (-1.0, 25e-6, 1.0, 2, 4), (-1.003, 25e-6, 1.0, 2, 4), (-0.998, 25e-6, 1.0, 2, 4),
-           (5.0, 25e-6, 0.3, 2, 4)]  # the last one below pt_min
+    two = [
+        (1.0, 25e-6, 2.0, 2, 4),
+        (1.004, 25e-6, 1.0, 2, 4),
+        (0.996, 25e-6, 1.0, 2, 4),
+        (-1.0, 25e-6, 1.0, 2, 4),
+        (-1.003, 25e-6, 1.0, 2, 4),
+        (-0.998, 25e-6, 1.0, 2, 4),
+        (5.0, 25e-6, 0.3, 2, 4),
+    ]  # the last one below pt_min
     # After the first empty slot nothing counts (the three tracks would make a vertex).
-    cut = [(0.0, 1e-5, 1.0, 2, 4), (0.0, 1e-5, 1.0, 2, 0), (0.0, 1e-5, 1.0, 2, 4), (0.001, 1e-5, 1.0, 2, 4),
-           (0.002, 1e-5, 1.0, 2, 4)]
+    cut = [
+        (0.0, 1e-5, 1.0, 2, 4),
+        (0.0, 1e-5, 1.0, 2, 0),
+        (0.0, 1e-5, 1.0, 2, 4),
+        (0.001, 1e-5, 1.0, 2, 4),
+        (0.002, 1e-5, 1.0, 2, 4),
+    ]
     bad_quality = [(0.0, 1e-5, 1.0, 1, 4), (0.001, 1e-5, 1.0, 0, 4), (0.002, 1e-5, 1.0, 2, 3)]
     v = find_vertices(*events([], two, cut, bad_quality, []), VertexConfig(), first_event=0)
     assert list(np.diff(v["vertex_offsets"])) == [0, 2, 0, 0, 0]
@@ -132,7 +167,7 @@ def test_edge_cases_by_hand():
     assert len(idv) == 15 and (idv[7:] == -1).all() and idv[6] == -1
     lead = int(np.flatnonzero(v["pt2_rank"] == 0)[0])
     to, ti = v["track_offsets"], v["track_indices"]
-    assert list(ti[to[lead]:to[lead + 1]]) == [0, 1, 2]
+    assert list(ti[to[lead] : to[lead + 1]]) == [0, 1, 2]
     assert abs(v["z"][lead] - 1.0) < 0.01 and v["ndof"][lead] == 2
     assert v["pt2"][lead] == np.float32(6.0)  # 4 + 1 + 1
     assert set(idv[:6]) == {0, 1} and IDV_NOISE not in idv and IDV_DETACHED not in idv
@@ -143,7 +178,11 @@ def test_edge_cases_by_hand():
 
 def test_bad_input_is_a_clear_error():
     with pytest.raises(VertexError, match=r"event 12: track 1: zip = nan is not finite"):
-        find_vertices(*events([(0.0, 1e-5, 1.0, 2, 4), (np.nan, 1e-5, 1.0, 2, 4)]), VertexConfig(), first_event=12)
+        find_vertices(
+            *events([(0.0, 1e-5, 1.0, 2, 4), (np.nan, 1e-5, 1.0, 2, 4)]),
+            VertexConfig(),
+            first_event=12,
+        )
     with pytest.raises(VertexError, match="cov_zip = 0.0 is not finite and positive"):
         find_vertices(*events([(0.0, 0.0, 1.0, 2, 4)]), VertexConfig())
     with pytest.raises(VertexError, match=r"eps = 0.5 cm must be in \(0, 0.1\]"):

@@ -1,6 +1,5 @@
 """Steps written in Python and Polars, run from a Python driver and from `quiver run`."""
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -11,9 +10,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-
 import quiver
-from quiver.examples import Square, square_polars
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -23,7 +20,9 @@ def numbers_plan(count=100):
 
 
 def test_python_and_polars_square_equal_rust_square_bit_for_bit():
-    r = quiver.Plan.load(ROOT / "plans/examples/square-python.toml").run(events=64, threads=2, batch_size=16)
+    r = quiver.Plan.load(ROOT / "plans/examples/square-python.toml").run(
+        events=64, threads=2, batch_size=16
+    )
     rust = r["squared"]
     assert rust.equals(r["squared_py"]) and rust.equals(r["squared_pl"])
     assert "python step squared_py (quiver.examples:Square): 4 batches" in r.summary
@@ -83,11 +82,18 @@ def test_params_reach_the_constructor_and_end_job_runs_once_per_instance():
     assert all(i.params == {"factor": 3.0, "tag": "hello"} for i in Scale.instances)
     assert sum(i.batches for i in Scale.instances) == 10
     assert r.summary.count("hello: ") == len(Scale.instances)
-    with pytest.raises(quiver.PlanError, match="step 'scaled': missing required parameter 'tag' \\(string\\)"):
+    with pytest.raises(
+        quiver.PlanError, match="step 'scaled': missing required parameter 'tag' \\(string\\)"
+    ):
         numbers_plan().add("scaled", Scale, input="numbers").check()
-    with pytest.raises(quiver.PlanError, match=r"step 'scaled': unknown parameter 'fator' \(known: module, class, factor, tag\)"):
+    with pytest.raises(
+        quiver.PlanError,
+        match=r"step 'scaled': unknown parameter 'fator' \(known: module, class, factor, tag\)",
+    ):
         numbers_plan().add("scaled", Scale, input="numbers", fator=3, tag="x").check()
-    with pytest.raises(quiver.PlanError, match="step 'scaled': parameter 'factor' must be float, got \"x\""):
+    with pytest.raises(
+        quiver.PlanError, match="step 'scaled': parameter 'factor' must be float, got \"x\""
+    ):
         numbers_plan().add("scaled", Scale, input="numbers", factor="x", tag="x").check()
 
 
@@ -117,39 +123,75 @@ def test_an_exception_names_the_step_the_events_and_the_traceback():
 
         def produce(self, batch):
             if batch.first_event >= 16:
-                1 / 0
+                _ = 1 / 0
             batch.put("floats", batch.get("input", event=False), offsets="input")
 
     with pytest.raises(quiver.StepError) as e:
         failing_plan(Boom).run(events=40, threads=2, batch_size=16)
     msg = str(e.value)
     assert msg.startswith("step 'bad' failed on events 16..32: Python exception in ")
-    assert "Traceback (most recent call last)" in msg and "ZeroDivisionError: division by zero" in msg
+    assert (
+        "Traceback (most recent call last)" in msg and "ZeroDivisionError: division by zero" in msg
+    )
     assert "in produce" in msg and "1 / 0" in msg
     assert isinstance(e.value, RuntimeError)
 
 
 def put_step(fn):
-    return type("Putter", (quiver.Step,), {"consumes": {"input": "floats"}, "produces": ["floats"], "produce": fn})
+    return type(
+        "Putter",
+        (quiver.Step,),
+        {"consumes": {"input": "floats"}, "produces": ["floats"], "produce": fn},
+    )
 
 
-@pytest.mark.parametrize("produce, message", [
-    (lambda self, b: b.put("floats", {"value": np.zeros(10 * b.n_events)}, offsets="input"),
-     "product 'floats', column 'value': expected type Float32, got Float64"),
-    (lambda self, b: b.put("floats", {"x": np.zeros(10 * b.n_events, np.float32)}, offsets="input"),
-     "product 'floats': missing column 'value' (expected type Float32); got columns [x], expected [value]"),
-    (lambda self, b: b.put("floats", {"event": np.arange(b.n_events)[::-1] + b.first_event, "value": np.zeros(b.n_events, np.float32)}),
-     "product 'floats', column 'event': rows must be ordered by event, but row 1 has event 2 after event 3"),
-    (lambda self, b: b.put("floats", {"event": np.full(2, 99), "value": np.zeros(2, np.float32)}),
-     "product 'floats', column 'event': row 0 has event 99, outside this batch's events 0..4"),
-    (lambda self, b: b.put("floats", {"value": np.zeros(3, np.float32)}),
-     "product 'floats': no 'event' column; add one or give offsets="),
-    (lambda self, b: b.put("ints", {"value": np.zeros(3, np.float32)}),
-     "product type 'ints' is not declared in produces (declared: floats)"),
-    (lambda self, b: b.put("floats", 42, offsets="input"),
-     "product 'floats': not an Arrow table or record batch"),
-    (lambda self, b: None, "declared product 'floats' was not published"),
-])
+@pytest.mark.parametrize(
+    "produce, message",
+    [
+        (
+            lambda self, b: b.put("floats", {"value": np.zeros(10 * b.n_events)}, offsets="input"),
+            "product 'floats', column 'value': expected type Float32, got Float64",
+        ),
+        (
+            lambda self, b: b.put(
+                "floats", {"x": np.zeros(10 * b.n_events, np.float32)}, offsets="input"
+            ),
+            "product 'floats': missing column 'value' (expected type Float32); got columns [x], "
+            "expected [value]",
+        ),
+        (
+            lambda self, b: b.put(
+                "floats",
+                {
+                    "event": np.arange(b.n_events)[::-1] + b.first_event,
+                    "value": np.zeros(b.n_events, np.float32),
+                },
+            ),
+            "product 'floats', column 'event': rows must be ordered by event, but row 1 has event "
+            "2 after event 3",
+        ),
+        (
+            lambda self, b: b.put(
+                "floats", {"event": np.full(2, 99), "value": np.zeros(2, np.float32)}
+            ),
+            "product 'floats', column 'event': row 0 has event 99, outside this batch's events "
+            "0..4",
+        ),
+        (
+            lambda self, b: b.put("floats", {"value": np.zeros(3, np.float32)}),
+            "product 'floats': no 'event' column; add one or give offsets=",
+        ),
+        (
+            lambda self, b: b.put("ints", {"value": np.zeros(3, np.float32)}),
+            "product type 'ints' is not declared in produces (declared: floats)",
+        ),
+        (
+            lambda self, b: b.put("floats", 42, offsets="input"),
+            "product 'floats': not an Arrow table or record batch",
+        ),
+        (lambda self, b: None, "declared product 'floats' was not published"),
+    ],
+)
 def test_wrong_products_are_errors_naming_product_column_and_type(produce, message):
     with pytest.raises(quiver.StepError) as e:
         failing_plan(put_step(produce)).run(events=4, threads=1, batch_size=4)
@@ -158,17 +200,30 @@ def test_wrong_products_are_errors_naming_product_column_and_type(produce, messa
 
 
 def test_bad_classes_are_plan_errors():
-    with pytest.raises(quiver.PlanError, match="step 'p': cannot load Python step class 'Nope' from 'quiver.examples'"):
-        numbers_plan().add("p", "python", backend="python", module="quiver.examples", **{"class": "Nope"}).check()
-    with pytest.raises(quiver.PlanError, match="ModuleNotFoundError: No module named 'no_such_module'"):
-        numbers_plan().add("p", "python", backend="python", module="no_such_module", **{"class": "X"}).check()
-    with pytest.raises(quiver.PlanError, match=r"backend 'cpu' is not implemented by step type 'python' \(it has: python\)"):
-        numbers_plan().add("p", "python", module="quiver.examples", input="numbers", **{"class": "Square"}).check()
+    with pytest.raises(
+        quiver.PlanError, match="step 'p': parameter 'class': 'quiver.examples' has no 'Nope'"
+    ):
+        numbers_plan().add(
+            "p", "python", backend="python", module="quiver.examples", **{"class": "Nope"}
+        ).check()
+    with pytest.raises(
+        quiver.PlanError, match="step 'p': parameter 'module': no Python module 'no_such_module'"
+    ):
+        numbers_plan().add(
+            "p", "python", backend="python", module="no_such_module", **{"class": "X"}
+        ).check()
+    with pytest.raises(
+        quiver.PlanError,
+        match=r"backend 'cpu' is not implemented by step type 'python' \(it has: python\)",
+    ):
+        numbers_plan().add(
+            "p", "python", module="quiver.examples", input="numbers", **{"class": "Square"}
+        ).check()
     with pytest.raises(TypeError, match="is not a quiver.Step subclass"):
         numbers_plan().add("p", dict)
 
 
-STEP_FILE = '''
+STEP_FILE = """
 import numpy as np
 import quiver
 
@@ -179,7 +234,7 @@ class Cube(quiver.Step):
     def produce(self, batch):
         x = batch.get("input", event=False).column("value").to_numpy()
         batch.put("floats", {"value": x * x * x}, offsets="input")
-'''
+"""
 
 
 def quiver_command():
@@ -190,7 +245,8 @@ def quiver_command():
 
 def test_quiver_run_runs_python_steps_from_toml(tmp_path):
     (tmp_path / "cube.py").write_text(STEP_FILE)
-    (tmp_path / "plan.toml").write_text(textwrap.dedent('''
+    (tmp_path / "plan.toml").write_text(
+        textwrap.dedent("""
         [[step]]
         label = "numbers"
         type = "random_floats"
@@ -206,29 +262,73 @@ def test_quiver_run_runs_python_steps_from_toml(tmp_path):
         label = "out"
         type = "write_parquet"
         products = ["numbers", "cubed"]
-    '''))
-    out = subprocess.run([quiver_command(), "run", "plan.toml", "--events", "20", "--threads", "2", "--no-progress",
-                          "--output", "out"], cwd=tmp_path, capture_output=True, text=True)
+    """)
+    )
+    out = subprocess.run(
+        [
+            quiver_command(),
+            "run",
+            "plan.toml",
+            "--events",
+            "20",
+            "--threads",
+            "2",
+            "--no-progress",
+            "--output",
+            "out",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert "python step cubed (cube.py:Cube): " in out.stdout
     import pyarrow.parquet as pq
+
     x = pq.read_table(tmp_path / "out/floats.numbers.parquet").column("value").to_numpy()
     y = pq.read_table(tmp_path / "out/floats.cubed.parquet").column("value").to_numpy()
     assert (y == x * x * x).all()
 
-    check = subprocess.run([quiver_command(), "plan", "check", "plan.toml"], cwd=tmp_path, capture_output=True, text=True)
+    check = subprocess.run(
+        [quiver_command(), "plan", "check", "plan.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0 and "cubed (python, python)" in check.stdout
     steps = subprocess.run([quiver_command(), "steps"], capture_output=True, text=True)
     assert "python  [python]" in steps.stdout
 
 
 def test_quiver_run_example_plan_and_errors():
-    out = subprocess.run([quiver_command(), "run", str(ROOT / "plans/examples/square-python.toml"), "--events", "32",
-                          "--no-progress"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            quiver_command(),
+            "run",
+            str(ROOT / "plans/examples/square-python.toml"),
+            "--events",
+            "32",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert "check_py" in out.stdout and "check_pl" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "quiver", "run", str(ROOT / "plans/examples/square-python.toml"),
-                          "--events", "0x"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quiver",
+            "run",
+            str(ROOT / "plans/examples/square-python.toml"),
+            "--events",
+            "0x",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "invalid value '0x'" in bad.stderr
 
 
@@ -243,7 +343,9 @@ def test_an_exception_in_the_constructor_is_reported_as_such():
     with pytest.raises(quiver.StepError) as e:
         failing_plan(BadInit).run(events=4, threads=1, batch_size=4)
     assert "step 'bad' failed on events 0..4: Python exception in " in str(e.value)
-    assert ".BadInit.__init__(params):" in str(e.value) and "RuntimeError: cannot start" in str(e.value)
+    assert ".BadInit.__init__(params):" in str(e.value) and "RuntimeError: cannot start" in str(
+        e.value
+    )
 
 
 def test_two_classes_of_the_same_name_stay_apart():
@@ -258,7 +360,9 @@ def test_two_classes_of_the_same_name_stay_apart():
 
         return Times
 
-    plan = numbers_plan(4).add("two", make(2), input="numbers").add("three", make(3), input="numbers")
+    plan = (
+        numbers_plan(4).add("two", make(2), input="numbers").add("three", make(3), input="numbers")
+    )
     r = plan.run(events=3, threads=1)
     x = r["numbers"].column("value").to_numpy()
     assert (r["two"].column("value").to_numpy() == x * 2).all()

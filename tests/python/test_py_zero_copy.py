@@ -4,7 +4,6 @@ Rust published without copying them."""
 
 import numpy as np
 import pyarrow as pa
-
 import quiver
 
 
@@ -14,7 +13,11 @@ def polars_chunk_addresses(series):
 
 
 def test_same_buffer_in_rust_pyarrow_and_polars():
-    plan = quiver.Plan().add("numbers", "random_floats", count=1000).add("squared", "square", input="numbers")
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=1000)
+        .add("squared", "square", input="numbers")
+    )
     r = plan.run(events=48, threads=2, batch_size=16)
     rust = r.rust_addresses("squared")["value"]
     assert len(rust) == 3 and len(set(rust)) == 3 and all(rust)
@@ -47,7 +50,11 @@ class SeenFromPython(quiver.Step):
 def test_python_step_reads_rust_buffers_and_numpy_puts_keep_theirs():
     SeenFromPython.inputs_seen.clear()
     SeenFromPython.outputs_made.clear()
-    plan = quiver.Plan().add("numbers", "random_floats", count=100).add("py", SeenFromPython, input="numbers")
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=100)
+        .add("py", SeenFromPython, input="numbers")
+    )
     r = plan.run(events=40, threads=2, batch_size=8)
     firsts = sorted(SeenFromPython.inputs_seen)
     assert firsts == [0, 8, 16, 24, 32]
@@ -72,7 +79,11 @@ class FromPolars(quiver.Step):
 
 def test_a_polars_frame_put_keeps_its_buffer():
     FromPolars.made.clear()
-    plan = quiver.Plan().add("numbers", "random_floats", count=10).add("pl", FromPolars, input="numbers")
+    plan = (
+        quiver.Plan()
+        .add("numbers", "random_floats", count=10)
+        .add("pl", FromPolars, input="numbers")
+    )
     r = plan.run(events=12, threads=1, batch_size=4)
     assert r.rust_addresses("pl")["value"] == [FromPolars.made[f] for f in (0, 4, 8)]
 
@@ -103,7 +114,11 @@ class Exporters(quiver.Step):
 
 def test_any_pycapsule_exporter_is_accepted_without_copy():
     Exporters.made.clear()
-    plan = quiver.Plan().add("a", "random_floats", count=5, seed=1).add("b", "random_floats", count=5, seed=2)
+    plan = (
+        quiver.Plan()
+        .add("a", "random_floats", count=5, seed=1)
+        .add("b", "random_floats", count=5, seed=2)
+    )
     plan.add("sum", Exporters, xs=["a", "b"])
     r = plan.run(events=6, threads=2, batch_size=3)
     assert r.rust_addresses("sum")["value"] == [Exporters.made[0], Exporters.made[3]]

@@ -8,7 +8,6 @@ import pathlib
 import subprocess
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -17,18 +16,21 @@ def sh(cmd, **kw):
 
 
 def fake_reference(base: pathlib.Path, big_bytes: int = 0) -> pathlib.Path:
-    """A checkout-like folder with `cuda`; its plugins in base/lib/cuda (the compiled-in LIB_DIR)."""
+    """A checkout-like folder with `cuda`; its plugins in base/lib/cuda (the compiled-in
+    LIB_DIR)."""
     ref, libdir, dep = base / "ref", base / "lib" / "cuda", base / "dep"
     for d in (ref, libdir, dep):
         d.mkdir(parents=True)
     (dep / "dep.c").write_text("int dep(void) { return 1; }\n")
     (libdir / "plugin.c").write_text(
         '__attribute__((section(".nv_fatbin"))) const char fatbin[16] = {1};\n'
-        "int plugin(void) { return fatbin[0]; }\n")
+        "int plugin(void) { return fatbin[0]; }\n"
+    )
     (ref / "main.c").write_text(
         f'#include <stdio.h>\nint dep(void);\nstatic const char *lib = "{libdir}/plugins.txt";\n'
         f"static char big[{big_bytes} + 1] = {{1}};\n"
-        "int main(void) { puts(lib); return dep() + big[0]; }\n")
+        "int main(void) { puts(lib); return dep() + big[0]; }\n"
+    )
     for cmd in (
         ["gcc", "-shared", "-fPIC", "-o", dep / "libfakedep.so", dep / "dep.c"],
         ["gcc", "-shared", "-fPIC", "-o", libdir / "pluginFake.so", libdir / "plugin.c"],
@@ -44,14 +46,38 @@ def fake_reference(base: pathlib.Path, big_bytes: int = 0) -> pathlib.Path:
 def dataset(quiver_bin, tmp_path_factory):
     """12 events at <PU> 10: small, so the pack is quick."""
     ds = tmp_path_factory.mktemp("pack") / "dataset"
-    r = sh([quiver_bin, "generate", "--events", "12", "--pileup", "10", "--seed", "5", "--output", str(ds)])
+    r = sh(
+        [
+            quiver_bin,
+            "generate",
+            "--events",
+            "12",
+            "--pileup",
+            "10",
+            "--seed",
+            "5",
+            "--output",
+            str(ds),
+        ]
+    )
     assert r.returncode == 0, r.stderr
     return ds
 
 
 def pack(quiver_bin, ref, dataset, out):
-    return sh([str(ROOT / "scripts/pack-reference-cuda.sh"), "--reference-cuda", str(ref),
-               "--input", str(dataset), "--quiver", quiver_bin, "--output", str(out)])
+    return sh(
+        [
+            str(ROOT / "scripts/pack-reference-cuda.sh"),
+            "--reference-cuda",
+            str(ref),
+            "--input",
+            str(dataset),
+            "--quiver",
+            quiver_bin,
+            "--output",
+            str(out),
+        ]
+    )
 
 
 def no_gpu_env(tmp_path):
@@ -64,7 +90,8 @@ def no_gpu_env(tmp_path):
 
 
 def test_the_pack_carries_everything_the_device_run_needs_and_stops_where_the_gpu_is(
-        quiver_bin, dataset, tmp_path):
+    quiver_bin, dataset, tmp_path
+):
     ref = fake_reference(tmp_path)
     out = tmp_path / "devbin"
     r = pack(quiver_bin, ref, dataset, out)
@@ -78,7 +105,14 @@ def test_the_pack_carries_everything_the_device_run_needs_and_stops_where_the_gp
     assert info == {"events": "12", "libdir": str(tmp_path / "lib" / "cuda")}
     # Quiver's own dataset (raw data and conditions, no truth) and the same events exported.
     assert (p / "dataset/raw.arrow").is_file() and not (p / "dataset/simhits.parquet").exists()
-    for name in ("raw.bin", "fedIds.bin", "cablingMap.bin", "gain.bin", "cpefast.bin", "beamspot.bin"):
+    for name in (
+        "raw.bin",
+        "fedIds.bin",
+        "cablingMap.bin",
+        "gain.bin",
+        "cpefast.bin",
+        "beamspot.bin",
+    ):
         assert (p / "data" / name).stat().st_size > 0, name
     # One count record per event: the reference reads one for each event of raw.bin.
     assert (p / "data/digicluster.bin").stat().st_size == 12 * 12
@@ -100,7 +134,9 @@ def test_the_pack_carries_everything_the_device_run_needs_and_stops_where_the_gp
     assert r.returncode != 0 and "does not match its MANIFEST" in r.stderr, r.stderr
 
 
-def test_a_pack_over_the_carry_limit_is_refused_and_the_last_pack_kept(quiver_bin, dataset, tmp_path):
+def test_a_pack_over_the_carry_limit_is_refused_and_the_last_pack_kept(
+    quiver_bin, dataset, tmp_path
+):
     out = tmp_path / "devbin"
     r = pack(quiver_bin, fake_reference(tmp_path / "small"), dataset, out)
     assert r.returncode == 0, r.stderr
@@ -112,11 +148,14 @@ def test_a_pack_over_the_carry_limit_is_refused_and_the_last_pack_kept(quiver_bi
     assert sorted(x.name for x in out.iterdir()) == ["quiver", "ref-cuda"]
 
 
-@pytest.mark.parametrize("breakage, message", [
-    ("no_plugins_txt", "has no plugins.txt"),
-    ("no_device_code", "holds device code (.nv_fatbin)"),
-    ("missing_library", "needs libfakedep.so, which the loader cannot find here"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("no_plugins_txt", "has no plugins.txt"),
+        ("no_device_code", "holds device code (.nv_fatbin)"),
+        ("missing_library", "needs libfakedep.so, which the loader cannot find here"),
+    ],
+)
 def test_a_broken_reference_build_is_named(quiver_bin, dataset, tmp_path, breakage, message):
     ref = fake_reference(tmp_path)
     libdir = tmp_path / "lib" / "cuda"

@@ -14,6 +14,7 @@ the same executor as the Rust steps, from a Python driver or from ``quiver run p
 ['event', 'value']
 """
 
+from . import _quiver
 from ._analysis import QUALITY_NAMES, Quality
 from ._errors import PlanError, QuiverError, QuiverIOError, StepError
 from ._optional import MissingExtraError
@@ -21,13 +22,30 @@ from ._plan import Plan, Result
 from ._report import Report, report
 from ._steps import Step, polars_step
 from .query import open, sql
-from . import _quiver
 
 Batch = _quiver.Batch
 """The event batch a Python step's ``produce(batch)`` receives (for type hints)."""
 
-__all__ = ["Plan", "Result", "Step", "Batch", "polars_step", "PlanError", "StepError", "QuiverError", "QuiverIOError",
-           "MissingExtraError", "Quality", "QUALITY_NAMES", "Report", "report", "steps", "conditions", "open", "sql"]
+__all__ = [
+    "Plan",
+    "Result",
+    "Step",
+    "Batch",
+    "polars_step",
+    "PlanError",
+    "StepError",
+    "QuiverError",
+    "QuiverIOError",
+    "MissingExtraError",
+    "Quality",
+    "QUALITY_NAMES",
+    "Report",
+    "report",
+    "steps",
+    "conditions",
+    "open",
+    "sql",
+]
 __version__ = _quiver.__version__
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from . import _quiver
 from ._optional import require
 
-
 QUALITY_NAMES = list(_quiver.quality_names())
-"""Quality names in code order (index = code), from the Rust enum (``quiver_reco::tracks::Quality``)."""
+"""Quality names in code order (index = code), from the Rust enum
+(``quiver_reco::tracks::Quality``)."""
 
 
 class Quality:
@@ -42,7 +42,9 @@ class Quality:
 
 
 if [getattr(Quality, n, None) for n in QUALITY_NAMES] != list(range(len(QUALITY_NAMES))):
-    raise ImportError(f"quiver.Quality disagrees with the extension's quality codes {QUALITY_NAMES}")
+    raise ImportError(
+        f"quiver.Quality disagrees with the extension's quality codes {QUALITY_NAMES}"
+    )
 
 
 # Product types with a `quality` column holding Quality codes.
@@ -66,8 +68,11 @@ def with_quality_name(frame, product_type: str):
     names = frame.collect_schema().names() if isinstance(frame, pl.LazyFrame) else frame.columns
     if "quality" not in names or "quality_name" in names:
         return frame
-    name = pl.col("quality").replace_strict(list(range(len(QUALITY_NAMES))), QUALITY_NAMES,
-                                             return_dtype=quality_enum()).alias("quality_name")
+    name = (
+        pl.col("quality")
+        .replace_strict(list(range(len(QUALITY_NAMES))), QUALITY_NAMES, return_dtype=quality_enum())
+        .alias("quality_name")
+    )
     i = names.index("quality") + 1
     return frame.with_columns(name).select(names[:i] + ["quality_name"] + names[i:])
 
@@ -95,18 +100,26 @@ def to_awkward(table, first_event: int, n_events: int):
 
     if "event" not in table.column_names:
         raise ValueError("to_awkward needs the product's `event` column (rows ordered by event)")
-    if table.num_rows == 0:
-        table = table.combine_chunks()
-    elif table.column("event").num_chunks != 1:
+    if table.num_rows == 0 or table.column("event").num_chunks != 1:
         table = table.combine_chunks()
     fields = [f for f in table.schema if f.name != "event"]
     events = np.asarray(table.column("event").chunk(0) if table.num_rows else [], dtype=np.int64)
-    if events.size and (np.any(np.diff(events) < 0) or events[0] < first_event
-                        or events[-1] >= first_event + n_events):
-        raise ValueError(f"rows must be ordered by event, within events {first_event}..{first_event + n_events}")
-    offsets = np.searchsorted(events, np.arange(first_event, first_event + n_events + 1, dtype=np.int64), side="left")
+    if events.size and (
+        np.any(np.diff(events) < 0)
+        or events[0] < first_event
+        or events[-1] >= first_event + n_events
+    ):
+        raise ValueError(
+            f"rows must be ordered by event, within events {first_event}..{first_event + n_events}"
+        )
+    offsets = np.searchsorted(
+        events, np.arange(first_event, first_event + n_events + 1, dtype=np.int64), side="left"
+    )
     if fields:
-        arrays = [table.column(f.name).chunk(0) if table.num_rows else pa.array([], f.type) for f in fields]
+        arrays = [
+            table.column(f.name).chunk(0) if table.num_rows else pa.array([], f.type)
+            for f in fields
+        ]
         struct = pa.StructArray.from_arrays(arrays, fields=[f.with_nullable(False) for f in fields])
         records = ak.from_arrow(struct, generate_bitmasks=False, highlevel=False)
         records = ak.transform(_strip_unmasked, records, highlevel=False)

@@ -38,5 +38,6 @@ def require(module: str, *, extra: str, feature: str | None = None):
         what = feature or EXTRAS[extra]
         # `from None`: the traceback ends in this one line, not in importlib's.
         raise MissingExtraError(
-            f"{what} needs the '{top}' package, which is not installed: pip install 'quiver[{extra}]'"
+            f"{what} needs the '{top}' package, which is not installed: pip install "
+            f"'quiver[{extra}]'"
         ) from None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import html
 import os
+import shutil
+import weakref
 
 from . import _quiver
 from ._analysis import QUALITY_NAMES, to_awkward, with_quality_name
-from ._errors import QuiverError
+from ._errors import PlanError, QuiverError
 from ._optional import require
 from ._steps import register_class
 
@@ -27,35 +30,71 @@ class Plan:
         self._plan = _quiver._Plan()
 
     @classmethod
-    def from_toml(cls, text: str, origin: str = "<string>") -> "Plan":
+    def from_toml(cls, text: str, origin: str = "<string>") -> Plan:
         """A plan from TOML text."""
         p = cls.__new__(cls)
         p._plan = _quiver._Plan.from_toml(text, origin)
         return p
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Plan":
+    def load(cls, path: str | os.PathLike) -> Plan:
         """A plan from a TOML file."""
         p = cls.__new__(cls)
         p._plan = _quiver._Plan.from_file(os.fspath(path))
         return p
 
-    def add(self, label: str, type, *, backend: str | None = None, **keys) -> "Plan":
-        """Appends a step. ``type`` is a step type name (``"square"``) or a Python step
-        class (a :class:`quiver.Step` subclass or a ``@polars_step`` function); ``keys``
-        are its inputs (producing labels) and parameters, as in TOML. Returns the plan."""
-        if isinstance(type, str):
-            self._plan.add_step(label, type, backend, keys)
-        else:
-            module, name = register_class(type)
-            self._plan.add_step(label, "python", backend or "python", {"module": module, "class": name, **keys})
+    def add(self, label: str, type, *, backend: str | None = None, **keys) -> Plan:
+        """Appends a step: every key a TOML ``[[step]]`` has. ``type`` is a step type name
+        (``"square"``) or a Python step class (a :class:`quiver.Step` subclass or a
+        ``@polars_step`` function; ``backend`` is then ``"python"``); ``keys`` are its inputs
+        (producing labels, ``"label"`` or ``"label:type"``) and parameters, as in TOML. A
+        key that is not a Python name goes through a dict:
+        ``add("p", "python", module="m.py", **{"class": "Cube"})``. Returns the plan."""
+        self._plan.add_step(label, *_step_type(type, backend, keys))
         return self
 
-    def run_settings(self, *, threads=None, batch_size=None, events=None, input=None, output=None) -> "Plan":
+    def replace(self, label: str, type, *, backend: str | None = None, **keys) -> Plan:
+        """Replaces step ``label`` in place with a step of ``type`` (a type name or a Python
+        step class, as for :meth:`add`). The label stays, so the steps that consume it read
+        the new step; its other keys (inputs, parameters) stay unless ``keys`` sets them, and
+        ``key=None`` drops one. The backend stays unless the type changes. The plan is
+        validated at once: a replacement that makes it invalid raises
+        :class:`quiver.PlanError` and leaves the plan as it was. Returns the plan::
+
+            plan.replace("hits", quiver.pixel.RecHits)      # the numpy port of rechits
+        """
+        self._require(label)
+        self._plan.replace_step(label, *_step_type(type, backend, keys))
+        return self
+
+    def remove(self, label: str) -> Plan:
+        """Removes step ``label``. Refused (:class:`quiver.PlanError`, naming them) while
+        other steps consume its products: remove or replace those first. Returns the plan."""
+        self._require(label)
+        self._plan.remove_step(label)
+        return self
+
+    def _require(self, label: str) -> None:
+        labels = self.labels
+        if label not in labels:
+            close = difflib.get_close_matches(label, labels, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise PlanError(
+                f"step '{label}': no step of this plan has this label "
+                f"({hint}its steps: {', '.join(labels) or 'none'})"
+            )
+
+    def run_settings(
+        self, *, threads=None, batch_size=None, events=None, input=None, output=None
+    ) -> Plan:
         """Sets ``[run]`` values of the plan (the arguments of :meth:`run` override them)."""
-        self._plan.set_run(threads, batch_size, events,
-                           None if input is None else os.fspath(input),
-                           None if output is None else os.fspath(output))
+        self._plan.set_run(
+            threads,
+            batch_size,
+            events,
+            None if input is None else os.fspath(input),
+            None if output is None else os.fspath(output),
+        )
         return self
 
     @property
@@ -67,9 +106,18 @@ class Plan:
         """Validates the plan completely; returns it resolved (order, inputs, backends)."""
         return self._plan.check()
 
-    def run(self, *, events: int | None = None, threads: int | None = None, batch_size: int | None = None,
-            input=None, output=None, collect: list[str] | None = None, progress: bool = False,
-            first_event: int = 0) -> "Result":
+    def run(
+        self,
+        *,
+        events: int | None = None,
+        threads: int | None = None,
+        batch_size: int | None = None,
+        input=None,
+        output=None,
+        collect: list[str] | None = None,
+        progress: bool = False,
+        first_event: int = 0,
+    ) -> Result:
         """Runs the plan and returns its products.
 
         ``input``: the dataset directory (default for plans that read raw data: the default
@@ -80,16 +128,22 @@ class Plan:
         ``output``: the directory for the files the plan writes (``write_parquet``,
         ``histograms``, …); default: the plan's ``[run] output``, else a new temporary
         directory ``quiver-run-*`` (never ``./quiver-out``, unlike ``quiver run``), given
-        back as ``Result.output`` and removed again if nothing was written.
+        back as ``Result.output``. A temporary directory is removed with the result (when
+        it is garbage-collected, or when Python exits) unless :meth:`Result.keep` keeps it.
 
         ``collect``: products to keep, as ``"label"`` or ``"label:type"``; ``None`` keeps every
         product, ``[]`` none. The GIL is released while the job runs; Python steps take it
         only while their Python code runs."""
         text, numbers, tables = self._plan.run(
-            events, threads, batch_size,
+            events,
+            threads,
+            batch_size,
             None if input is None else os.fspath(input),
             None if output is None else os.fspath(output),
-            collect, progress, first_event)
+            collect,
+            progress,
+            first_event,
+        )
         return Result(text, numbers, tables, first_event=first_event)
 
     def __repr__(self):
@@ -102,8 +156,18 @@ class Plan:
             body, style = self.check(), ""
         except QuiverError as e:
             body, style = str(e), " style='color:#b00'"
-        return (f"<div><b>quiver.Plan</b>, {len(self.labels)} steps"
-                f"<pre{style}>{html.escape(body)}</pre></div>")
+        return (
+            f"<div><b>quiver.Plan</b>, {len(self.labels)} steps"
+            f"<pre{style}>{html.escape(body)}</pre></div>"
+        )
+
+
+def _step_type(type, backend, keys) -> tuple:
+    """(type name, backend, keys) of a step given as a type name or a Python step class."""
+    if isinstance(type, str):
+        return type, backend, keys
+    module, name = register_class(type)
+    return "python", backend or "python", {"module": module, "class": name, **keys}
 
 
 SIDE_PRODUCTS = ("capacity_overflows",)
@@ -124,11 +188,35 @@ class Result:
         self._tables = {(label, ty): (obj, addrs) for label, ty, obj, addrs in tables}
         self._pa = {}
         self.first_event = first_event
+        """The first event of the run (products keep absolute event numbers)."""
         self.output = self.numbers.get("output")
         """Where the run wrote its files (``write_parquet``, ``histograms``, …): ``output=``,
         else the plan's ``[run] output``, else a new temporary directory
-        (``quiver-run-*``); ``None`` when a run without an output directory wrote nothing."""
-        """The first event of the run (products keep absolute event numbers)."""
+        (``quiver-run-*``, removed with this result unless :meth:`keep` keeps it); ``None``
+        when a run without an output directory wrote nothing."""
+        self._cleanup = None
+        if self.numbers.get("temporary_output") and self.output:
+            # Runs when the result is garbage-collected, or at the latest when Python exits.
+            self._cleanup = weakref.finalize(self, shutil.rmtree, self.output, ignore_errors=True)
+
+    def keep(self, path: str | os.PathLike | None = None) -> str | None:
+        """Keeps the run's files past this result's life: moves the temporary output
+        directory to ``path`` (which must not exist yet), or with no ``path`` leaves it where
+        it is. Returns where the files are (``Result.output``). An output directory given
+        to the run (``output=`` or ``[run] output``) is always kept; with ``path`` it is
+        moved as well."""
+        if self.output is None:
+            raise FileNotFoundError("this run wrote no files: there is nothing to keep")
+        if path is not None:
+            dest = os.fspath(path)
+            if os.path.lexists(dest):
+                raise FileExistsError(f"cannot keep the run at '{dest}': it exists already")
+            shutil.move(self.output, dest)
+            self.output = self.numbers["output"] = dest
+        if self._cleanup is not None:
+            self._cleanup.detach()
+            self._cleanup = None
+        return self.output
 
     def keys(self) -> list[str]:
         """Collected products as ``"label:type"``."""
@@ -142,8 +230,12 @@ class Result:
         if len(found) == 1:
             return found[0]
         if not found:
-            raise KeyError(f"no collected product '{sel}' (collected: {', '.join(self.keys()) or 'none'})")
-        raise KeyError(f"'{sel}' is ambiguous: {', '.join(f'{a}:{b}' for a, b in found)}; write label:type")
+            raise KeyError(
+                f"no collected product '{sel}' (collected: {', '.join(self.keys()) or 'none'})"
+            )
+        raise KeyError(
+            f"'{sel}' is ambiguous: {', '.join(f'{a}:{b}' for a, b in found)}; write label:type"
+        )
 
     def table(self, sel: str):
         """A product as a ``pyarrow.Table`` (one chunk per event batch)."""
@@ -187,14 +279,20 @@ class Result:
         import pyarrow.compute as pc
 
         counts = pc.value_counts(self.table(sel).column("quality")).to_pylist()
-        return {QUALITY_NAMES[c["values"]]: c["counts"] for c in sorted(counts, key=lambda c: c["values"])}
+        return {
+            QUALITY_NAMES[c["values"]]: c["counts"]
+            for c in sorted(counts, key=lambda c: c["values"])
+        }
 
     def _quality_html(self) -> str:
         keys = [f"{label}:{ty}" for label, ty in self._tables if ty == "tracks"]
         parts = []
         for k in keys:
             counts = self.quality_counts(k)
-            parts.append(f"<br>{html.escape(k)} by quality: " + ", ".join(f"{n} {v}" for n, v in counts.items()))
+            parts.append(
+                f"<br>{html.escape(k)} by quality: "
+                + ", ".join(f"{n} {v}" for n, v in counts.items())
+            )
         return "".join(parts)
 
     def _repr_html_(self) -> str:
@@ -203,15 +301,22 @@ class Result:
         n = self.numbers
         events, wall = n.get("events") or 0, n.get("wall_s") or 0.0
         rate = f"{events / wall:,.1f} events/s" if wall > 0 else "–"
-        head = (f"<b>quiver.Result</b>: {events} events, {n.get('threads')} threads, "
-                f"batch size {n.get('batch_size')}, {wall:.3f} s ({rate})")
-        steps = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{v:.4f}</td></tr>"
-                        for k, v in (n.get("step_s") or {}).items())
+        head = (
+            f"<b>quiver.Result</b>: {events} events, {n.get('threads')} threads, "
+            f"batch size {n.get('batch_size')}, {wall:.3f} s ({rate})"
+        )
+        steps = "".join(
+            f"<tr><td>{html.escape(str(k))}</td><td>{v:.4f}</td></tr>"
+            for k, v in (n.get("step_s") or {}).items()
+        )
         prods = "".join(
             f"<tr><td>{html.escape(label)}:{html.escape(ty)}</td><td>{self.table(f'{label}:{ty}').num_rows}</td>"
             f"<td>{html.escape(', '.join(self.table(f'{label}:{ty}').column_names))}</td></tr>"
-            for label, ty in self._tables)
-        return (f"<div>{head}{self._quality_html()}"
-                f"<table><tr><th>step</th><th>s (summed over threads)</th></tr>{steps}</table>"
-                f"<table><tr><th>product</th><th>rows</th><th>columns</th></tr>{prods}</table>"
-                f"<details><summary>summary</summary><pre>{html.escape(self.summary)}</pre></details></div>")
+            for label, ty in self._tables
+        )
+        return (
+            f"<div>{head}{self._quality_html()}"
+            f"<table><tr><th>step</th><th>s (summed over threads)</th></tr>{steps}</table>"
+            f"<table><tr><th>product</th><th>rows</th><th>columns</th></tr>{prods}</table>"
+            f"<details><summary>summary</summary><pre>{html.escape(self.summary)}</pre></details></div>"
+        )

@@ -3,11 +3,16 @@ and how the Rust side finds a step class (``module`` + ``class`` of a plan step)
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
 import os
+import pkgutil
 import sys
+import types
+
+from ._errors import PlanError
 
 _KINDS = {bool: "bool", int: "int", float: "float", str: "str", list: "list"}
 
@@ -74,18 +79,24 @@ def polars_step(*, consumes: dict, produces: str | list | dict, params: dict | N
             elif len(out_types) == 1:
                 batch.put(out_types[0], out)
             else:
-                raise TypeError(f"{fn.__name__} produces {out_types}: return a dict type -> DataFrame")
+                raise TypeError(
+                    f"{fn.__name__} produces {out_types}: return a dict type -> DataFrame"
+                )
 
-        cls = type(fn.__name__, (Step,), {
-            "consumes": dict(consumes),
-            "produces": produces if isinstance(produces, dict) else out_types,
-            "params": dict(params or {}),
-            "produce": produce,
-            "fn": staticmethod(fn),
-            "__doc__": fn.__doc__,
-            "__module__": fn.__module__,
-            "__qualname__": fn.__qualname__,
-        })
+        cls = type(
+            fn.__name__,
+            (Step,),
+            {
+                "consumes": dict(consumes),
+                "produces": produces if isinstance(produces, dict) else out_types,
+                "params": dict(params or {}),
+                "produce": produce,
+                "fn": staticmethod(fn),
+                "__doc__": fn.__doc__,
+                "__module__": fn.__module__,
+                "__qualname__": fn.__qualname__,
+            },
+        )
         return cls
 
     return wrap
@@ -124,18 +135,69 @@ def _import(module: str):
     return importlib.import_module(module)
 
 
+def _did_you_mean(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'? " if close else ""
+
+
+def _step_classes(mod) -> list[str]:
+    return [
+        n
+        for n, v in vars(mod).items()
+        if isinstance(v, type) and issubclass(v, Step) and v is not Step
+    ]
+
+
+def _import_or_plan_error(module: str):
+    """``_import``, with a misspelled module or file as a one-line PlanError; a module that
+    fails while importing keeps its own exception (and traceback)."""
+    try:
+        return _import(module)
+    except FileNotFoundError as e:
+        raise PlanError(f"parameter 'module': {e}") from None
+    except ModuleNotFoundError as e:
+        if not e.name or not (module == e.name or module.startswith(e.name + ".")):
+            raise  # the module itself imports something missing
+        parent, _, _ = e.name.rpartition(".")
+        hint = ""
+        if parent:
+            try:
+                path = importlib.import_module(parent).__path__
+                hint = _did_you_mean(
+                    e.name, (f"{parent}.{m.name}" for m in pkgutil.iter_modules(path))
+                )
+            except (ImportError, AttributeError):
+                pass
+        raise PlanError(
+            f"parameter 'module': no Python module '{module}' ({hint}"
+            f"a module importable here, or a path to a .py file)"
+        ) from None
+
+
 def load(module: str, class_name: str) -> type:
     """The step class ``class_name`` of ``module`` (a file path or an importable module)."""
     cls = _LOCAL.get((module, class_name))
     if cls is None:
-        obj = _import(module)
+        obj = _import_or_plan_error(module)
         for part in class_name.split("."):
             if not hasattr(obj, part):
-                raise AttributeError(f"'{module}' has no '{class_name}'")
+                found = (
+                    ", ".join(sorted(_step_classes(obj)))
+                    if isinstance(obj, types.ModuleType)
+                    else ""
+                )
+                hint = _did_you_mean(class_name, found.split(", ") if found else [])
+                raise PlanError(
+                    f"parameter 'class': '{module}' has no '{class_name}' ({hint}"
+                    f"its step classes: {found or 'none'})"
+                )
             obj = getattr(obj, part)
         cls = obj
     if not (isinstance(cls, type) and issubclass(cls, Step)):
-        raise TypeError(f"'{class_name}' in '{module}' is not a quiver.Step subclass (or a @polars_step function)")
+        raise PlanError(
+            f"parameter 'class': '{class_name}' in '{module}' is not a quiver.Step subclass "
+            f"(or a @polars_step function)"
+        )
     return cls
 
 
@@ -145,12 +207,17 @@ def _param(name, decl):
         decl, doc = decl
     if isinstance(decl, type):
         if decl not in _KINDS:
-            raise TypeError(f"parameter '{name}': type {decl.__name__} is not one of bool, int, float, str, list")
+            raise TypeError(
+                f"parameter '{name}': type {decl.__name__} is not one of bool, int, float, str, "
+                "list"
+            )
         return (name, _KINDS[decl], None, doc)
     for t in (bool, int, float, str, list):  # bool before int: True is an int
         if isinstance(decl, t):
             return (name, _KINDS[t], decl, doc)
-    raise TypeError(f"parameter '{name}': default {decl!r} is not a bool, int, float, str or list of str")
+    raise TypeError(
+        f"parameter '{name}': default {decl!r} is not a bool, int, float, str or list of str"
+    )
 
 
 def describe(module: str, class_name: str) -> dict:
@@ -162,7 +229,9 @@ def describe(module: str, class_name: str) -> dict:
         if many:
             (ty,) = ty
         if not isinstance(ty, str):
-            raise TypeError(f"{class_name}.consumes['{slot}'] must be a product type name (str) or [type]")
+            raise TypeError(
+                f"{class_name}.consumes['{slot}'] must be a product type name (str) or [type]"
+            )
         consumes.append((slot, ty, many))
     produces = cls.produces
     if isinstance(produces, str):

@@ -67,7 +67,13 @@ OUTPUT_FORMAT = "quiver-reconstruct/1"
 _OURS_RE = re.compile(
     r"^\.{1,2}quiver-(?:tmp|old|json)-[^.]+\.(?P<host>[A-Za-z0-9-]+?)-(?P<pid>\d+)-[0-9a-f]{12}(?:\..*)?$")
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
-DEFAULT_PARTITION_EVENTS = 50
+# The default partitioning (:func:`default_partition_events`): about PARTITIONS_PER_SLOT
+# partitions per worker thread, so that every worker has work and a slow partition is
+# balanced by the others, of MIN_PARTITION_EVENTS events at least (a partition's fixed cost:
+# the plan's setup, its own files) and MAX_PARTITION_EVENTS at most (what a retry redoes).
+PARTITIONS_PER_SLOT = 4
+MIN_PARTITION_EVENTS = 5
+MAX_PARTITION_EVENTS = 50
 _PART_RE = re.compile(r"^part-(\d+)-(\d+)$")
 _PRODUCT_RE = re.compile(r"^[^.]+\.[^.]+\.(parquet|arrow)$")
 # The manifest fields that must match for a partition to count as done.
@@ -213,6 +219,21 @@ def partitions(n_events: int, partition_events: int, first_event: int = 0) -> li
         raise ValueError(f"partition_events must be at least 1 (got {partition_events})")
     return [(f, min(partition_events, first_event + n_events - f))
             for f in range(first_event, first_event + n_events, partition_events)]
+
+
+def default_partition_events(n_events: int, slots: int) -> int:
+    """Events per partition when none is given: ``ceil(n_events / (slots * 4))`` (about
+    4 partitions per worker thread ``slots``), at least 5 and at most 50. 20 events on
+    2 workers make 4 partitions of 5; 100 events 8 of 13; 10 000 events 200 of 50."""
+    per = -(-n_events // (max(slots, 1) * PARTITIONS_PER_SLOT))
+    return max(MIN_PARTITION_EVENTS, min(MAX_PARTITION_EVENTS, per))
+
+
+def _existing_partition_events(out: pathlib.Path) -> int | None:
+    """The partition size of an earlier reconstruct output (its longest partition), so that
+    a rerun with the default finds the same partitions whatever the cluster's size."""
+    sizes = [last - first + 1 for first, last, _ in complete_parts(out)]
+    return max(sizes) if sizes else None
 
 
 def part_name(first: int, events: int) -> str:
@@ -406,9 +427,9 @@ def _cleanup_temp(out: pathlib.Path) -> None:
 
 
 def reconstruct(plan, dataset, output, *, client=None, events: int | None = None, first_event: int = 0,
-                partition_events: int = DEFAULT_PARTITION_EVENTS, threads: int = 1,
+                partition_events: int | None = None, threads: int = 1,
                 batch_size: int | None = None, retries: int = 2, collect: list | None = None,
-                overwrite: bool = False) -> Summary:
+                overwrite: bool = False, progress: bool = False) -> Summary:
     """Runs ``plan`` over ``dataset`` on a Dask cluster and writes the products under ``output``.
 
     - ``plan``: path to a TOML plan, or its text; it must write its products
@@ -417,8 +438,11 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     - ``dataset``: a dataset directory (``quiver generate``); ``output``: the output directory.
     - ``client``: a ``distributed.Client``; ``None`` uses the current default client.
     - ``events``, ``first_event``: the events to run (default: all of the dataset).
-    - ``partition_events``: events per partition (default 50). Partition names depend only
-      on this and the event range, so reruns find the same partitions.
+    - ``partition_events``: events per partition. Default: the partitioning of the
+      partitions already in ``output`` when there are any (so that reruns find the same
+      partitions), otherwise :func:`default_partition_events` of the events and the
+      cluster's worker threads (about 4 partitions per thread, 5 to 50 events each).
+      Partition names depend only on this and the event range.
     - ``threads``, ``batch_size``: of each partition's run (default: 1 thread per task; give
       workers one Dask thread each and scale with processes).
     - ``retries``: Dask retries of a partition that raised (a worker that died is
@@ -428,6 +452,9 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     - ``overwrite``: replace the whole output when it was made by another plan, dataset or
       code version, or partitioned otherwise; without it, such an output is an error. The
       output's manifest says "not complete" until every partition is redone.
+    - ``progress``: while the partitions run, a line on stderr with the partitions done,
+      running and failed, the events done, their rate and the time left, when stderr is a
+      terminal (never into a pipe, a file or a notebook).
 
     Counts below 1 (``events``, ``partition_events``, ``threads``, ``batch_size``), a
     negative ``first_event`` or ``retries``, and ``events`` beyond the dataset are errors
@@ -452,9 +479,11 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
         raise ReconstructError(f"events {events} from event {first_event}: the dataset {dataset} has "
                                f"{n_available} events (events {first_event} to {n_available - 1} remain)")
     n = n_available - first_event if events is None else events
-    wanted = partitions(n, partition_events, first_event)
     out = pathlib.Path(output).resolve()
     check_output(out)
+    if partition_events is None:
+        partition_events = _existing_partition_events(out) or default_partition_events(n, _n_slots(client))
+    wanted = partitions(n, partition_events, first_event)
     out.mkdir(parents=True, exist_ok=True)
     identity_base = {"plan_sha256": hashlib.sha256(text.encode()).hexdigest(), "dataset_checksum": checksum,
                      "code_version": code_version()}
@@ -514,6 +543,8 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
                               f"{uuid.uuid4().hex[:8]}")
         for f, k, ident in todo
     }
+    if progress and futures and _stderr_is_terminal():
+        _show_progress(client, futures, started)
     manifests, failures, tables = [], [], {}
     for part, fut in futures.items():
         try:
@@ -634,12 +665,67 @@ def _check_numbers(**values) -> None:
             raise ReconstructError(f"{name} must be from {lo} to {hi} (got {v})")
 
 
-def _n_workers(client) -> int:
+def _workers(client) -> dict:
     try:
         info = client.scheduler_info(n_workers=-1)  # newer distributed lists only a few by default
     except TypeError:
         info = client.scheduler_info()
-    return len(info.get("workers", {}))
+    return info.get("workers", {})
+
+
+def _n_workers(client) -> int:
+    return len(_workers(client))
+
+
+def _n_slots(client) -> int:
+    """Tasks the cluster runs at once: its workers' threads (1 while it has no worker)."""
+    return max(1, sum(int(w.get("nthreads", 1)) for w in _workers(client).values()))
+
+
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
+def _show_progress(client, futures: dict, started: float) -> None:
+    """Until every partition has finished or failed, redraws one line on stderr (a terminal):
+    partitions done/running/failed, events done, rate and time left; then clears it."""
+    import sys
+
+    n_parts, n_events = len(futures), sum(k for _, k in futures)
+    slots = _n_slots(client)
+    keys = {fut.key: part for part, fut in futures.items()}
+    width = 0
+    try:
+        while True:
+            states = [fut.status for fut in futures.values()]
+            done = [part for part, st in zip(futures, states) if st == "finished"]
+            failed = states.count("error") + states.count("cancelled")
+            if len(done) + failed >= n_parts:
+                break
+            try:
+                running = sum(1 for ks in client.processing().values() for k in ks if k in keys)
+            except Exception:  # a scheduler that does not answer: the line goes on without it
+                running = 0
+            events_done = sum(k for _, k in done)
+            elapsed = time.perf_counter() - started
+            rate = events_done / elapsed if elapsed > 0 else 0.0
+            eta = f"{(n_events - events_done) / rate:.0f}s" if rate > 0 else "?"
+            filled = 30 * (len(done) + failed) // n_parts
+            line = (f"[{'#' * filled}{'-' * (30 - filled)}] {len(done)}/{n_parts} partitions  "
+                    f"{min(running, slots)} running  {failed} failed  {events_done}/{n_events} events  "
+                    f"{rate:.1f} events/s  eta {eta}")
+            width = max(width, len(line))
+            sys.stderr.write("\r" + line.ljust(width))
+            sys.stderr.flush()
+            time.sleep(0.25)
+    finally:  # also on Ctrl-C, so that the command's one-line message starts a clean line
+        sys.stderr.write("\r" + " " * width + "\r")
+        sys.stderr.flush()
 
 
 def _product_file(part_dir: pathlib.Path, sel: str) -> pathlib.Path:
@@ -677,12 +763,14 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2, metavar="N", help="local cluster: worker processes (default 2)")
     ap.add_argument("--events", type=int, metavar="N", help="events to run (default: all)")
     ap.add_argument("--first-event", type=int, default=0, metavar="N")
-    ap.add_argument("--partition-events", type=int, default=DEFAULT_PARTITION_EVENTS, metavar="N",
-                    help=f"events per partition (default {DEFAULT_PARTITION_EVENTS})")
+    ap.add_argument("--partition-events", type=int, metavar="N",
+                    help="events per partition (default: an earlier output's, else about 4 partitions "
+                         f"per worker thread, {MIN_PARTITION_EVENTS} to {MAX_PARTITION_EVENTS} events each)")
     ap.add_argument("--threads", type=int, default=1, metavar="T", help="threads of each partition's run (default 1)")
     ap.add_argument("--batch-size", type=int, metavar="B")
     ap.add_argument("--retries", type=int, default=2)
     ap.add_argument("--overwrite", action="store_true", help="replace partitions made otherwise")
+    ap.add_argument("--no-progress", action="store_true", help="never draw a progress line")
     a = ap.parse_args(argv)
 
     try:
@@ -698,7 +786,7 @@ def main(argv=None) -> int:
         try:
             s = reconstruct(a.plan, a.input, a.output, client=client, events=a.events, first_event=a.first_event,
                             partition_events=a.partition_events, threads=a.threads, batch_size=a.batch_size,
-                            retries=a.retries, overwrite=a.overwrite)
+                            retries=a.retries, overwrite=a.overwrite, progress=not a.no_progress)
         finally:
             client.close()
             if cluster is not None:

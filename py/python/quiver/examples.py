@@ -1,7 +1,6 @@
 """Example steps written in Python, used by ``plans/examples/square-python.toml`` and the
 tests: the toy ``square`` step as a Python step (numpy) and as a Polars step."""
 
-import numpy as np
 import pyarrow as pa
 
 from ._steps import Step, polars_step

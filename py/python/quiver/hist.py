@@ -36,7 +36,8 @@ def _columns(table: Any) -> dict[str, list]:
         table = table.to_arrow()  # Polars DataFrame
     if not hasattr(table, "column_names"):
         raise TypeError(
-            f"to_hist expects a pyarrow.Table, a polars.DataFrame or a Parquet path, got {type(table).__name__}"
+            "to_hist expects a pyarrow.Table, a polars.DataFrame or a Parquet path, got "
+            f"{type(table).__name__}"
         )
     missing = [c for c in _COLUMNS if c not in table.column_names]
     if missing:
@@ -52,15 +53,22 @@ def _build(hist, name: str, rows: list[tuple[int, float, float, int]]):
     n = len(rows) - 2
     if n < 1 or bins != list(range(n + 2)):
         raise ValueError(
-            f"histogram '{name}': counters must be 0 (underflow), 1…n, n+1 (overflow) once each; got bins {bins}"
+            f"histogram '{name}': counters must be 0 (underflow), 1…n, n+1 (overflow) once each; "
+            f"got bins {bins}"
         )
     lo, hi = rows[1][1], rows[n][2]
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"histogram '{name}': bad range [{lo}, {hi}]")
     width = (hi - lo) / n
     for b, low, high, _ in rows[1 : n + 1]:
-        if abs(low - (lo + (b - 1) * width)) > 1e-6 * width or abs(high - (lo + b * width)) > 1e-6 * width:
-            raise ValueError(f"histogram '{name}': bin {b} [{low}, {high}] is not a regular bin of [{lo}, {hi}] / {n}")
+        if (
+            abs(low - (lo + (b - 1) * width)) > 1e-6 * width
+            or abs(high - (lo + b * width)) > 1e-6 * width
+        ):
+            raise ValueError(
+                f"histogram '{name}': bin {b} [{low}, {high}] is not a regular bin of [{lo}, {hi}] "
+                f"/ {n}"
+            )
     h = hist.Hist(
         hist.axis.Regular(n, lo, hi, name=name, underflow=True, overflow=True),
         storage=hist.storage.Int64(),
@@ -93,6 +101,8 @@ def to_hist(table: Any, name: str | None = None):
         groups.setdefault(row[0], []).append(row[1:])
     if name is not None:
         if name not in groups:
-            raise KeyError(f"no histogram '{name}' in the table (has: {', '.join(sorted(groups)) or 'none'})")
+            raise KeyError(
+                f"no histogram '{name}' in the table (has: {', '.join(sorted(groups)) or 'none'})"
+            )
         return _build(hist, name, groups[name])
     return {n: _build(hist, n, groups[n]) for n in sorted(groups)}

@@ -50,13 +50,18 @@ def _parts(run: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int] | None
         m = json.loads(top.read_text())
         if m.get("format") != OUTPUT_FORMAT:
             raise ValueError(f"format {m.get('format')!r}, expected {OUTPUT_FORMAT!r}")
-        listed = [(str(p["name"]), int(p["first_event"]), int(p["events"])) for p in m["partitions"]]
+        listed = [
+            (str(p["name"]), int(p["first_event"]), int(p["events"])) for p in m["partitions"]
+        ]
         complete = m["complete"] is True
     except FileNotFoundError:
         raise QueryError(
-            f"{run} holds partitions of a quiver reconstruct output but no {OUTPUT_MANIFEST} (written last, "
-            "when reconstruct ends): the reconstruct did not finish, or an older Quiver made it; rerun quiver "
-            "reconstruct with the same plan and dataset into it") from None
+            f"{run} holds partitions of a quiver reconstruct output but no {OUTPUT_MANIFEST} "
+            "(written last, "
+            "when reconstruct ends): the reconstruct did not finish, or an older Quiver made it; "
+            "rerun quiver "
+            "reconstruct with the same plan and dataset into it"
+        ) from None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise QueryError(f"{top}: not a valid reconstruct manifest ({e})") from None
     if not listed:
@@ -64,7 +69,9 @@ def _parts(run: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int] | None
     missing, at = [], listed[0][1]
     for name, first, n in listed:
         if name != part_name(first, n) or n < 1 or first < at:
-            raise QueryError(f"{top}: partition {name} (events {first}, {n}) is out of order or misnamed")
+            raise QueryError(
+                f"{top}: partition {name} (events {first}, {n}) is out of order or misnamed"
+            )
         if first > at:
             missing.append((at, first - 1, "no partition"))
         if name not in found:
@@ -72,26 +79,40 @@ def _parts(run: pathlib.Path) -> list[tuple[pathlib.Path, tuple[int, int] | None
         at = first + n
     if missing:
         shown = "; ".join(f"events {a} to {b} ({why})" for a, b, why in missing)
-        raise QueryError(f"{run} is an incomplete quiver reconstruct output: missing {shown}; rerun quiver "
-                         "reconstruct with the same plan and dataset to complete it")
+        raise QueryError(
+            f"{run} is an incomplete quiver reconstruct output: missing {shown}; rerun quiver "
+            "reconstruct with the same plan and dataset to complete it"
+        )
     if not complete:
         recorded = m.get("missing_events") or []
-        shown = "; ".join(f"events {a} to {b}" for a, b in recorded) if recorded else "the reconstruct did not finish"
-        raise QueryError(f"{run} is an incomplete quiver reconstruct output (its {OUTPUT_MANIFEST} is not marked "
-                         f"complete): {shown}; rerun quiver reconstruct with the same plan and dataset to complete it")
+        shown = (
+            "; ".join(f"events {a} to {b}" for a, b in recorded)
+            if recorded
+            else "the reconstruct did not finish"
+        )
+        raise QueryError(
+            f"{run} is an incomplete quiver reconstruct output (its {OUTPUT_MANIFEST} is not "
+            "marked "
+            f"complete): {shown}; rerun quiver reconstruct with the same plan and dataset to "
+            "complete it"
+        )
     extra = sorted(found - {name for name, _, _ in listed})
     if extra:
-        raise QueryError(f"{run}: partitions not part of the output its {OUTPUT_MANIFEST} describes: "
-                         f"{', '.join(extra)} (another reconstruct's, or a copy): move them away")
+        raise QueryError(
+            f"{run}: partitions not part of the output its {OUTPUT_MANIFEST} describes: "
+            f"{', '.join(extra)} (another reconstruct's, or a copy): move them away"
+        )
     for name, first, n in listed:
         pm = read_manifest(run / name) or {}
         want = dict((k, m.get(k)) for k in _IDENTITY[:3])
         want.update(first_event=first, events=n)
         diff = [k for k in _IDENTITY if pm.get(k) != want[k]]
         if diff:
-            raise QueryError(f"{run / name}: its {MANIFEST} differs from the output's {OUTPUT_MANIFEST} in "
-                             f"{', '.join(diff)}: the output mixes runs (another plan or dataset); rerun quiver "
-                             "reconstruct with overwrite, or into another directory")
+            raise QueryError(
+                f"{run / name}: its {MANIFEST} differs from the output's {OUTPUT_MANIFEST} in "
+                f"{', '.join(diff)}: the output mixes runs (another plan or dataset); rerun quiver "
+                "reconstruct with overwrite, or into another directory"
+            )
     return [(run / name, (first, n)) for name, first, n in listed]
 
 
@@ -117,14 +138,20 @@ def _tables(run_dir, dataset=None) -> tuple[dict[str, list[pathlib.Path]], list[
     manifests = [verified(d) for d in parts]
     for (d, want), m in zip(expected, manifests):
         if want is not None and (m.get("first_event"), m.get("events")) != want:
-            raise QueryError(f"{d}: its run covers events {m.get('first_event')} (+{m.get('events')}), "
-                             f"not {want[0]} (+{want[1]}) as its name and the output's manifest say")
+            raise QueryError(
+                f"{d}: its run covers events {m.get('first_event')} (+{m.get('events')}), "
+                f"not {want[0]} (+{want[1]}) as its name and the output's manifest say"
+            )
     files: dict[str, list[pathlib.Path]] = collections.defaultdict(list)
     for d, m in zip(parts, manifests):
         for name in sorted(m["files"]):
             if name.endswith(".parquet"):
                 files[name].append(d / name)
-    incomplete = [f"{name} ({len(fs)} of {len(parts)} partitions)" for name, fs in files.items() if len(fs) != len(parts)]
+    incomplete = [
+        f"{name} ({len(fs)} of {len(parts)} partitions)"
+        for name, fs in files.items()
+        if len(fs) != len(parts)
+    ]
     if incomplete:
         raise QueryError(f"{run_dir}: files missing from some partitions: {', '.join(incomplete)}")
     types = collections.Counter(m.group(1) for name in files if (m := _PRODUCT_RE.match(name)))
@@ -137,7 +164,9 @@ def _tables(run_dir, dataset=None) -> tuple[dict[str, list[pathlib.Path]], list[
         else:
             out[name.removesuffix(".parquet")] = fs
     if not out:
-        raise QueryError(f"{run_dir} holds no Parquet products (a plan writes them with a write_parquet step)")
+        raise QueryError(
+            f"{run_dir} holds no Parquet products (a plan writes them with a write_parquet step)"
+        )
     if dataset is not None:
         ds = pathlib.Path(dataset)
         truth = sorted(ds.glob("*.parquet"))
@@ -165,10 +194,12 @@ def _merged_histograms(files):
     """Histograms of several partitions: counters of the same bin summed."""
     pl = require("polars", extra="polars")
 
-    return (pl.scan_parquet([str(f) if isinstance(f, pathlib.PurePath) else f for f in files])
-            .group_by("histogram", "bin", maintain_order=True)
-            .agg(pl.col("low_edge").first(), pl.col("high_edge").first(), pl.col("count").sum())
-            .sort("histogram", "bin"))
+    return (
+        pl.scan_parquet([str(f) if isinstance(f, pathlib.PurePath) else f for f in files])
+        .group_by("histogram", "bin", maintain_order=True)
+        .agg(pl.col("low_edge").first(), pl.col("high_edge").first(), pl.col("count").sum())
+        .sort("histogram", "bin")
+    )
 
 
 class Run(dict):
@@ -199,7 +230,10 @@ class Run(dict):
         import pyarrow.parquet as pq
 
         if name not in self.types:
-            raise QueryError(f"'{name}' is not a product of {self.run_dir} (products: {', '.join(self.types) or 'none'})")
+            raise QueryError(
+                f"'{name}' is not a product of {self.run_dir} (products: "
+                f"{', '.join(self.types) or 'none'})"
+            )
         first, n = self.event_range()
         table = pa.concat_tables([pq.read_table(_reopened(f)) for f in self._files[name]])
         return to_awkward(table, first, n)
@@ -240,7 +274,7 @@ def _pin(run_dir, dataset):
             truth = dataset is not None and name.startswith("truth_")
             # A product's files are one per partition, in the order of `manifests`.
             for p, m in zip(paths, [None] * len(paths) if truth else manifests):
-                f = builtins.open(p, "rb")
+                f = builtins.open(p, "rb")  # noqa: SIM115 - held open past this function (pinned)
                 opened.append(f)
                 # A partition replaced between the manifest check and this open: its files
                 # no longer match what was checked.
@@ -275,7 +309,9 @@ def open(run_dir, *, dataset=None) -> Run:
         except FileNotFoundError:
             # A new run was committed while this one was being opened: open that one.
             if attempt == 2:
-                raise QueryError(f"{run_dir}: runs are being committed into it faster than it can be opened") from None
+                raise QueryError(
+                    f"{run_dir}: runs are being committed into it faster than it can be opened"
+                ) from None
     out, types = {}, {}
     for name, files in files_of.items():
         if len(files) > 1 and _is_histograms(_reopened(files[0])):
@@ -294,6 +330,7 @@ def context(run_dir, *, dataset=None):
     """A ``datafusion.SessionContext`` with every table of the run registered (Parquet read
     by DataFusion itself, lazily, with projection and predicate pushdown)."""
     import pyarrow.dataset as pads
+
     SessionContext = require("datafusion", extra="sql").SessionContext
 
     ctx = SessionContext()
@@ -301,7 +338,9 @@ def context(run_dir, *, dataset=None):
         if len(files) == 1:
             ctx.register_parquet(name, str(files[0]))
         elif _is_histograms(files[0]):
-            ctx.register_record_batches(name, [_merged_histograms(files).collect().to_arrow().to_batches()])
+            ctx.register_record_batches(
+                name, [_merged_histograms(files).collect().to_arrow().to_batches()]
+            )
         else:
             # Several partitions: one dataset over the files, in event order.
             ctx.register_dataset(name, pads.dataset([str(f) for f in files], format="parquet"))
@@ -316,15 +355,22 @@ def _read_only():
     return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 
 
-_REFUSED = ("DDL not supported", "DML not supported", "Statement not supported", "only supports a single SQL statement")
+_REFUSED = (
+    "DDL not supported",
+    "DML not supported",
+    "Statement not supported",
+    "only supports a single SQL statement",
+)
 
 
 def _engine_error(e: Exception, run_dir, dataset) -> QueryError:
     """An engine's error as one line, naming the tables (or why the query is refused)."""
     msg = " ".join(str(e).split()) or type(e).__name__
     if any(r in msg for r in _REFUSED):
-        return QueryError(f"query refused: queries are read-only, one SELECT (or WITH … SELECT) at a time; "
-                          f"no CREATE, INSERT, COPY, SET or second statement ({msg})")
+        return QueryError(
+            f"query refused: queries are read-only, one SELECT (or WITH … SELECT) at a time; "
+            f"no CREATE, INSERT, COPY, SET or second statement ({msg})"
+        )
     try:
         known = ", ".join(tables(run_dir, dataset=dataset))
     except QueryError:
@@ -368,8 +414,10 @@ def _write(df, out: pathlib.Path, run_dir, dataset) -> int:
     run = pathlib.Path(run_dir).resolve()
     target = out.resolve()
     if target == run or run in target.parents:
-        raise QueryError(f"--output {out} is inside the run directory {run_dir} being read (a file there would "
-                         "make it no longer a complete run): write the result elsewhere")
+        raise QueryError(
+            f"--output {out} is inside the run directory {run_dir} being read (a file there would "
+            "make it no longer a complete run): write the result elsewhere"
+        )
     tmp = target.with_name(f".{target.name}.quiver-query-{os.getpid()}")
     rows = 0
     try:
@@ -384,8 +432,10 @@ def _write(df, out: pathlib.Path, run_dir, dataset) -> int:
             try:
                 writer = pcsv.CSVWriter(tmp, schema)
             except Exception as e:
-                raise QueryError(f"cannot write CSV ({' '.join(str(e).split())}); list columns need Parquet, "
-                                 "or unnest them in SQL") from None
+                raise QueryError(
+                    f"cannot write CSV ({' '.join(str(e).split())}); list columns need Parquet, "
+                    "or unnest them in SQL"
+                ) from None
         with writer:
             try:
                 for batch in df.execute_stream():
@@ -419,15 +469,32 @@ def main(argv=None) -> int:
     ``--tables`` lists the tables."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="quiver query", description=(
-        "SQL (DataFusion) over the products of a run directory (quiver run, or quiver reconstruct's "
-        "partitions). Tables are named by product type: tracks, hits, vertices, ... Queries are read-only."))
+    ap = argparse.ArgumentParser(
+        prog="quiver query",
+        description=(
+            "SQL (DataFusion) over the products of a run directory (quiver run, or quiver "
+            "reconstruct's "
+            "partitions). Tables are named by product type: tracks, hits, vertices, ... Queries "
+            "are read-only."
+        ),
+    )
     ap.add_argument("run_dir", help="output directory of a run")
     ap.add_argument("query", nargs="?", help="SQL query")
-    ap.add_argument("--dataset", metavar="DIR", help="also the dataset's truth tables, as truth_<name>")
-    ap.add_argument("--output", metavar="FILE", help="write the result to FILE (.parquet or .csv) instead of printing")
-    ap.add_argument("--max-rows", type=int, default=50, metavar="N",
-                    help="rows printed (default 50; -1: all); only those are computed")
+    ap.add_argument(
+        "--dataset", metavar="DIR", help="also the dataset's truth tables, as truth_<name>"
+    )
+    ap.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write the result to FILE (.parquet or .csv) instead of printing",
+    )
+    ap.add_argument(
+        "--max-rows",
+        type=int,
+        default=50,
+        metavar="N",
+        help="rows printed (default 50; -1: all); only those are computed",
+    )
     ap.add_argument("--tables", action="store_true", help="list the tables and their columns")
     a = ap.parse_args(argv)
     try:
@@ -460,17 +527,24 @@ def main(argv=None) -> int:
         names = result.column_names
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise QueryError(f"the result has several columns named {', '.join(dup)}: name them apart with "
-                             "AS (SELECT a.event AS event_a, b.event AS event_b, …)")
+            raise QueryError(
+                f"the result has several columns named {', '.join(dup)}: name them apart with "
+                "AS (SELECT a.event AS event_a, b.event AS event_b, …)"
+            )
         try:
             frame = pl.from_arrow(result)
         except Exception as e:
-            raise QueryError(f"cannot show the result ({' '.join(str(e).split())}); write it with --output") from None
+            raise QueryError(
+                f"cannot show the result ({' '.join(str(e).split())}); write it with --output"
+            ) from None
         with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=60, tbl_width_chars=200):
             print(frame)
         if more:
-            print(f"(the first {a.max_rows} rows; the query has more, not computed: --max-rows N, -1 for all, "
-                  "or --output FILE)")
+            print(
+                f"(the first {a.max_rows} rows; the query has more, not computed: --max-rows N, -1 "
+                "for all, "
+                "or --output FILE)"
+            )
     except (QueryError, OSError, MissingExtraError) as e:
         print(f"error: {e}")
         return 2

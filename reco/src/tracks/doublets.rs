@@ -609,7 +609,7 @@ fn search<S: CellSink>(
         // SAFETY: the CPU has AVX2.
         return unsafe { search_avx2(hits, cfg, n_pairs, sink) };
     }
-    search_impl(hits, cfg, n_pairs, sink)
+    search_impl(hits, cfg, n_pairs, sink, pass_mask)
 }
 
 /// [`search`] compiled for AVX2 (the candidate chunks in 256-bit registers): the same IEEE
@@ -622,7 +622,7 @@ unsafe fn search_avx2<S: CellSink>(
     n_pairs: usize,
     sink: &mut S,
 ) -> Result<u64, TrackError> {
-    search_impl(hits, cfg, n_pairs, sink)
+    search_impl(hits, cfg, n_pairs, sink, |c, p, s| pass_mask_avx2(c, p, s))
 }
 
 #[inline(always)]
@@ -631,12 +631,9 @@ fn search_impl<S: CellSink>(
     cfg: &DoubletConfig,
     n_pairs: usize,
     out: &mut S,
+    mask: impl Fn(&Chunk, &Probe, &SharedCuts) -> u32,
 ) -> Result<u64, TrackError> {
-    cfg.validate()?;
-    hits.validate_max(cfg.max_hits)?;
-    if n_pairs > N_PAIRS {
-        return Err(TrackError::Config(format!("n_pairs {n_pairs} > {N_PAIRS}")));
-    }
+    check_search(hits, cfg, n_pairs)?;
     let n_hits = hits.n_hits();
     // Cells found with the container full: counted, not stored (the search goes on, as
     // the reference's threads do, so that the overflow record says what was needed).
@@ -652,7 +649,13 @@ fn search_impl<S: CellSink>(
     let cuts = cfg.cuts();
     let (dzdr_fact, min_radius2_t4, i2p) = (cuts.dzdr_fact, cuts.min_radius2_t4, cuts.i2p);
     let max_doublets = cfg.max_number_of_doublets as usize;
-    let (do_z0_cut, z0_cut) = (cfg.do_z0_cut, cfg.z0_cut);
+    let shared = SharedCuts {
+        do_z0_cut: cfg.do_z0_cut,
+        z0_cut: cfg.z0_cut,
+        do_pt_cut: cfg.do_pt_cut,
+        min_radius2_t4,
+        i2p,
+    };
     out.reserve(max_doublets.min(n_hits * 16));
 
     for (pair_id, pc) in cuts.pairs.iter().enumerate().take(n_pairs) {
@@ -664,7 +667,6 @@ fn search_impl<S: CellSink>(
         // doublet's slope for barrel → forward pairs.
         let (dy_barrel, barrel_size_cut, forward_size_cut) =
             (pc.max_dysize, pc.barrel_size_cut, pc.forward_size_cut);
-        let do_pt_cut = cfg.do_pt_cut;
         let min_ysize = pc.min_ysize;
         for i in ls[inner_l] as usize..ls[inner_l + 1] as usize {
             let mi = hits.det_index[i];
@@ -675,34 +677,23 @@ fn search_impl<S: CellSink>(
             if mez < minz || mez > maxz {
                 continue;
             }
-            let mut mes: i32 = -1;
-            if cfg.do_cluster_cut {
-                let is_outer_ladder = cfg.ideal_conditions || (mi / 8).is_multiple_of(2);
-                mes = if inner > 0 || is_outer_ladder {
-                    hits.size_y[i] as i32
-                } else {
-                    -1
-                };
-                if mes > 0 && mes < min_ysize {
-                    continue;
-                }
-            }
+            let Some(mes) = inner_y_size(hits, cfg, i, inner, min_ysize) else {
+                continue;
+            };
             let mep = hits.iphi[i];
             let mer = hits.r_global[i];
 
-            // Outer bins kl..=kh with wrap-around: at most two contiguous runs of the packed
-            // hits, visited in the reference's bin order (none when kh + 1 wraps onto kl).
-            let kl = PhiBinner::bin(mep.wrapping_sub(phicut));
-            let kh = PhiBinner::bin(mep.wrapping_add(phicut));
-            let khh = (kh + 1) % PHI_BINS;
-            let runs: [(usize, usize); 2] = if kl < khh {
-                [(kl, khh), (0, 0)]
-            } else if kl > khh {
-                [(kl, PHI_BINS), (0, khh)]
-            } else {
-                [(0, 0), (0, 0)]
+            let probe = Probe {
+                mez,
+                mer,
+                mep,
+                mes,
+                phicut,
+                maxr,
+                dy_barrel,
+                barrel_size_cut,
             };
-            for (b0, b1) in runs {
+            for (b0, b1) in phi_runs(mep, phicut) {
                 if b0 == b1 {
                     continue;
                 }
@@ -713,31 +704,7 @@ fn search_impl<S: CellSink>(
                 // time; the forward size cut (a division and a saturating cast) stays scalar.
                 let mut k = k0;
                 while k < k1 {
-                    let zs: &[f32; CHUNK] = packed.z[k..k + CHUNK].try_into().unwrap();
-                    let rs: &[f32; CHUNK] = packed.r[k..k + CHUNK].try_into().unwrap();
-                    let ps: &[i16; CHUNK] = packed.iphi[k..k + CHUNK].try_into().unwrap();
-                    let sys: &[i16; CHUNK] = packed.size_y[k..k + CHUNK].try_into().unwrap();
-                    let mut pass = [false; CHUNK];
-                    for j in 0..CHUNK {
-                        let (zo, ro) = (zs[j], rs[j]);
-                        let dr = ro - mer;
-                        let z0_fails = do_z0_cut
-                            & ((dr > maxr)
-                                | (dr < 0.0)
-                                | ((mez * ro - mer * zo).abs() > z0_cut * dr));
-                        // |Δφ| in int16 units: min(|a − b|, |b − a|) with wrapping, which is
-                        // |a − b| (the two differ only for −32768, where both are 32768).
-                        let idphi = (ps[j].wrapping_sub(mep) as i32).abs();
-                        let so = sys[j] as i32;
-                        let size_fails =
-                            barrel_size_cut & (mes > 0) & (so > 0) & ((so - mes).abs() > dy_barrel);
-                        let dphi = ((idphi as u16) as i16) as f32 * i2p;
-                        let pt_fails = do_pt_cut
-                            & (dphi * dphi * (min_radius2_t4 - mer * ro) > (ro - mer) * (ro - mer));
-                        pass[j] = !(z0_fails | (idphi > phicut as i32) | size_fails | pt_fails);
-                    }
-                    let mut bits = mask8(pass[..8].try_into().unwrap())
-                        | (mask8(pass[8..].try_into().unwrap()) << 8);
+                    let mut bits = mask(&packed.chunk(k), &probe, &shared);
                     let left = k1 - k;
                     if left < CHUNK {
                         bits &= (1u32 << left) - 1;
@@ -780,6 +747,62 @@ fn search_impl<S: CellSink>(
 /// Candidates whose pure cuts are evaluated together.
 const CHUNK: usize = 16;
 
+mod chunk;
+#[cfg(target_arch = "x86_64")]
+use chunk::pass_mask_avx2;
+use chunk::{pass_mask, Chunk, Probe, SharedCuts};
+
+/// Inner hit `i`'s y-size for the cluster-size cuts (−1 where they do not apply); `None`
+/// when it is below the pair's minimum.
+#[inline(always)]
+fn inner_y_size(
+    hits: &HitsView,
+    cfg: &DoubletConfig,
+    i: usize,
+    inner: u8,
+    min_ysize: i32,
+) -> Option<i32> {
+    let mut mes: i32 = -1;
+    if cfg.do_cluster_cut {
+        let is_outer_ladder = cfg.ideal_conditions || (hits.det_index[i] / 8).is_multiple_of(2);
+        mes = if inner > 0 || is_outer_ladder {
+            hits.size_y[i] as i32
+        } else {
+            -1
+        };
+        if mes > 0 && mes < min_ysize {
+            return None;
+        }
+    }
+    Some(mes)
+}
+
+/// The checks of the doublet search's inputs.
+fn check_search(hits: &HitsView, cfg: &DoubletConfig, n_pairs: usize) -> Result<(), TrackError> {
+    cfg.validate()?;
+    hits.validate_max(cfg.max_hits)?;
+    if n_pairs > N_PAIRS {
+        return Err(TrackError::Config(format!("n_pairs {n_pairs} > {N_PAIRS}")));
+    }
+    Ok(())
+}
+
+/// Outer bins kl..=kh around `mep` with wrap-around: at most two contiguous runs of the
+/// packed hits, in the reference's bin order (none when kh + 1 wraps onto kl).
+#[inline(always)]
+fn phi_runs(mep: i16, phicut: i16) -> [(usize, usize); 2] {
+    let kl = PhiBinner::bin(mep.wrapping_sub(phicut));
+    let kh = PhiBinner::bin(mep.wrapping_add(phicut));
+    let khh = (kh + 1) % PHI_BINS;
+    if kl < khh {
+        [(kl, khh), (0, 0)]
+    } else if kl > khh {
+        [(kl, PHI_BINS), (0, khh)]
+    } else {
+        [(0, 0), (0, 0)]
+    }
+}
+
 /// Bit `j` set for each true `pass[j]`: the eight flags as the bytes of a u64, gathered into
 /// its top byte by one multiplication (each partial product lands on its own bit, no carry).
 #[inline]
@@ -803,6 +826,17 @@ struct PackedBins {
 }
 
 impl PackedBins {
+    /// The candidates `k..k + CHUNK` (the columns are padded for the last chunk).
+    #[inline(always)]
+    fn chunk(&self, k: usize) -> Chunk<'_> {
+        Chunk {
+            z: self.z[k..k + CHUNK].try_into().unwrap(),
+            r: self.r[k..k + CHUNK].try_into().unwrap(),
+            iphi: self.iphi[k..k + CHUNK].try_into().unwrap(),
+            size_y: self.size_y[k..k + CHUNK].try_into().unwrap(),
+        }
+    }
+
     fn new(binner: &PhiBinner, h: &HitsView) -> Self {
         let nb = N_LAYERS * PHI_BINS;
         let cap = binner.bins.len() + CHUNK;

@@ -493,6 +493,7 @@ pub fn broken_line_fit(
     })
 }
 
+#[inline(always)]
 fn fit_n<const N: usize>(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> BrokenLineFit {
     let (hits, ge) = (&hits[..N], &ge[..N]);
     let ff = broken_line_fast_fit(hits);
@@ -757,11 +758,46 @@ pub fn fit_tuples(
     tracks: &mut Tracks,
 ) -> Result<u32, TrackError> {
     cfg.validate()?;
+    let jobs = fit_selection(tuples, cfg);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        unsafe { fit_jobs_avx2(hits, tuples, &jobs, cfg, tracks)? };
+        return Ok(jobs.len() as u32);
+    }
+    fit_jobs(hits, tuples, &jobs, cfg, tracks)?;
+    Ok(jobs.len() as u32)
+}
+
+/// [`fit_jobs`] compiled for AVX2: the fits are chains of dependent scalar f64 operations,
+/// and the three-operand VEX forms spare the register copies of the baseline encoding. The
+/// same IEEE operations in the same order (no FMA is enabled, and Rust never contracts a
+/// multiply and an add), so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fit_jobs_avx2(
+    hits: &HitsView,
+    tuples: &Tuples,
+    jobs: &[FitJob],
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<(), TrackError> {
+    fit_jobs(hits, tuples, jobs, cfg, tracks)
+}
+
+/// The fits of `jobs` into `tracks` (what a CPU without AVX2 runs).
+#[inline(always)]
+pub(crate) fn fit_jobs(
+    hits: &HitsView,
+    tuples: &Tuples,
+    jobs: &[FitJob],
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<(), TrackError> {
     let b = cfg.b_field as f64;
     let mut pos = [[0f64; 3]; 5];
     let mut ge = [[0f32; 6]; 5];
-    let jobs = fit_selection(tuples, cfg);
-    for &job in &jobs {
+    for &job in jobs {
         let n_fit = job.n_fit as usize;
         for (k, &h) in tuples
             .hits_of(job.row as usize)
@@ -771,17 +807,17 @@ pub fn fit_tuples(
         {
             let h = h as usize;
             let det = hits.det_index[h] as usize;
-            let frame =
-                hits.cpe
-                    .det
-                    .get(det)
-                    .map(|d| d.frame)
-                    .ok_or(TrackError::MissingModule {
-                        hit: h,
-                        det: det as u16,
-                        n_modules: hits.cpe.det.len(),
-                    })?;
-            ge[k] = hit_global_cov(&frame, hits.xerr_local[h], hits.yerr_local[h]);
+            let frame = &hits
+                .cpe
+                .det
+                .get(det)
+                .ok_or(TrackError::MissingModule {
+                    hit: h,
+                    det: det as u16,
+                    n_modules: hits.cpe.det.len(),
+                })?
+                .frame;
+            ge[k] = hit_global_cov(frame, hits.xerr_local[h], hits.yerr_local[h]);
             pos[k] = [
                 hits.x_global[h] as f64,
                 hits.y_global[h] as f64,
@@ -791,9 +827,14 @@ pub fn fit_tuples(
         let f = if cfg.use_riemann_fit {
             super::riemann::riemann_fit(&pos[..n_fit], &ge[..n_fit], b)?
         } else {
-            broken_line_fit(&pos[..n_fit], &ge[..n_fit], b)?
+            match n_fit {
+                3 => fit_n::<3>(&pos, &ge, b),
+                4 => fit_n::<4>(&pos, &ge, b),
+                5 => fit_n::<5>(&pos, &ge, b),
+                _ => broken_line_fit(&pos[..n_fit], &ge[..n_fit], b)?,
+            }
         };
         store_fit(tracks, job, &f, cfg);
     }
-    Ok(jobs.len() as u32)
+    Ok(())
 }

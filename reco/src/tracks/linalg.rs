@@ -60,13 +60,16 @@ pub(crate) fn transpose<const R: usize, const C: usize>(a: &[[f64; C]; R]) -> [[
     o
 }
 
-/// J·C·Jᵀ.
+/// J·C·Jᵀ (inlined: in the fit compiled for AVX2 it takes that encoding too).
+#[inline(always)]
 pub(crate) fn sandwich<const N: usize>(j: &[[f64; N]; N], c: &[[f64; N]; N]) -> [[f64; N]; N] {
     mul(&mul(j, c), &transpose(j))
 }
 
 /// Inverse of a symmetric positive-definite `n`×`n` matrix (n = 3..6) by the reference's
-/// unrolled Cholesky formulas (reads the lower triangle, returns a symmetric matrix).
+/// unrolled Cholesky formulas (reads the lower triangle, returns a symmetric matrix). The
+/// phases below follow the reference's size cascade: the terms of the first rows, then one
+/// more row of the factor per size.
 #[inline(always)]
 pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
     let s = |i: usize, j: usize| src[i][j];
@@ -90,169 +93,7 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
         d[2][1] = luc5 * li32;
         d[2][2] = luc5;
     } else {
-        let mut luc5 = s(2, 2) - (luc0 * luc3 * luc3 + luc2 * luc4 * luc4);
-        luc5 = 1.0 / luc5;
-        let luc6 = s(3, 0);
-        let luc7 = s(3, 1) - luc0 * luc1 * luc6;
-        let luc8 = s(3, 2) - luc0 * luc3 * luc6 - luc2 * luc4 * luc7;
-        let mut luc9 = s(3, 3) - (luc0 * luc6 * luc6 + luc2 * luc7 * luc7 + luc8 * (luc8 * luc5));
-        luc9 = 1.0 / luc9;
-        let li21 = -luc1 * luc0;
-        let li32 = -luc2 * luc4;
-        let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
-        let li43 = -(luc8 * luc5);
-        let li42 = (luc4 * luc8 * luc5 - luc7) * luc2;
-        let li41 =
-            (-luc1 * (luc2 * luc4) * (luc8 * luc5) + luc1 * (luc2 * luc7) + luc3 * (luc8 * luc5)
-                - luc6)
-                * luc0;
-        if n == 4 {
-            d[0][0] = luc9 * li41 * li41 + luc5 * li31 * li31 + luc2 * li21 * li21 + luc0;
-            d[1][0] = luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
-            d[1][1] = luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
-            d[2][0] = luc9 * li41 * li43 + luc5 * li31;
-            d[2][1] = luc9 * li42 * li43 + luc5 * li32;
-            d[2][2] = luc9 * li43 * li43 + luc5;
-            d[3][0] = luc9 * li41;
-            d[3][1] = luc9 * li42;
-            d[3][2] = luc9 * li43;
-            d[3][3] = luc9;
-        } else {
-            let luc10 = s(4, 0);
-            let luc11 = s(4, 1) - luc0 * luc1 * luc10;
-            let luc12 = s(4, 2) - luc0 * luc3 * luc10 - luc2 * luc4 * luc11;
-            let luc13 = s(4, 3) - luc0 * luc6 * luc10 - luc2 * luc7 * luc11 - luc5 * luc8 * luc12;
-            let mut luc14 = s(4, 4)
-                - (luc0 * luc10 * luc10
-                    + luc2 * luc11 * luc11
-                    + luc5 * luc12 * luc12
-                    + luc9 * luc13 * luc13);
-            luc14 = 1.0 / luc14;
-            let li54 = -luc13 * luc9;
-            let li53 = (luc13 * luc8 * luc9 - luc12) * luc5;
-            let li52 =
-                (-luc4 * luc8 * luc13 * luc5 * luc9 + luc4 * luc12 * luc5 + luc7 * luc13 * luc9
-                    - luc11)
-                    * luc2;
-            let li51 = (luc1 * luc4 * luc8 * luc13 * luc2 * luc5 * luc9
-                - luc13 * luc8 * luc3 * luc9 * luc5
-                - luc12 * luc4 * luc1 * luc2 * luc5
-                - luc13 * luc7 * luc1 * luc9 * luc2
-                + luc11 * luc1 * luc2
-                + luc12 * luc3 * luc5
-                + luc13 * luc6 * luc9
-                - luc10)
-                * luc0;
-            if n == 5 {
-                d[0][0] = luc14 * li51 * li51
-                    + luc9 * li41 * li41
-                    + luc5 * li31 * li31
-                    + luc2 * li21 * li21
-                    + luc0;
-                d[1][0] =
-                    luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
-                d[1][1] = luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
-                d[2][0] = luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
-                d[2][1] = luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
-                d[2][2] = luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
-                d[3][0] = luc14 * li51 * li54 + luc9 * li41;
-                d[3][1] = luc14 * li52 * li54 + luc9 * li42;
-                d[3][2] = luc14 * li53 * li54 + luc9 * li43;
-                d[3][3] = luc14 * li54 * li54 + luc9;
-                d[4][0] = luc14 * li51;
-                d[4][1] = luc14 * li52;
-                d[4][2] = luc14 * li53;
-                d[4][3] = luc14 * li54;
-                d[4][4] = luc14;
-            } else {
-                let luc15 = s(5, 0);
-                let luc16 = s(5, 1) - luc0 * luc1 * luc15;
-                let luc17 = s(5, 2) - luc0 * luc3 * luc15 - luc2 * luc4 * luc16;
-                let luc18 =
-                    s(5, 3) - luc0 * luc6 * luc15 - luc2 * luc7 * luc16 - luc5 * luc8 * luc17;
-                let luc19 = s(5, 4)
-                    - luc0 * luc10 * luc15
-                    - luc2 * luc11 * luc16
-                    - luc5 * luc12 * luc17
-                    - luc9 * luc13 * luc18;
-                let mut luc20 = s(5, 5)
-                    - (luc0 * luc15 * luc15
-                        + luc2 * luc16 * luc16
-                        + luc5 * luc17 * luc17
-                        + luc9 * luc18 * luc18
-                        + luc14 * luc19 * luc19);
-                luc20 = 1.0 / luc20;
-                let li65 = -luc19 * luc14;
-                let li64 = (luc19 * luc14 * luc13 - luc18) * luc9;
-                let li63 = (-luc8 * luc13 * (luc19 * luc14) * luc9
-                    + luc8 * luc9 * luc18
-                    + luc12 * (luc19 * luc14)
-                    - luc17)
-                    * luc5;
-                let li62 = (luc4 * (luc8 * luc9) * luc13 * luc5 * (luc19 * luc14)
-                    - luc18 * luc4 * (luc8 * luc9) * luc5
-                    - luc19 * luc12 * luc4 * luc14 * luc5
-                    - luc19 * luc13 * luc7 * luc14 * luc9
-                    + luc17 * luc4 * luc5
-                    + luc18 * luc7 * luc9
-                    + luc19 * luc11 * luc14
-                    - luc16)
-                    * luc2;
-                let li61 = (-luc19 * luc13 * luc8 * luc4 * luc1 * luc2 * luc5 * luc9 * luc14
-                    + luc18 * luc8 * luc4 * luc1 * luc2 * luc5 * luc9
-                    + luc19 * luc12 * luc4 * luc1 * luc2 * luc5 * luc14
-                    + luc19 * luc13 * luc7 * luc1 * luc2 * luc9 * luc14
-                    + luc19 * luc13 * luc8 * luc3 * luc5 * luc9 * luc14
-                    - luc17 * luc4 * luc1 * luc2 * luc5
-                    - luc18 * luc7 * luc1 * luc2 * luc9
-                    - luc19 * luc11 * luc1 * luc2 * luc14
-                    - luc18 * luc8 * luc3 * luc5 * luc9
-                    - luc19 * luc12 * luc3 * luc5 * luc14
-                    - luc19 * luc13 * luc6 * luc9 * luc14
-                    + luc16 * luc1 * luc2
-                    + luc17 * luc3 * luc5
-                    + luc18 * luc6 * luc9
-                    + luc19 * luc10 * luc14
-                    - luc15)
-                    * luc0;
-                d[0][0] = luc20 * li61 * li61
-                    + luc14 * li51 * li51
-                    + luc9 * li41 * li41
-                    + luc5 * li31 * li31
-                    + luc2 * li21 * li21
-                    + luc0;
-                d[1][0] = luc20 * li61 * li62
-                    + luc14 * li51 * li52
-                    + luc9 * li41 * li42
-                    + luc5 * li31 * li32
-                    + luc2 * li21;
-                d[1][1] = luc20 * li62 * li62
-                    + luc14 * li52 * li52
-                    + luc9 * li42 * li42
-                    + luc5 * li32 * li32
-                    + luc2;
-                d[2][0] =
-                    luc20 * li61 * li63 + luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
-                d[2][1] =
-                    luc20 * li62 * li63 + luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
-                d[2][2] = luc20 * li63 * li63 + luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
-                d[3][0] = luc20 * li61 * li64 + luc14 * li51 * li54 + luc9 * li41;
-                d[3][1] = luc20 * li62 * li64 + luc14 * li52 * li54 + luc9 * li42;
-                d[3][2] = luc20 * li63 * li64 + luc14 * li53 * li54 + luc9 * li43;
-                d[3][3] = luc20 * li64 * li64 + luc14 * li54 * li54 + luc9;
-                d[4][0] = luc20 * li61 * li65 + luc14 * li51;
-                d[4][1] = luc20 * li62 * li65 + luc14 * li52;
-                d[4][2] = luc20 * li63 * li65 + luc14 * li53;
-                d[4][3] = luc20 * li64 * li65 + luc14 * li54;
-                d[4][4] = luc20 * li65 * li65 + luc14;
-                d[5][0] = luc20 * li61;
-                d[5][1] = luc20 * li62;
-                d[5][2] = luc20 * li63;
-                d[5][3] = luc20 * li64;
-                d[5][4] = luc20 * li65;
-                d[5][5] = luc20;
-            }
-        }
+        invert_4_to_6(src, n, [luc0, luc1, luc2, luc3, luc4], &mut d);
     }
     for i in 0..n {
         for j in 0..i {
@@ -260,6 +101,195 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
         }
     }
     d
+}
+
+/// [`cholesky_invert`] for n = 4..6 from the terms of the first three rows; fills the
+/// lower triangle of `d`.
+#[inline(always)]
+fn invert_4_to_6(src: &Mat, n: usize, l: [f64; 5], d: &mut Mat) {
+    let s = |i: usize, j: usize| src[i][j];
+    let [luc0, luc1, luc2, luc3, luc4] = l;
+    let mut luc5 = s(2, 2) - (luc0 * luc3 * luc3 + luc2 * luc4 * luc4);
+    luc5 = 1.0 / luc5;
+    let luc6 = s(3, 0);
+    let luc7 = s(3, 1) - luc0 * luc1 * luc6;
+    let luc8 = s(3, 2) - luc0 * luc3 * luc6 - luc2 * luc4 * luc7;
+    let mut luc9 = s(3, 3) - (luc0 * luc6 * luc6 + luc2 * luc7 * luc7 + luc8 * (luc8 * luc5));
+    luc9 = 1.0 / luc9;
+    let li21 = -luc1 * luc0;
+    let li32 = -luc2 * luc4;
+    let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
+    let li43 = -(luc8 * luc5);
+    let li42 = (luc4 * luc8 * luc5 - luc7) * luc2;
+    let li41 =
+        (-luc1 * (luc2 * luc4) * (luc8 * luc5) + luc1 * (luc2 * luc7) + luc3 * (luc8 * luc5)
+            - luc6)
+            * luc0;
+    if n == 4 {
+        d[0][0] = luc9 * li41 * li41 + luc5 * li31 * li31 + luc2 * li21 * li21 + luc0;
+        d[1][0] = luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
+        d[1][1] = luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
+        d[2][0] = luc9 * li41 * li43 + luc5 * li31;
+        d[2][1] = luc9 * li42 * li43 + luc5 * li32;
+        d[2][2] = luc9 * li43 * li43 + luc5;
+        d[3][0] = luc9 * li41;
+        d[3][1] = luc9 * li42;
+        d[3][2] = luc9 * li43;
+        d[3][3] = luc9;
+    } else {
+        let l = [luc0, luc1, luc2, luc3, luc4, luc5, luc6, luc7, luc8, luc9];
+        invert_5_or_6(src, n, l, [li21, li31, li32, li41, li42, li43], d);
+    }
+}
+
+/// [`cholesky_invert`] for n = 5, 6 from the terms (`l`) and inverse factor (`li`: 21, 31,
+/// 32, 41, 42, 43) of the first four rows.
+#[inline(always)]
+fn invert_5_or_6(src: &Mat, n: usize, l: [f64; 10], li: [f64; 6], d: &mut Mat) {
+    let s = |i: usize, j: usize| src[i][j];
+    let [luc0, luc1, luc2, luc3, luc4, luc5, luc6, luc7, luc8, luc9] = l;
+    let [li21, li31, li32, li41, li42, li43] = li;
+    let luc10 = s(4, 0);
+    let luc11 = s(4, 1) - luc0 * luc1 * luc10;
+    let luc12 = s(4, 2) - luc0 * luc3 * luc10 - luc2 * luc4 * luc11;
+    let luc13 = s(4, 3) - luc0 * luc6 * luc10 - luc2 * luc7 * luc11 - luc5 * luc8 * luc12;
+    let mut luc14 = s(4, 4)
+        - (luc0 * luc10 * luc10
+            + luc2 * luc11 * luc11
+            + luc5 * luc12 * luc12
+            + luc9 * luc13 * luc13);
+    luc14 = 1.0 / luc14;
+    let li54 = -luc13 * luc9;
+    let li53 = (luc13 * luc8 * luc9 - luc12) * luc5;
+    let li52 = (-luc4 * luc8 * luc13 * luc5 * luc9 + luc4 * luc12 * luc5 + luc7 * luc13 * luc9
+        - luc11)
+        * luc2;
+    let li51 = (luc1 * luc4 * luc8 * luc13 * luc2 * luc5 * luc9
+        - luc13 * luc8 * luc3 * luc9 * luc5
+        - luc12 * luc4 * luc1 * luc2 * luc5
+        - luc13 * luc7 * luc1 * luc9 * luc2
+        + luc11 * luc1 * luc2
+        + luc12 * luc3 * luc5
+        + luc13 * luc6 * luc9
+        - luc10)
+        * luc0;
+    if n == 5 {
+        d[0][0] = luc14 * li51 * li51
+            + luc9 * li41 * li41
+            + luc5 * li31 * li31
+            + luc2 * li21 * li21
+            + luc0;
+        d[1][0] = luc14 * li51 * li52 + luc9 * li41 * li42 + luc5 * li31 * li32 + luc2 * li21;
+        d[1][1] = luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
+        d[2][0] = luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
+        d[2][1] = luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
+        d[2][2] = luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
+        d[3][0] = luc14 * li51 * li54 + luc9 * li41;
+        d[3][1] = luc14 * li52 * li54 + luc9 * li42;
+        d[3][2] = luc14 * li53 * li54 + luc9 * li43;
+        d[3][3] = luc14 * li54 * li54 + luc9;
+        d[4][0] = luc14 * li51;
+        d[4][1] = luc14 * li52;
+        d[4][2] = luc14 * li53;
+        d[4][3] = luc14 * li54;
+        d[4][4] = luc14;
+    } else {
+        let l = [
+            luc0, luc1, luc2, luc3, luc4, luc5, luc6, luc7, luc8, luc9, luc10, luc11, luc12, luc13,
+            luc14,
+        ];
+        let li = [li21, li31, li32, li41, li42, li43, li51, li52, li53, li54];
+        invert_6(src, l, li, d);
+    }
+}
+
+/// [`cholesky_invert`] for n = 6 from the terms (`l`) and inverse factor (`li`: 21, 31, 32,
+/// 41, 42, 43, 51, 52, 53, 54) of the first five rows.
+#[inline(always)]
+fn invert_6(src: &Mat, l: [f64; 15], li: [f64; 10], d: &mut Mat) {
+    let s = |i: usize, j: usize| src[i][j];
+    let [luc0, luc1, luc2, luc3, luc4, luc5, luc6, luc7, luc8, luc9, luc10, luc11, luc12, luc13, luc14] =
+        l;
+    let [li21, li31, li32, li41, li42, li43, li51, li52, li53, li54] = li;
+    let luc15 = s(5, 0);
+    let luc16 = s(5, 1) - luc0 * luc1 * luc15;
+    let luc17 = s(5, 2) - luc0 * luc3 * luc15 - luc2 * luc4 * luc16;
+    let luc18 = s(5, 3) - luc0 * luc6 * luc15 - luc2 * luc7 * luc16 - luc5 * luc8 * luc17;
+    let luc19 = s(5, 4)
+        - luc0 * luc10 * luc15
+        - luc2 * luc11 * luc16
+        - luc5 * luc12 * luc17
+        - luc9 * luc13 * luc18;
+    let mut luc20 = s(5, 5)
+        - (luc0 * luc15 * luc15
+            + luc2 * luc16 * luc16
+            + luc5 * luc17 * luc17
+            + luc9 * luc18 * luc18
+            + luc14 * luc19 * luc19);
+    luc20 = 1.0 / luc20;
+    let li65 = -luc19 * luc14;
+    let li64 = (luc19 * luc14 * luc13 - luc18) * luc9;
+    let li63 =
+        (-luc8 * luc13 * (luc19 * luc14) * luc9 + luc8 * luc9 * luc18 + luc12 * (luc19 * luc14)
+            - luc17)
+            * luc5;
+    let li62 = (luc4 * (luc8 * luc9) * luc13 * luc5 * (luc19 * luc14)
+        - luc18 * luc4 * (luc8 * luc9) * luc5
+        - luc19 * luc12 * luc4 * luc14 * luc5
+        - luc19 * luc13 * luc7 * luc14 * luc9
+        + luc17 * luc4 * luc5
+        + luc18 * luc7 * luc9
+        + luc19 * luc11 * luc14
+        - luc16)
+        * luc2;
+    let li61 = (-luc19 * luc13 * luc8 * luc4 * luc1 * luc2 * luc5 * luc9 * luc14
+        + luc18 * luc8 * luc4 * luc1 * luc2 * luc5 * luc9
+        + luc19 * luc12 * luc4 * luc1 * luc2 * luc5 * luc14
+        + luc19 * luc13 * luc7 * luc1 * luc2 * luc9 * luc14
+        + luc19 * luc13 * luc8 * luc3 * luc5 * luc9 * luc14
+        - luc17 * luc4 * luc1 * luc2 * luc5
+        - luc18 * luc7 * luc1 * luc2 * luc9
+        - luc19 * luc11 * luc1 * luc2 * luc14
+        - luc18 * luc8 * luc3 * luc5 * luc9
+        - luc19 * luc12 * luc3 * luc5 * luc14
+        - luc19 * luc13 * luc6 * luc9 * luc14
+        + luc16 * luc1 * luc2
+        + luc17 * luc3 * luc5
+        + luc18 * luc6 * luc9
+        + luc19 * luc10 * luc14
+        - luc15)
+        * luc0;
+    d[0][0] = luc20 * li61 * li61
+        + luc14 * li51 * li51
+        + luc9 * li41 * li41
+        + luc5 * li31 * li31
+        + luc2 * li21 * li21
+        + luc0;
+    d[1][0] = luc20 * li61 * li62
+        + luc14 * li51 * li52
+        + luc9 * li41 * li42
+        + luc5 * li31 * li32
+        + luc2 * li21;
+    d[1][1] =
+        luc20 * li62 * li62 + luc14 * li52 * li52 + luc9 * li42 * li42 + luc5 * li32 * li32 + luc2;
+    d[2][0] = luc20 * li61 * li63 + luc14 * li51 * li53 + luc9 * li41 * li43 + luc5 * li31;
+    d[2][1] = luc20 * li62 * li63 + luc14 * li52 * li53 + luc9 * li42 * li43 + luc5 * li32;
+    d[2][2] = luc20 * li63 * li63 + luc14 * li53 * li53 + luc9 * li43 * li43 + luc5;
+    d[3][0] = luc20 * li61 * li64 + luc14 * li51 * li54 + luc9 * li41;
+    d[3][1] = luc20 * li62 * li64 + luc14 * li52 * li54 + luc9 * li42;
+    d[3][2] = luc20 * li63 * li64 + luc14 * li53 * li54 + luc9 * li43;
+    d[3][3] = luc20 * li64 * li64 + luc14 * li54 * li54 + luc9;
+    d[4][0] = luc20 * li61 * li65 + luc14 * li51;
+    d[4][1] = luc20 * li62 * li65 + luc14 * li52;
+    d[4][2] = luc20 * li63 * li65 + luc14 * li53;
+    d[4][3] = luc20 * li64 * li65 + luc14 * li54;
+    d[4][4] = luc20 * li65 * li65 + luc14;
+    d[5][0] = luc20 * li61;
+    d[5][1] = luc20 * li62;
+    d[5][2] = luc20 * li63;
+    d[5][3] = luc20 * li64;
+    d[5][4] = luc20 * li65;
+    d[5][5] = luc20;
 }
 
 /// Sum grouped as Eigen's unrolled reduction does: halves, recursively.

@@ -304,66 +304,15 @@ fn cov_radtocart(p2d: &[[f64; 2]], cov_rad: &Mx, rad: &[f64]) -> Mx {
     c
 }
 
+/// The Riemann circle fit of `n` points (`p2d`, covariance `hits_cov` of x then y): in
+/// phases, the weights, the points lifted onto the paraboloid, the plane through them
+/// (smallest eigenvector), then the propagation of the errors to the plane and on to the
+/// circle's parameters.
 fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f64) -> UvrCircle {
     let n = p2d.len();
     let nf = n as f64;
-    let mut v = hits_cov.clone();
-    // Weights: measurement errors orthogonal to the pre-fitted circle plus multiple scattering.
-    let mut cov_rad = Mx::zeros(n, n);
-    for i in 0..n {
-        cov_rad[(i, i)] = if rad[i] < 1.0e-4 {
-            v[(i, i)]
-        } else {
-            let a = p2d[i];
-            let bb = [p2d[i][0] - ff[0], p2d[i][1] - ff[1]];
-            let x2 = a[0] * bb[0] + a[1] * bb[1];
-            let y2 = cross2(a, bb);
-            let tan_c = -y2 / x2;
-            let tan_c2 = sqr(tan_c);
-            1.0 / (1.0 + tan_c2)
-                * (v[(i, i)] + v[(i + n, i + n)] * tan_c2 + 2.0 * v[(i, i + n)] * tan_c)
-        };
-    }
-    let scat = scatter_cov_rad(p2d, ff, rad, b);
-    v = v.add(&cov_radtocart(p2d, &scat, rad));
-    let cov_rad = cov_rad.add(&scat);
-    let g0 = cov_rad.invert();
-    let renorm = g0.sum();
-    let g = g0.scale(1.0 / renorm);
-    let weight: Vec<f64> = (0..n)
-        .map(|j| {
-            let mut s = g[(0, j)];
-            for i in 1..n {
-                s += g[(i, j)];
-            }
-            s
-        })
-        .collect();
-
-    // Centre, scale and lift the points onto the paraboloid.
-    let mut hx = p2d[0][0];
-    let mut hy = p2d[0][1];
-    for p in &p2d[1..] {
-        hx += p[0];
-        hy += p[1];
-    }
-    let h_ = [hx / nf, hy / nf];
-    let mut p3d = Mx::zeros(3, n);
-    for i in 0..n {
-        p3d[(0, i)] = p2d[i][0] - h_[0];
-        p3d[(1, i)] = p2d[i][1] - h_[1];
-    }
-    let mc: Vec<f64> = (0..n)
-        .map(|i| p3d[(0, i)])
-        .chain((0..n).map(|i| p3d[(1, i)]))
-        .collect();
-    let q = dot(&mc, &mc);
-    let s = (nf * 1.0 / q).sqrt();
-    for i in 0..n {
-        p3d[(0, i)] *= s;
-        p3d[(1, i)] *= s;
-        p3d[(2, i)] = p3d[(0, i)] * p3d[(0, i)] + p3d[(1, i)] * p3d[(1, i)];
-    }
+    let (v, g, renorm, weight) = circle_weights(p2d, hits_cov, ff, rad, b);
+    let Lifted { h_, p3d, mc, q, s } = lift(p2d);
     let r0 = p3d.mat_vec(&weight);
     let x = Mx::from_fn(3, n, |k, i| p3d[(k, i)] - r0[k]);
     let a = x.mul(&g).mul(&x.t());
@@ -392,164 +341,9 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
     };
     let chi2_c = (chi2.abs() * renorm * 1.0 / sqr(2.0 * vv[2] * par_uvr[2] * s)) as f32;
 
-    // Error propagation.
-    let mcv = Mx {
-        r: 2 * n,
-        c: 1,
-        d: mc.clone(),
-    };
-    let cm = mcv.t().mul(&v).mul(&mcv)[(0, 0)];
-    // Squared Frobenius norm, summed in Eigen's column-major order.
-    let v_sqn = {
-        let mut s = 0.0;
-        let mut first = true;
-        for j in 0..2 * n {
-            for i in 0..2 * n {
-                let t = v[(i, j)] * v[(i, j)];
-                if first {
-                    s = t;
-                    first = false;
-                } else {
-                    s += t;
-                }
-            }
-        }
-        s
-    };
-    let kfac = sqr(sqr(s)) * 1.0 / (4.0 * q * nf) * (2.0 * v_sqn + 4.0 * cm);
-    let mut vcs = Mx::zeros(2 * n, 2 * n);
-    for i in 0..2 * n {
-        for j in i..2 * n {
-            vcs[(i, j)] = sqr(s) * v[(i, j)] + kfac * (mc[i] * mc[j]);
-        }
-    }
-    vcs.sym_from_upper();
-    let c00 = vcs.block(0, 0, n, n);
-    let v01 = vcs.block(0, n, n, n);
-    let c11 = vcs.block(n, n, n, n);
-    let v10 = v01.t();
-    let t0 = Mx::from_fn(n, n, |_, j| p3d[(0, j)]);
-    let t1 = Mx::from_fn(n, n, |_, j| p3d[(1, j)]);
-    let t00 = Mx::from_fn(n, n, |i, j| p3d[(0, i)] * p3d[(0, j)]);
-    let t01 = Mx::from_fn(n, n, |i, j| p3d[(0, i)] * p3d[(1, j)]);
-    let t11 = Mx::from_fn(n, n, |i, j| p3d[(1, i)] * p3d[(1, j)]);
-    let t10 = t01.t();
-    let c01 = v01.clone();
-    let c02 = c00.cwise(&t0).add(&v01.cwise(&t1)).scale(2.0);
-    let c12 = v10.cwise(&t0).add(&c11.cwise(&t1)).scale(2.0);
-    let mut c22 = Mx::zeros(n, n);
-    for i in 0..n {
-        for j in i..n {
-            let e = |m: &Mx| m[(i, j)];
-            c22[(i, j)] = 2.0
-                * (e(&c00) * e(&c00) + e(&c00) * e(&v01) + e(&c11) * e(&v10) + e(&c11) * e(&c11))
-                + 4.0
-                    * (e(&c00) * e(&t00)
-                        + e(&v01) * e(&t01)
-                        + e(&v10) * e(&t10)
-                        + e(&c11) * e(&t11));
-        }
-    }
-    c22.sym_from_upper();
-    let cmat = |i: usize, j: usize| -> &Mx {
-        match (i, j) {
-            (0, 0) => &c00,
-            (0, 1) => &c01,
-            (0, 2) => &c02,
-            (1, 1) => &c11,
-            (1, 2) => &c12,
-            _ => &c22,
-        }
-    };
-    let wv = Mx {
-        r: n,
-        c: 1,
-        d: weight.clone(),
-    };
-    let mut cc0 = Mx::zeros(3, 3);
-    for i in 0..3 {
-        for j in i..3 {
-            cc0[(i, j)] = wv.t().mul(cmat(i, j)).mul(&wv)[(0, 0)];
-            cc0[(j, i)] = cc0[(i, j)];
-        }
-    }
-    let w_mat = wv.mul(&wv.t());
-    let h_mat = Mx::from_fn(n, n, |i, j| if i == j { 1.0 } else { 0.0 } - weight[j]);
-    let s_v = h_mat.mul(&p3d.t());
-    let d_of = |m: &Mx| h_mat.mul(m).mul(&h_mat.t()).cwise(&w_mat);
-    let d00 = d_of(&c00);
-    let d01 = d_of(&c01);
-    let d02 = d_of(&c02);
-    let d11 = d_of(&c11);
-    let d12 = d_of(&c12);
-    let d22 = d_of(&c22);
-    let (d10, d20, d21) = (d01.t(), d02.t(), d12.t());
-    let dm = |i: usize, j: usize| -> &Mx {
-        match (i, j) {
-            (0, 0) => &d00,
-            (0, 1) => &d01,
-            (0, 2) => &d02,
-            (1, 0) => &d10,
-            (1, 1) => &d11,
-            (1, 2) => &d12,
-            (2, 0) => &d20,
-            (2, 1) => &d21,
-            _ => &d22,
-        }
-    };
-    const NU: [(usize, usize); 6] = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)];
-    let mut e_mat = Mx::zeros(6, 6);
-    for a_ in 0..6 {
-        let (i, j) = NU[a_];
-        for b_ in a_..6 {
-            let (k, l) = NU[b_];
-            let (t0v, t1v);
-            if l == k {
-                t0v = dm(j, l).scale(2.0).mat_vec(&s_v.col(l));
-                t1v = if i == j {
-                    t0v.clone()
-                } else {
-                    dm(i, l).scale(2.0).mat_vec(&s_v.col(l))
-                };
-            } else {
-                let p = dm(j, l).mat_vec(&s_v.col(k));
-                let r = dm(j, k).mat_vec(&s_v.col(l));
-                t0v = p.iter().zip(&r).map(|(x, y)| x + y).collect::<Vec<_>>();
-                t1v = if i == j {
-                    t0v.clone()
-                } else {
-                    let p = dm(i, l).mat_vec(&s_v.col(k));
-                    let r = dm(i, k).mat_vec(&s_v.col(l));
-                    p.iter().zip(&r).map(|(x, y)| x + y).collect()
-                };
-            }
-            let val = if i == j {
-                let sum: Vec<f64> = t0v.iter().zip(&t1v).map(|(x, y)| x + y).collect();
-                0.0 + dot(&s_v.col(i), &sum)
-            } else {
-                0.0 + (dot(&s_v.col(i), &t0v) + dot(&s_v.col(j), &t1v))
-            };
-            e_mat[(a_, b_)] = val;
-            if b_ != a_ {
-                e_mat[(b_, a_)] = val;
-            }
-        }
-    }
-    // Numerical Jacobian of the smallest eigenvector w.r.t. the 6 independent elements of A.
-    const DERIV_STEP: f64 = 1.0e-4;
-    let mut j2 = Mx::zeros(3, 6);
-    for a_ in 0..6 {
-        let (i, j) = NU[a_];
-        let mut delta = Mx::zeros(3, 3);
-        let dd = (a[(i, j)] * DERIV_STEP).abs();
-        delta[(i, j)] = dd;
-        delta[(j, i)] = dd;
-        let col = min_eigen3d_fast(&a.add(&delta));
-        let sign = if col[2] > 0.0 { 1.0 } else { -1.0 };
-        for k in 0..3 {
-            j2[(k, a_)] = (col[k] * sign - vv[k]) / delta[(i, j)];
-        }
-    }
+    let blocks = cov_blocks(&v, &mc, q, s, &p3d);
+    let (cc0, e_mat) = plane_cov(&blocks, &weight, &p3d);
+    let j2 = eigen_jacobian(&a, &vv);
     let t0m = j2.mul(&e_mat).mul(&j2.t());
     let t1v = t0m.scale(-1.0).mat_vec(&r0);
     let mut cvc = Mx::zeros(4, 4);
@@ -616,6 +410,275 @@ fn circle_fit(p2d: &[[f64; 2]], hits_cov: &Mx, ff: &[f64; 4], rad: &[f64], b: f6
     }
 }
 
+/// The hits' covariance with the multiple scattering added (`v`), and the normalised
+/// weights of the points: `g` (the inverse of the radial covariance over its sum), the sum
+/// `renorm` and the column sums of `g`.
+fn circle_weights(
+    p2d: &[[f64; 2]],
+    hits_cov: &Mx,
+    ff: &[f64; 4],
+    rad: &[f64],
+    b: f64,
+) -> (Mx, Mx, f64, Vec<f64>) {
+    let n = p2d.len();
+    let mut v = hits_cov.clone();
+    // Weights: measurement errors orthogonal to the pre-fitted circle plus multiple scattering.
+    let mut cov_rad = Mx::zeros(n, n);
+    for i in 0..n {
+        cov_rad[(i, i)] = if rad[i] < 1.0e-4 {
+            v[(i, i)]
+        } else {
+            let a = p2d[i];
+            let bb = [p2d[i][0] - ff[0], p2d[i][1] - ff[1]];
+            let x2 = a[0] * bb[0] + a[1] * bb[1];
+            let y2 = cross2(a, bb);
+            let tan_c = -y2 / x2;
+            let tan_c2 = sqr(tan_c);
+            1.0 / (1.0 + tan_c2)
+                * (v[(i, i)] + v[(i + n, i + n)] * tan_c2 + 2.0 * v[(i, i + n)] * tan_c)
+        };
+    }
+    let scat = scatter_cov_rad(p2d, ff, rad, b);
+    v = v.add(&cov_radtocart(p2d, &scat, rad));
+    let cov_rad = cov_rad.add(&scat);
+    let g0 = cov_rad.invert();
+    let renorm = g0.sum();
+    let g = g0.scale(1.0 / renorm);
+    let weight: Vec<f64> = (0..n)
+        .map(|j| {
+            let mut s = g[(0, j)];
+            for i in 1..n {
+                s += g[(i, j)];
+            }
+            s
+        })
+        .collect();
+    (v, g, renorm, weight)
+}
+
+/// Points centred, scaled and lifted onto the paraboloid.
+struct Lifted {
+    /// The centroid.
+    h_: [f64; 2],
+    /// Rows x, y, x² + y² of the scaled points.
+    p3d: Mx,
+    /// The centred x then y (before scaling).
+    mc: Vec<f64>,
+    /// Σ of the squared centred coordinates.
+    q: f64,
+    /// The scale.
+    s: f64,
+}
+
+fn lift(p2d: &[[f64; 2]]) -> Lifted {
+    let n = p2d.len();
+    let nf = n as f64;
+    let mut hx = p2d[0][0];
+    let mut hy = p2d[0][1];
+    for p in &p2d[1..] {
+        hx += p[0];
+        hy += p[1];
+    }
+    let h_ = [hx / nf, hy / nf];
+    let mut p3d = Mx::zeros(3, n);
+    for i in 0..n {
+        p3d[(0, i)] = p2d[i][0] - h_[0];
+        p3d[(1, i)] = p2d[i][1] - h_[1];
+    }
+    let mc: Vec<f64> = (0..n)
+        .map(|i| p3d[(0, i)])
+        .chain((0..n).map(|i| p3d[(1, i)]))
+        .collect();
+    let q = dot(&mc, &mc);
+    let s = (nf * 1.0 / q).sqrt();
+    for i in 0..n {
+        p3d[(0, i)] *= s;
+        p3d[(1, i)] *= s;
+        p3d[(2, i)] = p3d[(0, i)] * p3d[(0, i)] + p3d[(1, i)] * p3d[(1, i)];
+    }
+    Lifted { h_, p3d, mc, q, s }
+}
+
+/// The covariance blocks (x x, x y, x r², y y, y r², r² r²) of the lifted points, from the
+/// hits' covariance `v`.
+fn cov_blocks(v: &Mx, mc: &[f64], q: f64, s: f64, p3d: &Mx) -> [Mx; 6] {
+    let n = p3d.c;
+    let nf = n as f64;
+    let mcv = Mx {
+        r: 2 * n,
+        c: 1,
+        d: mc.to_vec(),
+    };
+    let cm = mcv.t().mul(v).mul(&mcv)[(0, 0)];
+    // Squared Frobenius norm, summed in Eigen's column-major order.
+    let v_sqn = {
+        let mut s = 0.0;
+        let mut first = true;
+        for j in 0..2 * n {
+            for i in 0..2 * n {
+                let t = v[(i, j)] * v[(i, j)];
+                if first {
+                    s = t;
+                    first = false;
+                } else {
+                    s += t;
+                }
+            }
+        }
+        s
+    };
+    let kfac = sqr(sqr(s)) * 1.0 / (4.0 * q * nf) * (2.0 * v_sqn + 4.0 * cm);
+    let mut vcs = Mx::zeros(2 * n, 2 * n);
+    for i in 0..2 * n {
+        for j in i..2 * n {
+            vcs[(i, j)] = sqr(s) * v[(i, j)] + kfac * (mc[i] * mc[j]);
+        }
+    }
+    vcs.sym_from_upper();
+    let c00 = vcs.block(0, 0, n, n);
+    let v01 = vcs.block(0, n, n, n);
+    let c11 = vcs.block(n, n, n, n);
+    let v10 = v01.t();
+    let t0 = Mx::from_fn(n, n, |_, j| p3d[(0, j)]);
+    let t1 = Mx::from_fn(n, n, |_, j| p3d[(1, j)]);
+    let t00 = Mx::from_fn(n, n, |i, j| p3d[(0, i)] * p3d[(0, j)]);
+    let t01 = Mx::from_fn(n, n, |i, j| p3d[(0, i)] * p3d[(1, j)]);
+    let t11 = Mx::from_fn(n, n, |i, j| p3d[(1, i)] * p3d[(1, j)]);
+    let t10 = t01.t();
+    let c01 = v01.clone();
+    let c02 = c00.cwise(&t0).add(&v01.cwise(&t1)).scale(2.0);
+    let c12 = v10.cwise(&t0).add(&c11.cwise(&t1)).scale(2.0);
+    let mut c22 = Mx::zeros(n, n);
+    for i in 0..n {
+        for j in i..n {
+            let e = |m: &Mx| m[(i, j)];
+            c22[(i, j)] = 2.0
+                * (e(&c00) * e(&c00) + e(&c00) * e(&v01) + e(&c11) * e(&v10) + e(&c11) * e(&c11))
+                + 4.0
+                    * (e(&c00) * e(&t00)
+                        + e(&v01) * e(&t01)
+                        + e(&v10) * e(&t10)
+                        + e(&c11) * e(&t11));
+        }
+    }
+    c22.sym_from_upper();
+    [c00, c01, c02, c11, c12, c22]
+}
+
+/// The six independent elements of a symmetric 3×3 matrix.
+const NU: [(usize, usize); 6] = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)];
+
+/// The covariance of the weighted centre of the lifted points (`cc0`) and that of the six
+/// independent elements of the plane's scatter matrix (`e_mat`).
+fn plane_cov(blocks: &[Mx; 6], weight: &[f64], p3d: &Mx) -> (Mx, Mx) {
+    let n = p3d.c;
+    let [c00, c01, c02, c11, c12, c22] = blocks;
+    let cmat = |i: usize, j: usize| -> &Mx {
+        match (i, j) {
+            (0, 0) => c00,
+            (0, 1) => c01,
+            (0, 2) => c02,
+            (1, 1) => c11,
+            (1, 2) => c12,
+            _ => c22,
+        }
+    };
+    let wv = Mx {
+        r: n,
+        c: 1,
+        d: weight.to_vec(),
+    };
+    let mut cc0 = Mx::zeros(3, 3);
+    for i in 0..3 {
+        for j in i..3 {
+            cc0[(i, j)] = wv.t().mul(cmat(i, j)).mul(&wv)[(0, 0)];
+            cc0[(j, i)] = cc0[(i, j)];
+        }
+    }
+    let w_mat = wv.mul(&wv.t());
+    let h_mat = Mx::from_fn(n, n, |i, j| if i == j { 1.0 } else { 0.0 } - weight[j]);
+    let s_v = h_mat.mul(&p3d.t());
+    let d_of = |m: &Mx| h_mat.mul(m).mul(&h_mat.t()).cwise(&w_mat);
+    let d00 = d_of(c00);
+    let d01 = d_of(c01);
+    let d02 = d_of(c02);
+    let d11 = d_of(c11);
+    let d12 = d_of(c12);
+    let d22 = d_of(c22);
+    let (d10, d20, d21) = (d01.t(), d02.t(), d12.t());
+    let dm = |i: usize, j: usize| -> &Mx {
+        match (i, j) {
+            (0, 0) => &d00,
+            (0, 1) => &d01,
+            (0, 2) => &d02,
+            (1, 0) => &d10,
+            (1, 1) => &d11,
+            (1, 2) => &d12,
+            (2, 0) => &d20,
+            (2, 1) => &d21,
+            _ => &d22,
+        }
+    };
+    let mut e_mat = Mx::zeros(6, 6);
+    for a_ in 0..6 {
+        let (i, j) = NU[a_];
+        for b_ in a_..6 {
+            let (k, l) = NU[b_];
+            let (t0v, t1v);
+            if l == k {
+                t0v = dm(j, l).scale(2.0).mat_vec(&s_v.col(l));
+                t1v = if i == j {
+                    t0v.clone()
+                } else {
+                    dm(i, l).scale(2.0).mat_vec(&s_v.col(l))
+                };
+            } else {
+                let p = dm(j, l).mat_vec(&s_v.col(k));
+                let r = dm(j, k).mat_vec(&s_v.col(l));
+                t0v = p.iter().zip(&r).map(|(x, y)| x + y).collect::<Vec<_>>();
+                t1v = if i == j {
+                    t0v.clone()
+                } else {
+                    let p = dm(i, l).mat_vec(&s_v.col(k));
+                    let r = dm(i, k).mat_vec(&s_v.col(l));
+                    p.iter().zip(&r).map(|(x, y)| x + y).collect()
+                };
+            }
+            let val = if i == j {
+                let sum: Vec<f64> = t0v.iter().zip(&t1v).map(|(x, y)| x + y).collect();
+                0.0 + dot(&s_v.col(i), &sum)
+            } else {
+                0.0 + (dot(&s_v.col(i), &t0v) + dot(&s_v.col(j), &t1v))
+            };
+            e_mat[(a_, b_)] = val;
+            if b_ != a_ {
+                e_mat[(b_, a_)] = val;
+            }
+        }
+    }
+    (cc0, e_mat)
+}
+
+/// Numerical Jacobian of the smallest eigenvector `vv` of `a` w.r.t. the six independent
+/// elements of `a`.
+fn eigen_jacobian(a: &Mx, vv: &[f64; 3]) -> Mx {
+    const DERIV_STEP: f64 = 1.0e-4;
+    let mut j2 = Mx::zeros(3, 6);
+    for a_ in 0..6 {
+        let (i, j) = NU[a_];
+        let mut delta = Mx::zeros(3, 3);
+        let dd = (a[(i, j)] * DERIV_STEP).abs();
+        delta[(i, j)] = dd;
+        delta[(j, i)] = dd;
+        let col = min_eigen3d_fast(&a.add(&delta));
+        let sign = if col[2] > 0.0 { 1.0 } else { -1.0 };
+        for k in 0..3 {
+            j2[(k, a_)] = (col[k] * sign - vv[k]) / delta[(i, j)];
+        }
+    }
+    j2
+}
+
 fn line_fit(
     hits: &[[f64; 3]],
     ge: &[[f32; 6]],
@@ -634,49 +697,7 @@ fn line_fit(
         c: 2,
         d: vec![st, ct, -ct, st],
     };
-    let o = [circle.par[0], circle.par[1]];
-    let mo = [-o[0], -o[1]];
-    let mut p2d = Mx::zeros(2, n);
-    let mut cov = Mx::zeros(6, 6);
-    let mut cov_sz = Vec::with_capacity(n);
-    for i in 0..n {
-        let p = [hits[i][0] - o[0], hits[i][1] - o[1]];
-        let cr = cross2(mo, p);
-        let dt = mo[0] * p[0] + mo[1] * p[1];
-        let atan2_ = (-circle.q) as f64 * cr.atan2(dt);
-        p2d[(0, i)] = atan2_ * circle.par[2];
-        let temp0 = (-circle.q) as f64 * circle.par[2] * 1.0 / (sqr(dt) + sqr(cr));
-        let d_x0 = -temp0 * ((p[1] + o[1]) * dt - (p[0] - o[0]) * cr);
-        let d_y0 = temp0 * ((p[0] + o[0]) * dt - (o[1] - p[1]) * cr);
-        let d_r = atan2_;
-        let d_x = temp0 * (o[1] * dt + o[0] * cr);
-        let d_y = temp0 * (-o[0] * dt + o[1] * cr);
-        let jx = Mx {
-            r: 2,
-            c: 6,
-            d: vec![d_x0, d_y0, d_r, d_x, d_y, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
-        };
-        for r in 0..3 {
-            for c in 0..3 {
-                cov[(r, c)] = circle.cov[(r, c)];
-            }
-        }
-        let g = ge[i].map(|x| x as f64);
-        cov[(3, 3)] = g[0];
-        cov[(4, 4)] = g[2];
-        cov[(5, 5)] = g[5];
-        cov[(3, 4)] = g[1];
-        cov[(4, 3)] = g[1];
-        cov[(3, 5)] = g[3];
-        cov[(5, 3)] = g[3];
-        cov[(4, 5)] = g[4];
-        cov[(5, 4)] = g[4];
-        let tmp = jx.mul(&cov).mul(&jx.t());
-        cov_sz.push(rot.mul(&tmp).mul(&rot.t()));
-    }
-    for i in 0..n {
-        p2d[(1, i)] = hits[i][2];
-    }
+    let (p2d, cov_sz) = sz_points(hits, ge, circle, &rot);
     // Multiple scattering along the 3D path, orthogonal to the rotated s axis.
     let p_t = (ff[2] * b).min(20.0);
     let p_2 = p_t * p_t * (1.0 + 1.0 / (ff[3] * ff[3]));
@@ -751,6 +772,56 @@ fn line_fit(
         ],
         chi2,
     }
+}
+
+/// The hits in the (s, z) plane of the circle: arc length and z (`p2d`), and each hit's
+/// covariance there, rotated by `rot` (`cov_sz`).
+fn sz_points(hits: &[[f64; 3]], ge: &[[f32; 6]], circle: &UvrCircle, rot: &Mx) -> (Mx, Vec<Mx>) {
+    let n = hits.len();
+    let o = [circle.par[0], circle.par[1]];
+    let mo = [-o[0], -o[1]];
+    let mut p2d = Mx::zeros(2, n);
+    let mut cov = Mx::zeros(6, 6);
+    let mut cov_sz = Vec::with_capacity(n);
+    for i in 0..n {
+        let p = [hits[i][0] - o[0], hits[i][1] - o[1]];
+        let cr = cross2(mo, p);
+        let dt = mo[0] * p[0] + mo[1] * p[1];
+        let atan2_ = (-circle.q) as f64 * cr.atan2(dt);
+        p2d[(0, i)] = atan2_ * circle.par[2];
+        let temp0 = (-circle.q) as f64 * circle.par[2] * 1.0 / (sqr(dt) + sqr(cr));
+        let d_x0 = -temp0 * ((p[1] + o[1]) * dt - (p[0] - o[0]) * cr);
+        let d_y0 = temp0 * ((p[0] + o[0]) * dt - (o[1] - p[1]) * cr);
+        let d_r = atan2_;
+        let d_x = temp0 * (o[1] * dt + o[0] * cr);
+        let d_y = temp0 * (-o[0] * dt + o[1] * cr);
+        let jx = Mx {
+            r: 2,
+            c: 6,
+            d: vec![d_x0, d_y0, d_r, d_x, d_y, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+        };
+        for r in 0..3 {
+            for c in 0..3 {
+                cov[(r, c)] = circle.cov[(r, c)];
+            }
+        }
+        let g = ge[i].map(|x| x as f64);
+        cov[(3, 3)] = g[0];
+        cov[(4, 4)] = g[2];
+        cov[(5, 5)] = g[5];
+        cov[(3, 4)] = g[1];
+        cov[(4, 3)] = g[1];
+        cov[(3, 5)] = g[3];
+        cov[(5, 3)] = g[3];
+        cov[(4, 5)] = g[4];
+        cov[(5, 4)] = g[4];
+        let tmp = jx.mul(&cov).mul(&jx.t());
+        cov_sz.push(rot.mul(&tmp).mul(&rot.t()));
+    }
+    for i in 0..n {
+        p2d[(1, i)] = hits[i][2];
+    }
+    (p2d, cov_sz)
 }
 
 /// (X0, Y0, R) → (φ, tip, q/R) with the covariance (the reference's `fromCircleToPerigee`).

@@ -1116,6 +1116,35 @@ fn connect_is_the_same_on_every_path() {
     }
 }
 
+/// The fit compiled for AVX2 stores the same bits as the portable one, for every hit count.
+#[test]
+fn fit_is_the_same_on_every_path() {
+    let cpe = HitBuilder::cpe_params();
+    let cols = synthetic_event(800, 2000, 5);
+    let hits = cols.view(&cpe);
+    let cfg = CaConfig::default();
+    let (tuples, _) = stage_ntuplets(&hits, stage_doublets(&hits, &cfg).unwrap(), &cfg).unwrap();
+    let dispatched = stage_fit(&hits, &tuples, &cfg).unwrap();
+    let mut portable = Tracks::zeroed(&tuples, hits.det_index);
+    let jobs = fit::fit_selection(&tuples, &cfg.fit);
+    fit::fit_jobs(&hits, &tuples, &jobs, &cfg.fit, &mut portable).unwrap();
+    for n in 3..=4 {
+        let k = jobs.iter().filter(|j| j.n_fit == n).count();
+        assert!(k > 100, "{k} fits of {n} hits");
+    }
+    let bits = |t: &Tracks| -> Vec<u32> {
+        let flat = [
+            t.state.as_flattened(),
+            t.covariance.as_flattened(),
+            &t.pt,
+            &t.eta,
+            &t.chi2,
+        ];
+        flat.concat().iter().map(|x| x.to_bits()).collect()
+    };
+    assert_eq!(bits(&dispatched), bits(&portable));
+}
+
 /// The step's path (cells, then `listed` from counters) gives the cells and listed flags of
 /// the per-hit lists, also when the lists are full.
 #[test]

@@ -575,7 +575,8 @@ fn report_on_a_generated_run() {
     ] {
         assert!(html.contains(t), "{t}");
     }
-    let eff = format!("{:.2} %", 100.0 * s.track_efficiency);
+    // Percentages with 3 significant digits (the efficiency is above 10 %).
+    let eff = format!("{:.1} %", 100.0 * s.track_efficiency);
     assert!(
         section("summary").contains(&format!(
             "<td>Track efficiency</td><td>{eff}</td><td>≥ 95 %</td>"
@@ -592,7 +593,18 @@ fn report_on_a_generated_run() {
     ] {
         assert!(section("summary").contains(t), "{t}");
     }
-    assert!(section("summary").contains(&format!("<td>mean_hits</td><td>{}</td>", s.mean_hits)));
+    // summary.json's values, rounded to 4 significant digits for reading.
+    let shown: f64 = section("summary")
+        .split("<td>mean_hits</td><td>")
+        .nth(1)
+        .and_then(|v| v.split('<').next())
+        .and_then(|v| v.parse().ok())
+        .expect("mean_hits in the summary table");
+    assert!(
+        (shown - s.mean_hits).abs() <= 5e-4 * s.mean_hits.abs(),
+        "{shown} for {}",
+        s.mean_hits
+    );
     // Another dataset's truth is refused: it is not the run's input.
     let other = tmp.path().join("other");
     let opts = quiver_datasets::GenerateOptions {

@@ -1,6 +1,8 @@
 """numpy ports of the pixel-chain steps (same products as the Rust steps)."""
 
-from .clusterize import Clusterize, ChargeCut
-from .vertices import Vertices
 from .beamspot import BeamSpot
+from .clusterize import ChargeCut, Clusterize
 from .rechits import RecHits
+from .vertices import Vertices
+
+__all__ = ["BeamSpot", "ChargeCut", "Clusterize", "RecHits", "Vertices"]

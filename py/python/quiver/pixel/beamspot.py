@@ -15,8 +15,19 @@ import pyarrow as pa
 from .._steps import Step
 
 #: Columns of the ``beamspot`` product and of the ``BeamSpot`` condition (float32, cm/rad).
-FIELDS = ("x", "y", "z", "sigma_z", "beam_width_x", "beam_width_y", "dxdz", "dydz",
-          "emittance_x", "emittance_y", "beta_star")
+FIELDS = (
+    "x",
+    "y",
+    "z",
+    "sigma_z",
+    "beam_width_x",
+    "beam_width_y",
+    "dxdz",
+    "dydz",
+    "emittance_x",
+    "emittance_y",
+    "beta_star",
+)
 
 BEAMSPOT_SCHEMA = pa.schema([pa.field(n, pa.float32(), nullable=False) for n in FIELDS])
 
@@ -30,10 +41,14 @@ def beamspot_values(condition) -> np.ndarray:
     out = np.empty(len(FIELDS), np.float32)
     for k, n in enumerate(FIELDS):
         if n not in names:
-            raise ValueError(f"condition 'BeamSpot' has no column '{n}' (columns: {', '.join(names)})")
+            raise ValueError(
+                f"condition 'BeamSpot' has no column '{n}' (columns: {', '.join(names)})"
+            )
         col = condition.column(n)
         if col.type != pa.float32():
-            raise ValueError(f"condition 'BeamSpot', column '{n}': expected float32, got {col.type}")
+            raise ValueError(
+                f"condition 'BeamSpot', column '{n}': expected float32, got {col.type}"
+            )
         out[k] = col.to_numpy(zero_copy_only=False)[0]
     return out
 
@@ -54,8 +69,15 @@ class BeamSpot(Step):
         if self._values is None:
             conditions = batch.conditions
             if "BeamSpot" not in conditions:
-                raise ValueError(f"no 'BeamSpot' condition in this job (have: {', '.join(sorted(conditions)) or 'none'})")
+                raise ValueError(
+                    "no 'BeamSpot' condition in this job (have: "
+                    f"{', '.join(sorted(conditions)) or 'none'})"
+                )
             self._values = beamspot_values(conditions["BeamSpot"])
         n = batch.n_events
         cols = [pa.array(np.full(n, v, np.float32)) for v in self._values]
-        batch.put("beamspot", pa.RecordBatch.from_arrays(cols, schema=BEAMSPOT_SCHEMA), offsets=list(range(n + 1)))
+        batch.put(
+            "beamspot",
+            pa.RecordBatch.from_arrays(cols, schema=BEAMSPOT_SCHEMA),
+            offsets=list(range(n + 1)),
+        )

@@ -205,15 +205,24 @@ def _clusterize_chunk(module, row, col, offsets, max_pix, first_event):
     valid = module != INVALID_MODULE
     vidx = np.flatnonzero(valid)
     vmod = module[vidx]
-    if len(vidx) and (vmod.max() >= MAX_NUM_MODULES or np.max(row, where=valid, initial=0) >= NUM_ROWS
-                      or np.max(col, where=valid, initial=0) >= NUM_COLS):
+    if len(vidx) and (
+        vmod.max() >= MAX_NUM_MODULES
+        or np.max(row, where=valid, initial=0) >= NUM_ROWS
+        or np.max(col, where=valid, initial=0) >= NUM_COLS
+    ):
         bad = (vmod >= MAX_NUM_MODULES) | (row[vidx] >= NUM_ROWS) | (col[vidx] >= NUM_COLS)
         i = int(vidx[np.argmax(bad)])
         e = int(_event_of(offsets, np.array([i]))[0])
         where = f"clusterize: event {first_event + e}, digi {i - offsets[e]}"
         if module[i] >= MAX_NUM_MODULES:
-            raise ValueError(f"{where}: module id {module[i]} out of range (< {MAX_NUM_MODULES} or {INVALID_MODULE} expected)")
-        raise ValueError(f"{where}: pixel (row {row[i]}, col {col[i]}) outside the {NUM_ROWS} x {NUM_COLS} module")
+            raise ValueError(
+                f"{where}: module id {module[i]} out of range (< {MAX_NUM_MODULES} or "
+                f"{INVALID_MODULE} expected)"
+            )
+        raise ValueError(
+            f"{where}: pixel (row {row[i]}, col {col[i]}) outside the {NUM_ROWS} x {NUM_COLS} "
+            "module"
+        )
 
     # Every digi starts as its own (event-local) cluster, as `countModules` initialises.
     clus = np.arange(n, dtype=np.int32)
@@ -276,7 +285,10 @@ def clusterize_batch(module, row, col, offsets, max_pix_in_module=4000, first_ev
     offsets = np.asarray(offsets, dtype=np.int64)
     n = len(module)
     if len(row) != n or len(col) != n or offsets[-1] != n:
-        raise ValueError(f"clusterize: columns module/row/col have {n}/{len(row)}/{len(col)} rows, offsets end at {offsets[-1]}")
+        raise ValueError(
+            f"clusterize: columns module/row/col have {n}/{len(row)}/{len(col)} rows, offsets end "
+            f"at {offsets[-1]}"
+        )
     if not 1 <= max_pix_in_module < 65535:
         raise ValueError(f"clusterize: max_pixels_per_module {max_pix_in_module} not in 1..65535")
     clus = np.empty(n, dtype=np.int32)
@@ -284,7 +296,13 @@ def clusterize_batch(module, row, col, offsets, max_pix_in_module=4000, first_ev
     for e0, e1 in _chunks(offsets):
         lo, hi = int(offsets[e0]), int(offsets[e1])
         c, (rmod, rfirst, rcount, rev) = _clusterize_chunk(
-            module[lo:hi], row[lo:hi], col[lo:hi], offsets[e0:e1 + 1] - lo, max_pix_in_module, first_event + e0)
+            module[lo:hi],
+            row[lo:hi],
+            col[lo:hi],
+            offsets[e0 : e1 + 1] - lo,
+            max_pix_in_module,
+            first_event + e0,
+        )
         clus[lo:hi] = c
         parts.append((rmod, rfirst, rcount, rev + e0))
     cat = [np.concatenate(x) for x in zip(*parts)] if parts else [np.zeros(0, np.int64)] * 4
@@ -321,7 +339,9 @@ class Clusterize(Step):
         super().__init__(params)
         p = {"algorithm": "faithful", "max_pixels_per_module": 4000, **self.params}
         if p["algorithm"] not in ("faithful", "union_find"):
-            raise ValueError(f"clusterize: algorithm '{p['algorithm']}' is not one of faithful, union_find")
+            raise ValueError(
+                f"clusterize: algorithm '{p['algorithm']}' is not one of faithful, union_find"
+            )
         self.max_pix = int(p["max_pixels_per_module"])
         if not 1 <= self.max_pix < 65535:
             raise ValueError(f"clusterize: max_pixels_per_module {self.max_pix} not in 1..65535")
@@ -331,10 +351,16 @@ class Clusterize(Step):
         offsets = batch.offsets("input").to_numpy()
         module = d.column("module")
         clus, runs = clusterize_batch(
-            module.to_numpy(), d.column("row").to_numpy(), d.column("col").to_numpy(), offsets,
-            self.max_pix, batch.first_event,
+            module.to_numpy(),
+            d.column("row").to_numpy(),
+            d.column("col").to_numpy(),
+            offsets,
+            self.max_pix,
+            batch.first_event,
         )
-        batch.put("pixel_clusters", pa.record_batch({"module": module, "cluster": clus}), offsets="input")
+        batch.put(
+            "pixel_clusters", pa.record_batch({"module": module, "cluster": clus}), offsets="input"
+        )
         table = {k: runs[k] for k in ("module", "first_digi", "clusters")}
         batch.put("cluster_modules", table, offsets=_run_offsets(runs["event"], len(offsets) - 1))
 
@@ -392,8 +418,10 @@ def _charge_cut_chunk(mod, adc, clus, offsets, r_ev, r_mod, r_first, r_cnt, cfg,
     past = r_first >= ev_len[r_ev]
     if past.any():
         i = int(np.argmax(past))
-        raise ValueError(f"cluster_charge_cut: event {first_event + int(r_ev[i])}: module run starts at digi "
-                         f"{r_first[i]}, the event has {ev_len[r_ev[i]]} digis")
+        raise ValueError(
+            f"cluster_charge_cut: event {first_event + int(r_ev[i])}: module run starts at digi "
+            f"{r_first[i]}, the event has {ev_len[r_ev[i]]} digis"
+        )
     first = offsets[r_ev] + r_first
     this = mod[first]
     valid = mod != INVALID_MODULE
@@ -423,8 +451,13 @@ def _charge_cut_chunk(mod, adc, clus, offsets, r_ev, r_mod, r_first, r_cnt, cfg,
         slot_end = np.cumsum(eff)
         n_slots = int(slot_end[-1])
         # One paint of (first slot, module, clusters) packed in 35 + 11 + 17 bits.
-        packed = _paint(n, first[rows], end[rows], ((slot_end - eff) << 28) | (this[rows].astype(np.int64) << 17) | eff,
-                        n_slots << 28)
+        packed = _paint(
+            n,
+            first[rows],
+            end[rows],
+            ((slot_end - eff) << 28) | (this[rows].astype(np.int64) << 17) | eff,
+            n_slots << 28,
+        )
         eff_d = packed & 0x1FFFF
         consider = valid & (eff_d > 0)  # the valid digis of runs with clusters
         wrong = consider & (mod != ((packed >> 17) & 0x7FF))
@@ -469,8 +502,20 @@ def _charge_cut_chunk(mod, adc, clus, offsets, r_ev, r_mod, r_first, r_cnt, cfg,
         r_cnt[er] = ncl[r_mod[er]]
 
 
-def charge_cut_batch(module, charge, clus, offsets, run_event, run_module, run_first, run_clusters,
-                     max_clusters_per_module=1024, min_charge_l1=2000, min_charge=4000, first_event=0):
+def charge_cut_batch(
+    module,
+    charge,
+    clus,
+    offsets,
+    run_event,
+    run_module,
+    run_first,
+    run_clusters,
+    max_clusters_per_module=1024,
+    min_charge_l1=2000,
+    min_charge=4000,
+    first_event=0,
+):
     """The Rust ``charge_cut`` over a batch of events.
 
     Digi columns ``module``, ``charge`` (electrons), ``clus`` with ``offsets``; the module
@@ -483,14 +528,20 @@ def charge_cut_batch(module, charge, clus, offsets, run_event, run_module, run_f
     offsets = np.asarray(offsets, dtype=np.int64)
     n_ev = len(offsets) - 1
     if not 1 <= max_clusters_per_module <= 65535:
-        raise ValueError(f"cluster_charge_cut: max_clusters_per_module {max_clusters_per_module} not in 1..=65535")
+        raise ValueError(
+            f"cluster_charge_cut: max_clusters_per_module {max_clusters_per_module} not in "
+            "1..=65535"
+        )
     run_event = np.asarray(run_event, dtype=np.int64)
     run_module = np.asarray(run_module).astype(np.int64)
     run_first = np.asarray(run_first).astype(np.int64)
     if len(run_module) and run_module.max() >= MAX_NUM_MODULES:
         i = int(np.argmax(run_module >= MAX_NUM_MODULES))
-        raise ValueError(f"cluster_charge_cut: event {first_event + int(run_event[i])}: module id {run_module[i]} "
-                         f"out of range in the module product")
+        raise ValueError(
+            f"cluster_charge_cut: event {first_event + int(run_event[i])}: module id "
+            f"{run_module[i]} "
+            f"out of range in the module product"
+        )
     out_mod = np.array(module, dtype=np.uint16)
     out_clus = np.array(clus, dtype=np.int32)
     counts = np.array(run_clusters, dtype=np.int64)
@@ -500,8 +551,18 @@ def charge_cut_batch(module, charge, clus, offsets, run_event, run_module, run_f
     for e0, e1 in _chunks(offsets):
         lo, hi = int(offsets[e0]), int(offsets[e1])
         r0, r1 = int(row_off[e0]), int(row_off[e1])
-        _charge_cut_chunk(out_mod[lo:hi], charge[lo:hi], out_clus[lo:hi], offsets[e0:e1 + 1] - lo, run_event[r0:r1] - e0,
-                          run_module[r0:r1], run_first[r0:r1], counts[r0:r1], cfg, first_event + e0)
+        _charge_cut_chunk(
+            out_mod[lo:hi],
+            charge[lo:hi],
+            out_clus[lo:hi],
+            offsets[e0 : e1 + 1] - lo,
+            run_event[r0:r1] - e0,
+            run_module[r0:r1],
+            run_first[r0:r1],
+            counts[r0:r1],
+            cfg,
+            first_event + e0,
+        )
     return out_mod, out_clus, counts.astype(np.uint32)
 
 
@@ -513,21 +574,36 @@ class ChargeCut(Step):
     (``cluster_modules``); outputs ``clustered_digis`` and ``hit_modules``.
     """
 
-    consumes = {"digis": "calibrated_digis", "clusters": "pixel_clusters", "modules": "cluster_modules"}
+    consumes = {
+        "digis": "calibrated_digis",
+        "clusters": "pixel_clusters",
+        "modules": "cluster_modules",
+    }
     produces = ["clustered_digis", "hit_modules"]
     params = {
-        "min_charge_l1": (2000, "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it"),
+        "min_charge_l1": (
+            2000,
+            "threshold on BPix L1 (detIndex < 96), e; a cluster passes above it",
+        ),
         "min_charge": (4000, "threshold elsewhere, e"),
         "max_clusters_per_module": (1024, "clusters kept per module (1..1024)"),
     }
 
     def __init__(self, params: dict):
         super().__init__(params)
-        p = {"min_charge_l1": 2000, "min_charge": 4000, "max_clusters_per_module": 1024, **self.params}
+        p = {
+            "min_charge_l1": 2000,
+            "min_charge": 4000,
+            "max_clusters_per_module": 1024,
+            **self.params,
+        }
         self.min_l1, self.min_other = int(p["min_charge_l1"]), int(p["min_charge"])
         self.max_per = int(p["max_clusters_per_module"])
-        for name, val, lo, hi in (("min_charge_l1", self.min_l1, 0, 2**31 - 1), ("min_charge", self.min_other, 0, 2**31 - 1),
-                                  ("max_clusters_per_module", self.max_per, 1, 1024)):
+        for name, val, lo, hi in (
+            ("min_charge_l1", self.min_l1, 0, 2**31 - 1),
+            ("min_charge", self.min_other, 0, 2**31 - 1),
+            ("max_clusters_per_module", self.max_per, 1, 1024),
+        ):
             if not lo <= val <= hi:
                 raise ValueError(f"cluster_charge_cut: {name} = {val} not in {lo}..={hi}")
 
@@ -537,15 +613,31 @@ class ChargeCut(Step):
         m = batch.get("modules", event=False)
         offsets = batch.offsets("digis").to_numpy()
         if not np.array_equal(batch.offsets("clusters").to_numpy(), offsets):
-            raise ValueError("cluster_charge_cut: inputs 'clusters' and 'digis' have different rows per event")
+            raise ValueError(
+                "cluster_charge_cut: inputs 'clusters' and 'digis' have different rows per event"
+            )
         m_off = batch.offsets("modules").to_numpy()
         run_event = np.repeat(np.arange(len(m_off) - 1), np.diff(m_off))
         run_first = m.column("first_digi")
         out_mod, out_clus, clusters = charge_cut_batch(
-            d.column("module").to_numpy(), d.column("charge").to_numpy(), c.column("cluster").to_numpy(), offsets,
-            run_event, m.column("module").to_numpy(), run_first.to_numpy(), m.column("clusters").to_numpy(),
-            self.max_per, self.min_l1, self.min_other, batch.first_event,
+            d.column("module").to_numpy(),
+            d.column("charge").to_numpy(),
+            c.column("cluster").to_numpy(),
+            offsets,
+            run_event,
+            m.column("module").to_numpy(),
+            run_first.to_numpy(),
+            m.column("clusters").to_numpy(),
+            self.max_per,
+            self.min_l1,
+            self.min_other,
+            batch.first_event,
         )
         batch.put("clustered_digis", {"module": out_mod, "cluster": out_clus}, offsets="digis")
-        batch.put("hit_modules", pa.record_batch({"module": m.column("module"), "first_digi": run_first,
-                                                  "clusters": clusters}), offsets="modules")
+        batch.put(
+            "hit_modules",
+            pa.record_batch(
+                {"module": m.column("module"), "first_digi": run_first, "clusters": clusters}
+            ),
+            offsets="modules",
+        )

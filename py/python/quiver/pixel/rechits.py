@@ -50,9 +50,19 @@ _PACK_BITS = 25
 _PACK = 1 << _PACK_BITS
 
 _HIT_COLUMNS = [
-    ("x_local", np.float32), ("y_local", np.float32), ("xerr_local", np.float32), ("yerr_local", np.float32),
-    ("x_global", np.float32), ("y_global", np.float32), ("z_global", np.float32), ("r_global", np.float32),
-    ("iphi", np.int16), ("charge", np.int32), ("size_x", np.int16), ("size_y", np.int16), ("det_index", np.uint16),
+    ("x_local", np.float32),
+    ("y_local", np.float32),
+    ("xerr_local", np.float32),
+    ("yerr_local", np.float32),
+    ("x_global", np.float32),
+    ("y_global", np.float32),
+    ("z_global", np.float32),
+    ("r_global", np.float32),
+    ("iphi", np.int16),
+    ("charge", np.int32),
+    ("size_x", np.int16),
+    ("size_y", np.int16),
+    ("det_index", np.uint16),
 ]
 
 
@@ -61,6 +71,7 @@ class RecHitsError(ValueError):
 
 
 # --- pure functions -------------------------------------------------------------------------
+
 
 def local_x(px):
     """Lower edge of row ``px`` in pitch units, the big rows 79/80 counted twice (int32)."""
@@ -115,7 +126,9 @@ def unsafe_atan2s(y, x):
     return np.where(y < 0, -angle, angle).astype(np.int16)
 
 
-def hits_module_start(n_clusters_in_module, max_per_module=MAX_CLUSTERS_PER_MODULE, max_hits=MAX_NUM_CLUSTERS):
+def hits_module_start(
+    n_clusters_in_module, max_per_module=MAX_CLUSTERS_PER_MODULE, max_hits=MAX_NUM_CLUSTERS
+):
     """``fillHitsModuleStart`` (``reco/src/local/charge_cut.rs``) of each row of a
     (events, 2000) array of cluster counts: ``[0, cumsum(min(n, max_per_module))]`` capped at
     ``max_hits`` (int64, shape (events, 2001))."""
@@ -134,8 +147,19 @@ def _unbalance(q_f, q_l):
     return _saturate(v, -2147483648, 2147483647).astype(np.int32)
 
 
-def _correction(size_m1, q_f, q_l, upper_edge_first, lower_edge_last, lorentz_shift, thickness, cot_angle,
-                pitch, first_big, last_big):
+def _correction(
+    size_m1,
+    q_f,
+    q_l,
+    upper_edge_first,
+    lower_edge_last,
+    lorentz_shift,
+    thickness,
+    cot_angle,
+    pitch,
+    first_big,
+    last_big,
+):
     """Charge-sharing correction of one projection, float32 in the Rust order."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         w_inner = pitch * (lower_edge_last - upper_edge_first).astype(np.float32)
@@ -162,7 +186,10 @@ class Cpe:
             except KeyError:
                 raise RecHitsError(f"condition '{what}' has no column '{name}'") from None
             if a.dtype != dtype:  # a silent conversion could change the hits
-                raise RecHitsError(f"condition '{what}', column '{name}': expected {np.dtype(dtype)}, got {a.dtype}")
+                raise RecHitsError(
+                    f"condition '{what}', column '{name}': expected {np.dtype(dtype)}, got "
+                    f"{a.dtype}"
+                )
             return np.ascontiguousarray(a)
 
         def one(name):
@@ -178,8 +205,22 @@ class Cpe:
         self.pitch_x, self.pitch_y = one("pitch_x"), one("pitch_y")
         self.n_modules = det.num_rows
         self.is_barrel = col("is_barrel", bool)
-        for name in ("shift_x", "shift_y", "charge_width_x", "charge_width_y", "z0",
-                     "px", "py", "pz", "r11", "r12", "r13", "r21", "r22", "r23"):
+        for name in (
+            "shift_x",
+            "shift_y",
+            "charge_width_x",
+            "charge_width_y",
+            "z0",
+            "px",
+            "py",
+            "pz",
+            "r11",
+            "r12",
+            "r13",
+            "r21",
+            "r22",
+            "r23",
+        ):
             setattr(self, name, col(name))
         # Per axis (x, y) tables, (2, modules): what cluster_hits gathers for both axes at once.
         self.pitch = np.array([[self.pitch_x], [self.pitch_y]], dtype=np.float32)
@@ -187,17 +228,23 @@ class Cpe:
         self.origin = np.stack([col("x0"), col("y0")])
         self.charge_width = np.stack([self.charge_width_x, self.charge_width_y])
         # Errors (2, modules, 3): [multi-pixel, single, single big]; flat index base per axis.
-        self.errors = np.stack([np.stack([col(f"s{a}{i}") for i in range(3)], axis=1) for a in "xy"])
+        self.errors = np.stack(
+            [np.stack([col(f"s{a}{i}") for i in range(3)], axis=1) for a in "xy"]
+        )
         self.error_base = np.array([[0], [3 * self.n_modules]], dtype=np.intp)
-        self.thickness = np.where(self.is_barrel, self.thickness_b, self.thickness_e).astype(np.float32)
+        self.thickness = np.where(self.is_barrel, self.thickness_b, self.thickness_e).astype(
+            np.float32
+        )
         with np.errstate(divide="ignore"):
             self.gvz = F32(-1.0) / self.z0
 
     @classmethod
-    def from_conditions(cls, conditions: dict) -> "Cpe":
+    def from_conditions(cls, conditions: dict) -> Cpe:
         for name in ("CpeParams.common", "CpeParams.det"):
             if name not in conditions:
-                raise RecHitsError(f"condition '{name}' missing (have: {', '.join(sorted(conditions))})")
+                raise RecHitsError(
+                    f"condition '{name}' missing (have: {', '.join(sorted(conditions))})"
+                )
         return cls(conditions["CpeParams.common"], conditions["CpeParams.det"])
 
 
@@ -227,11 +274,24 @@ def cluster_hits(cpe: Cpe, det, lo, hi, q_f, q_l):
         edge = (lo == 0) | (hi == _LAST)
         size = np.where(edge, -size, size)
 
-    pos = cpe.shift.take(det, axis=1) + cpe.pitch * (F32(0.5) * (ll + ur).astype(np.float32) + _OFFSET)
+    pos = cpe.shift.take(det, axis=1) + cpe.pitch * (
+        F32(0.5) * (ll + ur).astype(np.float32) + _OFFSET
+    )
     cot = (pos - cpe.origin.take(det, axis=1)) * cpe.gvz.take(det)
     span = hi - lo
-    corr = _correction(span, q_f, q_l, ll, ur, cpe.charge_width.take(det, axis=1), cpe.thickness.take(det), cot,
-                       cpe.pitch, big_f, big_l)
+    corr = _correction(
+        span,
+        q_f,
+        q_l,
+        ll,
+        ur,
+        cpe.charge_width.take(det, axis=1),
+        cpe.thickness.take(det),
+        cot,
+        cpe.pitch,
+        big_f,
+        big_l,
+    )
     single = span == 0
     which = single.astype(np.intp) + (single & big_f)  # [multi-pixel, single, single big]
     err = np.where(edge, _EDGE_ERROR, cpe.errors.ravel().take(cpe.error_base + det * 3 + which))
@@ -244,11 +304,21 @@ def cluster_hits(cpe: Cpe, det, lo, hi, q_f, q_l):
     yg += cpe.py.take(det)
     zg += cpe.pz.take(det)
     err = err * err
-    return {"x": x, "y": y, "xerr": err[0], "yerr": err[1], "size_x": size[0], "size_y": size[1],
-            "xg": xg, "yg": yg, "zg": zg}
+    return {
+        "x": x,
+        "y": y,
+        "xerr": err[0],
+        "yerr": err[1],
+        "size_x": size[0],
+        "size_y": size[1],
+        "xg": xg,
+        "yg": yg,
+        "zg": zg,
+    }
 
 
 # --- the step ---------------------------------------------------------------------------------
+
 
 def _np(rb: pa.RecordBatch, name: str, what: str, dtype):
     try:
@@ -257,7 +327,9 @@ def _np(rb: pa.RecordBatch, name: str, what: str, dtype):
         raise RecHitsError(f"input '{what}' has no column '{name}'") from None
     a = a.to_numpy(zero_copy_only=False)
     if a.dtype != dtype:
-        raise RecHitsError(f"input '{what}', column '{name}': expected {np.dtype(dtype)}, got {a.dtype}")
+        raise RecHitsError(
+            f"input '{what}', column '{name}': expected {np.dtype(dtype)}, got {a.dtype}"
+        )
     return a
 
 
@@ -287,7 +359,9 @@ class RecHits(Step):
         if self._cpe is None:
             conditions = getattr(batch, "conditions", None)
             if conditions is None:
-                raise RecHitsError("this quiver has no batch.conditions: the CPE conditions are not reachable")
+                raise RecHitsError(
+                    "this quiver has no batch.conditions: the CPE conditions are not reachable"
+                )
             self._cpe = Cpe.from_conditions(conditions)
         return self._cpe
 
@@ -302,12 +376,16 @@ class RecHits(Step):
             raise RecHitsError("inputs 'clusters' and 'digis' have different rows per event")
         out = rec_hits(
             cpe,
-            row=_np(d, "row", "digis", np.uint16), col=_np(d, "col", "digis", np.uint16),
+            row=_np(d, "row", "digis", np.uint16),
+            col=_np(d, "col", "digis", np.uint16),
             charge=_np(d, "charge", "digis", np.uint16),
-            module=_np(c, "module", "clusters", np.uint16), cluster=_np(c, "cluster", "clusters", np.int32),
+            module=_np(c, "module", "clusters", np.uint16),
+            cluster=_np(c, "cluster", "clusters", np.int32),
             digi_offsets=d_off,
-            run_module=_np(m, "module", "modules", np.uint16), run_first=_np(m, "first_digi", "modules", np.uint32),
-            run_clusters=_np(m, "clusters", "modules", np.uint32), run_offsets=_offsets(batch, "modules"),
+            run_module=_np(m, "module", "modules", np.uint16),
+            run_first=_np(m, "first_digi", "modules", np.uint32),
+            run_clusters=_np(m, "clusters", "modules", np.uint32),
+            run_offsets=_offsets(batch, "modules"),
             beamspot=np.stack([_np(b, k, "beamspot", np.float32) for k in ("x", "y", "z")], axis=1),
             beamspot_offsets=_offsets(batch, "beamspot"),
             first_event=batch.first_event,
@@ -321,12 +399,30 @@ class RecHits(Step):
             "first_hit": first.astype(np.uint32).ravel(),
             "hits": np.diff(layer_starts, axis=1).astype(np.uint32).ravel(),
         }
-        batch.put("hit_layers", pa.record_batch(layers),
-                  offsets=list(range(0, NUMBER_OF_LAYERS * n + 1, NUMBER_OF_LAYERS)))
+        batch.put(
+            "hit_layers",
+            pa.record_batch(layers),
+            offsets=list(range(0, NUMBER_OF_LAYERS * n + 1, NUMBER_OF_LAYERS)),
+        )
 
 
-def rec_hits(cpe: Cpe, *, row, col, charge, module, cluster, digi_offsets, run_module, run_first, run_clusters,
-             run_offsets, beamspot, beamspot_offsets, first_event=0):
+def rec_hits(
+    cpe: Cpe,
+    *,
+    row,
+    col,
+    charge,
+    module,
+    cluster,
+    digi_offsets,
+    run_module,
+    run_first,
+    run_clusters,
+    run_offsets,
+    beamspot,
+    beamspot_offsets,
+    first_event=0,
+):
     """The rec hits of a batch of events (``rec_hits`` of ``reco/src/local/rechits.rs`` on every
     event, results concatenated).
 
@@ -354,7 +450,9 @@ def rec_hits(cpe: Cpe, *, row, col, charge, module, cluster, digi_offsets, run_m
             fail(run_event[bad], f"module id {int(run_module[bad])} out of range{what}")
     flat_run = run_event * MAX_NUM_MODULES + run_module
     # A module in two runs of one event: the last run's count wins (as in module_arrays).
-    seen = np.bincount(flat_run, minlength=n_events * MAX_NUM_MODULES).reshape(n_events, MAX_NUM_MODULES)
+    seen = np.bincount(flat_run, minlength=n_events * MAX_NUM_MODULES).reshape(
+        n_events, MAX_NUM_MODULES
+    )
     irregular = (seen > 1).any(axis=1)
     last = np.full(n_events * MAX_NUM_MODULES, -1, dtype=np.int64)
     np.maximum.at(last, flat_run, np.arange(flat_run.size))
@@ -382,10 +480,33 @@ def rec_hits(cpe: Cpe, *, row, col, charge, module, cluster, digi_offsets, run_m
     bs = beamspot[beamspot_offsets[:-1]]
     e0 = 0
     while e0 < n_events:
-        e1 = max(e0 + 1, int(np.searchsorted(digi_offsets, digi_offsets[e0] + CHUNK_DIGIS, side="right")) - 1)
+        e1 = max(
+            e0 + 1,
+            int(np.searchsorted(digi_offsets, digi_offsets[e0] + CHUNK_DIGIS, side="right")) - 1,
+        )
         e1 = min(e1, n_events)
-        _chunk(cpe, hits, lut, e0, e1, row, col, charge, module, cluster, digi_offsets, run_module, run_first,
-               run_offsets, irregular, nclus, cms, hit_offsets, bs, fail)
+        _chunk(
+            cpe,
+            hits,
+            lut,
+            e0,
+            e1,
+            row,
+            col,
+            charge,
+            module,
+            cluster,
+            digi_offsets,
+            run_module,
+            run_first,
+            run_offsets,
+            irregular,
+            nclus,
+            cms,
+            hit_offsets,
+            bs,
+            fail,
+        )
         e0 = e1
     return hits, hit_offsets, cms[:, LAYER_START]
 
@@ -408,13 +529,33 @@ class _Tables:
     """Lookup tables by module id (uint16), reused from event to event."""
 
     def __init__(self):
-        self.n = np.zeros(1 << 16, dtype=np.uint32)      # clusters given a hit (0: none)
-        self.base = np.zeros(1 << 16, dtype=np.int64)    # first hit slot in the group
+        self.n = np.zeros(1 << 16, dtype=np.uint32)  # clusters given a hit (0: none)
+        self.base = np.zeros(1 << 16, dtype=np.int64)  # first hit slot in the group
         self.first = np.full(1 << 16, -1, dtype=np.int64)  # first digi of the module's run
 
 
-def _chunk(cpe, hits, lut, e0, e1, row, col, charge, module, cluster, digi_offsets, run_module, run_first,
-           run_offsets, irregular, nclus, cms, hit_offsets, bs, fail):
+def _chunk(
+    cpe,
+    hits,
+    lut,
+    e0,
+    e1,
+    row,
+    col,
+    charge,
+    module,
+    cluster,
+    digi_offsets,
+    run_module,
+    run_first,
+    run_offsets,
+    irregular,
+    nclus,
+    cms,
+    hit_offsets,
+    bs,
+    fail,
+):
     """The hits of events e0..e1, written into their rows of ``hits``."""
     h0, h1 = int(hit_offsets[e0]), int(hit_offsets[e1])
     if h1 == h0:
@@ -429,7 +570,7 @@ def _chunk(cpe, hits, lut, e0, e1, row, col, charge, module, cluster, digi_offse
     dummy = np.int64(total)
     for e in range(e0, e1):
         d0, d1 = int(digi_offsets[e]), int(digi_offsets[e + 1])
-        k = key[d0 - g0:d1 - g0]
+        k = key[d0 - g0 : d1 - g0]
         base = cms[e] + (hit_offsets[e] - h0)
         if base[-1] == base[0]:  # no hits
             k[:] = dummy
@@ -450,13 +591,19 @@ def _chunk(cpe, hits, lut, e0, e1, row, col, charge, module, cluster, digi_offse
         if bad.any():
             i = int(np.argmax(bad)) + g0
             e = int(np.searchsorted(digi_offsets, i, side="right")) - 1
-            fail(e, f"digi {i - int(digi_offsets[e])}: pixel (row {int(row[i - g0])}, col {int(col[i - g0])}) "
-                    "outside the module")
+            fail(
+                e,
+                f"digi {i - int(digi_offsets[e])}: pixel (row {int(row[i - g0])}, col "
+                f"{int(col[i - g0])}) "
+                "outside the module",
+            )
     sums = _sums(key, total, row, col, charge)
     # Module id of every hit slot (slots of module m: cms[m]..cms[m+1]), beam spot of its event.
-    slot_module = np.repeat(np.tile(np.arange(MAX_NUM_MODULES, dtype=np.uint16), e1 - e0),
-                            np.diff(cms[e0:e1], axis=1).ravel())
-    slot_bs = np.repeat(bs[e0:e1], np.diff(hit_offsets[e0:e1 + 1]), axis=0)
+    slot_module = np.repeat(
+        np.tile(np.arange(MAX_NUM_MODULES, dtype=np.uint16), e1 - e0),
+        np.diff(cms[e0:e1], axis=1).ravel(),
+    )
+    slot_bs = np.repeat(bs[e0:e1], np.diff(hit_offsets[e0 : e1 + 1]), axis=0)
     _hits(cpe, {name: v[h0:h1] for name, v in hits.items()}, sums, slot_module, slot_bs)
 
 
@@ -470,13 +617,17 @@ def _carve(n, layout):
         offsets.append(size)
         size += -(-int(np.prod(shape)) * np.dtype(t).itemsize // 64) * 64
     buf = np.empty(size, dtype=np.uint8)
-    return [buf[o:o + int(np.prod(shape)) * np.dtype(t).itemsize].view(t).reshape(shape)
-            for (shape, t), o in zip(layout, offsets)]
+    return [
+        buf[o : o + int(np.prod(shape)) * np.dtype(t).itemsize].view(t).reshape(shape)
+        for (shape, t), o in zip(layout, offsets)
+    ]
 
 
 def _hit_columns(n):
     """The hit columns, uninitialised (`_hits` writes every row), from one buffer."""
-    return dict(zip([name for name, _ in _HIT_COLUMNS], _carve(n, [((n,), t) for _, t in _HIT_COLUMNS])))
+    return dict(
+        zip([name for name, _ in _HIT_COLUMNS], _carve(n, [((n,), t) for _, t in _HIT_COLUMNS]))
+    )
 
 
 def _runs_cover_modules(mod_e, run_mod, run_first, lut):
@@ -489,7 +640,9 @@ def _runs_cover_modules(mod_e, run_mod, run_first, lut):
     n = mod_e.size
     if n == 0:
         return True
-    starts = np.flatnonzero(np.concatenate(([True], mod_e[1:] != mod_e[:-1])))  # runs of equal values
+    starts = np.flatnonzero(
+        np.concatenate(([True], mod_e[1:] != mod_e[:-1]))
+    )  # runs of equal values
     ends = np.append(starts[1:], n)
     mods = mod_e[starts]
     valid = mods != INVALID_MODULE
@@ -545,7 +698,7 @@ def _sums(key, total, row, col, charge):
     ``total``: no cluster)."""
     size = total + 1
     lo = np.full((2, size), 0xFFFF, dtype=np.uint16)  # first row, column
-    hi = np.zeros((2, size), dtype=np.uint16)         # last row, column
+    hi = np.zeros((2, size), dtype=np.uint16)  # last row, column
     np.minimum.at(lo[0], key, row)
     np.maximum.at(hi[0], key, row)
     np.minimum.at(lo[1], key, col)
@@ -560,13 +713,19 @@ def _sums(key, total, row, col, charge):
     for axis, v in enumerate((row, col)):
         first, last = v == lo[axis].take(key), v == hi[axis].take(key)
         if packed:
-            s = np.bincount(key, weights=qf * (first + last * float(_PACK)), minlength=size)[:total].astype(np.int64)
+            s = np.bincount(key, weights=qf * (first + last * float(_PACK)), minlength=size)[
+                :total
+            ].astype(np.int64)
             q_f[axis] = s & (_PACK - 1)
             q_l[axis] = s >> _PACK_BITS
         else:  # huge clusters: one exact sum per edge
-            q_f[axis] = np.bincount(key, weights=qf * first, minlength=size)[:total].astype(np.int64)
+            q_f[axis] = np.bincount(key, weights=qf * first, minlength=size)[:total].astype(
+                np.int64
+            )
             q_l[axis] = np.bincount(key, weights=qf * last, minlength=size)[:total].astype(np.int64)
-    return ClusterSums(lo[:, :total], hi[:, :total], q_f, q_l, q_tot.astype(np.int64).astype(np.int32))
+    return ClusterSums(
+        lo[:, :total], hi[:, :total], q_f, q_l, q_tot.astype(np.int64).astype(np.int32)
+    )
 
 
 def _hits(cpe, hits, sums, slot_module, slot_bs):
@@ -585,9 +744,18 @@ def _hits(cpe, hits, sums, slot_module, slot_bs):
     yg = p["yg"] - bs[1]
     zg = p["zg"] - bs[2]
     out = {
-        "x_local": p["x"], "y_local": p["y"], "xerr_local": p["xerr"], "yerr_local": p["yerr"],
-        "x_global": xg, "y_global": yg, "z_global": zg, "r_global": np.sqrt(xg * xg + yg * yg),
-        "iphi": unsafe_atan2s(yg, xg), "charge": pick(sums.charge), "size_x": p["size_x"], "size_y": p["size_y"],
+        "x_local": p["x"],
+        "y_local": p["y"],
+        "xerr_local": p["xerr"],
+        "yerr_local": p["yerr"],
+        "x_global": xg,
+        "y_global": yg,
+        "z_global": zg,
+        "r_global": np.sqrt(xg * xg + yg * yg),
+        "iphi": unsafe_atan2s(yg, xg),
+        "charge": pick(sums.charge),
+        "size_x": p["size_x"],
+        "size_y": p["size_y"],
         "det_index": det,
     }
     for name, v in out.items():

@@ -54,15 +54,17 @@ NBINS = 256
 
 CLUSTERIZERS = ("density", "dbscan", "iterative")
 
-VERTICES_SCHEMA = pa.schema([
-    pa.field("z", pa.float32(), nullable=False),
-    pa.field("weight", pa.float32(), nullable=False),
-    pa.field("chi2", pa.float32(), nullable=False),
-    pa.field("ndof", pa.int32(), nullable=False),
-    pa.field("pt2", pa.float32(), nullable=False),
-    pa.field("pt2_rank", pa.uint16(), nullable=False),
-    pa.field("tracks", pa.list_(pa.field("item", pa.uint32(), nullable=False)), nullable=False),
-])
+VERTICES_SCHEMA = pa.schema(
+    [
+        pa.field("z", pa.float32(), nullable=False),
+        pa.field("weight", pa.float32(), nullable=False),
+        pa.field("chi2", pa.float32(), nullable=False),
+        pa.field("ndof", pa.int32(), nullable=False),
+        pa.field("pt2", pa.float32(), nullable=False),
+        pa.field("pt2_rank", pa.uint16(), nullable=False),
+        pa.field("tracks", pa.list_(pa.field("item", pa.uint32(), nullable=False)), nullable=False),
+    ]
+)
 
 
 class VertexError(ValueError):
@@ -81,10 +83,23 @@ class VertexConfig:
     outlier cut of the final fit (5000). Floats are rounded to float32 as the Rust step does.
     """
 
-    def __init__(self, clusterizer="density", min_t=2, eps=0.07, errmax=0.01, chi2max=9.0, pt_min=0.5,
-                 min_hits=4, fit_chi2_max_first=50.0, split_chi2_max=9.0, fit_chi2_max_final=5000.0):
+    def __init__(
+        self,
+        clusterizer="density",
+        min_t=2,
+        eps=0.07,
+        errmax=0.01,
+        chi2max=9.0,
+        pt_min=0.5,
+        min_hits=4,
+        fit_chi2_max_first=50.0,
+        split_chi2_max=9.0,
+        fit_chi2_max_final=5000.0,
+    ):
         if clusterizer not in CLUSTERIZERS:
-            raise VertexError(f"clusterizer = '{clusterizer}' is not one of {', '.join(CLUSTERIZERS)}")
+            raise VertexError(
+                f"clusterizer = '{clusterizer}' is not one of {', '.join(CLUSTERIZERS)}"
+            )
         self.clusterizer = clusterizer
         # The Rust step clamps the integers into the field types.
         self.min_t = int(min(max(int(min_t), 0), 2**31 - 1))
@@ -100,6 +115,7 @@ class VertexConfig:
 
     def validate(self):
         """Raises :class:`VertexError` naming the first parameter out of range."""
+
         def bad(what):
             raise VertexError(f"invalid vertex finder configuration: {what}")
 
@@ -118,6 +134,7 @@ class VertexConfig:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
 
 def _excl_cumsum(counts):
     """[0, c0, c0+c1, ...] (len(counts) + 1 entries, int64)."""
@@ -147,6 +164,7 @@ def _row_sums(m):
 
 # --- the algorithm ------------------------------------------------------------------------
 
+
 class _Selected:
     """Selected tracks of all events of a batch, in event then track order."""
 
@@ -165,7 +183,10 @@ def _select(zip_, cov_zip, pt, quality, n_hits, offsets, cfg, first_event):
     counts = np.diff(offsets)
     if n_events and counts.max() > MAX_TRACKS:
         e = int(np.argmax(counts > MAX_TRACKS))
-        raise VertexError(f"event {first_event + e}: {counts[e]} track slots exceed the capacity of {MAX_TRACKS} per event")
+        raise VertexError(
+            f"event {first_event + e}: {counts[e]} track slots exceed the capacity of {MAX_TRACKS} "
+            "per event"
+        )
     ev_of_row = np.repeat(np.arange(n_events), counts)
     # Slots at or after an event's first empty slot are dropped.
     zeros = np.concatenate(([0], np.cumsum(n_hits == 0)))
@@ -191,7 +212,10 @@ def _select(zip_, cov_zip, pt, quality, n_hits, offsets, cfg, first_event):
     s = _Selected(rows, ev_of_row[rows], zt, ezt2, pts * pts, n_events)
     if n_events and s.counts.max() > MAX_SELECTED_TRACKS:
         e = int(np.argmax(s.counts > MAX_SELECTED_TRACKS))
-        raise VertexError(f"event {first_event + e}: {s.counts[e]} selected tracks exceed the vertex histogram capacity of {MAX_SELECTED_TRACKS}")
+        raise VertexError(
+            f"event {first_event + e}: {s.counts[e]} selected tracks exceed the vertex histogram "
+            f"capacity of {MAX_SELECTED_TRACKS}"
+        )
     return s
 
 
@@ -360,7 +384,10 @@ def _number_clusters(s, iv, nn, cfg, first_event):
     found = np.bincount(s.ev[good], minlength=s.n_events)
     if s.n_events and found.max() >= MAX_VERTICES:
         e = int(np.argmax(found >= MAX_VERTICES))
-        raise VertexError(f"event {first_event + e}: {found[e]} vertices exceed the capacity of {MAX_VERTICES - 1} per event")
+        raise VertexError(
+            f"event {first_event + e}: {found[e]} vertices exceed the capacity of "
+            f"{MAX_VERTICES - 1} per event"
+        )
     gc = np.concatenate(([0], np.cumsum(good)))
     label = np.where(good, gc[1:] - 1 - gc[s.off[:-1]][s.ev], IDV_NOISE)
     return label[iv].astype(np.int64), found.astype(np.int64)
@@ -423,7 +450,9 @@ def _split(s, iv, nv, f, cfg, first_event):
     tracks of the second go to a new vertex numbered after the event's vertices (Rust
     ``split_vertices``). Updates ``iv`` in place; returns the new vertex counts."""
     ndof = f.ndof
-    cand = (ndof >= 4) & ~(f.chi2 < cfg.split_chi2_max * ndof.astype(F32)) & (ndof < MAX_SPLIT_TRACKS)
+    cand = (
+        (ndof >= 4) & ~(f.chi2 < cfg.split_chi2_max * ndof.astype(F32)) & (ndof < MAX_SPLIT_TRACKS)
+    )
     cv = np.flatnonzero(cand)
     if len(cv) == 0:
         return nv
@@ -478,7 +507,10 @@ def _split(s, iv, nv, f, cfg, first_event):
     igv = nv[ev_v] + rank
     if (igv >= MAX_VERTICES).any():
         k = int(np.argmax(igv >= MAX_VERTICES))
-        raise VertexError(f"event {first_event + int(ev_v[k])}: {int(igv[k]) + 1} vertices exceed the capacity of {MAX_VERTICES} per event")
+        raise VertexError(
+            f"event {first_event + int(ev_v[k])}: {int(igv[k]) + 1} vertices exceed the capacity "
+            f"of {MAX_VERTICES} per event"
+        )
     srow = np.flatnonzero(split)
     target = np.full(len(cv), -1, np.int64)
     target[srow] = igv
@@ -491,7 +523,9 @@ def _split(s, iv, nv, f, cfg, first_event):
     return nv + per_event
 
 
-def find_vertices(zip_, cov_zip, pt, quality, n_hits, offsets, cfg: VertexConfig | None = None, first_event=0):
+def find_vertices(
+    zip_, cov_zip, pt, quality, n_hits, offsets, cfg: VertexConfig | None = None, first_event=0
+):
     """Finds the primary vertices of a batch of events (Rust ``find_vertices`` per event).
 
     Inputs are flat per-track arrays of all events (``zip`` cm, ``cov_zip`` = σ²(zip) cm²,
@@ -517,13 +551,25 @@ def find_vertices(zip_, cov_zip, pt, quality, n_hits, offsets, cfg: VertexConfig
         stop = max(e + 1, int(np.searchsorted(offsets, offsets[e] + CHUNK_SLOTS, side="right")) - 1)
         stop = min(stop, n_events)
         a, b = offsets[e], offsets[stop]
-        parts.append(_find_chunk(zip_[a:b], cov_zip[a:b], pt[a:b], quality[a:b], n_hits[a:b],
-                                 offsets[e:stop + 1] - a, cfg, first_event + e))
+        parts.append(
+            _find_chunk(
+                zip_[a:b],
+                cov_zip[a:b],
+                pt[a:b],
+                quality[a:b],
+                n_hits[a:b],
+                offsets[e : stop + 1] - a,
+                cfg,
+                first_event + e,
+            )
+        )
         e = stop
     if len(parts) == 1:
         return parts[0]
-    out = {k: np.concatenate([p[k] for p in parts]) for k in
-           ("z", "weight", "chi2", "ndof", "pt2", "pt2_rank", "track_indices", "idv")}
+    out = {
+        k: np.concatenate([p[k] for p in parts])
+        for k in ("z", "weight", "chi2", "ndof", "pt2", "pt2_rank", "track_indices", "idv")
+    }
     for k in ("vertex_offsets", "track_offsets"):
         base = np.cumsum([0] + [p[k][-1] for p in parts[:-1]])
         out[k] = np.concatenate([parts[0][k][:1]] + [p[k][1:] + b for p, b in zip(parts, base)])
@@ -566,9 +612,16 @@ def _find_chunk(zip_, cov_zip, pt, quality, n_hits, offsets, cfg, first_event):
     track_indices = (trows[torder] - offsets[s.ev[attached][torder]]).astype(np.uint32)
     track_offsets = _excl_cumsum(np.bincount(tg, minlength=nvt))
     return {
-        "z": f.zv, "weight": f.wv, "chi2": f.chi2, "ndof": f.ndof, "pt2": ptv2, "pt2_rank": rank,
-        "track_offsets": track_offsets, "track_indices": track_indices,
-        "vertex_offsets": vbase, "idv": idv,
+        "z": f.zv,
+        "weight": f.wv,
+        "chi2": f.chi2,
+        "ndof": f.ndof,
+        "pt2": ptv2,
+        "pt2_rank": rank,
+        "track_offsets": track_offsets,
+        "track_indices": track_indices,
+        "vertex_offsets": vbase,
+        "idv": idv,
     }
 
 
@@ -578,7 +631,10 @@ def _column(rb, name, dtype, product="tracks"):
         raise VertexError(f"product '{product}' has no column '{name}'")
     a = col.to_numpy(zero_copy_only=False)
     if a.dtype != dtype:
-        raise VertexError(f"product '{product}': column '{name}' holds {col.type}, expected {np.dtype(dtype).name}")
+        raise VertexError(
+            f"product '{product}': column '{name}' holds {col.type}, expected "
+            f"{np.dtype(dtype).name}"
+        )
     return a
 
 
@@ -616,15 +672,28 @@ class Vertices(Step):
         if cov is None:
             raise VertexError("product 'tracks' has no column 'covariance'")
         if not pa.types.is_fixed_size_list(cov.type) or cov.type.value_type != pa.float32():
-            raise VertexError(f"product 'tracks': column 'covariance' is {cov.type}, expected a fixed-size list of Float32")
+            raise VertexError(
+                f"product 'tracks': column 'covariance' is {cov.type}, expected a fixed-size list "
+                "of Float32"
+            )
         if cov.type.list_size != 15:
-            raise VertexError(f"product 'tracks': covariance has {cov.type.list_size} terms, expected 15")
+            raise VertexError(
+                f"product 'tracks': covariance has {cov.type.list_size} terms, expected 15"
+            )
         # The child values by position (``flatten()`` can copy: ~10x slower here).
         cov_zip = cov.values.slice(cov.offset * 15, len(cov) * 15).to_numpy().reshape(-1, 15)[:, 14]
         v = find_vertices(zip_, cov_zip, pt, quality, n_hits, offsets, self.cfg, batch.first_event)
         tracks = pa.ListArray.from_arrays(
-            pa.array(v["track_offsets"].astype(np.int32)), pa.array(v["track_indices"]),
-            type=VERTICES_SCHEMA.field("tracks").type)
-        cols = [pa.array(v[k]) for k in ("z", "weight", "chi2", "ndof", "pt2", "pt2_rank")] + [tracks]
-        batch.put("vertices", pa.RecordBatch.from_arrays(cols, schema=VERTICES_SCHEMA), offsets=v["vertex_offsets"].tolist())
+            pa.array(v["track_offsets"].astype(np.int32)),
+            pa.array(v["track_indices"]),
+            type=VERTICES_SCHEMA.field("tracks").type,
+        )
+        cols = [pa.array(v[k]) for k in ("z", "weight", "chi2", "ndof", "pt2", "pt2_rank")] + [
+            tracks
+        ]
+        batch.put(
+            "vertices",
+            pa.RecordBatch.from_arrays(cols, schema=VERTICES_SCHEMA),
+            offsets=v["vertex_offsets"].tolist(),
+        )
         batch.put("track_vertices", pa.record_batch({"vertex": v["idv"]}), offsets="input")
