@@ -15,7 +15,8 @@ pub use quiver_validation as validation;
 pub fn registry() -> columnar::Registry {
     let mut r = columnar::Registry::with_builtin();
     reco::steps::register(&mut r);
-    // After the CPU types: the GPU crate re-adds them with both backends.
+    // Replaces the CPU types it implements with ones offering both backends; a type
+    // registered twice (any other order) is refused rather than silently replaced.
     gpu::register(&mut r);
     validation::register(&mut r);
     add_python_placeholder(&mut r);
@@ -60,11 +61,12 @@ pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditi
     if !dir.join("manifest.toml").is_file() {
         let what = match std::fs::metadata(dir) {
             Ok(m) if m.is_dir() && dir.join(columnar::rundir::MANIFEST).is_file() => {
-                return Err(columnar::Error::data(format!(
-                    "input dataset: {} is the output directory of a Quiver run, not a dataset; give the dataset the run \
-                     read (its quiver-run.toml names the plan), or make one with `quiver generate --output NEW_DIR`",
-                    dir.display()
-                )));
+                return Err(columnar::Error::InputDataset {
+                    path: dir.to_path_buf(),
+                    why: "is the output directory of a Quiver run, not a dataset; give the dataset the run read (its \
+                          quiver-run.toml names the plan), or make one with `quiver generate --output NEW_DIR`"
+                        .into(),
+                });
             }
             Ok(m) if m.is_dir() => {
                 "holds no manifest.toml, so it is not a Quiver dataset".to_string()
@@ -74,11 +76,13 @@ pub fn load_dataset(dir: &std::path::Path) -> columnar::Result<columnar::Conditi
             // ELOOP (a symbolic link loop), EACCES, ...: say what it is, not "does not exist".
             Err(e) => format!("cannot be read: {e}"),
         };
-        return Err(columnar::Error::data(format!(
-            "input dataset: {} {what}; make one with `quiver generate --output {}` (docs/datasets.md)",
-            dir.display(),
-            dir.display()
-        )));
+        return Err(columnar::Error::InputDataset {
+            path: dir.to_path_buf(),
+            why: format!(
+                "{what}; make one with `quiver generate --output {}` (docs/datasets.md)",
+                dir.display()
+            ),
+        });
     }
     let ds = datasets::Dataset::open(dir)
         .map_err(|e| columnar::Error::data(format!("input dataset: {e}")))?;

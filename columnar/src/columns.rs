@@ -29,36 +29,21 @@ pub fn values<'a, T: ArrowPrimitiveType>(
     name: &str,
 ) -> Result<&'a [T::Native]> {
     let batch = product.batch();
-    let col = batch.column_by_name(name).ok_or_else(|| {
-        let names: Vec<String> = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        Error::data(format!(
-            "product '{}' has no column '{name}' (columns: {})",
-            product.type_name(),
-            names.join(", ")
-        ))
-    })?;
+    let col = batch
+        .column_by_name(name)
+        .ok_or_else(|| Error::missing_column(product.type_name(), name, column_names(product)))?;
     let arr = col
         .as_any()
         .downcast_ref::<PrimitiveArray<T>>()
         .ok_or_else(|| {
-            Error::data(format!(
-                "product '{}': column '{name}' is {}, expected {}",
-                product.type_name(),
-                col.data_type(),
-                T::DATA_TYPE
-            ))
+            Error::column_type(product.type_name(), name, T::DATA_TYPE, col.data_type())
         })?;
     if arr.null_count() > 0 {
-        return Err(Error::data(format!(
-            "product '{}': column '{name}' has {} nulls",
-            product.type_name(),
-            arr.null_count()
-        )));
+        return Err(Error::NullValues {
+            product: product.type_name().to_string(),
+            column: name.to_string(),
+            nulls: arr.null_count(),
+        });
     }
     Ok(arr.values())
 }
@@ -66,21 +51,17 @@ pub fn values<'a, T: ArrowPrimitiveType>(
 /// The binary column `name` of `product` (raw data buffers).
 pub fn binary<'a>(product: &'a Product, name: &str) -> Result<&'a arrow_array::BinaryArray> {
     let batch = product.batch();
-    let col = batch.column_by_name(name).ok_or_else(|| {
-        Error::data(format!(
-            "product '{}' has no column '{name}'",
-            product.type_name()
-        ))
-    })?;
+    let col = batch
+        .column_by_name(name)
+        .ok_or_else(|| Error::missing_column(product.type_name(), name, column_names(product)))?;
     col.as_any()
         .downcast_ref::<arrow_array::BinaryArray>()
-        .ok_or_else(|| {
-            Error::data(format!(
-                "product '{}': column '{name}' is {}, expected Binary",
-                product.type_name(),
-                col.data_type()
-            ))
-        })
+        .ok_or_else(|| Error::column_type(product.type_name(), name, "Binary", col.data_type()))
+}
+
+fn column_names(product: &Product) -> Vec<String> {
+    let schema = product.batch().schema();
+    schema.fields().iter().map(|f| f.name().clone()).collect()
 }
 
 /// The column `name` of `product` as an array reference (for sharing it in a new product).
@@ -89,12 +70,7 @@ pub fn column(product: &Product, name: &str) -> Result<ArrayRef> {
         .batch()
         .column_by_name(name)
         .cloned()
-        .ok_or_else(|| {
-            Error::data(format!(
-                "product '{}' has no column '{name}'",
-                product.type_name()
-            ))
-        })
+        .ok_or_else(|| Error::missing_column(product.type_name(), name, column_names(product)))
 }
 
 /// One primitive column from per-event parts, concatenated in order into pooled memory.

@@ -18,8 +18,11 @@ type Export = Arc<dyn Fn() -> Vec<(String, RecordBatch)> + Send + Sync>;
 #[derive(Clone, Default)]
 pub struct Conditions {
     map: BTreeMap<TypeId, (&'static str, Arc<dyn Any + Send + Sync>)>,
-    exports: BTreeMap<&'static str, (Export, Arc<OnceLock<Vec<(String, RecordBatch)>>>)>,
+    exports: BTreeMap<&'static str, (Export, Arc<ExportedTables>)>,
 }
+
+/// A condition's tables, exported once on first use.
+type ExportedTables = OnceLock<Vec<(String, RecordBatch)>>;
 
 impl std::fmt::Debug for Conditions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,15 +102,10 @@ impl Conditions {
     pub fn get<T: Any + Send + Sync>(&self) -> Result<Arc<T>> {
         match self.map.get(&TypeId::of::<T>()) {
             Some((_, v)) => Ok(v.clone().downcast::<T>().expect("keyed by TypeId")),
-            None => Err(Error::data(format!(
-                "no condition '{}' is loaded (available: {}); give a dataset with --input",
-                short_name::<T>(),
-                if self.map.is_empty() {
-                    "none".to_string()
-                } else {
-                    self.names().join(", ")
-                }
-            ))),
+            None => Err(Error::MissingCondition {
+                name: short_name::<T>().to_string(),
+                available: self.names().iter().map(|n| n.to_string()).collect(),
+            }),
         }
     }
     /// Names of the loaded conditions.

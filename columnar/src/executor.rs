@@ -16,14 +16,13 @@ use crate::pool::{self, PoolStats};
 use crate::product::ProductKey;
 use crate::step::{EventBatch, Step};
 
-/// Default events per batch: one. Measured (docs/performance.md, "Batch size"): on the CPU
-/// the smallest batch is as fast or faster (better balance between workers, data in cache)
-/// and holds a quarter of the memory of 16 (`chain.toml`, ⟨PU⟩ 70, one thread: 64 against
-/// 291 MiB). GPU plans want larger batches: set `[run] batch_size` or `--batch-size`.
+/// Default events per batch: one. On the CPU the smallest batch is as fast or faster (better
+/// balance between workers, data in cache) and holds the least memory (docs/performance.md,
+/// "Batch size"). GPU plans want larger batches: set `[run] batch_size` or `--batch-size`.
 pub const DEFAULT_BATCH_SIZE: usize = 1;
 
 /// The most worker threads a job may ask for: each holds a batch in memory and a stack, so
-/// thousands only thrash (2 000 threads took 20 s for 8 events).
+/// thousands only thrash.
 pub const MAX_THREADS: usize = 1024;
 
 impl RunOptions {
@@ -316,8 +315,7 @@ impl Summary {
 /// How many batches past the lowest unfinished one a worker may start, for `threads`
 /// workers: every worker keeps busy through ordinary variations of batch cost, and one
 /// stalled batch holds at most this many others in the ordered writers (their pending
-/// maps) instead of every later batch of the job (3.1 GB against 165 MB, measured at
-/// `--threads 4` before the bound).
+/// maps) instead of every later batch of the job (docs/reliability.md).
 pub fn batches_ahead(threads: usize) -> u64 {
     4 * threads.max(1) as u64
 }
@@ -393,258 +391,346 @@ pub fn run(plan: &ResolvedPlan, steps: &[Box<dyn Step>], opts: &RunOptions) -> R
         .filter_map(|(_, s)| s.n_events())
         .min();
     let events = opts.check(available)?;
-
     for step in steps {
         step.begin_job(opts.first_event, events)?;
     }
-
-    // After which step each product is no longer needed.
-    let last_use = plan.last_use();
-    let drop_after: Vec<Vec<ProductKey>> = (0..plan.steps.len())
-        .map(|i| {
-            last_use
-                .iter()
-                .filter(|(_, &l)| l == i)
-                .map(|(k, _)| k.clone())
-                .collect()
-        })
-        .collect();
-
-    // Checked between batches: an interrupted job stops within one batch per worker.
-    let cancel = crate::cancel::Check::current();
-    let n_batches = events.div_ceil(opts.batch_size as u64);
-    let next = AtomicU64::new(0);
-    // Backpressure: a worker starts batch b only when b < (lowest unfinished batch) +
-    // `window`, so one slow batch cannot make the ordered writers hold every later one.
-    let window = batches_ahead(opts.threads);
-    let progress = Window::new();
-    let failed = AtomicBool::new(false);
-    let first_error: Mutex<Option<(u64, Error)>> = Mutex::new(None);
-    let step_ns: Vec<AtomicU64> = plan.steps.iter().map(|_| AtomicU64::new(0)).collect();
-    let bytes: Mutex<HashMap<ProductKey, (u64, u64)>> = Mutex::new(HashMap::new());
-    let overflows: Mutex<OverflowTallies> = Mutex::new(OverflowTallies::new());
-    let bar = if opts.progress && std::io::stderr().is_terminal() {
-        let b = indicatif::ProgressBar::new(events);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} events  {per_sec}  eta {eta}",
-        ) {
-            b.set_style(style);
-        }
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let pool_before = pool::global().stats();
-    let traffic = std::sync::Arc::new(crate::residency::TrafficLog::default());
+    let job = Job::new(plan, steps, opts, events, available);
     let start = Instant::now();
+    job.run_workers()?;
+    let wall = start.elapsed();
+    let reports = job.end_job()?;
+    Ok(job.summary(wall, reports))
+}
 
-    // The earliest batch's error wins, so the message does not depend on timing.
-    let record = |first: u64, e: Error| {
-        failed.store(true, Ordering::Relaxed);
-        let mut slot = first_error.lock().unwrap_or_else(|p| p.into_inner());
+/// The products one batch published and the capacities it reached, merged into the job's
+/// totals when the batch is done.
+#[derive(Default)]
+struct BatchTally {
+    bytes: Vec<(ProductKey, u64, u64)>,
+    overflows: OverflowTallies,
+}
+
+/// The state the workers of one job share.
+struct Job<'a> {
+    plan: &'a ResolvedPlan,
+    steps: &'a [Box<dyn Step>],
+    opts: &'a RunOptions,
+    events: u64,
+    /// Events the input holds (for `cycle_input`).
+    available: Option<u64>,
+    /// After which step each product is no longer needed.
+    drop_after: Vec<Vec<ProductKey>>,
+    /// Checked between batches: an interrupted job stops within one batch per worker.
+    cancel: crate::cancel::Check,
+    n_batches: u64,
+    next: AtomicU64,
+    /// Backpressure: a worker starts batch b only when b < (lowest unfinished batch) +
+    /// `window`, so one slow batch cannot make the ordered writers hold every later one.
+    window: u64,
+    progress: Window,
+    failed: AtomicBool,
+    /// A batch returned [`Error::Interrupted`] (a `KeyboardInterrupt` in a Python step):
+    /// the job reports the interruption whichever batch saw it.
+    interrupted: AtomicBool,
+    /// The error of the earliest failed batch, by its first event.
+    first_error: Mutex<Option<(u64, Error)>>,
+    step_ns: Vec<AtomicU64>,
+    bytes: Mutex<HashMap<ProductKey, (u64, u64)>>,
+    overflows: Mutex<OverflowTallies>,
+    bar: indicatif::ProgressBar,
+    pool_before: PoolStats,
+    traffic: std::sync::Arc<crate::residency::TrafficLog>,
+}
+
+impl<'a> Job<'a> {
+    fn new(
+        plan: &'a ResolvedPlan,
+        steps: &'a [Box<dyn Step>],
+        opts: &'a RunOptions,
+        events: u64,
+        available: Option<u64>,
+    ) -> Self {
+        let last_use = plan.last_use();
+        let drop_after = (0..plan.steps.len())
+            .map(|i| {
+                last_use
+                    .iter()
+                    .filter(|(_, &l)| l == i)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .collect();
+        Job {
+            plan,
+            steps,
+            opts,
+            events,
+            available,
+            drop_after,
+            cancel: crate::cancel::Check::current(),
+            n_batches: events.div_ceil(opts.batch_size as u64),
+            next: AtomicU64::new(0),
+            window: batches_ahead(opts.threads),
+            progress: Window::new(),
+            failed: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            first_error: Mutex::new(None),
+            step_ns: plan.steps.iter().map(|_| AtomicU64::new(0)).collect(),
+            bytes: Mutex::new(HashMap::new()),
+            overflows: Mutex::new(OverflowTallies::new()),
+            bar: progress_bar(opts.progress, events),
+            pool_before: pool::global().stats(),
+            traffic: Default::default(),
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.failed.load(Ordering::Relaxed) || self.cancel.requested()
+    }
+
+    /// Records the error of the batch starting at event `first`. The earliest batch's error
+    /// wins, so the message does not depend on timing: batches are taken in order, and once
+    /// a batch fails no new one starts, but every batch already taken (all those before the
+    /// failed one among them) runs to its end and may replace the error with its own.
+    fn record(&self, first: u64, e: Error) {
+        if matches!(e, Error::Interrupted(_)) {
+            self.interrupted.store(true, Ordering::Relaxed);
+        }
+        self.failed.store(true, Ordering::Relaxed);
+        let mut slot = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
         if slot.as_ref().is_none_or(|(f, _)| first < *f) {
             *slot = Some((first, e));
         }
         drop(slot);
-        progress.wake_all();
-    };
-    let worker = || {
-        while !failed.load(Ordering::Relaxed) && !cancel.requested() {
-            let b = next.fetch_add(1, Ordering::Relaxed);
-            if b >= n_batches {
+        self.progress.wake_all();
+    }
+
+    /// Starts the workers and waits for them.
+    fn run_workers(&self) -> Result<()> {
+        let rayon_pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.opts.threads)
+            .thread_name(|i| format!("quiver-worker-{i}"))
+            .build()
+            .map_err(|e| {
+                Error::data(format!(
+                    "cannot start {} worker threads: {e}",
+                    self.opts.threads
+                ))
+            })?;
+        rayon_pool.scope(|s| {
+            for _ in 0..self.opts.threads {
+                s.spawn(|_| self.worker());
+            }
+        });
+        self.bar.finish_and_clear();
+        Ok(())
+    }
+
+    /// Takes batches in order until there are none left, one fails or the job is cancelled.
+    fn worker(&self) {
+        while !self.stopping() {
+            let b = self.next.fetch_add(1, Ordering::Relaxed);
+            if b >= self.n_batches {
                 break;
             }
-            if !progress.wait_until_within(b, window, || {
-                failed.load(Ordering::Relaxed) || cancel.requested()
-            }) {
+            if !self
+                .progress
+                .wait_until_within(b, self.window, || self.stopping())
+            {
                 break;
             }
-            let offset = b * opts.batch_size as u64;
-            let n = (events - offset).min(opts.batch_size as u64) as usize;
-            let first = opts.first_event + offset;
-            let mut batch = EventBatch::new(first, n);
-            if opts.cycle_input {
-                batch.set_input_cycle(available);
-            }
-            batch.set_traffic(traffic.clone());
-            let mut local_bytes: Vec<(ProductKey, u64, u64)> = Vec::new();
-            let mut local_overflows = OverflowTallies::new();
-            for (i, (st, step)) in plan.steps.iter().zip(steps).enumerate() {
-                batch.set_allowed(&st.outputs);
-                let t0 = Instant::now();
-                // A panic in a step is a bug, but it must not take the job down without a
-                // message naming the step and the events.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    step.process(&mut batch)
-                }))
-                .unwrap_or_else(|p| {
-                    Err(Error::data(format!(
-                        "internal error (panic): {}",
-                        panic_message(&p)
-                    )))
-                });
-                step_ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                if let Err(e) = r {
-                    let e = match e {
-                        Error::Step { .. } | Error::Interrupted(_) => e,
-                        other => Error::Step {
-                            label: st.label.clone(),
-                            first,
-                            last: first + n as u64,
-                            msg: other.to_string(),
-                        },
-                    };
-                    record(first, e);
+            let offset = b * self.opts.batch_size as u64;
+            let n = (self.events - offset).min(self.opts.batch_size as u64) as usize;
+            let first = self.opts.first_event + offset;
+            match self.run_batch(first, n) {
+                Ok(tally) => self.merge(tally),
+                Err(e) => {
+                    self.record(first, e);
                     return;
                 }
-                for k in &st.outputs {
-                    // get_resident: counting must not download a device product.
-                    if let Ok(p) = batch.get_resident(k) {
-                        local_bytes.push((
-                            k.clone(),
-                            (p.nbytes() + p.device_nbytes()) as u64,
-                            p.num_rows() as u64,
-                        ));
-                        if k.type_name == CAPACITY_OVERFLOWS && p.num_rows() > 0 {
-                            let tallied = batch.get(k).map_err(|e| e.to_string()).and_then(|p| {
-                                overflow::tally(&mut local_overflows, &st.label, &p)
-                                    .map_err(|e| e.to_string())
-                            });
-                            if let Err(msg) = tallied {
-                                record(
-                                    first,
-                                    Error::Step {
-                                        label: st.label.clone(),
-                                        first,
-                                        last: first + n as u64,
-                                        msg,
-                                    },
-                                );
-                                return;
-                            }
-                        }
-                    } else {
-                        let msg = format!("declared product '{}' was not published", k.type_name);
-                        record(
-                            first,
-                            Error::Step {
-                                label: st.label.clone(),
-                                first,
-                                last: first + n as u64,
-                                msg,
-                            },
-                        );
-                        return;
-                    }
-                }
-                for k in &drop_after[i] {
-                    batch.remove(k);
-                }
             }
-            let mut all = bytes.lock().unwrap_or_else(|p| p.into_inner());
-            for (k, nb, rows) in local_bytes {
-                let e = all.entry(k).or_default();
-                e.0 += nb;
-                e.1 += rows;
-            }
-            drop(all);
-            if !local_overflows.is_empty() {
-                let mut all = overflows.lock().unwrap_or_else(|p| p.into_inner());
-                for (k, v) in local_overflows {
-                    let t = all.entry(k).or_default();
-                    t.events += v.events;
-                    t.limit = v.limit;
-                    t.truncated += v.truncated;
-                    t.max_demanded = match (t.max_demanded, v.max_demanded) {
-                        (Some(a), Some(b)) => Some(a.max(b)),
-                        (a, b) => a.or(b),
-                    };
-                }
-            }
-            bar.inc(n as u64);
-            progress.finish(b);
+            self.bar.inc(n as u64);
+            self.progress.finish(b);
         }
-    };
+    }
 
-    let rayon_pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .thread_name(|i| format!("quiver-worker-{i}"))
-        .build()
-        .map_err(|e| Error::data(format!("cannot start {} worker threads: {e}", opts.threads)))?;
-    rayon_pool.scope(|s| {
-        for _ in 0..opts.threads {
-            s.spawn(|_| worker());
+    /// Runs every step over the `n` events from `first`.
+    fn run_batch(&self, first: u64, n: usize) -> Result<BatchTally> {
+        let mut batch = EventBatch::new(first, n);
+        if self.opts.cycle_input {
+            batch.set_input_cycle(self.available);
         }
-    });
-    bar.finish_and_clear();
-    let wall = start.elapsed();
+        batch.set_traffic(self.traffic.clone());
+        let mut tally = BatchTally::default();
+        for (i, (st, step)) in self.plan.steps.iter().zip(self.steps).enumerate() {
+            let at_step = |cause: Error| match cause {
+                Error::Step { .. } | Error::Interrupted(_) => cause,
+                cause => Error::Step {
+                    label: st.label.clone(),
+                    first,
+                    last: first + n as u64,
+                    cause: Box::new(cause),
+                },
+            };
+            batch.set_allowed(&st.outputs);
+            let t0 = Instant::now();
+            // A panic in a step is a bug, but it must not take the job down without a
+            // message naming the step and the events.
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step.process(&mut batch)))
+                    .unwrap_or_else(|p| Err(Error::Panic(panic_message(&p))));
+            self.step_ns[i].fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            r.map_err(at_step)?;
+            tally_outputs(&batch, st, &mut tally).map_err(at_step)?;
+            for k in &self.drop_after[i] {
+                batch.remove(k);
+            }
+        }
+        Ok(tally)
+    }
 
-    let first_error = first_error.into_inner().unwrap_or_else(|p| p.into_inner());
-    let interrupted = cancel.requested() || matches!(first_error, Some((_, Error::Interrupted(_))));
-    let success = !failed.load(Ordering::Relaxed) && !interrupted;
-    let mut reports = Vec::new();
-    let mut end_error = None;
-    for (st, step) in plan.steps.iter().zip(steps) {
-        match step.end_job(success) {
-            Ok(Some(r)) => reports.push((st.label.clone(), r)),
-            Ok(None) => {}
-            Err(e) => {
-                if end_error.is_none() {
-                    end_error = Some(Error::EndJob {
+    fn merge(&self, tally: BatchTally) {
+        let mut all = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, nb, rows) in tally.bytes {
+            let e = all.entry(k).or_default();
+            e.0 += nb;
+            e.1 += rows;
+        }
+        drop(all);
+        if tally.overflows.is_empty() {
+            return;
+        }
+        let mut all = self.overflows.lock().unwrap_or_else(|p| p.into_inner());
+        for (k, v) in tally.overflows {
+            let t = all.entry(k).or_default();
+            t.events += v.events;
+            t.limit = v.limit;
+            t.truncated += v.truncated;
+            t.max_demanded = match (t.max_demanded, v.max_demanded) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+
+    /// Runs every step's end-of-job hook (also after a failure: writers keep what they
+    /// wrote), then reports the job's error: an interruption, else the earliest batch's
+    /// error, else the first end-of-job error.
+    fn end_job(&self) -> Result<Vec<(String, String)>> {
+        let first_error = self
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let interrupted = self.cancel.requested() || self.interrupted.load(Ordering::Relaxed);
+        let success = first_error.is_none() && !interrupted;
+        let mut reports = Vec::new();
+        let mut end_error = None;
+        for (st, step) in self.plan.steps.iter().zip(self.steps) {
+            match step.end_job(success) {
+                Ok(Some(r)) => reports.push((st.label.clone(), r)),
+                Ok(None) => {}
+                Err(e) => {
+                    end_error.get_or_insert(Error::EndJob {
                         label: st.label.clone(),
-                        msg: e.to_string(),
+                        cause: Box::new(e),
                     });
                 }
             }
         }
-    }
-    if interrupted {
-        return Err(Error::Interrupted(
-            "the job stopped before its last event".into(),
-        ));
-    }
-    if let Some((_, e)) = first_error {
-        return Err(e);
-    }
-    if let Some(e) = end_error {
-        return Err(e);
+        if interrupted {
+            return Err(Error::Interrupted(
+                "the job stopped before its last event".into(),
+            ));
+        }
+        match first_error.map(|(_, e)| e).or(end_error) {
+            Some(e) => Err(e),
+            None => Ok(reports),
+        }
     }
 
-    let bytes = bytes.into_inner().unwrap_or_else(|p| p.into_inner());
-    let keys: Vec<ProductKey> = plan
-        .steps
-        .iter()
-        .flat_map(|s| s.outputs.iter().cloned())
-        .collect();
-    Ok(Summary {
-        events,
-        batches: n_batches,
-        threads: opts.threads,
-        batch_size: opts.batch_size,
-        wall,
-        steps: plan
+    fn summary(self, wall: Duration, reports: Vec<(String, String)>) -> Summary {
+        let bytes = self.bytes.into_inner().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<ProductKey> = self
+            .plan
             .steps
             .iter()
-            .zip(&step_ns)
-            .map(|(st, ns)| StepTiming {
-                label: st.label.clone(),
-                type_name: st.type_name.clone(),
-                backend: st.backend.to_string(),
-                time: Duration::from_nanos(ns.load(Ordering::Relaxed)),
-            })
-            .collect(),
-        product_bytes: keys
-            .iter()
-            .map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.0)))
-            .collect(),
-        product_rows: keys
-            .iter()
-            .map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.1)))
-            .collect(),
-        pool: pool::global().stats().since(&pool_before),
-        reports,
-        overflows: overflows.into_inner().unwrap_or_else(|p| p.into_inner()),
-        traffic: traffic.snapshot(),
-        memory: crate::memory::MemoryReport::now(&pool::global().stats()),
-    })
+            .flat_map(|s| s.outputs.iter().cloned())
+            .collect();
+        Summary {
+            events: self.events,
+            batches: self.n_batches,
+            threads: self.opts.threads,
+            batch_size: self.opts.batch_size,
+            wall,
+            steps: self
+                .plan
+                .steps
+                .iter()
+                .zip(&self.step_ns)
+                .map(|(st, ns)| StepTiming {
+                    label: st.label.clone(),
+                    type_name: st.type_name.clone(),
+                    backend: st.backend.to_string(),
+                    time: Duration::from_nanos(ns.load(Ordering::Relaxed)),
+                })
+                .collect(),
+            product_bytes: keys
+                .iter()
+                .map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.0)))
+                .collect(),
+            product_rows: keys
+                .iter()
+                .map(|k| (k.clone(), bytes.get(k).map_or(0, |b| b.1)))
+                .collect(),
+            pool: pool::global().stats().since(&self.pool_before),
+            reports,
+            overflows: self
+                .overflows
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner()),
+            traffic: self.traffic.snapshot(),
+            memory: crate::memory::MemoryReport::now(&pool::global().stats()),
+        }
+    }
+}
+
+/// Counts what step `st` published into `tally`; a declared product it did not publish is
+/// an error.
+fn tally_outputs(
+    batch: &EventBatch,
+    st: &crate::plan::ResolvedStep,
+    tally: &mut BatchTally,
+) -> Result<()> {
+    for k in &st.outputs {
+        // get_resident: counting must not download a device product.
+        let Ok(p) = batch.get_resident(k) else {
+            return Err(Error::NotPublished {
+                product: k.type_name.clone(),
+            });
+        };
+        tally.bytes.push((
+            k.clone(),
+            (p.nbytes() + p.device_nbytes()) as u64,
+            p.num_rows() as u64,
+        ));
+        if k.type_name == CAPACITY_OVERFLOWS && p.num_rows() > 0 {
+            let p = batch.get(k)?;
+            overflow::tally(&mut tally.overflows, &st.label, &p)?;
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(wanted: bool, events: u64) -> indicatif::ProgressBar {
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(events);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} events  {per_sec}  eta {eta}")
+    {
+        b.set_style(style);
+    }
+    b
 }

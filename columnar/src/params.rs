@@ -215,6 +215,16 @@ impl ParamSpec {
         self
     }
 
+    /// A refusal of this parameter of step `label`.
+    fn bad(&self, label: &str, value: Option<String>, msg: String) -> Error {
+        Error::Param {
+            step: label.to_string(),
+            key: self.name.to_string(),
+            value,
+            msg,
+        }
+    }
+
     /// Checks a converted value against finiteness and the declared range.
     fn check(&self, label: &str, v: ParamValue) -> Result<ParamValue> {
         let x = match v {
@@ -224,8 +234,9 @@ impl ParamSpec {
         };
         let range = self.range.map(|r| format!(" in {r}")).unwrap_or_default();
         if !x.is_finite() {
-            return Err(Error::plan(
+            return Err(self.bad(
                 label,
+                Some(v.to_string()),
                 format!(
                     "parameter '{}' must be a finite number{range}, got {v}",
                     self.name
@@ -233,8 +244,9 @@ impl ParamSpec {
             ));
         }
         match self.range {
-            Some(r) if !r.contains(x) => Err(Error::plan(
+            Some(r) if !r.contains(x) => Err(self.bad(
                 label,
+                Some(v.to_string()),
                 format!(
                     "parameter '{}' = {v} is outside its valid range {r} ({})",
                     self.name, self.doc
@@ -247,8 +259,9 @@ impl ParamSpec {
     /// Converts a TOML value, or says why not.
     fn convert(&self, label: &str, v: &toml::Value) -> Result<ParamValue> {
         let wrong = || {
-            Error::plan(
+            self.bad(
                 label,
+                Some(v.to_string()),
                 format!(
                     "parameter '{}' must be {}, got {} ({})",
                     self.name,
@@ -266,8 +279,9 @@ impl ParamSpec {
             (ParamKind::Str, toml::Value::String(s)) => ParamValue::Str(s.clone()),
             (ParamKind::Choice(c), toml::Value::String(s)) => {
                 if !c.contains(&s.as_str()) {
-                    return Err(Error::plan(
+                    return Err(self.bad(
                         label,
+                        Some(v.to_string()),
                         format!("parameter '{}' = \"{s}\" is not {}", self.name, self.kind),
                     ));
                 }
@@ -301,14 +315,16 @@ impl Params {
         for (key, v) in given {
             let spec = specs.iter().find(|s| s.name == key).ok_or_else(|| {
                 let known = specs.iter().map(|s| s.name).collect::<Vec<_>>();
-                Error::plan(
-                    label,
-                    if known.is_empty() {
+                Error::Param {
+                    step: label.to_string(),
+                    key: key.clone(),
+                    value: Some(v.to_string()),
+                    msg: if known.is_empty() {
                         format!("unknown parameter '{key}' (this step type has no parameters)")
                     } else {
                         format!("unknown parameter '{key}' (known: {})", known.join(", "))
                     },
-                )
+                }
             })?;
             let value = spec.convert(label, v)?;
             values.insert(key.clone(), spec.check(label, value)?);
@@ -316,8 +332,9 @@ impl Params {
         for s in specs {
             if !values.contains_key(s.name) {
                 let d = s.default.clone().ok_or_else(|| {
-                    Error::plan(
+                    s.bad(
                         label,
+                        None,
                         format!("missing required parameter '{}' ({})", s.name, s.kind),
                     )
                 })?;

@@ -225,7 +225,6 @@ fn resolve_named(
 /// Validates a plan against the registry: step types, backends, parameters, inputs,
 /// labels and cycles. Every error names the step's label and the offending key or value.
 pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
-    // Labels, types, backends, parameters.
     let mut seen = BTreeSet::new();
     let mut staged = Vec::new();
     for s in &spec.steps {
@@ -235,176 +234,219 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
                 "duplicate label: another step of this plan has the same label",
             ));
         }
-        let t = registry.get(&s.type_name).ok_or_else(|| {
-            let hint = closest(&s.type_name, registry.iter().map(|t| t.name))
-                .map(|n| format!("did you mean '{n}'? "))
-                .unwrap_or_default();
-            Error::plan(
-                &s.label,
-                format!(
-                    "unknown step type '{}' ({hint}`quiver steps` lists the catalogue)",
-                    s.type_name
-                ),
-            )
-        })?;
-        let backend = match &s.backend {
-            None => Backend::Cpu,
-            Some(b) if b == "auto" => registry.resolve_auto(t),
-            Some(b) => b
-                .parse::<Backend>()
-                .map_err(|m| Error::plan(&s.label, format!("backend: {m}")))?,
-        };
-        if !t.backends.contains(&backend) {
-            return Err(Error::plan(
-                &s.label,
-                format!(
-                    "backend '{backend}' is not implemented by step type '{}' (it has: {})",
-                    t.name,
-                    t.backends
-                        .iter()
-                        .map(|b| b.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-        let (signature, param_specs) = match registry.dynamic(&s.type_name) {
-            Some(f) => f(s).map_err(|e| match e {
-                Error::Plan { .. } => e,
-                other => Error::plan(&s.label, other.to_string()),
-            })?,
-            None => (t.signature.clone(), t.params.clone()),
-        };
-        let (inputs, params): (BTreeMap<_, _>, BTreeMap<_, _>) = s
-            .keys
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .partition(|(k, _)| signature.inputs.iter().any(|i| &i.name == k));
-        let params = Params::resolve(&s.label, &param_specs, &params)?;
-        staged.push((s, t, signature, backend, inputs, params));
+        staged.push(stage(s, registry)?);
     }
 
     // Outputs of every label, and producers of every type.
     let outputs: HashMap<&str, Vec<ProductKey>> = staged
         .iter()
-        .map(|(s, _, sig, ..)| {
-            (
-                s.label.as_str(),
-                sig.outputs
-                    .iter()
-                    .map(|o| ProductKey::new(o, &s.label))
-                    .collect(),
-            )
+        .map(|st| {
+            let label = st.spec.label.as_str();
+            let keys = st
+                .signature
+                .outputs
+                .iter()
+                .map(|o| ProductKey::new(o, label))
+                .collect();
+            (label, keys)
         })
         .collect();
     let mut producers: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for (s, _, sig, ..) in &staged {
-        let s: &StepSpec = s;
-        for o in &sig.outputs {
+    for st in &staged {
+        for o in &st.signature.outputs {
             producers
                 .entry(o.clone())
                 .or_default()
-                .push(s.label.as_str());
+                .push(st.spec.label.as_str());
         }
     }
 
-    // Inputs.
     let mut resolved = Vec::new();
-    for (s, t, signature, backend, given, params) in staged {
+    for st in &staged {
         let mut inputs = BTreeMap::new();
-        for slot in &signature.inputs {
-            let keys = match given.get(&slot.name) {
-                Some(toml::Value::String(v)) if !slot.many => resolve_named(
-                    &s.label,
-                    &slot.name,
-                    slot.product_type.as_deref(),
-                    v,
-                    &outputs,
-                    false,
-                )?,
-                Some(toml::Value::Array(vs)) if slot.many => {
-                    let mut keys = Vec::new();
-                    for v in vs {
-                        let v = v.as_str().ok_or_else(|| {
-                            Error::plan(
-                                &s.label,
-                                format!(
-                                    "input '{}' must list labels as strings, got {v}",
-                                    slot.name
-                                ),
-                            )
-                        })?;
-                        keys.extend(resolve_named(
-                            &s.label,
-                            &slot.name,
-                            slot.product_type.as_deref(),
-                            v,
-                            &outputs,
-                            true,
-                        )?);
-                    }
-                    keys
-                }
-                Some(v) => {
-                    let what = if slot.many {
-                        "a list of labels"
-                    } else {
-                        "a label (string)"
-                    };
-                    return Err(Error::plan(
-                        &s.label,
-                        format!("input '{}' must be {what}, got {v}", slot.name),
-                    ));
-                }
-                None => {
-                    let candidates: Vec<&str> = match &slot.product_type {
-                        Some(ty) => producers.get(ty.as_str()).cloned().unwrap_or_default(),
-                        None => Vec::new(),
-                    };
-                    let candidates: Vec<&str> =
-                        candidates.into_iter().filter(|l| *l != s.label).collect();
-                    let ty = slot.product_type.as_deref().unwrap_or("any");
-                    match candidates.as_slice() {
-                        [one] => vec![ProductKey::new(ty, *one)],
-                        [] if slot.optional => Vec::new(),
-                        [] => {
-                            return Err(Error::plan(
-                                &s.label,
-                                if slot.product_type.is_some() {
-                                    format!("missing input '{}': no step of this plan produces '{ty}'", slot.name)
-                                } else {
-                                    format!("missing input '{}': name the producing step(s) by label", slot.name)
-                                },
-                            ))
-                        }
-                        many => {
-                            return Err(Error::plan(
-                                &s.label,
-                                format!(
-                                    "ambiguous input '{}': {} steps produce '{ty}' ({}); name one with {} = \"LABEL\"",
-                                    slot.name,
-                                    many.len(),
-                                    many.join(", "),
-                                    slot.name
-                                ),
-                            ))
-                        }
-                    }
-                }
+        for slot in &st.signature.inputs {
+            let keys = match st.given.get(&slot.name) {
+                Some(v) => resolve_given(&st.spec.label, slot, v, &outputs)?,
+                None => resolve_implicit(&st.spec.label, slot, &producers)?,
             };
             inputs.insert(slot.name.clone(), keys);
         }
         resolved.push(ResolvedStep {
-            label: s.label.clone(),
-            type_name: t.name.to_string(),
-            backend,
-            params,
+            label: st.spec.label.clone(),
+            type_name: st.type_name.to_string(),
+            backend: st.backend,
+            params: st.params.clone(),
             inputs,
-            outputs: outputs[s.label.as_str()].clone(),
+            outputs: outputs[st.spec.label.as_str()].clone(),
         });
     }
 
-    // Execution order: topological, ties broken by plan order.
+    let plan = ResolvedPlan {
+        run: spec.run.clone(),
+        steps: execution_order(resolved)?,
+    };
+    registry.check_output_files(&plan)?;
+    for check in registry.plan_checks() {
+        check(&plan)?;
+    }
+    Ok(plan)
+}
+
+/// A step of a plan with its type, backend and parameters checked, its inputs not yet
+/// resolved.
+struct Staged<'a> {
+    spec: &'a StepSpec,
+    type_name: &'static str,
+    signature: crate::step::Signature,
+    backend: Backend,
+    /// The keys of the step that name inputs, as written.
+    given: BTreeMap<String, toml::Value>,
+    params: Params,
+}
+
+/// Checks step `s`'s type, backend and parameters.
+fn stage<'a>(s: &'a StepSpec, registry: &Registry) -> Result<Staged<'a>> {
+    let t = registry.get(&s.type_name).ok_or_else(|| {
+        let hint = closest(&s.type_name, registry.iter().map(|t| t.name))
+            .map(|n| format!("did you mean '{n}'? "))
+            .unwrap_or_default();
+        Error::plan(
+            &s.label,
+            format!(
+                "unknown step type '{}' ({hint}`quiver steps` lists the catalogue)",
+                s.type_name
+            ),
+        )
+    })?;
+    let backend = match &s.backend {
+        None => Backend::Cpu,
+        Some(b) if b == "auto" => registry.resolve_auto(t),
+        Some(b) => b
+            .parse::<Backend>()
+            .map_err(|m| Error::plan(&s.label, format!("backend: {m}")))?,
+    };
+    if !t.backends.contains(&backend) {
+        return Err(Error::plan(
+            &s.label,
+            format!(
+                "backend '{backend}' is not implemented by step type '{}' (it has: {})",
+                t.name,
+                t.backends
+                    .iter()
+                    .map(|b| b.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    let (signature, param_specs) = match registry.dynamic(&s.type_name) {
+        Some(f) => f(s).map_err(|e| match e {
+            e if e.is_plan_error() => e,
+            other => Error::plan(&s.label, other.to_string()),
+        })?,
+        None => (t.signature.clone(), t.params.clone()),
+    };
+    let (given, params): (BTreeMap<_, _>, BTreeMap<_, _>) = s
+        .keys
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .partition(|(k, _)| signature.inputs.iter().any(|i| &i.name == k));
+    let params = Params::resolve(&s.label, &param_specs, &params)?;
+    Ok(Staged {
+        spec: s,
+        type_name: t.name,
+        signature,
+        backend,
+        given,
+        params,
+    })
+}
+
+/// The products input `slot` of step `label` names with `value` (a label, `label:type`,
+/// or a list of them).
+fn resolve_given(
+    label: &str,
+    slot: &crate::step::InputSpec,
+    value: &toml::Value,
+    outputs: &HashMap<&str, Vec<ProductKey>>,
+) -> Result<Vec<ProductKey>> {
+    let ty = slot.product_type.as_deref();
+    match value {
+        toml::Value::String(v) if !slot.many => {
+            resolve_named(label, &slot.name, ty, v, outputs, false)
+        }
+        toml::Value::Array(vs) if slot.many => {
+            let mut keys = Vec::new();
+            for v in vs {
+                let v = v.as_str().ok_or_else(|| {
+                    Error::plan(
+                        label,
+                        format!("input '{}' must list labels as strings, got {v}", slot.name),
+                    )
+                })?;
+                keys.extend(resolve_named(label, &slot.name, ty, v, outputs, true)?);
+            }
+            Ok(keys)
+        }
+        v => {
+            let what = if slot.many {
+                "a list of labels"
+            } else {
+                "a label (string)"
+            };
+            Err(Error::plan(
+                label,
+                format!("input '{}' must be {what}, got {v}", slot.name),
+            ))
+        }
+    }
+}
+
+/// The product input `slot` of step `label` takes when the plan names none: the one step
+/// that produces its type.
+fn resolve_implicit(
+    label: &str,
+    slot: &crate::step::InputSpec,
+    producers: &BTreeMap<String, Vec<&str>>,
+) -> Result<Vec<ProductKey>> {
+    let candidates: Vec<&str> = match &slot.product_type {
+        Some(ty) => producers.get(ty.as_str()).cloned().unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let candidates: Vec<&str> = candidates.into_iter().filter(|l| *l != label).collect();
+    let ty = slot.product_type.as_deref().unwrap_or("any");
+    match candidates.as_slice() {
+        [one] => Ok(vec![ProductKey::new(ty, *one)]),
+        [] if slot.optional => Ok(Vec::new()),
+        [] => Err(Error::plan(
+            label,
+            if slot.product_type.is_some() {
+                format!(
+                    "missing input '{}': no step of this plan produces '{ty}'",
+                    slot.name
+                )
+            } else {
+                format!(
+                    "missing input '{}': name the producing step(s) by label",
+                    slot.name
+                )
+            },
+        )),
+        many => Err(Error::plan(
+            label,
+            format!(
+                "ambiguous input '{}': {} steps produce '{ty}' ({}); name one with {} = \"LABEL\"",
+                slot.name,
+                many.len(),
+                many.join(", "),
+                slot.name
+            ),
+        )),
+    }
+}
+
+/// The steps in execution order: topological, ties broken by plan order.
+fn execution_order(resolved: Vec<ResolvedStep>) -> Result<Vec<ResolvedStep>> {
     let index: HashMap<&str, usize> = resolved
         .iter()
         .enumerate()
@@ -445,19 +487,10 @@ pub fn validate(spec: &PlanSpec, registry: &Registry) -> Result<ResolvedPlan> {
         }
     }
     let mut slots: Vec<Option<ResolvedStep>> = resolved.into_iter().map(Some).collect();
-    let steps = order
+    Ok(order
         .into_iter()
         .map(|i| slots[i].take().expect("each once"))
-        .collect();
-    let plan = ResolvedPlan {
-        run: spec.run.clone(),
-        steps,
-    };
-    registry.check_output_files(&plan)?;
-    for check in registry.plan_checks() {
-        check(&plan)?;
-    }
-    Ok(plan)
+        .collect())
 }
 
 impl ResolvedPlan {
@@ -542,7 +575,7 @@ impl ResolvedPlan {
                     job: job.clone(),
                 };
                 (t.build)(&cfg).map_err(|e| match e {
-                    Error::Plan { .. } => e,
+                    e if e.is_plan_error() => e,
                     other => Error::plan(&st.label, other.to_string()),
                 })
             })

@@ -184,7 +184,12 @@ impl StepConfig {
     }
     /// A plan error about this step's parameter `key`, for checks a type cannot express.
     pub fn param_error(&self, key: &str, msg: impl fmt::Display) -> Error {
-        Error::plan(&self.label, format!("parameter '{key}': {msg}"))
+        Error::Param {
+            step: self.label.clone(),
+            key: key.to_string(),
+            value: self.params.get(key).map(|v| v.to_string()),
+            msg: format!("parameter '{key}': {msg}"),
+        }
     }
 }
 
@@ -281,7 +286,9 @@ impl EventBatch {
         self.products
             .get(key)
             .cloned()
-            .ok_or_else(|| Error::data(format!("product {key} is not in the event batch")))
+            .ok_or_else(|| Error::MissingProduct {
+                product: key.to_string(),
+            })
     }
     /// Makes the host view of a product (a download if it lives only on a device) and
     /// records the transfer in the job's traffic log.
@@ -492,15 +499,9 @@ impl EventBatch {
             .iter()
             .find(|k| k.type_name == type_name)
             .cloned()
-            .ok_or_else(|| {
-                Error::data(format!(
-                    "product of type '{type_name}' was not declared by the step (declared: {})",
-                    self.allowed
-                        .iter()
-                        .map(|k| k.type_name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
+            .ok_or_else(|| Error::NotDeclared {
+                product: type_name.to_string(),
+                declared: self.allowed.iter().map(|k| k.type_name.clone()).collect(),
             })
     }
     /// Sets the keys the next step may publish (the executor calls this).
@@ -574,15 +575,59 @@ impl Registry {
         crate::compare::register(&mut r);
         r
     }
-    /// Adds a step type (replacing one of the same name).
+    /// Adds a step type; a second type of one name is refused (see [`Registry::try_add`]).
+    ///
+    /// # Panics
+    ///
+    /// When a type of this name is already registered: two crates claiming one name is a
+    /// bug of the program, found by the first run of any test; [`Registry::replace`]
+    /// overrides a type on purpose.
     pub fn add(&mut self, t: StepType) {
+        if let Err(e) = self.try_add(t) {
+            panic!("{e}");
+        }
+    }
+    /// Adds a step type, or refuses it with [`Error::DuplicateStepType`] when one of that
+    /// name is registered: silently replacing it made the catalogue depend on the order in
+    /// which crates registered.
+    ///
+    /// ```
+    /// use quiver_columnar::{Error, Registry};
+    /// let mut r = Registry::with_builtin();
+    /// let square = r.get("square").unwrap().clone();
+    /// let e = r.try_add(square).unwrap_err();
+    /// assert!(matches!(&e, Error::DuplicateStepType { name } if name == "square"));
+    /// ```
+    pub fn try_add(&mut self, t: StepType) -> Result<()> {
+        if self.types.contains_key(t.name) {
+            return Err(Error::DuplicateStepType {
+                name: t.name.to_string(),
+            });
+        }
         self.types.insert(t.name, t);
+        Ok(())
+    }
+    /// Adds `t` or replaces the type of its name, on purpose (a backend crate adding a
+    /// backend to a type, the Python package replacing the `python` placeholder); returns
+    /// the type it replaced.
+    pub fn replace(&mut self, t: StepType) -> Option<StepType> {
+        self.dynamic.remove(t.name);
+        self.types.insert(t.name, t)
     }
     /// Adds a step type whose signature and parameters `signature` computes per step of a
-    /// plan; `t.signature` and `t.params` then only document the type.
+    /// plan; `t.signature` and `t.params` then only document the type. Refuses a duplicate
+    /// name like [`Registry::add`].
     pub fn add_dynamic(&mut self, t: StepType, signature: DynamicSignatureFn) {
-        self.dynamic.insert(t.name, signature);
+        let name = t.name;
         self.add(t);
+        self.dynamic.insert(name, signature);
+    }
+    /// [`Registry::add_dynamic`], replacing a type of the same name on purpose (see
+    /// [`Registry::replace`]).
+    pub fn replace_dynamic(&mut self, t: StepType, signature: DynamicSignatureFn) {
+        let name = t.name;
+        self.replace(t);
+        self.dynamic.insert(name, signature);
     }
     /// The per-step signature function of a dynamic step type.
     pub fn dynamic(&self, name: &str) -> Option<DynamicSignatureFn> {

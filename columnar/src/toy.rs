@@ -53,7 +53,10 @@ pub fn random_floats(
     low: f32,
     high: f32,
 ) -> Result<Float32Array> {
-    if !(low < high) || !low.is_finite() || !high.is_finite() {
+    if low.partial_cmp(&high) != Some(std::cmp::Ordering::Less)
+        || !low.is_finite()
+        || !high.is_finite()
+    {
         return Err(Error::data(format!(
             "random_floats: need finite low < high, got low = {low}, high = {high}"
         )));
@@ -133,11 +136,12 @@ impl Step for SquareStep {
             .as_any()
             .downcast_ref::<Float32Array>()
             .ok_or_else(|| {
-                Error::data(format!(
-                    "{}: column 'value' is {}, expected Float32",
-                    self.input,
-                    p.batch().column(0).data_type()
-                ))
+                Error::column_type(
+                    self.input.to_string(),
+                    "value",
+                    "Float32",
+                    p.batch().column(0).data_type(),
+                )
             })?;
         let rb = RecordBatch::try_new(floats_schema(), vec![Arc::new(square(x, self.method)?)])?;
         batch.put(Product::new(rb, p.offsets().clone())?)
@@ -150,11 +154,13 @@ pub fn register(r: &mut Registry) {
     r.add_plan_check(|plan| {
         for s in plan.steps.iter().filter(|s| s.type_name == "random_floats") {
             let (low, high) = (s.params.float("low") as f32, s.params.float("high") as f32);
-            if !(low < high) {
-                return Err(Error::plan(
-                    &s.label,
-                    format!("parameter 'high': must be greater than low ({low})"),
-                ));
+            if low.partial_cmp(&high) != Some(std::cmp::Ordering::Less) {
+                return Err(Error::Param {
+                    step: s.label.clone(),
+                    key: "high".into(),
+                    value: Some(high.to_string()),
+                    msg: format!("parameter 'high': must be greater than low ({low})"),
+                });
             }
         }
         Ok(())
@@ -184,7 +190,7 @@ pub fn register(r: &mut Registry) {
             let seed =
                 u64::try_from(p.int("seed")).map_err(|_| cfg.param_error("seed", "must be ≥ 0"))?;
             let (low, high) = (p.float("low") as f32, p.float("high") as f32);
-            if !(low < high) {
+            if low.partial_cmp(&high) != Some(std::cmp::Ordering::Less) {
                 return Err(cfg.param_error("high", format!("must be greater than low ({low})")));
             }
             Ok(Box::new(RandomFloatsStep {

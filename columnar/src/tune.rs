@@ -6,8 +6,8 @@
 ///
 /// By default glibc maps a buffer above its adaptive threshold (128 KiB at first) and unmaps
 /// it when freed, so the next batch pays a page fault and a page clearing for every 4 KiB
-/// again: the pixel chain ran 15 % faster with these settings (26.7 → 22.6 ms/event, one
-/// thread, docs/performance.md). The cost is a process that keeps its peak heap. The
+/// again: the pixel chain runs markedly faster with these settings (docs/performance.md).
+/// The cost is a process that keeps its peak heap. The
 /// `quiver` command (Rust binary or Python package) calls this; a library does not change
 /// its host process's allocator, so `Plan.run` does not (Dask workers set the same values
 /// in `quiver.dask`).
@@ -33,7 +33,7 @@ pub fn tune_malloc() -> bool {
 /// [`tune_malloc`] whatever the environment says: for a process whose allocator settings a
 /// launcher chose, not the user (Dask's nanny starts workers with
 /// `MALLOC_TRIM_THRESHOLD_=65536`, which turns off glibc's adaptive mmap threshold: every
-/// buffer above 128 KiB is then mapped and unmapped again, and the chain ran 35 % slower in
+/// buffer above 128 KiB is then mapped and unmapped again, and the chain ran far slower in
 /// a worker). Returns false off glibc.
 ///
 /// ```

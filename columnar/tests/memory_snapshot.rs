@@ -23,10 +23,8 @@ fn snapshot_of_this_process() {
     let after = MemoryReport::now(&PoolStats::default()).unwrap();
     match (after.heap_in_use, before.heap_in_use) {
         (Some(a), Some(b)) => assert!(a >= b + (8 << 20), "heap in use {b} -> {a} with 8 MiB more"),
-        _ => assert!(
-            !cfg!(target_env = "gnu"),
-            "glibc reports no heap in use: {after:?}"
-        ),
+        _ if cfg!(target_env = "gnu") => panic!("glibc reports no heap in use: {after:?}"),
+        _ => {}
     }
     drop(v);
 }

@@ -253,7 +253,7 @@ pub fn register(r: &mut Registry) {
         let mut t = cpu.clone();
         t.backends = vec![Backend::Cpu, Backend::Gpu];
         t.build = build;
-        r.add(t);
+        r.replace(t);
     }
     r.set_auto_backend(auto_backend);
 }

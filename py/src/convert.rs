@@ -175,29 +175,6 @@ pub fn offsets_from_values(
     Ok(OffsetBuffer::new(ScalarBuffer::from(v)))
 }
 
-#[cfg(test)]
-mod offsets_tests {
-    use super::offsets_from_values;
-
-    fn msg(values: Vec<i64>, n: usize, rows: usize) -> String {
-        offsets_from_values("p", values, n, rows)
-            .unwrap_err()
-            .to_string()
-    }
-
-    #[test]
-    fn each_rule_has_its_message() {
-        assert!(msg(vec![0, 0, 110], 2, 100).contains("must end at the row count 100, got 110"));
-        assert!(msg(vec![0, 100], 2, 100)
-            .contains("must have 3 values (one more than the batch's 2 events), got 2"));
-        assert!(msg(vec![5, 50, 100], 2, 100).contains("must start at 0, got 5"));
-        assert!(msg(vec![0, 60, 40, 100], 3, 100)
-            .contains("must not decrease: offsets[1] = 60 > offsets[2] = 40"));
-        let ok = offsets_from_values("p", vec![0, 0, 100], 2, 100).unwrap();
-        assert_eq!(ok.iter().copied().collect::<Vec<_>>(), vec![0, 0, 100]);
-    }
-}
-
 /// Splits the `event` column off a batch put by a Python step: (the column, the rest).
 pub fn split_event_column(b: &RecordBatch) -> (Option<ArrayRef>, RecordBatch) {
     match b.schema().index_of(EVENT_COLUMN) {
@@ -286,4 +263,27 @@ pub fn offsets_array(p: &Product) -> ArrayRef {
         p.offsets().inner().clone(),
         None,
     ))
+}
+
+#[cfg(test)]
+mod offsets_tests {
+    use super::offsets_from_values;
+
+    fn msg(values: Vec<i64>, n: usize, rows: usize) -> String {
+        offsets_from_values("p", values, n, rows)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn each_rule_has_its_message() {
+        assert!(msg(vec![0, 0, 110], 2, 100).contains("must end at the row count 100, got 110"));
+        assert!(msg(vec![0, 100], 2, 100)
+            .contains("must have 3 values (one more than the batch's 2 events), got 2"));
+        assert!(msg(vec![5, 50, 100], 2, 100).contains("must start at 0, got 5"));
+        assert!(msg(vec![0, 60, 40, 100], 3, 100)
+            .contains("must not decrease: offsets[1] = 60 > offsets[2] = 40"));
+        let ok = offsets_from_values("p", vec![0, 0, 100], 2, 100).unwrap();
+        assert_eq!(ok.iter().copied().collect::<Vec<_>>(), vec![0, 0, 100]);
+    }
 }

@@ -34,9 +34,8 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// plan and run-option problems are `PlanError` (a `ValueError`), the rest `StepError`.
 fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
     let (name, fallback): (&str, fn(String) -> PyErr) = match &e {
-        Error::Plan { .. } | Error::Usage(_) => {
-            ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m))
-        }
+        e if e.is_plan_error() => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
+        Error::Usage(_) => ("PlanError", |m| pyo3::exceptions::PyValueError::new_err(m)),
         Error::Io { .. } => ("QuiverIOError", |m| pyo3::exceptions::PyOSError::new_err(m)),
         _ => ("StepError", |m| {
             pyo3::exceptions::PyRuntimeError::new_err(m)
@@ -57,13 +56,7 @@ fn to_pyerr(py: Python<'_>, e: Error) -> PyErr {
 pub(crate) fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(p) => Err(to_pyerr(
-            py,
-            Error::data(format!(
-                "internal error (panic): {}",
-                panic_message(p.as_ref())
-            )),
-        )),
+        Err(p) => Err(to_pyerr(py, Error::Panic(panic_message(p.as_ref())))),
     }
 }
 
@@ -75,11 +68,10 @@ fn is_valid_label(s: &str) -> bool {
 
 /// What `_Plan.run` returns: summary text, summary numbers, and per collected product
 /// (label, type, Arrow table, Rust-side data addresses per column).
-type RunOutput<'py> = (
-    String,
-    Bound<'py, PyDict>,
-    Vec<(String, String, Py<PyAny>, Bound<'py, PyDict>)>,
-);
+type RunOutput<'py> = (String, Bound<'py, PyDict>, Tables<'py>);
+
+/// Per collected product: (label, type, Arrow table, Rust-side data addresses per column).
+type Tables<'py> = Vec<(String, String, Py<PyAny>, Bound<'py, PyDict>)>;
 
 /// A plan being built or loaded (the Python class `quiver.Plan` wraps it).
 #[pyclass(name = "_Plan", module = "quiver._quiver")]
@@ -191,7 +183,10 @@ impl PyPlan {
         }
         self.spec.steps[i] = s;
         match guard(py, || Ok(plan::validate(&self.spec, &registry))) {
-            Ok(Err(e)) if was_valid || matches!(&e, Error::Plan { label: l, .. } if l == label) => {
+            Ok(Err(e))
+                if was_valid
+                    || matches!(&e, Error::Plan { label: l, .. } | Error::Param { step: l, .. } if l == label) =>
+            {
                 self.spec.steps[i] = old;
                 Err(to_pyerr(py, e))
             }
@@ -300,23 +295,7 @@ impl PyPlan {
             let registry = registry();
             let resolved = plan::validate(&self.spec, &registry).map_err(|e| to_pyerr(py, e))?;
             let settings: &RunSettings = &resolved.run;
-            // Without `output=` and `[run] output`, files go to a fresh temporary directory
-            // (removed again if the plan wrote nothing): never a silent ./quiver-out in the
-            // caller's working directory.
-            let (output, temporary) = match output.or(settings.output.clone()) {
-                Some(o) => (o, false),
-                None => {
-                    let d: PathBuf = py
-                        .import("tempfile")?
-                        .call_method(
-                            "mkdtemp",
-                            (),
-                            Some(&[("prefix", "quiver-run-")].into_py_dict(py)?),
-                        )?
-                        .extract()?;
-                    (d, true)
-                }
-            };
+            let (output, temporary) = output_dir(py, output.or(settings.output.clone()))?;
             let input = input.or(settings.input.clone());
             let fail = |e: Error| {
                 if temporary {
@@ -343,97 +322,19 @@ impl PyPlan {
                 Some(sel) => collect::select(&resolved, sel),
             }
             .map_err(fail)?;
-            // The framework and Rust steps run without the GIL on a thread of their own; a
-            // Python step takes the GIL per batch. This thread waits with the GIL released and
-            // looks for signals every 100 ms: Python runs its handlers (Ctrl-C's
-            // KeyboardInterrupt) only here, on the main thread. An interrupt cancels the job,
-            // which stops between batches and commits nothing; it is raised once the job ended.
-            let origin = self.origin.clone();
-            let token = quiver_columnar::cancel::Token::new();
-            let mut interrupt: Option<PyErr> = None;
-            let (resolved, registry, opts, keys) = (&resolved, &registry, &opts, &keys);
-            let outcome = std::thread::scope(|s| {
-                let (tx, rx) = std::sync::mpsc::channel();
-                let job_token = token.clone();
-                let origin = &origin;
-                std::thread::Builder::new()
-                    .name("quiver-job".into())
-                    .spawn_scoped(s, move || {
-                        let r = quiver_columnar::cancel::with_token(job_token, || {
-                            catch_unwind(AssertUnwindSafe(|| {
-                                quiver_columnar::rundir::run_job(
-                                    resolved,
-                                    registry,
-                                    job,
-                                    origin,
-                                    opts.first_event,
-                                    |steps| collect::run_collect(resolved, steps, opts, keys),
-                                )
-                            }))
-                            .unwrap_or_else(|p| {
-                                Err(Error::data(format!(
-                                    "internal error (panic): {}",
-                                    panic_message(p.as_ref())
-                                )))
-                            })
-                        });
-                        let _ = tx.send(r);
-                    })
-                    .map_err(|e| Error::data(format!("cannot start the job's thread: {e}")))?;
-                // In a Mutex to cross py.detach (a Receiver is not Sync); only this thread locks it.
-                let rx = std::sync::Mutex::new(rx);
-                loop {
-                    let wait = || {
-                        rx.lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .recv_timeout(std::time::Duration::from_millis(100))
-                    };
-                    match py.detach(wait) {
-                        Ok(r) => return r,
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                            if interrupt.is_none() {
-                                if let Err(e) = py.check_signals() {
-                                    token.cancel();
-                                    interrupt = Some(e);
-                                }
-                            }
-                        }
-                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                            return Err(Error::data(
-                                "internal error: the job's thread ended without a result",
-                            ));
-                        }
-                    }
-                }
-            });
+            let driven = Driven {
+                resolved: &resolved,
+                registry: &registry,
+                origin: &self.origin,
+                opts: &opts,
+                keys: &keys,
+            };
+            let (outcome, interrupt) = driven.run(py, job);
             let wrote = matches!(&outcome, Ok((_, _, Some(_))));
             if temporary && !wrote {
                 let _ = std::fs::remove_dir(&output);
             }
-            let keyboard = |m: String| pyo3::exceptions::PyKeyboardInterrupt::new_err(m);
-            if let Err(Error::Interrupted(_)) = &outcome {
-                // Raised only now: the job has stopped and committed nothing.
-                let msg = outcome.err().map(|e| e.to_string()).unwrap_or_default();
-                return Err(match interrupt {
-                    Some(e) if !e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => e,
-                    _ => keyboard(msg),
-                });
-            }
-            if let Some(e) = interrupt {
-                // The job ended before it saw the interrupt.
-                return Err(match &outcome {
-                    Ok((_, _, Some(c)))
-                        if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) =>
-                    {
-                        keyboard(format!(
-                            "interrupted after the job ended; its run was committed to {}",
-                            c.dir.display()
-                        ))
-                    }
-                    _ => e,
-                });
-            }
-            let (summary, got, committed) = outcome.map_err(|e| to_pyerr(py, e))?;
+            let (summary, got, committed) = raise_interrupt(py, outcome, interrupt)?;
             let mut text = summary.render();
             if let Some(c) = &committed {
                 text.push_str(&c.describe());
@@ -445,63 +346,215 @@ impl PyPlan {
                 &format!("{GIL_NOTE}; the driver waits without the GIL"),
                 1,
             );
-            let numbers = PyDict::new(py);
-            numbers.set_item("events", summary.events)?;
-            numbers.set_item("batches", summary.batches)?;
-            numbers.set_item("threads", summary.threads)?;
-            numbers.set_item("batch_size", summary.batch_size)?;
-            numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
-            numbers.set_item("gil_released", true)?;
-            numbers.set_item("temporary_output", temporary && wrote)?;
-            numbers.set_item(
-                "output",
-                if wrote {
-                    Some(output.display().to_string())
-                } else {
-                    None
-                },
-            )?;
-            // Seconds spent in each step's calls, summed over workers.
-            let step_s = PyDict::new(py);
-            for st in &summary.steps {
-                step_s.set_item(&st.label, st.time.as_secs_f64())?;
-            }
-            numbers.set_item("step_s", step_s)?;
-            let mut tables = Vec::new();
-            for k in keys {
-                let batches = got.with_event_column(k).map_err(|e| to_pyerr(py, e))?;
-                let schema = match batches.first() {
-                    Some(b) => b.schema(),
-                    None => std::sync::Arc::new(Schema::new(vec![Field::new(
-                        "event",
-                        DataType::UInt32,
-                        false,
-                    )])),
-                };
-                // Where each product column's data lives, seen from Rust (zero-copy checks).
-                let addrs = PyDict::new(py);
-                if let Some(parts) = got.get(k) {
-                    if let Some((_, p0)) = parts.first() {
-                        for (i, f) in p0.batch().schema().fields().iter().enumerate() {
-                            let v: Vec<usize> = parts
-                                .iter()
-                                .map(|(_, p)| data_address(p.batch().column(i).as_ref()))
-                                .collect();
-                            addrs.set_item(f.name(), v)?;
-                        }
-                    }
-                }
-                let t = PyTable::try_new(batches, schema)?;
-                tables.push((
-                    k.label.clone(),
-                    k.type_name.clone(),
-                    t.into_pyobject(py)?.into_any().unbind(),
-                    addrs,
-                ));
-            }
-            Ok((text, numbers, tables))
+            let output = wrote.then(|| output.display().to_string());
+            let numbers = summary_numbers(py, &summary, output, temporary && wrote)?;
+            Ok((text, numbers, collected_tables(py, &keys, &got)?))
         })
     }
+}
+
+/// Where a run's files go, and whether that is a temporary directory: without `output=`
+/// and `[run] output`, a fresh temporary directory (removed again if the plan wrote
+/// nothing), never a silent ./quiver-out in the caller's working directory.
+fn output_dir(py: Python<'_>, output: Option<PathBuf>) -> PyResult<(PathBuf, bool)> {
+    Ok(match output {
+        Some(o) => (o, false),
+        None => {
+            let d: PathBuf = py
+                .import("tempfile")?
+                .call_method(
+                    "mkdtemp",
+                    (),
+                    Some(&[("prefix", "quiver-run-")].into_py_dict(py)?),
+                )?
+                .extract()?;
+            (d, true)
+        }
+    })
+}
+
+/// What `run_job` returns to the Python driver.
+type JobOutcome = quiver_columnar::Result<(
+    quiver_columnar::Summary,
+    collect::Collected,
+    Option<quiver_columnar::rundir::Committed>,
+)>;
+
+/// A validated job, ready to run on a thread of its own.
+struct Driven<'a> {
+    resolved: &'a plan::ResolvedPlan,
+    registry: &'a Registry,
+    origin: &'a str,
+    opts: &'a RunOptions,
+    keys: &'a [quiver_columnar::ProductKey],
+}
+
+impl Driven<'_> {
+    /// Runs the job. The framework and Rust steps run without the GIL on a thread of their
+    /// own; a Python step takes the GIL per batch. This thread waits with the GIL released
+    /// and looks for signals every 100 ms: Python runs its handlers (Ctrl-C's
+    /// KeyboardInterrupt) only here, on the main thread. An interrupt cancels the job, which
+    /// stops between batches and commits nothing; it is returned beside the job's outcome.
+    fn run(&self, py: Python<'_>, job: quiver_columnar::JobContext) -> (JobOutcome, Option<PyErr>) {
+        let token = quiver_columnar::cancel::Token::new();
+        let mut interrupt: Option<PyErr> = None;
+        let outcome = std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let job_token = token.clone();
+            std::thread::Builder::new()
+                .name("quiver-job".into())
+                .spawn_scoped(s, move || {
+                    let r = quiver_columnar::cancel::with_token(job_token, || {
+                        catch_unwind(AssertUnwindSafe(|| self.run_here(job)))
+                            .unwrap_or_else(|p| Err(Error::Panic(panic_message(p.as_ref()))))
+                    });
+                    let _ = tx.send(r);
+                })
+                .map_err(|e| Error::data(format!("cannot start the job's thread: {e}")))?;
+            // In a Mutex to cross py.detach (a Receiver is not Sync); only this thread locks it.
+            let rx = std::sync::Mutex::new(rx);
+            loop {
+                let wait = || {
+                    rx.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .recv_timeout(std::time::Duration::from_millis(100))
+                };
+                match py.detach(wait) {
+                    Ok(r) => return r,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        if interrupt.is_none() {
+                            if let Err(e) = py.check_signals() {
+                                token.cancel();
+                                interrupt = Some(e);
+                            }
+                        }
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(Error::data(
+                            "internal error: the job's thread ended without a result",
+                        ));
+                    }
+                }
+            }
+        });
+        (outcome, interrupt)
+    }
+
+    fn run_here(&self, job: quiver_columnar::JobContext) -> JobOutcome {
+        quiver_columnar::rundir::run_job(
+            self.resolved,
+            self.registry,
+            job,
+            self.origin,
+            self.opts.first_event,
+            |steps| collect::run_collect(self.resolved, steps, self.opts, self.keys),
+        )
+    }
+}
+
+/// The job's outcome as Python sees it: an interrupt (raised only now, once the job has
+/// stopped and committed nothing) as `KeyboardInterrupt` (or what the signal handler
+/// raised), an error as its `quiver` exception.
+fn raise_interrupt(
+    py: Python<'_>,
+    outcome: JobOutcome,
+    interrupt: Option<PyErr>,
+) -> PyResult<(
+    quiver_columnar::Summary,
+    collect::Collected,
+    Option<quiver_columnar::rundir::Committed>,
+)> {
+    let keyboard = |m: String| pyo3::exceptions::PyKeyboardInterrupt::new_err(m);
+    if let Err(Error::Interrupted(_)) = &outcome {
+        let msg = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+        return Err(match interrupt {
+            Some(e) if !e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => e,
+            _ => keyboard(msg),
+        });
+    }
+    if let Some(e) = interrupt {
+        // The job ended before it saw the interrupt.
+        return Err(match &outcome {
+            Ok((_, _, Some(c)))
+                if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) =>
+            {
+                keyboard(format!(
+                    "interrupted after the job ended; its run was committed to {}",
+                    c.dir.display()
+                ))
+            }
+            _ => e,
+        });
+    }
+    outcome.map_err(|e| to_pyerr(py, e))
+}
+
+/// The summary's numbers for Python: events, batches, threads, wall time, the output
+/// directory (`None` when nothing was written; `temporary_output` when it is a temporary
+/// directory made for the run) and seconds per step.
+fn summary_numbers<'py>(
+    py: Python<'py>,
+    summary: &quiver_columnar::Summary,
+    output: Option<String>,
+    temporary_output: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let numbers = PyDict::new(py);
+    numbers.set_item("events", summary.events)?;
+    numbers.set_item("batches", summary.batches)?;
+    numbers.set_item("threads", summary.threads)?;
+    numbers.set_item("batch_size", summary.batch_size)?;
+    numbers.set_item("wall_s", summary.wall.as_secs_f64())?;
+    numbers.set_item("gil_released", true)?;
+    numbers.set_item("temporary_output", temporary_output)?;
+    numbers.set_item("output", output)?;
+    // Seconds spent in each step's calls, summed over workers.
+    let step_s = PyDict::new(py);
+    for st in &summary.steps {
+        step_s.set_item(&st.label, st.time.as_secs_f64())?;
+    }
+    numbers.set_item("step_s", step_s)?;
+    Ok(numbers)
+}
+
+/// Per collected product: (label, type, Arrow table, Rust-side data addresses per column).
+fn collected_tables<'py>(
+    py: Python<'py>,
+    keys: &[quiver_columnar::ProductKey],
+    got: &collect::Collected,
+) -> PyResult<Tables<'py>> {
+    let mut tables = Vec::new();
+    for k in keys {
+        let batches = got.with_event_column(k).map_err(|e| to_pyerr(py, e))?;
+        let schema = match batches.first() {
+            Some(b) => b.schema(),
+            None => std::sync::Arc::new(Schema::new(vec![Field::new(
+                "event",
+                DataType::UInt32,
+                false,
+            )])),
+        };
+        // Where each product column's data lives, seen from Rust (zero-copy checks).
+        let addrs = PyDict::new(py);
+        if let Some(parts) = got.get(k) {
+            if let Some((_, p0)) = parts.first() {
+                for (i, f) in p0.batch().schema().fields().iter().enumerate() {
+                    let v: Vec<usize> = parts
+                        .iter()
+                        .map(|(_, p)| data_address(p.batch().column(i).as_ref()))
+                        .collect();
+                    addrs.set_item(f.name(), v)?;
+                }
+            }
+        }
+        let t = PyTable::try_new(batches, schema)?;
+        tables.push((
+            k.label.clone(),
+            k.type_name.clone(),
+            t.into_pyobject(py)?.into_any().unbind(),
+            addrs,
+        ));
+    }
+    Ok(tables)
 }
 
 impl PyPlan {

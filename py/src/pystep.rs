@@ -236,9 +236,10 @@ pub fn python_signature(s: &StepSpec) -> Result<(Signature, Vec<ParamSpec>)> {
     Ok((Signature { inputs, outputs }, params))
 }
 
-/// Registers the `python` step type (signature per step, from the class).
+/// Registers the `python` step type (signature per step, from the class), replacing the
+/// placeholder of the `quiver` crate's registry that only explains where Python steps run.
 pub fn register(r: &mut Registry) {
-    r.add_dynamic(
+    r.replace_dynamic(
         StepType {
             name: PYTHON_TYPE,
             doc: "A step written in Python: `module` + `class` (consumes/produces/params declared by the class)",
@@ -391,12 +392,10 @@ impl Step for PythonStep {
             let t_held = Instant::now();
             self.wait_ns
                 .fetch_add((t_held - t_call).as_nanos() as u64, Ordering::Relaxed);
-            let inst = self.instance(py).map_err(|e| {
-                Error::data(format!(
-                    "Python exception in {}.__init__(params):\n{}",
-                    self.what,
-                    format_pyerr(py, &e)
-                ))
+            let inst = self.instance(py).map_err(|e| Error::Python {
+                what: self.what.clone(),
+                method: "__init__(params)",
+                traceback: format_pyerr(py, &e),
             });
             let inst = match inst {
                 Ok(i) => i,
@@ -431,11 +430,11 @@ impl Step for PythonStep {
                     // Stops the job as Ctrl-C does: nothing committed, no partial files.
                     Error::Interrupted(format!("KeyboardInterrupt in {}.produce()", self.what))
                 } else {
-                    Error::data(format!(
-                        "Python exception in {}.produce():\n{}",
-                        self.what,
-                        format_pyerr(py, &e)
-                    ))
+                    Error::Python {
+                        what: self.what.clone(),
+                        method: "produce()",
+                        traceback: format_pyerr(py, &e),
+                    }
                 }
             })
         })?;
@@ -464,12 +463,10 @@ impl Step for PythonStep {
                         }
                         Ok(_) => {}
                         Err(e) => {
-                            error.get_or_insert_with(|| {
-                                Error::data(format!(
-                                    "Python exception in {}.end_job():\n{}",
-                                    self.what,
-                                    format_pyerr(py, &e)
-                                ))
+                            error.get_or_insert_with(|| Error::Python {
+                                what: self.what.clone(),
+                                method: "end_job()",
+                                traceback: format_pyerr(py, &e),
                             });
                         }
                     }

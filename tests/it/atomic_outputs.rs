@@ -10,6 +10,8 @@ use std::time::Instant;
 use quiver::columnar::rundir::{self, MANIFEST};
 use rand::{Rng, SeedableRng};
 
+use crate::tmpfs;
+
 fn quiver(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
@@ -255,14 +257,6 @@ fn a_smaller_plan_replaces_the_whole_earlier_run_and_foreign_directories_are_ref
 }
 
 /// Unmounts on the way out, also when an assertion fails.
-struct Mounted(std::path::PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// A run into a mount point (a Docker or Kubernetes volume): the directory can be neither
 /// renamed nor exchanged (EBUSY) and is on another file system than its parent. Before, the
 /// finished run was deleted while the message said it was kept.
@@ -271,20 +265,11 @@ fn a_run_into_a_mount_point_commits() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = tmp.path().join("ds");
     let mnt = tmp.path().join("volume");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
-        .arg(&mnt)
-        .output();
-    if !matches!(&mounted, Ok(o) if o.status.success()) {
-        eprintln!(
-            "\n*** SKIPPED a_run_into_a_mount_point_commits: `mount -t tmpfs` is not permitted here ({}); the in-place \
-             commit is still covered by rundir's unit tests ***\n",
-            mounted.map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string()).unwrap_or_else(|e| e.to_string())
-        );
+    // Where mounting is not permitted, the in-place commit is still covered by rundir's
+    // unit tests.
+    let Some(_guard) = tmpfs::mount(&mnt, "256m", "a_run_into_a_mount_point_commits") else {
         return;
-    }
-    let _guard = Mounted(mnt.clone());
+    };
     let (ds_s, mnt_s) = (ds.to_str().unwrap(), mnt.to_str().unwrap());
     ok(quiver(&[
         "generate", "--events", "6", "--pileup", "10", "--seed", "11", "--output", ds_s,
@@ -340,16 +325,13 @@ fn a_run_into_a_mount_point_commits() {
 fn a_run_that_fills_the_disk_keeps_no_partial_files() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("small-disk");
-    std::fs::create_dir(&vol).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=12m", "tmpfs"])
-        .arg(&vol)
-        .output();
-    if !matches!(&mounted, Ok(o) if o.status.success()) {
-        eprintln!("\n*** SKIPPED a_run_that_fills_the_disk_keeps_no_partial_files: `mount -t tmpfs` is not permitted here ***\n");
+    let Some(_guard) = tmpfs::mount(
+        &vol,
+        "12m",
+        "a_run_that_fills_the_disk_keeps_no_partial_files",
+    ) else {
         return;
-    }
-    let _guard = Mounted(vol.clone());
+    };
     let plan = tmp.path().join("plan.toml");
     std::fs::write(
         &plan,

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::tmpfs;
+
 fn quiver(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
@@ -41,28 +43,14 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-struct Mounted(std::path::PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_disk_leaves_the_earlier_dataset_intact() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("small-disk");
-    std::fs::create_dir(&vol).unwrap();
-    let m = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"])
-        .arg(&vol)
-        .output();
-    if !matches!(&m, Ok(o) if o.status.success()) {
-        eprintln!("\n*** SKIPPED a_full_disk_leaves_the_earlier_dataset_intact: `mount -t tmpfs` is not permitted here ***\n");
+    let Some(_guard) = tmpfs::mount(&vol, "6m", "a_full_disk_leaves_the_earlier_dataset_intact")
+    else {
         return;
-    }
-    let _guard = Mounted(vol.clone());
+    };
     let ds = vol.join("ds");
     let o = generate(&ds, "2", "2");
     assert!(o.status.success(), "{}", stderr(&o));
@@ -157,16 +145,13 @@ fn an_input_symlink_loop_is_not_called_missing() {
 fn a_dataset_into_a_mount_point_is_committed_in_place() {
     let tmp = tempfile::tempdir().unwrap();
     let vol = tmp.path().join("volume");
-    std::fs::create_dir(&vol).unwrap();
-    let m = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-        .arg(&vol)
-        .output();
-    if !matches!(&m, Ok(o) if o.status.success()) {
-        eprintln!("\n*** SKIPPED a_dataset_into_a_mount_point_is_committed_in_place: `mount -t tmpfs` is not permitted here ***\n");
+    let Some(_guard) = tmpfs::mount(
+        &vol,
+        "64m",
+        "a_dataset_into_a_mount_point_is_committed_in_place",
+    ) else {
         return;
-    }
-    let _guard = Mounted(vol.clone());
+    };
     let o = generate(&vol, "3", "2");
     assert!(o.status.success(), "{}", stderr(&o));
     let first = names(&vol);

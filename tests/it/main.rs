@@ -9,3 +9,5 @@ mod generate_atomic;
 mod interrupt;
 mod params;
 mod pixel;
+mod registry;
+mod tmpfs;

@@ -2,7 +2,7 @@
 //! default plan, and check that the products are bit-identical for any thread count and
 //! batch size, that the generator's pixels come back, and that bad input is reported.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -27,8 +27,8 @@ fn ok(o: Output) -> String {
 
 /// A small dataset shared by the tests of this file: 6 events at ⟨PU⟩ 20.
 fn dataset() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
+    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("ds");
         ok(quiver(&[
@@ -42,11 +42,9 @@ fn dataset() -> &'static Path {
             "--output",
             out.to_str().unwrap(),
         ]));
-        dir
+        (dir, out)
     })
-    .path()
-    .join("ds")
-    .leak()
+    .1
 }
 
 /// Every column of a Parquet file as Arrow data, batches concatenated, for exact comparison.
