@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # main job (`cargo run --release`), these tests and the Python extension share one compiled
 # dependency graph (workspace-hack/Cargo.toml; scripts/check-features.py guards it), so a
 # fresh machine compiles arrow, parquet and Quiver once, not three times
-# (docs/decisions.md, "One build for the README's two commands"). CI sets its own target
+# (docs/decisions/0009-one-build.md). CI sets its own target
 # directory, outside the clone.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 # A fresh machine builds everything once: incremental compilation's caches would only be

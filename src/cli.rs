@@ -508,6 +508,12 @@ where
                     .clamp(1, 127) as u8,
             )
         }
+        // A plan error's text starts with "plan error:" already; "error: plan error:" said
+        // it twice.
+        Err(e) if e.is_plan_error() => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
         // A run option that cannot be honoured is a usage error, like clap's (exit code 2).
         Err(e @ quiver_columnar::Error::Usage(_)) => {
             eprintln!("error: {e}");

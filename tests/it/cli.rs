@@ -43,8 +43,8 @@ fn assert_plan_error(text: &str, expected: &str) {
         assert_eq!(o.status.code(), Some(1), "no panic (exit 101) for {a:?}");
         assert_eq!(
             stderr(&o).trim(),
-            format!("error: plan error: {expected}"),
-            "for {a:?}"
+            format!("plan error: {expected}"),
+            "the prefix once, for {a:?}"
         );
     }
 }

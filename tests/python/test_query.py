@@ -69,7 +69,8 @@ def documented_columns(product_type):
 def test_open_gives_lazy_frames_with_the_documented_schemas(small_run, small_dataset, tmp_path):
     frames = quiver.open(small_run)
     assert {"digis", "clustered_digis", "hits", "tracks", "vertices", "histograms"} <= set(frames)
-    assert "calibrated_digis" not in frames  # one word away in the plan (docs/decisions.md)
+    # One word away in the plan (docs/decisions/0024-default-plan-outputs.md).
+    assert "calibrated_digis" not in frames
     for name, lf in frames.items():
         assert isinstance(lf, pl.LazyFrame), name
     # The calibrated digis, written by adding their label to the default plan's output.

@@ -1,7 +1,7 @@
 //! Primary vertices from pixel tracks: density clustering, fit, split, sort by Σ pT².
 //!
-//! Port of the reference `serial` pixel vertex finder (`plugin-PixelVertexFinding`, spec
-//! `pixel-chain.md` §B.11): vertices are found along the beam line only, so every `z` here is
+//! Port of the reference `serial` pixel vertex finder (`plugin-PixelVertexFinding`;
+//! docs/steps.md, `vertices`): vertices are found along the beam line only, so every `z` here is
 //! the track's longitudinal impact point relative to the beam spot (cm).
 //!
 //! The chain, in the reference's order, for one event:
