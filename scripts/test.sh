@@ -31,6 +31,18 @@ export QUIVER_REQUIRE_NVRTC=1
 # they must fail, not pass having checked nothing.
 export QUIVER_REQUIRE_CXX=1
 
+# Formatting and lints first: they take a minute, and a reviewer would ask for them anyway.
+# Clippy builds its own (check-only) artifacts; they live in a temporary target directory
+# so that they cost no disk after the run.
+cargo fmt --all --check
+(cd fuzz && cargo fmt --check)
+lint_target="$(mktemp -d)"
+trap 'rm -rf "$lint_target"' EXIT
+CARGO_TARGET_DIR="$lint_target" cargo clippy --release --workspace --all-targets -- -D warnings
+rm -rf "$lint_target"
+.venv/bin/ruff check --config py/pyproject.toml py/python tests/python
+.venv/bin/ruff format --check --config py/pyproject.toml py/python tests/python
+
 # quiver-py, the extension module, is built by maturin below and tested from Python.
 cargo test --release --workspace --exclude quiver-py --all-targets
 cargo test --release --workspace --exclude quiver-py --doc
@@ -40,6 +52,12 @@ VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet -m py/Cargo.toml --re
 python3 scripts/check-features.py
 
 QUIVER_BIN="$CARGO_TARGET_DIR/release/quiver" .venv/bin/python -m pytest -q tests/python
+
+# The example notebook, run exactly as docs/python.md tells a user (`jupyter execute`), in a
+# temporary directory of its own that must be empty afterwards (rmdir fails otherwise).
+nb_tmp="$(mktemp -d)"
+TMPDIR="$nb_tmp" PATH="$PWD/.venv/bin:$PATH" jupyter execute docs/examples/analysis.ipynb
+rmdir "$nb_tmp"
 
 # The wheel installs and runs in a clean environment with no Rust toolchain.
 ./scripts/check-wheel.sh .venv/bin/python

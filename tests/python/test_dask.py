@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-
 import quiver
 import quiver.dask as qd
 from quiver.query import QueryError
@@ -26,13 +25,23 @@ PLAN = ROOT / "plans/pixel.toml"
 @pytest.fixture(scope="module")
 def client():
     """LocalCluster(n_workers=2, threads_per_worker=1, processes=True), as users run it."""
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=40) as cluster, distributed.Client(cluster) as c:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=40,
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
         yield c
 
 
 def product_files(run_dir):
-    return sorted(p.name for p in pathlib.Path(run_dir).glob("*.parquet") if p.name != "histograms.parquet")
+    return sorted(
+        p.name for p in pathlib.Path(run_dir).glob("*.parquet") if p.name != "histograms.parquet"
+    )
 
 
 def assert_same_products(dask_out, single):
@@ -62,11 +71,16 @@ def test_reconstruct_equals_single_run_and_reruns_skip(client, small_dataset, sm
     assert s.ok and s.events == 12 and s.workers == 2
     assert s.done == [(0, 5), (5, 5), (10, 2)] and s.skipped == []
     assert [d.name for _, _, d in qd.complete_parts(out)] == [
-        "part-00000000-00000004", "part-00000005-00000009", "part-00000010-00000011"]
+        "part-00000000-00000004",
+        "part-00000005-00000009",
+        "part-00000010-00000011",
+    ]
     assert not list(out.glob(".tmp-*"))
     # Per-step time summed over the workers: every step of the plan, and it adds up.
     assert set(s.step_seconds) >= {"raw", "clusters", "hits", "tracks", "vertices"}
-    assert sum(s.step_seconds.values()) == pytest.approx(sum(sum(m["step_seconds"].values()) for m in s.manifests))
+    assert sum(s.step_seconds.values()) == pytest.approx(
+        sum(sum(m["step_seconds"].values()) for m in s.manifests)
+    )
     assert s.throughput > 0
     m = qd.read_manifest(out / "part-00000005-00000009")
     assert m["first_event"] == 5 and m["events"] == 5 and m["last_event"] == 9
@@ -87,8 +101,11 @@ def test_reconstruct_equals_single_run_and_reruns_skip(client, small_dataset, sm
     assert quiver.sql(q, out).equals(quiver.sql(q, small_run))
 
     # A rerun skips every complete partition and touches no file.
-    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*")
-              if p.is_file() and p.name not in (qd.SUMMARY, qd.OUTPUT_MANIFEST)}
+    mtimes = {
+        p: p.stat().st_mtime_ns
+        for p in out.rglob("*")
+        if p.is_file() and p.name not in (qd.SUMMARY, qd.OUTPUT_MANIFEST)
+    }
     again = qd.reconstruct(PLAN, small_dataset, out, client=client, partition_events=5)
     assert again.ok and again.events == 0 and again.done == [] and len(again.skipped) == 3
     assert again.events_total == 12
@@ -111,8 +128,15 @@ def test_reconstruct_equals_single_run_and_reruns_skip(client, small_dataset, sm
 
 
 def test_collect_returns_pyarrow_tables(client, small_dataset, small_run, tmp_path):
-    s = qd.reconstruct(PLAN, small_dataset, tmp_path / "dask", client=client, events=6, partition_events=3,
-                       collect=["tracks", "vertices:vertices"])
+    s = qd.reconstruct(
+        PLAN,
+        small_dataset,
+        tmp_path / "dask",
+        client=client,
+        events=6,
+        partition_events=3,
+        collect=["tracks", "vertices:vertices"],
+    )
     assert s.ok and s.events == 6
     tracks = s.products["tracks"]
     assert isinstance(tracks, pa.Table) and tracks.column_names[0] == "event"
@@ -147,7 +171,9 @@ CRASH_STEP = textwrap.dedent('''
                     os.write(fd, str(os.getpid()).encode())
                     os.close(fd)
                     os._exit(17)
-            batch.put("floats", {"value": np.zeros(0, np.float32)}, offsets=[0] * (batch.n_events + 1))
+            batch.put(
+                "floats", {"value": np.zeros(0, np.float32)}, offsets=[0] * (batch.n_events + 1)
+            )
 
 
     class FailAt(quiver.Step):
@@ -159,7 +185,9 @@ CRASH_STEP = textwrap.dedent('''
         def produce(self, batch):
             if batch.first_event <= self.params["event"] < batch.first_event + batch.n_events:
                 raise ValueError("bad event")
-            batch.put("floats", {"value": np.zeros(0, np.float32)}, offsets=[0] * (batch.n_events + 1))
+            batch.put(
+                "floats", {"value": np.zeros(0, np.float32)}, offsets=[0] * (batch.n_events + 1)
+            )
 ''')
 
 
@@ -168,7 +196,9 @@ def crash_plan(tmp_path, event, cls="CrashOnce"):
     step = tmp_path / "crash_step.py"
     step.write_text(CRASH_STEP)
     marker = tmp_path / "crashed"
-    text = PLAN.read_text().replace('type = "read_raw"\n', f'''type = "read_raw"
+    text = PLAN.read_text().replace(
+        'type = "read_raw"\n',
+        f'''type = "read_raw"
 
 [[step]]
 label = "crash"
@@ -179,7 +209,9 @@ class = "{cls}"
 input = "raw"
 event = {event}
 marker = "{marker}"
-''', 1)
+''',
+        1,
+    )
     assert cls in text
     return text, marker
 
@@ -190,8 +222,11 @@ def test_killed_attempt_leaves_nothing_that_looks_complete(small_dataset, tmp_pa
     directory, and queries refuse the output."""
     text, marker = crash_plan(tmp_path, event=3)
     out = tmp_path / "out"
-    code = (f"import quiver.dask as qd\n"
-            f"qd.run_partition({text!r}, 'crash', {str(small_dataset)!r}, {str(out)!r}, 0, 5, {{}}, 1, 1)\n")
+    code = (
+        f"import quiver.dask as qd\n"
+        f"qd.run_partition({text!r}, 'crash', {str(small_dataset)!r}, {str(out)!r}, "
+        "0, 5, {}, 1, 1)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 17, r.stderr
     assert marker.exists()
@@ -216,10 +251,18 @@ def test_worker_killed_mid_partition_gives_one_copy(client, small_dataset, small
     assert s.ok, s.failures
     assert s.done == [(0, 5), (5, 5), (10, 2)]
     # Exactly one copy of each partition, no temporary directory left.
-    assert [(f, l) for f, l, _ in qd.complete_parts(out)] == [(0, 4), (5, 9), (10, 11)]
+    assert [(first, last) for first, last, _ in qd.complete_parts(out)] == [
+        (0, 4),
+        (5, 9),
+        (10, 11),
+    ]
     assert sorted(p.name for p in out.iterdir()) == [
-        "part-00000000-00000004", "part-00000005-00000009", "part-00000010-00000011", qd.OUTPUT_MANIFEST,
-        qd.SUMMARY]
+        "part-00000000-00000004",
+        "part-00000005-00000009",
+        "part-00000010-00000011",
+        qd.OUTPUT_MANIFEST,
+        qd.SUMMARY,
+    ]
     assert qd.read_manifest(out / "part-00000005-00000009")["pid"] != killed_pid
     assert_same_products(out, small_run)
     # The nanny restarts the killed worker: the cluster gets its two workers back.
@@ -231,22 +274,39 @@ def test_failed_partition_is_reported_and_rerun(client, small_dataset, small_run
     out = tmp_path / "dask"
     s = qd.reconstruct(text, small_dataset, out, client=client, partition_events=5, retries=1)
     assert not s.ok and [f["partition"] for f in s.failures] == [(5, 5)]
-    assert "step 'crash' failed on events" in s.failures[0]["error"] and "bad event" in s.failures[0]["error"]
+    assert (
+        "step 'crash' failed on events" in s.failures[0]["error"]
+        and "bad event" in s.failures[0]["error"]
+    )
     assert "FAILED events 5..10" in str(s)
-    assert [(f, l) for f, l, _ in qd.complete_parts(out)] == [(0, 4), (10, 11)]
+    assert [(first, last) for first, last, _ in qd.complete_parts(out)] == [(0, 4), (10, 11)]
     assert not list(out.glob(".tmp-*"))
     # With the plan fixed (the step now acts past the last event), overwrite=True redoes every
     # partition: the plan is part of a partition's identity.
     fixed = text.replace("event = 6\n", "event = 99\n")
-    again = qd.reconstruct(fixed, small_dataset, out, client=client, partition_events=5, overwrite=True)
+    again = qd.reconstruct(
+        fixed, small_dataset, out, client=client, partition_events=5, overwrite=True
+    )
     assert again.ok and again.done == [(0, 5), (5, 5), (10, 2)]
     assert_same_products(out, small_run)
 
 
 def test_command_line(client, small_dataset, small_run, tmp_path, capsys):
     out = tmp_path / "cli"
-    args = ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(out),
-            "--scheduler", client.scheduler.address, "--events", "4", "--partition-events", "2"]
+    args = [
+        "reconstruct",
+        str(PLAN),
+        "--input",
+        str(small_dataset),
+        "--output",
+        str(out),
+        "--scheduler",
+        client.scheduler.address,
+        "--events",
+        "4",
+        "--partition-events",
+        "2",
+    ]
     assert quiver.cli.main(args) == 0
     printed = capsys.readouterr().out
     assert "events 4 in 2 partitions (0 already complete, 0 failed)" in printed
@@ -256,8 +316,21 @@ def test_command_line(client, small_dataset, small_run, tmp_path, capsys):
     summary = json.loads((out / qd.SUMMARY).read_text())
     assert summary["events_total"] == 4
     # Errors name the problem, with exit status 2.
-    assert quiver.cli.main(["reconstruct", str(PLAN), "--input", str(tmp_path / "nothing"), "--output",
-                            str(out), "--scheduler", client.scheduler.address]) == 2
+    assert (
+        quiver.cli.main(
+            [
+                "reconstruct",
+                str(PLAN),
+                "--input",
+                str(tmp_path / "nothing"),
+                "--output",
+                str(out),
+                "--scheduler",
+                client.scheduler.address,
+            ]
+        )
+        == 2
+    )
     assert "manifest.toml" in capsys.readouterr().out
 
 
@@ -270,10 +343,27 @@ def test_plan_without_output_is_refused(client, small_dataset, tmp_path):
     # A plan that is not TOML: one line naming it, not a traceback.
     bad = tmp_path / "bad.toml"
     bad.write_text("[[step]\nlabel = ")
-    r = subprocess.run([sys.executable, "-m", "quiver", "reconstruct", str(bad), "--input", str(small_dataset),
-                        "--output", str(tmp_path / "y"), "--scheduler", client.scheduler.address],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stdout.startswith(f"error: plan {bad}: not valid TOML"), r.stdout + r.stderr
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quiver",
+            "reconstruct",
+            str(bad),
+            "--input",
+            str(small_dataset),
+            "--output",
+            str(tmp_path / "y"),
+            "--scheduler",
+            client.scheduler.address,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stdout.startswith(f"error: plan {bad}: not valid TOML"), (
+        r.stdout + r.stderr
+    )
     assert r.stdout.count("\n") == 1 and not (tmp_path / "y").exists()
 
 
@@ -286,13 +376,17 @@ def test_quiver_package_is_importable_without_dask():
 def test_workers_get_the_command_s_allocator_settings_despite_the_nanny():
     """Dask's nanny sets MALLOC_TRIM_THRESHOLD_; the plain setting respects a user's choice,
     the worker's overrides it (quiver_columnar::tune, not a second copy in Python)."""
-    code = ("from quiver import _quiver\n"
-            "import quiver.dask as qd\n"
-            "assert _quiver.tune_malloc() is False, 'a user setting was overridden'\n"
-            "assert _quiver.tune_malloc(always=True) is True\n"
-            "qd._tune_malloc()\n")
+    code = (
+        "from quiver import _quiver\n"
+        "import quiver.dask as qd\n"
+        "assert _quiver.tune_malloc() is False, 'a user setting was overridden'\n"
+        "assert _quiver.tune_malloc(always=True) is True\n"
+        "qd._tune_malloc()\n"
+    )
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -301,14 +395,21 @@ def test_only_quiver_s_own_leftovers_are_removed(tmp_path):
     Now only names with the Quiver marker, of this host, of a dead process (or this one)."""
     out = tmp_path / "out"
     out.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead_pid, alive_pid = int(dead.stdout), os.getppid()
     host = qd._HOST
     names = {
-        ".tmp-x": False, ".old-y": False, ".tmp-00000000-00000004-0123456789ab": False,  # a user's
+        ".tmp-x": False,
+        ".old-y": False,
+        ".tmp-00000000-00000004-0123456789ab": False,  # a user's
         f".quiver-tmp-00000000-00000004.{host}-{dead_pid}-0123456789ab": True,
-        f"..quiver-tmp-00000000-00000004.{host}-{dead_pid}-0123456789ab.quiver-staging-{host}-{dead_pid}": True,
+        f"..quiver-tmp-00000000-00000004.{host}-{dead_pid}-0123456789ab"
+        f".quiver-staging-{host}-{dead_pid}": True,
         f".quiver-tmp-00000005-00000009.{host}-{dead_pid}-0123456789ab.partial": True,
         f".quiver-old-part-00000000-00000004.{host}-{os.getpid()}-0123456789ab": True,
         f".quiver-tmp-00000000-00000004.{host}-{alive_pid}-0123456789ab": False,  # still running
@@ -322,7 +423,9 @@ def test_only_quiver_s_own_leftovers_are_removed(tmp_path):
     assert (out / ".tmp-x" / "data").read_text() == "keep"
 
 
-def test_foreign_output_directories_are_refused_and_untouched(client, small_dataset, small_run, tmp_path):
+def test_foreign_output_directories_are_refused_and_untouched(
+    client, small_dataset, small_run, tmp_path
+):
     """reconstruct wrote into a plain `quiver run` output and into a directory of a user's
     files (removing its .tmp-* / .old-* directories at the end)."""
     import shutil
@@ -333,7 +436,9 @@ def test_foreign_output_directories_are_refused_and_untouched(client, small_data
     run = tmp_path / "run"
     shutil.copytree(small_run, run)
     before = state(run)
-    with pytest.raises(qd.ReconstructError, match=rf"{run} holds a `quiver run` output .*choose another --output"):
+    with pytest.raises(
+        qd.ReconstructError, match=rf"{run} holds a `quiver run` output .*choose another --output"
+    ):
         qd.reconstruct(PLAN, small_dataset, run, client=client, events=2, partition_events=2)
     assert state(run) == before
     quiver.query.verified(run)
@@ -343,20 +448,37 @@ def test_foreign_output_directories_are_refused_and_untouched(client, small_data
     (mine / ".old-y").mkdir()
     (mine / ".tmp-x" / "notes").write_text("mine")
     before = state(mine)
-    with pytest.raises(qd.ReconstructError, match=r"did not write: \.old-y, \.tmp-x; .*move those files away"):
+    with pytest.raises(
+        qd.ReconstructError, match=r"did not write: \.old-y, \.tmp-x; .*move those files away"
+    ):
         qd.reconstruct(PLAN, small_dataset, mine, client=client, events=2, partition_events=2)
     assert state(mine) == before
     # From the command line: one line, exit status 2.
     before = state(run)
-    args = ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(run),
-            "--scheduler", client.scheduler.address, "--events", "2"]
-    r = subprocess.run([sys.executable, "-m", "quiver", *args], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stdout.startswith("error: ") and r.stdout.count("\n") == 1, r.stdout + r.stderr
+    args = [
+        "reconstruct",
+        str(PLAN),
+        "--input",
+        str(small_dataset),
+        "--output",
+        str(run),
+        "--scheduler",
+        client.scheduler.address,
+        "--events",
+        "2",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "quiver", *args], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and r.stdout.startswith("error: ") and r.stdout.count("\n") == 1, (
+        r.stdout + r.stderr
+    )
     assert "quiver run" in r.stdout and state(run) == before
 
 
-def test_a_failed_partition_makes_the_output_unreadable_naming_its_events(client, small_dataset, small_run,
-                                                                          tmp_path, capsys):
+def test_a_failed_partition_makes_the_output_unreadable_naming_its_events(
+    client, small_dataset, small_run, tmp_path, capsys
+):
     """After a failed partition, quiver.open read the other partitions as the run (events 0
     to 4 and 10 to 11 as "12 events") and quiver query counted them, exit status 0."""
     import quiver.cli
@@ -369,7 +491,10 @@ def test_a_failed_partition_makes_the_output_unreadable_naming_its_events(client
     assert top["complete"] is False and top["missing_events"] == [[5, 9]]
     assert s.missing == [(5, 9)]
     assert "output INCOMPLETE, not readable until a rerun fills it: missing events 5 to 9" in str(s)
-    missing = r"incomplete quiver reconstruct output: missing events 5 to 9 \(part-00000005-00000009 absent\)"
+    missing = (
+        r"incomplete quiver reconstruct output: missing events 5 to 9 "
+        r"\(part-00000005-00000009 absent\)"
+    )
     with pytest.raises(QueryError, match=missing):
         quiver.open(out)
     with pytest.raises(QueryError, match=missing):
@@ -380,17 +505,22 @@ def test_a_failed_partition_makes_the_output_unreadable_naming_its_events(client
 
     # A rerun with the plan fixed and overwrite=True completes it; then it reads as before.
     fixed = text.replace("event = 6\n", "event = 99\n")
-    assert qd.reconstruct(fixed, small_dataset, out, client=client, partition_events=5, overwrite=True).ok
+    assert qd.reconstruct(
+        fixed, small_dataset, out, client=client, partition_events=5, overwrite=True
+    ).ok
     assert json.loads((out / qd.OUTPUT_MANIFEST).read_text())["complete"] is True
     assert quiver.open(out).event_range() == (0, 12)
     assert quiver.sql("SELECT count(*) AS n FROM tracks", out).equals(
-        quiver.sql("SELECT count(*) AS n FROM tracks", small_run))
+        quiver.sql("SELECT count(*) AS n FROM tracks", small_run)
+    )
 
     # A partition removed afterwards, or the output's manifest, is named too.
     import shutil
 
     shutil.move(out / "part-00000010-00000011", tmp_path / "aside")
-    with pytest.raises(QueryError, match=r"missing events 10 to 11 \(part-00000010-00000011 absent\)"):
+    with pytest.raises(
+        QueryError, match=r"missing events 10 to 11 \(part-00000010-00000011 absent\)"
+    ):
         quiver.open(out)
     shutil.move(tmp_path / "aside", out / "part-00000010-00000011")
     quiver.open(out)
@@ -408,7 +538,9 @@ def test_outputs_of_two_plans_are_never_read_as_one(client, small_dataset, tmp_p
     other = PLAN.read_text() + "\n# another plan\n"
     assert qd.reconstruct(PLAN, small_dataset, out, client=client, events=5, partition_events=5).ok
     with pytest.raises(qd.ReconstructError, match="another plan_sha256"):
-        qd.reconstruct(other, small_dataset, out, client=client, first_event=5, events=5, partition_events=5)
+        qd.reconstruct(
+            other, small_dataset, out, client=client, first_event=5, events=5, partition_events=5
+        )
     assert [d.name for _, _, d in qd.complete_parts(out)] == ["part-00000000-00000004"]
     assert quiver.open(out).event_range() == (0, 5)
 
@@ -416,18 +548,25 @@ def test_outputs_of_two_plans_are_never_read_as_one(client, small_dataset, tmp_p
     b = tmp_path / "b"
     assert qd.reconstruct(other, small_dataset, b, client=client, events=10, partition_events=5).ok
     shutil.copytree(b / "part-00000005-00000009", out / "part-00000005-00000009")
-    with pytest.raises(QueryError, match="partitions not part of the output .*part-00000005-00000009"):
+    with pytest.raises(
+        QueryError, match="partitions not part of the output .*part-00000005-00000009"
+    ):
         quiver.open(out)
     shutil.rmtree(out / "part-00000000-00000004")
     shutil.copytree(b / "part-00000000-00000004", out / "part-00000000-00000004")
     shutil.rmtree(out / "part-00000005-00000009")
-    with pytest.raises(QueryError, match="differs from the output's quiver-reconstruct.json in plan_sha256"):
+    with pytest.raises(
+        QueryError, match="differs from the output's quiver-reconstruct.json in plan_sha256"
+    ):
         quiver.sql("SELECT count(*) FROM tracks", out)
 
-    # Two calls of the same plan with a gap between their events: resumable, unreadable until filled.
+    # Two calls of the same plan with a gap between their events: resumable, unreadable until
+    # filled.
     g = tmp_path / "gap"
     assert qd.reconstruct(PLAN, small_dataset, g, client=client, events=3, partition_events=3).ok
-    s = qd.reconstruct(PLAN, small_dataset, g, client=client, first_event=6, events=3, partition_events=3)
+    s = qd.reconstruct(
+        PLAN, small_dataset, g, client=client, first_event=6, events=3, partition_events=3
+    )
     assert s.ok and s.missing == [(3, 5)] and "missing events 3 to 5" in str(s)
     with pytest.raises(QueryError, match=r"missing events 3 to 5 \(no partition\)"):
         quiver.open(g)
@@ -438,30 +577,68 @@ def test_outputs_of_two_plans_are_never_read_as_one(client, small_dataset, tmp_p
     # overwrite=True replaces the whole output: the other plan's events only.
     c = tmp_path / "c"
     assert qd.reconstruct(PLAN, small_dataset, c, client=client, events=5, partition_events=5).ok
-    assert qd.reconstruct(other, small_dataset, c, client=client, first_event=5, events=5, partition_events=5,
-                          overwrite=True).ok
+    assert qd.reconstruct(
+        other,
+        small_dataset,
+        c,
+        client=client,
+        first_event=5,
+        events=5,
+        partition_events=5,
+        overwrite=True,
+    ).ok
     assert [d.name for _, _, d in qd.complete_parts(c)] == ["part-00000005-00000009"]
     assert quiver.open(c).event_range() == (5, 5)
-    assert qd.read_manifest(c / "part-00000005-00000009")["plan_sha256"] == \
-        qd.read_manifest(b / "part-00000005-00000009")["plan_sha256"]
+    assert (
+        qd.read_manifest(c / "part-00000005-00000009")["plan_sha256"]
+        == qd.read_manifest(b / "part-00000005-00000009")["plan_sha256"]
+    )
 
 
-@pytest.mark.parametrize("option, value", [
-    ("--workers", "0"), ("--workers", "-3"), ("--workers", "100000"), ("--partition-events", "0"),
-    ("--partition-events", "-1"), ("--events", "-5"), ("--events", "0"), ("--events", "13"),
-    ("--events", str(10**30)), ("--first-event", "-1"), ("--first-event", "12"), ("--threads", "0"),
-    ("--threads", str(10**9)), ("--batch-size", "0"), ("--batch-size", str(10**30)), ("--retries", "-1"),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--workers", "0"),
+        ("--workers", "-3"),
+        ("--workers", "100000"),
+        ("--partition-events", "0"),
+        ("--partition-events", "-1"),
+        ("--events", "-5"),
+        ("--events", "0"),
+        ("--events", "13"),
+        ("--events", str(10**30)),
+        ("--first-event", "-1"),
+        ("--first-event", "12"),
+        ("--threads", "0"),
+        ("--threads", str(10**9)),
+        ("--batch-size", "0"),
+        ("--batch-size", str(10**30)),
+        ("--retries", "-1"),
+    ],
+)
 def test_numeric_options_get_one_line_errors(client, small_dataset, tmp_path, option, value):
     """--workers 0 hung, --partition-events 0 printed a traceback, --events -5 succeeded
     doing nothing, --events beyond the dataset was cut to it silently."""
     out = tmp_path / "out"
-    args = ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(out), option, value]
+    args = [
+        "reconstruct",
+        str(PLAN),
+        "--input",
+        str(small_dataset),
+        "--output",
+        str(out),
+        option,
+        value,
+    ]
     if option != "--workers":
         args += ["--scheduler", client.scheduler.address]
-    r = subprocess.run([sys.executable, "-m", "quiver", *args], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "quiver", *args], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2, r.stdout + r.stderr
-    assert r.stdout.startswith("error: ") and r.stdout.count("\n") == 1 and not r.stderr.strip(), r.stdout + r.stderr
+    assert r.stdout.startswith("error: ") and r.stdout.count("\n") == 1 and not r.stderr.strip(), (
+        r.stdout + r.stderr
+    )
     name = option[2:].replace("-", "_")
     assert name in r.stdout or "outside the dataset" in r.stdout, r.stdout
     assert not out.exists()
@@ -471,7 +648,12 @@ def test_default_partitioning_gives_every_worker_work():
     """The fixed default of 50 events made one partition of the README's 20 events, leaving
     the second worker idle: about 4 partitions per worker thread, 5 to 50 events each."""
     assert qd.default_partition_events(20, 2) == 5
-    assert qd.partitions(20, qd.default_partition_events(20, 2)) == [(0, 5), (5, 5), (10, 5), (15, 5)]
+    assert qd.partitions(20, qd.default_partition_events(20, 2)) == [
+        (0, 5),
+        (5, 5),
+        (10, 5),
+        (15, 5),
+    ]
     assert qd.default_partition_events(100, 2) == 13
     assert qd.default_partition_events(10_000, 2) == 50
     assert qd.default_partition_events(3, 2) == 5
@@ -479,7 +661,9 @@ def test_default_partitioning_gives_every_worker_work():
     assert qd.default_partition_events(20, 0) == 5  # a cluster without workers yet
 
 
-def test_default_partitioning_follows_the_cluster_and_an_earlier_output(client, small_dataset, small_run, tmp_path):
+def test_default_partitioning_follows_the_cluster_and_an_earlier_output(
+    client, small_dataset, small_run, tmp_path
+):
     out = tmp_path / "default"
     s = qd.reconstruct(PLAN, small_dataset, out, client=client)
     # 12 events on 2 workers: partitions of 5, both workers busy (50 would make one).
@@ -499,8 +683,13 @@ def _on_a_terminal(args):
     import pty
 
     master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "quiver", *args], stdin=slave, stdout=slave, stderr=slave,
-                         close_fds=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "quiver", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
     os.close(slave)
     seen = b""
     while True:
@@ -517,8 +706,19 @@ def _on_a_terminal(args):
 
 def test_progress_line_on_a_terminal_and_nothing_when_piped(client, small_dataset, tmp_path):
     def args(name, *extra):
-        return ["reconstruct", str(PLAN), "--input", str(small_dataset), "--output", str(tmp_path / name),
-                "--scheduler", client.scheduler.address, "--partition-events", "3", *extra]
+        return [
+            "reconstruct",
+            str(PLAN),
+            "--input",
+            str(small_dataset),
+            "--output",
+            str(tmp_path / name),
+            "--scheduler",
+            client.scheduler.address,
+            "--partition-events",
+            "3",
+            *extra,
+        ]
 
     seen, code = _on_a_terminal(args("tty"))
     assert code == 0, seen
@@ -526,10 +726,16 @@ def test_progress_line_on_a_terminal_and_nothing_when_piped(client, small_datase
     assert "events/s" in seen and "eta " in seen and "\r[" in seen, seen
     assert "events 12 in 4 partitions" in seen, seen
 
-    r = subprocess.run([sys.executable, "-m", "quiver", *args("piped")], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "quiver", *args("piped")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "eta " not in r.stdout + r.stderr and "\r" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "eta " not in r.stdout + r.stderr and "\r" not in r.stdout + r.stderr, (
+        r.stdout + r.stderr
+    )
     assert "events 12 in 4 partitions" in r.stdout
 
     seen, code = _on_a_terminal(args("quiet", "--no-progress"))

@@ -65,7 +65,8 @@ OUTPUT_FORMAT = "quiver-reconstruct/1"
 # staging directory `.<name>.quiver-staging-<host>-<pid>`, a failed run's `<name>.partial`).
 # Nothing else is ever removed.
 _OURS_RE = re.compile(
-    r"^\.{1,2}quiver-(?:tmp|old|json)-[^.]+\.(?P<host>[A-Za-z0-9-]+?)-(?P<pid>\d+)-[0-9a-f]{12}(?:\..*)?$")
+    r"^\.{1,2}quiver-(?:tmp|old|json)-[^.]+\.(?P<host>[A-Za-z0-9-]+?)-(?P<pid>\d+)-[0-9a-f]{12}(?:\..*)?$"
+)
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 # The default partitioning (:func:`default_partition_events`): about PARTITIONS_PER_SLOT
 # partitions per worker thread, so that every worker has work and a slow partition is
@@ -122,8 +123,10 @@ def check_output(out: pathlib.Path) -> None:
     """Refuses an output directory that holds anything :func:`reconstruct` did not write
     (a ``quiver run`` output, a user's files): it is never written into or cleaned."""
     if out.exists() and not out.is_dir():
-        raise ReconstructError(f"the output directory {out} is an existing file, not a directory: "
-                               "choose another --output or remove the file")
+        raise ReconstructError(
+            f"the output directory {out} is an existing file, not a directory: "
+            "choose another --output or remove the file"
+        )
     if not out.is_dir():
         return
     foreign = []
@@ -134,18 +137,29 @@ def check_output(out: pathlib.Path) -> None:
             continue
         if e.name == SUMMARY and e.is_file() and _is_json_of(e, "events_total"):
             continue
-        if _PART_RE.match(e.name) and e.is_dir() and not e.is_symlink() and \
-                _is_json_of(e / MANIFEST, "format", FORMAT):
+        if (
+            _PART_RE.match(e.name)
+            and e.is_dir()
+            and not e.is_symlink()
+            and _is_json_of(e / MANIFEST, "format", FORMAT)
+        ):
             continue
         foreign.append(e.name)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        what = ("a `quiver run` output (quiver-run.toml)" if "quiver-run.toml" in foreign
-                else "files quiver reconstruct did not write")
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        what = (
+            "a `quiver run` output (quiver-run.toml)"
+            if "quiver-run.toml" in foreign
+            else "files quiver reconstruct did not write"
+        )
         raise ReconstructError(
-            f"the output directory {out} holds {what}: {shown}; quiver reconstruct writes only into an empty "
-            "directory or an earlier reconstruct output, and never removes what it did not write: choose another "
-            "--output, or move those files away")
+            f"the output directory {out} holds {what}: {shown}; quiver reconstruct "
+            "writes only into an empty directory or an earlier reconstruct output, "
+            "and never removes what it did not write: choose another "
+            "--output, or move those files away"
+        )
 
 
 @dataclasses.dataclass
@@ -192,19 +206,25 @@ class Summary:
 
     def __str__(self) -> str:
         lines = [
-            f"events {self.events} in {len(self.done)} partitions ({len(self.skipped)} already complete, "
+            f"events {self.events} in {len(self.done)} partitions "
+            f"({len(self.skipped)} already complete, "
             f"{len(self.failures)} failed)  workers {self.workers}  wall {self.wall_s:.3f} s  "
             f"throughput {self.throughput:.1f} events/s",
             f"output {self.output} ({self.events_total} events in complete partitions)",
         ]
         if self.missing:
-            lines.append("output INCOMPLETE, not readable until a rerun fills it: missing events "
-                         + ", ".join(f"{a} to {b}" for a, b in self.missing))
+            lines.append(
+                "output INCOMPLETE, not readable until a rerun fills it: missing events "
+                + ", ".join(f"{a} to {b}" for a, b in self.missing)
+            )
         if self.step_seconds:
             total = sum(self.step_seconds.values()) or 1e-12
             lines += ["", f"{'step':<20} {'s (all workers)':>16} {'ms/event':>10} {'share':>7}"]
             for label, s in self.step_seconds.items():
-                lines.append(f"{label:<20} {s:>16.3f} {1e3 * s / max(self.events, 1):>10.3f} {100 * s / total:>6.1f}%")
+                lines.append(
+                    f"{label:<20} {s:>16.3f} {1e3 * s / max(self.events, 1):>10.3f} "
+                    f"{100 * s / total:>6.1f}%"
+                )
         for f in self.failures:
             first, n = f["partition"]
             lines.append(f"FAILED events {first}..{first + n}: {f['error']}")
@@ -217,8 +237,10 @@ def partitions(n_events: int, partition_events: int, first_event: int = 0) -> li
     multiples of ``partition_events`` counted from ``first_event``."""
     if partition_events < 1:
         raise ValueError(f"partition_events must be at least 1 (got {partition_events})")
-    return [(f, min(partition_events, first_event + n_events - f))
-            for f in range(first_event, first_event + n_events, partition_events)]
+    return [
+        (f, min(partition_events, first_event + n_events - f))
+        for f in range(first_event, first_event + n_events, partition_events)
+    ]
 
 
 def default_partition_events(n_events: int, slots: int) -> int:
@@ -249,8 +271,10 @@ def dataset_info(dataset) -> tuple[int, str]:
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise ReconstructError(f"dataset {dataset}: cannot read {path} ({e.strerror}); "
-                               "make one with `quiver generate --output DIR`") from None
+        raise ReconstructError(
+            f"dataset {dataset}: cannot read {path} ({e.strerror}); "
+            "make one with `quiver generate --output DIR`"
+        ) from None
     try:
         events = int(tomllib.loads(raw.decode())["events"])
     except (KeyError, ValueError, tomllib.TOMLDecodeError) as e:
@@ -265,8 +289,12 @@ def code_version() -> str:
 
     here = pathlib.Path(__file__).resolve().parent
     try:
-        r = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty", "--tags"],
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            ["git", "-C", str(here), "describe", "--always", "--dirty", "--tags"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if r.returncode == 0 and r.stdout.strip():
             return f"{__version__}+{r.stdout.strip()}"
     except (OSError, subprocess.SubprocessError):
@@ -276,7 +304,9 @@ def code_version() -> str:
 
 def _plan_text(plan) -> tuple[str, str]:
     """``(toml_text, origin)`` of a plan given as a path or as TOML text."""
-    if isinstance(plan, os.PathLike) or (isinstance(plan, str) and "\n" not in plan and "[[step]]" not in plan):
+    if isinstance(plan, os.PathLike) or (
+        isinstance(plan, str) and "\n" not in plan and "[[step]]" not in plan
+    ):
         p = pathlib.Path(plan)
         try:
             return p.read_text(), str(p.resolve())
@@ -284,8 +314,10 @@ def _plan_text(plan) -> tuple[str, str]:
             raise ReconstructError(f"plan {plan}: {e.strerror}") from None
     if isinstance(plan, str):
         return plan, "<plan text>"
-    raise TypeError("plan must be a path to a TOML plan or the TOML text "
-                    f"(a quiver.Plan object cannot be shipped to workers), not {type(plan).__name__}")
+    raise TypeError(
+        "plan must be a path to a TOML plan or the TOML text "
+        f"(a quiver.Plan object cannot be shipped to workers), not {type(plan).__name__}"
+    )
 
 
 def _writes_products(text: str, origin: str) -> bool:
@@ -340,9 +372,19 @@ def _tune_malloc() -> None:
     _quiver.tune_malloc(always=True)
 
 
-def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, first: int, events: int,
-                  identity: dict, threads: int = 1, batch_size: int | None = None,
-                  collect: list | None = None, overwrite: bool = False):
+def run_partition(
+    plan_text: str,
+    plan_origin: str,
+    dataset: str,
+    output: str,
+    first: int,
+    events: int,
+    identity: dict,
+    threads: int = 1,
+    batch_size: int | None = None,
+    collect: list | None = None,
+    overwrite: bool = False,
+):
     """Runs one partition in this process (what a Dask task does); returns
     ``(manifest, {label:type -> pyarrow.Table})``.
 
@@ -358,15 +400,26 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
     final = out / name
     existing = read_manifest(final)
     damaged = existing is not None and not run_ok(final)
-    if existing is not None and not damaged and all(existing.get(k) == identity[k] for k in _IDENTITY):
+    if (
+        existing is not None
+        and not damaged
+        and all(existing.get(k) == identity[k] for k in _IDENTITY)
+    ):
         return dict(existing, duplicate=True), {}  # a previous attempt finished: keep it
     tmp = out / _hidden_name("tmp", f"{first:08d}-{first + events - 1:08d}")
     tmp.mkdir(parents=True)
     try:
         started = time.time()
         plan = quiver.Plan.from_toml(plan_text, plan_origin)
-        result = plan.run(first_event=first, events=events, threads=threads, batch_size=batch_size,
-                          input=dataset, output=str(tmp), collect=list(collect or []))
+        result = plan.run(
+            first_event=first,
+            events=events,
+            threads=threads,
+            batch_size=batch_size,
+            input=dataset,
+            output=str(tmp),
+            collect=list(collect or []),
+        )
         tables = {k: pa.table(result.table(k)) for k in (collect or [])}
         manifest = {
             "format": FORMAT,
@@ -385,12 +438,17 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
             "finished": time.time(),
         }
         if result.numbers.get("events") != events:
-            raise ReconstructError(f"partition {name}: the plan ran {result.numbers.get('events')} events, "
-                                   f"expected {events}")
+            raise ReconstructError(
+                f"partition {name}: the plan ran {result.numbers.get('events')} events, "
+                f"expected {events}"
+            )
         products = [f for f in manifest["files"] if _PRODUCT_RE.match(f)]
         partial = [f for f in manifest["files"] if f.endswith(".partial") or ".tmp-" in f]
         if not products or partial:
-            raise ReconstructError(f"partition {name}: the run wrote {'incomplete files ' + ', '.join(partial) if partial else 'no product file'}")
+            raise ReconstructError(
+                f"partition {name}: the run wrote "
+                f"{'incomplete files ' + ', '.join(partial) if partial else 'no product file'}"
+            )
         with open(tmp / MANIFEST, "w") as f:
             json.dump(manifest, f, indent=1)
             f.flush()
@@ -399,7 +457,11 @@ def run_partition(plan_text: str, plan_origin: str, dataset: str, output: str, f
             os.rename(tmp, final)  # atomic: the directory appears complete or not at all
         except OSError:
             existing = read_manifest(final)
-            if existing is not None and all(existing.get(k) == identity[k] for k in _IDENTITY) and run_ok(final):
+            if (
+                existing is not None
+                and all(existing.get(k) == identity[k] for k in _IDENTITY)
+                and run_ok(final)
+            ):
                 shutil.rmtree(tmp, ignore_errors=True)  # another attempt won: one copy only
                 return dict(existing, duplicate=True), {}
             if not (overwrite or damaged) or not final.exists():
@@ -426,10 +488,22 @@ def _cleanup_temp(out: pathlib.Path) -> None:
                 d.unlink(missing_ok=True)
 
 
-def reconstruct(plan, dataset, output, *, client=None, events: int | None = None, first_event: int = 0,
-                partition_events: int | None = None, threads: int = 1,
-                batch_size: int | None = None, retries: int = 2, collect: list | None = None,
-                overwrite: bool = False, progress: bool = False) -> Summary:
+def reconstruct(
+    plan,
+    dataset,
+    output,
+    *,
+    client=None,
+    events: int | None = None,
+    first_event: int = 0,
+    partition_events: int | None = None,
+    threads: int = 1,
+    batch_size: int | None = None,
+    retries: int = 2,
+    collect: list | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> Summary:
     """Runs ``plan`` over ``dataset`` on a Dask cluster and writes the products under ``output``.
 
     - ``plan``: path to a TOML plan, or its text; it must write its products
@@ -465,8 +539,14 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     rather than raised."""
     default_client = require("distributed", extra="dask").default_client
 
-    _check_numbers(events=events, first_event=first_event, partition_events=partition_events, threads=threads,
-                   batch_size=batch_size, retries=retries)
+    _check_numbers(
+        events=events,
+        first_event=first_event,
+        partition_events=partition_events,
+        threads=threads,
+        batch_size=batch_size,
+        retries=retries,
+    )
     client = client or default_client()
     text, origin = _plan_text(plan)
     if not _writes_products(text, origin):
@@ -474,42 +554,55 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     dataset = str(pathlib.Path(dataset).resolve())
     n_available, checksum = dataset_info(dataset)
     if first_event >= n_available:
-        raise ReconstructError(f"first_event {first_event} is outside the dataset's {n_available} events")
+        raise ReconstructError(
+            f"first_event {first_event} is outside the dataset's {n_available} events"
+        )
     if events is not None and events > n_available - first_event:
-        raise ReconstructError(f"events {events} from event {first_event}: the dataset {dataset} has "
-                               f"{n_available} events (events {first_event} to {n_available - 1} remain)")
+        raise ReconstructError(
+            f"events {events} from event {first_event}: the dataset {dataset} has "
+            f"{n_available} events (events {first_event} to {n_available - 1} remain)"
+        )
     n = n_available - first_event if events is None else events
     out = pathlib.Path(output).resolve()
     check_output(out)
     if partition_events is None:
-        partition_events = _existing_partition_events(out) or default_partition_events(n, _n_slots(client))
+        partition_events = _existing_partition_events(out) or default_partition_events(
+            n, _n_slots(client)
+        )
     wanted = partitions(n, partition_events, first_event)
     out.mkdir(parents=True, exist_ok=True)
-    identity_base = {"plan_sha256": hashlib.sha256(text.encode()).hexdigest(), "dataset_checksum": checksum,
-                     "code_version": code_version()}
+    identity_base = {
+        "plan_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "dataset_checksum": checksum,
+        "code_version": code_version(),
+    }
 
     # Partitions already there: complete and matching (skip), stale, or of another partitioning.
     by_range = {(f, f + k - 1): (f, k) for f, k in wanted}
     todo, skipped, remove, kept = [], [], [], []
-    existing = {(f, l): d for f, l, d in complete_parts(out)}
-    for (f, l), d in existing.items():
-        if (f, l) in by_range:
+    existing = {(first, last): d for first, last, d in complete_parts(out)}
+    for (first, last), d in existing.items():
+        if (first, last) in by_range:
             continue
-        if any(f <= b and a <= l for a, b in by_range):
+        if any(first <= b and a <= last for a, b in by_range):
             if not overwrite:
                 raise ReconstructError(
-                    f"{d} overlaps the partitions of this run (partition_events={partition_events}); "
-                    "use the same partition_events, another output, or overwrite=True")
+                    f"{d} overlaps the partitions of this run "
+                    f"(partition_events={partition_events}); "
+                    "use the same partition_events, another output, or overwrite=True"
+                )
             remove.append(d)
             continue
         # Outside this request: kept only when it is of the same plan, dataset and code.
         m = read_manifest(d) or {}
         diff = [key for key in _IDENTITY[:3] if m.get(key) != identity_base[key]]
         if not diff:
-            kept.append((f, l - f + 1))
+            kept.append((first, last - first + 1))
         elif not overwrite:
-            raise ReconstructError(f"{d} was made with another {', '.join(diff)}; one output holds one plan "
-                                   "over one dataset: use another output or overwrite=True (which replaces it)")
+            raise ReconstructError(
+                f"{d} was made with another {', '.join(diff)}; one output holds one plan "
+                "over one dataset: use another output or overwrite=True (which replaces it)"
+            )
         else:
             remove.append(d)
     for f, k in wanted:
@@ -521,14 +614,21 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
             continue
         if complete and not overwrite:
             diff = [key for key in _IDENTITY if m.get(key) != ident[key]]
-            raise ReconstructError(f"{out / part_name(f, k)} was made with another {', '.join(diff)}; "
-                                   "use another output or overwrite=True")
+            raise ReconstructError(
+                f"{out / part_name(f, k)} was made with another {', '.join(diff)}; "
+                "use another output or overwrite=True"
+            )
         todo.append((f, k, ident))
 
     # The output's manifest says "not complete" before any partition changes, so that no
     # reader takes a half-replaced or half-made output for a run.
     listed = sorted(set(wanted) | set(kept))
-    manifest_base = {"format": OUTPUT_FORMAT, **identity_base, "dataset": dataset, "plan_origin": origin}
+    manifest_base = {
+        "format": OUTPUT_FORMAT,
+        **identity_base,
+        "dataset": dataset,
+        "plan_origin": origin,
+    }
     if todo or remove or not (out / OUTPUT_MANIFEST).exists():
         _write_output_manifest(out, manifest_base, listed, complete=False)
     for d in remove:
@@ -538,9 +638,23 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
 
     started = time.perf_counter()
     futures = {
-        (f, k): client.submit(run_partition, text, origin, dataset, str(out), f, k, ident, threads, batch_size,
-                              collect, overwrite, pure=False, retries=retries, key=f"quiver-{part_name(f, k)}-"
-                              f"{uuid.uuid4().hex[:8]}")
+        (f, k): client.submit(
+            run_partition,
+            text,
+            origin,
+            dataset,
+            str(out),
+            f,
+            k,
+            ident,
+            threads,
+            batch_size,
+            collect,
+            overwrite,
+            pure=False,
+            retries=retries,
+            key=f"quiver-{part_name(f, k)}-{uuid.uuid4().hex[:8]}",
+        )
         for f, k, ident in todo
     }
     if progress and futures and _stderr_is_terminal():
@@ -567,8 +681,13 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
         for fs, parts in file_sets.items():
             if fs != common:
                 for part in parts:
-                    failures.append({"partition": part, "error": f"its files {sorted(set(fs) ^ set(common))} differ "
-                                                                 "from the other partitions'"})
+                    failures.append(
+                        {
+                            "partition": part,
+                            "error": f"its files {sorted(set(fs) ^ set(common))} differ "
+                            "from the other partitions'",
+                        }
+                    )
 
     products = {}
     if collect:
@@ -592,16 +711,37 @@ def reconstruct(plan, dataset, output, *, client=None, events: int | None = None
     done = [(m["first_event"], m["events"]) for m in manifests]
     workers = _n_workers(client)
     summary = Summary(
-        output=str(out), events=sum(k for _, k in done), events_total=sum(k for _, k in done + skipped),
-        partitions=wanted, done=done, skipped=skipped, failures=failures, wall_s=wall,
-        step_seconds=step_seconds, workers=workers, manifests=manifests, products=products)
+        output=str(out),
+        events=sum(k for _, k in done),
+        events_total=sum(k for _, k in done + skipped),
+        partitions=wanted,
+        done=done,
+        skipped=skipped,
+        failures=failures,
+        wall_s=wall,
+        step_seconds=step_seconds,
+        workers=workers,
+        manifests=manifests,
+        products=products,
+    )
     summary.missing = _write_output_manifest(out, manifest_base, listed, complete=None)
-    _write_json(out / SUMMARY, {
-        "events": summary.events, "events_total": summary.events_total, "wall_s": wall,
-        "throughput": summary.throughput, "workers": workers, "partitions": wanted, "skipped": skipped,
-        "failures": failures, "step_seconds": step_seconds, "dataset": dataset, "plan_origin": origin,
-        **identity_base,
-    })
+    _write_json(
+        out / SUMMARY,
+        {
+            "events": summary.events,
+            "events_total": summary.events_total,
+            "wall_s": wall,
+            "throughput": summary.throughput,
+            "workers": workers,
+            "partitions": wanted,
+            "skipped": skipped,
+            "failures": failures,
+            "step_seconds": step_seconds,
+            "dataset": dataset,
+            "plan_origin": origin,
+            **identity_base,
+        },
+    )
     return summary
 
 
@@ -614,8 +754,13 @@ def _missing_ranges(out: pathlib.Path, listed, identity: dict) -> list[tuple[int
     for i, (f, k) in enumerate(listed):
         d = out / part_name(f, k)
         m = read_manifest(d)
-        ok = m is not None and all(m.get(key) == identity[key] for key in _IDENTITY[:3]) and \
-            m.get("first_event") == f and m.get("events") == k and run_ok(d, checksums=False)
+        ok = (
+            m is not None
+            and all(m.get(key) == identity[key] for key in _IDENTITY[:3])
+            and m.get("first_event") == f
+            and m.get("events") == k
+            and run_ok(d, checksums=False)
+        )
         if not ok:
             missing.append((f, f + k - 1))
         if i + 1 < len(listed) and listed[i + 1][0] > f + k:
@@ -634,15 +779,20 @@ def _write_output_manifest(out: pathlib.Path, base: dict, listed, *, complete: b
     Returns the missing event ranges."""
     missing = _missing_ranges(out, listed, base)
     first = listed[0][0] if listed else 0
-    _write_json(out / OUTPUT_MANIFEST, {
-        **base,
-        "complete": (not missing) if complete is None else complete,
-        "first_event": first,
-        "events": (listed[-1][0] + listed[-1][1] - first) if listed else 0,
-        "partitions": [{"name": part_name(f, k), "first_event": f, "events": k} for f, k in listed],
-        "missing_events": [list(r) for r in missing],
-        "written": time.time(),
-    })
+    _write_json(
+        out / OUTPUT_MANIFEST,
+        {
+            **base,
+            "complete": (not missing) if complete is None else complete,
+            "first_event": first,
+            "events": (listed[-1][0] + listed[-1][1] - first) if listed else 0,
+            "partitions": [
+                {"name": part_name(f, k), "first_event": f, "events": k} for f, k in listed
+            ],
+            "missing_events": [list(r) for r in missing],
+            "written": time.time(),
+        },
+    )
     return missing
 
 
@@ -716,9 +866,11 @@ def _show_progress(client, futures: dict, started: float) -> None:
             rate = events_done / elapsed if elapsed > 0 else 0.0
             eta = f"{(n_events - events_done) / rate:.0f}s" if rate > 0 else "?"
             filled = 30 * (len(done) + failed) // n_parts
-            line = (f"[{'#' * filled}{'-' * (30 - filled)}] {len(done)}/{n_parts} partitions  "
-                    f"{min(running, slots)} running  {failed} failed  {events_done}/{n_events} events  "
-                    f"{rate:.1f} events/s  eta {eta}")
+            line = (
+                f"[{'#' * filled}{'-' * (30 - filled)}] {len(done)}/{n_parts} partitions  "
+                f"{min(running, slots)} running  {failed} failed  {events_done}/{n_events} events  "
+                f"{rate:.1f} events/s  eta {eta}"
+            )
             width = max(width, len(line))
             sys.stderr.write("\r" + line.ljust(width))
             sys.stderr.flush()
@@ -731,11 +883,17 @@ def _show_progress(client, futures: dict, started: float) -> None:
 def _product_file(part_dir: pathlib.Path, sel: str) -> pathlib.Path:
     """The file of product ``label`` or ``label:type`` in a partition directory."""
     label, _, ty = sel.partition(":")
-    found = [p for p in part_dir.glob(f"*.{label}.parquet") if not ty or p.name == f"{ty}.{label}.parquet"]
+    found = [
+        p
+        for p in part_dir.glob(f"*.{label}.parquet")
+        if not ty or p.name == f"{ty}.{label}.parquet"
+    ]
     if not ty and len(found) > 1:
         found = [p for p in found if p.name.split(".")[0] not in SIDE_PRODUCTS] or found
     if len(found) != 1:
-        raise ReconstructError(f"{part_dir}: product '{sel}' is {'ambiguous' if found else 'not written'}")
+        raise ReconstructError(
+            f"{part_dir}: product '{sel}' is {'ambiguous' if found else 'not written'}"
+        )
     return found[0]
 
 
@@ -753,20 +911,42 @@ def main(argv=None) -> int:
     a Dask cluster (``--scheduler ADDRESS``) or on a local cluster of ``--workers`` processes."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="quiver reconstruct", description=(
-        "Run a plan over a dataset on a Dask cluster, one partition (event range) per task; "
-        "products under OUTPUT/part-<first>-<last>/. Reruns skip complete partitions."))
+    ap = argparse.ArgumentParser(
+        prog="quiver reconstruct",
+        description=(
+            "Run a plan over a dataset on a Dask cluster, one partition (event range) per task; "
+            "products under OUTPUT/part-<first>-<last>/. Reruns skip complete partitions."
+        ),
+    )
     ap.add_argument("plan", help="TOML plan (it must have a write_parquet step)")
     ap.add_argument("--input", required=True, metavar="DIR", help="dataset directory")
     ap.add_argument("--output", required=True, metavar="DIR", help="output directory")
-    ap.add_argument("--scheduler", metavar="ADDRESS", help="Dask scheduler (default: a local cluster)")
-    ap.add_argument("--workers", type=int, default=2, metavar="N", help="local cluster: worker processes (default 2)")
+    ap.add_argument(
+        "--scheduler", metavar="ADDRESS", help="Dask scheduler (default: a local cluster)"
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="local cluster: worker processes (default 2)",
+    )
     ap.add_argument("--events", type=int, metavar="N", help="events to run (default: all)")
     ap.add_argument("--first-event", type=int, default=0, metavar="N")
-    ap.add_argument("--partition-events", type=int, metavar="N",
-                    help="events per partition (default: an earlier output's, else about 4 partitions "
-                         f"per worker thread, {MIN_PARTITION_EVENTS} to {MAX_PARTITION_EVENTS} events each)")
-    ap.add_argument("--threads", type=int, default=1, metavar="T", help="threads of each partition's run (default 1)")
+    ap.add_argument(
+        "--partition-events",
+        type=int,
+        metavar="N",
+        help="events per partition (default: an earlier output's, else about 4 partitions "
+        f"per worker thread, {MIN_PARTITION_EVENTS} to {MAX_PARTITION_EVENTS} events each)",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="T",
+        help="threads of each partition's run (default 1)",
+    )
     ap.add_argument("--batch-size", type=int, metavar="B")
     ap.add_argument("--retries", type=int, default=2)
     ap.add_argument("--overwrite", action="store_true", help="replace partitions made otherwise")
@@ -780,13 +960,25 @@ def main(argv=None) -> int:
         if a.scheduler:
             cluster, client = None, Client(a.scheduler)
         else:
-            cluster = LocalCluster(n_workers=a.workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+            cluster = LocalCluster(
+                n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None
+            )
             client = Client(cluster)
         try:
-            s = reconstruct(a.plan, a.input, a.output, client=client, events=a.events, first_event=a.first_event,
-                            partition_events=a.partition_events, threads=a.threads, batch_size=a.batch_size,
-                            retries=a.retries, overwrite=a.overwrite, progress=not a.no_progress)
+            s = reconstruct(
+                a.plan,
+                a.input,
+                a.output,
+                client=client,
+                events=a.events,
+                first_event=a.first_event,
+                partition_events=a.partition_events,
+                threads=a.threads,
+                batch_size=a.batch_size,
+                retries=a.retries,
+                overwrite=a.overwrite,
+                progress=not a.no_progress,
+            )
         finally:
             client.close()
             if cluster is not None:
