@@ -78,12 +78,12 @@ pub(super) fn run_ends(
             ends.view_mut::<u32>(n_runs),
         );
         Launch::new(run, "run_ends")
-            .arg(module)
-            .arg(&(n_runs as u32))
-            .arg(&vf)
-            .arg(&vm)
-            .arg(&vl)
-            .arg(&mut ve)
+            .arg("module", module)
+            .arg("n_runs", &(n_runs as u32))
+            .arg("run_first", &vf)
+            .arg("run_module", &vm)
+            .arg("run_limit", &vl)
+            .arg("run_end", &mut ve)
             .launch(blocks(n_runs, ELEMENT_BLOCK))?;
     }
     Ok(ends)
@@ -268,11 +268,11 @@ impl Step for ChargeCutGpu {
                         status.view_mut::<u32>(1),
                     );
                     Launch::new(&run, "run_check")
-                        .arg(&vin)
-                        .arg(&(n_rows as u32))
-                        .arg(&vf)
-                        .arg(&vm)
-                        .arg(&mut vst)
+                        .arg("module", &vin)
+                        .arg("n_rows", &(n_rows as u32))
+                        .arg("row_first", &vf)
+                        .arg("row_module", &vm)
+                        .arg("status", &mut vst)
                         .launch(blocks(n_rows, ELEMENT_BLOCK))?;
                 }
                 let ends = run_ends(&mut run, &vin, &drf, &drm, &drl, n_runs)?;
@@ -302,18 +302,18 @@ impl Step for ChargeCutGpu {
             );
             let mut vncl = ncl.view_mut::<u32>(n_blocks);
             let mut b = Launch::new(&run, "charge_cut");
-            b.arg(&mut vm)
-                .arg(&mut vc)
-                .arg(&va)
-                .arg(&vf)
-                .arg(&ve)
-                .arg(&vn)
-                .arg(&vmod);
-            b.arg(&mx)
-                .arg(&l1)
-                .arg(&cf.min_charge_l1)
-                .arg(&cf.min_charge)
-                .arg(&mut vncl);
+            b.arg("module", &mut vm)
+                .arg("clus", &mut vc)
+                .arg("adc", &va)
+                .arg("run_first", &vf)
+                .arg("run_end", &ve)
+                .arg("run_nclus", &vn)
+                .arg("run_module", &vmod);
+            b.arg("max_per_module", &mx)
+                .arg("l1_modules", &l1)
+                .arg("min_charge_l1", &cf.min_charge_l1)
+                .arg("min_charge", &cf.min_charge)
+                .arg("ncl_out", &mut vncl);
             // One block per run or slot (disjoint spans), of CUT_BLOCK threads.
             b.launch(LaunchConfig {
                 grid_dim: (n_blocks as u32, 1, 1),

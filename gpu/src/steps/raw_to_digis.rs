@@ -46,7 +46,9 @@ impl RawToDigisGpu {
             let mut bytes = 0u64;
             let g = common.gpu;
             let up32 = |v: &[u32], b: &mut u64| upload_condition(g, v, b);
-            let e = |m: String| Error::plan(&cfg.label, format!("uploading the cabling map: {m}"));
+            let e = |m: crate::GpuError| {
+                Error::plan(&cfg.label, format!("uploading the cabling map: {m}"))
+            };
             let c = DeviceCabling {
                 link: up32(&cabling.link, &mut bytes).map_err(e)?,
                 roc: up32(&cabling.roc, &mut bytes).map_err(e)?,
@@ -205,27 +207,31 @@ impl Step for RawToDigisGpu {
                 status.view_mut::<u32>(1),
             );
             let mut b = Launch::new(&run, "raw_to_digis");
-            b.arg(&w).arg(&n32).arg(&ss).arg(&sf).arg(&n_seg);
-            b.arg(&cab.link)
-                .arg(&cab.roc)
-                .arg(&cab.raw_id)
-                .arg(&cab.roc_in_det)
-                .arg(&cab.module_id);
-            b.arg(&cab.bad_rocs)
-                .arg(&cab.mod_to_unp)
-                .arg(&cab.size)
-                .arg(&use_q);
-            b.arg(&mut vx)
-                .arg(&mut vy)
-                .arg(&mut va)
-                .arg(&mut vm)
-                .arg(&mut vr)
-                .arg(&mut vp);
-            b.arg(&mut ec)
-                .arg(&mut ei)
-                .arg(&mut et)
-                .arg(&mut er)
-                .arg(&mut st);
+            b.arg("words", &w)
+                .arg("n_words", &n32)
+                .arg("seg_start", &ss)
+                .arg("seg_fed", &sf)
+                .arg("n_seg", &n_seg);
+            b.arg("c_link", &cab.link)
+                .arg("c_roc", &cab.roc)
+                .arg("c_raw_id", &cab.raw_id)
+                .arg("c_roc_in_det", &cab.roc_in_det)
+                .arg("c_module_id", &cab.module_id);
+            b.arg("c_bad_rocs", &cab.bad_rocs)
+                .arg("c_mod_to_unp", &cab.mod_to_unp)
+                .arg("c_size", &cab.size)
+                .arg("use_quality", &use_q);
+            b.arg("xx", &mut vx)
+                .arg("yy", &mut vy)
+                .arg("adc_out", &mut va)
+                .arg("module_out", &mut vm)
+                .arg("raw_id_out", &mut vr)
+                .arg("pdigi_out", &mut vp);
+            b.arg("err_count", &mut ec)
+                .arg("err_index", &mut ei)
+                .arg("err_type", &mut et)
+                .arg("err_raw", &mut er)
+                .arg("status", &mut st);
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;

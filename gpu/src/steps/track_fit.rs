@@ -238,15 +238,15 @@ impl Step for TrackFitGpu {
                     djh.view_mut::<u32>(n_jobs * FIT_HITS),
                 );
                 let mut l = Launch::new(&run, "fit_job_hits");
-                l.arg(&nj)
-                    .arg(&vjr)
-                    .arg(&vjn)
-                    .arg(&ne)
-                    .arg(&vto)
-                    .arg(&vhs)
-                    .arg(&vlo)
-                    .arg(&vlh)
-                    .arg(&mut vjh);
+                l.arg("n_jobs", &nj)
+                    .arg("job_row", &vjr)
+                    .arg("job_n", &vjn)
+                    .arg("n_events", &ne)
+                    .arg("tup_off", &vto)
+                    .arg("hit_start", &vhs)
+                    .arg("list_off", &vlo)
+                    .arg("list_hits", &vlh)
+                    .arg("job_hits", &mut vjh);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             {
@@ -271,20 +271,20 @@ impl Step for TrackFitGpu {
                     "track_fit_bl"
                 };
                 let mut l = Launch::new(&run, kernel);
-                l.arg(&nj)
-                    .arg(&vjh)
-                    .arg(&vjn)
-                    .arg(&vx)
-                    .arg(&vy)
-                    .arg(&vz)
-                    .arg(&vxe)
-                    .arg(&vye)
-                    .arg(&vd);
-                l.arg(&self.frames)
-                    .arg(&self.cfg.fit.b_field)
-                    .arg(&mut vo)
-                    .arg(&no_raw)
-                    .arg(&mut vr);
+                l.arg("n_jobs", &nj)
+                    .arg("job_hits", &vjh)
+                    .arg("job_n", &vjn)
+                    .arg("x", &vx)
+                    .arg("y", &vy)
+                    .arg("z", &vz)
+                    .arg("xerr", &vxe)
+                    .arg("yerr", &vye)
+                    .arg("det", &vd);
+                l.arg("frames", &self.frames)
+                    .arg("b_field", &self.cfg.fit.b_field)
+                    .arg("out", &mut vo)
+                    .arg("write_raw", &no_raw)
+                    .arg("raw", &mut vr);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             {
@@ -301,13 +301,13 @@ impl Step for TrackFitGpu {
                     dchi2.view_mut::<f32>(rows),
                 );
                 let mut l = Launch::new(&run, "fit_scatter");
-                l.arg(&nj)
-                    .arg(&vjr)
-                    .arg(&vo)
-                    .arg(&inv_b)
-                    .arg(&mut vs)
-                    .arg(&mut vp)
-                    .arg(&mut vc);
+                l.arg("n_jobs", &nj)
+                    .arg("job_row", &vjr)
+                    .arg("vals", &vo)
+                    .arg("inv_b", &inv_b)
+                    .arg("state", &mut vs)
+                    .arg("pt", &mut vp)
+                    .arg("chi2", &mut vc);
                 l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
             }
             run.mark()?;

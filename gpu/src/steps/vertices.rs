@@ -230,29 +230,37 @@ impl Step for VerticesGpu {
             let ne = n_ev as u32;
             let mut l = Launch::new(&run, "vx_find");
             let mode = clustering_mode(v.clusterizer);
-            l.arg(&vso).arg(&ne).arg(&vz).arg(&ve).arg(&vp).arg(&mode);
-            l.arg(&v.min_t)
-                .arg(&v.eps)
-                .arg(&v.errmax)
-                .arg(&v.chi2max)
-                .arg(&v.fit_chi2_max_first)
-                .arg(&v.split_chi2_max)
-                .arg(&v.fit_chi2_max_final);
-            l.arg(&mut a1)
-                .arg(&mut a2)
-                .arg(&mut a3)
-                .arg(&mut a4)
-                .arg(&mut a5)
-                .arg(&mut a6);
-            l.arg(&mut a7).arg(&mut a8).arg(&mut a9).arg(&mut a10);
-            l.arg(&mut o1)
-                .arg(&mut o2)
-                .arg(&mut o3)
-                .arg(&mut o4)
-                .arg(&mut o5)
-                .arg(&mut o6)
-                .arg(&mut o7)
-                .arg(&mut o8);
+            l.arg("sel_off", &vso)
+                .arg("n_events", &ne)
+                .arg("zt_all", &vz)
+                .arg("ezt2_all", &ve)
+                .arg("ptt2_all", &vp)
+                .arg("mode", &mode);
+            l.arg("min_t", &v.min_t)
+                .arg("eps", &v.eps)
+                .arg("errmax", &v.errmax)
+                .arg("chi2max", &v.chi2max)
+                .arg("chi2_first", &v.fit_chi2_max_first)
+                .arg("chi2_split", &v.split_chi2_max)
+                .arg("chi2_final", &v.fit_chi2_max_final);
+            l.arg("izt_all", &mut a1)
+                .arg("bins_all", &mut a2)
+                .arg("off_all", &mut a3)
+                .arg("nn_all", &mut a4)
+                .arg("ptr_all", &mut a5)
+                .arg("iv_all", &mut a6);
+            l.arg("s_it_all", &mut a7)
+                .arg("s_zz_all", &mut a8)
+                .arg("s_ww_all", &mut a9)
+                .arg("s_new_all", &mut a10);
+            l.arg("zv_all", &mut o1)
+                .arg("wv_all", &mut o2)
+                .arg("chi2_all", &mut o3)
+                .arg("ndof_all", &mut o4)
+                .arg("ptv2_all", &mut o5)
+                .arg("sort_all", &mut o6)
+                .arg("nv_out", &mut o7)
+                .arg("err", &mut o8);
             let cfg = cudarc::driver::LaunchConfig {
                 grid_dim: (ne, 1, 1),
                 block_dim: (VX_BLOCK, 1, 1),
