@@ -72,6 +72,7 @@ use crate::transfer::{BatchTransfers, TransferStats};
 
 mod ca_doublets;
 mod ca_ntuplets;
+mod ca_ntuplets_host;
 mod calibrate;
 mod charge_cut;
 mod clusterize;
@@ -84,7 +85,7 @@ mod vertices;
 pub(crate) use ca_doublets::CaDoubletsGpu;
 pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_ntuplets::CaNtupletsGpu;
-pub use ca_ntuplets::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
+pub use ca_ntuplets_host::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
 pub(crate) use calibrate::CalibrateGpu;
 pub(crate) use charge_cut::ChargeCutGpu;
 pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};

@@ -150,6 +150,59 @@ pub fn merge_errors(framed: &Framed, mut word_errors: Vec<(u32, u8, u32)>) -> Ve
     errors
 }
 
+/// A word error as the kernel lists it: word index, error type, raw id.
+type WordError = (u32, u8, u32);
+
+/// The kernel's status and its word errors (word index, type, raw id; at most `n`), downloaded.
+fn word_errors(
+    run: &mut Run,
+    status: &DeviceBuf,
+    count: &DeviceBuf,
+    [index, kind, raw]: [&DeviceBuf; 3],
+    n: usize,
+) -> Result<(u32, Vec<WordError>)> {
+    let (st, cnt) = (run.queue::<u32>(status, 1)?, run.queue::<u32>(count, 1)?);
+    let (st, cnt) = (run.take(st)?, run.take(cnt)?);
+    let n_err = (cnt[0] as usize).min(n);
+    let (ei, et, er) = (
+        run.queue::<u32>(index, n_err)?,
+        run.queue::<u8>(kind, n_err)?,
+        run.queue::<u32>(raw, n_err)?,
+    );
+    let (ei, et, er) = (run.take(ei)?, run.take(et)?, run.take(er)?);
+    Ok((st[0], (0..n_err).map(|k| (ei[k], et[k], er[k])).collect()))
+}
+
+impl RawToDigisGpu {
+    /// The batch's `digi_errors` and capacity rows (the FED words past `max_words`), as the
+    /// CPU step publishes them.
+    fn publish_errors(&self, batch: &mut EventBatch, errors: &[Vec<PixelError>]) -> Result<()> {
+        let all: Vec<&PixelError> = errors.iter().flatten().collect();
+        let err_cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
+            Arc::new(arrow_array::UInt64Array::from_iter_values(
+                all.iter().map(|e| e.word),
+            )),
+            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.raw_id))),
+            Arc::new(arrow_array::UInt8Array::from_iter_values(
+                all.iter().map(|e| e.error_type),
+            )),
+        ];
+        publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))?;
+        publish_overflows(
+            batch,
+            errors
+                .iter()
+                .map(|e| {
+                    records::fed_words(e, self.cfg.max_words)
+                        .into_iter()
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+}
+
 impl Step for RawToDigisGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -235,23 +288,17 @@ impl Step for RawToDigisGpu {
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;
-        let (st, cnt) = (
-            run.queue::<u32>(&status, 1)?,
-            run.queue::<u32>(&err_count, 1)?,
-        );
-        let (st, cnt) = (run.take(st)?, run.take(cnt)?);
-        let n_err = (cnt[0] as usize).min(n);
-        let (ei, et, er) = (
-            run.queue::<u32>(&e_index, n_err)?,
-            run.queue::<u8>(&e_type, n_err)?,
-            run.queue::<u32>(&e_raw, n_err)?,
-        );
-        let (ei, et, er) = (run.take(ei)?, run.take(et)?, run.take(er)?);
+        let (st, werr) = word_errors(
+            &mut run,
+            &status,
+            &err_count,
+            [&e_index, &e_type, &e_raw],
+            n,
+        )?;
         run.finish(&c.stats)?;
-        if st[0] != 0 {
+        if st != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let werr: Vec<(u32, u8, u32)> = (0..n_err).map(|k| (ei[k], et[k], er[k])).collect();
         let errors = merge_errors(&framed, werr);
         // The digis stay on the device: the GPU `calibrate` reads them there, and the first
         // host consumer (a CPU step, an output, `compare`) downloads them once.
@@ -270,29 +317,7 @@ impl Step for RawToDigisGpu {
             n,
             on_device,
         )?)?;
-        let all: Vec<&PixelError> = errors.iter().flatten().collect();
-        let err_cols: Vec<ArrayRef> = vec![
-            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
-            Arc::new(arrow_array::UInt64Array::from_iter_values(
-                all.iter().map(|e| e.word),
-            )),
-            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.raw_id))),
-            Arc::new(arrow_array::UInt8Array::from_iter_values(
-                all.iter().map(|e| e.error_type),
-            )),
-        ];
-        publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))?;
-        publish_overflows(
-            batch,
-            errors
-                .iter()
-                .map(|e| {
-                    records::fed_words(e, self.cfg.max_words)
-                        .into_iter()
-                        .collect()
-                })
-                .collect(),
-        )
+        self.publish_errors(batch, &errors)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
