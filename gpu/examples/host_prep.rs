@@ -93,7 +93,7 @@ impl Step for NtupletsPrep {
                     0,
                 )
             };
-            let out = out.map_err(quiver_columnar::Error::data)?;
+            let out = out?;
             std::hint::black_box(out);
         }
         Ok(())

@@ -18,6 +18,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr,
 };
 
+use crate::error::GpuError;
 use crate::kernels;
 use crate::pool::SizeClassPool;
 
@@ -51,15 +52,17 @@ impl SyncMode {
     /// use quiver_gpu::device::SyncMode;
     /// assert_eq!(SyncMode::parse(None), Ok(SyncMode::Events));
     /// assert_eq!(SyncMode::parse(Some("streams")), Ok(SyncMode::Streams));
-    /// assert!(SyncMode::parse(Some("fast")).unwrap_err().contains("QUIVER_GPU_SYNC=fast"));
+    /// assert!(SyncMode::parse(Some("fast")).unwrap_err().to_string().contains("QUIVER_GPU_SYNC=fast"));
     /// ```
-    pub fn parse(value: Option<&str>) -> Result<SyncMode, String> {
+    pub fn parse(value: Option<&str>) -> Result<SyncMode, GpuError> {
         match value {
             None | Some("events") => Ok(SyncMode::Events),
             Some("streams") => Ok(SyncMode::Streams),
-            Some(v) => Err(format!(
-                "{SYNC_ENV}={v}: the values are 'events' (the default) and 'streams'"
-            )),
+            Some(v) => Err(GpuError::Setting {
+                var: SYNC_ENV,
+                value: v.to_string(),
+                why: "the values are 'events' (the default) and 'streams'",
+            }),
         }
     }
 }
@@ -90,17 +93,19 @@ impl WaitMode {
     /// use quiver_gpu::device::WaitMode;
     /// assert_eq!(WaitMode::parse(None), Ok(WaitMode::Auto));
     /// assert_eq!(WaitMode::parse(Some("block")), Ok(WaitMode::Block));
-    /// assert!(WaitMode::parse(Some("sleep")).unwrap_err().contains("QUIVER_GPU_WAIT=sleep"));
+    /// assert!(WaitMode::parse(Some("sleep")).unwrap_err().to_string().contains("QUIVER_GPU_WAIT=sleep"));
     /// ```
-    pub fn parse(value: Option<&str>) -> Result<WaitMode, String> {
+    pub fn parse(value: Option<&str>) -> Result<WaitMode, GpuError> {
         match value {
             None | Some("auto") => Ok(WaitMode::Auto),
             Some("spin") => Ok(WaitMode::Spin),
             Some("yield") => Ok(WaitMode::Yield),
             Some("block") => Ok(WaitMode::Block),
-            Some(v) => Err(format!(
-                "{WAIT_ENV}={v}: the values are 'auto' (the default), 'spin', 'yield' and 'block'"
-            )),
+            Some(v) => Err(GpuError::Setting {
+                var: WAIT_ENV,
+                value: v.to_string(),
+                why: "the values are 'auto' (the default), 'spin', 'yield' and 'block'",
+            }),
         }
     }
 
@@ -275,14 +280,14 @@ pub fn available() -> bool {
 impl Gpu {
     fn create() -> Result<Gpu, Unavailable> {
         let var = std::env::var(SYNC_ENV).ok();
-        let sync = SyncMode::parse(var.as_deref()).map_err(|detail| Unavailable {
+        let sync = SyncMode::parse(var.as_deref()).map_err(|e| Unavailable {
             missing: Missing::Setting,
-            detail,
+            detail: e.to_string(),
         })?;
         let var = std::env::var(WAIT_ENV).ok();
-        let wait = WaitMode::parse(var.as_deref()).map_err(|detail| Unavailable {
+        let wait = WaitMode::parse(var.as_deref()).map_err(|e| Unavailable {
             missing: Missing::Setting,
-            detail,
+            detail: e.to_string(),
         })?;
         driver_status()?;
         nvrtc_status()?;
@@ -324,7 +329,7 @@ impl Gpu {
         for &(module, body, names) in kernels::SOURCES {
             let ptx = catch_unwind(|| kernels::compile(module, body))
                 .map_err(|p| kernels_err(format!("NVRTC panicked: {}", panic_text(p))))?
-                .map_err(kernels_err)?;
+                .map_err(|e| kernels_err(e.to_string()))?;
             let m = ctx
                 .load_module(ptx)
                 .map_err(|e| kernels_err(format!("loading module '{module}': {e}")))?;
@@ -357,7 +362,7 @@ impl Gpu {
 
     /// The stream of the calling worker thread, created on first use: batches on different
     /// workers overlap on the device.
-    pub fn stream(&self) -> Result<Arc<CudaStream>, String> {
+    pub fn stream(&self) -> Result<Arc<CudaStream>, GpuError> {
         let id = std::thread::current().id();
         let mut s = self.streams.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(st) = s.get(&id) {
@@ -366,7 +371,7 @@ impl Gpu {
         let st = self
             .ctx
             .new_stream()
-            .map_err(|e| format!("creating a stream: {e}"))?;
+            .map_err(|e| GpuError::driver("creating a stream", e))?;
         s.insert(id, st.clone());
         Ok(st)
     }
@@ -377,7 +382,7 @@ impl Gpu {
         &'static self,
         stream: &Arc<CudaStream>,
         bytes: usize,
-    ) -> Result<DeviceBuf, String> {
+    ) -> Result<DeviceBuf, GpuError> {
         let owner = match self.sync {
             SyncMode::Events => crate::pool::SETTLED,
             SyncMode::Streams => stream.cu_stream() as usize,
@@ -385,7 +390,7 @@ impl Gpu {
         let (slice, class) = self.pool.take(owner, bytes, |n| {
             // SAFETY: the bytes are written (upload or kernel) before they are read.
             unsafe { stream.alloc::<u8>(n) }
-                .map_err(|e| format!("device allocation of {n} bytes: {e}"))
+                .map_err(|e| GpuError::driver(format!("device allocation of {n} bytes"), e))
         })?;
         Ok(DeviceBuf {
             slice: Some(slice),
@@ -397,11 +402,11 @@ impl Gpu {
 
     /// At the end of a job: under [`SyncMode::Streams`], waits for the whole device, then
     /// lets any stream take the free buffers (the next job's workers have new streams).
-    pub fn settle(&self) -> Result<(), String> {
+    pub fn settle(&self) -> Result<(), GpuError> {
         if self.sync == SyncMode::Streams {
-            self.ctx
-                .synchronize()
-                .map_err(|e| format!("synchronising the device at the end of the job: {e}"))?;
+            self.ctx.synchronize().map_err(|e| {
+                GpuError::driver("synchronising the device at the end of the job", e)
+            })?;
             self.pool.settle();
         }
         Ok(())
@@ -450,14 +455,14 @@ pub fn upload<T: DeviceRepr>(
     stream: &Arc<CudaStream>,
     host: &[T],
     bytes: &mut u64,
-) -> Result<DeviceBuf, String> {
+) -> Result<DeviceBuf, GpuError> {
     let n = std::mem::size_of_val(host);
     let mut buf = gpu.buffer(stream, n.max(1))?;
     if !host.is_empty() {
         let mut v = buf.view_mut::<T>(host.len());
         stream
             .memcpy_htod(host, &mut v)
-            .map_err(|e| format!("upload of {n} bytes: {e}"))?;
+            .map_err(|e| GpuError::driver(format!("upload of {n} bytes"), e))?;
     }
     *bytes += n as u64;
     Ok(buf)
@@ -468,12 +473,12 @@ pub fn zeros<T: DeviceRepr>(
     gpu: &'static Gpu,
     stream: &Arc<CudaStream>,
     n: usize,
-) -> Result<DeviceBuf, String> {
+) -> Result<DeviceBuf, GpuError> {
     let mut buf = gpu.buffer(stream, (n * std::mem::size_of::<T>()).max(1))?;
     let mut v = buf.view_mut::<u8>((n * std::mem::size_of::<T>()).max(1));
     stream
         .memset_zeros(&mut v)
-        .map_err(|e| format!("memset: {e}"))?;
+        .map_err(|e| GpuError::driver("memset", e))?;
     Ok(buf)
 }
 
@@ -482,20 +487,20 @@ pub fn upload_condition<T: DeviceRepr>(
     gpu: &Gpu,
     host: &[T],
     bytes: &mut u64,
-) -> Result<CudaSlice<T>, String> {
+) -> Result<CudaSlice<T>, GpuError> {
     let stream = gpu.ctx.default_stream();
     let n = host.len().max(1);
     // SAFETY: written right below (or never read when empty).
-    let mut s =
-        unsafe { stream.alloc::<T>(n) }.map_err(|e| format!("allocating conditions: {e}"))?;
+    let mut s = unsafe { stream.alloc::<T>(n) }
+        .map_err(|e| GpuError::driver("allocating conditions", e))?;
     if !host.is_empty() {
         stream
             .memcpy_htod(host, &mut s)
-            .map_err(|e| format!("uploading conditions: {e}"))?;
+            .map_err(|e| GpuError::driver("uploading conditions", e))?;
     }
     stream
         .synchronize()
-        .map_err(|e| format!("uploading conditions: {e}"))?;
+        .map_err(|e| GpuError::driver("uploading conditions", e))?;
     *bytes += std::mem::size_of_val(host) as u64;
     Ok(s)
 }

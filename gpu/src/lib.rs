@@ -7,7 +7,7 @@
 //! backend, and makes `backend = "auto"` pick `gpu` where a usable GPU is present.
 //!
 //! - [`device`]: availability probe (never panics), context, kernels, streams, pool;
-//! - [`kernels`]: CUDA C sources compiled by NVRTC (`--fmad=false`);
+//! - [`kernels`]: the CUDA C sources (`gpu/kernels/*.cu`) compiled by NVRTC (`--fmad=false`);
 //! - [`kernels_ca`]: the CA doublet search's and ntuplet search's kernels;
 //! - [`kernels_fit`]: the Broken Line fit's kernel;
 //! - [`kernels_quality`]: the track classification and cleaning kernel;
@@ -27,50 +27,7 @@
 //! ```
 
 pub mod device;
-
-/// The block-wide exclusive prefix sum several kernel modules use (`clusterize`, both CA
-/// modules), as CUDA source; include-guarded, since the host emulation compiles the modules
-/// as one file. Defined before the modules so that each can `concat!` it.
-macro_rules! block_scan_source {
-    () => {
-        r#"
-#ifndef QUIVER_BLOCK_EXCLUSIVE_SCAN
-#define QUIVER_BLOCK_EXCLUSIVE_SCAN
-// Exclusive prefix sum of value[s..end), plus base, into first[s..end) by one block whose
-// size is a power of two; buf holds blockDim.x words of shared memory, carry one. Returns
-// the sum of the segment (without base, in every thread). Each thread sums a contiguous run of the segment, the runs'
-// sums are scanned in shared memory, and each thread writes its run: one pass of barriers
-// rather than one per blockDim.x values (u32 sums wrap, so the grouping changes nothing).
-// first may be value (each thread reads an element before writing it).
-__device__ __forceinline__ u32 block_exclusive_scan(const u32* value, u32 s, u32 end, u32* first, u32* buf, u32* carry, u32 base)
-{
-    u32 t = threadIdx.x, nt = blockDim.x;
-    u32 n = end > s ? end - s : 0u;
-    u32 per = (n + nt - 1u) / nt;
-    u32 a = t * per < n ? s + t * per : end;
-    u32 b = a + per < end ? a + per : end;
-    u32 sum = 0u;
-    for (u32 k = a; k < b; ++k) sum += value[k];
-    buf[t] = sum;
-    __syncthreads();
-    for (u32 off = 1u; off < nt; off <<= 1) {
-        u32 x = t >= off ? buf[t - off] : 0u;
-        __syncthreads();
-        buf[t] += x;
-        __syncthreads();
-    }
-    u32 acc = base + (buf[t] - sum);
-    if (t == nt - 1u) *carry = buf[t];
-    for (u32 k = a; k < b; ++k) { u32 v = value[k]; first[k] = acc; acc += v; }
-    __syncthreads();
-    u32 total = *carry;
-    __syncthreads();
-    return total;
-}
-#endif
-"#
-    };
-}
+mod error;
 
 pub mod kernels;
 pub mod kernels_ca;
@@ -82,6 +39,8 @@ pub mod resident;
 pub mod staging;
 pub mod steps;
 pub mod transfer;
+
+pub use error::GpuError;
 
 use std::sync::OnceLock;
 

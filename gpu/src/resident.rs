@@ -295,11 +295,11 @@ impl DeviceData for CudaColumns {
 /// ```
 /// use quiver_gpu::resident::flags_from_bytes;
 /// assert_eq!(flags_from_bytes(&[1, 0, 1]).unwrap(), vec![true, false, true]);
-/// assert_eq!(flags_from_bytes(&[0, 7]).unwrap_err(), "flag 7 is not 0 or 1");
+/// assert_eq!(flags_from_bytes(&[0, 7]).unwrap_err().to_string(), "flag 7 is not 0 or 1");
 /// ```
-pub fn flags_from_bytes(bytes: &[u8]) -> std::result::Result<Vec<bool>, String> {
+pub fn flags_from_bytes(bytes: &[u8]) -> std::result::Result<Vec<bool>, crate::GpuError> {
     if let Some(b) = bytes.iter().find(|&&b| b > 1) {
-        return Err(format!("flag {b} is not 0 or 1"));
+        return Err(crate::GpuError::Layout(format!("flag {b} is not 0 or 1")));
     }
     Ok(bytes.iter().map(|&b| b == 1).collect())
 }
@@ -317,9 +317,7 @@ where
         .as_any()
         .downcast_ref::<PrimitiveArray<T>>()
         .ok_or_else(|| Error::data("column type differs from its field"))?;
-    Ok(Arc::new(
-        upload(gpu, stream, p.values(), bytes).map_err(Error::data)?,
-    ))
+    Ok(Arc::new(upload(gpu, stream, p.values(), bytes)?))
 }
 
 /// The CUDA device as a place host products are uploaded to.
@@ -334,7 +332,7 @@ impl Device for CudaDevice {
         gpu.ctx
             .bind_to_thread()
             .map_err(|e| Error::data(format!("gpu: {e}")))?;
-        let stream = gpu.stream().map_err(Error::data)?;
+        let stream = gpu.stream()?;
         let mut bytes = 0u64;
         let mut cols = Vec::with_capacity(batch.num_columns());
         for (f, a) in batch.schema().fields().iter().zip(batch.columns()) {
@@ -361,7 +359,7 @@ impl Device for CudaDevice {
                         .downcast_ref::<BooleanArray>()
                         .ok_or_else(|| Error::data("column type differs from its field"))?;
                     let v: Vec<u8> = b.values().iter().map(u8::from).collect();
-                    Arc::new(upload(gpu, &stream, &v, &mut bytes).map_err(Error::data)?)
+                    Arc::new(upload(gpu, &stream, &v, &mut bytes)?)
                 }
                 t => {
                     return Err(Error::data(format!(

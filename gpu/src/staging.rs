@@ -9,6 +9,7 @@
 //! and are all free again once the stream has synchronised; the memory is kept and reused
 //! by later batches (from [`StagingPool`]).
 
+use crate::error::GpuError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +28,7 @@ const ALIGN: usize = 256;
 /// ```
 /// use quiver_gpu::staging::Arena;
 /// let mut a: Arena<Vec<u8>> = Arena::default();
-/// let alloc = |n: usize| -> Result<(Vec<u8>, usize), String> {
+/// let alloc = |n: usize| -> Result<(Vec<u8>, usize), quiver_gpu::GpuError> {
 ///     let mut v = vec![0u8; n];
 ///     let base = v.as_mut_ptr() as usize;
 ///     Ok((v, base))
@@ -60,8 +61,8 @@ impl<C> Arena<C> {
     pub fn region(
         &mut self,
         n: usize,
-        alloc: impl FnOnce(usize) -> Result<(C, usize), String>,
-    ) -> Result<&mut [u8], String> {
+        alloc: impl FnOnce(usize) -> Result<(C, usize), GpuError>,
+    ) -> Result<&mut [u8], GpuError> {
         let start = self.used.div_ceil(ALIGN) * ALIGN;
         let fits = self
             .chunks
@@ -73,7 +74,7 @@ impl<C> Arena<C> {
             let size = n
                 .max(MIN_CHUNK)
                 .checked_next_power_of_two()
-                .ok_or_else(|| format!("a staging region of {n} bytes"))?
+                .ok_or_else(|| GpuError::Layout(format!("a staging region of {n} bytes")))?
                 .max(2 * self.chunks.last().map_or(0, |c| c.2));
             let (chunk, base) = alloc(size)?;
             self.chunks.push((chunk, base, size));
@@ -112,14 +113,19 @@ pub struct Staging(Arena<PinnedHostSlice<u8>>);
 impl Staging {
     /// A region of `n` bytes that stays valid until [`Staging::reset`]; allocates a new
     /// page-locked chunk when the last is full.
-    pub fn region(&mut self, pool: &StagingPool, n: usize) -> Result<&mut [u8], String> {
+    pub fn region(&mut self, pool: &StagingPool, n: usize) -> Result<&mut [u8], GpuError> {
         self.0.region(n, |size| {
             // SAFETY: plain bytes, written (host copy or download) before they are read.
-            let mut chunk = unsafe { pool.ctx.alloc_pinned_with_flags::<u8>(size, 0) }
-                .map_err(|e| format!("allocating {size} bytes of page-locked host memory: {e}"))?;
+            let mut chunk =
+                unsafe { pool.ctx.alloc_pinned_with_flags::<u8>(size, 0) }.map_err(|e| {
+                    GpuError::driver(
+                        format!("allocating {size} bytes of page-locked host memory"),
+                        e,
+                    )
+                })?;
             let base = chunk
                 .as_mut_ptr()
-                .map_err(|e| format!("page-locked host memory: {e}"))?
+                .map_err(|e| GpuError::driver("page-locked host memory", e))?
                 as usize;
             pool.bytes.fetch_add(size as u64, Ordering::Relaxed);
             Ok((chunk, base))
@@ -174,7 +180,7 @@ mod tests {
 
     fn alloc(
         sizes: &std::cell::RefCell<Vec<usize>>,
-    ) -> impl Fn(usize) -> Result<(Vec<u8>, usize), String> + '_ {
+    ) -> impl Fn(usize) -> Result<(Vec<u8>, usize), GpuError> + '_ {
         move |n| {
             sizes.borrow_mut().push(n);
             let mut v = vec![0u8; n];
@@ -206,8 +212,8 @@ mod tests {
             for y in &spans[i + 1..] {
                 assert!(x.1 <= y.0 || y.1 <= x.0, "{x:?} overlaps {y:?}");
             }
-            // SAFETY: the span lies in a chunk the arena still holds.
             assert!(
+                // SAFETY: the span lies in a chunk the arena still holds.
                 unsafe { std::slice::from_raw_parts(x.0 as *const u8, x.1 - x.0) }
                     .iter()
                     .all(|&b| b == x.2)

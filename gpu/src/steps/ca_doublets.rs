@@ -7,6 +7,7 @@
 //! Batches whose hits the CPU core rejects are handed to the CPU implementation, which
 //! reports its exact error.
 
+use crate::error::GpuError;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
@@ -60,19 +61,19 @@ impl DoubletBatch {
         layer_starts: &[[u32; 11]],
         hits_per_event: &[usize],
         n_pairs: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, GpuError> {
         if layer_starts.len() != hits_per_event.len() {
-            return Err(format!(
+            return Err(GpuError::Layout(format!(
                 "{} layer-start rows for {} events",
                 layer_starts.len(),
                 hits_per_event.len()
-            ));
+            )));
         }
         if n_pairs == 0 || n_pairs > LAYER_PAIRS.len() {
-            return Err(format!(
+            return Err(GpuError::Layout(format!(
                 "{n_pairs} layer pairs, expected 1..={}",
                 LAYER_PAIRS.len()
-            ));
+            )));
         }
         let mut b = DoubletBatch {
             n_pairs: n_pairs as u32,
@@ -83,21 +84,21 @@ impl DoubletBatch {
         let (mut hits, mut items) = (0u64, 0u64);
         for (ls, &n) in layer_starts.iter().zip(hits_per_event) {
             if ls.windows(2).any(|w| w[0] > w[1]) || ls[10] as usize > n {
-                return Err(format!(
+                return Err(GpuError::Layout(format!(
                     "layer starts {ls:?} are not non-decreasing up to {n} hits"
-                ));
+                )));
             }
             hits += n as u64;
             b.hit_off.push(
-                u32::try_from(hits).map_err(|_| "more than 2^32 hits in a batch".to_string())?,
+                u32::try_from(hits)
+                    .map_err(|_| GpuError::Layout("more than 2^32 hits in a batch".into()))?,
             );
             b.layer_start.extend_from_slice(ls);
             for &(inner, _) in &LAYER_PAIRS[..n_pairs] {
                 items += (ls[inner as usize + 1] - ls[inner as usize]) as u64;
-                b.item_start.push(
-                    u32::try_from(items)
-                        .map_err(|_| "more than 2^32 work items in a batch".to_string())?,
-                );
+                b.item_start.push(u32::try_from(items).map_err(|_| {
+                    GpuError::Layout("more than 2^32 work items in a batch".into())
+                })?);
             }
         }
         Ok(b)
@@ -127,7 +128,7 @@ impl DoubletBatch {
 pub fn cell_offsets(
     event_total: &[u32],
     max_doublets: u32,
-) -> Result<(Vec<u32>, Vec<bool>), String> {
+) -> Result<(Vec<u32>, Vec<bool>), GpuError> {
     let mut off = Vec::with_capacity(event_total.len() + 1);
     off.push(0u32);
     let mut overflow = Vec::with_capacity(event_total.len());
@@ -136,7 +137,7 @@ pub fn cell_offsets(
             .last()
             .unwrap_or(&0)
             .checked_add(t.min(max_doublets))
-            .ok_or("more than 2^32 cells in a batch")?;
+            .ok_or_else(|| GpuError::Layout("more than 2^32 cells in a batch".into()))?;
         off.push(end);
         overflow.push(t > max_doublets);
     }
@@ -173,7 +174,7 @@ pub fn prepare(
         starts.push(layer_start);
         n.push(det.len());
     }
-    DoubletBatch::new(&starts, &n, cfg.n_pairs()).map_err(TrackError::Config)
+    DoubletBatch::new(&starts, &n, cfg.n_pairs()).map_err(|e| TrackError::Config(e.to_string()))
 }
 
 /// The `doublets` product's event lengths and `capacity_overflows` rows of a batch, from
@@ -207,28 +208,29 @@ pub fn doublet_products(
     cell_off: &[u32],
     unlisted: &[u32],
     worst: &[u32],
-) -> std::result::Result<DoubletProducts, String> {
+) -> std::result::Result<DoubletProducts, GpuError> {
     if cell_off.len() != event_total.len() + 1
         || unlisted.len() != event_total.len()
         || worst.len() != event_total.len()
     {
-        return Err(format!(
+        return Err(GpuError::Layout(format!(
             "{} cell offsets, {} and {} counts for {} events",
             cell_off.len(),
             unlisted.len(),
             worst.len(),
             event_total.len()
-        ));
+        )));
     }
     let mut lengths = Vec::with_capacity(event_total.len());
     let mut overflows = Vec::with_capacity(event_total.len());
     for (e, &total) in event_total.iter().enumerate() {
         let n = cell_off[e + 1]
             .checked_sub(cell_off[e])
-            .ok_or("cell offsets decrease")? as usize;
+            .ok_or_else(|| GpuError::Layout("cell offsets decrease".into()))?
+            as usize;
         let missed = (total as u64)
             .checked_sub(n as u64)
-            .ok_or("more cells than the event counted")?;
+            .ok_or_else(|| GpuError::Layout("more cells than the event counted".into()))?;
         let worst = (unlisted[e] > 0).then_some(worst[e] as u64);
         overflows.push(doublet_overflow_rows(d, missed, unlisted[e] as u64, worst));
         lengths.push(n);
@@ -256,7 +258,7 @@ impl CaDoubletsGpu {
         let (pi, pf) = pair_tables(&ca.doublets.cuts());
         let mut bytes = 0u64;
         let up_err =
-            |m: String| Error::plan(&cfg.label, format!("uploading the layer-pair cuts: {m}"));
+            |m: GpuError| Error::plan(&cfg.label, format!("uploading the layer-pair cuts: {m}"));
         let pair_i = upload_condition(common.gpu, &pi, &mut bytes).map_err(up_err)?;
         let pair_f = upload_condition(common.gpu, &pf, &mut bytes).map_err(up_err)?;
         common.stats.add_conditions(bytes);
@@ -337,13 +339,13 @@ impl Step for CaDoubletsGpu {
         {
             let mut vbc = bin_count.view_mut::<u32>(n_bins);
             Launch::new(&run, "ca_bin_count")
-                .arg(&vdet)
-                .arg(&vphi)
-                .arg(&n_hits32)
-                .arg(&vho)
-                .arg(&vls)
-                .arg(&n_ev32)
-                .arg(&mut vbc)
+                .arg("det", &vdet)
+                .arg("iphi", &vphi)
+                .arg("n_hits", &n_hits32)
+                .arg("hit_off", &vho)
+                .arg("layer_start", &vls)
+                .arg("n_events", &n_ev32)
+                .arg("bin_count", &mut vbc)
                 .launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
         {
@@ -353,11 +355,11 @@ impl Step for CaDoubletsGpu {
                 cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
             );
             Launch::new(&run, "ca_bin_scan")
-                .arg(&vbc)
-                .arg(&vho)
-                .arg(&n_ev32)
-                .arg(&mut vbs)
-                .arg(&mut vcur)
+                .arg("bin_count", &vbc)
+                .arg("hit_off", &vho)
+                .arg("n_events", &n_ev32)
+                .arg("bin_start", &mut vbs)
+                .arg("cursor", &mut vcur)
                 .launch(blocks(n_ev, ELEMENT_BLOCK))?;
         }
         {
@@ -366,14 +368,14 @@ impl Step for CaDoubletsGpu {
                 pidx.view_mut::<u32>(n_hits),
             );
             Launch::new(&run, "ca_bin_fill")
-                .arg(&vdet)
-                .arg(&vphi)
-                .arg(&n_hits32)
-                .arg(&vho)
-                .arg(&vls)
-                .arg(&n_ev32)
-                .arg(&mut vcur)
-                .arg(&mut vpi)
+                .arg("det", &vdet)
+                .arg("iphi", &vphi)
+                .arg("n_hits", &n_hits32)
+                .arg("hit_off", &vho)
+                .arg("layer_start", &vls)
+                .arg("n_events", &n_ev32)
+                .arg("cursor", &mut vcur)
+                .arg("packed_idx", &mut vpi)
                 .launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
         {
@@ -386,18 +388,18 @@ impl Step for CaDoubletsGpu {
                 psy.view_mut::<i16>(n_hits),
             );
             let mut l = Launch::new(&run, "ca_bin_sort");
-            l.arg(&vbs)
-                .arg(&n_ev32)
-                .arg(&vho)
-                .arg(&vz)
-                .arg(&vr)
-                .arg(&vphi)
-                .arg(&vsy);
-            l.arg(&mut vpi)
-                .arg(&mut vpz)
-                .arg(&mut vpr)
-                .arg(&mut vpp)
-                .arg(&mut vps)
+            l.arg("bin_start", &vbs)
+                .arg("n_events", &n_ev32)
+                .arg("hit_off", &vho)
+                .arg("z", &vz)
+                .arg("r", &vr)
+                .arg("iphi", &vphi)
+                .arg("size_y", &vsy);
+            l.arg("packed_idx", &mut vpi)
+                .arg("packed_z", &mut vpz)
+                .arg("packed_r", &mut vpr)
+                .arg("packed_iphi", &mut vpp)
+                .arg("packed_sy", &mut vps)
                 .launch(blocks(n_bins, ELEMENT_BLOCK))?;
         }
         // Both passes of the candidate scan: count (write = 0), then write at the scanned places.
@@ -433,35 +435,39 @@ impl Step for CaDoubletsGpu {
                 outs.2.view_mut::<u8>(n_cells.max(1)),
             );
             let mut l = Launch::new(run, "ca_doublets");
-            l.arg(&write)
-                .arg(&n_items32)
-                .arg(&vis)
-                .arg(&db.n_pairs)
-                .arg(&n_ev32)
-                .arg(&vho)
-                .arg(&vls);
-            l.arg(&vz).arg(&vr).arg(&vphi).arg(&vsy).arg(&vdet);
-            l.arg(&vbs)
-                .arg(&vpi)
-                .arg(&vpz)
-                .arg(&vpr)
-                .arg(&vpp)
-                .arg(&vps);
-            l.arg(pi)
-                .arg(pf)
-                .arg(&flags)
-                .arg(&d.z0_cut)
-                .arg(&cuts.dzdr_fact)
-                .arg(&cuts.min_radius2_t4);
-            l.arg(&cuts.i2p)
-                .arg(&d.max_dy_pred)
-                .arg(&d.max_number_of_doublets);
-            l.arg(&mut vic)
-                .arg(&vif)
-                .arg(&vco)
-                .arg(&mut oi)
-                .arg(&mut oo)
-                .arg(&mut op);
+            l.arg("write", &write)
+                .arg("n_items", &n_items32)
+                .arg("item_start", &vis)
+                .arg("n_pairs", &db.n_pairs)
+                .arg("n_events", &n_ev32)
+                .arg("hit_off", &vho)
+                .arg("layer_start", &vls);
+            l.arg("z", &vz)
+                .arg("r", &vr)
+                .arg("iphi", &vphi)
+                .arg("size_y", &vsy)
+                .arg("det", &vdet);
+            l.arg("bin_start", &vbs)
+                .arg("packed_idx", &vpi)
+                .arg("packed_z", &vpz)
+                .arg("packed_r", &vpr)
+                .arg("packed_iphi", &vpp)
+                .arg("packed_sy", &vps);
+            l.arg("pair_i", pi)
+                .arg("pair_f", pf)
+                .arg("flags", &flags)
+                .arg("z0_cut", &d.z0_cut)
+                .arg("dzdr_fact", &cuts.dzdr_fact)
+                .arg("min_radius2_t4", &cuts.min_radius2_t4);
+            l.arg("i2p", &cuts.i2p)
+                .arg("max_dy_pred", &d.max_dy_pred)
+                .arg("max_doublets", &d.max_number_of_doublets);
+            l.arg("item_count", &mut vic)
+                .arg("item_first", &vif)
+                .arg("cell_off", &vco)
+                .arg("out_inner", &mut oi)
+                .arg("out_outer", &mut oo)
+                .arg("out_pair", &mut op);
             l.launch(blocks(n_items, ELEMENT_BLOCK))
         };
         {
@@ -493,18 +499,18 @@ impl Step for CaDoubletsGpu {
                 shared_mem_bytes: 0,
             };
             Launch::new(&run, "ca_item_scan")
-                .arg(&vic)
-                .arg(&vis)
-                .arg(&db.n_pairs)
-                .arg(&mut vif)
-                .arg(&mut vet)
+                .arg("item_count", &vic)
+                .arg("item_start", &vis)
+                .arg("n_pairs", &db.n_pairs)
+                .arg("item_first", &mut vif)
+                .arg("event_total", &mut vet)
                 .launch(cfg)?;
         }
         // The events' cell counts size the products: one small download.
         let totals = run.down::<u32>(&event_total, n_ev)?;
         run.sync()?;
         let totals: Vec<u32> = totals.as_slice().to_vec();
-        let (cell_off, _) = cell_offsets(&totals, d.max_number_of_doublets).map_err(Error::data)?;
+        let (cell_off, _) = cell_offsets(&totals, d.max_number_of_doublets)?;
         let n_cells = *cell_off.last().unwrap_or(&0) as usize;
         let n_cells32 = n_cells as u32;
         let dco = run.up(&cell_off)?;
@@ -530,35 +536,35 @@ impl Step for CaDoubletsGpu {
             {
                 let mut voc = outer_count.view_mut::<u32>(n_hits);
                 Launch::new(&run, "ca_listed_count")
-                    .arg(&vo)
-                    .arg(&n_cells32)
-                    .arg(&vco)
-                    .arg(&n_ev32)
-                    .arg(&vho)
-                    .arg(&mut voc)
+                    .arg("outer", &vo)
+                    .arg("n_cells", &n_cells32)
+                    .arg("cell_off", &vco)
+                    .arg("n_events", &n_ev32)
+                    .arg("hit_off", &vho)
+                    .arg("outer_count", &mut voc)
                     .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             let voc = outer_count.view::<u32>(n_hits);
             let mut vl = listed.view_mut::<u8>(n_cells);
             Launch::new(&run, "ca_listed")
-                .arg(&vo)
-                .arg(&n_cells32)
-                .arg(&vco)
-                .arg(&n_ev32)
-                .arg(&vho)
-                .arg(&voc)
-                .arg(&m)
-                .arg(&mut vl)
+                .arg("outer", &vo)
+                .arg("n_cells", &n_cells32)
+                .arg("cell_off", &vco)
+                .arg("n_events", &n_ev32)
+                .arg("hit_off", &vho)
+                .arg("outer_count", &voc)
+                .arg("max_cells_per_hit", &m)
+                .arg("listed", &mut vl)
                 .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             Launch::new(&run, "ca_listed_overfull")
-                .arg(&vo)
-                .arg(&vco)
-                .arg(&n_ev32)
-                .arg(&vho)
-                .arg(&n_hits32)
-                .arg(&voc)
-                .arg(&m)
-                .arg(&mut vl)
+                .arg("outer", &vo)
+                .arg("cell_off", &vco)
+                .arg("n_events", &n_ev32)
+                .arg("hit_off", &vho)
+                .arg("n_hits", &n_hits32)
+                .arg("outer_count", &voc)
+                .arg("max_cells_per_hit", &m)
+                .arg("listed", &mut vl)
                 .launch(blocks(n_hits, ELEMENT_BLOCK))?;
         }
         // The overflow rows' counts, counted on the device: two numbers per event come back.
@@ -571,15 +577,15 @@ impl Step for CaDoubletsGpu {
             );
             let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
             let mut l = Launch::new(&run, "ca_overflow_stats");
-            l.arg(&voc)
-                .arg(&n_hits32)
-                .arg(&vho)
-                .arg(&vl)
-                .arg(&n_cells32)
-                .arg(&vco)
-                .arg(&n_ev32)
-                .arg(&mut vu)
-                .arg(&mut vw);
+            l.arg("outer_count", &voc)
+                .arg("n_hits", &n_hits32)
+                .arg("hit_off", &vho)
+                .arg("listed", &vl)
+                .arg("n_cells", &n_cells32)
+                .arg("cell_off", &vco)
+                .arg("n_events", &n_ev32)
+                .arg("unlisted", &mut vu)
+                .arg("worst", &mut vw);
             l.launch(blocks(
                 n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
                 ELEMENT_BLOCK,

@@ -1,15 +1,15 @@
 //! GPU `ca_ntuplets` (kernels in [`crate::kernels_ca::CA_NTUPLETS`]): connect, fishbone, the
 //! depth-first search, the capped tuple lists of the cells and the early duplicate remover
-//! on the device; the host assembles the products ([`ntuplet_event_listed`]), or replays the
-//! lists with the CPU's functions where `max_active_doublets` binds ([`ntuplet_event`]). The
+//! on the device; the host assembles the products ([`super::ntuplet_event_listed`]), or replays
+//! the lists with the CPU's functions where `max_active_doublets` binds
+//! ([`super::ntuplet_event`]: both in `ca_ntuplets_host.rs`). The
 //! same parameters, inputs and products as the CPU step, bit for bit.
 
 use arrow_array::types::{UInt32Type, UInt8Type};
 use arrow_array::{Array, BooleanArray};
 use quiver_columnar::columns::values;
 use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
-use quiver_reco::tracks::ntuplets::{early_duplicate_remover, CaState, Tuples};
-use quiver_reco::tracks::{layer_start_from_det_index, CaConfig, Quality};
+use quiver_reco::tracks::{layer_start_from_det_index, CaConfig};
 
 use cudarc::driver::CudaView;
 
@@ -17,211 +17,12 @@ use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
 use crate::resident::CudaMirror;
+use crate::steps::ca_ntuplets_host::{ntuplet_event, ntuplet_event_listed};
 use crate::steps::{
     batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
 };
 use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
 use std::sync::Arc;
-
-/// One event's neighbour lists of the CA connect from what the device computed: for each
-/// cell, the number of cells that connect to it (`count`) and those cells by ascending index
-/// (`pushed`, list after list, in cell order). Applies the CPU's list capacities: at most
-/// `max_cell_neighbors` per list (the first ones, by index), the rest counted as overflows.
-/// `None` when `max_active_doublets` would bind (as many non-empty lists as it allows, or
-/// more): the lists opened then depend on the CPU's push order across lists, which this
-/// does not reproduce — the caller hands such events to the CPU.
-///
-/// ```
-/// use quiver_gpu::steps::capped_neighbors;
-/// let (csr, overflows) = capped_neighbors(&[2, 0, 1], &[4, 7, 9], 100, 1).unwrap();
-/// assert_eq!((csr.offsets, csr.values, overflows), (vec![0, 1, 1, 2], vec![4, 9], 1));
-/// // Two non-empty lists and room for one open list (max_active_doublets 2): the CPU's
-/// // push order decides, so no answer here.
-/// assert!(capped_neighbors(&[2, 0, 1], &[4, 7, 9], 2, 1).is_none());
-/// ```
-pub fn capped_neighbors(
-    count: &[u32],
-    pushed: &[u32],
-    max_active_doublets: u32,
-    max_cell_neighbors: u32,
-) -> Option<(quiver_reco::tracks::doublets::Csr, u32)> {
-    // The CPU opens a list at its first push while fewer than max_active_doublets − 1 are
-    // open: with fewer non-empty lists than that, every list opens.
-    let non_empty = count.iter().filter(|&&c| c > 0).count() as u64;
-    if non_empty + 1 > max_active_doublets as u64
-        || count.iter().map(|&c| c as u64).sum::<u64>() != pushed.len() as u64
-    {
-        return None;
-    }
-    let mut offsets = Vec::with_capacity(count.len() + 1);
-    offsets.push(0u32);
-    let mut values = Vec::new();
-    let (mut at, mut overflows) = (0usize, 0u32);
-    for &c in count {
-        let keep = c.min(max_cell_neighbors);
-        values.extend_from_slice(&pushed[at..at + keep as usize]);
-        overflows += c - keep;
-        at += c as usize;
-        offsets.push(values.len() as u32);
-    }
-    Some((
-        quiver_reco::tracks::doublets::Csr { offsets, values },
-        overflows,
-    ))
-}
-
-/// One event of `ca_ntuplets` from what the device search wrote: `found` tuples in the
-/// CPU's order, of which the first `lengths.len()` (at most `max_tuples`) were stored with
-/// `lengths[i]` hits each, their `hits` and `cells` (inner to outer, tuple after tuple;
-/// longer slices are cut to what the lengths use), and the neighbours the connect dropped
-/// past `max_cell_neighbors`. Finishes the search as the CPU's `find_ntuplets` does — the
-/// tuple lists of the cells (the CPU's capped lists, filled in tuple order), the tuple
-/// overflow (the last stored tuple emptied) — and runs the early duplicate remover: the
-/// tuples and a CA state (without its cells) equal to the CPU's.
-///
-/// ```
-/// use quiver_gpu::steps::ntuplet_event;
-/// use quiver_reco::tracks::{NtupletConfig, Quality};
-/// // Two tuples sharing cell 0: the shorter one is a duplicate.
-/// let (t, ca) = ntuplet_event(&NtupletConfig::default(), 4, 2, &[4, 3], &[0, 1, 2, 3, 0, 1, 4], &[0, 1, 2, 0, 3], 0).unwrap();
-/// assert_eq!(t.quality, [Quality::Bad, Quality::Dup]);
-/// assert_eq!(ca.tuple_cell_offsets, [0, 3, 5]);
-/// assert_eq!(ca.cell_tracks.of(0), &[0, 1]);
-/// // What the device wrote must hang together; the step reports it as an error naming the event.
-/// let n = NtupletConfig::default();
-/// assert_eq!(ntuplet_event(&n, 4, 2, &[3, 3, 3], &[0; 9], &[0; 6], 0).unwrap_err(), "3 tuples stored of 2 found with room for 32768");
-/// assert_eq!(ntuplet_event(&n, 4, 1, &[1], &[0], &[], 0).unwrap_err(), "tuple 0 has 1 hits");
-/// assert!(ntuplet_event(&n, 4, 1, &[3], &[0, 1], &[0, 1], 0).unwrap_err().contains("for tuples of 3 hits"));
-/// assert!(ntuplet_event(&n, 2, 1, &[3], &[0, 1, 2], &[0, 5], 0).unwrap_err().contains("cell 5 of 2"));
-/// ```
-pub fn ntuplet_event(
-    n: &quiver_reco::tracks::NtupletConfig,
-    n_cells: usize,
-    found: u32,
-    lengths: &[u32],
-    hits: &[u32],
-    cells: &[u32],
-    neighbor_overflows: u32,
-) -> std::result::Result<(Tuples, CaState), String> {
-    let (mut t, mut ca) = stored_tuples(n, found, lengths, hits, cells, neighbor_overflows)?;
-    // The lists from the cells as the search wrote them (the overflow empties hits only).
-    let (tc, tco) = (
-        std::mem::take(&mut ca.tuple_cells),
-        std::mem::take(&mut ca.tuple_cell_offsets),
-    );
-    ca.replay_tracks_of(n_cells, &tc, &tco, n)
-        .map_err(|e| e.to_string())?;
-    (ca.tuple_cells, ca.tuple_cell_offsets) = (tc, tco);
-    early_duplicate_remover(&ca, &mut t);
-    Ok((t, ca))
-}
-
-/// [`ntuplet_event`] where the device built the cells' tuple lists and ran the early
-/// duplicate remover (`ct_*`, `nt_early_dup` in [`crate::kernels_ca::CA_NTUPLETS`]): the
-/// tuples with the device's quality codes (one per stored tuple) and the CA state with the
-/// list overflows the device counted (`track_overflows`); the state carries no lists (the
-/// product does not either).
-///
-/// ```
-/// use quiver_gpu::steps::{ntuplet_event, ntuplet_event_listed};
-/// use quiver_reco::tracks::NtupletConfig;
-/// let n = NtupletConfig::default();
-/// let (l, h, c) = ([4, 3], [0, 1, 2, 3, 0, 1, 4], [0, 1, 2, 0, 3]);
-/// let (t, ca) = ntuplet_event(&n, 4, 2, &l, &h, &c, 0).unwrap();
-/// let (dt, dca) = ntuplet_event_listed(&n, 2, &l, &h, &c, &[0, 1], 0, 0).unwrap();
-/// assert_eq!((t, ca.tuple_cell_offsets), (dt, dca.tuple_cell_offsets));
-/// assert_eq!(ntuplet_event_listed(&n, 2, &l, &h, &c, &[0, 9], 0, 0).unwrap_err(), "tuple 1: quality code 9");
-/// ```
-#[allow(clippy::too_many_arguments)]
-pub fn ntuplet_event_listed(
-    n: &quiver_reco::tracks::NtupletConfig,
-    found: u32,
-    lengths: &[u32],
-    hits: &[u32],
-    cells: &[u32],
-    quality: &[u8],
-    neighbor_overflows: u32,
-    track_overflows: u32,
-) -> std::result::Result<(Tuples, CaState), String> {
-    let (mut t, mut ca) = stored_tuples(n, found, lengths, hits, cells, neighbor_overflows)?;
-    if quality.len() != t.len() {
-        return Err(format!(
-            "{} quality codes for {} tuples",
-            quality.len(),
-            t.len()
-        ));
-    }
-    for (i, (q, &code)) in t.quality.iter_mut().zip(quality).enumerate() {
-        *q = Quality::from_u8(code)
-            .filter(|q| *q <= Quality::Dup)
-            .ok_or_else(|| format!("tuple {i}: quality code {code}"))?;
-    }
-    ca.track_overflows = track_overflows;
-    Ok((t, ca))
-}
-
-/// The stored tuples (all bad) and their cells, checked, with the tuple overflow applied.
-fn stored_tuples(
-    n: &quiver_reco::tracks::NtupletConfig,
-    found: u32,
-    lengths: &[u32],
-    hits: &[u32],
-    cells: &[u32],
-    neighbor_overflows: u32,
-) -> std::result::Result<(Tuples, CaState), String> {
-    let stored = lengths.len();
-    if stored as u64 > found as u64
-        || stored as u64 > n.max_tuples as u64
-        || (found > n.max_tuples && stored as u64 != n.max_tuples as u64)
-    {
-        return Err(format!(
-            "{stored} tuples stored of {found} found with room for {}",
-            n.max_tuples
-        ));
-    }
-    let mut offsets = Vec::with_capacity(stored + 1);
-    let mut cell_offsets = Vec::with_capacity(stored + 1);
-    offsets.push(0u32);
-    cell_offsets.push(0u32);
-    for (i, &l) in lengths.iter().enumerate() {
-        if l < 2 || l as usize > quiver_reco::tracks::ntuplets::MAX_DEPTH + 1 {
-            return Err(format!("tuple {i} has {l} hits"));
-        }
-        offsets.push(offsets[i] + l);
-        cell_offsets.push(cell_offsets[i] + l - 1);
-    }
-    let (nh, nc) = (
-        *offsets.last().unwrap_or(&0) as usize,
-        *cell_offsets.last().unwrap_or(&0) as usize,
-    );
-    let (Some(hits), Some(cells)) = (hits.get(..nh), cells.get(..nc)) else {
-        return Err(format!(
-            "{} hits and {} cells for tuples of {nh} hits and {nc} cells",
-            hits.len(),
-            cells.len()
-        ));
-    };
-    let ca = CaState {
-        neighbor_overflows,
-        tuple_overflows: found - stored as u32,
-        tuple_cells: cells.to_vec(),
-        tuple_cell_offsets: cell_offsets,
-        ..Default::default()
-    };
-    let mut t = Tuples {
-        offsets,
-        hits: hits.to_vec(),
-        quality: vec![Quality::Bad; stored],
-        overflow: found as usize > stored,
-    };
-    if t.overflow && !t.is_empty() {
-        // As the CPU's (and the reference's) overflow finalisation: the last tuple closes empty.
-        let start = t.offsets[stored - 1];
-        t.offsets[stored] = start;
-        t.hits.truncate(start as usize);
-    }
-    Ok((t, ca))
-}
 
 /// The GPU `ca_ntuplets` step: connect, fishbone, ntuplet search, the cells' tuple lists and
 /// the early duplicate remover on the device ([`crate::kernels_ca::CA_NTUPLETS`]).
@@ -313,16 +114,16 @@ impl CellTracks {
         {
             let (mut vn, mut vbad) = (count.view_mut::<u32>(i.n_cells), bad.view_mut::<u32>(1));
             let mut l = Launch::new(run, "ct_count");
-            l.arg(&nt)
-                .arg(vto)
-                .arg(&ne)
-                .arg(&i.limit)
-                .arg(vcs)
-                .arg(vce)
-                .arg(vcells)
-                .arg(vco)
-                .arg(&mut vn)
-                .arg(&mut vbad);
+            l.arg("n_tuples", &nt)
+                .arg("tup_off", vto)
+                .arg("n_events", &ne)
+                .arg("limit", &i.limit)
+                .arg("cstart", vcs)
+                .arg("cend", vce)
+                .arg("cells", vcells)
+                .arg("cell_off", vco)
+                .arg("count", &mut vn)
+                .arg("bad", &mut vbad);
             l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
         }
         {
@@ -340,18 +141,18 @@ impl CellTracks {
                 vals.view_mut::<u32>(i.n_entries.max(1)),
             );
             let mut l = Launch::new(run, "ct_fill");
-            l.arg(&nt)
-                .arg(vto)
-                .arg(&ne)
-                .arg(&i.limit)
-                .arg(vcs)
-                .arg(vce)
-                .arg(vcells)
-                .arg(vco)
-                .arg(&vf)
-                .arg(&vb)
-                .arg(&mut vcu)
-                .arg(&mut vv);
+            l.arg("n_tuples", &nt)
+                .arg("tup_off", vto)
+                .arg("n_events", &ne)
+                .arg("limit", &i.limit)
+                .arg("cstart", vcs)
+                .arg("cend", vce)
+                .arg("cells", vcells)
+                .arg("cell_off", vco)
+                .arg("first", &vf)
+                .arg("base", &vb)
+                .arg("cursor", &mut vcu)
+                .arg("vals", &mut vv);
             l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
         }
         {
@@ -361,16 +162,15 @@ impl CellTracks {
                 vals.view_mut::<u32>(i.n_entries.max(1)),
             );
             let mut l = Launch::new(run, "ct_sort");
-            l.arg(&nc)
-                .arg(vco)
-                .arg(&ne)
-                .arg(&vn)
-                .arg(&vf)
-                .arg(&vb)
-                .arg(&mut vv);
+            l.arg("n_cells", &nc)
+                .arg("cell_off", vco)
+                .arg("n_events", &ne)
+                .arg("count", &vn)
+                .arg("first", &vf)
+                .arg("base", &vb)
+                .arg("vals", &mut vv);
             l.launch(blocks(i.n_cells, ELEMENT_BLOCK))?;
         }
-        drop(vb);
         Ok(CellTracks {
             count,
             first,
@@ -400,13 +200,13 @@ impl CellTracks {
             dropped.view_mut::<u32>(self.n_ev),
         );
         Launch::new(run, "nt_list_stats")
-            .arg(&vn)
-            .arg(&nc)
-            .arg(&vco)
-            .arg(&ne)
-            .arg(&per_list)
-            .arg(&mut vne)
-            .arg(&mut vd)
+            .arg("count", &vn)
+            .arg("n_cells", &nc)
+            .arg("cell_off", &vco)
+            .arg("n_events", &ne)
+            .arg("per_list", &per_list)
+            .arg("non_empty", &mut vne)
+            .arg("dropped", &mut vd)
             .launch(blocks(
                 self.n_cells.div_ceil(STATS_RUN as usize),
                 ELEMENT_BLOCK,
@@ -507,13 +307,13 @@ impl Step for CaNtupletsGpu {
                     bad.view_mut::<u32>(1),
                 );
                 Launch::new(&run, "cn_check_cells")
-                    .arg(&vi)
-                    .arg(&vo)
-                    .arg(&nc)
-                    .arg(&vco)
-                    .arg(&ne)
-                    .arg(&vho)
-                    .arg(&mut vb)
+                    .arg("inner", &vi)
+                    .arg("outer", &vo)
+                    .arg("n_cells", &nc)
+                    .arg("cell_off", &vco)
+                    .arg("n_events", &ne)
+                    .arg("hit_off", &vho)
+                    .arg("bad", &mut vb)
                     .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             if run.down::<u32>(&bad, 1)?.as_slice()[0] != 0 {
@@ -553,14 +353,14 @@ impl Step for CaNtupletsGpu {
             {
                 let mut v = count.view_mut::<u32>(n_hits);
                 Launch::new(run, "cn_index_count")
-                    .arg(key)
-                    .arg(&filter)
-                    .arg(&vl)
-                    .arg(&nc)
-                    .arg(&vco)
-                    .arg(&ne)
-                    .arg(&vho)
-                    .arg(&mut v)
+                    .arg("key", key)
+                    .arg("filter", &filter)
+                    .arg("only", &vl)
+                    .arg("n_cells", &nc)
+                    .arg("cell_off", &vco)
+                    .arg("n_events", &ne)
+                    .arg("hit_off", &vho)
+                    .arg("count", &mut v)
                     .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             {
@@ -575,27 +375,27 @@ impl Step for CaNtupletsGpu {
                     shared_mem_bytes: 0,
                 };
                 Launch::new(run, "cn_index_scan")
-                    .arg(&v)
-                    .arg(&vho)
-                    .arg(&vco)
-                    .arg(&ne)
-                    .arg(&mut s)
-                    .arg(&mut cu)
+                    .arg("count", &v)
+                    .arg("hit_off", &vho)
+                    .arg("cell_off", &vco)
+                    .arg("n_events", &ne)
+                    .arg("start", &mut s)
+                    .arg("cursor", &mut cu)
                     .launch(cfg)?;
             }
             {
                 let (mut cu, mut ix) =
                     (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
                 Launch::new(run, "cn_index_fill")
-                    .arg(key)
-                    .arg(&filter)
-                    .arg(&vl)
-                    .arg(&nc)
-                    .arg(&vco)
-                    .arg(&ne)
-                    .arg(&vho)
-                    .arg(&mut cu)
-                    .arg(&mut ix)
+                    .arg("key", key)
+                    .arg("filter", &filter)
+                    .arg("only", &vl)
+                    .arg("n_cells", &nc)
+                    .arg("cell_off", &vco)
+                    .arg("n_events", &ne)
+                    .arg("hit_off", &vho)
+                    .arg("cursor", &mut cu)
+                    .arg("index", &mut ix)
                     .launch(blocks(n_cells, ELEMENT_BLOCK))?;
             }
             {
@@ -605,10 +405,10 @@ impl Step for CaNtupletsGpu {
                     sorted.view_mut::<u32>(n_cells),
                 );
                 Launch::new(run, "cn_index_rank")
-                    .arg(&s)
-                    .arg(&nh)
-                    .arg(&ix)
-                    .arg(&mut so)
+                    .arg("start", &s)
+                    .arg("n_hits", &nh)
+                    .arg("index", &ix)
+                    .arg("sorted", &mut so)
                     .launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
             }
             Ok((start, sorted))
@@ -646,29 +446,33 @@ impl Step for CaNtupletsGpu {
             );
             let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
             let mut l = Launch::new(run, "cn_connect");
-            l.arg(&write)
-                .arg(&nc)
-                .arg(&vco)
-                .arg(&ne)
-                .arg(&vho)
-                .arg(&vx)
-                .arg(&vy)
-                .arg(&vz)
-                .arg(&vr)
-                .arg(&vdet);
-            l.arg(&vi).arg(&vo).arg(&vl).arg(&vsi).arg(&vbi);
-            l.arg(&n.ptmin)
-                .arg(&n.ca_theta_cut_barrel)
-                .arg(&n.ca_theta_cut_forward)
-                .arg(&n.dca_cut_inner_triplet)
-                .arg(&n.dca_cut_outer_triplet)
-                .arg(&n.hard_curv_cut);
-            l.arg(&mut vn)
-                .arg(&vf)
-                .arg(&vpo)
-                .arg(&mut vout)
-                .arg(&mut vu)
-                .arg(&mut vk);
+            l.arg("write", &write)
+                .arg("n_cells", &nc)
+                .arg("cell_off", &vco)
+                .arg("n_events", &ne)
+                .arg("hit_off", &vho)
+                .arg("x", &vx)
+                .arg("y", &vy)
+                .arg("z", &vz)
+                .arg("r", &vr)
+                .arg("det", &vdet);
+            l.arg("inner", &vi)
+                .arg("outer", &vo)
+                .arg("listed", &vl)
+                .arg("start", &vsi)
+                .arg("by_inner", &vbi);
+            l.arg("ptmin", &n.ptmin)
+                .arg("theta_barrel", &n.ca_theta_cut_barrel)
+                .arg("theta_forward", &n.ca_theta_cut_forward)
+                .arg("dca_inner", &n.dca_cut_inner_triplet)
+                .arg("dca_outer", &n.dca_cut_outer_triplet)
+                .arg("hard_curv", &n.hard_curv_cut);
+            l.arg("count", &mut vn)
+                .arg("first", &vf)
+                .arg("push_off", &vpo)
+                .arg("out", &mut vout)
+                .arg("used", &mut vu)
+                .arg("kept", &mut vk);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))
         };
         {
@@ -705,13 +509,13 @@ impl Step for CaNtupletsGpu {
                 dropped.view_mut::<u32>(n_ev),
             );
             Launch::new(&run, "nt_list_stats")
-                .arg(&vn)
-                .arg(&nc)
-                .arg(&vco)
-                .arg(&ne)
-                .arg(&n.max_cell_neighbors)
-                .arg(&mut vne)
-                .arg(&mut vd)
+                .arg("count", &vn)
+                .arg("n_cells", &nc)
+                .arg("cell_off", &vco)
+                .arg("n_events", &ne)
+                .arg("per_list", &n.max_cell_neighbors)
+                .arg("non_empty", &mut vne)
+                .arg("dropped", &mut vd)
                 .launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
         }
         let (h_total, h_non_empty, h_dropped) = (
@@ -771,21 +575,21 @@ impl Step for CaNtupletsGpu {
                 dead.view_mut::<u8>(n_cells),
             );
             let mut l = Launch::new(run, "nt_fishbone");
-            l.arg(&nh)
-                .arg(&vho)
-                .arg(&ne)
-                .arg(&vco)
-                .arg(&vx)
-                .arg(&vy)
-                .arg(&vz)
-                .arg(&vdet)
-                .arg(&vi);
-            l.arg(&vs)
-                .arg(&vb)
-                .arg(&vu)
-                .arg(&check_track)
-                .arg(&vht)
-                .arg(&mut vd);
+            l.arg("n_hits", &nh)
+                .arg("hit_off", &vho)
+                .arg("n_events", &ne)
+                .arg("cell_off", &vco)
+                .arg("x", &vx)
+                .arg("y", &vy)
+                .arg("z", &vz)
+                .arg("det", &vdet)
+                .arg("inner", &vi);
+            l.arg("start", &vs)
+                .arg("by_outer", &vb)
+                .arg("used", &vu)
+                .arg("check_track", &check_track)
+                .arg("has_track", &vht)
+                .arg("dead", &mut vd);
             l.launch(blocks(n_hits, ELEMENT_BLOCK))
         };
         if n.early_fishbone {
@@ -844,33 +648,33 @@ impl Step for CaNtupletsGpu {
                 tce.view_mut::<u32>(sizes[0].max(1)),
             );
             let mut l = Launch::new(run, "nt_search");
-            l.arg(&write)
-                .arg(&nc)
-                .arg(&vco)
-                .arg(&ne)
-                .arg(&vi)
-                .arg(&vo)
-                .arg(&vp)
-                .arg(&vdd);
-            l.arg(&vn)
-                .arg(&vf)
-                .arg(&vpo)
-                .arg(&vnb)
-                .arg(&n.max_cell_neighbors)
-                .arg(&n.min_hits_per_ntuplet)
-                .arg(&n.max_tuples);
-            l.arg(&mut vt)
-                .arg(&mut vh)
-                .arg(&vtf)
-                .arg(&vhf)
-                .arg(&vto)
-                .arg(&vhoo)
-                .arg(&mut vtl)
-                .arg(&mut vcs)
-                .arg(&mut vce)
-                .arg(&mut voh)
-                .arg(&mut voc)
-                .arg(&mut ve);
+            l.arg("write", &write)
+                .arg("n_cells", &nc)
+                .arg("cell_off", &vco)
+                .arg("n_events", &ne)
+                .arg("inner", &vi)
+                .arg("outer", &vo)
+                .arg("pair", &vp)
+                .arg("dead", &vdd);
+            l.arg("ncount", &vn)
+                .arg("first", &vf)
+                .arg("push_off", &vpo)
+                .arg("nbr", &vnb)
+                .arg("per_list", &n.max_cell_neighbors)
+                .arg("min_hits", &n.min_hits_per_ntuplet)
+                .arg("max_tuples", &n.max_tuples);
+            l.arg("n_tuples", &mut vt)
+                .arg("n_hits", &mut vh)
+                .arg("tuple_first", &vtf)
+                .arg("hit_first", &vhf)
+                .arg("tuple_off", &vto)
+                .arg("hit_off_out", &vhoo)
+                .arg("tuple_len", &mut vtl)
+                .arg("tuple_cstart", &mut vcs)
+                .arg("tuple_cend", &mut vce)
+                .arg("out_hits", &mut voh)
+                .arg("out_cells", &mut voc)
+                .arg("error", &mut ve);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))
         };
         {
@@ -986,20 +790,20 @@ impl Step for CaNtupletsGpu {
                 has_track.view_mut::<u8>(n_cells),
             );
             let mut l = Launch::new(&run, "nt_early_dup");
-            l.arg(&nc)
-                .arg(&vco)
-                .arg(&ne)
-                .arg(&vn)
-                .arg(&vf)
-                .arg(&vb)
-                .arg(&vv)
-                .arg(&n.max_cell_tracks)
-                .arg(&vto)
-                .arg(&vtl)
-                .arg(&vfound)
-                .arg(&n.max_tuples)
-                .arg(&mut vq)
-                .arg(&mut vht);
+            l.arg("n_cells", &nc)
+                .arg("cell_off", &vco)
+                .arg("n_events", &ne)
+                .arg("count", &vn)
+                .arg("first", &vf)
+                .arg("base", &vb)
+                .arg("vals", &vv)
+                .arg("per_list", &n.max_cell_tracks)
+                .arg("tup_off", &vto)
+                .arg("tuple_len", &vtl)
+                .arg("found", &vfound)
+                .arg("max_tuples", &n.max_tuples)
+                .arg("q", &mut vq)
+                .arg("has_track", &mut vht);
             l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
         }
         let (h_len, h_hits, h_cells) = (
@@ -1028,7 +832,7 @@ impl Step for CaNtupletsGpu {
         let on_device = h_bad.as_slice()[0] == 0
             && h_tne
                 .iter()
-                .all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
+                .all(|&k| (k as u64) < n.max_active_doublets as u64);
 
         let mut out = Vec::with_capacity(n_ev);
         for e in 0..n_ev {
@@ -1104,11 +908,11 @@ impl Step for CaNtupletsGpu {
                     coff.view_mut::<u32>(n_tuples + 1),
                 );
                 Launch::new(&run, "nt_list_offsets")
-                    .arg(&nt)
-                    .arg(&vf)
-                    .arg(&vt)
-                    .arg(&mut vh)
-                    .arg(&mut vc)
+                    .arg("n", &nt)
+                    .arg("first", &vf)
+                    .arg("total", &vt)
+                    .arg("hit_off", &mut vh)
+                    .arg("cell_off", &mut vc)
                     .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
             }
             Some((hoff, coff))
@@ -1134,9 +938,9 @@ impl Step for CaNtupletsGpu {
         {
             let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
             Launch::new(&run, "nt_alive_bits")
-                .arg(&vd)
-                .arg(&nc)
-                .arg(&mut vw)
+                .arg("dead", &vd)
+                .arg("n_cells", &nc)
+                .arg("words", &mut vw)
                 .launch(blocks(n_words, ELEMENT_BLOCK))?;
         }
         run.mark()?;

@@ -24,7 +24,7 @@ impl CalibrateGpu {
         gains: Arc<GainCalibration>,
         ccfg: CalibConfig,
     ) -> Result<Self> {
-        let e = |m: String| Error::plan(&cfg.label, format!("uploading the gains: {m}"));
+        let e = |m: crate::GpuError| Error::plan(&cfg.label, format!("uploading the gains: {m}"));
         let mut bytes = 0u64;
         let g = common.gpu;
         let first: Vec<u32> = gains.range_and_cols.iter().map(|r| r.0).collect();
@@ -90,26 +90,34 @@ impl Step for CalibrateGpu {
                 status.view_mut::<u32>(1),
             );
             let mut b = Launch::new(&run, "calibrate");
-            b.arg(&vm).arg(&vx).arg(&vy).arg(&va).arg(&n32);
-            b.arg(&self.gains.first)
-                .arg(&self.gains.last)
-                .arg(&self.gains.cols)
-                .arg(&n_ranges);
-            b.arg(&self.gains.data)
-                .arg(&data_len)
-                .arg(&g.min_ped)
-                .arg(&g.min_gain)
-                .arg(&g.ped_precision)
-                .arg(&g.gain_precision);
-            b.arg(&g.rows_averaged).arg(&g.dead_flag).arg(&g.noisy_flag);
-            b.arg(&is_run2)
-                .arg(&l1)
-                .arg(&cf.vcal_to_electron_gain_l1)
-                .arg(&cf.vcal_to_electron_offset_l1);
-            b.arg(&cf.vcal_to_electron_gain)
-                .arg(&cf.vcal_to_electron_offset)
-                .arg(&cf.min_electrons);
-            b.arg(&mut vom).arg(&mut voa).arg(&mut vst);
+            b.arg("module_in", &vm)
+                .arg("xx", &vx)
+                .arg("yy", &vy)
+                .arg("adc_in", &va)
+                .arg("n", &n32);
+            b.arg("range_first", &self.gains.first)
+                .arg("range_last", &self.gains.last)
+                .arg("range_cols", &self.gains.cols)
+                .arg("n_ranges", &n_ranges);
+            b.arg("data", &self.gains.data)
+                .arg("data_len", &data_len)
+                .arg("min_ped", &g.min_ped)
+                .arg("min_gain", &g.min_gain)
+                .arg("ped_precision", &g.ped_precision)
+                .arg("gain_precision", &g.gain_precision);
+            b.arg("rows_averaged", &g.rows_averaged)
+                .arg("dead_flag", &g.dead_flag)
+                .arg("noisy_flag", &g.noisy_flag);
+            b.arg("is_run2", &is_run2)
+                .arg("l1_modules", &l1)
+                .arg("gain_l1", &cf.vcal_to_electron_gain_l1)
+                .arg("offset_l1", &cf.vcal_to_electron_offset_l1);
+            b.arg("gain_other", &cf.vcal_to_electron_gain)
+                .arg("offset_other", &cf.vcal_to_electron_offset)
+                .arg("min_electrons", &cf.min_electrons);
+            b.arg("module_out", &mut vom)
+                .arg("adc_out", &mut voa)
+                .arg("status", &mut vst);
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;

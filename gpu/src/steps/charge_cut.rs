@@ -78,12 +78,12 @@ pub(super) fn run_ends(
             ends.view_mut::<u32>(n_runs),
         );
         Launch::new(run, "run_ends")
-            .arg(module)
-            .arg(&(n_runs as u32))
-            .arg(&vf)
-            .arg(&vm)
-            .arg(&vl)
-            .arg(&mut ve)
+            .arg("module", module)
+            .arg("n_runs", &(n_runs as u32))
+            .arg("run_first", &vf)
+            .arg("run_module", &vm)
+            .arg("run_limit", &vl)
+            .arg("run_end", &mut ve)
             .launch(blocks(n_runs, ELEMENT_BLOCK))?;
     }
     Ok(ends)
@@ -198,6 +198,102 @@ impl CutRuns {
     }
 }
 
+impl ChargeCutGpu {
+    /// `charge_cut`, one block per run or slot (`runs`: their first digis, ends, cluster
+    /// counts and modules): renumbers the modules and clusters in place, the kept counts
+    /// into `ncl`.
+    #[allow(clippy::too_many_arguments)] // the buffers of one launch, named at the call
+    fn launch_cut(
+        &self,
+        run: &Run,
+        [dm, dc]: [&mut DeviceBuf; 2],
+        da: &DeviceBuf,
+        [first, end, nclus, module]: [&DeviceBuf; 4],
+        n: usize,
+        n_blocks: usize,
+        ncl: &mut DeviceBuf,
+    ) -> Result<()> {
+        let cf = &self.cfg;
+        let (mx, l1) = (cf.max_clusters_per_module, cf.l1_modules as u32);
+        let (mut vm, mut vc, va) = (
+            dm.view_mut::<u16>(n),
+            dc.view_mut::<i32>(n),
+            da.view::<u16>(n),
+        );
+        let (vf, ve, vn, vmod) = (
+            first.view::<u32>(n_blocks),
+            end.view::<u32>(n_blocks),
+            nclus.view::<u32>(n_blocks),
+            module.view::<u16>(n_blocks),
+        );
+        let mut vncl = ncl.view_mut::<u32>(n_blocks);
+        let mut b = Launch::new(run, "charge_cut");
+        b.arg("module", &mut vm)
+            .arg("clus", &mut vc)
+            .arg("adc", &va)
+            .arg("run_first", &vf)
+            .arg("run_end", &ve)
+            .arg("run_nclus", &vn)
+            .arg("run_module", &vmod);
+        b.arg("max_per_module", &mx)
+            .arg("l1_modules", &l1)
+            .arg("min_charge_l1", &cf.min_charge_l1)
+            .arg("min_charge", &cf.min_charge)
+            .arg("ncl_out", &mut vncl);
+        // One block per run or slot (disjoint spans), of CUT_BLOCK threads.
+        b.launch(LaunchConfig {
+            grid_dim: (n_blocks as u32, 1, 1),
+            block_dim: (crate::kernels::CUT_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        })?;
+        Ok(())
+    }
+}
+
+/// The runs from the host's plan (`cut_runs`), uploaded, with the table rows checked on the
+/// device (`run_check` into `status`) and their ends found there (`run_ends`).
+#[allow(clippy::type_complexity)] // the four run columns and their count, as the slots give them
+fn host_runs(
+    run: &mut Run,
+    plan: &CutRuns,
+    vin: &CudaView<u16>,
+    status: &mut DeviceBuf,
+) -> Result<(
+    Arc<DeviceBuf>,
+    Arc<DeviceBuf>,
+    Arc<DeviceBuf>,
+    Arc<DeviceBuf>,
+    usize,
+)> {
+    let (rf, rl, rn, rm) = (&plan.first, &plan.limit, &plan.nclus, &plan.module);
+    let (n_runs, n_rows) = (rf.len(), plan.row_first.len());
+    let (drf, drl, drn, drm) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rm)?);
+    let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
+    run.mark()?;
+    if n_rows > 0 {
+        let (vf, vm, mut vst) = (
+            drow_f.view::<u32>(n_rows),
+            drow_m.view::<u16>(n_rows),
+            status.view_mut::<u32>(1),
+        );
+        Launch::new(run, "run_check")
+            .arg("module", vin)
+            .arg("n_rows", &(n_rows as u32))
+            .arg("row_first", &vf)
+            .arg("row_module", &vm)
+            .arg("status", &mut vst)
+            .launch(blocks(n_rows, ELEMENT_BLOCK))?;
+    }
+    let ends = run_ends(run, vin, &drf, &drm, &drl, n_runs)?;
+    Ok((
+        Arc::new(drf),
+        Arc::new(ends),
+        Arc::new(drn),
+        Arc::new(drm),
+        n_runs,
+    ))
+}
+
 impl Step for ChargeCutGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -255,71 +351,12 @@ impl Step for ChargeCutGpu {
                     s.n_slots,
                 )
             }
-            None => {
-                let (rf, rl, rn, rm) = (&plan.first, &plan.limit, &plan.nclus, &plan.module);
-                let (n_runs, n_rows) = (rf.len(), plan.row_first.len());
-                let (drf, drl, drn, drm) = (run.up(rf)?, run.up(rl)?, run.up(rn)?, run.up(rm)?);
-                let (drow_f, drow_m) = (run.up(&plan.row_first)?, run.up(&plan.row_module)?);
-                run.mark()?;
-                if n_rows > 0 {
-                    let (vf, vm, mut vst) = (
-                        drow_f.view::<u32>(n_rows),
-                        drow_m.view::<u16>(n_rows),
-                        status.view_mut::<u32>(1),
-                    );
-                    Launch::new(&run, "run_check")
-                        .arg(&vin)
-                        .arg(&(n_rows as u32))
-                        .arg(&vf)
-                        .arg(&vm)
-                        .arg(&mut vst)
-                        .launch(blocks(n_rows, ELEMENT_BLOCK))?;
-                }
-                let ends = run_ends(&mut run, &vin, &drf, &drm, &drl, n_runs)?;
-                (
-                    Arc::new(drf),
-                    Arc::new(ends),
-                    Arc::new(drn),
-                    Arc::new(drm),
-                    n_runs,
-                )
-            }
+            None => host_runs(&mut run, &plan, &vin, &mut status)?,
         };
         let mut ncl = run.out::<u32>(n_blocks.max(1))?;
         if n_blocks > 0 {
-            let cf = &self.cfg;
-            let (mx, l1) = (cf.max_clusters_per_module, cf.l1_modules as u32);
-            let (mut vm, mut vc, va) = (
-                dm.view_mut::<u16>(n),
-                dc.view_mut::<i32>(n),
-                da.view::<u16>(n),
-            );
-            let (vf, ve, vn, vmod) = (
-                first.view::<u32>(n_blocks),
-                end.view::<u32>(n_blocks),
-                nclus.view::<u32>(n_blocks),
-                module.view::<u16>(n_blocks),
-            );
-            let mut vncl = ncl.view_mut::<u32>(n_blocks);
-            let mut b = Launch::new(&run, "charge_cut");
-            b.arg(&mut vm)
-                .arg(&mut vc)
-                .arg(&va)
-                .arg(&vf)
-                .arg(&ve)
-                .arg(&vn)
-                .arg(&vmod);
-            b.arg(&mx)
-                .arg(&l1)
-                .arg(&cf.min_charge_l1)
-                .arg(&cf.min_charge)
-                .arg(&mut vncl);
-            // One block per run or slot (disjoint spans), of CUT_BLOCK threads.
-            b.launch(LaunchConfig {
-                grid_dim: (n_blocks as u32, 1, 1),
-                block_dim: (crate::kernels::CUT_BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            })?;
+            let runs = [&*first, &*end, &*nclus, &*module];
+            self.launch_cut(&run, [&mut dm, &mut dc], da, runs, n, n_blocks, &mut ncl)?;
         }
         run.mark()?;
         let (st, hn) = (

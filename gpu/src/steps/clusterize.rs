@@ -98,14 +98,14 @@ impl RunSlots<'_> {
             );
             let (ns, per) = (n as u32, MAX_NUM_MODULES as u32);
             Launch::new(run, "slot_ends")
-                .arg(module)
-                .arg(&ns)
-                .arg(&per)
-                .arg(&vf)
-                .arg(&vm)
-                .arg(&vn)
-                .arg(&vo)
-                .arg(&mut ve)
+                .arg("module", module)
+                .arg("n_slots", &ns)
+                .arg("slots_per_event", &per)
+                .arg("slot_first", &vf)
+                .arg("slot_module", &vm)
+                .arg("slot_nclus", &vn)
+                .arg("event_offsets", &vo)
+                .arg("slot_end", &mut ve)
                 .launch(blocks(n, ELEMENT_BLOCK))?;
         }
         Ok(ends)
@@ -208,14 +208,14 @@ impl Step for ClusterizeGpu {
             {
                 let (mut vs, mut vst) = (start.view_mut::<u32>(n), status.view_mut::<u32>(1));
                 Launch::new(&run, "mr_flag")
-                    .arg(&vm)
-                    .arg(&vx)
-                    .arg(&vy)
-                    .arg(&n32)
-                    .arg(&vo)
-                    .arg(&n_ev32)
-                    .arg(&mut vs)
-                    .arg(&mut vst)
+                    .arg("module", &vm)
+                    .arg("xx", &vx)
+                    .arg("yy", &vy)
+                    .arg("n", &n32)
+                    .arg("event_offsets", &vo)
+                    .arg("n_events", &n_ev32)
+                    .arg("start", &mut vs)
+                    .arg("status", &mut vst)
                     .launch(blocks(n, ELEMENT_BLOCK))?;
             }
             let vs = start.view::<u32>(n);
@@ -237,29 +237,29 @@ impl Step for ClusterizeGpu {
                     cut.view_mut::<u64>(n_ev),
                 );
                 let mut b = Launch::new(&run, "mr_fill");
-                b.arg(&vm)
-                    .arg(&n32)
-                    .arg(&vo)
-                    .arg(&n_ev32)
-                    .arg(&vs)
-                    .arg(&vp)
-                    .arg(&max_pix);
-                b.arg(&mut vf)
-                    .arg(&mut ve)
-                    .arg(&mut vb)
-                    .arg(&mut vmod)
-                    .arg(&mut vw)
-                    .arg(&mut vov)
-                    .arg(&mut vc);
+                b.arg("module", &vm)
+                    .arg("n", &n32)
+                    .arg("event_offsets", &vo)
+                    .arg("n_events", &n_ev32)
+                    .arg("start", &vs)
+                    .arg("pos", &vp)
+                    .arg("max_pix", &max_pix);
+                b.arg("run_first", &mut vf)
+                    .arg("run_end", &mut ve)
+                    .arg("run_base", &mut vb)
+                    .arg("run_module", &mut vmod)
+                    .arg("worst", &mut vw)
+                    .arg("over", &mut vov)
+                    .arg("cut", &mut vc);
                 b.launch(blocks(n, ELEMENT_BLOCK))?;
             }
             {
                 let mut vc = clus.view_mut::<i32>(n);
                 Launch::new(&run, "clus_init")
-                    .arg(&mut vc)
-                    .arg(&n32)
-                    .arg(&vo)
-                    .arg(&n_ev32)
+                    .arg("clus", &mut vc)
+                    .arg("n", &n32)
+                    .arg("event_offsets", &vo)
+                    .arg("n_events", &n_ev32)
                     .launch(blocks(n, ELEMENT_BLOCK))?;
             }
             let (vf, ve, vb) = (
@@ -273,15 +273,15 @@ impl Step for ClusterizeGpu {
                 found.view_mut::<u32>(slots),
             );
             let mut b = Launch::new(&run, "clusterize");
-            b.arg(&vm)
-                .arg(&vx)
-                .arg(&vy)
-                .arg(&vf)
-                .arg(&ve)
-                .arg(&vb)
-                .arg(&mut vc)
-                .arg(&mut vbins)
-                .arg(&mut vfound);
+            b.arg("module", &vm)
+                .arg("xx", &vx)
+                .arg("yy", &vy)
+                .arg("run_first", &vf)
+                .arg("run_end", &ve)
+                .arg("run_base", &vb)
+                .arg("clus_all", &mut vc)
+                .arg("bins_all", &mut vbins)
+                .arg("found_out", &mut vfound);
             // One block per slot (runs disjoint inside the batch), of CLUSTER_BLOCK threads.
             b.launch(LaunchConfig {
                 grid_dim: (slots as u32, 1, 1),

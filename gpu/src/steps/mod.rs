@@ -72,6 +72,7 @@ use crate::transfer::{BatchTransfers, TransferStats};
 
 mod ca_doublets;
 mod ca_ntuplets;
+mod ca_ntuplets_host;
 mod calibrate;
 mod charge_cut;
 mod clusterize;
@@ -84,7 +85,7 @@ mod vertices;
 pub(crate) use ca_doublets::CaDoubletsGpu;
 pub use ca_doublets::{cell_offsets, doublet_products, prepare, DoubletBatch, DoubletProducts};
 pub(crate) use ca_ntuplets::CaNtupletsGpu;
-pub use ca_ntuplets::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
+pub use ca_ntuplets_host::{capped_neighbors, ntuplet_event, ntuplet_event_listed};
 pub(crate) use calibrate::CalibrateGpu;
 pub(crate) use charge_cut::ChargeCutGpu;
 pub use charge_cut::{beyond_kernel_slots, cut_runs, CutRuns};
@@ -496,13 +497,14 @@ pub(crate) struct Queued<T> {
     _t: std::marker::PhantomData<T>,
 }
 
-/// A kernel launch whose argument types are checked against the kernel's source signature
-/// before it is submitted (a wrong order or type is an error naming the argument, not
-/// silently wrong products).
+/// A kernel launch whose arguments, each passed with its parameter's name, are checked
+/// against the kernel's source signature before it is submitted: a missing, misordered or
+/// mistyped argument is an error naming the kernel and the argument, not silently wrong
+/// products ([`crate::kernels::check_launch`]).
 pub(crate) struct Launch<'a> {
     b: LaunchArgs<'a>,
     name: &'static str,
-    types: Vec<String>,
+    args: Vec<(&'static str, String)>,
     run: &'a Run,
 }
 
@@ -511,20 +513,21 @@ impl<'a> Launch<'a> {
         Launch {
             b: run.stream.launch_builder(run.gpu.function(name)),
             name,
-            types: Vec::new(),
+            args: Vec::new(),
             run,
         }
     }
-    pub(crate) fn arg<A: KernelArg>(&mut self, a: A) -> &mut Self
+    /// The next argument, for the kernel's parameter `param`.
+    pub(crate) fn arg<A: KernelArg>(&mut self, param: &'static str, a: A) -> &mut Self
     where
         LaunchArgs<'a>: PushKernelArg<A>,
     {
-        self.types.push(A::c_type());
+        self.args.push((param, A::c_type()));
         self.b.arg(a);
         self
     }
     pub(crate) fn launch(&mut self, cfg: LaunchConfig) -> Result<()> {
-        check_launch(self.name, &self.types).map_err(derr)?;
+        check_launch(self.name, &self.args)?;
         let before = if crate::transfer::kernel_timing() {
             Some(self.run.event()?)
         } else {
@@ -549,7 +552,7 @@ const SEG_BLOCK: u32 = 256;
 /// host): the exclusive prefix sums of `value` into `first` (which may be `value`'s buffer)
 /// and the segment's sum into `total[e]`. Two launches over tiles of [`SEG_TILE`] values
 /// (`sg_tile_sum`, `sg_tile_scan`), so that a batch's scan uses every SM rather than one
-/// block per event (a block scanning an event's 135 000 cells took 0.34 ms on an H200).
+/// block per event (the measurements: docs/decisions.md, "GPU kernels: what a batch's work costs on all SMs").
 pub(crate) fn seg_scan(
     run: &mut Run,
     value: &CudaView<u32>,
@@ -585,22 +588,22 @@ pub(crate) fn seg_scan(
     {
         let mut vs = sums.view_mut::<u32>(n_tiles);
         Launch::new(run, "sg_tile_sum")
-            .arg(value)
-            .arg(seg_off)
-            .arg(&tiles)
-            .arg(&SEG_TILE)
-            .arg(&mut vs)
+            .arg("value", value)
+            .arg("seg_off", seg_off)
+            .arg("tiles", &tiles)
+            .arg("tile", &SEG_TILE)
+            .arg("tile_sum", &mut vs)
             .launch(cfg)?;
     }
     let vs = sums.view::<u32>(n_tiles);
     Launch::new(run, "sg_tile_scan")
-        .arg(value)
-        .arg(seg_off)
-        .arg(&tiles)
-        .arg(&SEG_TILE)
-        .arg(&vs)
-        .arg(first)
-        .arg(total)
+        .arg("value", value)
+        .arg("seg_off", seg_off)
+        .arg("tiles", &tiles)
+        .arg("tile", &SEG_TILE)
+        .arg("tile_sum", &vs)
+        .arg("first", first)
+        .arg("total", total)
         .launch(cfg)
 }
 

@@ -46,7 +46,9 @@ impl RawToDigisGpu {
             let mut bytes = 0u64;
             let g = common.gpu;
             let up32 = |v: &[u32], b: &mut u64| upload_condition(g, v, b);
-            let e = |m: String| Error::plan(&cfg.label, format!("uploading the cabling map: {m}"));
+            let e = |m: crate::GpuError| {
+                Error::plan(&cfg.label, format!("uploading the cabling map: {m}"))
+            };
             let c = DeviceCabling {
                 link: up32(&cabling.link, &mut bytes).map_err(e)?,
                 roc: up32(&cabling.roc, &mut bytes).map_err(e)?,
@@ -148,6 +150,59 @@ pub fn merge_errors(framed: &Framed, mut word_errors: Vec<(u32, u8, u32)>) -> Ve
     errors
 }
 
+/// A word error as the kernel lists it: word index, error type, raw id.
+type WordError = (u32, u8, u32);
+
+/// The kernel's status and its word errors (word index, type, raw id; at most `n`), downloaded.
+fn word_errors(
+    run: &mut Run,
+    status: &DeviceBuf,
+    count: &DeviceBuf,
+    [index, kind, raw]: [&DeviceBuf; 3],
+    n: usize,
+) -> Result<(u32, Vec<WordError>)> {
+    let (st, cnt) = (run.queue::<u32>(status, 1)?, run.queue::<u32>(count, 1)?);
+    let (st, cnt) = (run.take(st)?, run.take(cnt)?);
+    let n_err = (cnt[0] as usize).min(n);
+    let (ei, et, er) = (
+        run.queue::<u32>(index, n_err)?,
+        run.queue::<u8>(kind, n_err)?,
+        run.queue::<u32>(raw, n_err)?,
+    );
+    let (ei, et, er) = (run.take(ei)?, run.take(et)?, run.take(er)?);
+    Ok((st[0], (0..n_err).map(|k| (ei[k], et[k], er[k])).collect()))
+}
+
+impl RawToDigisGpu {
+    /// The batch's `digi_errors` and capacity rows (the FED words past `max_words`), as the
+    /// CPU step publishes them.
+    fn publish_errors(&self, batch: &mut EventBatch, errors: &[Vec<PixelError>]) -> Result<()> {
+        let all: Vec<&PixelError> = errors.iter().flatten().collect();
+        let err_cols: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
+            Arc::new(arrow_array::UInt64Array::from_iter_values(
+                all.iter().map(|e| e.word),
+            )),
+            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.raw_id))),
+            Arc::new(arrow_array::UInt8Array::from_iter_values(
+                all.iter().map(|e| e.error_type),
+            )),
+        ];
+        publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))?;
+        publish_overflows(
+            batch,
+            errors
+                .iter()
+                .map(|e| {
+                    records::fed_words(e, self.cfg.max_words)
+                        .into_iter()
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+}
+
 impl Step for RawToDigisGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -205,47 +260,45 @@ impl Step for RawToDigisGpu {
                 status.view_mut::<u32>(1),
             );
             let mut b = Launch::new(&run, "raw_to_digis");
-            b.arg(&w).arg(&n32).arg(&ss).arg(&sf).arg(&n_seg);
-            b.arg(&cab.link)
-                .arg(&cab.roc)
-                .arg(&cab.raw_id)
-                .arg(&cab.roc_in_det)
-                .arg(&cab.module_id);
-            b.arg(&cab.bad_rocs)
-                .arg(&cab.mod_to_unp)
-                .arg(&cab.size)
-                .arg(&use_q);
-            b.arg(&mut vx)
-                .arg(&mut vy)
-                .arg(&mut va)
-                .arg(&mut vm)
-                .arg(&mut vr)
-                .arg(&mut vp);
-            b.arg(&mut ec)
-                .arg(&mut ei)
-                .arg(&mut et)
-                .arg(&mut er)
-                .arg(&mut st);
+            b.arg("words", &w)
+                .arg("n_words", &n32)
+                .arg("seg_start", &ss)
+                .arg("seg_fed", &sf)
+                .arg("n_seg", &n_seg);
+            b.arg("c_link", &cab.link)
+                .arg("c_roc", &cab.roc)
+                .arg("c_raw_id", &cab.raw_id)
+                .arg("c_roc_in_det", &cab.roc_in_det)
+                .arg("c_module_id", &cab.module_id);
+            b.arg("c_bad_rocs", &cab.bad_rocs)
+                .arg("c_mod_to_unp", &cab.mod_to_unp)
+                .arg("c_size", &cab.size)
+                .arg("use_quality", &use_q);
+            b.arg("xx", &mut vx)
+                .arg("yy", &mut vy)
+                .arg("adc_out", &mut va)
+                .arg("module_out", &mut vm)
+                .arg("raw_id_out", &mut vr)
+                .arg("pdigi_out", &mut vp);
+            b.arg("err_count", &mut ec)
+                .arg("err_index", &mut ei)
+                .arg("err_type", &mut et)
+                .arg("err_raw", &mut er)
+                .arg("status", &mut st);
             b.launch(blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;
-        let (st, cnt) = (
-            run.queue::<u32>(&status, 1)?,
-            run.queue::<u32>(&err_count, 1)?,
-        );
-        let (st, cnt) = (run.take(st)?, run.take(cnt)?);
-        let n_err = (cnt[0] as usize).min(n);
-        let (ei, et, er) = (
-            run.queue::<u32>(&e_index, n_err)?,
-            run.queue::<u8>(&e_type, n_err)?,
-            run.queue::<u32>(&e_raw, n_err)?,
-        );
-        let (ei, et, er) = (run.take(ei)?, run.take(et)?, run.take(er)?);
+        let (st, werr) = word_errors(
+            &mut run,
+            &status,
+            &err_count,
+            [&e_index, &e_type, &e_raw],
+            n,
+        )?;
         run.finish(&c.stats)?;
-        if st[0] != 0 {
+        if st != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        let werr: Vec<(u32, u8, u32)> = (0..n_err).map(|k| (ei[k], et[k], er[k])).collect();
         let errors = merge_errors(&framed, werr);
         // The digis stay on the device: the GPU `calibrate` reads them there, and the first
         // host consumer (a CPU step, an output, `compare`) downloads them once.
@@ -264,29 +317,7 @@ impl Step for RawToDigisGpu {
             n,
             on_device,
         )?)?;
-        let all: Vec<&PixelError> = errors.iter().flatten().collect();
-        let err_cols: Vec<ArrayRef> = vec![
-            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.fed))),
-            Arc::new(arrow_array::UInt64Array::from_iter_values(
-                all.iter().map(|e| e.word),
-            )),
-            Arc::new(UInt32Array::from_iter_values(all.iter().map(|e| e.raw_id))),
-            Arc::new(arrow_array::UInt8Array::from_iter_values(
-                all.iter().map(|e| e.error_type),
-            )),
-        ];
-        publish(batch, DIGI_ERRORS, err_cols, errors.iter().map(Vec::len))?;
-        publish_overflows(
-            batch,
-            errors
-                .iter()
-                .map(|e| {
-                    records::fed_words(e, self.cfg.max_words)
-                        .into_iter()
-                        .collect()
-                })
-                .collect(),
-        )
+        self.publish_errors(batch, &errors)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -356,31 +356,45 @@ impl Step for RecHitsGpu {
                 status.view_mut::<u32>(1),
             );
             let mut bld = Launch::new(&run, "rechits");
-            bld.arg(&vm).arg(&vc).arg(&vx).arg(&vy).arg(&va);
+            bld.arg("module", &vm)
+                .arg("clus", &vc)
+                .arg("xx", &vx)
+                .arg("yy", &vy)
+                .arg("adc", &va);
             // Shared memory for the batch's largest run (a slot's count is a run's).
             let cap = plan.nclus.iter().copied().max().unwrap_or(0).max(1);
-            bld.arg(&vf)
-                .arg(&ve)
-                .arg(&vn)
-                .arg(&vme)
-                .arg(&vh)
-                .arg(&vbs)
-                .arg(&beam_stride)
-                .arg(&cap)
-                .arg(&self.det);
-            bld.arg(&com.thickness_b)
-                .arg(&com.thickness_e)
-                .arg(&com.pitch_x)
-                .arg(&com.pitch_y);
-            for o in outs.iter_mut() {
-                bld.arg(o);
+            bld.arg("run_first", &vf)
+                .arg("run_end", &ve)
+                .arg("run_nclus", &vn)
+                .arg("run_me", &vme)
+                .arg("run_hit", &vh)
+                .arg("beam", &vbs)
+                .arg("beam_stride", &beam_stride)
+                .arg("cap", &cap)
+                .arg("det", &self.det);
+            bld.arg("thickness_b", &com.thickness_b)
+                .arg("thickness_e", &com.thickness_e)
+                .arg("pitch_x", &com.pitch_x)
+                .arg("pitch_y", &com.pitch_y);
+            let out_params = [
+                "x_local",
+                "y_local",
+                "xerr_local",
+                "yerr_local",
+                "x_global",
+                "y_global",
+                "z_global",
+                "r_global",
+            ];
+            for (o, param) in outs.iter_mut().zip(out_params) {
+                bld.arg(param, o);
             }
-            bld.arg(&mut vi)
-                .arg(&mut vq)
-                .arg(&mut vsx)
-                .arg(&mut vsy)
-                .arg(&mut vd)
-                .arg(&mut vst);
+            bld.arg("iphi", &mut vi)
+                .arg("charge", &mut vq)
+                .arg("size_x", &mut vsx)
+                .arg("size_y", &mut vsy)
+                .arg("det_index", &mut vd)
+                .arg("status", &mut vst);
             // One block per run or slot (hit slots of runs are disjoint), of RECHITS_BLOCK threads.
             let (threads, per_cluster) = (
                 crate::kernels::RECHITS_BLOCK,

@@ -15,7 +15,7 @@ use quiver_reco::tracks::fit::FitJob;
 use quiver_reco::tracks::ntuplets::Tuples;
 use quiver_reco::tracks::{fit_jobs_of, CaConfig};
 
-use crate::device::upload_condition;
+use crate::device::{upload_condition, DeviceBuf};
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
 use crate::resident::CudaMirror;
@@ -149,6 +149,142 @@ impl TrackFitGpu {
     }
 }
 
+/// Each fit job's tuple as a batch row of the `ntuplets` product `n`.
+fn job_rows(fb: &FitBatch, n: &quiver_columnar::Product) -> Vec<u32> {
+    let mut job_row = Vec::with_capacity(fb.job_n.len());
+    for (e, jobs) in fb.jobs.iter().enumerate() {
+        let base = n.event_rows(e).start;
+        job_row.extend(jobs.iter().map(|j| (base + j.row as usize) as u32));
+    }
+    job_row
+}
+
+/// `fit_job_hits`: the job table (`djh`) from the tuples' hit lists that a GPU
+/// `ca_ntuplets` kept on the device (`lists`: offsets, hits, their count), with the jobs'
+/// rows and hit counts (`jobs`) and the tuples' and hits' event offsets (`tables`).
+fn launch_job_hits(
+    run: &Run,
+    (n_jobs, n_events, rows): (usize, usize, usize),
+    [djr, djn]: [&DeviceBuf; 2],
+    (loff, lhits, n_hits): (&Arc<DeviceBuf>, &Arc<DeviceBuf>, usize),
+    [dto, dhs]: [&DeviceBuf; 2],
+    djh: &mut DeviceBuf,
+) -> Result<()> {
+    let (nj, ne) = (n_jobs as u32, n_events as u32);
+    let (vjr, vjn, vto, vhs) = (
+        djr.view::<u32>(n_jobs),
+        djn.view::<u8>(n_jobs),
+        dto.view::<u32>(ne as usize + 1),
+        dhs.view::<u32>(ne as usize + 1),
+    );
+    let (vlo, vlh, mut vjh) = (
+        loff.view::<u32>(rows + 1),
+        lhits.view::<u32>(n_hits),
+        djh.view_mut::<u32>(n_jobs * FIT_HITS),
+    );
+    let mut l = Launch::new(run, "fit_job_hits");
+    l.arg("n_jobs", &nj)
+        .arg("job_row", &vjr)
+        .arg("job_n", &vjn)
+        .arg("n_events", &ne)
+        .arg("tup_off", &vto)
+        .arg("hit_start", &vhs)
+        .arg("list_off", &vlo)
+        .arg("list_hits", &vlh)
+        .arg("job_hits", &mut vjh);
+    l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+    Ok(())
+}
+
+impl TrackFitGpu {
+    /// The fit kernel (`track_fit_bl` or `track_fit_riemann`), one thread per job: its
+    /// values into `dout` (`draw`: the raw doubles' one-element stand-in).
+    #[allow(clippy::too_many_arguments)] // the buffers of one launch, named at the call
+    fn launch_fit(
+        &self,
+        run: &Run,
+        djh: &DeviceBuf,
+        djn: &DeviceBuf,
+        [x, y, z, xe, ye, det]: [&DeviceBuf; 6],
+        nh: usize,
+        n_jobs: usize,
+        [dout, draw]: [&mut DeviceBuf; 2],
+    ) -> Result<()> {
+        let (vjh, vjn) = (djh.view::<u32>(n_jobs * FIT_HITS), djn.view::<u8>(n_jobs));
+        let (vx, vy, vz, vxe, vye, vd) = (
+            x.view::<f32>(nh),
+            y.view::<f32>(nh),
+            z.view::<f32>(nh),
+            xe.view::<f32>(nh),
+            ye.view::<f32>(nh),
+            det.view::<u16>(nh),
+        );
+        let (mut vo, mut vr, no_raw) = (
+            dout.view_mut::<f32>(n_jobs * FIT_OUT),
+            draw.view_mut::<f64>(1),
+            0u32,
+        );
+        let nj = n_jobs as u32;
+        let kernel = if self.cfg.fit.use_riemann_fit {
+            "track_fit_riemann"
+        } else {
+            "track_fit_bl"
+        };
+        let mut l = Launch::new(run, kernel);
+        l.arg("n_jobs", &nj)
+            .arg("job_hits", &vjh)
+            .arg("job_n", &vjn)
+            .arg("x", &vx)
+            .arg("y", &vy)
+            .arg("z", &vz)
+            .arg("xerr", &vxe)
+            .arg("yerr", &vye)
+            .arg("det", &vd);
+        l.arg("frames", &self.frames)
+            .arg("b_field", &self.cfg.fit.b_field)
+            .arg("out", &mut vo)
+            .arg("write_raw", &no_raw)
+            .arg("raw", &mut vr);
+        l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+        Ok(())
+    }
+
+    /// `fit_scatter`: each job's values into its tuple's row of the state, pT and χ²
+    /// columns (`rows` tuples).
+    fn launch_scatter(
+        &self,
+        run: &Run,
+        djr: &DeviceBuf,
+        dout: &DeviceBuf,
+        n_jobs: usize,
+        rows: usize,
+        [dstate, dpt, dchi2]: [&mut DeviceBuf; 3],
+    ) -> Result<()> {
+        // As the CPU's StoredFit scales the curvature: by 1/B in f32.
+        let inv_b = 1.0f32 / self.cfg.fit.b_field;
+        let (vjr, vo, nj) = (
+            djr.view::<u32>(n_jobs),
+            dout.view::<f32>(n_jobs * FIT_OUT),
+            n_jobs as u32,
+        );
+        let (mut vs, mut vp, mut vc) = (
+            dstate.view_mut::<f32>(5 * rows),
+            dpt.view_mut::<f32>(rows),
+            dchi2.view_mut::<f32>(rows),
+        );
+        let mut l = Launch::new(run, "fit_scatter");
+        l.arg("n_jobs", &nj)
+            .arg("job_row", &vjr)
+            .arg("vals", &vo)
+            .arg("inv_b", &inv_b)
+            .arg("state", &mut vs)
+            .arg("pt", &mut vp)
+            .arg("chi2", &mut vc);
+        l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+        Ok(())
+    }
+}
+
 impl Step for TrackFitGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -197,11 +333,7 @@ impl Step for TrackFitGpu {
             let (x, y, z, xe, ye, det) = (x?, y?, z?, xe?, ye?, hc.column("det_index")?);
             let djn = run.up(&fb.job_n)?;
             // Each job's tuple as a batch row, for the columns kept on the device.
-            let mut job_row = Vec::with_capacity(n_jobs);
-            for (e, jobs) in fb.jobs.iter().enumerate() {
-                let base = n.event_rows(e).start;
-                job_row.extend(jobs.iter().map(|j| (base + j.row as usize) as u32));
-            }
+            let job_row = job_rows(&fb, &n);
             let djr = run.up(&job_row)?;
             // The job table: from the tuples' lists that the GPU `ca_ntuplets` kept on the
             // device (two small tables cross the bus, not 20 bytes per fit), else uploaded.
@@ -224,92 +356,34 @@ impl Step for TrackFitGpu {
             // The raw doubles are for the emulation tests; here a one-element stand-in.
             let mut draw = run.out::<f64>(1)?;
             run.mark()?;
-            if let (Some((loff, lhits, n_hits)), Some((dto, dhs))) = (kept, &from_lists) {
-                let (nj, ne) = (n_jobs as u32, batch.n_events() as u32);
-                let (vjr, vjn, vto, vhs) = (
-                    djr.view::<u32>(n_jobs),
-                    djn.view::<u8>(n_jobs),
-                    dto.view::<u32>(ne as usize + 1),
-                    dhs.view::<u32>(ne as usize + 1),
-                );
-                let (vlo, vlh, mut vjh) = (
-                    loff.view::<u32>(rows + 1),
-                    lhits.view::<u32>(n_hits),
-                    djh.view_mut::<u32>(n_jobs * FIT_HITS),
-                );
-                let mut l = Launch::new(&run, "fit_job_hits");
-                l.arg(&nj)
-                    .arg(&vjr)
-                    .arg(&vjn)
-                    .arg(&ne)
-                    .arg(&vto)
-                    .arg(&vhs)
-                    .arg(&vlo)
-                    .arg(&vlh)
-                    .arg(&mut vjh);
-                l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+            if let (Some(lists), Some((dto, dhs))) = (kept, &from_lists) {
+                let (jobs, tables) = ([&djr, &djn], [dto, dhs]);
+                launch_job_hits(
+                    &run,
+                    (n_jobs, batch.n_events(), rows),
+                    jobs,
+                    lists,
+                    tables,
+                    &mut djh,
+                )?;
             }
-            {
-                let (vjh, vjn) = (djh.view::<u32>(n_jobs * FIT_HITS), djn.view::<u8>(n_jobs));
-                let (vx, vy, vz, vxe, vye, vd) = (
-                    x.view::<f32>(nh),
-                    y.view::<f32>(nh),
-                    z.view::<f32>(nh),
-                    xe.view::<f32>(nh),
-                    ye.view::<f32>(nh),
-                    det.view::<u16>(nh),
-                );
-                let (mut vo, mut vr, no_raw) = (
-                    dout.view_mut::<f32>(n_jobs * FIT_OUT),
-                    draw.view_mut::<f64>(1),
-                    0u32,
-                );
-                let nj = n_jobs as u32;
-                let kernel = if self.cfg.fit.use_riemann_fit {
-                    "track_fit_riemann"
-                } else {
-                    "track_fit_bl"
-                };
-                let mut l = Launch::new(&run, kernel);
-                l.arg(&nj)
-                    .arg(&vjh)
-                    .arg(&vjn)
-                    .arg(&vx)
-                    .arg(&vy)
-                    .arg(&vz)
-                    .arg(&vxe)
-                    .arg(&vye)
-                    .arg(&vd);
-                l.arg(&self.frames)
-                    .arg(&self.cfg.fit.b_field)
-                    .arg(&mut vo)
-                    .arg(&no_raw)
-                    .arg(&mut vr);
-                l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
-            }
-            {
-                // As the CPU's StoredFit scales the curvature: by 1/B in f32.
-                let inv_b = 1.0f32 / self.cfg.fit.b_field;
-                let (vjr, vo, nj) = (
-                    djr.view::<u32>(n_jobs),
-                    dout.view::<f32>(n_jobs * FIT_OUT),
-                    n_jobs as u32,
-                );
-                let (mut vs, mut vp, mut vc) = (
-                    dstate.view_mut::<f32>(5 * rows),
-                    dpt.view_mut::<f32>(rows),
-                    dchi2.view_mut::<f32>(rows),
-                );
-                let mut l = Launch::new(&run, "fit_scatter");
-                l.arg(&nj)
-                    .arg(&vjr)
-                    .arg(&vo)
-                    .arg(&inv_b)
-                    .arg(&mut vs)
-                    .arg(&mut vp)
-                    .arg(&mut vc);
-                l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
-            }
+            self.launch_fit(
+                &run,
+                &djh,
+                &djn,
+                [x, y, z, xe, ye, det],
+                nh,
+                n_jobs,
+                [&mut dout, &mut draw],
+            )?;
+            self.launch_scatter(
+                &run,
+                &djr,
+                &dout,
+                n_jobs,
+                rows,
+                [&mut dstate, &mut dpt, &mut dchi2],
+            )?;
             run.mark()?;
             let out = run.down_of::<f32>(TRACK_FITS, &dout, n_jobs * FIT_OUT)?;
             let results = run.finish(&c.stats)?;

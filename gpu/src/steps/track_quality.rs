@@ -290,32 +290,32 @@ impl Step for TrackQualityGpu {
             );
             let (ne, late, sh_cap) = (n_ev as u32, late as u32, QX_SH as u32);
             let mut l = Launch::new(&run, "qx_quality");
-            l.arg(&ne)
-                .arg(&vto)
-                .arg(&vtho)
-                .arg(&vth)
-                .arg(&vst)
-                .arg(&vpt)
-                .arg(&vchi)
-                .arg(&vcuts);
-            l.arg(&vco)
-                .arg(&vcount)
-                .arg(&vfirst)
-                .arg(&vbase)
-                .arg(&per_list)
-                .arg(&vvals)
-                .arg(&vdead)
-                .arg(&late);
-            l.arg(&vho)
-                .arg(&mut v1)
-                .arg(&mut v2)
-                .arg(&mut vcl)
-                .arg(&mut vwin)
-                .arg(&mut vkilled);
-            l.arg(&sh_cap)
-                .arg(&QX_ROUNDS)
-                .arg(&mut vrounds)
-                .arg(&mut vq);
+            l.arg("n_events", &ne)
+                .arg("tup_off", &vto)
+                .arg("thit_off", &vtho)
+                .arg("thits", &vth)
+                .arg("state", &vst)
+                .arg("pt", &vpt)
+                .arg("chi2", &vchi)
+                .arg("cuts", &vcuts);
+            l.arg("cell_off", &vco)
+                .arg("ct_count", &vcount)
+                .arg("ct_first", &vfirst)
+                .arg("ct_base", &vbase)
+                .arg("per_list", &per_list)
+                .arg("ct_vals", &vvals)
+                .arg("dead", &vdead)
+                .arg("late_fishbone", &late);
+            l.arg("hit_off", &vho)
+                .arg("h2t_off_all", &mut v1)
+                .arg("h2t_bins_all", &mut v2)
+                .arg("cl_all", &mut vcl)
+                .arg("win_all", &mut vwin)
+                .arg("killed_all", &mut vkilled);
+            l.arg("sh_cap", &sh_cap)
+                .arg("max_rounds", &QX_ROUNDS)
+                .arg("rounds_all", &mut vrounds)
+                .arg("q_all", &mut vq);
             l.launch(cudarc::driver::LaunchConfig {
                 grid_dim: (ne, 1, 1),
                 block_dim: (QX_BLOCK, 1, 1),

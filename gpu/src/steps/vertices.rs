@@ -10,6 +10,7 @@ use quiver_reco::vertices::{
     vertices_from, ChainResult, Clusterizer, Selected, VertexConfig, Vertices,
 };
 
+use crate::device::DeviceBuf;
 use crate::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
 use crate::steps::{fallback, record_results, Common, Launch, Run};
 use quiver_reco::steps::types::{TRACK_VERTICES, VERTICES};
@@ -150,6 +151,161 @@ impl VerticesGpu {
     }
 }
 
+/// The kernel's scratch and outputs on the device, per selected track or event.
+struct VxBuffers {
+    izt: DeviceBuf,
+    bins: DeviceBuf,
+    off: DeviceBuf,
+    nn: DeviceBuf,
+    ptr: DeviceBuf,
+    iv: DeviceBuf,
+    s_it: DeviceBuf,
+    s_zz: DeviceBuf,
+    s_ww: DeviceBuf,
+    s_new: DeviceBuf,
+    zv: DeviceBuf,
+    wv: DeviceBuf,
+    chi2: DeviceBuf,
+    ndof: DeviceBuf,
+    ptv2: DeviceBuf,
+    sort: DeviceBuf,
+    nv: DeviceBuf,
+    err: DeviceBuf,
+}
+
+impl VxBuffers {
+    fn alloc(run: &mut Run, n: usize, n_ev: usize) -> Result<Self> {
+        let (izt, bins, off) = (
+            run.out::<u32>(n)?,
+            run.out::<u32>(n)?,
+            run.out::<u32>(n_ev * VX_BIN_OFFSETS)?,
+        );
+        let (nn, ptr, iv) = (run.out::<i32>(n)?, run.out::<i32>(n)?, run.out::<i32>(n)?);
+        let (s_it, s_zz, s_ww, s_new) = (
+            run.out::<u32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<u8>(n)?,
+        );
+        let (zv, wv, chi2, ndof, ptv2, sort) = (
+            run.out::<f32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<i32>(n)?,
+            run.out::<f32>(n)?,
+            run.out::<u16>(n)?,
+        );
+        let (nv, err) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        Ok(VxBuffers {
+            izt,
+            bins,
+            off,
+            nn,
+            ptr,
+            iv,
+            s_it,
+            s_zz,
+            s_ww,
+            s_new,
+            zv,
+            wv,
+            chi2,
+            ndof,
+            ptv2,
+            sort,
+            nv,
+            err,
+        })
+    }
+
+    /// `vx_find`, one block per event, on the selected tracks (`input`: offsets, z, σ²(z),
+    /// pT²).
+    fn launch(
+        &mut self,
+        run: &Run,
+        v: &VertexConfig,
+        [dso, dz, de, dp]: [&DeviceBuf; 4],
+        n: usize,
+        n_ev: usize,
+    ) -> Result<()> {
+        let (vso, vz, ve, vp) = (
+            dso.view::<u32>(n_ev + 1),
+            dz.view::<f32>(n),
+            de.view::<f32>(n),
+            dp.view::<f32>(n),
+        );
+        let (mut a1, mut a2, mut a3) = (
+            self.izt.view_mut::<u32>(n),
+            self.bins.view_mut::<u32>(n),
+            self.off.view_mut::<u32>(n_ev * VX_BIN_OFFSETS),
+        );
+        let (mut a4, mut a5, mut a6) = (
+            self.nn.view_mut::<i32>(n),
+            self.ptr.view_mut::<i32>(n),
+            self.iv.view_mut::<i32>(n),
+        );
+        let (mut a7, mut a8, mut a9, mut a10) = (
+            self.s_it.view_mut::<u32>(n),
+            self.s_zz.view_mut::<f32>(n),
+            self.s_ww.view_mut::<f32>(n),
+            self.s_new.view_mut::<u8>(n),
+        );
+        let (mut o1, mut o2, mut o3, mut o4, mut o5, mut o6) = (
+            self.zv.view_mut::<f32>(n),
+            self.wv.view_mut::<f32>(n),
+            self.chi2.view_mut::<f32>(n),
+            self.ndof.view_mut::<i32>(n),
+            self.ptv2.view_mut::<f32>(n),
+            self.sort.view_mut::<u16>(n),
+        );
+        let (mut o7, mut o8) = (
+            self.nv.view_mut::<u32>(n_ev),
+            self.err.view_mut::<u32>(n_ev),
+        );
+        let ne = n_ev as u32;
+        let mut l = Launch::new(run, "vx_find");
+        let mode = clustering_mode(v.clusterizer);
+        l.arg("sel_off", &vso)
+            .arg("n_events", &ne)
+            .arg("zt_all", &vz)
+            .arg("ezt2_all", &ve)
+            .arg("ptt2_all", &vp)
+            .arg("mode", &mode);
+        l.arg("min_t", &v.min_t)
+            .arg("eps", &v.eps)
+            .arg("errmax", &v.errmax)
+            .arg("chi2max", &v.chi2max)
+            .arg("chi2_first", &v.fit_chi2_max_first)
+            .arg("chi2_split", &v.split_chi2_max)
+            .arg("chi2_final", &v.fit_chi2_max_final);
+        l.arg("izt_all", &mut a1)
+            .arg("bins_all", &mut a2)
+            .arg("off_all", &mut a3)
+            .arg("nn_all", &mut a4)
+            .arg("ptr_all", &mut a5)
+            .arg("iv_all", &mut a6);
+        l.arg("s_it_all", &mut a7)
+            .arg("s_zz_all", &mut a8)
+            .arg("s_ww_all", &mut a9)
+            .arg("s_new_all", &mut a10);
+        l.arg("zv_all", &mut o1)
+            .arg("wv_all", &mut o2)
+            .arg("chi2_all", &mut o3)
+            .arg("ndof_all", &mut o4)
+            .arg("ptv2_all", &mut o5)
+            .arg("sort_all", &mut o6)
+            .arg("nv_out", &mut o7)
+            .arg("err", &mut o8);
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (ne, 1, 1),
+            block_dim: (VX_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        l.launch(cfg)?;
+        Ok(())
+    }
+}
+
 impl Step for VerticesGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -171,107 +327,24 @@ impl Step for VerticesGpu {
             run.up(&vb.ezt2)?,
             run.up(&vb.ptt2)?,
         );
-        let (mut izt, mut bins, mut off) = (
-            run.out::<u32>(n)?,
-            run.out::<u32>(n)?,
-            run.out::<u32>(n_ev * VX_BIN_OFFSETS)?,
-        );
-        let (mut nn, mut ptr, mut iv) =
-            (run.out::<i32>(n)?, run.out::<i32>(n)?, run.out::<i32>(n)?);
-        let (mut s_it, mut s_zz, mut s_ww, mut s_new) = (
-            run.out::<u32>(n)?,
-            run.out::<f32>(n)?,
-            run.out::<f32>(n)?,
-            run.out::<u8>(n)?,
-        );
-        let (mut zv, mut wv, mut chi2, mut ndof, mut ptv2, mut sort) = (
-            run.out::<f32>(n)?,
-            run.out::<f32>(n)?,
-            run.out::<f32>(n)?,
-            run.out::<i32>(n)?,
-            run.out::<f32>(n)?,
-            run.out::<u16>(n)?,
-        );
-        let (mut nv, mut err) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        let mut d = VxBuffers::alloc(&mut run, n, n_ev)?;
         run.mark()?;
-        {
-            let v = &self.cfg;
-            let (vso, vz, ve, vp) = (
-                dso.view::<u32>(n_ev + 1),
-                dz.view::<f32>(n),
-                de.view::<f32>(n),
-                dp.view::<f32>(n),
-            );
-            let (mut a1, mut a2, mut a3) = (
-                izt.view_mut::<u32>(n),
-                bins.view_mut::<u32>(n),
-                off.view_mut::<u32>(n_ev * VX_BIN_OFFSETS),
-            );
-            let (mut a4, mut a5, mut a6) = (
-                nn.view_mut::<i32>(n),
-                ptr.view_mut::<i32>(n),
-                iv.view_mut::<i32>(n),
-            );
-            let (mut a7, mut a8, mut a9, mut a10) = (
-                s_it.view_mut::<u32>(n),
-                s_zz.view_mut::<f32>(n),
-                s_ww.view_mut::<f32>(n),
-                s_new.view_mut::<u8>(n),
-            );
-            let (mut o1, mut o2, mut o3, mut o4, mut o5, mut o6) = (
-                zv.view_mut::<f32>(n),
-                wv.view_mut::<f32>(n),
-                chi2.view_mut::<f32>(n),
-                ndof.view_mut::<i32>(n),
-                ptv2.view_mut::<f32>(n),
-                sort.view_mut::<u16>(n),
-            );
-            let (mut o7, mut o8) = (nv.view_mut::<u32>(n_ev), err.view_mut::<u32>(n_ev));
-            let ne = n_ev as u32;
-            let mut l = Launch::new(&run, "vx_find");
-            let mode = clustering_mode(v.clusterizer);
-            l.arg(&vso).arg(&ne).arg(&vz).arg(&ve).arg(&vp).arg(&mode);
-            l.arg(&v.min_t)
-                .arg(&v.eps)
-                .arg(&v.errmax)
-                .arg(&v.chi2max)
-                .arg(&v.fit_chi2_max_first)
-                .arg(&v.split_chi2_max)
-                .arg(&v.fit_chi2_max_final);
-            l.arg(&mut a1)
-                .arg(&mut a2)
-                .arg(&mut a3)
-                .arg(&mut a4)
-                .arg(&mut a5)
-                .arg(&mut a6);
-            l.arg(&mut a7).arg(&mut a8).arg(&mut a9).arg(&mut a10);
-            l.arg(&mut o1)
-                .arg(&mut o2)
-                .arg(&mut o3)
-                .arg(&mut o4)
-                .arg(&mut o5)
-                .arg(&mut o6)
-                .arg(&mut o7)
-                .arg(&mut o8);
-            let cfg = cudarc::driver::LaunchConfig {
-                grid_dim: (ne, 1, 1),
-                block_dim: (VX_BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            l.launch(cfg)?;
-        }
+        d.launch(&run, &self.cfg, [&dso, &dz, &de, &dp], n, n_ev)?;
         run.mark()?;
-        let (h_err, h_nv) = (run.queue::<u32>(&err, n_ev)?, run.queue::<u32>(&nv, n_ev)?);
+        let (h_err, h_nv) = (
+            run.queue::<u32>(&d.err, n_ev)?,
+            run.queue::<u32>(&d.nv, n_ev)?,
+        );
         let (h_iv, h_zv, h_wv, h_chi2) = (
-            run.queue_of::<i32>(TRACK_VERTICES, &iv, n)?,
-            run.queue_of::<f32>(VERTICES, &zv, n)?,
-            run.queue_of::<f32>(VERTICES, &wv, n)?,
-            run.queue_of::<f32>(VERTICES, &chi2, n)?,
+            run.queue_of::<i32>(TRACK_VERTICES, &d.iv, n)?,
+            run.queue_of::<f32>(VERTICES, &d.zv, n)?,
+            run.queue_of::<f32>(VERTICES, &d.wv, n)?,
+            run.queue_of::<f32>(VERTICES, &d.chi2, n)?,
         );
         let (h_ndof, h_ptv2, h_sort) = (
-            run.queue_of::<i32>(VERTICES, &ndof, n)?,
-            run.queue_of::<f32>(VERTICES, &ptv2, n)?,
-            run.queue_of::<u16>(VERTICES, &sort, n)?,
+            run.queue_of::<i32>(VERTICES, &d.ndof, n)?,
+            run.queue_of::<f32>(VERTICES, &d.ptv2, n)?,
+            run.queue_of::<u16>(VERTICES, &d.sort, n)?,
         );
         let (h_err, h_nv, h_iv, h_zv, h_wv, h_chi2, h_ndof, h_ptv2, h_sort) = (
             run.take(h_err)?,

@@ -22,126 +22,10 @@ use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels;
 use quiver_reco::local;
 
-const SHIM: &str = r#"
-#include <cmath>
-#include <climits>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-// Dynamic shared memory (`DYN_SHARED`): one buffer, as one block runs at a time.
-alignas(16) static unsigned char emu_dyn_shared[1 << 16];
-#define DYN_SHARED(T, name) T* name = (T*)emu_dyn_shared
-struct Dim3 { unsigned x, y, z; };
-static Dim3 blockIdx, threadIdx, blockDim;
-extern "C" void emu_set(unsigned b, unsigned t, unsigned bd) { blockIdx.x = b; threadIdx.x = t; blockDim.x = bd; }
-static inline void __syncthreads() {}
-static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
-static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { unsigned long long o = *p; *p = o + v; return o; }
-static inline int atomicAdd(int* p, int v) { int o = *p; *p = (int)((unsigned)o + (unsigned)v); return o; }
-static inline unsigned atomicSub(unsigned* p, unsigned v) { unsigned o = *p; *p = o - v; return o; }
-static inline unsigned atomicOr(unsigned* p, unsigned v) { unsigned o = *p; *p = o | v; return o; }
-static inline int atomicMin(int* p, int v) { int o = *p; if (v < o) *p = v; return o; }
-static inline unsigned atomicMin(unsigned* p, unsigned v) { unsigned o = *p; if (v < o) *p = v; return o; }
-static inline unsigned atomicMax(unsigned* p, unsigned v) { unsigned o = *p; if (v > o) *p = v; return o; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-static inline double __dmul_rn(double a, double b) { return a * b; }
-static inline double __ddiv_rn(double a, double b) { return a / b; }
-static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, sizeof f); return f; }
-static inline int __double2int_rz(double f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0) return INT_MAX;
-    if (f <= -2147483648.0) return INT_MIN;
-    return (int)f;
-}
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline int __float2int_rz(float f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0f) return INT_MAX;
-    if (f <= -2147483648.0f) return INT_MIN;
-    return (int)f;
-}
-"#;
-
-/// The same kernels with real threads per block: `__syncthreads` is a barrier, atomics are
-/// atomic, `__shared__` arrays are shared by the block's threads.
-const THREADED_SHIM: &str = r#"
-#include <cmath>
-#include <climits>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-// Dynamic shared memory (`DYN_SHARED`): one buffer, as one block runs at a time.
-alignas(16) static unsigned char emu_dyn_shared[1 << 16];
-#define DYN_SHARED(T, name) T* name = (T*)emu_dyn_shared
-struct Dim3 { unsigned x, y, z; };
-static Dim3 blockIdx, blockDim;
-static thread_local Dim3 threadIdx;
-static void (*emu_sync_fn)() = nullptr;
-extern "C" void emu_set_sync(void (*f)()) { emu_sync_fn = f; }
-extern "C" void emu_block(unsigned b, unsigned bd) { blockIdx.x = b; blockDim.x = bd; }
-extern "C" void emu_thread(unsigned t) { threadIdx.x = t; }
-static inline void __syncthreads() { emu_sync_fn(); }
-template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-static inline unsigned atomicSub(unsigned* p, unsigned v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
-static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
-template <class T> static inline T atomicMin(T* p, T v) {
-    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    return o;
-}
-template <class T> static inline T atomicMax(T* p, T v) {
-    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (v > o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    return o;
-}
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-static inline double __dmul_rn(double a, double b) { return a * b; }
-static inline double __ddiv_rn(double a, double b) { return a / b; }
-static inline int __float2int_rz(float f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0f) return INT_MAX;
-    if (f <= -2147483648.0f) return INT_MIN;
-    return (int)f;
-}
-static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, sizeof f); return f; }
-static inline int __double2int_rz(double f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0) return INT_MAX;
-    if (f <= -2147483648.0) return INT_MIN;
-    return (int)f;
-}
-"#;
-
-fn build_lib(shim: &str, extra: &[&str]) -> Option<(tempfile::TempDir, libloading::Library)> {
-    let mut src = String::from(shim);
-    src.push_str(&kernels::prelude());
-    for &(_, body, _) in kernels::SOURCES {
-        src.push_str(body);
-    }
-    let flags: Vec<&str> = ["-O1"].into_iter().chain(extra.iter().copied()).collect();
-    emu_threads::build_library("kernels", &src, &flags)
-}
-
+/// The emulator library with real threads per block (`emu_threads::kernels`: the same
+/// library runs a block's threads one after the other).
 fn threaded() -> Option<&'static libloading::Library> {
-    static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let (dir, lib) = build_lib(THREADED_SHIM, &["-std=c++20", "-pthread"])?;
-        type SetSync = unsafe extern "C" fn(extern "C" fn());
-        // SAFETY: signature as defined in THREADED_SHIM; emu_sync lives as long as the process.
-        unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_threads::emu_sync) };
-        Some((dir, lib))
-    })
-    .as_ref()
-    .map(|(_, l)| l)
+    emu_threads::kernels()
 }
 
 /// Threads per block in the threaded emulation.
@@ -150,45 +34,30 @@ const EMU_THREADS: u32 = 8;
 /// Runs a block kernel with `EMU_THREADS` real threads per block; `launch` gets raw
 /// pointers as integers so that it can be shared by the threads.
 fn grid_threaded(lib: &libloading::Library, blocks: u32, launch: impl Fn() + Sync) {
-    let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
-    type Block = unsafe extern "C" fn(u32, u32);
-    type Thread = unsafe extern "C" fn(u32);
-    // SAFETY: signatures as defined in THREADED_SHIM.
-    let block: libloading::Symbol<Block> = unsafe { lib.get(b"emu_block") }.unwrap();
-    let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
+    let _only = emu_threads::ONE_LAUNCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     for b in 0..blocks {
-        // SAFETY: emu_block sets the block's indices.
-        unsafe { block(b, EMU_THREADS) };
         emu_threads::run_threads(EMU_THREADS, |t, _| {
-            // SAFETY: emu_thread sets this OS thread's thread index.
-            unsafe { thread(t) };
+            emu_threads::set_thread(lib, b, EMU_THREADS, t);
             launch();
         });
     }
 }
 
+/// The emulator library, a block's threads run one after the other on this thread.
 fn emulator() -> Option<&'static libloading::Library> {
-    static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
-    LIB.get_or_init(|| build_lib(SHIM, &[]))
-        .as_ref()
-        .map(|(_, l)| l)
+    emu_threads::kernels()
 }
-
-type SetFn = unsafe extern "C" fn(u32, u32, u32);
-
-/// One launch at a time in the process: the block and thread indices and `__shared__`
-/// memory are globals of the emulator libraries, and the harness runs tests on parallel
-/// threads.
-static ONE_LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `launch` for every (block, thread) of a grid, as the device would (sequentially).
 fn grid(lib: &libloading::Library, blocks: u32, threads: u32, mut launch: impl FnMut()) {
-    let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: signature as defined in SHIM.
-    let set: libloading::Symbol<SetFn> = unsafe { lib.get(b"emu_set") }.unwrap();
+    let _only = emu_threads::ONE_LAUNCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     for b in 0..blocks {
         for t in 0..threads {
-            unsafe { set(b, t, threads) };
+            emu_threads::set_thread(lib, b, threads, t);
             launch();
         }
     }

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use quiver_datasets::conditions::CpeParams;
 use quiver_datasets::{generate, Dataset, GenerateOptions};
 use quiver_gpu::kernels_ca::{
-    self, doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN,
+    doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN,
 };
 use quiver_gpu::steps::{
     capped_neighbors, cell_offsets, doublet_products, ntuplet_event, ntuplet_event_listed, prepare,
@@ -39,73 +39,8 @@ use quiver_reco::tracks::{
     CaConfig, HitsView, Quality,
 };
 
-const SHIM: &str = r#"
-#include <cmath>
-#include <climits>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-typedef unsigned int u32; typedef int i32; typedef unsigned short u16; typedef unsigned char u8; typedef unsigned long long u64;
-struct Dim3 { unsigned x, y, z; };
-static thread_local Dim3 blockIdx, blockDim, threadIdx;
-static void (*emu_sync_fn)() = nullptr;
-extern "C" void emu_set_sync(void (*f)()) { emu_sync_fn = f; }
-extern "C" void emu_thread(unsigned b, unsigned bd, unsigned t) { blockIdx.x = b; blockDim.x = bd; threadIdx.x = t; }
-static inline void __syncthreads() { emu_sync_fn(); }
-template <class T> static inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-template <class T> static inline T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
-template <class T> static inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
-template <class T> static inline T atomicMax(T* p, T v) {
-    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (v > o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    return o;
-}
-template <class T> static inline T atomicMin(T* p, T v) {
-    T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (v < o && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
-    return o;
-}
-static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline float __fadd_rn(float a, float b) { return a + b; }
-static inline float __fsub_rn(float a, float b) { return a - b; }
-static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
-static inline int __float2int_rz(float f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0f) return INT_MAX;
-    if (f <= -2147483648.0f) return INT_MIN;
-    return (int)f;
-}
-static inline int __double2int_rz(double f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0) return INT_MAX;
-    if (f <= -2147483648.0) return INT_MIN;
-    return (int)f;
-}
-static inline float __int_as_float(int i) { float f; __builtin_memcpy(&f, &i, sizeof f); return f; }
-"#;
-
 fn emulator() -> Option<&'static libloading::Library> {
-    static LIB: OnceLock<Option<(tempfile::TempDir, libloading::Library)>> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let source = format!(
-            "{SHIM}{}{}{}{}{}",
-            kernels_ca::CA_DOUBLETS,
-            kernels_ca::CA_NTUPLETS,
-            quiver_gpu::kernels_fit::TRACK_FIT,
-            quiver_gpu::kernels_quality::QUALITY,
-            quiver_gpu::kernels_vertices::VERTICES
-        );
-        let (dir, lib) =
-            emu_threads::build_library("ca", &source, &["-O2", "-std=c++20", "-pthread"])?;
-        type SetSync = unsafe extern "C" fn(extern "C" fn());
-        // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
-        unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_threads::emu_sync) };
-        Some((dir, lib))
-    })
-    .as_ref()
-    .map(|(_, l)| l)
+    emu_threads::kernels()
 }
 
 /// How the threads of a block run.
@@ -136,25 +71,21 @@ fn grid(
     threads: u32,
     launch: impl Fn() + Sync,
 ) {
-    static ONE_LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
-    type Thread = unsafe extern "C" fn(u32, u32, u32);
-    // SAFETY: signature as defined in SHIM.
-    let thread: libloading::Symbol<Thread> = unsafe { lib.get(b"emu_thread") }.unwrap();
+    let _only = emu_threads::ONE_LAUNCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     match mode {
         Mode::Sequential => {
             for b in 0..blocks {
                 for t in 0..threads {
-                    // SAFETY: emu_thread sets this thread's indices.
-                    unsafe { thread(b, threads, t) };
+                    emu_threads::set_thread(lib, b, threads, t);
                     launch();
                 }
             }
         }
         Mode::Threaded => emu_threads::run_threads(threads, |t, between| {
             for b in 0..blocks {
-                // SAFETY: emu_thread sets this thread's indices.
-                unsafe { thread(b, threads, t) };
+                emu_threads::set_thread(lib, b, threads, t);
                 launch();
                 if !between.wait() {
                     return;
@@ -1399,8 +1330,8 @@ fn run_connect(
     connect(0, &[0], &Dev::new(0, 1), &Dev::new(0, 1));
     let counts = ncount.get();
     let (first_h, total) = event_scan(lib, mode, &counts, cell_off);
-    // SAFETY: `first` is not read by a kernel while it is rewritten.
     for (d, v) in first.0.iter().zip(&first_h) {
+        // SAFETY: between launches: no emulated thread reads or writes `first` now.
         unsafe { *d.get() = *v };
     }
     let (non_empty, dropped) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
@@ -1512,7 +1443,7 @@ fn check_connect(name: &str, cfg: &CaConfig) -> usize {
                         "{name} ({mode:?}) event {e}: nt_list_stats' dropped neighbours"
                     );
                     assert!(
-                        dev.non_empty[e] + 1 <= cfg.ntuplets.max_active_doublets,
+                        dev.non_empty[e] < cfg.ntuplets.max_active_doublets,
                         "{name} ({mode:?}) event {e}: nt_list_stats' non-empty lists"
                     );
                     assert!(
@@ -1820,7 +1751,7 @@ fn run_ntuplets(
     let on_device = dl
         .non_empty
         .iter()
-        .all(|&k| k as u64 + 1 <= n.max_active_doublets as u64);
+        .all(|&k| (k as u64) < n.max_active_doublets as u64);
     let (q, has_track) = (
         Dev::new(0u8, n_tuples.max(1)),
         Dev::new(7u8, n_cells.max(1)),
@@ -3101,7 +3032,7 @@ fn check_quality(
                 && dl
                     .non_empty
                     .iter()
-                    .all(|&k| k as u64 + 1 <= cfg.ntuplets.max_active_doublets as u64),
+                    .all(|&k| (k as u64) < cfg.ntuplets.max_active_doublets as u64),
             "{name}: the step would hand the batch to the CPU"
         );
         let (counts, first, base, vals) = &dl.raw;
@@ -3433,9 +3364,11 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
             }
             tcells.extend_from_slice(&cs);
             if it < n.max_tuples {
-                (cstart.push(cp), cend.push(cp + len - 1));
+                cstart.push(cp);
+                cend.push(cp + len - 1);
             } else {
-                (cstart.push(0), cend.push(0));
+                cstart.push(0);
+                cend.push(0);
             }
         }
         cell_off.push(cell_off.last().unwrap() + nc);

@@ -6,6 +6,7 @@ mod backends;
 mod emu_threads;
 mod emulate;
 mod emulate_ca;
+mod launches;
 mod nvrtc;
 
 /// A job on a generated dataset in `dir`, with the conditions the pixel chain reads (beam

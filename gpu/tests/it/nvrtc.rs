@@ -33,6 +33,21 @@ fn setup() {
     });
 }
 
+/// Whether NVRTC is loadable (after [`setup`]); when not, says so, and fails where
+/// `QUIVER_REQUIRE_NVRTC` is set (as CI sets it).
+fn nvrtc_available() -> bool {
+    setup();
+    if let Err(u) = device::nvrtc_status() {
+        assert!(
+            std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(),
+            "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}"
+        );
+        println!("SKIPPED: NVRTC is not available: {u}");
+        return false;
+    }
+    true
+}
+
 /// The device math functions the kernels call, as opaque stubs (not inlined, no arithmetic).
 const OPAQUE_MATH: &str = "__device__ __noinline__ double opaque1(double x) { return x; }\n\
     __device__ __noinline__ double opaque2(double y, double x) { return y; }\n\
@@ -43,13 +58,7 @@ const OPAQUE_MATH: &str = "__device__ __noinline__ double opaque1(double x) { re
 
 #[test]
 fn every_kernel_compiles_to_ptx_without_fma() {
-    setup();
-    if let Err(u) = device::nvrtc_status() {
-        assert!(
-            std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(),
-            "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}"
-        );
-        println!("SKIPPED: NVRTC is not available, kernels not compiled: {u}");
+    if !nvrtc_available() {
         return;
     }
     for &(module, body, functions) in kernels::SOURCES {
@@ -115,13 +124,7 @@ fn every_kernel_compiles_to_ptx_without_fma() {
 
 #[test]
 fn the_fma_check_can_fail() {
-    setup();
-    if let Err(u) = device::nvrtc_status() {
-        assert!(
-            std::env::var_os("QUIVER_REQUIRE_NVRTC").is_none(),
-            "QUIVER_REQUIRE_NVRTC is set but NVRTC is not available: {u}"
-        );
-        println!("SKIPPED: NVRTC is not available: {u}");
+    if !nvrtc_available() {
         return;
     }
     let src = r#"extern "C" __global__ void k(float* o, const float* a, const float* b, const float* c) {
@@ -153,5 +156,44 @@ fn the_fma_check_can_fail() {
             .unwrap()
             .to_src()
             .contains("fma.")
+    );
+}
+
+/// NVRTC's messages name the kernel file and line, in the module and in its headers.
+#[test]
+fn compile_errors_name_the_kernel_file_and_line() {
+    if !nvrtc_available() {
+        return;
+    }
+    // Breaks line `line` (1-based) of `text`.
+    let broken = |text: &str, line: usize| -> String {
+        let mut lines: Vec<String> = text.lines().map(String::from).collect();
+        assert!(!lines[line - 1].trim().is_empty());
+        lines[line - 1] = "    no_such_name = 1;".into();
+        lines.join("\n")
+    };
+    let line = 1 + kernels::CALIBRATE
+        .lines()
+        .position(|l| l.contains("range_first[id]"))
+        .unwrap();
+    let e = kernels::compile("calibrate", &broken(kernels::CALIBRATE, line)).unwrap_err();
+    let quiver_gpu::GpuError::Compile { module, log } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(module, "calibrate");
+    assert!(
+        log.contains(&format!("gpu/kernels/calibrate.cu({line}): error")),
+        "{e}"
+    );
+    // A line after the header's splice keeps its own number.
+    let line = 1 + kernels::CLUSTERIZE
+        .lines()
+        .position(|l| l.contains("block_exclusive_scan(off"))
+        .unwrap();
+    let e = kernels::compile("clusterize", &broken(kernels::CLUSTERIZE, line)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("gpu/kernels/clusterize.cu({line}): error")),
+        "{e}"
     );
 }

@@ -183,3 +183,39 @@ pub fn build_library(
     let lib = unsafe { libloading::Library::new(&so) }.ok()?;
     Some((dir, lib))
 }
+
+/// The one C++ shim of the emulation: the CUDA built-ins for the host.
+pub const SHIM: &str = include_str!("../emu_shim.h");
+
+/// One launch at a time in the process: `__shared__` memory is a global of the emulator
+/// library, and the harness runs tests on parallel threads (two tests launching at once
+/// would share it: that made the connect test hang when it ran beside the doublet test).
+pub static ONE_LAUNCH: Mutex<()> = Mutex::new(());
+
+/// Every kernel module behind [`SHIM`], with the prelude NVRTC compiles them with, built
+/// once per process; `None` (having said why) when no C++ compiler runs.
+pub fn kernels() -> Option<&'static libloading::Library> {
+    static LIB: std::sync::OnceLock<Option<(tempfile::TempDir, libloading::Library)>> =
+        std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        use quiver_gpu::kernels;
+        let mut src = format!("{SHIM}{}", kernels::prelude());
+        for &(module, body, _) in kernels::SOURCES {
+            src.push_str(&kernels::expand(module, body));
+        }
+        let (dir, lib) = build_library("kernels", &src, &["-O2", "-std=c++20", "-pthread"])?;
+        type SetSync = unsafe extern "C" fn(extern "C" fn());
+        // SAFETY: signature as defined in SHIM; emu_sync lives as long as the process.
+        unsafe { lib.get::<SetSync>(b"emu_set_sync").unwrap()(emu_sync) };
+        Some((dir, lib))
+    })
+    .as_ref()
+    .map(|(_, l)| l)
+}
+
+/// Sets the calling OS thread's block and thread indices in the emulator library.
+pub fn set_thread(lib: &libloading::Library, block: u32, block_dim: u32, thread: u32) {
+    type Thread = unsafe extern "C" fn(u32, u32, u32);
+    // SAFETY: signature as defined in SHIM; it only sets the thread's indices.
+    unsafe { lib.get::<Thread>(b"emu_thread").unwrap()(block, block_dim, thread) };
+}
