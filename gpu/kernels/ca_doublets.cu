@@ -238,7 +238,7 @@ extern "C" __global__ void ca_listed(const u32* outer, u32 n_cells, const u32* c
 // more than max_cells_per_hit cells) and the most cells of any outer hit. Thread t counts
 // the run of CA_STATS_RUN hits and the run of CA_STATS_RUN cells from t·CA_STATS_RUN, one
 // atomic per event of its run (per element, the atomics on an event's two counters
-// serialised: docs/decisions.md, "GPU kernels: what a batch's work costs on all SMs"); the atomics only count.
+// serialised: docs/decisions/0033-gpu-kernels-all-sms.md); the atomics only count.
 #define CA_STATS_RUN 16
 extern "C" __global__ void ca_overflow_stats(const u32* outer_count, u32 n_hits, const u32* hit_off, const u8* listed, u32 n_cells, const u32* cell_off, u32 n_events, u32* unlisted, u32* worst)
 {

@@ -64,7 +64,7 @@ extern "C" __global__ void cn_index_fill(const u32* key, u32 filter, const u8* o
 // ascending index, into sorted: CN_RANK_LANES threads per hit, each placing the entries
 // lane, lane + CN_RANK_LANES, … at their rank among the hit's entries. No thread writes
 // what another reads (an in-place insertion sort per hit, its global loads and stores
-// dependent, was slow: docs/decisions.md, "GPU kernels: what a batch's work costs on all SMs").
+// dependent, was slow: docs/decisions/0033-gpu-kernels-all-sms.md).
 #define CN_RANK_LANES 16
 extern "C" __global__ void cn_index_rank(const u32* start, u32 n_hits, const u32* index, u32* sorted)
 {

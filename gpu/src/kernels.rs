@@ -24,7 +24,7 @@ use crate::error::GpuError;
 
 /// Threads per block of `clusterize` (one block per module run). Modules hold few digis, so
 /// small blocks let more modules run at once; the measurements behind 64 are in
-/// docs/decisions.md, "GPU kernels: what a batch's work costs on all SMs". The kernel is
+/// docs/decisions/0033-gpu-kernels-all-sms.md. The kernel is
 /// written for any power of two up to `CLUS_SCAN_MAX` (the emulation tests run it with 1 and
 /// 8 threads).
 pub const CLUSTER_BLOCK: u32 = 64;
@@ -34,7 +34,7 @@ pub const CUT_BLOCK: u32 = 64;
 /// Threads per block of `rechits` (one block per module run), as [`CLUSTER_BLOCK`]. Its
 /// shared memory is sized per launch for the batch's largest run
 /// ([`RECHITS_SHARED_PER_CLUSTER`] bytes per cluster) rather than for the full cluster
-/// capacity, so more blocks fit an SM (numbers in the same docs/decisions.md section).
+/// capacity, so more blocks fit an SM (numbers in the same decision).
 pub const RECHITS_BLOCK: u32 = 64;
 /// Shared memory of a `rechits` block per cluster of its capacity: nine 32-bit values.
 pub const RECHITS_SHARED_PER_CLUSTER: u32 = 9 * 4;

@@ -20,7 +20,7 @@
 //! the correctly rounded value), not the C library's: run on the host (the emulation tests,
 //! compiled against the C library) the kernels equal the CPU step bit for bit; on a GPU
 //! their doubles can differ in the last bits, which the f32 products almost always round
-//! away (see docs/decisions.md).
+//! away (see docs/decisions/0027-gpu-track-fit.md).
 
 /// Floats the fit kernels write per job: the CPU's `FitValues` (state, kept covariance
 /// terms, pT, χ²/ndof). Their optional raw output has as many doubles: circle (φ, d, κ),

@@ -552,7 +552,7 @@ const SEG_BLOCK: u32 = 256;
 /// host): the exclusive prefix sums of `value` into `first` (which may be `value`'s buffer)
 /// and the segment's sum into `total[e]`. Two launches over tiles of [`SEG_TILE`] values
 /// (`sg_tile_sum`, `sg_tile_scan`), so that a batch's scan uses every SM rather than one
-/// block per event (the measurements: docs/decisions.md, "GPU kernels: what a batch's work costs on all SMs").
+/// block per event (the measurements: docs/decisions/0033-gpu-kernels-all-sms.md).
 pub(crate) fn seg_scan(
     run: &mut Run,
     value: &CudaView<u32>,

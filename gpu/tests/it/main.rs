@@ -1,6 +1,6 @@
 //! The integration tests of this crate, in one binary: each module was a test target of its own.
 //! One binary links the crate and its dependencies once instead of once per file (link time and
-//! disk on a fresh machine: docs/decisions.md, "One build for the README's two commands").
+//! disk on a fresh machine: docs/decisions/0009-one-build.md).
 
 mod backends;
 mod emu_threads;

@@ -101,7 +101,7 @@ fn every_kernel_compiles_to_ptx_without_fma() {
                     .and_then(|x| x.parse().ok())
                     .unwrap_or(0);
                 println!("module {module}: kernel {entry}: {bytes} bytes of local memory per thread (PTX)");
-                // The Riemann fit keeps the CPU's dynamic matrices in fixed storage (docs/decisions.md).
+                // The Riemann fit keeps the CPU's dynamic matrices in fixed storage (docs/decisions/0027-gpu-track-fit.md).
                 let limit = if entry == "track_fit_riemann" {
                     24 * 1024
                 } else {
