@@ -187,7 +187,13 @@ struct RunArgs {
 }
 
 fn run(args: RunArgs, registry: &Registry) -> quiver_columnar::Result<()> {
-    let (resolved, job) = prepare(args.plan.as_ref(), args.input, args.output, registry)?;
+    let (resolved, job) = prepare(
+        args.plan.as_ref(),
+        args.input,
+        args.output,
+        !args.no_progress,
+        registry,
+    )?;
     let settings = &resolved.run;
     let opts = RunOptions {
         threads: args
@@ -230,6 +236,7 @@ fn prepare(
     plan_path: Option<&PathBuf>,
     input: Option<PathBuf>,
     output: Option<PathBuf>,
+    progress: bool,
     registry: &Registry,
 ) -> quiver_columnar::Result<(plan::ResolvedPlan, JobContext)> {
     let spec = match plan_path {
@@ -240,8 +247,17 @@ fn prepare(
     let settings = &resolved.run;
     let output = output.or(settings.output.clone());
     let input = input.or(settings.input.clone());
-    let job = crate::job_context(&resolved, input, output)?;
-    Ok((resolved, job))
+    // A bar only while the default dataset is generated on first use (made at the first
+    // event written, so a dataset already there draws nothing).
+    let bar = std::cell::OnceCell::new();
+    let job = crate::job_context_with_progress(&resolved, input, output, &|done, events| {
+        bar.get_or_init(|| progress_bar(events, progress))
+            .set_position(done)
+    });
+    if let Some(bar) = bar.get() {
+        bar.finish_and_clear();
+    }
+    Ok((resolved, job?))
 }
 
 /// A bench run shorter than this is mostly thread start-up and warm-up: its speed-up says
@@ -263,6 +279,7 @@ fn bench(args: BenchArgs, registry: &Registry) -> quiver_columnar::Result<()> {
         args.plan.as_ref(),
         args.input,
         Some(tmp.0.clone()),
+        true,
         registry,
     )?;
     let job = std::sync::Arc::new(job);

@@ -110,6 +110,17 @@ pub fn job_context(
     input: Option<std::path::PathBuf>,
     output: Option<std::path::PathBuf>,
 ) -> columnar::Result<columnar::JobContext> {
+    job_context_with_progress(plan, input, output, &|_, _| {})
+}
+
+/// [`job_context`], calling `progress(events_written, events)` while it generates the
+/// default dataset (not at all when the dataset is there already).
+pub fn job_context_with_progress(
+    plan: &columnar::plan::ResolvedPlan,
+    input: Option<std::path::PathBuf>,
+    output: Option<std::path::PathBuf>,
+    progress: &dyn Fn(u64, u64),
+) -> columnar::Result<columnar::JobContext> {
     let output = output.unwrap_or_else(|| std::path::PathBuf::from("quiver-out"));
     let mut input = input;
     let reads_raw = plan.steps.iter().any(|s| s.type_name == "read_raw");
@@ -131,7 +142,8 @@ pub fn job_context(
                 "default dataset in {} (100 events, <PU> 50, seed 1): {why} ...",
                 dir.display()
             );
-            generate_dataset(&opts).map_err(|e| {
+            let events = u64::from(opts.events);
+            generate_dataset_with_progress(&opts, &|done| progress(done, events)).map_err(|e| {
                 columnar::Error::data(format!("generating the default dataset: {e}"))
             })?;
         }

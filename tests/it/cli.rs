@@ -869,6 +869,14 @@ fn a_parquet_output_past_32767_row_groups_of_16_events_is_written() {
 /// Runs quiver with stdin, stdout and stderr on a new pseudo-terminal, as from an
 /// interactive shell; returns everything the terminal received and the exit status.
 fn quiver_on_a_terminal(args: &[&str]) -> (String, std::process::ExitStatus) {
+    quiver_on_a_terminal_with(args, &[])
+}
+
+/// [`quiver_on_a_terminal`] with extra environment variables.
+fn quiver_on_a_terminal_with(
+    args: &[&str],
+    envs: &[(&str, &std::path::Path)],
+) -> (String, std::process::ExitStatus) {
     use std::io::Read;
     use std::os::fd::{FromRawFd, OwnedFd};
     let (mut master, mut slave) = (0, 0);
@@ -887,6 +895,7 @@ fn quiver_on_a_terminal(args: &[&str]) -> (String, std::process::ExitStatus) {
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
     let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
+        .envs(envs.iter().copied())
         .stdin(slave.try_clone().unwrap())
         .stdout(slave.try_clone().unwrap())
         .stderr(slave)
@@ -956,6 +965,52 @@ fn generate_draws_a_bar_on_a_terminal_and_nothing_when_piped() {
     let visible = seen.rsplit("\x1b[2K").next().unwrap_or_default();
     assert!(
         visible.starts_with("error: ") && visible.lines().count() == 1,
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn run_draws_a_bar_while_it_generates_the_default_dataset_and_not_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = dir.path().join("out");
+    let args = [
+        "run",
+        "plans/examples/local.toml",
+        "--events",
+        "2",
+        "--no-progress",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    // --no-progress is the run's bar; the first use of the default dataset still says what
+    // it is doing, and draws its bar only when a bar is wanted.
+    let (seen, status) = quiver_on_a_terminal_with(&args, &[("QUIVER_DATA", &data)]);
+    assert!(status.success(), "{seen}");
+    assert!(seen.contains("default dataset in"), "{seen:?}");
+    assert!(
+        !seen.contains("/100 events"),
+        "--no-progress drew a bar: {seen:?}"
+    );
+    std::fs::remove_dir_all(&data).unwrap();
+    let with_bar = &args[..args.len() - 3];
+    let with_bar: Vec<&str> = with_bar
+        .iter()
+        .copied()
+        .filter(|a| *a != "--no-progress")
+        .chain(["--output", out.to_str().unwrap()])
+        .collect();
+    let (seen, status) = quiver_on_a_terminal_with(&with_bar, &[("QUIVER_DATA", &data)]);
+    assert!(status.success(), "{seen}");
+    assert!(
+        seen.contains("/100 events") && seen.contains("eta "),
+        "no bar while generating the default dataset: {seen:?}"
+    );
+    // The dataset is there now: nothing about generating.
+    let (seen, status) = quiver_on_a_terminal_with(&with_bar, &[("QUIVER_DATA", &data)]);
+    assert!(status.success(), "{seen}");
+    assert!(
+        !seen.contains("default dataset in") && !seen.contains("/100 events"),
         "{seen:?}"
     );
 }
