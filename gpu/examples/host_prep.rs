@@ -438,6 +438,30 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         conditions: store,
     });
 
+    let r = prep_registry();
+    let plan_text = format!(
+        "{}{PREP_STEPS}",
+        include_str!("../../plans/examples/chain.toml")
+    );
+    let spec = plan::PlanSpec::from_toml(&plan_text, "host_prep")?;
+    let resolved = plan::validate(&spec, &r)?;
+    let steps = resolved.build(&r, job)?;
+    let opts = executor::RunOptions {
+        threads: 1,
+        batch_size,
+        first_event: 0,
+        events,
+        progress: false,
+        cycle_input: false,
+    };
+    let summary = executor::run(&resolved, &steps, &opts)?;
+    println!("{}", summary.render());
+    Ok(())
+}
+
+/// The built-in and reco step types, plus one step type per host-side part of the GPU
+/// steps, each running that part alone on the CPU.
+fn prep_registry() -> Registry {
     let mut r = Registry::with_builtin();
     quiver_reco::steps::register(&mut r);
     let cpu = vec![quiver_columnar::Backend::Cpu];
@@ -537,6 +561,12 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             }))
         },
     });
+    add_local_and_ntuplet_types(&mut r);
+    r
+}
+
+/// The host-side parts of the GPU local steps and of `ca_ntuplets`.
+fn add_local_and_ntuplet_types(r: &mut Registry) {
     let local_signature = || Signature {
         inputs: vec![
             InputSpec::one("calibrated", CALIBRATED_DIGIS, "calibrated digis"),
@@ -617,22 +647,4 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             }))
         },
     });
-    let plan_text = format!(
-        "{}{PREP_STEPS}",
-        include_str!("../../plans/examples/chain.toml")
-    );
-    let spec = plan::PlanSpec::from_toml(&plan_text, "host_prep")?;
-    let resolved = plan::validate(&spec, &r)?;
-    let steps = resolved.build(&r, job)?;
-    let opts = executor::RunOptions {
-        threads: 1,
-        batch_size,
-        first_event: 0,
-        events,
-        progress: false,
-        cycle_input: false,
-    };
-    let summary = executor::run(&resolved, &steps, &opts)?;
-    println!("{}", summary.render());
-    Ok(())
 }
