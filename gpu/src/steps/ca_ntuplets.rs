@@ -15,8 +15,9 @@ use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
+use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, STATS_RUN};
 use crate::resident::CudaMirror;
+use crate::steps::ca_ntuplets_dev::NtIn;
 use crate::steps::ca_ntuplets_host::{ntuplet_event, ntuplet_event_listed};
 use crate::steps::{
     batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
@@ -322,98 +323,30 @@ impl Step for CaNtupletsGpu {
             }
         }
         run.mark()?;
-        let (vx, vy, vz, vr, vdet) = (
-            dx.view::<f32>(n_hits),
-            dy.view::<f32>(n_hits),
-            dz.view::<f32>(n_hits),
-            dr.view::<f32>(n_hits),
-            ddet.view::<u16>(n_hits),
-        );
-        let (vho, vco) = (dho.view::<u32>(n_ev + 1), dco.view::<u32>(n_ev + 1));
-        let (vi, vo, vp, vl) = (
-            di.view::<u32>(n_cells),
-            dout.view::<u32>(n_cells),
-            dp.view::<u8>(n_cells),
-            dl.view::<u8>(n_cells),
-        );
+        let nt = NtIn {
+            n_ev,
+            n_hits,
+            n_cells,
+            ne,
+            nc,
+            nh,
+            cell_off: &cell_off,
+            vx: dx.view::<f32>(n_hits),
+            vy: dy.view::<f32>(n_hits),
+            vz: dz.view::<f32>(n_hits),
+            vr: dr.view::<f32>(n_hits),
+            vdet: ddet.view::<u16>(n_hits),
+            vho: dho.view::<u32>(n_ev + 1),
+            vco: dco.view::<u32>(n_ev + 1),
+            vi: di.view::<u32>(n_cells),
+            vo: dout.view::<u32>(n_cells),
+            vp: dp.view::<u8>(n_cells),
+            vl: dl.view::<u8>(n_cells),
+        };
 
         // The cells by one of their hits (ascending index): by inner hit for the connect, by
         // outer hit (listed cells only) for the fishbone.
-        let index = |run: &mut Run,
-                     key: &cudarc::driver::CudaView<u32>,
-                     filter: u32|
-         -> Result<(crate::device::DeviceBuf, crate::device::DeviceBuf)> {
-            let (mut count, mut start, mut cursor, mut idx) = (
-                run.zeros::<u32>(n_hits)?,
-                run.out::<u32>(n_hits + 1)?,
-                run.out::<u32>(n_hits)?,
-                run.out::<u32>(n_cells)?,
-            );
-            let mut sorted = run.out::<u32>(n_cells)?;
-            {
-                let mut v = count.view_mut::<u32>(n_hits);
-                Launch::new(run, "cn_index_count")
-                    .arg("key", key)
-                    .arg("filter", &filter)
-                    .arg("only", &vl)
-                    .arg("n_cells", &nc)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("hit_off", &vho)
-                    .arg("count", &mut v)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            {
-                let v = count.view::<u32>(n_hits);
-                let (mut s, mut cu) = (
-                    start.view_mut::<u32>(n_hits + 1),
-                    cursor.view_mut::<u32>(n_hits),
-                );
-                let cfg = cudarc::driver::LaunchConfig {
-                    grid_dim: (ne, 1, 1),
-                    block_dim: (SCAN_BLOCK, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                Launch::new(run, "cn_index_scan")
-                    .arg("count", &v)
-                    .arg("hit_off", &vho)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("start", &mut s)
-                    .arg("cursor", &mut cu)
-                    .launch(cfg)?;
-            }
-            {
-                let (mut cu, mut ix) =
-                    (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
-                Launch::new(run, "cn_index_fill")
-                    .arg("key", key)
-                    .arg("filter", &filter)
-                    .arg("only", &vl)
-                    .arg("n_cells", &nc)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("hit_off", &vho)
-                    .arg("cursor", &mut cu)
-                    .arg("index", &mut ix)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            {
-                let (s, ix, mut so) = (
-                    start.view::<u32>(n_hits + 1),
-                    idx.view::<u32>(n_cells),
-                    sorted.view_mut::<u32>(n_cells),
-                );
-                Launch::new(run, "cn_index_rank")
-                    .arg("start", &s)
-                    .arg("n_hits", &nh)
-                    .arg("index", &ix)
-                    .arg("sorted", &mut so)
-                    .launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
-            }
-            Ok((start, sorted))
-        };
-        let (start_i, by_inner) = index(&mut run, &vi, 0)?;
+        let (start_i, by_inner) = nt.index(&mut run, &nt.vi, 0)?;
         let (vsi, vbi) = (
             start_i.view::<u32>(n_hits + 1),
             by_inner.view::<u32>(n_cells),
@@ -427,58 +360,12 @@ impl Step for CaNtupletsGpu {
         let mut used = run.zeros::<u8>(n_cells)?;
         // The first neighbours of each cell, kept by the count pass for the write pass.
         let mut kept = run.out::<u32>(n_cells * CONNECT_KEPT)?;
-        let connect = |run: &Run,
-                       write: u32,
-                       ncount: &mut crate::device::DeviceBuf,
-                       first: &crate::device::DeviceBuf,
-                       push_off: &crate::device::DeviceBuf,
-                       out: &mut crate::device::DeviceBuf,
-                       n_out: usize,
-                       used: &mut crate::device::DeviceBuf,
-                       kept: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let (mut vn, vf, vpo, mut vout, mut vu) = (
-                ncount.view_mut::<u32>(n_cells),
-                first.view::<u32>(n_cells),
-                push_off.view::<u32>(n_ev + 1),
-                out.view_mut::<u32>(n_out.max(1)),
-                used.view_mut::<u8>(n_cells),
-            );
-            let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
-            let mut l = Launch::new(run, "cn_connect");
-            l.arg("write", &write)
-                .arg("n_cells", &nc)
-                .arg("cell_off", &vco)
-                .arg("n_events", &ne)
-                .arg("hit_off", &vho)
-                .arg("x", &vx)
-                .arg("y", &vy)
-                .arg("z", &vz)
-                .arg("r", &vr)
-                .arg("det", &vdet);
-            l.arg("inner", &vi)
-                .arg("outer", &vo)
-                .arg("listed", &vl)
-                .arg("start", &vsi)
-                .arg("by_inner", &vbi);
-            l.arg("ptmin", &n.ptmin)
-                .arg("theta_barrel", &n.ca_theta_cut_barrel)
-                .arg("theta_forward", &n.ca_theta_cut_forward)
-                .arg("dca_inner", &n.dca_cut_inner_triplet)
-                .arg("dca_outer", &n.dca_cut_outer_triplet)
-                .arg("hard_curv", &n.hard_curv_cut);
-            l.arg("count", &mut vn)
-                .arg("first", &vf)
-                .arg("push_off", &vpo)
-                .arg("out", &mut vout)
-                .arg("used", &mut vu)
-                .arg("kept", &mut vk);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))
-        };
         {
             let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
-            connect(
+            nt.connect(
                 &run,
+                n,
+                (&vsi, &vbi),
                 0,
                 &mut ncount,
                 &first,
@@ -489,19 +376,7 @@ impl Step for CaNtupletsGpu {
                 &mut kept,
             )?;
         }
-        let scan = |run: &mut Run,
-                    value: &crate::device::DeviceBuf,
-                    first: &mut crate::device::DeviceBuf,
-                    total: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let (v, mut f, mut t) = (
-                value.view::<u32>(n_cells),
-                first.view_mut::<u32>(n_cells),
-                total.view_mut::<u32>(n_ev),
-            );
-            seg_scan(run, &v, &cell_off, &vco, &mut f, &mut t)
-        };
-        scan(&mut run, &ncount, &mut first, &mut ntotal)?;
+        nt.scan(&mut run, &ncount, &mut first, &mut ntotal)?;
         {
             let (vn, mut vne, mut vd) = (
                 ncount.view::<u32>(n_cells),
@@ -511,7 +386,7 @@ impl Step for CaNtupletsGpu {
             Launch::new(&run, "nt_list_stats")
                 .arg("count", &vn)
                 .arg("n_cells", &nc)
-                .arg("cell_off", &vco)
+                .arg("cell_off", &nt.vco)
                 .arg("n_events", &ne)
                 .arg("per_list", &n.max_cell_neighbors)
                 .arg("non_empty", &mut vne)
@@ -540,8 +415,10 @@ impl Step for CaNtupletsGpu {
         let n_push = *push_off.last().unwrap_or(&0) as usize;
         let dpo = run.up(&push_off)?;
         let mut nbr = run.out::<u32>(n_push.max(1))?;
-        connect(
+        nt.connect(
             &run,
+            n,
+            (&vsi, &vbi),
             1,
             &mut ncount,
             &first,
@@ -555,45 +432,12 @@ impl Step for CaNtupletsGpu {
 
         let mut dead = run.zeros::<u8>(n_cells)?;
         let fishbone_index = if n.early_fishbone || n.late_fishbone {
-            Some(index(&mut run, &vo, 1)?)
+            Some(nt.index(&mut run, &nt.vo, 1)?)
         } else {
             None
         };
-        let fishbone = |run: &Run,
-                        check_track: u32,
-                        has_track: &crate::device::DeviceBuf,
-                        dead: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let Some((start_o, by_outer)) = &fishbone_index else {
-                return Ok(());
-            };
-            let (vs, vb, vu, vht, mut vd) = (
-                start_o.view::<u32>(n_hits + 1),
-                by_outer.view::<u32>(n_cells),
-                used.view::<u8>(n_cells),
-                has_track.view::<u8>(n_cells),
-                dead.view_mut::<u8>(n_cells),
-            );
-            let mut l = Launch::new(run, "nt_fishbone");
-            l.arg("n_hits", &nh)
-                .arg("hit_off", &vho)
-                .arg("n_events", &ne)
-                .arg("cell_off", &vco)
-                .arg("x", &vx)
-                .arg("y", &vy)
-                .arg("z", &vz)
-                .arg("det", &vdet)
-                .arg("inner", &vi);
-            l.arg("start", &vs)
-                .arg("by_outer", &vb)
-                .arg("used", &vu)
-                .arg("check_track", &check_track)
-                .arg("has_track", &vht)
-                .arg("dead", &mut vd);
-            l.launch(blocks(n_hits, ELEMENT_BLOCK))
-        };
         if n.early_fishbone {
-            fishbone(&run, 0, &used, &mut dead)?;
+            nt.fishbone(&run, &fishbone_index, &used, 0, &used, &mut dead)?;
         }
 
         // The search: count, per-event prefix sums, write at the CPU's places.
@@ -608,75 +452,6 @@ impl Step for CaNtupletsGpu {
             run.out::<u32>(n_ev)?,
             run.out::<u32>(n_ev)?,
         );
-        let search = |run: &Run,
-                      write: u32,
-                      n_tup: &mut crate::device::DeviceBuf,
-                      n_hit: &mut crate::device::DeviceBuf,
-                      tf: &crate::device::DeviceBuf,
-                      hf: &crate::device::DeviceBuf,
-                      to: &crate::device::DeviceBuf,
-                      ho: &crate::device::DeviceBuf,
-                      outs: [&mut crate::device::DeviceBuf; 5],
-                      sizes: [usize; 3],
-                      dead: &crate::device::DeviceBuf,
-                      err: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let [tl, tcs, tce, oh, oc] = outs;
-            let (vdd, vn, vf, vpo, vnb) = (
-                dead.view::<u8>(n_cells),
-                ncount.view::<u32>(n_cells),
-                first.view::<u32>(n_cells),
-                dpo.view::<u32>(n_ev + 1),
-                nbr.view::<u32>(n_push.max(1)),
-            );
-            let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (
-                n_tup.view_mut::<u32>(n_cells),
-                n_hit.view_mut::<u32>(n_cells),
-                tf.view::<u32>(n_cells),
-                hf.view::<u32>(n_cells),
-                to.view::<u32>(n_ev + 1),
-                ho.view::<u32>(n_ev + 1),
-            );
-            let (mut vtl, mut voh, mut voc, mut ve) = (
-                tl.view_mut::<u32>(sizes[0].max(1)),
-                oh.view_mut::<u32>(sizes[1].max(1)),
-                oc.view_mut::<u32>(sizes[2].max(1)),
-                err.view_mut::<u32>(1),
-            );
-            let (mut vcs, mut vce) = (
-                tcs.view_mut::<u32>(sizes[0].max(1)),
-                tce.view_mut::<u32>(sizes[0].max(1)),
-            );
-            let mut l = Launch::new(run, "nt_search");
-            l.arg("write", &write)
-                .arg("n_cells", &nc)
-                .arg("cell_off", &vco)
-                .arg("n_events", &ne)
-                .arg("inner", &vi)
-                .arg("outer", &vo)
-                .arg("pair", &vp)
-                .arg("dead", &vdd);
-            l.arg("ncount", &vn)
-                .arg("first", &vf)
-                .arg("push_off", &vpo)
-                .arg("nbr", &vnb)
-                .arg("per_list", &n.max_cell_neighbors)
-                .arg("min_hits", &n.min_hits_per_ntuplet)
-                .arg("max_tuples", &n.max_tuples);
-            l.arg("n_tuples", &mut vt)
-                .arg("n_hits", &mut vh)
-                .arg("tuple_first", &vtf)
-                .arg("hit_first", &vhf)
-                .arg("tuple_off", &vto)
-                .arg("hit_off_out", &vhoo)
-                .arg("tuple_len", &mut vtl)
-                .arg("tuple_cstart", &mut vcs)
-                .arg("tuple_cend", &mut vce)
-                .arg("out_hits", &mut voh)
-                .arg("out_cells", &mut voc)
-                .arg("error", &mut ve);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))
-        };
         {
             let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (
                 run.zeros::<u32>(n_ev + 1)?,
@@ -687,8 +462,10 @@ impl Step for CaNtupletsGpu {
                 run.out::<u32>(1)?,
                 run.out::<u32>(1)?,
             );
-            search(
+            nt.search(
                 &run,
+                n,
+                (&ncount, &first, &dpo, &nbr, n_push),
                 0,
                 &mut n_tup,
                 &mut n_hit,
@@ -702,8 +479,8 @@ impl Step for CaNtupletsGpu {
                 &mut err,
             )?;
         }
-        scan(&mut run, &n_tup, &mut tup_first, &mut tup_total)?;
-        scan(&mut run, &n_hit, &mut hit_first, &mut hit_total)?;
+        nt.scan(&mut run, &n_tup, &mut tup_first, &mut tup_total)?;
+        nt.scan(&mut run, &n_hit, &mut hit_first, &mut hit_total)?;
         let (h_tup, h_hit, h_err) = (
             run.queue::<u32>(&tup_total, n_ev)?,
             run.queue::<u32>(&hit_total, n_ev)?,
@@ -731,8 +508,10 @@ impl Step for CaNtupletsGpu {
             run.out::<u32>(n_tuples.max(1))?,
             run.out::<u32>(n_tuples.max(1))?,
         );
-        search(
+        nt.search(
             &run,
+            n,
+            (&ncount, &first, &dpo, &nbr, n_push),
             1,
             &mut n_tup,
             &mut n_hit,
@@ -791,7 +570,7 @@ impl Step for CaNtupletsGpu {
             );
             let mut l = Launch::new(&run, "nt_early_dup");
             l.arg("n_cells", &nc)
-                .arg("cell_off", &vco)
+                .arg("cell_off", &nt.vco)
                 .arg("n_events", &ne)
                 .arg("count", &vn)
                 .arg("first", &vf)
@@ -922,14 +701,14 @@ impl Step for CaNtupletsGpu {
         if n.late_fishbone {
             // On the cells that carry a tuple.
             if on_device {
-                fishbone(&run, 1, &has_track, &mut dead)?;
+                nt.fishbone(&run, &fishbone_index, &used, 1, &has_track, &mut dead)?;
             } else {
                 let mut has_track = Vec::with_capacity(n_cells);
                 for (_, ca) in &out {
                     has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
                 }
                 let dht = run.up(&has_track)?;
-                fishbone(&run, 1, &dht, &mut dead)?;
+                nt.fishbone(&run, &fishbone_index, &used, 1, &dht, &mut dead)?;
             }
         }
         // The alive flags come back packed (1 bit per cell, as the product's bitmap).

@@ -1,0 +1,309 @@
+//! The device half of the GPU `ca_ntuplets` ([`super::ca_ntuplets`]): the batch's hits and
+//! cells as the kernels read them, and the kernels its `process` launches more than once
+//! (the cells' index, connect, the search, the fishbone) or with a segmented scan.
+
+use cudarc::driver::CudaView;
+use quiver_columnar::Result;
+use quiver_reco::tracks::NtupletConfig;
+
+use crate::device::DeviceBuf;
+use crate::kernels::ELEMENT_BLOCK;
+use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK};
+use crate::steps::{blocks, seg_scan, Launch, Run};
+
+/// A batch's hits (x, y, z, r, detIndex) and cells (inner, outer, pair, listed) on the
+/// device, the events' hit and cell offsets, and the counts (also as u32: `ne`, `nc`,
+/// `nh`).
+pub(super) struct NtIn<'a> {
+    pub n_ev: usize,
+    pub n_hits: usize,
+    pub n_cells: usize,
+    pub ne: u32,
+    pub nc: u32,
+    pub nh: u32,
+    pub cell_off: &'a [u32],
+    pub vx: CudaView<'a, f32>,
+    pub vy: CudaView<'a, f32>,
+    pub vz: CudaView<'a, f32>,
+    pub vr: CudaView<'a, f32>,
+    pub vdet: CudaView<'a, u16>,
+    pub vho: CudaView<'a, u32>,
+    pub vco: CudaView<'a, u32>,
+    pub vi: CudaView<'a, u32>,
+    pub vo: CudaView<'a, u32>,
+    pub vp: CudaView<'a, u8>,
+    pub vl: CudaView<'a, u8>,
+}
+
+impl NtIn<'_> {
+    /// The cells by one of their hits (ascending index), `key` (inner or outer hits; with
+    /// `filter`, the listed cells only): each hit's first entry and the sorted cells.
+    pub fn index(
+        &self,
+        run: &mut Run,
+        key: &CudaView<u32>,
+        filter: u32,
+    ) -> Result<(DeviceBuf, DeviceBuf)> {
+        let (n_hits, n_cells) = (self.n_hits, self.n_cells);
+        let (mut count, mut start, mut cursor, mut idx) = (
+            run.zeros::<u32>(n_hits)?,
+            run.out::<u32>(n_hits + 1)?,
+            run.out::<u32>(n_hits)?,
+            run.out::<u32>(n_cells)?,
+        );
+        let mut sorted = run.out::<u32>(n_cells)?;
+        {
+            let mut v = count.view_mut::<u32>(n_hits);
+            Launch::new(run, "cn_index_count")
+                .arg("key", key)
+                .arg("filter", &filter)
+                .arg("only", &self.vl)
+                .arg("n_cells", &self.nc)
+                .arg("cell_off", &self.vco)
+                .arg("n_events", &self.ne)
+                .arg("hit_off", &self.vho)
+                .arg("count", &mut v)
+                .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        }
+        {
+            let v = count.view::<u32>(n_hits);
+            let (mut s, mut cu) = (
+                start.view_mut::<u32>(n_hits + 1),
+                cursor.view_mut::<u32>(n_hits),
+            );
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (self.ne, 1, 1),
+                block_dim: (SCAN_BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            Launch::new(run, "cn_index_scan")
+                .arg("count", &v)
+                .arg("hit_off", &self.vho)
+                .arg("cell_off", &self.vco)
+                .arg("n_events", &self.ne)
+                .arg("start", &mut s)
+                .arg("cursor", &mut cu)
+                .launch(cfg)?;
+        }
+        {
+            let (mut cu, mut ix) = (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
+            Launch::new(run, "cn_index_fill")
+                .arg("key", key)
+                .arg("filter", &filter)
+                .arg("only", &self.vl)
+                .arg("n_cells", &self.nc)
+                .arg("cell_off", &self.vco)
+                .arg("n_events", &self.ne)
+                .arg("hit_off", &self.vho)
+                .arg("cursor", &mut cu)
+                .arg("index", &mut ix)
+                .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        }
+        {
+            let (s, ix, mut so) = (
+                start.view::<u32>(n_hits + 1),
+                idx.view::<u32>(n_cells),
+                sorted.view_mut::<u32>(n_cells),
+            );
+            Launch::new(run, "cn_index_rank")
+                .arg("start", &s)
+                .arg("n_hits", &self.nh)
+                .arg("index", &ix)
+                .arg("sorted", &mut so)
+                .launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
+        }
+        Ok((start, sorted))
+    }
+
+    /// One pass of `cn_connect`: count (`write` = 0) or write the neighbours at `push_off`;
+    /// `(vsi, vbi)`: the cells by inner hit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(
+        &self,
+        run: &Run,
+        n: &NtupletConfig,
+        (vsi, vbi): (&CudaView<u32>, &CudaView<u32>),
+        write: u32,
+        ncount: &mut DeviceBuf,
+        first: &DeviceBuf,
+        push_off: &DeviceBuf,
+        out: &mut DeviceBuf,
+        n_out: usize,
+        used: &mut DeviceBuf,
+        kept: &mut DeviceBuf,
+    ) -> Result<()> {
+        let (n_ev, n_cells) = (self.n_ev, self.n_cells);
+        let (mut vn, vf, vpo, mut vout, mut vu) = (
+            ncount.view_mut::<u32>(n_cells),
+            first.view::<u32>(n_cells),
+            push_off.view::<u32>(n_ev + 1),
+            out.view_mut::<u32>(n_out.max(1)),
+            used.view_mut::<u8>(n_cells),
+        );
+        let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
+        let mut l = Launch::new(run, "cn_connect");
+        l.arg("write", &write)
+            .arg("n_cells", &self.nc)
+            .arg("cell_off", &self.vco)
+            .arg("n_events", &self.ne)
+            .arg("hit_off", &self.vho)
+            .arg("x", &self.vx)
+            .arg("y", &self.vy)
+            .arg("z", &self.vz)
+            .arg("r", &self.vr)
+            .arg("det", &self.vdet);
+        l.arg("inner", &self.vi)
+            .arg("outer", &self.vo)
+            .arg("listed", &self.vl)
+            .arg("start", vsi)
+            .arg("by_inner", vbi);
+        l.arg("ptmin", &n.ptmin)
+            .arg("theta_barrel", &n.ca_theta_cut_barrel)
+            .arg("theta_forward", &n.ca_theta_cut_forward)
+            .arg("dca_inner", &n.dca_cut_inner_triplet)
+            .arg("dca_outer", &n.dca_cut_outer_triplet)
+            .arg("hard_curv", &n.hard_curv_cut);
+        l.arg("count", &mut vn)
+            .arg("first", &vf)
+            .arg("push_off", &vpo)
+            .arg("out", &mut vout)
+            .arg("used", &mut vu)
+            .arg("kept", &mut vk);
+        l.launch(blocks(n_cells, ELEMENT_BLOCK))
+    }
+
+    /// A per-event scan of a per-cell count: each cell's first place and the events' totals.
+    pub fn scan(
+        &self,
+        run: &mut Run,
+        value: &DeviceBuf,
+        first: &mut DeviceBuf,
+        total: &mut DeviceBuf,
+    ) -> Result<()> {
+        let (n_ev, n_cells) = (self.n_ev, self.n_cells);
+        let (v, mut f, mut t) = (
+            value.view::<u32>(n_cells),
+            first.view_mut::<u32>(n_cells),
+            total.view_mut::<u32>(n_ev),
+        );
+        seg_scan(run, &v, self.cell_off, &self.vco, &mut f, &mut t)
+    }
+
+    /// `nt_fishbone` over the cells by outer hit (`index`; nothing without it).
+    pub fn fishbone(
+        &self,
+        run: &Run,
+        index: &Option<(DeviceBuf, DeviceBuf)>,
+        used: &DeviceBuf,
+        check_track: u32,
+        has_track: &DeviceBuf,
+        dead: &mut DeviceBuf,
+    ) -> Result<()> {
+        let (n_hits, n_cells) = (self.n_hits, self.n_cells);
+        let Some((start_o, by_outer)) = index else {
+            return Ok(());
+        };
+        let (vs, vb, vu, vht, mut vd) = (
+            start_o.view::<u32>(n_hits + 1),
+            by_outer.view::<u32>(n_cells),
+            used.view::<u8>(n_cells),
+            has_track.view::<u8>(n_cells),
+            dead.view_mut::<u8>(n_cells),
+        );
+        let mut l = Launch::new(run, "nt_fishbone");
+        l.arg("n_hits", &self.nh)
+            .arg("hit_off", &self.vho)
+            .arg("n_events", &self.ne)
+            .arg("cell_off", &self.vco)
+            .arg("x", &self.vx)
+            .arg("y", &self.vy)
+            .arg("z", &self.vz)
+            .arg("det", &self.vdet)
+            .arg("inner", &self.vi);
+        l.arg("start", &vs)
+            .arg("by_outer", &vb)
+            .arg("used", &vu)
+            .arg("check_track", &check_track)
+            .arg("has_track", &vht)
+            .arg("dead", &mut vd);
+        l.launch(blocks(n_hits, ELEMENT_BLOCK))
+    }
+
+    /// One pass of `nt_search`: count (`write` = 0), or write the tuples at the scanned
+    /// places; `(ncount, first, dpo, nbr, n_push)`: the cells' neighbours.
+    #[allow(clippy::too_many_arguments)]
+    pub fn search(
+        &self,
+        run: &Run,
+        n: &NtupletConfig,
+        (ncount, first, dpo, nbr, n_push): (&DeviceBuf, &DeviceBuf, &DeviceBuf, &DeviceBuf, usize),
+        write: u32,
+        n_tup: &mut DeviceBuf,
+        n_hit: &mut DeviceBuf,
+        tf: &DeviceBuf,
+        hf: &DeviceBuf,
+        to: &DeviceBuf,
+        ho: &DeviceBuf,
+        outs: [&mut DeviceBuf; 5],
+        sizes: [usize; 3],
+        dead: &DeviceBuf,
+        err: &mut DeviceBuf,
+    ) -> Result<()> {
+        let (n_ev, n_cells) = (self.n_ev, self.n_cells);
+        let [tl, tcs, tce, oh, oc] = outs;
+        let (vdd, vn, vf, vpo, vnb) = (
+            dead.view::<u8>(n_cells),
+            ncount.view::<u32>(n_cells),
+            first.view::<u32>(n_cells),
+            dpo.view::<u32>(n_ev + 1),
+            nbr.view::<u32>(n_push.max(1)),
+        );
+        let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (
+            n_tup.view_mut::<u32>(n_cells),
+            n_hit.view_mut::<u32>(n_cells),
+            tf.view::<u32>(n_cells),
+            hf.view::<u32>(n_cells),
+            to.view::<u32>(n_ev + 1),
+            ho.view::<u32>(n_ev + 1),
+        );
+        let (mut vtl, mut voh, mut voc, mut ve) = (
+            tl.view_mut::<u32>(sizes[0].max(1)),
+            oh.view_mut::<u32>(sizes[1].max(1)),
+            oc.view_mut::<u32>(sizes[2].max(1)),
+            err.view_mut::<u32>(1),
+        );
+        let (mut vcs, mut vce) = (
+            tcs.view_mut::<u32>(sizes[0].max(1)),
+            tce.view_mut::<u32>(sizes[0].max(1)),
+        );
+        let mut l = Launch::new(run, "nt_search");
+        l.arg("write", &write)
+            .arg("n_cells", &self.nc)
+            .arg("cell_off", &self.vco)
+            .arg("n_events", &self.ne)
+            .arg("inner", &self.vi)
+            .arg("outer", &self.vo)
+            .arg("pair", &self.vp)
+            .arg("dead", &vdd);
+        l.arg("ncount", &vn)
+            .arg("first", &vf)
+            .arg("push_off", &vpo)
+            .arg("nbr", &vnb)
+            .arg("per_list", &n.max_cell_neighbors)
+            .arg("min_hits", &n.min_hits_per_ntuplet)
+            .arg("max_tuples", &n.max_tuples);
+        l.arg("n_tuples", &mut vt)
+            .arg("n_hits", &mut vh)
+            .arg("tuple_first", &vtf)
+            .arg("hit_first", &vhf)
+            .arg("tuple_off", &vto)
+            .arg("hit_off_out", &vhoo)
+            .arg("tuple_len", &mut vtl)
+            .arg("tuple_cstart", &mut vcs)
+            .arg("tuple_cend", &mut vce)
+            .arg("out_hits", &mut voh)
+            .arg("out_cells", &mut voc)
+            .arg("error", &mut ve);
+        l.launch(blocks(n_cells, ELEMENT_BLOCK))
+    }
+}
