@@ -15,9 +15,9 @@ use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, STATS_RUN};
+use crate::kernels_ca::{RANK_LANES, STATS_RUN};
 use crate::resident::CudaMirror;
-use crate::steps::ca_ntuplets_dev::NtIn;
+use crate::steps::ca_ntuplets_dev::{NtIn, Tuples};
 use crate::steps::ca_ntuplets_host::{ntuplet_event, ntuplet_event_listed};
 use crate::steps::{
     batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
@@ -46,7 +46,7 @@ impl CaNtupletsGpu {
 }
 
 /// Exclusive prefix sum with the total appended (`n + 1` entries).
-fn prefix(v: &[u32]) -> Result<Vec<u32>> {
+pub(super) fn prefix(v: &[u32]) -> Result<Vec<u32>> {
     let mut out = Vec::with_capacity(v.len() + 1);
     out.push(0u32);
     for &x in v {
@@ -346,89 +346,9 @@ impl Step for CaNtupletsGpu {
 
         // The cells by one of their hits (ascending index): by inner hit for the connect, by
         // outer hit (listed cells only) for the fishbone.
-        let (start_i, by_inner) = nt.index(&mut run, &nt.vi, 0)?;
-        let (vsi, vbi) = (
-            start_i.view::<u32>(n_hits + 1),
-            by_inner.view::<u32>(n_cells),
-        );
-        let (mut ncount, mut first, mut ntotal) = (
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_ev)?,
-        );
-        let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
-        let mut used = run.zeros::<u8>(n_cells)?;
-        // The first neighbours of each cell, kept by the count pass for the write pass.
-        let mut kept = run.out::<u32>(n_cells * CONNECT_KEPT)?;
-        {
-            let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
-            nt.connect(
-                &run,
-                n,
-                (&vsi, &vbi),
-                0,
-                &mut ncount,
-                &first,
-                &no_off,
-                &mut no_out,
-                1,
-                &mut used,
-                &mut kept,
-            )?;
-        }
-        nt.scan(&mut run, &ncount, &mut first, &mut ntotal)?;
-        {
-            let (vn, mut vne, mut vd) = (
-                ncount.view::<u32>(n_cells),
-                non_empty.view_mut::<u32>(n_ev),
-                dropped.view_mut::<u32>(n_ev),
-            );
-            Launch::new(&run, "nt_list_stats")
-                .arg("count", &vn)
-                .arg("n_cells", &nc)
-                .arg("cell_off", &nt.vco)
-                .arg("n_events", &ne)
-                .arg("per_list", &n.max_cell_neighbors)
-                .arg("non_empty", &mut vne)
-                .arg("dropped", &mut vd)
-                .launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
-        }
-        let (h_total, h_non_empty, h_dropped) = (
-            run.queue::<u32>(&ntotal, n_ev)?,
-            run.queue::<u32>(&non_empty, n_ev)?,
-            run.queue::<u32>(&dropped, n_ev)?,
-        );
-        let (h_total, h_non_empty, h_dropped) = (
-            run.take(h_total)?,
-            run.take(h_non_empty)?,
-            run.take(h_dropped)?,
-        );
-        run.sync()?;
-        // max_active_doublets binds: the lists opened depend on the CPU's push order.
-        if h_non_empty
-            .iter()
-            .any(|&k| k as u64 + 1 > n.max_active_doublets as u64)
-        {
+        let Some(nb) = nt.neighbours(&mut run, n)? else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
-        }
-        let push_off = prefix(h_total.as_slice())?;
-        let n_push = *push_off.last().unwrap_or(&0) as usize;
-        let dpo = run.up(&push_off)?;
-        let mut nbr = run.out::<u32>(n_push.max(1))?;
-        nt.connect(
-            &run,
-            n,
-            (&vsi, &vbi),
-            1,
-            &mut ncount,
-            &first,
-            &dpo,
-            &mut nbr,
-            n_push,
-            &mut used,
-            &mut kept,
-        )?;
-        drop(kept);
+        };
 
         let mut dead = run.zeros::<u8>(n_cells)?;
         let fishbone_index = if n.early_fishbone || n.late_fishbone {
@@ -437,93 +357,29 @@ impl Step for CaNtupletsGpu {
             None
         };
         if n.early_fishbone {
-            nt.fishbone(&run, &fishbone_index, &used, 0, &used, &mut dead)?;
+            nt.fishbone(&run, &fishbone_index, &nb.used, 0, &nb.used, &mut dead)?;
         }
 
         // The search: count, per-event prefix sums, write at the CPU's places.
-        let (mut n_tup, mut n_hit, mut err) = (
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_cells)?,
-            run.zeros::<u32>(1)?,
-        );
-        let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_ev)?,
-            run.out::<u32>(n_ev)?,
-        );
-        {
-            let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (
-                run.zeros::<u32>(n_ev + 1)?,
-                run.zeros::<u32>(n_ev + 1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-            );
-            nt.search(
-                &run,
-                n,
-                (&ncount, &first, &dpo, &nbr, n_push),
-                0,
-                &mut n_tup,
-                &mut n_hit,
-                &tup_first,
-                &hit_first,
-                &z1,
-                &z2,
-                [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5],
-                [1, 1, 1],
-                &dead,
-                &mut err,
-            )?;
-        }
-        nt.scan(&mut run, &n_tup, &mut tup_first, &mut tup_total)?;
-        nt.scan(&mut run, &n_hit, &mut hit_first, &mut hit_total)?;
-        let (h_tup, h_hit, h_err) = (
-            run.queue::<u32>(&tup_total, n_ev)?,
-            run.queue::<u32>(&hit_total, n_ev)?,
-            run.queue::<u32>(&err, 1)?,
-        );
-        let (h_tup, h_hit, h_err) = (run.take(h_tup)?, run.take(h_hit)?, run.take(h_err)?);
-        run.sync()?;
-        // A path longer than the search allows: the CPU step reports it.
-        if h_err.as_slice()[0] != 0 {
+        let Some(tp) = nt.tuples(&mut run, n, &nb, &dead)? else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
-        }
-        let (tup_off, hit_pos) = (prefix(h_tup.as_slice())?, prefix(h_hit.as_slice())?);
-        let (n_tuples, n_tuple_hits) = (
-            *tup_off.last().unwrap_or(&0) as usize,
-            *hit_pos.last().unwrap_or(&0) as usize,
-        );
-        let n_tuple_cells = n_tuple_hits - n_tuples;
-        let (dto, dhp) = (run.up(&tup_off)?, run.up(&hit_pos)?);
-        let (mut tlen, mut thits, mut tcells) = (
-            run.zeros::<u32>(n_tuples.max(1))?,
-            run.out::<u32>(n_tuple_hits.max(1))?,
-            run.out::<u32>(n_tuple_cells.max(1))?,
-        );
-        let (mut cstart, mut cend) = (
-            run.out::<u32>(n_tuples.max(1))?,
-            run.out::<u32>(n_tuples.max(1))?,
-        );
-        nt.search(
-            &run,
-            n,
-            (&ncount, &first, &dpo, &nbr, n_push),
-            1,
-            &mut n_tup,
-            &mut n_hit,
-            &tup_first,
-            &hit_first,
-            &dto,
-            &dhp,
-            [&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells],
-            [n_tuples, n_tuple_hits, n_tuple_cells],
-            &dead,
-            &mut err,
-        )?;
+        };
+        let Tuples {
+            tup_total,
+            tup_off,
+            hit_pos,
+            h_tup,
+            n_tuples,
+            n_tuple_hits,
+            n_tuple_cells,
+            dto,
+            tlen,
+            thits,
+            tcells,
+            cstart,
+            cend,
+            ..
+        } = tp;
         // The cells' tuple lists and the early duplicate remover, on the device.
         let list_base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
         let base = run.up(&list_base)?;
@@ -632,7 +488,7 @@ impl Step for CaNtupletsGpu {
                     hits,
                     cells,
                     &h_q[t0..t0 + stored],
-                    h_dropped[e],
+                    nb.h_dropped[e],
                     h_tdrop[e],
                 )
             } else {
@@ -643,7 +499,7 @@ impl Step for CaNtupletsGpu {
                     lengths,
                     hits,
                     cells,
-                    h_dropped[e],
+                    nb.h_dropped[e],
                 )
             };
             out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
@@ -701,14 +557,14 @@ impl Step for CaNtupletsGpu {
         if n.late_fishbone {
             // On the cells that carry a tuple.
             if on_device {
-                nt.fishbone(&run, &fishbone_index, &used, 1, &has_track, &mut dead)?;
+                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &has_track, &mut dead)?;
             } else {
                 let mut has_track = Vec::with_capacity(n_cells);
                 for (_, ca) in &out {
                     has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
                 }
                 let dht = run.up(&has_track)?;
-                nt.fishbone(&run, &fishbone_index, &used, 1, &dht, &mut dead)?;
+                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &dht, &mut dead)?;
             }
         }
         // The alive flags come back packed (1 bit per cell, as the product's bitmap).

@@ -3,12 +3,14 @@
 //! (the cells' index, connect, the search, the fishbone) or with a segmented scan.
 
 use cudarc::driver::CudaView;
-use quiver_columnar::Result;
+use quiver_columnar::{PoolVec, Result};
+
+use super::ca_ntuplets::prefix;
 use quiver_reco::tracks::NtupletConfig;
 
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK};
+use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
 use crate::steps::{blocks, seg_scan, Launch, Run};
 
 /// A batch's hits (x, y, z, r, detIndex) and cells (inner, outer, pair, listed) on the
@@ -305,5 +307,276 @@ impl NtIn<'_> {
             .arg("out_cells", &mut voc)
             .arg("error", &mut ve);
         l.launch(blocks(n_cells, ELEMENT_BLOCK))
+    }
+}
+
+/// The cells' neighbours (`cn_connect`'s two passes): the cells by inner hit, each cell's
+/// count and first place, the events' totals and list stats, the used flags, the push
+/// offsets and the neighbours, and (on the host) the neighbour lists dropped per event.
+/// Fields `process` does not read are held, as before the split, until it returns.
+#[allow(dead_code)]
+pub(super) struct Neighbours {
+    pub start_i: DeviceBuf,
+    pub by_inner: DeviceBuf,
+    pub ncount: DeviceBuf,
+    pub first: DeviceBuf,
+    pub ntotal: DeviceBuf,
+    pub non_empty: DeviceBuf,
+    pub dropped: DeviceBuf,
+    pub used: DeviceBuf,
+    pub dpo: DeviceBuf,
+    pub nbr: DeviceBuf,
+    pub n_push: usize,
+    pub h_dropped: PoolVec<u32>,
+}
+
+/// The tuples (`nt_search`'s two passes): the per-cell counts and places, the events'
+/// totals (device and host) and offsets, and the tuples' lengths, hits, cells and cell
+/// ranges.
+/// Fields `process` does not read are held, as before the split, until it returns.
+#[allow(dead_code)]
+pub(super) struct Tuples {
+    pub n_tup: DeviceBuf,
+    pub n_hit: DeviceBuf,
+    pub err: DeviceBuf,
+    pub tup_first: DeviceBuf,
+    pub hit_first: DeviceBuf,
+    pub tup_total: DeviceBuf,
+    pub hit_total: DeviceBuf,
+    pub h_tup: PoolVec<u32>,
+    pub h_hit: PoolVec<u32>,
+    pub tup_off: Vec<u32>,
+    pub hit_pos: Vec<u32>,
+    pub n_tuples: usize,
+    pub n_tuple_hits: usize,
+    pub n_tuple_cells: usize,
+    pub dto: DeviceBuf,
+    pub dhp: DeviceBuf,
+    pub tlen: DeviceBuf,
+    pub thits: DeviceBuf,
+    pub tcells: DeviceBuf,
+    pub cstart: DeviceBuf,
+    pub cend: DeviceBuf,
+}
+
+impl NtIn<'_> {
+    /// The cells' neighbours; `None` where `max_active_doublets` binds (the CPU step).
+    pub fn neighbours(&self, run: &mut Run, n: &NtupletConfig) -> Result<Option<Neighbours>> {
+        let (n_ev, n_hits, n_cells) = (self.n_ev, self.n_hits, self.n_cells);
+        let (start_i, by_inner) = self.index(run, &self.vi, 0)?;
+        let (vsi, vbi) = (
+            start_i.view::<u32>(n_hits + 1),
+            by_inner.view::<u32>(n_cells),
+        );
+        let (mut ncount, mut first, mut ntotal) = (
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_ev)?,
+        );
+        let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        let mut used = run.zeros::<u8>(n_cells)?;
+        // The first neighbours of each cell, kept by the count pass for the write pass.
+        let mut kept = run.out::<u32>(n_cells * CONNECT_KEPT)?;
+        {
+            let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
+            self.connect(
+                run,
+                n,
+                (&vsi, &vbi),
+                0,
+                &mut ncount,
+                &first,
+                &no_off,
+                &mut no_out,
+                1,
+                &mut used,
+                &mut kept,
+            )?;
+        }
+        self.scan(run, &ncount, &mut first, &mut ntotal)?;
+        {
+            let (vn, mut vne, mut vd) = (
+                ncount.view::<u32>(n_cells),
+                non_empty.view_mut::<u32>(n_ev),
+                dropped.view_mut::<u32>(n_ev),
+            );
+            Launch::new(run, "nt_list_stats")
+                .arg("count", &vn)
+                .arg("n_cells", &self.nc)
+                .arg("cell_off", &self.vco)
+                .arg("n_events", &self.ne)
+                .arg("per_list", &n.max_cell_neighbors)
+                .arg("non_empty", &mut vne)
+                .arg("dropped", &mut vd)
+                .launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
+        }
+        let (h_total, h_non_empty, h_dropped) = (
+            run.queue::<u32>(&ntotal, n_ev)?,
+            run.queue::<u32>(&non_empty, n_ev)?,
+            run.queue::<u32>(&dropped, n_ev)?,
+        );
+        let (h_total, h_non_empty, h_dropped) = (
+            run.take(h_total)?,
+            run.take(h_non_empty)?,
+            run.take(h_dropped)?,
+        );
+        run.sync()?;
+        // max_active_doublets binds: the lists opened depend on the CPU's push order.
+        if h_non_empty
+            .iter()
+            .any(|&k| k as u64 + 1 > n.max_active_doublets as u64)
+        {
+            return Ok(None);
+        }
+        let push_off = prefix(h_total.as_slice())?;
+        let n_push = *push_off.last().unwrap_or(&0) as usize;
+        let dpo = run.up(&push_off)?;
+        let mut nbr = run.out::<u32>(n_push.max(1))?;
+        self.connect(
+            run,
+            n,
+            (&vsi, &vbi),
+            1,
+            &mut ncount,
+            &first,
+            &dpo,
+            &mut nbr,
+            n_push,
+            &mut used,
+            &mut kept,
+        )?;
+        drop(kept);
+        Ok(Some(Neighbours {
+            start_i,
+            by_inner,
+            ncount,
+            first,
+            ntotal,
+            non_empty,
+            dropped,
+            used,
+            dpo,
+            nbr,
+            n_push,
+            h_dropped,
+        }))
+    }
+
+    /// The search: count, per-event prefix sums, write at the CPU's places; `None` for a
+    /// path longer than the search allows (the CPU step).
+    pub fn tuples(
+        &self,
+        run: &mut Run,
+        n: &NtupletConfig,
+        nb: &Neighbours,
+        dead: &DeviceBuf,
+    ) -> Result<Option<Tuples>> {
+        let (n_ev, n_cells) = (self.n_ev, self.n_cells);
+        let (mut n_tup, mut n_hit, mut err) = (
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_cells)?,
+            run.zeros::<u32>(1)?,
+        );
+        let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_cells)?,
+            run.out::<u32>(n_ev)?,
+            run.out::<u32>(n_ev)?,
+        );
+        {
+            let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (
+                run.zeros::<u32>(n_ev + 1)?,
+                run.zeros::<u32>(n_ev + 1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+                run.out::<u32>(1)?,
+            );
+            self.search(
+                run,
+                n,
+                (&nb.ncount, &nb.first, &nb.dpo, &nb.nbr, nb.n_push),
+                0,
+                &mut n_tup,
+                &mut n_hit,
+                &tup_first,
+                &hit_first,
+                &z1,
+                &z2,
+                [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5],
+                [1, 1, 1],
+                dead,
+                &mut err,
+            )?;
+        }
+        self.scan(run, &n_tup, &mut tup_first, &mut tup_total)?;
+        self.scan(run, &n_hit, &mut hit_first, &mut hit_total)?;
+        let (h_tup, h_hit, h_err) = (
+            run.queue::<u32>(&tup_total, n_ev)?,
+            run.queue::<u32>(&hit_total, n_ev)?,
+            run.queue::<u32>(&err, 1)?,
+        );
+        let (h_tup, h_hit, h_err) = (run.take(h_tup)?, run.take(h_hit)?, run.take(h_err)?);
+        run.sync()?;
+        // A path longer than the search allows: the CPU step reports it.
+        if h_err.as_slice()[0] != 0 {
+            return Ok(None);
+        }
+        let (tup_off, hit_pos) = (prefix(h_tup.as_slice())?, prefix(h_hit.as_slice())?);
+        let (n_tuples, n_tuple_hits) = (
+            *tup_off.last().unwrap_or(&0) as usize,
+            *hit_pos.last().unwrap_or(&0) as usize,
+        );
+        let n_tuple_cells = n_tuple_hits - n_tuples;
+        let (dto, dhp) = (run.up(&tup_off)?, run.up(&hit_pos)?);
+        let (mut tlen, mut thits, mut tcells) = (
+            run.zeros::<u32>(n_tuples.max(1))?,
+            run.out::<u32>(n_tuple_hits.max(1))?,
+            run.out::<u32>(n_tuple_cells.max(1))?,
+        );
+        let (mut cstart, mut cend) = (
+            run.out::<u32>(n_tuples.max(1))?,
+            run.out::<u32>(n_tuples.max(1))?,
+        );
+        self.search(
+            run,
+            n,
+            (&nb.ncount, &nb.first, &nb.dpo, &nb.nbr, nb.n_push),
+            1,
+            &mut n_tup,
+            &mut n_hit,
+            &tup_first,
+            &hit_first,
+            &dto,
+            &dhp,
+            [&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells],
+            [n_tuples, n_tuple_hits, n_tuple_cells],
+            dead,
+            &mut err,
+        )?;
+        Ok(Some(Tuples {
+            n_tup,
+            n_hit,
+            err,
+            tup_first,
+            hit_first,
+            tup_total,
+            hit_total,
+            h_tup,
+            h_hit,
+            tup_off,
+            hit_pos,
+            n_tuples,
+            n_tuple_hits,
+            n_tuple_cells,
+            dto,
+            dhp,
+            tlen,
+            thits,
+            tcells,
+            cstart,
+            cend,
+        }))
     }
 }
