@@ -17,7 +17,7 @@ use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{RANK_LANES, STATS_RUN};
 use crate::resident::CudaMirror;
-use crate::steps::ca_ntuplets_dev::{NtIn, Tuples};
+use crate::steps::ca_ntuplets_dev::{Listed, NtIn, Tuples};
 use crate::steps::ca_ntuplets_host::{ntuplet_event, ntuplet_event_listed};
 use crate::steps::{
     batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
@@ -364,104 +364,31 @@ impl Step for CaNtupletsGpu {
         let Some(tp) = nt.tuples(&mut run, n, &nb, &dead)? else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
+        // The cells' tuple lists and the early duplicate remover, on the device.
+        let ls = nt.lists(&mut run, n, &dco, &tp)?;
         let Tuples {
-            tup_total,
             tup_off,
             hit_pos,
             h_tup,
             n_tuples,
             n_tuple_hits,
             n_tuple_cells,
-            dto,
             tlen,
             thits,
             tcells,
-            cstart,
-            cend,
             ..
         } = tp;
-        // The cells' tuple lists and the early duplicate remover, on the device.
-        let list_base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
-        let base = run.up(&list_base)?;
-        let lists = CellTracks::build(
-            &mut run,
-            CellTracksIn {
-                n_ev,
-                n_cells,
-                n_tuples,
-                n_entries: n_tuple_cells,
-                limit: n.max_tuples,
-                tup_off: dto.view(n_ev + 1),
-                cstart: cstart.view(n_tuples.max(1)),
-                cend: cend.view(n_tuples.max(1)),
-                cells: tcells.view(n_tuple_cells.max(1)),
-                cell_off: dco.view(n_ev + 1),
-                cell_off_host: &cell_off,
-                base,
-            },
-        )?;
-        let (mut track_non_empty, mut track_dropped) =
-            (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
-        lists.stats(
-            &run,
-            &dco,
-            n.max_cell_tracks,
-            &mut track_non_empty,
-            &mut track_dropped,
-        )?;
-        let (mut dq, mut has_track) = (run.zeros::<u8>(n_tuples.max(1))?, run.out::<u8>(n_cells)?);
-        {
-            let (vn, vf, vb, vv, vto, vtl, vfound) = (
-                lists.count.view::<u32>(n_cells),
-                lists.first.view::<u32>(n_cells),
-                lists.base.view::<u32>(n_ev),
-                lists.vals.view::<u32>(n_tuple_cells.max(1)),
-                dto.view::<u32>(n_ev + 1),
-                tlen.view::<u32>(n_tuples.max(1)),
-                tup_total.view::<u32>(n_ev),
-            );
-            let (mut vq, mut vht) = (
-                dq.view_mut::<u8>(n_tuples.max(1)),
-                has_track.view_mut::<u8>(n_cells),
-            );
-            let mut l = Launch::new(&run, "nt_early_dup");
-            l.arg("n_cells", &nc)
-                .arg("cell_off", &nt.vco)
-                .arg("n_events", &ne)
-                .arg("count", &vn)
-                .arg("first", &vf)
-                .arg("base", &vb)
-                .arg("vals", &vv)
-                .arg("per_list", &n.max_cell_tracks)
-                .arg("tup_off", &vto)
-                .arg("tuple_len", &vtl)
-                .arg("found", &vfound)
-                .arg("max_tuples", &n.max_tuples)
-                .arg("q", &mut vq)
-                .arg("has_track", &mut vht);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
-        }
-        let (h_len, h_hits, h_cells) = (
-            run.queue_of::<u32>(NTUPLETS, &tlen, n_tuples)?,
-            run.queue_of::<u32>(NTUPLETS, &thits, n_tuple_hits)?,
-            run.queue_of::<u32>(NTUPLETS, &tcells, n_tuple_cells)?,
-        );
-        let (h_q, h_tne, h_tdrop, h_bad) = (
-            run.queue_of::<u8>(NTUPLETS, &dq, n_tuples)?,
-            run.queue::<u32>(&track_non_empty, n_ev)?,
-            run.queue::<u32>(&track_dropped, n_ev)?,
-            run.queue::<u32>(&lists.bad, 1)?,
-        );
-        let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (
-            run.take(h_len)?,
-            run.take(h_hits)?,
-            run.take(h_cells)?,
-            run.take(h_q)?,
-            run.take(h_tne)?,
-            run.take(h_tdrop)?,
-            run.take(h_bad)?,
-        );
-        run.sync()?;
+        let Listed {
+            h_len,
+            h_hits,
+            h_cells,
+            h_q,
+            h_tne,
+            h_tdrop,
+            h_bad,
+            has_track,
+            ..
+        } = ls;
         // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
         // past its event (the CPU's error): the CPU's replay, event by event.
         let on_device = h_bad.as_slice()[0] == 0

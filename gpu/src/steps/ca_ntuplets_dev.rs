@@ -5,7 +5,8 @@
 use cudarc::driver::CudaView;
 use quiver_columnar::{PoolVec, Result};
 
-use super::ca_ntuplets::prefix;
+use super::ca_ntuplets::{prefix, CellTracks, CellTracksIn};
+use quiver_reco::steps::types::NTUPLETS;
 use quiver_reco::tracks::NtupletConfig;
 
 use crate::device::DeviceBuf;
@@ -578,5 +579,135 @@ impl NtIn<'_> {
             cstart,
             cend,
         }))
+    }
+}
+
+/// The cells' tuple lists and the early duplicate remover's outputs, and what comes back
+/// to the host: the tuples' lengths, hits, cells and qualities, the lists' stats.
+#[allow(dead_code)]
+pub(super) struct Listed {
+    pub lists: CellTracks,
+    pub track_non_empty: DeviceBuf,
+    pub track_dropped: DeviceBuf,
+    pub dq: DeviceBuf,
+    pub has_track: DeviceBuf,
+    pub h_len: PoolVec<u32>,
+    pub h_hits: PoolVec<u32>,
+    pub h_cells: PoolVec<u32>,
+    pub h_q: PoolVec<u8>,
+    pub h_tne: PoolVec<u32>,
+    pub h_tdrop: PoolVec<u32>,
+    pub h_bad: PoolVec<u32>,
+}
+
+impl NtIn<'_> {
+    /// The cells' tuple lists (`CellTracks`) and their stats, `nt_early_dup`, and the
+    /// downloads of the tuples (up to a sync).
+    pub fn lists(
+        &self,
+        run: &mut Run,
+        n: &NtupletConfig,
+        dco: &DeviceBuf,
+        tp: &Tuples,
+    ) -> Result<Listed> {
+        let (n_ev, n_cells) = (self.n_ev, self.n_cells);
+        let list_base: Vec<u32> = (0..n_ev).map(|e| tp.hit_pos[e] - tp.tup_off[e]).collect();
+        let base = run.up(&list_base)?;
+        let lists = CellTracks::build(
+            run,
+            CellTracksIn {
+                n_ev,
+                n_cells,
+                n_tuples: tp.n_tuples,
+                n_entries: tp.n_tuple_cells,
+                limit: n.max_tuples,
+                tup_off: tp.dto.view(n_ev + 1),
+                cstart: tp.cstart.view(tp.n_tuples.max(1)),
+                cend: tp.cend.view(tp.n_tuples.max(1)),
+                cells: tp.tcells.view(tp.n_tuple_cells.max(1)),
+                cell_off: dco.view(n_ev + 1),
+                cell_off_host: self.cell_off,
+                base,
+            },
+        )?;
+        let (mut track_non_empty, mut track_dropped) =
+            (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        lists.stats(
+            run,
+            dco,
+            n.max_cell_tracks,
+            &mut track_non_empty,
+            &mut track_dropped,
+        )?;
+        let (mut dq, mut has_track) = (
+            run.zeros::<u8>(tp.n_tuples.max(1))?,
+            run.out::<u8>(n_cells)?,
+        );
+        {
+            let (vn, vf, vb, vv, vto, vtl, vfound) = (
+                lists.count.view::<u32>(n_cells),
+                lists.first.view::<u32>(n_cells),
+                lists.base.view::<u32>(n_ev),
+                lists.vals.view::<u32>(tp.n_tuple_cells.max(1)),
+                tp.dto.view::<u32>(n_ev + 1),
+                tp.tlen.view::<u32>(tp.n_tuples.max(1)),
+                tp.tup_total.view::<u32>(n_ev),
+            );
+            let (mut vq, mut vht) = (
+                dq.view_mut::<u8>(tp.n_tuples.max(1)),
+                has_track.view_mut::<u8>(n_cells),
+            );
+            let mut l = Launch::new(run, "nt_early_dup");
+            l.arg("n_cells", &self.nc)
+                .arg("cell_off", &self.vco)
+                .arg("n_events", &self.ne)
+                .arg("count", &vn)
+                .arg("first", &vf)
+                .arg("base", &vb)
+                .arg("vals", &vv)
+                .arg("per_list", &n.max_cell_tracks)
+                .arg("tup_off", &vto)
+                .arg("tuple_len", &vtl)
+                .arg("found", &vfound)
+                .arg("max_tuples", &n.max_tuples)
+                .arg("q", &mut vq)
+                .arg("has_track", &mut vht);
+            l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        }
+        let (h_len, h_hits, h_cells) = (
+            run.queue_of::<u32>(NTUPLETS, &tp.tlen, tp.n_tuples)?,
+            run.queue_of::<u32>(NTUPLETS, &tp.thits, tp.n_tuple_hits)?,
+            run.queue_of::<u32>(NTUPLETS, &tp.tcells, tp.n_tuple_cells)?,
+        );
+        let (h_q, h_tne, h_tdrop, h_bad) = (
+            run.queue_of::<u8>(NTUPLETS, &dq, tp.n_tuples)?,
+            run.queue::<u32>(&track_non_empty, n_ev)?,
+            run.queue::<u32>(&track_dropped, n_ev)?,
+            run.queue::<u32>(&lists.bad, 1)?,
+        );
+        let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (
+            run.take(h_len)?,
+            run.take(h_hits)?,
+            run.take(h_cells)?,
+            run.take(h_q)?,
+            run.take(h_tne)?,
+            run.take(h_tdrop)?,
+            run.take(h_bad)?,
+        );
+        run.sync()?;
+        Ok(Listed {
+            lists,
+            track_non_empty,
+            track_dropped,
+            dq,
+            has_track,
+            h_len,
+            h_hits,
+            h_cells,
+            h_q,
+            h_tne,
+            h_tdrop,
+            h_bad,
+        })
     }
 }
