@@ -8,7 +8,9 @@
 use arrow_array::types::{UInt32Type, UInt8Type};
 use arrow_array::{Array, BooleanArray};
 use quiver_columnar::columns::values;
-use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
+use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
+use quiver_reco::tracks::ntuplets::{CaState, Tuples as NtTuples};
+use quiver_reco::tracks::NtupletConfig;
 use quiver_reco::tracks::{layer_start_from_det_index, CaConfig};
 
 use cudarc::driver::CudaView;
@@ -215,10 +217,333 @@ impl CellTracks {
     }
 }
 
+/// The products' events from the tuples that came back: the device's lists where they
+/// are the CPU's (`on_device`), else the CPU's replay, event by event.
+#[allow(clippy::type_complexity)]
+fn assemble(
+    n: &NtupletConfig,
+    d: &Product,
+    on_device: bool,
+    (h_tup, tup_off, hit_pos): (&[u32], &[u32], &[u32]),
+    (h_len, h_hits, h_cells, h_q, h_tdrop): (&[u32], &[u32], &[u32], &[u8], &[u32]),
+    h_dropped: &[u32],
+    n_ev: usize,
+) -> Result<Vec<(NtTuples, CaState)>> {
+    let mut out = Vec::with_capacity(n_ev);
+    for e in 0..n_ev {
+        let found = h_tup[e];
+        let stored = found.min(n.max_tuples) as usize;
+        let t0 = tup_off[e] as usize;
+        let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
+        let (lengths, hits, cells) = (
+            &h_len[t0..t0 + stored],
+            &h_hits[hp..hit_pos[e + 1] as usize],
+            &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize],
+        );
+        let r = if on_device {
+            ntuplet_event_listed(
+                n,
+                found,
+                lengths,
+                hits,
+                cells,
+                &h_q[t0..t0 + stored],
+                h_dropped[e],
+                h_tdrop[e],
+            )
+        } else {
+            ntuplet_event(
+                n,
+                d.event_rows(e).len(),
+                found,
+                lengths,
+                hits,
+                cells,
+                h_dropped[e],
+            )
+        };
+        out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
+    }
+    Ok(out)
+}
+
+/// The tuples' hit and cell offsets (batch rows) from one scan of their lengths.
+fn list_offsets(
+    run: &mut Run,
+    tlen: &DeviceBuf,
+    n_tuples: usize,
+) -> Result<(DeviceBuf, DeviceBuf)> {
+    let whole = [0u32, n_tuples as u32];
+    let dwhole = run.up(&whole)?;
+    let (mut first, mut total) = (run.out::<u32>(n_tuples)?, run.out::<u32>(1)?);
+    {
+        let (vl, vw, mut vf, mut vt) = (
+            tlen.view::<u32>(n_tuples),
+            dwhole.view::<u32>(2),
+            first.view_mut::<u32>(n_tuples),
+            total.view_mut::<u32>(1),
+        );
+        seg_scan(run, &vl, &whole, &vw, &mut vf, &mut vt)?;
+    }
+    let (mut hoff, mut coff) = (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
+    {
+        let (nt, vf, vt) = (
+            n_tuples as u32,
+            first.view::<u32>(n_tuples),
+            total.view::<u32>(1),
+        );
+        let (mut vh, mut vc) = (
+            hoff.view_mut::<u32>(n_tuples + 1),
+            coff.view_mut::<u32>(n_tuples + 1),
+        );
+        Launch::new(run, "nt_list_offsets")
+            .arg("n", &nt)
+            .arg("first", &vf)
+            .arg("total", &vt)
+            .arg("hit_off", &mut vh)
+            .arg("cell_off", &mut vc)
+            .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
+    }
+    Ok((hoff, coff))
+}
+
+/// `cn_check_cells`: whether a device-resident cell names a hit its event does not have.
+fn cells_bad(
+    run: &mut Run,
+    (di, dout): (&DeviceBuf, &DeviceBuf),
+    (dco, dho): (&DeviceBuf, &DeviceBuf),
+    n_ev: usize,
+    n_cells: usize,
+) -> Result<bool> {
+    let (ne, nc) = (n_ev as u32, n_cells as u32);
+    let mut bad = run.zeros::<u32>(1)?;
+    {
+        let (vi, vo, vco, vho, mut vb) = (
+            di.view::<u32>(n_cells),
+            dout.view::<u32>(n_cells),
+            dco.view::<u32>(n_ev + 1),
+            dho.view::<u32>(n_ev + 1),
+            bad.view_mut::<u32>(1),
+        );
+        Launch::new(run, "cn_check_cells")
+            .arg("inner", &vi)
+            .arg("outer", &vo)
+            .arg("n_cells", &nc)
+            .arg("cell_off", &vco)
+            .arg("n_events", &ne)
+            .arg("hit_off", &vho)
+            .arg("bad", &mut vb)
+            .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+    }
+    Ok(run.down::<u32>(&bad, 1)?.as_slice()[0] != 0)
+}
+
+impl CaNtupletsGpu {
+    /// What the CPU step rejects (host cells naming hits the event does not have, columns
+    /// that do not fit, hits out of layer order): `true` sends the batch to the CPU step.
+    fn host_refuses(
+        &self,
+        batch: &EventBatch,
+        h: &Product,
+        det: &[u16],
+        on_device: bool,
+    ) -> Result<bool> {
+        let n_ev = batch.n_events();
+        if !on_device {
+            let d = batch.get(&self.doublets)?;
+            let (inner, outer, pair) = (
+                values::<UInt32Type>(&d, "inner")?,
+                values::<UInt32Type>(&d, "outer")?,
+                values::<UInt8Type>(&d, "pair")?,
+            );
+            let listed = d
+                .batch()
+                .column_by_name("listed")
+                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
+            if listed != Some(inner.len())
+                || outer.len() != inner.len()
+                || pair.len() != inner.len()
+            {
+                return Ok(true);
+            }
+            for e in 0..n_ev {
+                let (nh, cr) = (h.event_rows(e).len() as u32, d.event_rows(e));
+                if inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
+                    return Ok(true);
+                }
+            }
+        }
+        for e in 0..n_ev {
+            if layer_start_from_det_index(&det[h.event_rows(e)]).is_err() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// `nt_alive_bits`: the cells' alive flags packed, 1 bit per cell, as the product's bitmap.
+fn alive_words(run: &mut Run, dead: &DeviceBuf, nc: u32, n_cells: usize) -> Result<DeviceBuf> {
+    let n_words = n_cells.div_ceil(32);
+    let mut words = run.out::<u32>(n_words)?;
+    {
+        let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
+        Launch::new(run, "nt_alive_bits")
+            .arg("dead", &vd)
+            .arg("n_cells", &nc)
+            .arg("words", &mut vw)
+            .launch(blocks(n_words, ELEMENT_BLOCK))?;
+    }
+    Ok(words)
+}
+
+/// Whether the product's lists are the device's as they lie: every tuple found stored, each
+/// event's lists where the search wrote them.
+fn lists_as_written(
+    n: &NtupletConfig,
+    h_tup: &[u32],
+    out: &[(NtTuples, CaState)],
+    (n_tuples, n_tuple_hits, n_tuple_cells): (usize, usize, usize),
+) -> bool {
+    n_tuples > 0
+        && h_tup.iter().all(|&f| f <= n.max_tuples)
+        && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
+        && out
+            .iter()
+            .map(|(_, ca)| ca.tuple_cells.len())
+            .sum::<usize>()
+            == n_tuple_cells
+}
+
+impl CaNtupletsGpu {
+    /// The device's part from the cells' neighbours on (`nt`: the checked hits and cells;
+    /// `d`, `dco`: the cells' product and offsets): the search, the lists, the fishbone,
+    /// and the products.
+    fn search(
+        &self,
+        batch: &mut EventBatch,
+        mut run: Run,
+        nt: &NtIn,
+        d: &Product,
+        dco: &DeviceBuf,
+    ) -> Result<()> {
+        let c = &self.common;
+        let n = &self.cfg.ntuplets;
+        let (n_ev, n_cells, nc) = (nt.n_ev, nt.n_cells, nt.nc);
+        // The cells by one of their hits (ascending index): by inner hit for the connect, by
+        // outer hit (listed cells only) for the fishbone.
+        let Some(nb) = nt.neighbours(&mut run, n)? else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+
+        let mut dead = run.zeros::<u8>(n_cells)?;
+        let fishbone_index = if n.early_fishbone || n.late_fishbone {
+            Some(nt.index(&mut run, &nt.vo, 1)?)
+        } else {
+            None
+        };
+        if n.early_fishbone {
+            nt.fishbone(&run, &fishbone_index, &nb.used, 0, &nb.used, &mut dead)?;
+        }
+
+        // The search: count, per-event prefix sums, write at the CPU's places.
+        let Some(tp) = nt.tuples(&mut run, n, &nb, &dead)? else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+        // The cells' tuple lists and the early duplicate remover, on the device.
+        let ls = nt.lists(&mut run, n, dco, &tp)?;
+        let Tuples {
+            tup_off,
+            hit_pos,
+            h_tup,
+            n_tuples,
+            n_tuple_hits,
+            n_tuple_cells,
+            tlen,
+            thits,
+            tcells,
+            ..
+        } = tp;
+        let Listed {
+            h_len,
+            h_hits,
+            h_cells,
+            h_q,
+            h_tne,
+            h_tdrop,
+            h_bad,
+            has_track,
+            ..
+        } = ls;
+        // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
+        // past its event (the CPU's error): the CPU's replay, event by event.
+        let on_device = h_bad.as_slice()[0] == 0
+            && h_tne
+                .iter()
+                .all(|&k| (k as u64) < n.max_active_doublets as u64);
+
+        let out = assemble(
+            n,
+            d,
+            on_device,
+            (&h_tup, &tup_off, &hit_pos),
+            (&h_len, &h_hits, &h_cells, &h_q, &h_tdrop),
+            &nb.h_dropped,
+            n_ev,
+        )?;
+        // The tuples' lists stay on the device for the GPU `track_fit` and `track_quality`
+        // when the product's lists are the device's as they lie: every tuple found stored,
+        // each event's lists where the search wrote them. Their offsets (batch rows, as the
+        // product's) from one scan of the lengths over the batch.
+        let as_written =
+            on_device && lists_as_written(n, &h_tup, &out, (n_tuples, n_tuple_hits, n_tuple_cells));
+        let offsets = if as_written {
+            Some(list_offsets(&mut run, &tlen, n_tuples)?)
+        } else {
+            None
+        };
+        if n.late_fishbone {
+            // On the cells that carry a tuple.
+            if on_device {
+                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &has_track, &mut dead)?;
+            } else {
+                let mut has_track = Vec::with_capacity(n_cells);
+                for (_, ca) in &out {
+                    has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
+                }
+                let dht = run.up(&has_track)?;
+                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &dht, &mut dead)?;
+            }
+        }
+        // The alive flags come back packed (1 bit per cell, as the product's bitmap).
+        let n_words = n_cells.div_ceil(32);
+        let words = alive_words(&mut run, &dead, nc, n_cells)?;
+        run.mark()?;
+        let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
+        let results = run.finish(&c.stats)?;
+        let alive =
+            arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
+        let mirror = match offsets {
+            Some((hoff, coff)) => Some(
+                CudaMirror::new()
+                    .with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?
+                    .with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?
+                    .with::<u32>("hits.offsets", Arc::new(hoff), n_tuples + 1)?
+                    .with::<u32>("cells.offsets", Arc::new(coff), n_tuples + 1)?,
+            ),
+            None => None,
+        };
+        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
+        if let Some(m) = mirror {
+            batch.attach_device(NTUPLETS, Arc::new(m))?;
+        }
+        record_results(batch, &results)
+    }
+}
+
 impl Step for CaNtupletsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let n = &self.cfg.ntuplets;
         // The hits' detIndex only on the host: the kernels read the other columns there.
         let hd = HostDets::get(batch, &self.hits)?;
         let (h, det) = (&hd.product, hd.det());
@@ -236,34 +561,8 @@ impl Step for CaNtupletsGpu {
         if h.offsets().len() != n_ev + 1 || d.offsets().len() != n_ev + 1 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        if !on_device {
-            let d = batch.get(&self.doublets)?;
-            let (inner, outer, pair) = (
-                values::<UInt32Type>(&d, "inner")?,
-                values::<UInt32Type>(&d, "outer")?,
-                values::<UInt8Type>(&d, "pair")?,
-            );
-            let listed = d
-                .batch()
-                .column_by_name("listed")
-                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
-            if listed != Some(inner.len())
-                || outer.len() != inner.len()
-                || pair.len() != inner.len()
-            {
-                return fallback(c.cpu.as_ref(), &c.stats, batch);
-            }
-            for e in 0..n_ev {
-                let (nh, cr) = (h.event_rows(e).len() as u32, d.event_rows(e));
-                if inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
-                    return fallback(c.cpu.as_ref(), &c.stats, batch);
-                }
-            }
-        }
-        for e in 0..n_ev {
-            if layer_start_from_det_index(&det[h.event_rows(e)]).is_err() {
-                return fallback(c.cpu.as_ref(), &c.stats, batch);
-            }
+        if self.host_refuses(batch, h, det, on_device)? {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let (n_hits, n_cells) = (det.len(), *d.offsets().last().unwrap_or(&0) as usize);
         if n_cells == 0 {
@@ -298,26 +597,7 @@ impl Step for CaNtupletsGpu {
         );
         if on_device {
             // Before any kernel indexes hits by these cells.
-            let mut bad = run.zeros::<u32>(1)?;
-            {
-                let (vi, vo, vco, vho, mut vb) = (
-                    di.view::<u32>(n_cells),
-                    dout.view::<u32>(n_cells),
-                    dco.view::<u32>(n_ev + 1),
-                    dho.view::<u32>(n_ev + 1),
-                    bad.view_mut::<u32>(1),
-                );
-                Launch::new(&run, "cn_check_cells")
-                    .arg("inner", &vi)
-                    .arg("outer", &vo)
-                    .arg("n_cells", &nc)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("hit_off", &vho)
-                    .arg("bad", &mut vb)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            if run.down::<u32>(&bad, 1)?.as_slice()[0] != 0 {
+            if cells_bad(&mut run, (di, dout), (&dco, &dho), n_ev, n_cells)? {
                 drop(run);
                 return fallback(c.cpu.as_ref(), &c.stats, batch);
             }
@@ -344,187 +624,7 @@ impl Step for CaNtupletsGpu {
             vl: dl.view::<u8>(n_cells),
         };
 
-        // The cells by one of their hits (ascending index): by inner hit for the connect, by
-        // outer hit (listed cells only) for the fishbone.
-        let Some(nb) = nt.neighbours(&mut run, n)? else {
-            return fallback(c.cpu.as_ref(), &c.stats, batch);
-        };
-
-        let mut dead = run.zeros::<u8>(n_cells)?;
-        let fishbone_index = if n.early_fishbone || n.late_fishbone {
-            Some(nt.index(&mut run, &nt.vo, 1)?)
-        } else {
-            None
-        };
-        if n.early_fishbone {
-            nt.fishbone(&run, &fishbone_index, &nb.used, 0, &nb.used, &mut dead)?;
-        }
-
-        // The search: count, per-event prefix sums, write at the CPU's places.
-        let Some(tp) = nt.tuples(&mut run, n, &nb, &dead)? else {
-            return fallback(c.cpu.as_ref(), &c.stats, batch);
-        };
-        // The cells' tuple lists and the early duplicate remover, on the device.
-        let ls = nt.lists(&mut run, n, &dco, &tp)?;
-        let Tuples {
-            tup_off,
-            hit_pos,
-            h_tup,
-            n_tuples,
-            n_tuple_hits,
-            n_tuple_cells,
-            tlen,
-            thits,
-            tcells,
-            ..
-        } = tp;
-        let Listed {
-            h_len,
-            h_hits,
-            h_cells,
-            h_q,
-            h_tne,
-            h_tdrop,
-            h_bad,
-            has_track,
-            ..
-        } = ls;
-        // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
-        // past its event (the CPU's error): the CPU's replay, event by event.
-        let on_device = h_bad.as_slice()[0] == 0
-            && h_tne
-                .iter()
-                .all(|&k| (k as u64) < n.max_active_doublets as u64);
-
-        let mut out = Vec::with_capacity(n_ev);
-        for e in 0..n_ev {
-            let found = h_tup[e];
-            let stored = found.min(n.max_tuples) as usize;
-            let t0 = tup_off[e] as usize;
-            let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
-            let (lengths, hits, cells) = (
-                &h_len[t0..t0 + stored],
-                &h_hits[hp..hit_pos[e + 1] as usize],
-                &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize],
-            );
-            let r = if on_device {
-                ntuplet_event_listed(
-                    n,
-                    found,
-                    lengths,
-                    hits,
-                    cells,
-                    &h_q[t0..t0 + stored],
-                    nb.h_dropped[e],
-                    h_tdrop[e],
-                )
-            } else {
-                ntuplet_event(
-                    n,
-                    d.event_rows(e).len(),
-                    found,
-                    lengths,
-                    hits,
-                    cells,
-                    nb.h_dropped[e],
-                )
-            };
-            out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
-        }
-        // The tuples' lists stay on the device for the GPU `track_fit` and `track_quality`
-        // when the product's lists are the device's as they lie: every tuple found stored,
-        // each event's lists where the search wrote them. Their offsets (batch rows, as the
-        // product's) from one scan of the lengths over the batch.
-        let as_written = on_device
-            && n_tuples > 0
-            && h_tup.iter().all(|&f| f <= n.max_tuples)
-            && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
-            && out
-                .iter()
-                .map(|(_, ca)| ca.tuple_cells.len())
-                .sum::<usize>()
-                == n_tuple_cells;
-        let offsets = if as_written {
-            let whole = [0u32, n_tuples as u32];
-            let dwhole = run.up(&whole)?;
-            let (mut first, mut total) = (run.out::<u32>(n_tuples)?, run.out::<u32>(1)?);
-            {
-                let (vl, vw, mut vf, mut vt) = (
-                    tlen.view::<u32>(n_tuples),
-                    dwhole.view::<u32>(2),
-                    first.view_mut::<u32>(n_tuples),
-                    total.view_mut::<u32>(1),
-                );
-                seg_scan(&mut run, &vl, &whole, &vw, &mut vf, &mut vt)?;
-            }
-            let (mut hoff, mut coff) =
-                (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
-            {
-                let (nt, vf, vt) = (
-                    n_tuples as u32,
-                    first.view::<u32>(n_tuples),
-                    total.view::<u32>(1),
-                );
-                let (mut vh, mut vc) = (
-                    hoff.view_mut::<u32>(n_tuples + 1),
-                    coff.view_mut::<u32>(n_tuples + 1),
-                );
-                Launch::new(&run, "nt_list_offsets")
-                    .arg("n", &nt)
-                    .arg("first", &vf)
-                    .arg("total", &vt)
-                    .arg("hit_off", &mut vh)
-                    .arg("cell_off", &mut vc)
-                    .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
-            }
-            Some((hoff, coff))
-        } else {
-            None
-        };
-        if n.late_fishbone {
-            // On the cells that carry a tuple.
-            if on_device {
-                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &has_track, &mut dead)?;
-            } else {
-                let mut has_track = Vec::with_capacity(n_cells);
-                for (_, ca) in &out {
-                    has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
-                }
-                let dht = run.up(&has_track)?;
-                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &dht, &mut dead)?;
-            }
-        }
-        // The alive flags come back packed (1 bit per cell, as the product's bitmap).
-        let n_words = n_cells.div_ceil(32);
-        let mut words = run.out::<u32>(n_words)?;
-        {
-            let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
-            Launch::new(&run, "nt_alive_bits")
-                .arg("dead", &vd)
-                .arg("n_cells", &nc)
-                .arg("words", &mut vw)
-                .launch(blocks(n_words, ELEMENT_BLOCK))?;
-        }
-        run.mark()?;
-        let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
-        let results = run.finish(&c.stats)?;
-        let alive =
-            arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
-        let mirror = match offsets {
-            Some((hoff, coff)) => Some(
-                CudaMirror::new()
-                    .with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?
-                    .with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?
-                    .with::<u32>("hits.offsets", Arc::new(hoff), n_tuples + 1)?
-                    .with::<u32>("cells.offsets", Arc::new(coff), n_tuples + 1)?,
-            ),
-            None => None,
-        };
-        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
-        if let Some(m) = mirror {
-            batch.attach_device(NTUPLETS, Arc::new(m))?;
-        }
-        record_results(batch, &results)
+        self.search(batch, run, &nt, &d, &dco)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
