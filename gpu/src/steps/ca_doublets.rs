@@ -23,13 +23,15 @@ use quiver_reco::tracks::{
     check_hit_modules, layer_start_from_det_index, CaConfig, DoubletConfig, TrackError,
 };
 
-use crate::device::upload_condition;
+use crate::device::{upload_condition, DeviceBuf};
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK, STATS_RUN};
 use crate::steps::{
     blocks, device_columns, fallback, publish_overflows, Common, HostDets, Launch, Run,
 };
+use cudarc::driver::CudaView;
 use quiver_columnar::product::offsets_from_lengths;
+use quiver_reco::tracks::doublets::DoubletCuts;
 
 /// The host tables of a batch for the doublet kernels.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -273,6 +275,395 @@ impl CaDoubletsGpu {
     }
 }
 
+/// The device buffers of a batch's doublet search: the host tables, the hits' bins and
+/// packed copies, the work items' counts and first cells, and the events' cell totals.
+struct DbBuffers {
+    hit_off: DeviceBuf,
+    layer_start: DeviceBuf,
+    item_start: DeviceBuf,
+    bin_count: DeviceBuf,
+    bin_start: DeviceBuf,
+    cursor: DeviceBuf,
+    pidx: DeviceBuf,
+    pz: DeviceBuf,
+    pr: DeviceBuf,
+    pphi: DeviceBuf,
+    psy: DeviceBuf,
+    item_count: DeviceBuf,
+    item_first: DeviceBuf,
+    event_total: DeviceBuf,
+}
+
+/// The hits' columns on the device, as the kernels read them.
+struct HitViews<'a> {
+    z: CudaView<'a, f32>,
+    r: CudaView<'a, f32>,
+    iphi: CudaView<'a, i16>,
+    sy: CudaView<'a, i16>,
+    det: CudaView<'a, u16>,
+}
+
+/// A batch's counts: events, hits, work items, phi bins.
+#[derive(Clone, Copy)]
+struct DbSizes {
+    n_ev: usize,
+    n_hits: usize,
+    n_items: usize,
+    n_bins: usize,
+}
+
+impl DbBuffers {
+    fn alloc(run: &mut Run, db: &DoubletBatch, s: DbSizes) -> Result<Self> {
+        let (n_ev, n_hits, n_items, n_bins) = (s.n_ev, s.n_hits, s.n_items, s.n_bins);
+        let (hit_off, layer_start, item_start) = (
+            run.up(&db.hit_off)?,
+            run.up(&db.layer_start)?,
+            run.up(&db.item_start)?,
+        );
+        let bin_count = run.zeros::<u32>(n_bins)?;
+        let (bin_start, cursor) = (
+            run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?,
+            run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?,
+        );
+        let (pidx, pz, pr, pphi, psy) = (
+            run.out::<u32>(n_hits)?,
+            run.out::<f32>(n_hits)?,
+            run.out::<f32>(n_hits)?,
+            run.out::<i16>(n_hits)?,
+            run.out::<i16>(n_hits)?,
+        );
+        let (item_count, item_first, event_total) = (
+            run.out::<u32>(n_items)?,
+            run.out::<u32>(n_items)?,
+            run.out::<u32>(n_ev)?,
+        );
+        Ok(DbBuffers {
+            hit_off,
+            layer_start,
+            item_start,
+            bin_count,
+            bin_start,
+            cursor,
+            pidx,
+            pz,
+            pr,
+            pphi,
+            psy,
+            item_count,
+            item_first,
+            event_total,
+        })
+    }
+
+    /// The hits' phi bins: counts, scan, fill, and the packed copies sorted by bin.
+    fn launch_bins(&mut self, run: &Run, h: &HitViews, s: DbSizes) -> Result<()> {
+        let (n_ev, n_hits, n_bins) = (s.n_ev, s.n_hits, s.n_bins);
+        let (n_ev32, n_hits32) = (n_ev as u32, n_hits as u32);
+        let (vz, vr, vphi, vsy, vdet) = (&h.z, &h.r, &h.iphi, &h.sy, &h.det);
+        let (vho, vls) = (
+            self.hit_off.view::<u32>(n_ev + 1),
+            self.layer_start.view::<u32>(n_ev * 11),
+        );
+        {
+            let mut vbc = self.bin_count.view_mut::<u32>(n_bins);
+            Launch::new(run, "ca_bin_count")
+                .arg("det", vdet)
+                .arg("iphi", vphi)
+                .arg("n_hits", &n_hits32)
+                .arg("hit_off", &vho)
+                .arg("layer_start", &vls)
+                .arg("n_events", &n_ev32)
+                .arg("bin_count", &mut vbc)
+                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+        }
+        {
+            let vbc = self.bin_count.view::<u32>(n_bins);
+            let (mut vbs, mut vcur) = (
+                self.bin_start.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+                self.cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+            );
+            Launch::new(run, "ca_bin_scan")
+                .arg("bin_count", &vbc)
+                .arg("hit_off", &vho)
+                .arg("n_events", &n_ev32)
+                .arg("bin_start", &mut vbs)
+                .arg("cursor", &mut vcur)
+                .launch(blocks(n_ev, ELEMENT_BLOCK))?;
+        }
+        {
+            let (mut vcur, mut vpi) = (
+                self.cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+                self.pidx.view_mut::<u32>(n_hits),
+            );
+            Launch::new(run, "ca_bin_fill")
+                .arg("det", vdet)
+                .arg("iphi", vphi)
+                .arg("n_hits", &n_hits32)
+                .arg("hit_off", &vho)
+                .arg("layer_start", &vls)
+                .arg("n_events", &n_ev32)
+                .arg("cursor", &mut vcur)
+                .arg("packed_idx", &mut vpi)
+                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+        }
+        {
+            let vbs = self.bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT);
+            let (mut vpi, mut vpz, mut vpr, mut vpp, mut vps) = (
+                self.pidx.view_mut::<u32>(n_hits),
+                self.pz.view_mut::<f32>(n_hits),
+                self.pr.view_mut::<f32>(n_hits),
+                self.pphi.view_mut::<i16>(n_hits),
+                self.psy.view_mut::<i16>(n_hits),
+            );
+            let mut l = Launch::new(run, "ca_bin_sort");
+            l.arg("bin_start", &vbs)
+                .arg("n_events", &n_ev32)
+                .arg("hit_off", &vho)
+                .arg("z", vz)
+                .arg("r", vr)
+                .arg("iphi", vphi)
+                .arg("size_y", vsy);
+            l.arg("packed_idx", &mut vpi)
+                .arg("packed_z", &mut vpz)
+                .arg("packed_r", &mut vpr)
+                .arg("packed_iphi", &mut vpp)
+                .arg("packed_sy", &mut vps)
+                .launch(blocks(n_bins, ELEMENT_BLOCK))?;
+        }
+        Ok(())
+    }
+
+    /// The work items' first cells and the events' cell totals (`ca_item_scan`).
+    fn launch_item_scan(&mut self, run: &Run, db: &DoubletBatch, s: DbSizes) -> Result<()> {
+        let (n_ev, n_items) = (s.n_ev, s.n_items);
+        let n_ev32 = n_ev as u32;
+        let vis = self.item_start.view::<u32>(n_ev * db.n_pairs as usize + 1);
+        let vic = self.item_count.view::<u32>(n_items);
+        let (mut vif, mut vet) = (
+            self.item_first.view_mut::<u32>(n_items),
+            self.event_total.view_mut::<u32>(n_ev),
+        );
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (n_ev32, 1, 1),
+            block_dim: (SCAN_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        Launch::new(run, "ca_item_scan")
+            .arg("item_count", &vic)
+            .arg("item_start", &vis)
+            .arg("n_pairs", &db.n_pairs)
+            .arg("item_first", &mut vif)
+            .arg("event_total", &mut vet)
+            .launch(cfg)?;
+        Ok(())
+    }
+}
+
+/// The cells' listing on their outer hits: the counts per hit, the cells listed, and the
+/// overfull hits' (`ca_listed_count`, `ca_listed`, `ca_listed_overfull`).
+#[allow(clippy::too_many_arguments)]
+fn launch_listed(
+    run: &Run,
+    d: &DoubletConfig,
+    hit_off: &DeviceBuf,
+    outer: &DeviceBuf,
+    dco: &DeviceBuf,
+    outer_count: &mut DeviceBuf,
+    listed: &mut DeviceBuf,
+    (n_ev, n_hits, n_cells): (usize, usize, usize),
+) -> Result<()> {
+    let (n_ev32, n_hits32, n_cells32) = (n_ev as u32, n_hits as u32, n_cells as u32);
+    let vho = hit_off.view::<u32>(n_ev + 1);
+    let m = d.max_cells_per_hit;
+    let (vo, vco) = (outer.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1));
+    {
+        let mut voc = outer_count.view_mut::<u32>(n_hits);
+        Launch::new(run, "ca_listed_count")
+            .arg("outer", &vo)
+            .arg("n_cells", &n_cells32)
+            .arg("cell_off", &vco)
+            .arg("n_events", &n_ev32)
+            .arg("hit_off", &vho)
+            .arg("outer_count", &mut voc)
+            .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+    }
+    let voc = outer_count.view::<u32>(n_hits);
+    let mut vl = listed.view_mut::<u8>(n_cells);
+    Launch::new(run, "ca_listed")
+        .arg("outer", &vo)
+        .arg("n_cells", &n_cells32)
+        .arg("cell_off", &vco)
+        .arg("n_events", &n_ev32)
+        .arg("hit_off", &vho)
+        .arg("outer_count", &voc)
+        .arg("max_cells_per_hit", &m)
+        .arg("listed", &mut vl)
+        .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+    Launch::new(run, "ca_listed_overfull")
+        .arg("outer", &vo)
+        .arg("cell_off", &vco)
+        .arg("n_events", &n_ev32)
+        .arg("hit_off", &vho)
+        .arg("n_hits", &n_hits32)
+        .arg("outer_count", &voc)
+        .arg("max_cells_per_hit", &m)
+        .arg("listed", &mut vl)
+        .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+    Ok(())
+}
+
+/// The overflow rows' counts per event (`ca_overflow_stats`): cells not listed, and the
+/// fullest hit.
+#[allow(clippy::too_many_arguments)]
+fn launch_overflow_stats(
+    run: &Run,
+    hit_off: &DeviceBuf,
+    outer_count: &DeviceBuf,
+    listed: &DeviceBuf,
+    dco: &DeviceBuf,
+    unlisted: &mut DeviceBuf,
+    worst: &mut DeviceBuf,
+    (n_ev, n_hits, n_cells): (usize, usize, usize),
+) -> Result<()> {
+    let (n_ev32, n_hits32, n_cells32) = (n_ev as u32, n_hits as u32, n_cells as u32);
+    let vho = hit_off.view::<u32>(n_ev + 1);
+    let (voc, vl, vco) = (
+        outer_count.view::<u32>(n_hits),
+        listed.view::<u8>(n_cells),
+        dco.view::<u32>(n_ev + 1),
+    );
+    let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
+    let mut l = Launch::new(run, "ca_overflow_stats");
+    l.arg("outer_count", &voc)
+        .arg("n_hits", &n_hits32)
+        .arg("hit_off", &vho)
+        .arg("listed", &vl)
+        .arg("n_cells", &n_cells32)
+        .arg("cell_off", &vco)
+        .arg("n_events", &n_ev32)
+        .arg("unlisted", &mut vu)
+        .arg("worst", &mut vw);
+    l.launch(blocks(
+        n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
+        ELEMENT_BLOCK,
+    ))?;
+    Ok(())
+}
+
+impl CaDoubletsGpu {
+    /// One pass of the candidate scan (`ca_doublets`): count (`write` = 0), or write the
+    /// cells at the scanned places (`cell_off`, `n_cells`) into `outs`.
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &self,
+        run: &Run,
+        write: u32,
+        b: &mut DbBuffers,
+        h: &HitViews,
+        db: &DoubletBatch,
+        s: DbSizes,
+        (cuts, flags): (&DoubletCuts, u32),
+        cell_off: &DeviceBuf,
+        n_cells: usize,
+        outs: (&mut DeviceBuf, &mut DeviceBuf, &mut DeviceBuf),
+    ) -> Result<()> {
+        let (n_ev, n_hits, n_items) = (s.n_ev, s.n_hits, s.n_items);
+        let (n_ev32, n_items32) = (n_ev as u32, n_items as u32);
+        let d = &self.cfg.doublets;
+        let (pi, pf) = (&self.pair_i, &self.pair_f);
+        let (vz, vr, vphi, vsy, vdet) = (&h.z, &h.r, &h.iphi, &h.sy, &h.det);
+        let (vho, vls, vis) = (
+            b.hit_off.view::<u32>(n_ev + 1),
+            b.layer_start.view::<u32>(n_ev * 11),
+            b.item_start.view::<u32>(n_ev * db.n_pairs as usize + 1),
+        );
+        let (vbs, vpi, vpz, vpr, vpp, vps) = (
+            b.bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT),
+            b.pidx.view::<u32>(n_hits),
+            b.pz.view::<f32>(n_hits),
+            b.pr.view::<f32>(n_hits),
+            b.pphi.view::<i16>(n_hits),
+            b.psy.view::<i16>(n_hits),
+        );
+        let (mut vic, vif, vco) = (
+            b.item_count.view_mut::<u32>(n_items),
+            b.item_first.view::<u32>(n_items),
+            cell_off.view::<u32>(n_ev + 1),
+        );
+        let (mut oi, mut oo, mut op) = (
+            outs.0.view_mut::<u32>(n_cells.max(1)),
+            outs.1.view_mut::<u32>(n_cells.max(1)),
+            outs.2.view_mut::<u8>(n_cells.max(1)),
+        );
+        let mut l = Launch::new(run, "ca_doublets");
+        l.arg("write", &write)
+            .arg("n_items", &n_items32)
+            .arg("item_start", &vis)
+            .arg("n_pairs", &db.n_pairs)
+            .arg("n_events", &n_ev32)
+            .arg("hit_off", &vho)
+            .arg("layer_start", &vls);
+        l.arg("z", vz)
+            .arg("r", vr)
+            .arg("iphi", vphi)
+            .arg("size_y", vsy)
+            .arg("det", vdet);
+        l.arg("bin_start", &vbs)
+            .arg("packed_idx", &vpi)
+            .arg("packed_z", &vpz)
+            .arg("packed_r", &vpr)
+            .arg("packed_iphi", &vpp)
+            .arg("packed_sy", &vps);
+        l.arg("pair_i", pi)
+            .arg("pair_f", pf)
+            .arg("flags", &flags)
+            .arg("z0_cut", &d.z0_cut)
+            .arg("dzdr_fact", &cuts.dzdr_fact)
+            .arg("min_radius2_t4", &cuts.min_radius2_t4);
+        l.arg("i2p", &cuts.i2p)
+            .arg("max_dy_pred", &d.max_dy_pred)
+            .arg("max_doublets", &d.max_number_of_doublets);
+        l.arg("item_count", &mut vic)
+            .arg("item_first", &vif)
+            .arg("cell_off", &vco)
+            .arg("out_inner", &mut oi)
+            .arg("out_outer", &mut oo)
+            .arg("out_pair", &mut op);
+        l.launch(blocks(n_items, ELEMENT_BLOCK))
+    }
+}
+
+/// The `doublets` product, its cells (inner, outer, pair, listed) left on the device, and
+/// the overflow rows.
+fn publish_cells(
+    batch: &mut EventBatch,
+    gpu: &'static crate::device::Gpu,
+    p: DoubletProducts,
+    n_cells: usize,
+    [inner, outer, pair, listed]: [DeviceBuf; 4],
+) -> Result<()> {
+    // The cells stay on the device: a GPU `ca_ntuplets` reads them there, and the first
+    // host consumer (a CPU step, an output, `compare`) downloads them once.
+    let device = device_columns(
+        gpu,
+        DOUBLETS,
+        n_cells,
+        vec![
+            Arc::new(inner),
+            Arc::new(outer),
+            Arc::new(pair),
+            Arc::new(listed),
+        ],
+    )?;
+    batch.put(Product::on_device(
+        schema(DOUBLETS),
+        offsets_from_lengths(p.lengths)?,
+        n_cells,
+        device,
+    )?)?;
+    publish_overflows(batch, p.overflows)
+}
+
 impl Step for CaDoubletsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -289,8 +680,13 @@ impl Step for CaDoubletsGpu {
         let d = &self.cfg.doublets;
         let cuts = d.cuts();
         let flags = doublet_flags(d);
-        let (n_ev32, n_hits32, n_items32) = (n_ev as u32, n_hits as u32, n_items as u32);
         let n_bins = n_ev * N_LAYERS * PHI_BINS;
+        let sz = DbSizes {
+            n_ev,
+            n_hits,
+            n_items,
+            n_bins,
+        };
         let mut run = Run::start(c.gpu)?;
         let hd = crate::resident::columns_on_device(batch, &self.hits, c.gpu)?;
         let hc = crate::resident::cuda(&hd);
@@ -301,175 +697,17 @@ impl Step for CaDoubletsGpu {
             hc.column("size_y")?,
             hc.column("det_index")?,
         );
-        let (hit_off, layer_start, item_start) = (
-            run.up(&db.hit_off)?,
-            run.up(&db.layer_start)?,
-            run.up(&db.item_start)?,
-        );
-        let mut bin_count = run.zeros::<u32>(n_bins)?;
-        let (mut bin_start, mut cursor) = (
-            run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?,
-            run.out::<u32>(n_ev * BIN_STARTS_PER_EVENT)?,
-        );
-        let (mut pidx, mut pz, mut pr, mut pphi, mut psy) = (
-            run.out::<u32>(n_hits)?,
-            run.out::<f32>(n_hits)?,
-            run.out::<f32>(n_hits)?,
-            run.out::<i16>(n_hits)?,
-            run.out::<i16>(n_hits)?,
-        );
-        let (mut item_count, mut item_first, mut event_total) = (
-            run.out::<u32>(n_items)?,
-            run.out::<u32>(n_items)?,
-            run.out::<u32>(n_ev)?,
-        );
+        let mut b = DbBuffers::alloc(&mut run, &db, sz)?;
         run.mark()?;
-        let (vz, vr, vphi, vsy, vdet) = (
-            dz.view::<f32>(n_hits),
-            dr.view::<f32>(n_hits),
-            dphi.view::<i16>(n_hits),
-            dsy.view::<i16>(n_hits),
-            ddet.view::<u16>(n_hits),
-        );
-        let (vho, vls, vis) = (
-            hit_off.view::<u32>(n_ev + 1),
-            layer_start.view::<u32>(n_ev * 11),
-            item_start.view::<u32>(n_ev * db.n_pairs as usize + 1),
-        );
-        {
-            let mut vbc = bin_count.view_mut::<u32>(n_bins);
-            Launch::new(&run, "ca_bin_count")
-                .arg("det", &vdet)
-                .arg("iphi", &vphi)
-                .arg("n_hits", &n_hits32)
-                .arg("hit_off", &vho)
-                .arg("layer_start", &vls)
-                .arg("n_events", &n_ev32)
-                .arg("bin_count", &mut vbc)
-                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
-        }
-        {
-            let vbc = bin_count.view::<u32>(n_bins);
-            let (mut vbs, mut vcur) = (
-                bin_start.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
-                cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
-            );
-            Launch::new(&run, "ca_bin_scan")
-                .arg("bin_count", &vbc)
-                .arg("hit_off", &vho)
-                .arg("n_events", &n_ev32)
-                .arg("bin_start", &mut vbs)
-                .arg("cursor", &mut vcur)
-                .launch(blocks(n_ev, ELEMENT_BLOCK))?;
-        }
-        {
-            let (mut vcur, mut vpi) = (
-                cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
-                pidx.view_mut::<u32>(n_hits),
-            );
-            Launch::new(&run, "ca_bin_fill")
-                .arg("det", &vdet)
-                .arg("iphi", &vphi)
-                .arg("n_hits", &n_hits32)
-                .arg("hit_off", &vho)
-                .arg("layer_start", &vls)
-                .arg("n_events", &n_ev32)
-                .arg("cursor", &mut vcur)
-                .arg("packed_idx", &mut vpi)
-                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
-        }
-        {
-            let vbs = bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT);
-            let (mut vpi, mut vpz, mut vpr, mut vpp, mut vps) = (
-                pidx.view_mut::<u32>(n_hits),
-                pz.view_mut::<f32>(n_hits),
-                pr.view_mut::<f32>(n_hits),
-                pphi.view_mut::<i16>(n_hits),
-                psy.view_mut::<i16>(n_hits),
-            );
-            let mut l = Launch::new(&run, "ca_bin_sort");
-            l.arg("bin_start", &vbs)
-                .arg("n_events", &n_ev32)
-                .arg("hit_off", &vho)
-                .arg("z", &vz)
-                .arg("r", &vr)
-                .arg("iphi", &vphi)
-                .arg("size_y", &vsy);
-            l.arg("packed_idx", &mut vpi)
-                .arg("packed_z", &mut vpz)
-                .arg("packed_r", &mut vpr)
-                .arg("packed_iphi", &mut vpp)
-                .arg("packed_sy", &mut vps)
-                .launch(blocks(n_bins, ELEMENT_BLOCK))?;
-        }
-        // Both passes of the candidate scan: count (write = 0), then write at the scanned places.
-        let (pi, pf) = (&self.pair_i, &self.pair_f);
-        let (vbs, vpi, vpz, vpr, vpp, vps) = (
-            bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT),
-            pidx.view::<u32>(n_hits),
-            pz.view::<f32>(n_hits),
-            pr.view::<f32>(n_hits),
-            pphi.view::<i16>(n_hits),
-            psy.view::<i16>(n_hits),
-        );
-        let scan = |run: &Run,
-                    write: u32,
-                    item_count: &mut crate::device::DeviceBuf,
-                    item_first: &crate::device::DeviceBuf,
-                    cell_off: &crate::device::DeviceBuf,
-                    n_cells: usize,
-                    outs: (
-            &mut crate::device::DeviceBuf,
-            &mut crate::device::DeviceBuf,
-            &mut crate::device::DeviceBuf,
-        )|
-         -> Result<()> {
-            let (mut vic, vif, vco) = (
-                item_count.view_mut::<u32>(n_items),
-                item_first.view::<u32>(n_items),
-                cell_off.view::<u32>(n_ev + 1),
-            );
-            let (mut oi, mut oo, mut op) = (
-                outs.0.view_mut::<u32>(n_cells.max(1)),
-                outs.1.view_mut::<u32>(n_cells.max(1)),
-                outs.2.view_mut::<u8>(n_cells.max(1)),
-            );
-            let mut l = Launch::new(run, "ca_doublets");
-            l.arg("write", &write)
-                .arg("n_items", &n_items32)
-                .arg("item_start", &vis)
-                .arg("n_pairs", &db.n_pairs)
-                .arg("n_events", &n_ev32)
-                .arg("hit_off", &vho)
-                .arg("layer_start", &vls);
-            l.arg("z", &vz)
-                .arg("r", &vr)
-                .arg("iphi", &vphi)
-                .arg("size_y", &vsy)
-                .arg("det", &vdet);
-            l.arg("bin_start", &vbs)
-                .arg("packed_idx", &vpi)
-                .arg("packed_z", &vpz)
-                .arg("packed_r", &vpr)
-                .arg("packed_iphi", &vpp)
-                .arg("packed_sy", &vps);
-            l.arg("pair_i", pi)
-                .arg("pair_f", pf)
-                .arg("flags", &flags)
-                .arg("z0_cut", &d.z0_cut)
-                .arg("dzdr_fact", &cuts.dzdr_fact)
-                .arg("min_radius2_t4", &cuts.min_radius2_t4);
-            l.arg("i2p", &cuts.i2p)
-                .arg("max_dy_pred", &d.max_dy_pred)
-                .arg("max_doublets", &d.max_number_of_doublets);
-            l.arg("item_count", &mut vic)
-                .arg("item_first", &vif)
-                .arg("cell_off", &vco)
-                .arg("out_inner", &mut oi)
-                .arg("out_outer", &mut oo)
-                .arg("out_pair", &mut op);
-            l.launch(blocks(n_items, ELEMENT_BLOCK))
+        let h = HitViews {
+            z: dz.view::<f32>(n_hits),
+            r: dr.view::<f32>(n_hits),
+            iphi: dphi.view::<i16>(n_hits),
+            sy: dsy.view::<i16>(n_hits),
+            det: ddet.view::<u16>(n_hits),
         };
+        b.launch_bins(&run, &h, sz)?;
+        // Both passes of the candidate scan: count (write = 0), then write at the scanned places.
         {
             let (mut d0, mut d1, mut d2, no_off) = (
                 run.out::<u32>(1)?,
@@ -477,119 +715,58 @@ impl Step for CaDoubletsGpu {
                 run.out::<u8>(1)?,
                 run.zeros::<u32>(n_ev + 1)?,
             );
-            scan(
+            let outs = (&mut d0, &mut d1, &mut d2);
+            self.scan(
                 &run,
                 0,
-                &mut item_count,
-                &item_first,
+                &mut b,
+                &h,
+                &db,
+                sz,
+                (&cuts, flags),
                 &no_off,
                 0,
-                (&mut d0, &mut d1, &mut d2),
+                outs,
             )?;
         }
-        {
-            let vic = item_count.view::<u32>(n_items);
-            let (mut vif, mut vet) = (
-                item_first.view_mut::<u32>(n_items),
-                event_total.view_mut::<u32>(n_ev),
-            );
-            let cfg = cudarc::driver::LaunchConfig {
-                grid_dim: (n_ev32, 1, 1),
-                block_dim: (SCAN_BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            Launch::new(&run, "ca_item_scan")
-                .arg("item_count", &vic)
-                .arg("item_start", &vis)
-                .arg("n_pairs", &db.n_pairs)
-                .arg("item_first", &mut vif)
-                .arg("event_total", &mut vet)
-                .launch(cfg)?;
-        }
+        b.launch_item_scan(&run, &db, sz)?;
         // The events' cell counts size the products: one small download.
-        let totals = run.down::<u32>(&event_total, n_ev)?;
+        let totals = run.down::<u32>(&b.event_total, n_ev)?;
         run.sync()?;
         let totals: Vec<u32> = totals.as_slice().to_vec();
         let (cell_off, _) = cell_offsets(&totals, d.max_number_of_doublets)?;
         let n_cells = *cell_off.last().unwrap_or(&0) as usize;
-        let n_cells32 = n_cells as u32;
         let dco = run.up(&cell_off)?;
         let (mut inner, mut outer, mut pair) = (
             run.out::<u32>(n_cells.max(1))?,
             run.out::<u32>(n_cells.max(1))?,
             run.out::<u8>(n_cells.max(1))?,
         );
-        scan(
+        let outs = (&mut inner, &mut outer, &mut pair);
+        self.scan(
             &run,
             1,
-            &mut item_count,
-            &item_first,
+            &mut b,
+            &h,
+            &db,
+            sz,
+            (&cuts, flags),
             &dco,
             n_cells,
-            (&mut inner, &mut outer, &mut pair),
+            outs,
         )?;
         let mut outer_count = run.zeros::<u32>(n_hits)?;
         let mut listed = run.zeros::<u8>(n_cells.max(1))?;
+        let counts = (n_ev, n_hits, n_cells);
         if n_cells > 0 {
-            let m = d.max_cells_per_hit;
-            let (vo, vco) = (outer.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1));
-            {
-                let mut voc = outer_count.view_mut::<u32>(n_hits);
-                Launch::new(&run, "ca_listed_count")
-                    .arg("outer", &vo)
-                    .arg("n_cells", &n_cells32)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &n_ev32)
-                    .arg("hit_off", &vho)
-                    .arg("outer_count", &mut voc)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            let voc = outer_count.view::<u32>(n_hits);
-            let mut vl = listed.view_mut::<u8>(n_cells);
-            Launch::new(&run, "ca_listed")
-                .arg("outer", &vo)
-                .arg("n_cells", &n_cells32)
-                .arg("cell_off", &vco)
-                .arg("n_events", &n_ev32)
-                .arg("hit_off", &vho)
-                .arg("outer_count", &voc)
-                .arg("max_cells_per_hit", &m)
-                .arg("listed", &mut vl)
-                .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            Launch::new(&run, "ca_listed_overfull")
-                .arg("outer", &vo)
-                .arg("cell_off", &vco)
-                .arg("n_events", &n_ev32)
-                .arg("hit_off", &vho)
-                .arg("n_hits", &n_hits32)
-                .arg("outer_count", &voc)
-                .arg("max_cells_per_hit", &m)
-                .arg("listed", &mut vl)
-                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            let (oc, l) = (&mut outer_count, &mut listed);
+            launch_listed(&run, d, &b.hit_off, &outer, &dco, oc, l, counts)?;
         }
         // The overflow rows' counts, counted on the device: two numbers per event come back.
         let (mut unlisted, mut worst) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
         if n_cells > 0 {
-            let (voc, vl, vco) = (
-                outer_count.view::<u32>(n_hits),
-                listed.view::<u8>(n_cells),
-                dco.view::<u32>(n_ev + 1),
-            );
-            let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
-            let mut l = Launch::new(&run, "ca_overflow_stats");
-            l.arg("outer_count", &voc)
-                .arg("n_hits", &n_hits32)
-                .arg("hit_off", &vho)
-                .arg("listed", &vl)
-                .arg("n_cells", &n_cells32)
-                .arg("cell_off", &vco)
-                .arg("n_events", &n_ev32)
-                .arg("unlisted", &mut vu)
-                .arg("worst", &mut vw);
-            l.launch(blocks(
-                n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
-                ELEMENT_BLOCK,
-            ))?;
+            let (oc, l, u, w) = (&outer_count, &listed, &mut unlisted, &mut worst);
+            launch_overflow_stats(&run, &b.hit_off, oc, l, &dco, u, w, counts)?;
         }
         run.mark()?;
         let (hu, hw) = (
@@ -600,26 +777,7 @@ impl Step for CaDoubletsGpu {
         run.finish(&c.stats)?;
         let p = doublet_products(d, &totals, &cell_off, hu.as_slice(), hw.as_slice())
             .map_err(|m| Error::data(format!("gpu ca_doublets: {m}")))?;
-        // The cells stay on the device: a GPU `ca_ntuplets` reads them there, and the first
-        // host consumer (a CPU step, an output, `compare`) downloads them once.
-        let device = device_columns(
-            c.gpu,
-            DOUBLETS,
-            n_cells,
-            vec![
-                Arc::new(inner),
-                Arc::new(outer),
-                Arc::new(pair),
-                Arc::new(listed),
-            ],
-        )?;
-        batch.put(Product::on_device(
-            schema(DOUBLETS),
-            offsets_from_lengths(p.lengths)?,
-            n_cells,
-            device,
-        )?)?;
-        publish_overflows(batch, p.overflows)
+        publish_cells(batch, c.gpu, p, n_cells, [inner, outer, pair, listed])
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

@@ -8,15 +8,18 @@
 use arrow_array::types::{UInt32Type, UInt8Type};
 use arrow_array::{Array, BooleanArray};
 use quiver_columnar::columns::values;
-use quiver_columnar::{Error, EventBatch, ProductKey, Result, Step, StepConfig};
+use quiver_columnar::{Error, EventBatch, Product, ProductKey, Result, Step, StepConfig};
+use quiver_reco::tracks::ntuplets::{CaState, Tuples as NtTuples};
+use quiver_reco::tracks::NtupletConfig;
 use quiver_reco::tracks::{layer_start_from_det_index, CaConfig};
 
 use cudarc::driver::CudaView;
 
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
-use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
+use crate::kernels_ca::{RANK_LANES, STATS_RUN};
 use crate::resident::CudaMirror;
+use crate::steps::ca_ntuplets_dev::{Listed, NtIn, Tuples};
 use crate::steps::ca_ntuplets_host::{ntuplet_event, ntuplet_event_listed};
 use crate::steps::{
     batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
@@ -45,7 +48,7 @@ impl CaNtupletsGpu {
 }
 
 /// Exclusive prefix sum with the total appended (`n + 1` entries).
-fn prefix(v: &[u32]) -> Result<Vec<u32>> {
+pub(super) fn prefix(v: &[u32]) -> Result<Vec<u32>> {
     let mut out = Vec::with_capacity(v.len() + 1);
     out.push(0u32);
     for &x in v {
@@ -214,10 +217,333 @@ impl CellTracks {
     }
 }
 
+/// The products' events from the tuples that came back: the device's lists where they
+/// are the CPU's (`on_device`), else the CPU's replay, event by event.
+#[allow(clippy::type_complexity)]
+fn assemble(
+    n: &NtupletConfig,
+    d: &Product,
+    on_device: bool,
+    (h_tup, tup_off, hit_pos): (&[u32], &[u32], &[u32]),
+    (h_len, h_hits, h_cells, h_q, h_tdrop): (&[u32], &[u32], &[u32], &[u8], &[u32]),
+    h_dropped: &[u32],
+    n_ev: usize,
+) -> Result<Vec<(NtTuples, CaState)>> {
+    let mut out = Vec::with_capacity(n_ev);
+    for e in 0..n_ev {
+        let found = h_tup[e];
+        let stored = found.min(n.max_tuples) as usize;
+        let t0 = tup_off[e] as usize;
+        let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
+        let (lengths, hits, cells) = (
+            &h_len[t0..t0 + stored],
+            &h_hits[hp..hit_pos[e + 1] as usize],
+            &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize],
+        );
+        let r = if on_device {
+            ntuplet_event_listed(
+                n,
+                found,
+                lengths,
+                hits,
+                cells,
+                &h_q[t0..t0 + stored],
+                h_dropped[e],
+                h_tdrop[e],
+            )
+        } else {
+            ntuplet_event(
+                n,
+                d.event_rows(e).len(),
+                found,
+                lengths,
+                hits,
+                cells,
+                h_dropped[e],
+            )
+        };
+        out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
+    }
+    Ok(out)
+}
+
+/// The tuples' hit and cell offsets (batch rows) from one scan of their lengths.
+fn list_offsets(
+    run: &mut Run,
+    tlen: &DeviceBuf,
+    n_tuples: usize,
+) -> Result<(DeviceBuf, DeviceBuf)> {
+    let whole = [0u32, n_tuples as u32];
+    let dwhole = run.up(&whole)?;
+    let (mut first, mut total) = (run.out::<u32>(n_tuples)?, run.out::<u32>(1)?);
+    {
+        let (vl, vw, mut vf, mut vt) = (
+            tlen.view::<u32>(n_tuples),
+            dwhole.view::<u32>(2),
+            first.view_mut::<u32>(n_tuples),
+            total.view_mut::<u32>(1),
+        );
+        seg_scan(run, &vl, &whole, &vw, &mut vf, &mut vt)?;
+    }
+    let (mut hoff, mut coff) = (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
+    {
+        let (nt, vf, vt) = (
+            n_tuples as u32,
+            first.view::<u32>(n_tuples),
+            total.view::<u32>(1),
+        );
+        let (mut vh, mut vc) = (
+            hoff.view_mut::<u32>(n_tuples + 1),
+            coff.view_mut::<u32>(n_tuples + 1),
+        );
+        Launch::new(run, "nt_list_offsets")
+            .arg("n", &nt)
+            .arg("first", &vf)
+            .arg("total", &vt)
+            .arg("hit_off", &mut vh)
+            .arg("cell_off", &mut vc)
+            .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
+    }
+    Ok((hoff, coff))
+}
+
+/// `cn_check_cells`: whether a device-resident cell names a hit its event does not have.
+fn cells_bad(
+    run: &mut Run,
+    (di, dout): (&DeviceBuf, &DeviceBuf),
+    (dco, dho): (&DeviceBuf, &DeviceBuf),
+    n_ev: usize,
+    n_cells: usize,
+) -> Result<bool> {
+    let (ne, nc) = (n_ev as u32, n_cells as u32);
+    let mut bad = run.zeros::<u32>(1)?;
+    {
+        let (vi, vo, vco, vho, mut vb) = (
+            di.view::<u32>(n_cells),
+            dout.view::<u32>(n_cells),
+            dco.view::<u32>(n_ev + 1),
+            dho.view::<u32>(n_ev + 1),
+            bad.view_mut::<u32>(1),
+        );
+        Launch::new(run, "cn_check_cells")
+            .arg("inner", &vi)
+            .arg("outer", &vo)
+            .arg("n_cells", &nc)
+            .arg("cell_off", &vco)
+            .arg("n_events", &ne)
+            .arg("hit_off", &vho)
+            .arg("bad", &mut vb)
+            .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+    }
+    Ok(run.down::<u32>(&bad, 1)?.as_slice()[0] != 0)
+}
+
+impl CaNtupletsGpu {
+    /// What the CPU step rejects (host cells naming hits the event does not have, columns
+    /// that do not fit, hits out of layer order): `true` sends the batch to the CPU step.
+    fn host_refuses(
+        &self,
+        batch: &EventBatch,
+        h: &Product,
+        det: &[u16],
+        on_device: bool,
+    ) -> Result<bool> {
+        let n_ev = batch.n_events();
+        if !on_device {
+            let d = batch.get(&self.doublets)?;
+            let (inner, outer, pair) = (
+                values::<UInt32Type>(&d, "inner")?,
+                values::<UInt32Type>(&d, "outer")?,
+                values::<UInt8Type>(&d, "pair")?,
+            );
+            let listed = d
+                .batch()
+                .column_by_name("listed")
+                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
+            if listed != Some(inner.len())
+                || outer.len() != inner.len()
+                || pair.len() != inner.len()
+            {
+                return Ok(true);
+            }
+            for e in 0..n_ev {
+                let (nh, cr) = (h.event_rows(e).len() as u32, d.event_rows(e));
+                if inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
+                    return Ok(true);
+                }
+            }
+        }
+        for e in 0..n_ev {
+            if layer_start_from_det_index(&det[h.event_rows(e)]).is_err() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// `nt_alive_bits`: the cells' alive flags packed, 1 bit per cell, as the product's bitmap.
+fn alive_words(run: &mut Run, dead: &DeviceBuf, nc: u32, n_cells: usize) -> Result<DeviceBuf> {
+    let n_words = n_cells.div_ceil(32);
+    let mut words = run.out::<u32>(n_words)?;
+    {
+        let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
+        Launch::new(run, "nt_alive_bits")
+            .arg("dead", &vd)
+            .arg("n_cells", &nc)
+            .arg("words", &mut vw)
+            .launch(blocks(n_words, ELEMENT_BLOCK))?;
+    }
+    Ok(words)
+}
+
+/// Whether the product's lists are the device's as they lie: every tuple found stored, each
+/// event's lists where the search wrote them.
+fn lists_as_written(
+    n: &NtupletConfig,
+    h_tup: &[u32],
+    out: &[(NtTuples, CaState)],
+    (n_tuples, n_tuple_hits, n_tuple_cells): (usize, usize, usize),
+) -> bool {
+    n_tuples > 0
+        && h_tup.iter().all(|&f| f <= n.max_tuples)
+        && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
+        && out
+            .iter()
+            .map(|(_, ca)| ca.tuple_cells.len())
+            .sum::<usize>()
+            == n_tuple_cells
+}
+
+impl CaNtupletsGpu {
+    /// The device's part from the cells' neighbours on (`nt`: the checked hits and cells;
+    /// `d`, `dco`: the cells' product and offsets): the search, the lists, the fishbone,
+    /// and the products.
+    fn search(
+        &self,
+        batch: &mut EventBatch,
+        mut run: Run,
+        nt: &NtIn,
+        d: &Product,
+        dco: &DeviceBuf,
+    ) -> Result<()> {
+        let c = &self.common;
+        let n = &self.cfg.ntuplets;
+        let (n_ev, n_cells, nc) = (nt.n_ev, nt.n_cells, nt.nc);
+        // The cells by one of their hits (ascending index): by inner hit for the connect, by
+        // outer hit (listed cells only) for the fishbone.
+        let Some(nb) = nt.neighbours(&mut run, n)? else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+
+        let mut dead = run.zeros::<u8>(n_cells)?;
+        let fishbone_index = if n.early_fishbone || n.late_fishbone {
+            Some(nt.index(&mut run, &nt.vo, 1)?)
+        } else {
+            None
+        };
+        if n.early_fishbone {
+            nt.fishbone(&run, &fishbone_index, &nb.used, 0, &nb.used, &mut dead)?;
+        }
+
+        // The search: count, per-event prefix sums, write at the CPU's places.
+        let Some(tp) = nt.tuples(&mut run, n, &nb, &dead)? else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
+        };
+        // The cells' tuple lists and the early duplicate remover, on the device.
+        let ls = nt.lists(&mut run, n, dco, &tp)?;
+        let Tuples {
+            tup_off,
+            hit_pos,
+            h_tup,
+            n_tuples,
+            n_tuple_hits,
+            n_tuple_cells,
+            tlen,
+            thits,
+            tcells,
+            ..
+        } = tp;
+        let Listed {
+            h_len,
+            h_hits,
+            h_cells,
+            h_q,
+            h_tne,
+            h_tdrop,
+            h_bad,
+            has_track,
+            ..
+        } = ls;
+        // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
+        // past its event (the CPU's error): the CPU's replay, event by event.
+        let on_device = h_bad.as_slice()[0] == 0
+            && h_tne
+                .iter()
+                .all(|&k| (k as u64) < n.max_active_doublets as u64);
+
+        let out = assemble(
+            n,
+            d,
+            on_device,
+            (&h_tup, &tup_off, &hit_pos),
+            (&h_len, &h_hits, &h_cells, &h_q, &h_tdrop),
+            &nb.h_dropped,
+            n_ev,
+        )?;
+        // The tuples' lists stay on the device for the GPU `track_fit` and `track_quality`
+        // when the product's lists are the device's as they lie: every tuple found stored,
+        // each event's lists where the search wrote them. Their offsets (batch rows, as the
+        // product's) from one scan of the lengths over the batch.
+        let as_written =
+            on_device && lists_as_written(n, &h_tup, &out, (n_tuples, n_tuple_hits, n_tuple_cells));
+        let offsets = if as_written {
+            Some(list_offsets(&mut run, &tlen, n_tuples)?)
+        } else {
+            None
+        };
+        if n.late_fishbone {
+            // On the cells that carry a tuple.
+            if on_device {
+                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &has_track, &mut dead)?;
+            } else {
+                let mut has_track = Vec::with_capacity(n_cells);
+                for (_, ca) in &out {
+                    has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
+                }
+                let dht = run.up(&has_track)?;
+                nt.fishbone(&run, &fishbone_index, &nb.used, 1, &dht, &mut dead)?;
+            }
+        }
+        // The alive flags come back packed (1 bit per cell, as the product's bitmap).
+        let n_words = n_cells.div_ceil(32);
+        let words = alive_words(&mut run, &dead, nc, n_cells)?;
+        run.mark()?;
+        let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
+        let results = run.finish(&c.stats)?;
+        let alive =
+            arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
+        let mirror = match offsets {
+            Some((hoff, coff)) => Some(
+                CudaMirror::new()
+                    .with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?
+                    .with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?
+                    .with::<u32>("hits.offsets", Arc::new(hoff), n_tuples + 1)?
+                    .with::<u32>("cells.offsets", Arc::new(coff), n_tuples + 1)?,
+            ),
+            None => None,
+        };
+        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
+        if let Some(m) = mirror {
+            batch.attach_device(NTUPLETS, Arc::new(m))?;
+        }
+        record_results(batch, &results)
+    }
+}
+
 impl Step for CaNtupletsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
-        let n = &self.cfg.ntuplets;
         // The hits' detIndex only on the host: the kernels read the other columns there.
         let hd = HostDets::get(batch, &self.hits)?;
         let (h, det) = (&hd.product, hd.det());
@@ -235,34 +561,8 @@ impl Step for CaNtupletsGpu {
         if h.offsets().len() != n_ev + 1 || d.offsets().len() != n_ev + 1 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        if !on_device {
-            let d = batch.get(&self.doublets)?;
-            let (inner, outer, pair) = (
-                values::<UInt32Type>(&d, "inner")?,
-                values::<UInt32Type>(&d, "outer")?,
-                values::<UInt8Type>(&d, "pair")?,
-            );
-            let listed = d
-                .batch()
-                .column_by_name("listed")
-                .and_then(|a| a.as_any().downcast_ref::<BooleanArray>().map(|b| b.len()));
-            if listed != Some(inner.len())
-                || outer.len() != inner.len()
-                || pair.len() != inner.len()
-            {
-                return fallback(c.cpu.as_ref(), &c.stats, batch);
-            }
-            for e in 0..n_ev {
-                let (nh, cr) = (h.event_rows(e).len() as u32, d.event_rows(e));
-                if inner[cr.clone()].iter().chain(&outer[cr]).any(|&i| i >= nh) {
-                    return fallback(c.cpu.as_ref(), &c.stats, batch);
-                }
-            }
-        }
-        for e in 0..n_ev {
-            if layer_start_from_det_index(&det[h.event_rows(e)]).is_err() {
-                return fallback(c.cpu.as_ref(), &c.stats, batch);
-            }
+        if self.host_refuses(batch, h, det, on_device)? {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         let (n_hits, n_cells) = (det.len(), *d.offsets().last().unwrap_or(&0) as usize);
         if n_cells == 0 {
@@ -297,672 +597,34 @@ impl Step for CaNtupletsGpu {
         );
         if on_device {
             // Before any kernel indexes hits by these cells.
-            let mut bad = run.zeros::<u32>(1)?;
-            {
-                let (vi, vo, vco, vho, mut vb) = (
-                    di.view::<u32>(n_cells),
-                    dout.view::<u32>(n_cells),
-                    dco.view::<u32>(n_ev + 1),
-                    dho.view::<u32>(n_ev + 1),
-                    bad.view_mut::<u32>(1),
-                );
-                Launch::new(&run, "cn_check_cells")
-                    .arg("inner", &vi)
-                    .arg("outer", &vo)
-                    .arg("n_cells", &nc)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("hit_off", &vho)
-                    .arg("bad", &mut vb)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            if run.down::<u32>(&bad, 1)?.as_slice()[0] != 0 {
+            if cells_bad(&mut run, (di, dout), (&dco, &dho), n_ev, n_cells)? {
                 drop(run);
                 return fallback(c.cpu.as_ref(), &c.stats, batch);
             }
         }
         run.mark()?;
-        let (vx, vy, vz, vr, vdet) = (
-            dx.view::<f32>(n_hits),
-            dy.view::<f32>(n_hits),
-            dz.view::<f32>(n_hits),
-            dr.view::<f32>(n_hits),
-            ddet.view::<u16>(n_hits),
-        );
-        let (vho, vco) = (dho.view::<u32>(n_ev + 1), dco.view::<u32>(n_ev + 1));
-        let (vi, vo, vp, vl) = (
-            di.view::<u32>(n_cells),
-            dout.view::<u32>(n_cells),
-            dp.view::<u8>(n_cells),
-            dl.view::<u8>(n_cells),
-        );
+        let nt = NtIn {
+            n_ev,
+            n_hits,
+            n_cells,
+            ne,
+            nc,
+            nh,
+            cell_off: &cell_off,
+            vx: dx.view::<f32>(n_hits),
+            vy: dy.view::<f32>(n_hits),
+            vz: dz.view::<f32>(n_hits),
+            vr: dr.view::<f32>(n_hits),
+            vdet: ddet.view::<u16>(n_hits),
+            vho: dho.view::<u32>(n_ev + 1),
+            vco: dco.view::<u32>(n_ev + 1),
+            vi: di.view::<u32>(n_cells),
+            vo: dout.view::<u32>(n_cells),
+            vp: dp.view::<u8>(n_cells),
+            vl: dl.view::<u8>(n_cells),
+        };
 
-        // The cells by one of their hits (ascending index): by inner hit for the connect, by
-        // outer hit (listed cells only) for the fishbone.
-        let index = |run: &mut Run,
-                     key: &cudarc::driver::CudaView<u32>,
-                     filter: u32|
-         -> Result<(crate::device::DeviceBuf, crate::device::DeviceBuf)> {
-            let (mut count, mut start, mut cursor, mut idx) = (
-                run.zeros::<u32>(n_hits)?,
-                run.out::<u32>(n_hits + 1)?,
-                run.out::<u32>(n_hits)?,
-                run.out::<u32>(n_cells)?,
-            );
-            let mut sorted = run.out::<u32>(n_cells)?;
-            {
-                let mut v = count.view_mut::<u32>(n_hits);
-                Launch::new(run, "cn_index_count")
-                    .arg("key", key)
-                    .arg("filter", &filter)
-                    .arg("only", &vl)
-                    .arg("n_cells", &nc)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("hit_off", &vho)
-                    .arg("count", &mut v)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            {
-                let v = count.view::<u32>(n_hits);
-                let (mut s, mut cu) = (
-                    start.view_mut::<u32>(n_hits + 1),
-                    cursor.view_mut::<u32>(n_hits),
-                );
-                let cfg = cudarc::driver::LaunchConfig {
-                    grid_dim: (ne, 1, 1),
-                    block_dim: (SCAN_BLOCK, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                Launch::new(run, "cn_index_scan")
-                    .arg("count", &v)
-                    .arg("hit_off", &vho)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("start", &mut s)
-                    .arg("cursor", &mut cu)
-                    .launch(cfg)?;
-            }
-            {
-                let (mut cu, mut ix) =
-                    (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
-                Launch::new(run, "cn_index_fill")
-                    .arg("key", key)
-                    .arg("filter", &filter)
-                    .arg("only", &vl)
-                    .arg("n_cells", &nc)
-                    .arg("cell_off", &vco)
-                    .arg("n_events", &ne)
-                    .arg("hit_off", &vho)
-                    .arg("cursor", &mut cu)
-                    .arg("index", &mut ix)
-                    .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-            }
-            {
-                let (s, ix, mut so) = (
-                    start.view::<u32>(n_hits + 1),
-                    idx.view::<u32>(n_cells),
-                    sorted.view_mut::<u32>(n_cells),
-                );
-                Launch::new(run, "cn_index_rank")
-                    .arg("start", &s)
-                    .arg("n_hits", &nh)
-                    .arg("index", &ix)
-                    .arg("sorted", &mut so)
-                    .launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
-            }
-            Ok((start, sorted))
-        };
-        let (start_i, by_inner) = index(&mut run, &vi, 0)?;
-        let (vsi, vbi) = (
-            start_i.view::<u32>(n_hits + 1),
-            by_inner.view::<u32>(n_cells),
-        );
-        let (mut ncount, mut first, mut ntotal) = (
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_ev)?,
-        );
-        let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
-        let mut used = run.zeros::<u8>(n_cells)?;
-        // The first neighbours of each cell, kept by the count pass for the write pass.
-        let mut kept = run.out::<u32>(n_cells * CONNECT_KEPT)?;
-        let connect = |run: &Run,
-                       write: u32,
-                       ncount: &mut crate::device::DeviceBuf,
-                       first: &crate::device::DeviceBuf,
-                       push_off: &crate::device::DeviceBuf,
-                       out: &mut crate::device::DeviceBuf,
-                       n_out: usize,
-                       used: &mut crate::device::DeviceBuf,
-                       kept: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let (mut vn, vf, vpo, mut vout, mut vu) = (
-                ncount.view_mut::<u32>(n_cells),
-                first.view::<u32>(n_cells),
-                push_off.view::<u32>(n_ev + 1),
-                out.view_mut::<u32>(n_out.max(1)),
-                used.view_mut::<u8>(n_cells),
-            );
-            let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
-            let mut l = Launch::new(run, "cn_connect");
-            l.arg("write", &write)
-                .arg("n_cells", &nc)
-                .arg("cell_off", &vco)
-                .arg("n_events", &ne)
-                .arg("hit_off", &vho)
-                .arg("x", &vx)
-                .arg("y", &vy)
-                .arg("z", &vz)
-                .arg("r", &vr)
-                .arg("det", &vdet);
-            l.arg("inner", &vi)
-                .arg("outer", &vo)
-                .arg("listed", &vl)
-                .arg("start", &vsi)
-                .arg("by_inner", &vbi);
-            l.arg("ptmin", &n.ptmin)
-                .arg("theta_barrel", &n.ca_theta_cut_barrel)
-                .arg("theta_forward", &n.ca_theta_cut_forward)
-                .arg("dca_inner", &n.dca_cut_inner_triplet)
-                .arg("dca_outer", &n.dca_cut_outer_triplet)
-                .arg("hard_curv", &n.hard_curv_cut);
-            l.arg("count", &mut vn)
-                .arg("first", &vf)
-                .arg("push_off", &vpo)
-                .arg("out", &mut vout)
-                .arg("used", &mut vu)
-                .arg("kept", &mut vk);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))
-        };
-        {
-            let (no_off, mut no_out) = (run.zeros::<u32>(n_ev + 1)?, run.out::<u32>(1)?);
-            connect(
-                &run,
-                0,
-                &mut ncount,
-                &first,
-                &no_off,
-                &mut no_out,
-                1,
-                &mut used,
-                &mut kept,
-            )?;
-        }
-        let scan = |run: &mut Run,
-                    value: &crate::device::DeviceBuf,
-                    first: &mut crate::device::DeviceBuf,
-                    total: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let (v, mut f, mut t) = (
-                value.view::<u32>(n_cells),
-                first.view_mut::<u32>(n_cells),
-                total.view_mut::<u32>(n_ev),
-            );
-            seg_scan(run, &v, &cell_off, &vco, &mut f, &mut t)
-        };
-        scan(&mut run, &ncount, &mut first, &mut ntotal)?;
-        {
-            let (vn, mut vne, mut vd) = (
-                ncount.view::<u32>(n_cells),
-                non_empty.view_mut::<u32>(n_ev),
-                dropped.view_mut::<u32>(n_ev),
-            );
-            Launch::new(&run, "nt_list_stats")
-                .arg("count", &vn)
-                .arg("n_cells", &nc)
-                .arg("cell_off", &vco)
-                .arg("n_events", &ne)
-                .arg("per_list", &n.max_cell_neighbors)
-                .arg("non_empty", &mut vne)
-                .arg("dropped", &mut vd)
-                .launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
-        }
-        let (h_total, h_non_empty, h_dropped) = (
-            run.queue::<u32>(&ntotal, n_ev)?,
-            run.queue::<u32>(&non_empty, n_ev)?,
-            run.queue::<u32>(&dropped, n_ev)?,
-        );
-        let (h_total, h_non_empty, h_dropped) = (
-            run.take(h_total)?,
-            run.take(h_non_empty)?,
-            run.take(h_dropped)?,
-        );
-        run.sync()?;
-        // max_active_doublets binds: the lists opened depend on the CPU's push order.
-        if h_non_empty
-            .iter()
-            .any(|&k| k as u64 + 1 > n.max_active_doublets as u64)
-        {
-            return fallback(c.cpu.as_ref(), &c.stats, batch);
-        }
-        let push_off = prefix(h_total.as_slice())?;
-        let n_push = *push_off.last().unwrap_or(&0) as usize;
-        let dpo = run.up(&push_off)?;
-        let mut nbr = run.out::<u32>(n_push.max(1))?;
-        connect(
-            &run,
-            1,
-            &mut ncount,
-            &first,
-            &dpo,
-            &mut nbr,
-            n_push,
-            &mut used,
-            &mut kept,
-        )?;
-        drop(kept);
-
-        let mut dead = run.zeros::<u8>(n_cells)?;
-        let fishbone_index = if n.early_fishbone || n.late_fishbone {
-            Some(index(&mut run, &vo, 1)?)
-        } else {
-            None
-        };
-        let fishbone = |run: &Run,
-                        check_track: u32,
-                        has_track: &crate::device::DeviceBuf,
-                        dead: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let Some((start_o, by_outer)) = &fishbone_index else {
-                return Ok(());
-            };
-            let (vs, vb, vu, vht, mut vd) = (
-                start_o.view::<u32>(n_hits + 1),
-                by_outer.view::<u32>(n_cells),
-                used.view::<u8>(n_cells),
-                has_track.view::<u8>(n_cells),
-                dead.view_mut::<u8>(n_cells),
-            );
-            let mut l = Launch::new(run, "nt_fishbone");
-            l.arg("n_hits", &nh)
-                .arg("hit_off", &vho)
-                .arg("n_events", &ne)
-                .arg("cell_off", &vco)
-                .arg("x", &vx)
-                .arg("y", &vy)
-                .arg("z", &vz)
-                .arg("det", &vdet)
-                .arg("inner", &vi);
-            l.arg("start", &vs)
-                .arg("by_outer", &vb)
-                .arg("used", &vu)
-                .arg("check_track", &check_track)
-                .arg("has_track", &vht)
-                .arg("dead", &mut vd);
-            l.launch(blocks(n_hits, ELEMENT_BLOCK))
-        };
-        if n.early_fishbone {
-            fishbone(&run, 0, &used, &mut dead)?;
-        }
-
-        // The search: count, per-event prefix sums, write at the CPU's places.
-        let (mut n_tup, mut n_hit, mut err) = (
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_cells)?,
-            run.zeros::<u32>(1)?,
-        );
-        let (mut tup_first, mut hit_first, mut tup_total, mut hit_total) = (
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_cells)?,
-            run.out::<u32>(n_ev)?,
-            run.out::<u32>(n_ev)?,
-        );
-        let search = |run: &Run,
-                      write: u32,
-                      n_tup: &mut crate::device::DeviceBuf,
-                      n_hit: &mut crate::device::DeviceBuf,
-                      tf: &crate::device::DeviceBuf,
-                      hf: &crate::device::DeviceBuf,
-                      to: &crate::device::DeviceBuf,
-                      ho: &crate::device::DeviceBuf,
-                      outs: [&mut crate::device::DeviceBuf; 5],
-                      sizes: [usize; 3],
-                      dead: &crate::device::DeviceBuf,
-                      err: &mut crate::device::DeviceBuf|
-         -> Result<()> {
-            let [tl, tcs, tce, oh, oc] = outs;
-            let (vdd, vn, vf, vpo, vnb) = (
-                dead.view::<u8>(n_cells),
-                ncount.view::<u32>(n_cells),
-                first.view::<u32>(n_cells),
-                dpo.view::<u32>(n_ev + 1),
-                nbr.view::<u32>(n_push.max(1)),
-            );
-            let (mut vt, mut vh, vtf, vhf, vto, vhoo) = (
-                n_tup.view_mut::<u32>(n_cells),
-                n_hit.view_mut::<u32>(n_cells),
-                tf.view::<u32>(n_cells),
-                hf.view::<u32>(n_cells),
-                to.view::<u32>(n_ev + 1),
-                ho.view::<u32>(n_ev + 1),
-            );
-            let (mut vtl, mut voh, mut voc, mut ve) = (
-                tl.view_mut::<u32>(sizes[0].max(1)),
-                oh.view_mut::<u32>(sizes[1].max(1)),
-                oc.view_mut::<u32>(sizes[2].max(1)),
-                err.view_mut::<u32>(1),
-            );
-            let (mut vcs, mut vce) = (
-                tcs.view_mut::<u32>(sizes[0].max(1)),
-                tce.view_mut::<u32>(sizes[0].max(1)),
-            );
-            let mut l = Launch::new(run, "nt_search");
-            l.arg("write", &write)
-                .arg("n_cells", &nc)
-                .arg("cell_off", &vco)
-                .arg("n_events", &ne)
-                .arg("inner", &vi)
-                .arg("outer", &vo)
-                .arg("pair", &vp)
-                .arg("dead", &vdd);
-            l.arg("ncount", &vn)
-                .arg("first", &vf)
-                .arg("push_off", &vpo)
-                .arg("nbr", &vnb)
-                .arg("per_list", &n.max_cell_neighbors)
-                .arg("min_hits", &n.min_hits_per_ntuplet)
-                .arg("max_tuples", &n.max_tuples);
-            l.arg("n_tuples", &mut vt)
-                .arg("n_hits", &mut vh)
-                .arg("tuple_first", &vtf)
-                .arg("hit_first", &vhf)
-                .arg("tuple_off", &vto)
-                .arg("hit_off_out", &vhoo)
-                .arg("tuple_len", &mut vtl)
-                .arg("tuple_cstart", &mut vcs)
-                .arg("tuple_cend", &mut vce)
-                .arg("out_hits", &mut voh)
-                .arg("out_cells", &mut voc)
-                .arg("error", &mut ve);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))
-        };
-        {
-            let (z1, z2, mut o1, mut o2, mut o3, mut o4, mut o5) = (
-                run.zeros::<u32>(n_ev + 1)?,
-                run.zeros::<u32>(n_ev + 1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-                run.out::<u32>(1)?,
-            );
-            search(
-                &run,
-                0,
-                &mut n_tup,
-                &mut n_hit,
-                &tup_first,
-                &hit_first,
-                &z1,
-                &z2,
-                [&mut o1, &mut o2, &mut o3, &mut o4, &mut o5],
-                [1, 1, 1],
-                &dead,
-                &mut err,
-            )?;
-        }
-        scan(&mut run, &n_tup, &mut tup_first, &mut tup_total)?;
-        scan(&mut run, &n_hit, &mut hit_first, &mut hit_total)?;
-        let (h_tup, h_hit, h_err) = (
-            run.queue::<u32>(&tup_total, n_ev)?,
-            run.queue::<u32>(&hit_total, n_ev)?,
-            run.queue::<u32>(&err, 1)?,
-        );
-        let (h_tup, h_hit, h_err) = (run.take(h_tup)?, run.take(h_hit)?, run.take(h_err)?);
-        run.sync()?;
-        // A path longer than the search allows: the CPU step reports it.
-        if h_err.as_slice()[0] != 0 {
-            return fallback(c.cpu.as_ref(), &c.stats, batch);
-        }
-        let (tup_off, hit_pos) = (prefix(h_tup.as_slice())?, prefix(h_hit.as_slice())?);
-        let (n_tuples, n_tuple_hits) = (
-            *tup_off.last().unwrap_or(&0) as usize,
-            *hit_pos.last().unwrap_or(&0) as usize,
-        );
-        let n_tuple_cells = n_tuple_hits - n_tuples;
-        let (dto, dhp) = (run.up(&tup_off)?, run.up(&hit_pos)?);
-        let (mut tlen, mut thits, mut tcells) = (
-            run.zeros::<u32>(n_tuples.max(1))?,
-            run.out::<u32>(n_tuple_hits.max(1))?,
-            run.out::<u32>(n_tuple_cells.max(1))?,
-        );
-        let (mut cstart, mut cend) = (
-            run.out::<u32>(n_tuples.max(1))?,
-            run.out::<u32>(n_tuples.max(1))?,
-        );
-        search(
-            &run,
-            1,
-            &mut n_tup,
-            &mut n_hit,
-            &tup_first,
-            &hit_first,
-            &dto,
-            &dhp,
-            [&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells],
-            [n_tuples, n_tuple_hits, n_tuple_cells],
-            &dead,
-            &mut err,
-        )?;
-        // The cells' tuple lists and the early duplicate remover, on the device.
-        let list_base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
-        let base = run.up(&list_base)?;
-        let lists = CellTracks::build(
-            &mut run,
-            CellTracksIn {
-                n_ev,
-                n_cells,
-                n_tuples,
-                n_entries: n_tuple_cells,
-                limit: n.max_tuples,
-                tup_off: dto.view(n_ev + 1),
-                cstart: cstart.view(n_tuples.max(1)),
-                cend: cend.view(n_tuples.max(1)),
-                cells: tcells.view(n_tuple_cells.max(1)),
-                cell_off: dco.view(n_ev + 1),
-                cell_off_host: &cell_off,
-                base,
-            },
-        )?;
-        let (mut track_non_empty, mut track_dropped) =
-            (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
-        lists.stats(
-            &run,
-            &dco,
-            n.max_cell_tracks,
-            &mut track_non_empty,
-            &mut track_dropped,
-        )?;
-        let (mut dq, mut has_track) = (run.zeros::<u8>(n_tuples.max(1))?, run.out::<u8>(n_cells)?);
-        {
-            let (vn, vf, vb, vv, vto, vtl, vfound) = (
-                lists.count.view::<u32>(n_cells),
-                lists.first.view::<u32>(n_cells),
-                lists.base.view::<u32>(n_ev),
-                lists.vals.view::<u32>(n_tuple_cells.max(1)),
-                dto.view::<u32>(n_ev + 1),
-                tlen.view::<u32>(n_tuples.max(1)),
-                tup_total.view::<u32>(n_ev),
-            );
-            let (mut vq, mut vht) = (
-                dq.view_mut::<u8>(n_tuples.max(1)),
-                has_track.view_mut::<u8>(n_cells),
-            );
-            let mut l = Launch::new(&run, "nt_early_dup");
-            l.arg("n_cells", &nc)
-                .arg("cell_off", &vco)
-                .arg("n_events", &ne)
-                .arg("count", &vn)
-                .arg("first", &vf)
-                .arg("base", &vb)
-                .arg("vals", &vv)
-                .arg("per_list", &n.max_cell_tracks)
-                .arg("tup_off", &vto)
-                .arg("tuple_len", &vtl)
-                .arg("found", &vfound)
-                .arg("max_tuples", &n.max_tuples)
-                .arg("q", &mut vq)
-                .arg("has_track", &mut vht);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
-        }
-        let (h_len, h_hits, h_cells) = (
-            run.queue_of::<u32>(NTUPLETS, &tlen, n_tuples)?,
-            run.queue_of::<u32>(NTUPLETS, &thits, n_tuple_hits)?,
-            run.queue_of::<u32>(NTUPLETS, &tcells, n_tuple_cells)?,
-        );
-        let (h_q, h_tne, h_tdrop, h_bad) = (
-            run.queue_of::<u8>(NTUPLETS, &dq, n_tuples)?,
-            run.queue::<u32>(&track_non_empty, n_ev)?,
-            run.queue::<u32>(&track_dropped, n_ev)?,
-            run.queue::<u32>(&lists.bad, 1)?,
-        );
-        let (h_len, h_hits, h_cells, h_q, h_tne, h_tdrop, h_bad) = (
-            run.take(h_len)?,
-            run.take(h_hits)?,
-            run.take(h_cells)?,
-            run.take(h_q)?,
-            run.take(h_tne)?,
-            run.take(h_tdrop)?,
-            run.take(h_bad)?,
-        );
-        run.sync()?;
-        // Where max_active_doublets binds (the CPU's push order opens the lists), or a cell is
-        // past its event (the CPU's error): the CPU's replay, event by event.
-        let on_device = h_bad.as_slice()[0] == 0
-            && h_tne
-                .iter()
-                .all(|&k| (k as u64) < n.max_active_doublets as u64);
-
-        let mut out = Vec::with_capacity(n_ev);
-        for e in 0..n_ev {
-            let found = h_tup[e];
-            let stored = found.min(n.max_tuples) as usize;
-            let t0 = tup_off[e] as usize;
-            let (hp, cp) = (hit_pos[e] as usize, hit_pos[e] as usize - t0);
-            let (lengths, hits, cells) = (
-                &h_len[t0..t0 + stored],
-                &h_hits[hp..hit_pos[e + 1] as usize],
-                &h_cells[cp..hit_pos[e + 1] as usize - tup_off[e + 1] as usize],
-            );
-            let r = if on_device {
-                ntuplet_event_listed(
-                    n,
-                    found,
-                    lengths,
-                    hits,
-                    cells,
-                    &h_q[t0..t0 + stored],
-                    h_dropped[e],
-                    h_tdrop[e],
-                )
-            } else {
-                ntuplet_event(
-                    n,
-                    d.event_rows(e).len(),
-                    found,
-                    lengths,
-                    hits,
-                    cells,
-                    h_dropped[e],
-                )
-            };
-            out.push(r.map_err(|m| Error::data(format!("gpu ca_ntuplets: event {e}: {m}")))?);
-        }
-        // The tuples' lists stay on the device for the GPU `track_fit` and `track_quality`
-        // when the product's lists are the device's as they lie: every tuple found stored,
-        // each event's lists where the search wrote them. Their offsets (batch rows, as the
-        // product's) from one scan of the lengths over the batch.
-        let as_written = on_device
-            && n_tuples > 0
-            && h_tup.iter().all(|&f| f <= n.max_tuples)
-            && out.iter().map(|(t, _)| t.hits.len()).sum::<usize>() == n_tuple_hits
-            && out
-                .iter()
-                .map(|(_, ca)| ca.tuple_cells.len())
-                .sum::<usize>()
-                == n_tuple_cells;
-        let offsets = if as_written {
-            let whole = [0u32, n_tuples as u32];
-            let dwhole = run.up(&whole)?;
-            let (mut first, mut total) = (run.out::<u32>(n_tuples)?, run.out::<u32>(1)?);
-            {
-                let (vl, vw, mut vf, mut vt) = (
-                    tlen.view::<u32>(n_tuples),
-                    dwhole.view::<u32>(2),
-                    first.view_mut::<u32>(n_tuples),
-                    total.view_mut::<u32>(1),
-                );
-                seg_scan(&mut run, &vl, &whole, &vw, &mut vf, &mut vt)?;
-            }
-            let (mut hoff, mut coff) =
-                (run.out::<u32>(n_tuples + 1)?, run.out::<u32>(n_tuples + 1)?);
-            {
-                let (nt, vf, vt) = (
-                    n_tuples as u32,
-                    first.view::<u32>(n_tuples),
-                    total.view::<u32>(1),
-                );
-                let (mut vh, mut vc) = (
-                    hoff.view_mut::<u32>(n_tuples + 1),
-                    coff.view_mut::<u32>(n_tuples + 1),
-                );
-                Launch::new(&run, "nt_list_offsets")
-                    .arg("n", &nt)
-                    .arg("first", &vf)
-                    .arg("total", &vt)
-                    .arg("hit_off", &mut vh)
-                    .arg("cell_off", &mut vc)
-                    .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
-            }
-            Some((hoff, coff))
-        } else {
-            None
-        };
-        if n.late_fishbone {
-            // On the cells that carry a tuple.
-            if on_device {
-                fishbone(&run, 1, &has_track, &mut dead)?;
-            } else {
-                let mut has_track = Vec::with_capacity(n_cells);
-                for (_, ca) in &out {
-                    has_track.extend(ca.cell_tracks.iter().map(|l| u8::from(!l.is_empty())));
-                }
-                let dht = run.up(&has_track)?;
-                fishbone(&run, 1, &dht, &mut dead)?;
-            }
-        }
-        // The alive flags come back packed (1 bit per cell, as the product's bitmap).
-        let n_words = n_cells.div_ceil(32);
-        let mut words = run.out::<u32>(n_words)?;
-        {
-            let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
-            Launch::new(&run, "nt_alive_bits")
-                .arg("dead", &vd)
-                .arg("n_cells", &nc)
-                .arg("words", &mut vw)
-                .launch(blocks(n_words, ELEMENT_BLOCK))?;
-        }
-        run.mark()?;
-        let h_words = run.down_of::<u32>(CA_CELLS, &words, n_words)?;
-        let results = run.finish(&c.stats)?;
-        let alive =
-            arrow_buffer::BooleanBuffer::new(h_words.into_scalar_buffer().into_inner(), 0, n_cells);
-        let mirror = match offsets {
-            Some((hoff, coff)) => Some(
-                CudaMirror::new()
-                    .with::<u32>("hits.values", Arc::new(thits), n_tuple_hits)?
-                    .with::<u32>("cells.values", Arc::new(tcells), n_tuple_cells)?
-                    .with::<u32>("hits.offsets", Arc::new(hoff), n_tuples + 1)?
-                    .with::<u32>("cells.offsets", Arc::new(coff), n_tuples + 1)?,
-            ),
-            None => None,
-        };
-        quiver_reco::steps::publish_ntuplets(batch, d.offsets(), &out, alive, n)?;
-        if let Some(m) = mirror {
-            batch.attach_device(NTUPLETS, Arc::new(m))?;
-        }
-        record_results(batch, &results)
+        self.search(batch, run, &nt, &d, &dco)
     }
 
     fn end_job(&self, _success: bool) -> Result<Option<String>> {

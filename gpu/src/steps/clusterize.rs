@@ -148,6 +148,252 @@ impl ClusterizeGpu {
     }
 }
 
+/// The step's device buffers: the module runs' flags, positions and slots, the per-event
+/// counters, and the clustering's outputs.
+struct ClBuffers {
+    status: DeviceBuf,
+    start: DeviceBuf,
+    pos: DeviceBuf,
+    total: DeviceBuf,
+    rf: DeviceBuf,
+    re: DeviceBuf,
+    rb: DeviceBuf,
+    rm: DeviceBuf,
+    worst: DeviceBuf,
+    over: DeviceBuf,
+    cut: DeviceBuf,
+    clus: DeviceBuf,
+    bins: DeviceBuf,
+    found: DeviceBuf,
+}
+
+/// The host's copies of a batch's results: status, runs per event, the overflow counters,
+/// and each slot's first digi, module and clusters found.
+struct ClHost {
+    st: quiver_columnar::PoolVec<u32>,
+    tot: quiver_columnar::PoolVec<u32>,
+    w: quiver_columnar::PoolVec<u32>,
+    ov: quiver_columnar::PoolVec<u32>,
+    ct: quiver_columnar::PoolVec<u64>,
+    hf: quiver_columnar::PoolVec<u32>,
+    hm: quiver_columnar::PoolVec<u16>,
+    hfound: quiver_columnar::PoolVec<u32>,
+}
+
+impl ClBuffers {
+    fn alloc(run: &mut Run, n: usize, n_ev: usize, slots: usize) -> Result<Self> {
+        let status = run.zeros::<u32>(1)?;
+        let (start, pos, total) = (
+            run.out::<u32>(n)?,
+            run.out::<u32>(n)?,
+            run.out::<u32>(n_ev)?,
+        );
+        // Unused slots stay empty runs (first = end = 0): their blocks do nothing.
+        let (rf, re, rb, rm) = (
+            run.zeros::<u32>(slots)?,
+            run.zeros::<u32>(slots)?,
+            run.zeros::<u32>(slots)?,
+            run.zeros::<u16>(slots)?,
+        );
+        let (worst, over, cut) = (
+            run.zeros::<u32>(n_ev)?,
+            run.zeros::<u32>(n_ev)?,
+            run.zeros::<u64>(n_ev)?,
+        );
+        let (clus, bins, found) = (
+            run.out::<i32>(n)?,
+            run.out::<u32>(n)?,
+            run.out::<u32>(slots)?,
+        );
+        Ok(ClBuffers {
+            status,
+            start,
+            pos,
+            total,
+            rf,
+            re,
+            rb,
+            rm,
+            worst,
+            over,
+            cut,
+            clus,
+            bins,
+            found,
+        })
+    }
+
+    /// The module runs (`mr_flag`, the segmented scan, `mr_fill`), then the clustering
+    /// (`clus_init`, `clusterize`, one block per slot).
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &mut self,
+        run: &mut Run,
+        (dm, dx, dy): (&DeviceBuf, &DeviceBuf, &DeviceBuf),
+        dof: &DeviceBuf,
+        offsets: &[u32],
+        n: usize,
+        n_ev: usize,
+        max_pix: usize,
+    ) -> Result<()> {
+        let slots = n_ev * MAX_NUM_MODULES;
+        let (n32, n_ev32, max_pix) = (n as u32, n_ev as u32, max_pix.min(u32::MAX as usize) as u32);
+        let (vm, vx, vy, vo) = (
+            dm.view::<u16>(n),
+            dx.view::<u16>(n),
+            dy.view::<u16>(n),
+            dof.view::<u32>(n_ev + 1),
+        );
+        {
+            let (mut vs, mut vst) = (
+                self.start.view_mut::<u32>(n),
+                self.status.view_mut::<u32>(1),
+            );
+            Launch::new(run, "mr_flag")
+                .arg("module", &vm)
+                .arg("xx", &vx)
+                .arg("yy", &vy)
+                .arg("n", &n32)
+                .arg("event_offsets", &vo)
+                .arg("n_events", &n_ev32)
+                .arg("start", &mut vs)
+                .arg("status", &mut vst)
+                .launch(blocks(n, ELEMENT_BLOCK))?;
+        }
+        let vs = self.start.view::<u32>(n);
+        {
+            let (mut vp, mut vt) = (
+                self.pos.view_mut::<u32>(n),
+                self.total.view_mut::<u32>(n_ev),
+            );
+            seg_scan(run, &vs, offsets, &vo, &mut vp, &mut vt)?;
+        }
+        {
+            let vp = self.pos.view::<u32>(n);
+            let (mut vf, mut ve, mut vb, mut vmod) = (
+                self.rf.view_mut::<u32>(slots),
+                self.re.view_mut::<u32>(slots),
+                self.rb.view_mut::<u32>(slots),
+                self.rm.view_mut::<u16>(slots),
+            );
+            let (mut vw, mut vov, mut vc) = (
+                self.worst.view_mut::<u32>(n_ev),
+                self.over.view_mut::<u32>(n_ev),
+                self.cut.view_mut::<u64>(n_ev),
+            );
+            let mut b = Launch::new(run, "mr_fill");
+            b.arg("module", &vm)
+                .arg("n", &n32)
+                .arg("event_offsets", &vo)
+                .arg("n_events", &n_ev32)
+                .arg("start", &vs)
+                .arg("pos", &vp)
+                .arg("max_pix", &max_pix);
+            b.arg("run_first", &mut vf)
+                .arg("run_end", &mut ve)
+                .arg("run_base", &mut vb)
+                .arg("run_module", &mut vmod)
+                .arg("worst", &mut vw)
+                .arg("over", &mut vov)
+                .arg("cut", &mut vc);
+            b.launch(blocks(n, ELEMENT_BLOCK))?;
+        }
+        {
+            let mut vc = self.clus.view_mut::<i32>(n);
+            Launch::new(run, "clus_init")
+                .arg("clus", &mut vc)
+                .arg("n", &n32)
+                .arg("event_offsets", &vo)
+                .arg("n_events", &n_ev32)
+                .launch(blocks(n, ELEMENT_BLOCK))?;
+        }
+        let (vf, ve, vb) = (
+            self.rf.view::<u32>(slots),
+            self.re.view::<u32>(slots),
+            self.rb.view::<u32>(slots),
+        );
+        let (mut vc, mut vbins, mut vfound) = (
+            self.clus.view_mut::<i32>(n),
+            self.bins.view_mut::<u32>(n),
+            self.found.view_mut::<u32>(slots),
+        );
+        let mut b = Launch::new(run, "clusterize");
+        b.arg("module", &vm)
+            .arg("xx", &vx)
+            .arg("yy", &vy)
+            .arg("run_first", &vf)
+            .arg("run_end", &ve)
+            .arg("run_base", &vb)
+            .arg("clus_all", &mut vc)
+            .arg("bins_all", &mut vbins)
+            .arg("found_out", &mut vfound);
+        // One block per slot (runs disjoint inside the batch), of CLUSTER_BLOCK threads.
+        b.launch(LaunchConfig {
+            grid_dim: (slots as u32, 1, 1),
+            block_dim: (crate::kernels::CLUSTER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        })?;
+        Ok(())
+    }
+
+    /// Queues the results' copies to the host and takes them.
+    fn download(&self, run: &mut Run, n_ev: usize) -> Result<ClHost> {
+        let slots = n_ev * MAX_NUM_MODULES;
+        let (st, tot, w, ov, ct) = (
+            run.queue::<u32>(&self.status, 1)?,
+            run.queue::<u32>(&self.total, n_ev)?,
+            run.queue::<u32>(&self.worst, n_ev)?,
+            run.queue::<u32>(&self.over, n_ev)?,
+            run.queue::<u64>(&self.cut, n_ev)?,
+        );
+        let (hf, hm, hfound) = (
+            run.queue_of::<u32>(CLUSTER_MODULES, &self.rf, slots)?,
+            run.queue_of::<u16>(CLUSTER_MODULES, &self.rm, slots)?,
+            run.queue_of::<u32>(CLUSTER_MODULES, &self.found, slots)?,
+        );
+        let (st, tot, w, ov, ct) = (
+            run.take(st)?,
+            run.take(tot)?,
+            run.take(w)?,
+            run.take(ov)?,
+            run.take(ct)?,
+        );
+        let (hf, hm, hfound) = (run.take(hf)?, run.take(hm)?, run.take(hfound)?);
+        Ok(ClHost {
+            st,
+            tot,
+            w,
+            ov,
+            ct,
+            hf,
+            hm,
+            hfound,
+        })
+    }
+}
+
+/// Each event's first MAX_NUM_MODULES runs, as the CPU lists them, and the `cluster_modules`
+/// tables built from them.
+fn host_tables(h: &ClHost, offsets: &[u32], n_ev: usize) -> Result<Vec<ModuleTable>> {
+    let slots = n_ev * MAX_NUM_MODULES;
+    let (tot, hf, hm, hfound) = (&h.tot, &h.hf, &h.hm, &h.hfound);
+    let mut per_event = Vec::with_capacity(n_ev);
+    let mut found_used = Vec::with_capacity(slots);
+    for e in 0..n_ev {
+        let s0 = e * MAX_NUM_MODULES;
+        let kept = (tot[e] as usize).min(MAX_NUM_MODULES);
+        per_event.push(
+            (s0..s0 + kept)
+                .map(|k| (hf[k] - offsets[e], hm[k]))
+                .collect::<Vec<_>>(),
+        );
+        found_used.extend_from_slice(&hfound[s0..s0 + kept]);
+    }
+    cluster_tables(&per_event, &found_used).ok_or_else(|| {
+        derr("clusterize: a run's module past MAX_NUM_MODULES passed the device's checks")
+    })
+}
+
 impl Step for ClusterizeGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -169,167 +415,31 @@ impl Step for ClusterizeGpu {
             din.column("col")?,
         );
         let dof = run.up(&offsets)?;
-        let mut status = run.zeros::<u32>(1)?;
-        let (mut start, mut pos, mut total) = (
-            run.out::<u32>(n)?,
-            run.out::<u32>(n)?,
-            run.out::<u32>(n_ev)?,
-        );
-        // Unused slots stay empty runs (first = end = 0): their blocks do nothing.
-        let (mut rf, mut re, mut rb, mut rm) = (
-            run.zeros::<u32>(slots)?,
-            run.zeros::<u32>(slots)?,
-            run.zeros::<u32>(slots)?,
-            run.zeros::<u16>(slots)?,
-        );
-        let (mut worst, mut over, mut cut) = (
-            run.zeros::<u32>(n_ev)?,
-            run.zeros::<u32>(n_ev)?,
-            run.zeros::<u64>(n_ev)?,
-        );
-        let (mut clus, mut bins, mut found) = (
-            run.out::<i32>(n)?,
-            run.out::<u32>(n)?,
-            run.out::<u32>(slots)?,
-        );
+        let mut bufs = ClBuffers::alloc(&mut run, n, n_ev, slots)?;
         run.mark()?;
-        {
-            let (n32, n_ev32, max_pix) = (
-                n as u32,
-                n_ev as u32,
-                self.max_pix.min(u32::MAX as usize) as u32,
-            );
-            let (vm, vx, vy, vo) = (
-                dm.view::<u16>(n),
-                dx.view::<u16>(n),
-                dy.view::<u16>(n),
-                dof.view::<u32>(n_ev + 1),
-            );
-            {
-                let (mut vs, mut vst) = (start.view_mut::<u32>(n), status.view_mut::<u32>(1));
-                Launch::new(&run, "mr_flag")
-                    .arg("module", &vm)
-                    .arg("xx", &vx)
-                    .arg("yy", &vy)
-                    .arg("n", &n32)
-                    .arg("event_offsets", &vo)
-                    .arg("n_events", &n_ev32)
-                    .arg("start", &mut vs)
-                    .arg("status", &mut vst)
-                    .launch(blocks(n, ELEMENT_BLOCK))?;
-            }
-            let vs = start.view::<u32>(n);
-            {
-                let (mut vp, mut vt) = (pos.view_mut::<u32>(n), total.view_mut::<u32>(n_ev));
-                seg_scan(&mut run, &vs, &offsets, &vo, &mut vp, &mut vt)?;
-            }
-            {
-                let vp = pos.view::<u32>(n);
-                let (mut vf, mut ve, mut vb, mut vmod) = (
-                    rf.view_mut::<u32>(slots),
-                    re.view_mut::<u32>(slots),
-                    rb.view_mut::<u32>(slots),
-                    rm.view_mut::<u16>(slots),
-                );
-                let (mut vw, mut vov, mut vc) = (
-                    worst.view_mut::<u32>(n_ev),
-                    over.view_mut::<u32>(n_ev),
-                    cut.view_mut::<u64>(n_ev),
-                );
-                let mut b = Launch::new(&run, "mr_fill");
-                b.arg("module", &vm)
-                    .arg("n", &n32)
-                    .arg("event_offsets", &vo)
-                    .arg("n_events", &n_ev32)
-                    .arg("start", &vs)
-                    .arg("pos", &vp)
-                    .arg("max_pix", &max_pix);
-                b.arg("run_first", &mut vf)
-                    .arg("run_end", &mut ve)
-                    .arg("run_base", &mut vb)
-                    .arg("run_module", &mut vmod)
-                    .arg("worst", &mut vw)
-                    .arg("over", &mut vov)
-                    .arg("cut", &mut vc);
-                b.launch(blocks(n, ELEMENT_BLOCK))?;
-            }
-            {
-                let mut vc = clus.view_mut::<i32>(n);
-                Launch::new(&run, "clus_init")
-                    .arg("clus", &mut vc)
-                    .arg("n", &n32)
-                    .arg("event_offsets", &vo)
-                    .arg("n_events", &n_ev32)
-                    .launch(blocks(n, ELEMENT_BLOCK))?;
-            }
-            let (vf, ve, vb) = (
-                rf.view::<u32>(slots),
-                re.view::<u32>(slots),
-                rb.view::<u32>(slots),
-            );
-            let (mut vc, mut vbins, mut vfound) = (
-                clus.view_mut::<i32>(n),
-                bins.view_mut::<u32>(n),
-                found.view_mut::<u32>(slots),
-            );
-            let mut b = Launch::new(&run, "clusterize");
-            b.arg("module", &vm)
-                .arg("xx", &vx)
-                .arg("yy", &vy)
-                .arg("run_first", &vf)
-                .arg("run_end", &ve)
-                .arg("run_base", &vb)
-                .arg("clus_all", &mut vc)
-                .arg("bins_all", &mut vbins)
-                .arg("found_out", &mut vfound);
-            // One block per slot (runs disjoint inside the batch), of CLUSTER_BLOCK threads.
-            b.launch(LaunchConfig {
-                grid_dim: (slots as u32, 1, 1),
-                block_dim: (crate::kernels::CLUSTER_BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            })?;
-        }
+        bufs.launch(
+            &mut run,
+            (dm, dx, dy),
+            &dof,
+            &offsets,
+            n,
+            n_ev,
+            self.max_pix,
+        )?;
         run.mark()?;
-        let (st, tot, w, ov, ct) = (
-            run.queue::<u32>(&status, 1)?,
-            run.queue::<u32>(&total, n_ev)?,
-            run.queue::<u32>(&worst, n_ev)?,
-            run.queue::<u32>(&over, n_ev)?,
-            run.queue::<u64>(&cut, n_ev)?,
-        );
-        let (hf, hm, hfound) = (
-            run.queue_of::<u32>(CLUSTER_MODULES, &rf, slots)?,
-            run.queue_of::<u16>(CLUSTER_MODULES, &rm, slots)?,
-            run.queue_of::<u32>(CLUSTER_MODULES, &found, slots)?,
-        );
-        let (st, tot, w, ov, ct) = (
-            run.take(st)?,
-            run.take(tot)?,
-            run.take(w)?,
-            run.take(ov)?,
-            run.take(ct)?,
-        );
-        let (hf, hm, hfound) = (run.take(hf)?, run.take(hm)?, run.take(hfound)?);
+        let h = bufs.download(&mut run, n_ev)?;
         let results = run.finish(&c.stats)?;
-        if st[0] != 0 {
+        if h.st[0] != 0 {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
-        // Each event's first MAX_NUM_MODULES runs, as the CPU lists them.
-        let mut per_event = Vec::with_capacity(n_ev);
-        let mut found_used = Vec::with_capacity(slots);
-        for e in 0..n_ev {
-            let s0 = e * MAX_NUM_MODULES;
-            let kept = (tot[e] as usize).min(MAX_NUM_MODULES);
-            per_event.push(
-                (s0..s0 + kept)
-                    .map(|k| (hf[k] - offsets[e], hm[k]))
-                    .collect::<Vec<_>>(),
-            );
-            found_used.extend_from_slice(&hfound[s0..s0 + kept]);
-        }
-        let tables = cluster_tables(&per_event, &found_used).ok_or_else(|| {
-            derr("clusterize: a run's module past MAX_NUM_MODULES passed the device's checks")
-        })?;
+        let tables = host_tables(&h, &offsets, n_ev)?;
+        let ClBuffers {
+            rf,
+            rm,
+            clus,
+            found,
+            ..
+        } = bufs;
         // The clusters stay on the device: the GPU `cluster_charge_cut` reads them there.
         let on_device = device_columns(c.gpu, PIXEL_CLUSTERS, n, vec![dm.clone(), Arc::new(clus)])?;
         batch.put(Product::on_device(
@@ -348,6 +458,7 @@ impl Step for ClusterizeGpu {
             .with::<u32>(EVENT_DIGIS, Arc::new(dof), n_ev + 1)?;
         batch.attach_device(CLUSTER_MODULES, Arc::new(slots_kept))?;
         record_results(batch, &results)?;
+        let (w, ov, ct) = (&h.w, &h.ov, &h.ct);
         let overflows = (0..n_ev)
             .map(|e| {
                 records::pixel_run_stats(w[e] as u64, ov[e], ct[e], self.max_pix)

@@ -72,6 +72,7 @@ use crate::transfer::{BatchTransfers, TransferStats};
 
 mod ca_doublets;
 mod ca_ntuplets;
+mod ca_ntuplets_dev;
 mod ca_ntuplets_host;
 mod calibrate;
 mod charge_cut;

@@ -219,6 +219,220 @@ impl RecHitsGpu {
     }
 }
 
+/// The `rechits` kernel's outputs: its status, the eight f32 columns, then iphi, charge,
+/// sizes and detIndex.
+struct RhOut {
+    status: DeviceBuf,
+    f32s: Vec<DeviceBuf>,
+    iphi: DeviceBuf,
+    chg: DeviceBuf,
+    sx: DeviceBuf,
+    sy: DeviceBuf,
+    det_index: DeviceBuf,
+}
+
+impl RhOut {
+    fn alloc(run: &mut Run, nh: usize) -> Result<Self> {
+        let status = run.zeros::<u32>(1)?;
+        let f32s: Vec<DeviceBuf> = (0..8)
+            .map(|_| run.zeros::<f32>(nh))
+            .collect::<Result<_>>()?;
+        let (iphi, chg, sx, sy, det_index) = (
+            run.zeros::<i16>(nh)?,
+            run.zeros::<i32>(nh)?,
+            run.zeros::<i16>(nh)?,
+            run.zeros::<i16>(nh)?,
+            run.zeros::<u16>(nh)?,
+        );
+        Ok(RhOut {
+            status,
+            f32s,
+            iphi,
+            chg,
+            sx,
+            sy,
+            det_index,
+        })
+    }
+}
+
+/// The runs (or slots) the kernel's blocks process: their first digi, end, clusters,
+/// module and first hit, the beam spot (per run, or per event with `beam_stride` slots),
+/// and the number of blocks.
+struct RhRuns {
+    first: Arc<DeviceBuf>,
+    end: Arc<DeviceBuf>,
+    nclus: Arc<DeviceBuf>,
+    module: Arc<DeviceBuf>,
+    hit: Arc<DeviceBuf>,
+    beam: DeviceBuf,
+    beam_stride: u32,
+    n_blocks: usize,
+}
+
+/// The runs and their ends: a GPU clusterize's slots with each slot's clusters and first
+/// hit (8 bytes per slot and the beam spot per event cross the bus), else the host's runs;
+/// `None` where the plan's runs do not fit the slots (the CPU step).
+fn upload_runs(
+    run: &mut Run,
+    slots: Option<&super::clusterize::RunSlots>,
+    plan: &HitRuns,
+    beam: &[[f32; 3]],
+    vm: &CudaView<u16>,
+    n_ev: usize,
+) -> Result<Option<RhRuns>> {
+    let (first, end, nclus, module, hit, beam, beam_stride, n_blocks) = match slots {
+        Some(s) => {
+            let Some((sn, sh)) = plan.per_slot(s.n_slots) else {
+                return Ok(None);
+            };
+            let per_event: Vec<f32> = beam.iter().flatten().copied().collect();
+            let (dn, dh, db) = (run.up(&sn)?, run.up(&sh)?, run.up(&per_event)?);
+            run.mark()?;
+            let ends = s.ends(run, vm, &dn, n_ev)?;
+            (
+                s.first.clone(),
+                Arc::new(ends),
+                Arc::new(dn),
+                s.module.clone(),
+                Arc::new(dh),
+                db,
+                MAX_NUM_MODULES as u32,
+                s.n_slots,
+            )
+        }
+        None => {
+            let (drf, drl, drn, drme, drh) = (
+                run.up(&plan.first)?,
+                run.up(&plan.limit)?,
+                run.up(&plan.nclus)?,
+                run.up(&plan.module)?,
+                run.up(&plan.hit)?,
+            );
+            let db = run.up(&plan.beam)?;
+            run.mark()?;
+            let ends = run_ends(run, vm, &drf, &drme, &drl, plan.first.len())?;
+            (
+                Arc::new(drf),
+                Arc::new(ends),
+                Arc::new(drn),
+                Arc::new(drme),
+                Arc::new(drh),
+                db,
+                0,
+                plan.first.len(),
+            )
+        }
+    };
+    Ok(Some(RhRuns {
+        first,
+        end,
+        nclus,
+        module,
+        hit,
+        beam,
+        beam_stride,
+        n_blocks,
+    }))
+}
+
+impl RecHitsGpu {
+    /// The `rechits` kernel, one block per run or slot, over the clusters' modules and ids
+    /// and the digis' rows, columns and charges; `(n, nh, n_ev)`: digis, hits, events.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rechits(
+        &self,
+        run: &Run,
+        o: &mut RhOut,
+        r: &RhRuns,
+        vm: &CudaView<u16>,
+        (dc, dx, dy, da): (&DeviceBuf, &DeviceBuf, &DeviceBuf, &DeviceBuf),
+        plan: &HitRuns,
+        (n, nh, n_ev): (usize, usize, usize),
+    ) -> Result<()> {
+        let com = &self.cpe.common;
+        let (vc, vx, vy, va) = (
+            dc.view::<i32>(n),
+            dx.view::<u16>(n),
+            dy.view::<u16>(n),
+            da.view::<u16>(n),
+        );
+        let n_beam = if r.beam_stride == 0 {
+            3 * r.n_blocks
+        } else {
+            3 * n_ev
+        };
+        let (vf, ve, vn, vme, vh, vbs) = (
+            r.first.view::<u32>(r.n_blocks),
+            r.end.view::<u32>(r.n_blocks),
+            r.nclus.view::<u32>(r.n_blocks),
+            r.module.view::<u16>(r.n_blocks),
+            r.hit.view::<u32>(r.n_blocks),
+            r.beam.view::<f32>(n_beam),
+        );
+        let mut outs: Vec<_> = o.f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
+        let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) = (
+            o.iphi.view_mut::<i16>(nh),
+            o.chg.view_mut::<i32>(nh),
+            o.sx.view_mut::<i16>(nh),
+            o.sy.view_mut::<i16>(nh),
+            o.det_index.view_mut::<u16>(nh),
+            o.status.view_mut::<u32>(1),
+        );
+        let mut bld = Launch::new(run, "rechits");
+        bld.arg("module", vm)
+            .arg("clus", &vc)
+            .arg("xx", &vx)
+            .arg("yy", &vy)
+            .arg("adc", &va);
+        // Shared memory for the batch's largest run (a slot's count is a run's).
+        let cap = plan.nclus.iter().copied().max().unwrap_or(0).max(1);
+        bld.arg("run_first", &vf)
+            .arg("run_end", &ve)
+            .arg("run_nclus", &vn)
+            .arg("run_me", &vme)
+            .arg("run_hit", &vh)
+            .arg("beam", &vbs)
+            .arg("beam_stride", &r.beam_stride)
+            .arg("cap", &cap)
+            .arg("det", &self.det);
+        bld.arg("thickness_b", &com.thickness_b)
+            .arg("thickness_e", &com.thickness_e)
+            .arg("pitch_x", &com.pitch_x)
+            .arg("pitch_y", &com.pitch_y);
+        let out_params = [
+            "x_local",
+            "y_local",
+            "xerr_local",
+            "yerr_local",
+            "x_global",
+            "y_global",
+            "z_global",
+            "r_global",
+        ];
+        for (o, param) in outs.iter_mut().zip(out_params) {
+            bld.arg(param, o);
+        }
+        bld.arg("iphi", &mut vi)
+            .arg("charge", &mut vq)
+            .arg("size_x", &mut vsx)
+            .arg("size_y", &mut vsy)
+            .arg("det_index", &mut vd)
+            .arg("status", &mut vst);
+        // One block per run or slot (hit slots of runs are disjoint), of RECHITS_BLOCK threads.
+        let (threads, per_cluster) = (
+            crate::kernels::RECHITS_BLOCK,
+            crate::kernels::RECHITS_SHARED_PER_CLUSTER,
+        );
+        bld.launch(LaunchConfig {
+            grid_dim: (r.n_blocks as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: per_cluster * cap,
+        })?;
+        Ok(())
+    }
+}
+
 impl Step for RecHitsGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -267,152 +481,27 @@ impl Step for RecHitsGpu {
         let (dg, cd) = (cuda(&dig_dev), cuda(&cl_dev));
         let (dm, dc) = (cd.column("module")?, cd.column("cluster")?);
         let (dx, dy, da) = (dg.column("row")?, dg.column("col")?, dg.column("charge")?);
-        let mut status = run.zeros::<u32>(1)?;
-        let mut f32s: Vec<DeviceBuf> = (0..8)
-            .map(|_| run.zeros::<f32>(nh))
-            .collect::<Result<_>>()?;
-        let (mut iphi, mut chg, mut sx, mut sy, mut det_index) = (
-            run.zeros::<i16>(nh)?,
-            run.zeros::<i32>(nh)?,
-            run.zeros::<i16>(nh)?,
-            run.zeros::<i16>(nh)?,
-            run.zeros::<u16>(nh)?,
-        );
+        let mut o = RhOut::alloc(&mut run, nh)?;
         let vm = dm.view::<u16>(n);
-        // The runs and their ends: a GPU clusterize's slots with each slot's clusters and
-        // first hit (8 bytes per slot and the beam spot per event cross the bus), else the
-        // host's runs.
-        let (first, end, nclus, module, hit, beam, beam_stride, n_blocks) = match &slots {
-            Some(s) => {
-                let Some((sn, sh)) = plan.per_slot(s.n_slots) else {
-                    return fallback(c.cpu.as_ref(), &c.stats, batch);
-                };
-                let per_event: Vec<f32> = beam.iter().flatten().copied().collect();
-                let (dn, dh, db) = (run.up(&sn)?, run.up(&sh)?, run.up(&per_event)?);
-                run.mark()?;
-                let ends = s.ends(&mut run, &vm, &dn, n_ev)?;
-                (
-                    s.first.clone(),
-                    Arc::new(ends),
-                    Arc::new(dn),
-                    s.module.clone(),
-                    Arc::new(dh),
-                    db,
-                    MAX_NUM_MODULES as u32,
-                    s.n_slots,
-                )
-            }
-            None => {
-                let (drf, drl, drn, drme, drh) = (
-                    run.up(&plan.first)?,
-                    run.up(&plan.limit)?,
-                    run.up(&plan.nclus)?,
-                    run.up(&plan.module)?,
-                    run.up(&plan.hit)?,
-                );
-                let db = run.up(&plan.beam)?;
-                run.mark()?;
-                let ends = run_ends(&mut run, &vm, &drf, &drme, &drl, n_runs)?;
-                (
-                    Arc::new(drf),
-                    Arc::new(ends),
-                    Arc::new(drn),
-                    Arc::new(drme),
-                    Arc::new(drh),
-                    db,
-                    0,
-                    n_runs,
-                )
-            }
+        let Some(r) = upload_runs(&mut run, slots.as_ref(), &plan, &beam, &vm, n_ev)? else {
+            return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
-        {
-            let com = &self.cpe.common;
-            let (vc, vx, vy, va) = (
-                dc.view::<i32>(n),
-                dx.view::<u16>(n),
-                dy.view::<u16>(n),
-                da.view::<u16>(n),
-            );
-            let n_beam = if beam_stride == 0 {
-                3 * n_blocks
-            } else {
-                3 * n_ev
-            };
-            let (vf, ve, vn, vme, vh, vbs) = (
-                first.view::<u32>(n_blocks),
-                end.view::<u32>(n_blocks),
-                nclus.view::<u32>(n_blocks),
-                module.view::<u16>(n_blocks),
-                hit.view::<u32>(n_blocks),
-                beam.view::<f32>(n_beam),
-            );
-            let mut outs: Vec<_> = f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
-            let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) = (
-                iphi.view_mut::<i16>(nh),
-                chg.view_mut::<i32>(nh),
-                sx.view_mut::<i16>(nh),
-                sy.view_mut::<i16>(nh),
-                det_index.view_mut::<u16>(nh),
-                status.view_mut::<u32>(1),
-            );
-            let mut bld = Launch::new(&run, "rechits");
-            bld.arg("module", &vm)
-                .arg("clus", &vc)
-                .arg("xx", &vx)
-                .arg("yy", &vy)
-                .arg("adc", &va);
-            // Shared memory for the batch's largest run (a slot's count is a run's).
-            let cap = plan.nclus.iter().copied().max().unwrap_or(0).max(1);
-            bld.arg("run_first", &vf)
-                .arg("run_end", &ve)
-                .arg("run_nclus", &vn)
-                .arg("run_me", &vme)
-                .arg("run_hit", &vh)
-                .arg("beam", &vbs)
-                .arg("beam_stride", &beam_stride)
-                .arg("cap", &cap)
-                .arg("det", &self.det);
-            bld.arg("thickness_b", &com.thickness_b)
-                .arg("thickness_e", &com.thickness_e)
-                .arg("pitch_x", &com.pitch_x)
-                .arg("pitch_y", &com.pitch_y);
-            let out_params = [
-                "x_local",
-                "y_local",
-                "xerr_local",
-                "yerr_local",
-                "x_global",
-                "y_global",
-                "z_global",
-                "r_global",
-            ];
-            for (o, param) in outs.iter_mut().zip(out_params) {
-                bld.arg(param, o);
-            }
-            bld.arg("iphi", &mut vi)
-                .arg("charge", &mut vq)
-                .arg("size_x", &mut vsx)
-                .arg("size_y", &mut vsy)
-                .arg("det_index", &mut vd)
-                .arg("status", &mut vst);
-            // One block per run or slot (hit slots of runs are disjoint), of RECHITS_BLOCK threads.
-            let (threads, per_cluster) = (
-                crate::kernels::RECHITS_BLOCK,
-                crate::kernels::RECHITS_SHARED_PER_CLUSTER,
-            );
-            bld.launch(LaunchConfig {
-                grid_dim: (n_blocks as u32, 1, 1),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: per_cluster * cap,
-            })?;
-        }
+        self.launch_rechits(
+            &run,
+            &mut o,
+            &r,
+            &vm,
+            (dc, dx, dy, da),
+            &plan,
+            (n, nh, n_ev),
+        )?;
         run.mark()?;
         // The hits stay on the device; only their detIndex comes back (2 of the 52 bytes per
         // hit): the layer starts here, and the host checks of the tracking steps
         // (`HostDets`). Their first host consumer downloads the rest.
         let (st, hd) = (
-            run.queue::<u32>(&status, 1)?,
-            run.queue_of::<u16>(HITS, &det_index, nh)?,
+            run.queue::<u32>(&o.status, 1)?,
+            run.queue_of::<u16>(HITS, &o.det_index, nh)?,
         );
         let (st, hd) = (run.take(st)?, run.take(hd)?);
         let results = run.finish(&c.stats)?;
@@ -430,6 +519,15 @@ impl Step for RecHitsGpu {
             );
             first += n;
         }
+        let RhOut {
+            f32s,
+            iphi,
+            chg,
+            sx,
+            sy,
+            det_index,
+            ..
+        } = o;
         let mut dev_cols: Vec<Arc<DeviceBuf>> = f32s.into_iter().map(Arc::new).collect();
         dev_cols.extend([iphi, chg, sx, sy, det_index].map(Arc::new));
         let on_device = CudaColumns::new(c.gpu, schema(HITS), nh, dev_cols)?

@@ -159,6 +159,218 @@ impl TrackQualityGpu {
     }
 }
 
+/// The counts of a batch's `track_quality`: events, tuples, hits and cells (of the tables),
+/// and the tuples' hits and cells.
+#[derive(Clone, Copy)]
+struct QxSizes {
+    n_ev: usize,
+    n_tup: usize,
+    n_hits: usize,
+    n_cells: usize,
+    n_th: usize,
+    n_tc: usize,
+}
+
+/// The device inputs and outputs of `qx_quality` (and of the cells' tuple lists' stats).
+struct QxBuffers {
+    dto: DeviceBuf,
+    dtho: Arc<DeviceBuf>,
+    dth: Arc<DeviceBuf>,
+    dst: Arc<DeviceBuf>,
+    dpt: Arc<DeviceBuf>,
+    dchi: Arc<DeviceBuf>,
+    dcuts: DeviceBuf,
+    dco: DeviceBuf,
+    dtco: Arc<DeviceBuf>,
+    dtc: Arc<DeviceBuf>,
+    dho: DeviceBuf,
+    ddead: DeviceBuf,
+    dq: DeviceBuf,
+    h2o: DeviceBuf,
+    h2b: DeviceBuf,
+    dcl: DeviceBuf,
+    dwin: DeviceBuf,
+    dkilled: DeviceBuf,
+    drounds: DeviceBuf,
+    non_empty: DeviceBuf,
+    dropped: DeviceBuf,
+}
+
+impl TrackQualityGpu {
+    /// The uploads (or the mirrors' parts) and the outputs; also the cells' lists' base
+    /// slots, for [`CellTracks::build`].
+    fn upload(
+        &self,
+        run: &mut Run,
+        v: &QualityColumnsView,
+        qt: &QualityTables,
+        (nm, fm): (Option<&CudaMirror>, Option<&CudaMirror>),
+        s: QxSizes,
+    ) -> Result<(QxBuffers, DeviceBuf)> {
+        let (dto, dtho, dth) = (
+            run.up(&qt.tup_off)?,
+            mirrored(run, nm, "hits.offsets", &v.hit_offsets[..=s.n_tup])?,
+            mirrored(run, nm, "hits.values", &v.hits[..s.n_th])?,
+        );
+        let (dst, dpt, dchi, dcuts) = (
+            mirrored(run, fm, "state", &v.state[..5 * s.n_tup])?,
+            mirrored(run, fm, "pt", &v.pt[..s.n_tup])?,
+            mirrored(run, fm, "chi2", &v.chi2[..s.n_tup])?,
+            run.up(&cuts_table(&self.cfg.quality))?,
+        );
+        let (dco, dtco, dtc, dho) = (
+            run.up(&qt.cell_off)?,
+            mirrored(run, nm, "cells.offsets", &v.cell_offsets[..=s.n_tup])?,
+            mirrored(run, nm, "cells.values", &v.cells[..s.n_tc])?,
+            run.up(&qt.hit_off)?,
+        );
+        let ddead = if self.cfg.ntuplets.late_fishbone {
+            run.up(&qt.dead)?
+        } else {
+            run.zeros::<u8>(1)?
+        };
+        let base = run.up(&qt.list_base)?;
+        let dq = run.up(&v.quality[..s.n_tup])?;
+        let (h2o, h2b) = (
+            run.out::<u32>(s.n_hits + s.n_ev)?,
+            run.out::<u32>(s.n_th.max(1))?,
+        );
+        let (dcl, dwin, dkilled, drounds) = (
+            run.out::<u32>(s.n_cells.max(1))?,
+            run.out::<u32>(s.n_cells.max(1))?,
+            run.out::<u32>(s.n_tup)?,
+            run.out::<u32>(s.n_ev)?,
+        );
+        let (non_empty, dropped) = (run.zeros::<u32>(s.n_ev)?, run.zeros::<u32>(s.n_ev)?);
+        Ok((
+            QxBuffers {
+                dto,
+                dtho,
+                dth,
+                dst,
+                dpt,
+                dchi,
+                dcuts,
+                dco,
+                dtco,
+                dtc,
+                dho,
+                ddead,
+                dq,
+                h2o,
+                h2b,
+                dcl,
+                dwin,
+                dkilled,
+                drounds,
+                non_empty,
+                dropped,
+            },
+            base,
+        ))
+    }
+
+    /// `qx_quality`, one block per event.
+    fn launch_quality(
+        &self,
+        run: &Run,
+        b: &mut QxBuffers,
+        lists: &CellTracks,
+        s: QxSizes,
+    ) -> Result<()> {
+        let (late, per_list) = (
+            self.cfg.ntuplets.late_fishbone,
+            self.cfg.ntuplets.max_cell_tracks,
+        );
+        let (vto, vtho, vth) = (
+            b.dto.view::<u32>(s.n_ev + 1),
+            b.dtho.view::<u32>(s.n_tup + 1),
+            b.dth.view::<u32>(s.n_th.max(1)),
+        );
+        let (vst, vpt, vchi, vcuts) = (
+            b.dst.view::<f32>(5 * s.n_tup),
+            b.dpt.view::<f32>(s.n_tup),
+            b.dchi.view::<f32>(s.n_tup),
+            b.dcuts.view::<f32>(crate::kernels_quality::QX_CUTS),
+        );
+        let (vco, vcount, vfirst, vbase, vvals) = (
+            b.dco.view::<u32>(s.n_ev + 1),
+            lists.count.view::<u32>(s.n_cells),
+            lists.first.view::<u32>(s.n_cells),
+            lists.base.view::<u32>(s.n_ev),
+            lists.vals.view::<u32>(s.n_tc.max(1)),
+        );
+        let (vdead, vho) = (
+            b.ddead.view::<u8>(if late { s.n_cells.max(1) } else { 1 }),
+            b.dho.view::<u32>(s.n_ev + 1),
+        );
+        let (mut v1, mut v2, mut vq) = (
+            b.h2o.view_mut::<u32>(s.n_hits + s.n_ev),
+            b.h2b.view_mut::<u32>(s.n_th.max(1)),
+            b.dq.view_mut::<u8>(s.n_tup),
+        );
+        let (mut vcl, mut vwin, mut vkilled, mut vrounds) = (
+            b.dcl.view_mut::<u32>(s.n_cells.max(1)),
+            b.dwin.view_mut::<u32>(s.n_cells.max(1)),
+            b.dkilled.view_mut::<u32>(s.n_tup),
+            b.drounds.view_mut::<u32>(s.n_ev),
+        );
+        let (ne, late, sh_cap) = (s.n_ev as u32, late as u32, QX_SH as u32);
+        let mut l = Launch::new(run, "qx_quality");
+        l.arg("n_events", &ne)
+            .arg("tup_off", &vto)
+            .arg("thit_off", &vtho)
+            .arg("thits", &vth)
+            .arg("state", &vst)
+            .arg("pt", &vpt)
+            .arg("chi2", &vchi)
+            .arg("cuts", &vcuts);
+        l.arg("cell_off", &vco)
+            .arg("ct_count", &vcount)
+            .arg("ct_first", &vfirst)
+            .arg("ct_base", &vbase)
+            .arg("per_list", &per_list)
+            .arg("ct_vals", &vvals)
+            .arg("dead", &vdead)
+            .arg("late_fishbone", &late);
+        l.arg("hit_off", &vho)
+            .arg("h2t_off_all", &mut v1)
+            .arg("h2t_bins_all", &mut v2)
+            .arg("cl_all", &mut vcl)
+            .arg("win_all", &mut vwin)
+            .arg("killed_all", &mut vkilled);
+        l.arg("sh_cap", &sh_cap)
+            .arg("max_rounds", &QX_ROUNDS)
+            .arg("rounds_all", &mut vrounds)
+            .arg("q_all", &mut vq);
+        l.launch(cudarc::driver::LaunchConfig {
+            grid_dim: (ne, 1, 1),
+            block_dim: (QX_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        })?;
+        Ok(())
+    }
+}
+
+/// Each event's tuples' quality codes, as the device wrote them (`tup_off`: the events'
+/// tuples); an error for a code that is not a [`quiver_reco::tracks::Quality`].
+fn per_event_quality(tup_off: &[u32], q: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let quality: Vec<Vec<u8>> = tup_off
+        .windows(2)
+        .map(|w| q[w[0] as usize..w[1] as usize].to_vec())
+        .collect();
+    if quality
+        .iter()
+        .flatten()
+        .any(|&x| quiver_reco::tracks::Quality::from_u8(x).is_none())
+    {
+        return Err(Error::data(
+            "gpu track_quality: the device wrote an unknown quality code",
+        ));
+    }
+    Ok(quality)
+}
+
 impl Step for TrackQualityGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
@@ -194,48 +406,25 @@ impl Step for TrackQualityGpu {
             v.hit_offsets[n_tup] as usize,
             v.cell_offsets[n_tup] as usize,
         );
+        let sz = QxSizes {
+            n_ev,
+            n_tup,
+            n_hits,
+            n_cells,
+            n_th,
+            n_tc,
+        };
         let mut run = Run::start(c.gpu)?;
         // The tuples' lists (offsets as u32: the same bits) and the fits' state, pT and χ²
         // that the GPU `ca_ntuplets` and `track_fit` kept on the device; else (CPU steps,
         // lists that are not the device's) uploads.
         let lists_from_zero = v.hit_offsets[0] == 0 && v.cell_offsets[0] == 0;
         let (nm, fm) = (mirror_of(&n).filter(|_| lists_from_zero), mirror_of(&f));
-        let (dto, dtho, dth) = (
-            run.up(&qt.tup_off)?,
-            mirrored(&mut run, nm, "hits.offsets", &v.hit_offsets[..=n_tup])?,
-            mirrored(&mut run, nm, "hits.values", &v.hits[..n_th])?,
-        );
-        let (dst, dpt, dchi, dcuts) = (
-            mirrored(&mut run, fm, "state", &v.state[..5 * n_tup])?,
-            mirrored(&mut run, fm, "pt", &v.pt[..n_tup])?,
-            mirrored(&mut run, fm, "chi2", &v.chi2[..n_tup])?,
-            run.up(&cuts_table(&self.cfg.quality))?,
-        );
-        let (dco, dtco, dtc, dho) = (
-            run.up(&qt.cell_off)?,
-            mirrored(&mut run, nm, "cells.offsets", &v.cell_offsets[..=n_tup])?,
-            mirrored(&mut run, nm, "cells.values", &v.cells[..n_tc])?,
-            run.up(&qt.hit_off)?,
-        );
-        let ddead = if late {
-            run.up(&qt.dead)?
-        } else {
-            run.zeros::<u8>(1)?
-        };
-        let base = run.up(&qt.list_base)?;
-        let mut dq = run.up(&v.quality[..n_tup])?;
-        let (mut h2o, mut h2b) = (run.out::<u32>(n_hits + n_ev)?, run.out::<u32>(n_th.max(1))?);
-        let (mut dcl, mut dwin, mut dkilled, mut drounds) = (
-            run.out::<u32>(n_cells.max(1))?,
-            run.out::<u32>(n_cells.max(1))?,
-            run.out::<u32>(n_tup)?,
-            run.out::<u32>(n_ev)?,
-        );
-        let (mut non_empty, mut dropped) = (run.zeros::<u32>(n_ev)?, run.zeros::<u32>(n_ev)?);
+        let (mut b, base) = self.upload(&mut run, &v, &qt, (nm, fm), sz)?;
         run.mark()?;
         let per_list = self.cfg.ntuplets.max_cell_tracks;
         // The cells' tuple lists, as the CPU's replay (all tuples listed, in tuple order).
-        let vtco = dtco.view::<u32>(n_tup + 1);
+        let vtco = b.dtco.view::<u32>(n_tup + 1);
         let lists = CellTracks::build(
             &mut run,
             CellTracksIn {
@@ -244,90 +433,23 @@ impl Step for TrackQualityGpu {
                 n_tuples: n_tup,
                 n_entries: n_tc,
                 limit: u32::MAX,
-                tup_off: dto.view(n_ev + 1),
+                tup_off: b.dto.view(n_ev + 1),
                 cstart: vtco.slice(..n_tup),
                 cend: vtco.slice(1..),
-                cells: dtc.view(n_tc.max(1)),
-                cell_off: dco.view(n_ev + 1),
+                cells: b.dtc.view(n_tc.max(1)),
+                cell_off: b.dco.view(n_ev + 1),
                 cell_off_host: &qt.cell_off,
                 base,
             },
         )?;
-        lists.stats(&run, &dco, per_list, &mut non_empty, &mut dropped)?;
-        {
-            let (vto, vtho, vth) = (
-                dto.view::<u32>(n_ev + 1),
-                dtho.view::<u32>(n_tup + 1),
-                dth.view::<u32>(n_th.max(1)),
-            );
-            let (vst, vpt, vchi, vcuts) = (
-                dst.view::<f32>(5 * n_tup),
-                dpt.view::<f32>(n_tup),
-                dchi.view::<f32>(n_tup),
-                dcuts.view::<f32>(crate::kernels_quality::QX_CUTS),
-            );
-            let (vco, vcount, vfirst, vbase, vvals) = (
-                dco.view::<u32>(n_ev + 1),
-                lists.count.view::<u32>(n_cells),
-                lists.first.view::<u32>(n_cells),
-                lists.base.view::<u32>(n_ev),
-                lists.vals.view::<u32>(n_tc.max(1)),
-            );
-            let (vdead, vho) = (
-                ddead.view::<u8>(if late { n_cells.max(1) } else { 1 }),
-                dho.view::<u32>(n_ev + 1),
-            );
-            let (mut v1, mut v2, mut vq) = (
-                h2o.view_mut::<u32>(n_hits + n_ev),
-                h2b.view_mut::<u32>(n_th.max(1)),
-                dq.view_mut::<u8>(n_tup),
-            );
-            let (mut vcl, mut vwin, mut vkilled, mut vrounds) = (
-                dcl.view_mut::<u32>(n_cells.max(1)),
-                dwin.view_mut::<u32>(n_cells.max(1)),
-                dkilled.view_mut::<u32>(n_tup),
-                drounds.view_mut::<u32>(n_ev),
-            );
-            let (ne, late, sh_cap) = (n_ev as u32, late as u32, QX_SH as u32);
-            let mut l = Launch::new(&run, "qx_quality");
-            l.arg("n_events", &ne)
-                .arg("tup_off", &vto)
-                .arg("thit_off", &vtho)
-                .arg("thits", &vth)
-                .arg("state", &vst)
-                .arg("pt", &vpt)
-                .arg("chi2", &vchi)
-                .arg("cuts", &vcuts);
-            l.arg("cell_off", &vco)
-                .arg("ct_count", &vcount)
-                .arg("ct_first", &vfirst)
-                .arg("ct_base", &vbase)
-                .arg("per_list", &per_list)
-                .arg("ct_vals", &vvals)
-                .arg("dead", &vdead)
-                .arg("late_fishbone", &late);
-            l.arg("hit_off", &vho)
-                .arg("h2t_off_all", &mut v1)
-                .arg("h2t_bins_all", &mut v2)
-                .arg("cl_all", &mut vcl)
-                .arg("win_all", &mut vwin)
-                .arg("killed_all", &mut vkilled);
-            l.arg("sh_cap", &sh_cap)
-                .arg("max_rounds", &QX_ROUNDS)
-                .arg("rounds_all", &mut vrounds)
-                .arg("q_all", &mut vq);
-            l.launch(cudarc::driver::LaunchConfig {
-                grid_dim: (ne, 1, 1),
-                block_dim: (QX_BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            })?;
-        }
+        lists.stats(&run, &b.dco, per_list, &mut b.non_empty, &mut b.dropped)?;
+        self.launch_quality(&run, &mut b, &lists, sz)?;
         run.mark()?;
-        let q = run.queue_of::<u8>(TRACKS, &dq, n_tup)?;
-        let rounds = run.queue::<u32>(&drounds, n_ev)?;
+        let q = run.queue_of::<u8>(TRACKS, &b.dq, n_tup)?;
+        let rounds = run.queue::<u32>(&b.drounds, n_ev)?;
         let (h_non_empty, h_dropped, h_bad) = (
-            run.queue::<u32>(&non_empty, n_ev)?,
-            run.queue::<u32>(&dropped, n_ev)?,
+            run.queue::<u32>(&b.non_empty, n_ev)?,
+            run.queue::<u32>(&b.dropped, n_ev)?,
             run.queue::<u32>(&lists.bad, 1)?,
         );
         let (q, rounds, h_non_empty, h_dropped, h_bad) = (
@@ -346,20 +468,7 @@ impl Step for TrackQualityGpu {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         }
         self.rounds.add(rounds.as_slice());
-        let quality: Vec<Vec<u8>> = qt
-            .tup_off
-            .windows(2)
-            .map(|w| q.as_slice()[w[0] as usize..w[1] as usize].to_vec())
-            .collect();
-        if quality
-            .iter()
-            .flatten()
-            .any(|&x| quiver_reco::tracks::Quality::from_u8(x).is_none())
-        {
-            return Err(Error::data(
-                "gpu track_quality: the device wrote an unknown quality code",
-            ));
-        }
+        let quality = per_event_quality(&qt.tup_off, q.as_slice())?;
         let overflows = h_dropped
             .iter()
             .map(|&d| {
