@@ -584,6 +584,7 @@ impl NtIn<'_> {
 
 /// The cells' tuple lists and the early duplicate remover's outputs, and what comes back
 /// to the host: the tuples' lengths, hits, cells and qualities, the lists' stats.
+/// Fields `process` does not read are held, as before the split, until it returns.
 #[allow(dead_code)]
 pub(super) struct Listed {
     pub lists: CellTracks,
