@@ -11,6 +11,8 @@ use plotters::prelude::*;
 use crate::truth::Summary;
 use crate::{Result, ValidationError};
 
+mod plus;
+
 /// Plot size in pixels.
 const SIZE: (u32, u32) = (560, 360);
 /// Series colours (matplotlib's tab10: readable on white, distinct).
@@ -120,6 +122,7 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
     let _ = writeln!(h, "<p>{} events, {} efficiency particles, {} loose tracks, {} reconstructable vertices, mean pile-up {}.</p>",
         s.events, s.efficiency_particles, s.loose_tracks, s.reconstructable_vertices, num(s.mean_pileup));
     summary_section(&mut h, s);
+    plus::section(&mut h, s)?;
     capacities_section(&mut h, s);
     efficiency_section(&mut h, &table("efficiency")?)?;
     resolution_section(&mut h, &table("resolution")?)?;

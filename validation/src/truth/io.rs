@@ -335,9 +335,13 @@ impl VertexColumns {
 /// output) and a second `vertices` file (a second vertex finder), as plans/pixel-plus.toml
 /// writes them.
 struct PlusColumns {
-    scores: Option<(BTreeMap<u32, Range<usize>>, Vec<f32>, Vec<i64>)>,
-    vertices: Option<(BTreeMap<u32, Range<usize>>, VertexColumns)>,
+    /// Event rows, `score` and `quality`.
+    scores: Option<(EventRows, Vec<f32>, Vec<i64>)>,
+    vertices: Option<(EventRows, VertexColumns)>,
 }
+
+/// A file's rows of each event.
+type EventRows = BTreeMap<u32, Range<usize>>;
 
 impl PlusColumns {
     fn read(dir: &Path) -> Result<Option<Self>> {
