@@ -681,18 +681,7 @@ fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-fn read_parquet(path: &Path) -> Result<RecordBatch> {
-    let f = std::fs::File::open(path).map_err(|source| ValidationError::Io {
-        path: path.into(),
-        source,
-    })?;
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?;
-    let schema = builder.schema().clone();
-    let batches = builder
-        .build()?
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
-}
+use crate::truth::read_parquet;
 
 #[cfg(test)]
 mod tests {

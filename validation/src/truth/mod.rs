@@ -39,6 +39,7 @@ use std::path::Path;
 
 use crate::error::{Result, ValidationError};
 
+pub(crate) use io::read_parquet;
 pub use matching::{best_share, hit_particles, match_track};
 pub use plus::{roc, RocPoint, PLUS_KEYS, ROC_STEPS};
 pub use summary::{half_width_68, summarize, Summary, MIN_FOR_WIDTH};
