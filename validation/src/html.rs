@@ -91,7 +91,8 @@ const TARGETS: [Target; 4] = [
 /// Writes `report.html` into `dir`, which must already hold the report's tables
 /// (`efficiency`, `resolution`, `vertex_efficiency`, `vertex_neighbours`, `hit_residuals`
 /// `.parquet`, as [`crate::truth::summarize`] writes them); `s` is the report's summary.
-/// Empty bins and undefined (NaN) numbers are left out of the plots and shown as `n/a`.
+/// Empty bins and undefined (NaN) numbers are left out of the plots and shown as `n/a`. With a
+/// classifier's ROC in `s` (a run with a second selection), also `roc.svg`.
 ///
 /// ```
 /// use quiver_validation::truth::{summarize, Config};
@@ -106,7 +107,13 @@ const TARGETS: [Target; 4] = [
 pub fn write_report_html(dir: &Path, s: &Summary) -> Result<()> {
     let html = render(dir, s)?;
     let p = dir.join("report.html");
-    std::fs::write(&p, html).map_err(|source| ValidationError::Io { path: p, source })
+    std::fs::write(&p, html).map_err(|source| ValidationError::Io { path: p, source })?;
+    // The ROC on its own, for documents that show it.
+    if let Some(svg) = plus::roc_svg(s)? {
+        let p = dir.join("roc.svg");
+        std::fs::write(&p, svg).map_err(|source| ValidationError::Io { path: p, source })?;
+    }
+    Ok(())
 }
 
 /// The page as a string (see [`write_report_html`]).

@@ -132,15 +132,25 @@ pub(super) fn section(h: &mut String, s: &Summary) -> Result<()> {
         );
     }
     h.push_str("</table>\n");
-    if !s.roc.is_empty() {
-        let faithful = (s.track_fake_rate, s.track_efficiency);
-        let plus = (p.track_fake_rate, p.track_efficiency);
-        h.push_str(&super::figure(&roc_plot(&s.roc, faithful, plus)?));
+    if let Some(svg) = roc_svg(s)? {
+        h.push_str(&super::figure(&svg));
         h.push_str("<p>The classifier's ROC: efficiency and fake rate of <code>loose</code> tracks with \
             score ≥ t for t = 0, 0.01, …, 1 (roc.parquet); the faithful chain keeps every loose track, \
             the plus selection those at or above the working point.</p>\n");
     }
     Ok(())
+}
+
+/// The ROC plot (also written as `roc.svg`), when the run has a classifier's scores.
+pub(super) fn roc_svg(s: &Summary) -> Result<Option<String>> {
+    match (&s.plus, s.roc.is_empty()) {
+        (Some(p), false) => {
+            let faithful = (s.track_fake_rate, s.track_efficiency);
+            let plus = (p.track_fake_rate, p.track_efficiency);
+            Ok(Some(roc_plot(&s.roc, faithful, plus)?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Efficiency vs fake rate of the score thresholds, with the two selections marked.
