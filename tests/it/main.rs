@@ -10,4 +10,5 @@ mod interrupt;
 mod params;
 mod pixel;
 mod registry;
+mod support;
 mod tmpfs;
