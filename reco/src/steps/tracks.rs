@@ -366,14 +366,30 @@ impl Step for NtupletsStep {
                     .map_err(tracking)?;
             stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
         })?;
-        let mut alive = arrow_buffer::BooleanBufferBuilder::new(d.num_rows());
-        for (_, ca) in &out {
-            ca.cells
-                .iter()
-                .for_each(|c| alive.append(c.doublet_id >= 0));
-        }
-        publish_ntuplets(batch, d.offsets(), &out, alive.finish(), &self.cfg.ntuplets)
+        let alive = alive_bits(&out, d.num_rows());
+        publish_ntuplets(batch, d.offsets(), &out, alive, &self.cfg.ntuplets)
     }
+}
+
+/// Whether each cell is alive (`doublet_id >= 0`), the events' cells one after the other.
+/// Packed 64 cells at a time per event and appended whole: one `append` per cell cost
+/// 0.26 ms per event at ⟨PU⟩ 50.
+fn alive_bits(
+    out: &[(
+        crate::tracks::ntuplets::Tuples,
+        crate::tracks::ntuplets::CaState,
+    )],
+    n_cells: usize,
+) -> arrow_buffer::BooleanBuffer {
+    let mut alive = arrow_buffer::BooleanBufferBuilder::new(n_cells);
+    for (_, ca) in out {
+        let cells = &ca.cells;
+        alive.append_buffer(&arrow_buffer::BooleanBuffer::collect_bool(
+            cells.len(),
+            |i| cells[i].doublet_id >= 0,
+        ));
+    }
+    alive.finish()
 }
 
 /// Publishes what `ca_ntuplets` makes from each event's tuples and CA state: `ntuplets`
@@ -661,4 +677,47 @@ pub(super) fn late_fishbone() -> ParamSpec {
         false,
         "the same after the search (off in the reference)",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracks::doublets::Cell;
+    use crate::tracks::ntuplets::{CaState, Tuples};
+
+    /// The packed flags are the cells' own, across events whose cell counts are not
+    /// multiples of 8 or 64 (each event's bits start mid-byte in the column).
+    #[test]
+    fn alive_bits_follow_every_cell_across_events() {
+        let mut expected = Vec::new();
+        let out: Vec<(Tuples, CaState)> = [0usize, 1, 7, 65, 130, 3, 64]
+            .iter()
+            .enumerate()
+            .map(|(e, &n)| {
+                let cells: Vec<Cell> = (0..n)
+                    .map(|i| {
+                        let alive = (i * 7 + e * 3) % 5 != 0;
+                        expected.push(alive);
+                        Cell {
+                            inner: 0,
+                            outer: 1,
+                            pair: 0,
+                            doublet_id: if alive { i as i32 } else { -1 },
+                            used: 0,
+                            inner_z: 0.0,
+                            inner_r: 0.0,
+                        }
+                    })
+                    .collect();
+                let ca = CaState {
+                    cells,
+                    ..CaState::default()
+                };
+                (Tuples::default(), ca)
+            })
+            .collect();
+        let bits = alive_bits(&out, expected.len());
+        assert_eq!(bits.iter().collect::<Vec<bool>>(), expected);
+        assert!(expected.iter().any(|&a| !a) && expected.len() == 270);
+    }
 }

