@@ -15,9 +15,17 @@ use quiver_formats::quality::Quality;
 /// The model compiled into the library (`reco/models/track-classifier.json`).
 pub const BUILTIN_MODEL: &str = include_str!("../../models/track-classifier.json");
 
-/// Scores of every row of a feature matrix ([`N_FEATURES`] per track).
-pub fn scores(model: &Model, x: &[f32]) -> Vec<f32> {
-    x.chunks_exact(N_FEATURES).map(|r| model.score(r)).collect()
+/// Scores of the tracks of a feature matrix ([`N_FEATURES`] per track) whose quality is
+/// ≥ loose; tracks below are not evaluated and get 0 (nothing selects them).
+pub fn scores(model: &Model, x: &[f32], quality: &[u8]) -> Vec<f32> {
+    let rows: Vec<usize> = (0..quality.len())
+        .filter(|&i| quality[i] >= LOOSE)
+        .collect();
+    let mut out = vec![0f32; quality.len()];
+    for (&i, raw) in rows.iter().zip(model.raw_rows(x, &rows)) {
+        out[i] = model::sigmoid(raw);
+    }
+    out
 }
 
 /// The classifier's quality: the track's own, except that tracks of quality ≥ loose with a
@@ -80,7 +88,8 @@ mod tests {
         assert_eq!(m.raw(&row(3.5, 1.0, 0.0)), 0.5 - 2.0 + 0.125);
         assert_eq!(m.raw(&row(3.0, 0.0, 2.0)), 0.5 - 2.0 - 1.0);
         let x: Vec<f32> = [row(4.0, 0.0, 0.0), row(3.0, 0.0, 2.0)].concat();
-        let s = scores(&m, &x);
+        let s = scores(&m, &x, &[2, 2]);
+        assert_eq!(scores(&m, &x, &[2, 1])[1], 0.0);
         assert_eq!(
             s,
             vec![
@@ -145,6 +154,40 @@ mod tests {
         }
         assert!(err(&good[..good.len() - 3]).contains("invalid JSON at byte"));
         assert!(err("[]").contains("not an object"));
+    }
+
+    #[test]
+    fn the_flattened_forest_scores_as_the_trees() {
+        let m = Model::parse(BUILTIN_MODEL, &FEATURES).unwrap();
+        // Feature rows from a fixed pseudo-random sequence, with thresholds' own values.
+        let mut state = 12345u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as f32 / (1u64 << 31) as f32
+        };
+        let mut x = Vec::new();
+        for i in 0..500 {
+            for f in 0..N_FEATURES {
+                let t = &m.trees[(i + f) % m.trees.len()];
+                let thr = t.threshold[0] as f32;
+                x.push(match i % 3 {
+                    0 => thr,
+                    1 => thr * (0.5 + next()),
+                    _ => next() * 10.0,
+                });
+            }
+        }
+        let rows: Vec<usize> = (0..500).collect();
+        let flat = m.raw_rows(&x, &rows);
+        for r in rows {
+            assert_eq!(
+                flat[r],
+                m.raw(&x[r * N_FEATURES..(r + 1) * N_FEATURES]),
+                "row {r}"
+            );
+        }
     }
 
     #[test]

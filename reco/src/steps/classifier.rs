@@ -6,8 +6,8 @@ use arrow_array::types::{Float32Type, Int16Type, Int32Type, UInt16Type, UInt8Typ
 use arrow_array::{ArrayRef, Float32Array, UInt8Array};
 use quiver_columnar::columns::values;
 use quiver_columnar::{
-    Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result,
-    Signature, Step, StepConfig, StepType,
+    Backend, Error, EventBatch, InputSpec, ParamSpec, Params, Product, ProductKey, Registry,
+    Result, Signature, Step, StepConfig, StepType,
 };
 
 use super::tracks::{fixed_values, list_u32};
@@ -16,6 +16,8 @@ use super::{per_event, product_batch};
 use crate::classifier::{
     purity_quality, scores, track_features, HitsIn, Model, TracksIn, BUILTIN_MODEL, FEATURES,
 };
+
+const NAME: &str = "track_classifier";
 
 /// `model` value selecting the model compiled into the library.
 pub const BUILTIN: &str = "builtin";
@@ -31,32 +33,44 @@ struct ClassifierStep {
 /// model file that cannot be read or used, or a threshold outside [0, 1], is a plan error
 /// naming the step (and the file).
 pub fn classifier_config(cfg: &StepConfig) -> Result<(Model, f64)> {
-    let path = cfg.params.str("model");
+    load(&cfg.label, &cfg.params)
+}
+
+fn load(label: &str, params: &Params) -> Result<(Model, f64)> {
+    let path = params.str("model");
     let model = if path == BUILTIN {
         Model::parse(BUILTIN_MODEL, &FEATURES)
-            .map_err(|e| Error::plan(&cfg.label, format!("the built-in model: {e}")))?
+            .map_err(|e| Error::plan(label, format!("the built-in model: {e}")))?
     } else {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::plan(
-                &cfg.label,
-                format!("model file {path}: cannot read it: {e}"),
-            )
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::plan(label, format!("model file {path}: cannot read it: {e}")))?;
         Model::parse(&text, &FEATURES)
-            .map_err(|e| Error::plan(&cfg.label, format!("model file {path}: {e}")))?
+            .map_err(|e| Error::plan(label, format!("model file {path}: {e}")))?
     };
-    let t = cfg.params.float("threshold");
+    let t = params.float("threshold");
     let threshold = if t == -1.0 {
         model.working_point
     } else if (0.0..=1.0).contains(&t) {
         t
     } else {
-        return Err(cfg.param_error(
-            "threshold",
-            format!("{t} is outside [0, 1] (−1: the model's working point)"),
-        ));
+        return Err(Error::Param {
+            step: label.to_string(),
+            key: "threshold".into(),
+            value: Some(t.to_string()),
+            msg: format!(
+                "parameter 'threshold': {t} is outside [0, 1] (-1: the model's working point)"
+            ),
+        });
     };
     Ok((model, threshold))
+}
+
+/// `quiver plan check` loads every classifier's model, as building the step does.
+fn models_load(plan: &quiver_columnar::plan::ResolvedPlan) -> Result<()> {
+    for s in plan.steps.iter().filter(|s| s.type_name == NAME) {
+        load(&s.label, &s.params)?;
+    }
+    Ok(())
 }
 
 fn data(what: &str, e: impl std::fmt::Display) -> Error {
@@ -116,10 +130,10 @@ impl Step for ClassifierStep {
                 charge: &charge[hr],
             };
             let x = track_features(&tracks, &hits).map_err(|e| data("track_classifier", e))?;
-            let s = scores(&self.model, &x);
             if let Some(&q) = tracks.quality.iter().find(|&&q| q > 5) {
                 return Err(Error::data(format!("product 'tracks': quality code {q}")));
             }
+            let s = scores(&self.model, &x, tracks.quality);
             let q = purity_quality(tracks.quality, &s, self.threshold);
             Ok((s, q))
         })?;
@@ -138,8 +152,9 @@ impl Step for ClassifierStep {
 
 /// Registers `track_classifier`.
 pub(super) fn register(r: &mut Registry) {
+    r.add_plan_check(models_load);
     r.add(StepType {
-        name: "track_classifier",
+        name: NAME,
         doc: "Trained track classifier: a genuine-track probability per track (gradient-boosted trees) and the purity selection (highPurity)",
         params: vec![
             ParamSpec::str("model", BUILTIN, "model JSON file; \"builtin\": the model compiled in"),
