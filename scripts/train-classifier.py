@@ -59,11 +59,36 @@ def run_labels(run, n_events):
 def load(quiver, seed, pu, events, work, log):
     ds, run = work / f"ds{seed}", work / f"run{seed}"
     if not (ds / "manifest.toml").exists():
-        sh([quiver, "generate", "--events", events, "--pileup", pu, "--seed", seed,
-            "--output", ds, "--no-progress"], log)
+        sh(
+            [
+                quiver,
+                "generate",
+                "--events",
+                events,
+                "--pileup",
+                pu,
+                "--seed",
+                seed,
+                "--output",
+                ds,
+                "--no-progress",
+            ],
+            log,
+        )
     if not (run / "tracks.tracks.parquet").exists():
-        sh([quiver, "run", ROOT / "plans" / "pixel.toml", "--input", ds, "--output", run,
-            "--no-progress"], log)
+        sh(
+            [
+                quiver,
+                "run",
+                ROOT / "plans" / "pixel.toml",
+                "--input",
+                ds,
+                "--output",
+                run,
+                "--no-progress",
+            ],
+            log,
+        )
     if not (run / "report" / "track_truth.parquet").exists():
         sh([quiver, "report", "--run", run, "--truth", ds, "--output", run / "report"], log)
     from quiver.classifier import features
@@ -78,7 +103,9 @@ def load(quiver, seed, pu, events, work, log):
     p = pq.read_table(ds / "particles.parquet").to_pydict()
     prim = {
         (e, i)
-        for e, i, pr, c, pt, eta in zip(p["event"], p["id"], p["process"], p["charge"], p["pt"], p["eta"])
+        for e, i, pr, c, pt, eta in zip(
+            p["event"], p["id"], p["process"], p["charge"], p["pt"], p["eta"]
+        )
         if pr == 0 and c != 0 and pt > 0.9 and abs(eta) < 2.4
     }
     loose = quality >= 2
@@ -126,7 +153,9 @@ def main():
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--learning-rate", type=float, default=0.2)
     ap.add_argument("--retention", type=float, default=0.9995)
-    ap.add_argument("--output", type=Path, default=ROOT / "reco" / "models" / "track-classifier.json")
+    ap.add_argument(
+        "--output", type=Path, default=ROOT / "reco" / "models" / "track-classifier.json"
+    )
     a = ap.parse_args()
     import sklearn
     from sklearn.ensemble import HistGradientBoostingClassifier
@@ -144,16 +173,18 @@ def main():
     primary = np.concatenate([p["primary"] for p in parts])
     print(f"{len(y)} loose tracks, {1 - y.mean():.3f} fake; data in {t_data:.0f} s")
     clf = HistGradientBoostingClassifier(
-        max_iter=a.trees, max_depth=a.depth, learning_rate=a.learning_rate, max_leaf_nodes=31,
-        early_stopping=False, random_state=0,
+        max_iter=a.trees,
+        max_depth=a.depth,
+        learning_rate=a.learning_rate,
+        max_leaf_nodes=31,
+        early_stopping=False,
+        random_state=0,
     )
     clf.fit(x, y)
     t_fit = time.time() - t0 - t_data
     trees = [tree_json(it[0]) for it in clf._predictors]
     base = float(np.ravel(clf._baseline_prediction)[0])
-    raw = base + sum(
-        np.array(t["value"])[_leaves(t, x)] for t in trees
-    )
+    raw = base + sum(np.array(t["value"])[_leaves(t, x)] for t in trees)
     # The exported trees give sklearn's own raw scores.
     assert np.allclose(raw, clf.decision_function(x), atol=1e-9), "export disagrees with sklearn"
     scores = (1.0 / (1.0 + np.exp(-raw))).astype(np.float32).astype(np.float64)
@@ -181,7 +212,7 @@ def main():
     a.output.write_text(json.dumps(model, separators=(",", ":")) + "\n")
     prov = {
         "model": a.output.name,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python3 scripts/train-classifier.py " + " ".join(sys.argv[1:]),
         "seeds": seeds,
         "pileups": pus,
@@ -191,17 +222,32 @@ def main():
         "label": "loose track matched to a particle (track_truth.parquet particle >= 0)",
         "features": FEATURES,
         "library": f"scikit-learn {sklearn.__version__} HistGradientBoostingClassifier",
-        "params": {"max_iter": a.trees, "max_depth": a.depth, "learning_rate": a.learning_rate,
-                   "max_leaf_nodes": 31, "early_stopping": False, "random_state": 0},
-        "working_point": {"threshold": wp, "training_fake_rate": fake,
-                          "training_primary_retention": ret, "retention_target": a.retention},
+        "params": {
+            "max_iter": a.trees,
+            "max_depth": a.depth,
+            "learning_rate": a.learning_rate,
+            "max_leaf_nodes": 31,
+            "early_stopping": False,
+            "random_state": 0,
+        },
+        "working_point": {
+            "threshold": wp,
+            "training_fake_rate": fake,
+            "training_primary_retention": ret,
+            "retention_target": a.retention,
+        },
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "seconds": {"data": round(t_data, 1), "fit": round(t_fit, 1),
-                    "total": round(time.time() - t0, 1)},
+        "seconds": {
+            "data": round(t_data, 1),
+            "fit": round(t_fit, 1),
+            "total": round(time.time() - t0, 1),
+        },
         "cpus": os.cpu_count(),
     }
-    a.output.with_name(a.output.stem + ".provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
+    a.output.with_name(a.output.stem + ".provenance.json").write_text(
+        json.dumps(prov, indent=2) + "\n"
+    )
     print(f"wrote {a.output} ({len(trees)} trees) in {time.time() - t0:.0f} s")
 
 

@@ -20,15 +20,31 @@ TOL = 1e-5
 def runs(quiver_bin, tmp_path_factory):
     ds = tmp_path_factory.mktemp("clf") / "ds"
     subprocess.run(
-        [quiver_bin, "generate", "--events", "6", "--pileup", "60", "--seed", "13",
-         "--no-progress", "--output", str(ds)],
+        [
+            quiver_bin,
+            "generate",
+            "--events",
+            "6",
+            "--pileup",
+            "60",
+            "--seed",
+            "13",
+            "--no-progress",
+            "--output",
+            str(ds),
+        ],
         check=True,
         capture_output=True,
     )
     plan = quiver.Plan.from_toml(pixel_chain_toml("tracks"))
     plan.add("clf", "track_classifier")
-    plan.add("clf_py", "python", backend="python", module="quiver.classifier",
-             **{"class": "TrackClassifier"})
+    plan.add(
+        "clf_py",
+        "python",
+        backend="python",
+        module="quiver.classifier",
+        **{"class": "TrackClassifier"},
+    )
     return plan.run(
         input=ds,
         threads=2,
@@ -62,7 +78,7 @@ def test_python_model_refuses_bad_files(tmp_path):
     good = json.loads(quiver.classifier.BUILTIN_PATH.read_text())
     assert good["features"] == FEATURES
     cases = {
-        "damaged": "{\"format\": ",
+        "damaged": '{"format": ',
         "features": json.dumps({**good, "features": FEATURES[::-1]}),
         "child": json.dumps(
             {**good, "trees": [{**good["trees"][0], "left": [0] * len(good["trees"][0]["left"])}]}

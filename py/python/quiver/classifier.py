@@ -113,7 +113,9 @@ def features(tracks, track_offsets, hits, hit_offsets):
         return c.values.slice(c.offset * width, len(c) * width).to_numpy().reshape(-1, width)
 
     quality = col(tracks, "quality", np.uint8)
-    pt, eta, tip, zip_, chi2 = (col(tracks, n, np.float32) for n in ("pt", "eta", "tip", "zip", "chi2"))
+    pt, eta, tip, zip_, chi2 = (
+        col(tracks, n, np.float32) for n in ("pt", "eta", "tip", "zip", "chi2")
+    )
     cot = fixed("state", 5)[:, 3]
     cov = fixed("covariance", 15)
     lists = tracks.column("hits")
@@ -321,7 +323,7 @@ class TrackClassifier(Step):
     consumes = {"tracks": "tracks", "hits": "hits"}
     produces = {"track_scores": SCORES_SCHEMA}
     params = {
-        "model": ("builtin", "model JSON file; \"builtin\": the model compiled in"),
+        "model": ("builtin", 'model JSON file; "builtin": the model compiled in'),
         "threshold": (-1.0, "score from which loose tracks become highPurity; -1: the model's"),
     }
 
