@@ -193,6 +193,23 @@ impl TracksIn<'_> {
 /// assert_eq!(f("edge_hits"), 1.0);
 /// ```
 pub fn track_features(t: &TracksIn, h: &HitsIn) -> Result<Vec<f32>, FeatureError> {
+    features_of(t, h, |_| true).map(|(_, x)| x)
+}
+
+/// The rows of the tracks of quality ≥ loose (the only ones the classifier scores) and
+/// their feature matrix (rows of [`track_features`]); every track's hits are checked.
+pub fn loose_track_features(
+    t: &TracksIn,
+    h: &HitsIn,
+) -> Result<(Vec<usize>, Vec<f32>), FeatureError> {
+    features_of(t, h, |q| q >= LOOSE)
+}
+
+fn features_of(
+    t: &TracksIn,
+    h: &HitsIn,
+    keep: impl Fn(u8) -> bool,
+) -> Result<(Vec<usize>, Vec<f32>), FeatureError> {
     let n = t.check()?;
     let n_hits = h.det_index.len();
     if [h.size_x.len(), h.size_y.len(), h.charge.len()] != [n_hits; 3] {
@@ -217,8 +234,10 @@ pub fn track_features(t: &TracksIn, h: &HitsIn) -> Result<Vec<f32>, FeatureError
         }
         lists.push(hits);
     }
-    let mut out = Vec::with_capacity(n * N_FEATURES);
-    for (tr, hits) in lists.into_iter().enumerate() {
+    let rows: Vec<usize> = (0..n).filter(|&tr| keep(t.quality[tr])).collect();
+    let mut out = Vec::with_capacity(rows.len() * N_FEATURES);
+    for &tr in &rows {
+        let hits = lists[tr];
         let nh = hits.len() as f32;
         let mut gaps = 0u32;
         for w in hits.windows(2) {
@@ -277,7 +296,7 @@ pub fn track_features(t: &TracksIn, h: &HitsIn) -> Result<Vec<f32>, FeatureError
         ];
         out.extend(row.map(finite));
     }
-    Ok(out)
+    Ok((rows, out))
 }
 
 #[cfg(test)]
@@ -353,6 +372,10 @@ mod tests {
         assert_eq!(f(1, "pt"), -1.0);
         assert_eq!(f(1, "zip"), f32::MAX);
         assert!(x.iter().all(|v| v.is_finite()));
+        // Only the loose track, the same values.
+        let (rows, xl) = loose_track_features(&tracks, &hits).unwrap();
+        assert_eq!(rows, vec![0]);
+        assert_eq!(xl, x[..N_FEATURES]);
     }
 
     #[test]

@@ -6,7 +6,9 @@ pub mod features;
 mod json;
 pub mod model;
 
-pub use features::{track_features, FeatureError, HitsIn, TracksIn, FEATURES, N_FEATURES};
+pub use features::{
+    loose_track_features, track_features, FeatureError, HitsIn, TracksIn, FEATURES, N_FEATURES,
+};
 pub use model::{Model, ModelError};
 
 use quiver_formats::quality::codes::LOOSE;
@@ -15,17 +17,22 @@ use quiver_formats::quality::Quality;
 /// The model compiled into the library (`reco/models/track-classifier.json`).
 pub const BUILTIN_MODEL: &str = include_str!("../../models/track-classifier.json");
 
-/// Scores of the tracks of a feature matrix ([`N_FEATURES`] per track) whose quality is
-/// ≥ loose; tracks below are not evaluated and get 0 (nothing selects them).
-pub fn scores(model: &Model, x: &[f32], quality: &[u8]) -> Vec<f32> {
-    let rows: Vec<usize> = (0..quality.len())
-        .filter(|&i| quality[i] >= LOOSE)
-        .collect();
-    let mut out = vec![0f32; quality.len()];
-    for (&i, raw) in rows.iter().zip(model.raw_rows(x, &rows)) {
-        out[i] = model::sigmoid(raw);
+/// Every track's score and classifier quality (see [`purity_quality`]) for one event: only
+/// tracks of quality ≥ loose are evaluated, the others get score 0 (nothing selects them).
+pub fn classify(
+    model: &Model,
+    tracks: &TracksIn,
+    hits: &HitsIn,
+    threshold: f64,
+) -> Result<(Vec<f32>, Vec<u8>), FeatureError> {
+    let (rows, x) = loose_track_features(tracks, hits)?;
+    let all: Vec<usize> = (0..rows.len()).collect();
+    let mut scores = vec![0f32; tracks.quality.len()];
+    for (&i, raw) in rows.iter().zip(model.raw_rows(&x, &all)) {
+        scores[i] = model::sigmoid(raw);
     }
-    out
+    let quality = purity_quality(tracks.quality, &scores, threshold);
+    Ok((scores, quality))
 }
 
 /// The classifier's quality: the track's own, except that tracks of quality ≥ loose with a
@@ -88,8 +95,11 @@ mod tests {
         assert_eq!(m.raw(&row(3.5, 1.0, 0.0)), 0.5 - 2.0 + 0.125);
         assert_eq!(m.raw(&row(3.0, 0.0, 2.0)), 0.5 - 2.0 - 1.0);
         let x: Vec<f32> = [row(4.0, 0.0, 0.0), row(3.0, 0.0, 2.0)].concat();
-        let s = scores(&m, &x, &[2, 2]);
-        assert_eq!(scores(&m, &x, &[2, 1])[1], 0.0);
+        let s: Vec<f32> = m
+            .raw_rows(&x, &[0, 1])
+            .into_iter()
+            .map(model::sigmoid)
+            .collect();
         assert_eq!(
             s,
             vec![
@@ -188,6 +198,36 @@ mod tests {
                 "row {r}"
             );
         }
+    }
+
+    #[test]
+    fn classify_scores_loose_tracks_only() {
+        let m = Model::parse(BUILTIN_MODEL, &FEATURES).unwrap();
+        let cov = [1e-4f32; 45];
+        let tracks = TracksIn {
+            quality: &[2, 1, 0],
+            pt: &[2.0, 2.0, 2.0],
+            eta: &[0.3; 3],
+            tip: &[0.01; 3],
+            zip: &[1.0; 3],
+            chi2: &[1.0; 3],
+            state: &[0.0, 0.01, 0.5, 0.3, 1.0].repeat(3),
+            covariance: &cov,
+            hit_offsets: &[0, 4, 8, 12],
+            hits: &[0, 1, 2, 3].repeat(3),
+        };
+        let hits = HitsIn {
+            det_index: &[10, 100, 400, 800],
+            size_x: &[16; 4],
+            size_y: &[16; 4],
+            charge: &[20000; 4],
+        };
+        let (s, q) = classify(&m, &tracks, &hits, 0.0).unwrap();
+        let expected = m.score(&track_features(&tracks, &hits).unwrap()[..N_FEATURES]);
+        assert_eq!(s, vec![expected, 0.0, 0.0]);
+        assert_eq!(q, vec![5, 1, 0]);
+        let (_, q) = classify(&m, &tracks, &hits, 1.0).unwrap();
+        assert_eq!(q[0], if expected >= 1.0 { 5 } else { 2 });
     }
 
     #[test]

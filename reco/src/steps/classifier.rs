@@ -13,9 +13,7 @@ use quiver_columnar::{
 use super::tracks::{fixed_values, list_u32};
 use super::types::*;
 use super::{per_event, product_batch};
-use crate::classifier::{
-    purity_quality, scores, track_features, HitsIn, Model, TracksIn, BUILTIN_MODEL, FEATURES,
-};
+use crate::classifier::{classify, HitsIn, Model, TracksIn, BUILTIN_MODEL, FEATURES};
 
 const NAME: &str = "track_classifier";
 
@@ -129,12 +127,11 @@ impl Step for ClassifierStep {
                 size_y: &size_y[hr.clone()],
                 charge: &charge[hr],
             };
-            let x = track_features(&tracks, &hits).map_err(|e| data("track_classifier", e))?;
             if let Some(&q) = tracks.quality.iter().find(|&&q| q > 5) {
                 return Err(Error::data(format!("product 'tracks': quality code {q}")));
             }
-            let s = scores(&self.model, &x, tracks.quality);
-            let q = purity_quality(tracks.quality, &s, self.threshold);
+            let (s, q) = classify(&self.model, &tracks, &hits, self.threshold)
+                .map_err(|e| data("track_classifier", e))?;
             Ok((s, q))
         })?;
         let score: ArrayRef = Arc::new(Float32Array::from_iter_values(
