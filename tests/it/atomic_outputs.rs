@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use quiver::columnar::rundir::{self, MANIFEST};
@@ -12,21 +12,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::tmpfs;
 
-fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .output()
-        .expect("runs quiver")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "quiver failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::support::{ok, quiver};
 
 fn entries(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)

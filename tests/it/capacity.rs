@@ -3,26 +3,11 @@
 //! capacities give the complete products, and below the limits both settings agree.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use arrow_array::{Array, RecordBatch, StringArray, UInt64Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .output()
-        .expect("runs quiver")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "quiver failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::support::{ok, quiver};
 
 fn table(path: &Path) -> RecordBatch {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

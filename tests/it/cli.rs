@@ -2,25 +2,12 @@
 //! determinism across thread counts and batch sizes, and failed jobs' outputs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use arrow_array::{Array, Float32Array, RecordBatch, UInt32Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .output()
-        .expect("runs quiver")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::support::{quiver, stderr, stdout};
 
 fn write_plan(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("plan.toml");

@@ -3,20 +3,11 @@
 //! a dataset is refused before anything is written.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::tmpfs;
 
-fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .output()
-        .expect("runs quiver")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use crate::support::{quiver, stderr};
 
 fn generate(out: &Path, events: &str, pileup: &str) -> Output {
     quiver(&[

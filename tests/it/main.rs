@@ -11,4 +11,5 @@ mod interrupt;
 mod params;
 mod pixel;
 mod registry;
+mod support;
 mod tmpfs;

@@ -3,27 +3,12 @@
 //! batch size, that the generator's pixels come back, and that bad input is reported.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .output()
-        .expect("runs quiver")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "quiver failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::support::{ok, quiver};
 
 /// A small dataset shared by the tests of this file: 6 events at ⟨PU⟩ 20.
 fn dataset() -> &'static Path {

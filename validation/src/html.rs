@@ -11,6 +11,8 @@ use plotters::prelude::*;
 use crate::truth::Summary;
 use crate::{Result, ValidationError};
 
+mod plus;
+
 /// Plot size in pixels.
 const SIZE: (u32, u32) = (560, 360);
 /// Series colours (matplotlib's tab10: readable on white, distinct).
@@ -89,7 +91,8 @@ const TARGETS: [Target; 4] = [
 /// Writes `report.html` into `dir`, which must already hold the report's tables
 /// (`efficiency`, `resolution`, `vertex_efficiency`, `vertex_neighbours`, `hit_residuals`
 /// `.parquet`, as [`crate::truth::summarize`] writes them); `s` is the report's summary.
-/// Empty bins and undefined (NaN) numbers are left out of the plots and shown as `n/a`.
+/// Empty bins and undefined (NaN) numbers are left out of the plots and shown as `n/a`. With a
+/// classifier's ROC in `s` (a run with a second selection), also `roc.svg`.
 ///
 /// ```
 /// use quiver_validation::truth::{summarize, Config};
@@ -104,7 +107,13 @@ const TARGETS: [Target; 4] = [
 pub fn write_report_html(dir: &Path, s: &Summary) -> Result<()> {
     let html = render(dir, s)?;
     let p = dir.join("report.html");
-    std::fs::write(&p, html).map_err(|source| ValidationError::Io { path: p, source })
+    std::fs::write(&p, html).map_err(|source| ValidationError::Io { path: p, source })?;
+    // The ROC on its own, for documents that show it.
+    if let Some(svg) = plus::roc_svg(s)? {
+        let p = dir.join("roc.svg");
+        std::fs::write(&p, svg).map_err(|source| ValidationError::Io { path: p, source })?;
+    }
+    Ok(())
 }
 
 /// The page as a string (see [`write_report_html`]).
@@ -120,6 +129,7 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
     let _ = writeln!(h, "<p>{} events, {} efficiency particles, {} loose tracks, {} reconstructable vertices, mean pile-up {}.</p>",
         s.events, s.efficiency_particles, s.loose_tracks, s.reconstructable_vertices, num(s.mean_pileup));
     summary_section(&mut h, s);
+    plus::section(&mut h, s)?;
     capacities_section(&mut h, s);
     efficiency_section(&mut h, &table("efficiency")?)?;
     resolution_section(&mut h, &table("resolution")?)?;
@@ -678,18 +688,7 @@ fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-fn read_parquet(path: &Path) -> Result<RecordBatch> {
-    let f = std::fs::File::open(path).map_err(|source| ValidationError::Io {
-        path: path.into(),
-        source,
-    })?;
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?;
-    let schema = builder.schema().clone();
-    let batches = builder
-        .build()?
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(arrow_select::concat::concat_batches(&schema, &batches)?)
-}
+use crate::truth::read_parquet;
 
 #[cfg(test)]
 mod tests {

@@ -10,14 +10,14 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float64Array, LargeListArray, ListArray, RecordBatch,
-    StringArray, UInt64Array,
+    Array, ArrayRef, FixedSizeListArray, Float64Array, Int64Array, LargeListArray, ListArray,
+    RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_schema::{DataType, Field, Schema};
 
 use super::{
-    RecHit, RecoDigi, RecoEvent, RecoTrack, RecoVertex, TruthEvent, TruthParticle, TruthPixel,
-    TruthSimHit, TruthVertex,
+    PlusProducts, RecHit, RecoDigi, RecoEvent, RecoTrack, RecoVertex, TruthEvent, TruthParticle,
+    TruthPixel, TruthSimHit, TruthVertex,
 };
 use crate::error::{Result, ValidationError};
 
@@ -246,8 +246,8 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
     );
     let (sx, sy) = (ints(hi, names[2], "size_x")?, ints(hi, names[2], "size_y")?);
     let tracks = TrackColumns::read(tr, names[3])?;
-    let (vz, vw) = (floats(vx, names[4], "z")?, floats(vx, names[4], "weight")?);
-    let (voff, vval) = int_lists(vx, names[4], "tracks")?;
+    let vertex_table = VertexColumns::read(vx, names[4])?;
+    let plus = PlusColumns::read(dir)?;
 
     let mut out = BTreeMap::new();
     for (&e, dr) in &r[0] {
@@ -281,18 +281,8 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
         let tracks = rows_of(&r[3], e)
             .map(|i| tracks.track(i))
             .collect::<Result<_>>()?;
-        let mut vertices = Vec::new();
-        for i in rows_of(&r[4], e) {
-            let tracks = vval[voff[i]..voff[i + 1]]
-                .iter()
-                .map(|&h| u32_of(h, "vertex track"))
-                .collect::<Result<_>>()?;
-            vertices.push(RecoVertex {
-                z: vz[i],
-                weight: vw[i],
-                tracks,
-            });
-        }
+        let vertices = vertex_table.event(rows_of(&r[4], e))?;
+        let plus = plus.as_ref().map(|p| p.event(e)).transpose()?;
         out.insert(
             e,
             RecoEvent {
@@ -300,10 +290,121 @@ pub(crate) fn read_run(dir: &Path) -> Result<BTreeMap<u32, RecoEvent>> {
                 hits,
                 tracks,
                 vertices,
+                plus,
             },
         );
     }
     Ok(out)
+}
+
+/// The columns of a `vertices` file the report reads.
+struct VertexColumns {
+    z: Vec<f32>,
+    weight: Vec<f32>,
+    offsets: Vec<usize>,
+    tracks: Vec<i64>,
+}
+
+impl VertexColumns {
+    fn read(b: &RecordBatch, file: &str) -> Result<Self> {
+        let (offsets, tracks) = int_lists(b, file, "tracks")?;
+        Ok(VertexColumns {
+            z: floats(b, file, "z")?,
+            weight: floats(b, file, "weight")?,
+            offsets,
+            tracks,
+        })
+    }
+    fn event(&self, rows: Range<usize>) -> Result<Vec<RecoVertex>> {
+        rows.map(|i| {
+            let tracks = self.tracks[self.offsets[i]..self.offsets[i + 1]]
+                .iter()
+                .map(|&h| u32_of(h, "vertex track"))
+                .collect::<Result<_>>()?;
+            Ok(RecoVertex {
+                z: self.z[i],
+                weight: self.weight[i],
+                tracks,
+            })
+        })
+        .collect()
+    }
+}
+
+/// The run's optional second selection: a `track_scores` file (a `track_classifier` step's
+/// output) and a second `vertices` file (a second vertex finder), as plans/pixel-plus.toml
+/// writes them.
+struct PlusColumns {
+    /// Event rows, `score` and `quality`.
+    scores: Option<(EventRows, Vec<f32>, Vec<i64>)>,
+    vertices: Option<(EventRows, VertexColumns)>,
+}
+
+/// A file's rows of each event.
+type EventRows = BTreeMap<u32, Range<usize>>;
+
+impl PlusColumns {
+    fn read(dir: &Path) -> Result<Option<Self>> {
+        let scores = match only_file(dir, "track_scores.", None)? {
+            Some(name) => {
+                let b = read_parquet(&dir.join(format!("{name}.parquet")))?;
+                Some((
+                    event_ranges(&b, &name)?,
+                    floats(&b, &name, "score")?,
+                    ints(&b, &name, "quality")?,
+                ))
+            }
+            None => None,
+        };
+        let vertices = match only_file(dir, "vertices.", Some("vertices.vertices"))? {
+            Some(name) => {
+                let b = read_parquet(&dir.join(format!("{name}.parquet")))?;
+                Some((event_ranges(&b, &name)?, VertexColumns::read(&b, &name)?))
+            }
+            None => None,
+        };
+        Ok((scores.is_some() || vertices.is_some()).then_some(PlusColumns { scores, vertices }))
+    }
+
+    fn event(&self, e: u32) -> Result<PlusProducts> {
+        let scores = self.scores.as_ref().map(|(r, score, quality)| {
+            rows_of(r, e)
+                .map(|i| (score[i], quality[i] as u8))
+                .collect()
+        });
+        let vertices = match &self.vertices {
+            Some((r, v)) => Some(v.event(rows_of(r, e))?),
+            None => None,
+        };
+        Ok(PlusProducts { scores, vertices })
+    }
+}
+
+/// The one `PREFIX*.parquet` file of a run directory (without `.parquet`), other than `except`;
+/// two are an error (the report would not know which selection to show).
+fn only_file(dir: &Path, prefix: &str, except: Option<&str>) -> Result<Option<String>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| ValidationError::io(dir, e))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let name = entry.map_err(|e| ValidationError::io(dir, e))?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(".parquet") {
+            if stem.starts_with(prefix) && Some(stem) != except {
+                found.push(stem.to_string());
+            }
+        }
+    }
+    found.sort();
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        _ => Err(ValidationError::Data(format!(
+            "{}: {} files {} — the report compares the faithful chain with one second selection: \
+             write one of them",
+            dir.display(),
+            found.len(),
+            found.join(".parquet, ") + ".parquet"
+        ))),
+    }
 }
 
 /// The columns of `tracks.tracks` that the truth matching reads.
@@ -468,6 +569,9 @@ pub(crate) enum Col {
     Str(Vec<String>),
     F64(Vec<f64>),
     U64(Vec<u64>),
+    U32(Vec<u32>),
+    U8(Vec<u8>),
+    I64(Vec<i64>),
 }
 
 /// Writes named columns as one Parquet file.
@@ -479,6 +583,9 @@ pub(crate) fn write_table(path: &Path, cols: Vec<(&str, Col)>) -> Result<()> {
             Col::Str(v) => (DataType::Utf8, Arc::new(StringArray::from(v))),
             Col::F64(v) => (DataType::Float64, Arc::new(Float64Array::from(v))),
             Col::U64(v) => (DataType::UInt64, Arc::new(UInt64Array::from(v))),
+            Col::U32(v) => (DataType::UInt32, Arc::new(UInt32Array::from(v))),
+            Col::U8(v) => (DataType::UInt8, Arc::new(UInt8Array::from(v))),
+            Col::I64(v) => (DataType::Int64, Arc::new(Int64Array::from(v))),
         };
         fields.push(Field::new(name, dt, false));
         arrays.push(a);

@@ -28,6 +28,7 @@
 
 mod io;
 mod matching;
+mod plus;
 mod residuals;
 mod summary;
 mod tracks;
@@ -38,7 +39,9 @@ use std::path::Path;
 
 use crate::error::{Result, ValidationError};
 
+pub(crate) use io::read_parquet;
 pub use matching::{best_share, hit_particles, match_track};
+pub use plus::{roc, RocPoint, PLUS_KEYS, ROC_STEPS};
 pub use summary::{half_width_68, summarize, Summary, MIN_FOR_WIDTH};
 pub use tracks::truth_track_params;
 
@@ -198,16 +201,33 @@ pub struct RecoEvent {
     pub hits: Vec<RecHit>,
     pub tracks: Vec<RecoTrack>,
     pub vertices: Vec<RecoVertex>,
+    /// The optional second chain of the run (a `track_classifier`'s `track_scores`, a second
+    /// `vertices` product), when the run has one (plans/pixel-plus.toml).
+    pub plus: Option<PlusProducts>,
+}
+
+/// The products of the run's optional second selection, per event.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlusProducts {
+    /// Per track row: the classifier's score and quality (`highPurity` = the purity
+    /// selection); `None` when the run has no `track_scores`.
+    pub scores: Option<Vec<(f32, u8)>>,
+    /// A second vertex collection; `None` when the run has one `vertices` product.
+    pub vertices: Option<Vec<RecoVertex>>,
 }
 
 /// The track quality value `loose`.
 pub const LOOSE: u8 = quiver_formats::quality::codes::LOOSE;
+/// The track quality value `highPurity`: a classifier's purity selection.
+pub const HIGH_PURITY: u8 = quiver_formats::quality::Quality::HighPurity as u8;
 /// Resolution quantities, in table order.
 pub const QUANTITIES: [&str; 5] = ["pt", "phi", "cot_theta", "tip", "zip"];
 
 /// An efficiency-denominator particle (a primary passing the cuts) of one event.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SelectedParticle {
+    /// Its id in the event's truth.
+    pub id: u32,
     pub pt: f32,
     pub eta: f32,
     pub phi: f32,
@@ -242,6 +262,17 @@ pub struct LooseTrack {
     pub kind: TrackKind,
     /// Hits of its most frequent particle.
     pub best_share: usize,
+}
+
+/// What a track of any quality is against the truth (a row of `track_truth.parquet`, the
+/// labels a track classifier is trained on).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrackTruth {
+    pub quality: u8,
+    /// The matched particle, if any.
+    pub particle: Option<u32>,
+    /// For tracks below loose, `Matched` or `Fake` by the match alone (no duplicate rule).
+    pub kind: TrackKind,
 }
 
 /// A matched loose track of a primary, fitted in the particle's direction: residuals and
@@ -325,44 +356,160 @@ pub struct EventResult {
     /// Hit residuals.
     pub residuals: Vec<HitResidual>,
     pub counts: Counts,
+    /// Every track, in row order.
+    pub track_truth: Vec<TrackTruth>,
+    /// The ROC's inputs, for a selection by a classifier's scores (empty otherwise).
+    pub roc: RocEvent,
 }
 
-/// Everything one event contributes to the report.
+/// One event's part of a classifier's ROC (efficiency vs fake rate of `loose` and score ≥ t).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RocEvent {
+    /// Per efficiency particle, the best score of a loose track matched to it (−∞ if none).
+    pub particles: Vec<f32>,
+    /// Per loose track, its score and whether it is fake.
+    pub tracks: Vec<(f32, bool)>,
+}
+
+/// Everything one event contributes to the report (the faithful chain: `loose` tracks and
+/// the run's `vertices`).
 pub fn analyze_event(reco: &RecoEvent, truth: &TruthEvent, cfg: &Config) -> Result<EventResult> {
+    Ok(analyze_event_plus(reco, truth, cfg)?.0)
+}
+
+/// [`analyze_event`], and the same for the run's second selection when it has one
+/// ([`RecoEvent::plus`]): tracks of the classifier's purity selection (`highPurity` in
+/// `track_scores`) instead of `loose`, the second vertex collection instead of the first. The
+/// vertex denominator (reconstructable vertices) is the faithful one in both, so the two
+/// vertex finders are measured against the same vertices.
+pub fn analyze_event_plus(
+    reco: &RecoEvent,
+    truth: &TruthEvent,
+    cfg: &Config,
+) -> Result<(EventResult, Option<EventResult>)> {
     let hp = hit_particles(reco, truth)?;
     let by_id: HashMap<u32, &TruthParticle> = truth.particles.iter().map(|p| (p.id, p)).collect();
-    let mut r = EventResult {
-        n_pileup: truth.vertices.iter().filter(|v| !v.is_hard).count(),
-        ..Default::default()
-    };
     let matched: Vec<Option<u32>> = reco
         .tracks
         .iter()
         .map(|t| match_track(&t.hits, &hp, cfg.match_fraction))
         .collect();
-    tracks::analyze(reco, truth, cfg, &hp, &matched, &by_id, &mut r);
-    vertices::analyze(reco, truth, cfg, &matched, &by_id, &mut r);
-    r.residuals = residuals::hit_residuals(reco, truth, &hp);
-    let clusters = {
-        let mut c: Vec<(u16, i32)> = reco
-            .digis
+    let loose: Vec<bool> = reco.tracks.iter().map(|t| t.quality >= LOOSE).collect();
+    let ev = Matched {
+        reco,
+        truth,
+        cfg,
+        hp: &hp,
+        matched: &matched,
+        by_id: &by_id,
+    };
+    let faithful = ev.analyze(&loose, &reco.vertices);
+    let Some(plus) = &reco.plus else {
+        return Ok((faithful, None));
+    };
+    let selection = match &plus.scores {
+        Some(s) => {
+            if s.len() != reco.tracks.len() {
+                return Err(ValidationError::Data(format!(
+                    "track_scores has {} rows for an event with {} tracks: not the scores of this run's tracks",
+                    s.len(),
+                    reco.tracks.len()
+                )));
+            }
+            s.iter().map(|&(_, q)| q == HIGH_PURITY).collect()
+        }
+        None => loose.clone(),
+    };
+    let mut r = ev.analyze(
+        &selection,
+        plus.vertices.as_deref().unwrap_or(&reco.vertices),
+    );
+    if let Some(s) = &plus.scores {
+        r.roc = roc_entries(&faithful, s, &matched, &loose);
+    }
+    Ok((faithful, Some(r)))
+}
+
+/// An event's tables computed once, for the analysis of one or two selections.
+struct Matched<'a> {
+    reco: &'a RecoEvent,
+    truth: &'a TruthEvent,
+    cfg: &'a Config,
+    hp: &'a [Option<u32>],
+    matched: &'a [Option<u32>],
+    by_id: &'a HashMap<u32, &'a TruthParticle>,
+}
+
+impl Matched<'_> {
+    fn analyze(&self, selected: &[bool], vertices: &[RecoVertex]) -> EventResult {
+        let (reco, truth, cfg) = (self.reco, self.truth, self.cfg);
+        let mut r = EventResult {
+            n_pileup: truth.vertices.iter().filter(|v| !v.is_hard).count(),
+            ..Default::default()
+        };
+        tracks::analyze(
+            reco,
+            truth,
+            cfg,
+            self.hp,
+            self.matched,
+            selected,
+            self.by_id,
+            &mut r,
+        );
+        vertices::analyze(reco, vertices, truth, cfg, self.matched, self.by_id, &mut r);
+        r.residuals = residuals::hit_residuals(reco, truth, self.hp);
+        let clusters = {
+            let mut c: Vec<(u16, i32)> = reco
+                .digis
+                .iter()
+                .filter(|d| d.module != 9999 && d.cluster >= 0 && d.cluster != 9999)
+                .map(|d| (d.module, d.cluster))
+                .collect();
+            c.sort_unstable();
+            c.dedup();
+            c.len()
+        };
+        r.counts = Counts {
+            digis: reco.digis.len(),
+            clusters,
+            hits: reco.hits.len(),
+            tracks: reco.tracks.len(),
+            loose_tracks: r.loose,
+            vertices: vertices.len(),
+        };
+        r
+    }
+}
+
+/// The ROC's inputs of one event: per efficiency particle the best score of a loose track
+/// matched to it, per loose track its score and whether it is fake.
+fn roc_entries(
+    faithful: &EventResult,
+    scores: &[(f32, u8)],
+    matched: &[Option<u32>],
+    loose: &[bool],
+) -> RocEvent {
+    let mut best: HashMap<u32, f32> = HashMap::new();
+    let mut tracks = Vec::new();
+    for ((&(score, _), m), &l) in scores.iter().zip(matched).zip(loose) {
+        if !l {
+            continue;
+        }
+        tracks.push((score, m.is_none()));
+        if let Some(p) = m {
+            let b = best.entry(*p).or_insert(f32::NEG_INFINITY);
+            *b = b.max(score);
+        }
+    }
+    RocEvent {
+        particles: faithful
+            .selected
             .iter()
-            .filter(|d| d.module != 9999 && d.cluster >= 0 && d.cluster != 9999)
-            .map(|d| (d.module, d.cluster))
-            .collect();
-        c.sort_unstable();
-        c.dedup();
-        c.len()
-    };
-    r.counts = Counts {
-        digis: reco.digis.len(),
-        clusters,
-        hits: reco.hits.len(),
-        tracks: reco.tracks.len(),
-        loose_tracks: r.loose,
-        vertices: reco.vertices.len(),
-    };
-    Ok(r)
+            .map(|p| best.get(&p.id).copied().unwrap_or(f32::NEG_INFINITY))
+            .collect(),
+        tracks,
+    }
 }
 
 /// Truth report of a run: reads the run's Parquet products (`run_dir`, as `quiver run` of
@@ -396,11 +543,26 @@ pub fn report_with(
     cfg: &Config,
 ) -> Result<Summary> {
     let events = read_events(run_dir, truth_dir)?;
-    let results = events
+    let (results, plus): (Vec<_>, Vec<_>) = events
         .iter()
-        .map(|(_, r, t)| analyze_event(r, t, cfg))
-        .collect::<Result<Vec<_>>>()?;
+        .map(|(_, r, t)| analyze_event_plus(r, t, cfg))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
     let mut s = summarize(&results, cfg, Some(output))?;
+    let ids: Vec<u32> = events.iter().map(|e| e.0).collect();
+    plus::write_track_truth(output, &ids, &results)?;
+    let has_plus = events.iter().any(|e| e.1.plus.is_some());
+    if let (true, Some(plus)) = (has_plus, plus.into_iter().collect::<Option<Vec<_>>>()) {
+        s.plus = Some(Box::new(summarize(&plus, cfg, None)?));
+        if events
+            .iter()
+            .any(|e| e.1.plus.as_ref().is_some_and(|p| p.scores.is_some()))
+        {
+            s.roc = roc(&plus);
+            plus::write_roc(output, &s.roc)?;
+        }
+    }
     // Truncated events bias every number above: the report says which capacities the run
     // reached, as the run summary did.
     s.capacities_reached = crate::capacity::read_run(run_dir)?;

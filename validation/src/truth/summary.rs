@@ -65,6 +65,11 @@ pub struct Summary {
     pub mean_pileup: f64,
     /// Capacities the run reached (its `capacity_overflows` files), by step and capacity.
     pub capacities_reached: Vec<crate::capacity::CapacityReached>,
+    /// The run's second selection (a classifier's purity selection, a second vertex finder),
+    /// measured against the same truth; its keys are the `plus_` ones of summary.json.
+    pub plus: Option<Box<Summary>>,
+    /// The classifier's ROC, when the run has `track_scores`.
+    pub roc: Vec<super::RocPoint>,
 }
 
 impl Summary {
@@ -142,6 +147,13 @@ impl Summary {
                     .to_string(),
             ),
         ];
+        let mut fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        if let Some(p) = &self.plus {
+            fields.extend(super::plus::plus_json_fields(p));
+        }
         let body: Vec<String> = fields
             .into_iter()
             .map(|(k, v)| format!("  \"{k}\": {v}"))
@@ -309,6 +321,8 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
             results.iter().map(|r| r.n_pileup).sum::<usize>() as f64 / n as f64
         },
         capacities_reached: Vec::new(),
+        plus: None,
+        roc: Vec::new(),
     };
     if let Some(out) = output {
         let tables = Tables {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{
     best_share, layer_of, Config, EventResult, LooseTrack, RecoEvent, RecoTrack, SelectedParticle,
-    TrackKind, TrackResolution, TruthEvent, TruthParticle, LOOSE,
+    TrackKind, TrackResolution, TrackTruth, TruthEvent, TruthParticle,
 };
 
 fn wrap(d: f64) -> f64 {
@@ -13,13 +13,16 @@ fn wrap(d: f64) -> f64 {
 }
 
 /// The track part of [`super::analyze_event`]: `hp` is each hit's particle, `matched` each
-/// track's.
+/// track's, `selected` whether a track is in the selection measured (the faithful chain's
+/// `loose`, or the classifier's purity selection).
+#[allow(clippy::too_many_arguments)] // the event's tables, each computed once by the caller
 pub(super) fn analyze(
     reco: &RecoEvent,
     truth: &TruthEvent,
     cfg: &Config,
     hp: &[Option<u32>],
     matched: &[Option<u32>],
+    selected: &[bool],
     by_id: &HashMap<u32, &TruthParticle>,
     r: &mut EventResult,
 ) {
@@ -35,8 +38,18 @@ pub(super) fn analyze(
     }
     r.hits_with_particle = hp.iter().filter(|p| p.is_some()).count();
     r.hits = hp.len();
-    for (t, m) in reco.tracks.iter().zip(matched) {
-        if t.quality < LOOSE {
+    for ((t, m), &sel) in reco.tracks.iter().zip(matched).zip(selected) {
+        let kind = match m {
+            None => TrackKind::Fake,
+            Some(pid) if sel && seen.contains(pid) => TrackKind::Duplicate,
+            Some(_) => TrackKind::Matched,
+        };
+        r.track_truth.push(TrackTruth {
+            quality: t.quality,
+            particle: *m,
+            kind,
+        });
+        if !sel {
             continue;
         }
         r.loose += 1;
@@ -98,6 +111,7 @@ pub(super) fn analyze(
             && nl >= cfg.min_layers
         {
             r.selected.push(SelectedParticle {
+                id: p.id,
                 pt: p.pt,
                 eta: p.eta,
                 phi: p.phi,

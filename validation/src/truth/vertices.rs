@@ -4,12 +4,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{
-    Config, EventResult, RecoEvent, TruthEvent, TruthParticle, TruthVertex, VertexResult, LOOSE,
+    Config, EventResult, RecoEvent, RecoVertex, TruthEvent, TruthParticle, TruthVertex,
+    VertexResult, LOOSE,
 };
 
-/// The vertex part of [`super::analyze_event`] (`matched`: each track's particle).
+/// The vertex part of [`super::analyze_event`] (`matched`: each track's particle): the
+/// reconstructable vertices (from the event's loose tracks) against `vertices`, the faithful
+/// chain's or a second vertex finder's.
 pub(super) fn analyze(
     reco: &RecoEvent,
+    vertices: &[RecoVertex],
     truth: &TruthEvent,
     cfg: &Config,
     matched: &[Option<u32>],
@@ -34,8 +38,7 @@ pub(super) fn analyze(
     for v in true_vertex_of_track.iter().flatten() {
         *n_reco_tracks.entry(*v).or_default() += 1;
     }
-    let main: Vec<Option<u32>> = reco
-        .vertices
+    let main: Vec<Option<u32>> = vertices
         .iter()
         .map(|rv| {
             let mut c: BTreeMap<u32, usize> = BTreeMap::new();
@@ -52,7 +55,7 @@ pub(super) fn analyze(
     r.fake_vertices = main.iter().filter(|m| m.is_none()).count();
     // Reco vertex of each track.
     let mut vertex_of_track: HashMap<u32, usize> = HashMap::new();
-    for (i, rv) in reco.vertices.iter().enumerate() {
+    for (i, rv) in vertices.iter().enumerate() {
         for &t in &rv.tracks {
             vertex_of_track.insert(t, i);
         }
@@ -70,17 +73,16 @@ pub(super) fn analyze(
             .map(|o| (o.z - tv.z).abs() as f64)
             .fold(f64::INFINITY, f64::min);
         let zt = (tv.z - cfg.beam_spot[2]) as f64;
-        let mine: Vec<usize> = (0..reco.vertices.len())
+        let mine: Vec<usize> = (0..vertices.len())
             .filter(|&i| main[i] == Some(tv.id))
             .collect();
         let best = mine.iter().copied().min_by(|&a, &b| {
-            ((reco.vertices[a].z as f64 - zt).abs())
-                .total_cmp(&(reco.vertices[b].z as f64 - zt).abs())
+            ((vertices[a].z as f64 - zt).abs()).total_cmp(&(vertices[b].z as f64 - zt).abs())
         });
         let (found, dz, pull) = match best {
             Some(b) => {
-                let dz = reco.vertices[b].z as f64 - zt;
-                let sigma = 1.0 / (reco.vertices[b].weight as f64).sqrt();
+                let dz = vertices[b].z as f64 - zt;
+                let sigma = 1.0 / (vertices[b].weight as f64).sqrt();
                 (dz.abs() < cfg.vertex_max_dz as f64, dz, dz / sigma)
             }
             None => (false, f64::NAN, f64::NAN),

@@ -115,6 +115,7 @@ fn event() -> (RecoEvent, TruthEvent) {
         hits,
         tracks,
         vertices,
+        plus: None,
     };
     let truth = TruthEvent {
         particles: vec![
@@ -166,6 +167,77 @@ fn event() -> (RecoEvent, TruthEvent) {
         ],
     };
     (reco, truth)
+}
+
+#[test]
+fn every_track_gets_a_truth_label() {
+    let (reco, truth) = event();
+    let r = analyze_event(&reco, &truth, &cfg()).unwrap();
+    let labels: Vec<(u8, Option<u32>, TrackKind)> = r
+        .track_truth
+        .iter()
+        .map(|t| (t.quality, t.particle, t.kind))
+        .collect();
+    assert_eq!(
+        labels,
+        vec![
+            (2, Some(1), TrackKind::Matched),
+            (2, Some(1), TrackKind::Duplicate),
+            (2, None, TrackKind::Fake),
+            (1, None, TrackKind::Fake), // below loose: by the match alone
+        ]
+    );
+}
+
+#[test]
+fn the_second_selection_is_measured_beside_the_faithful_one() {
+    let (mut reco, truth) = event();
+    // The classifier keeps track 0 only; the second vertex finder finds nothing.
+    reco.plus = Some(PlusProducts {
+        scores: Some(vec![(0.9, HIGH_PURITY), (0.3, 2), (0.1, 2), (0.0, 1)]),
+        vertices: Some(vec![]),
+    });
+    let (faithful, plus) = analyze_event_plus(&reco, &truth, &cfg()).unwrap();
+    let plus = plus.unwrap();
+    assert_eq!(
+        (faithful.loose, faithful.fake, faithful.duplicate),
+        (3, 1, 1)
+    );
+    assert_eq!((plus.loose, plus.fake, plus.duplicate), (1, 0, 0));
+    // Same efficiency particles, found by track 0 in both.
+    let found = |r: &EventResult| r.selected.iter().map(|p| p.found).collect::<Vec<_>>();
+    assert_eq!(found(&faithful), found(&plus));
+    // Same reconstructable vertex (from the loose tracks), found only by the first finder.
+    assert_eq!(faithful.vertices.len(), 1);
+    assert_eq!(plus.vertices.len(), 1);
+    assert!(faithful.vertices[0].found && !plus.vertices[0].found);
+    // The ROC's inputs: p1's best loose score, and every loose track's score and fakeness.
+    let p1 = faithful.selected.iter().position(|p| p.id == 1).unwrap();
+    assert_eq!(plus.roc.particles[p1], 0.9);
+    assert_eq!(
+        plus.roc.tracks,
+        vec![(0.9, false), (0.3, false), (0.1, true)]
+    );
+    let points = roc(&[plus]);
+    let at = |t: f64| points[(t * ROC_STEPS as f64).round() as usize];
+    assert_eq!((at(0.0).fake_rate, at(0.0).tracks), (1.0 / 3.0, 3));
+    assert_eq!((at(0.5).fake_rate, at(0.5).tracks), (0.0, 1));
+    assert!(at(0.95).fake_rate.is_nan() && at(0.95).efficiency == 0.0);
+}
+
+#[test]
+fn scores_of_other_tracks_are_refused() {
+    let (mut reco, truth) = event();
+    reco.plus = Some(PlusProducts {
+        scores: Some(vec![(0.9, HIGH_PURITY)]),
+        vertices: None,
+    });
+    let e = analyze_event_plus(&reco, &truth, &cfg()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("track_scores has 1 rows for an event with 4 tracks"),
+        "{e}"
+    );
 }
 
 fn cfg() -> Config {
