@@ -3,7 +3,7 @@
 //! the working point; a bad model file or threshold stops the plan naming the step and file.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use arrow_array::cast::AsArray;
@@ -11,21 +11,7 @@ use arrow_array::types::{Float32Type, UInt8Type};
 use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-fn quiver(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .output()
-        .expect("runs quiver")
-}
-
-fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "quiver failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use crate::support::{ok, quiver, stderr};
 
 /// 5 events at ⟨PU⟩ 30 (a seed no training uses).
 fn dataset() -> &'static Path {
@@ -187,7 +173,7 @@ fn a_bad_model_or_threshold_stops_the_plan_naming_step_and_file() {
             quiver(&["plan", "check", p.to_str().unwrap()]),
             run(&p, &dir.path().join("out"), "1", "4"),
         ] {
-            let err = String::from_utf8_lossy(&o.stderr);
+            let err = stderr(&o);
             assert_eq!(o.status.code(), Some(1), "{name}: {err}");
             assert!(
                 err.contains("step 'clf'") && err.contains(file.to_str().unwrap()),
@@ -200,7 +186,7 @@ fn a_bad_model_or_threshold_stops_the_plan_naming_step_and_file() {
     }
     let p = plan(dir.path(), "threshold = -0.5");
     let o = quiver(&["plan", "check", p.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("'clf'") && err.contains("threshold"), "{err}");
 }
