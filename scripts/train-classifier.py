@@ -213,7 +213,7 @@ def main():
     prov = {
         "model": a.output.name,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python3 scripts/train-classifier.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python3 scripts/train-classifier.py", *sys.argv[1:]]),
         "seeds": seeds,
         "pileups": pus,
         "events_per_dataset": a.events,
