@@ -91,3 +91,57 @@ def test_python_model_refuses_bad_files(tmp_path):
             Model(p)
     with pytest.raises(ClassifierError, match="missing.json"):
         Model(tmp_path / "missing.json")
+
+
+def hand_made(hits_list=(0, 1, 2, 3, 0, 1, 4)):
+    """The Rust unit test's event: a loose 4-hit track skipping BPix3, a dup sharing two hits."""
+    import pyarrow as pa
+
+    f32 = pa.float32()
+    cov = [0.0] * 30
+    cov[0], cov[9], cov[15 + 14] = 0.25, 0.0625, -0.0625
+    tracks = pa.table(
+        {
+            "quality": pa.array([2, 1], pa.uint8()),
+            "pt": pa.array([2.0, float("nan")], f32),
+            "eta": pa.array([-0.4812118, 1.0], f32),
+            "tip": pa.array([-0.02, 0.1], f32),
+            "zip": pa.array([1.0, float("inf")], f32),
+            "chi2": pa.array([6.0, 1.0], f32),
+            "state": pa.FixedSizeListArray.from_arrays(
+                pa.array([0, 0, 0.5, -0.5, 0, 0, 0, 0.5, 1.0, 0], f32), 5
+            ),
+            "covariance": pa.FixedSizeListArray.from_arrays(pa.array(cov, f32), 15),
+            "hits": pa.ListArray.from_arrays(
+                pa.array([0, 4, 7], pa.int32()), pa.array(hits_list, pa.uint32())
+            ),
+        }
+    )
+    hits = pa.table(
+        {
+            "det_index": pa.array([10, 100, 700, 1200, 1300], pa.uint16()),
+            "size_x": pa.array([16, 24, 16, -16, 8], pa.int16()),
+            "size_y": pa.array([8, 40, 16, 16, 24], pa.int16()),
+            "charge": pa.array([20000, 21000, 22000, 25000, 18000], pa.int32()),
+        }
+    )
+    return tracks, hits
+
+
+def test_features_of_a_hand_made_event():
+    from quiver.classifier import features
+
+    tracks, hits = hand_made()
+    x = features(tracks, [0, 2], hits, [0, 5])
+    f = {name: x[:, i] for i, name in enumerate(FEATURES)}
+    assert list(f["n_hits"]) == [4, 3]
+    assert list(f["layer_gaps"]) == [1, 0]
+    assert list(f["n_barrel"]) == [3, 2]
+    assert list(f["shared_hits"]) == [0, 2]
+    assert list(f["edge_hits"]) == [1, 0]
+    assert f["sigma_phi"][0] == 0.5 and f["sigma_pt_rel"][0] == 0.5 and f["sigma_zip"][1] == 0.25
+    assert f["pt"][1] == -1 and f["zip"][1] == np.finfo(np.float32).max
+    assert np.all(np.isfinite(x))
+    bad_tracks, _ = hand_made((0, 1, 2, 3, 0, 1, 5))
+    with pytest.raises(ClassifierError, match="product 'tracks': track 1: hit 5 is not one"):
+        features(bad_tracks, [0, 2], hits, [0, 5])

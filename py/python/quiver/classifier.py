@@ -81,7 +81,8 @@ def layer_of(det_index):
     bad = np.flatnonzero(det >= LAYER_START[-1])
     if bad.size:
         raise ClassifierError(
-            f"hit {bad[0]}: detIndex {det[bad[0]]} is not a module (0..{LAYER_START[-1]})"
+            f"product 'hits': hit {bad[0]}: detIndex {det[bad[0]]} is not a module "
+            f"(0..{LAYER_START[-1]})"
         )
     return (np.searchsorted(LAYER_START, det, side="right") - 1).astype(np.int64)
 
@@ -141,7 +142,8 @@ def features(tracks, track_offsets, hits, hit_offsets):
     if bad.size:
         k = bad[0]
         raise ClassifierError(
-            f"track {track_of[k]}: hit {lvals[k]} is not one of the event's {n_ev_hits[k]} hits"
+            f"product 'tracks': track {track_of[k]}: hit {lvals[k]} is not one of the event's "
+            f"{n_ev_hits[k]} hits"
         )
     g = hoff[ev] + lvals
     users = np.zeros(len(det), dtype=np.int64)

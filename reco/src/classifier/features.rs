@@ -68,23 +68,25 @@ pub struct HitsIn<'a> {
 /// Input the features cannot be computed from.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum FeatureError {
-    #[error("track {track}: hit {hit} is not one of the event's {n_hits} hits")]
+    #[error("product 'tracks': track {track}: hit {hit} is not one of the event's {n_hits} hits")]
     HitOutOfRange {
         track: usize,
         hit: u32,
         n_hits: usize,
     },
-    #[error("hit {hit}: detIndex {det} is not a module (0..{NUMBER_OF_MODULES})")]
+    #[error("product 'hits': hit {hit}: detIndex {det} is not a module (0..{NUMBER_OF_MODULES})")]
     BadModule { hit: usize, det: u16 },
-    #[error("column '{column}' has {len} values for {tracks} tracks")]
+    #[error("product 'tracks': column '{column}' has {len} values for {tracks} tracks")]
     Length {
         column: &'static str,
         len: usize,
         tracks: usize,
     },
-    #[error("the hit columns differ in length")]
+    #[error("product 'hits': the columns differ in length")]
     HitLength,
-    #[error("track {track}: hit list offsets {a}..{b} are not within its {n} values")]
+    #[error(
+        "product 'tracks': track {track}: hit list offsets {a}..{b} are not within its {n} values"
+    )]
     Offsets {
         track: usize,
         a: i32,
@@ -407,6 +409,12 @@ mod tests {
                 hit: 5,
                 n_hits: 5
             }
+        );
+        assert_eq!(
+            track_features(&mk(&[0, 3], &[0, 1, 5]), &hits)
+                .unwrap_err()
+                .to_string(),
+            "product 'tracks': track 0: hit 5 is not one of the event's 5 hits"
         );
         assert!(matches!(
             track_features(&mk(&[0, 4], &[0, 1, 2]), &hits).unwrap_err(),

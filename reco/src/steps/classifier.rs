@@ -71,10 +71,6 @@ fn models_load(plan: &quiver_columnar::plan::ResolvedPlan) -> Result<()> {
     Ok(())
 }
 
-fn data(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::data(format!("{what}: {e}"))
-}
-
 impl Step for ClassifierStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (t, h) = (batch.get(&self.tracks)?, batch.get(&self.hits)?);
@@ -131,7 +127,7 @@ impl Step for ClassifierStep {
                 return Err(Error::data(format!("product 'tracks': quality code {q}")));
             }
             let (s, q) = classify(&self.model, &tracks, &hits, self.threshold)
-                .map_err(|e| data("track_classifier", e))?;
+                .map_err(|e| Error::data(e.to_string()))?;
             Ok((s, q))
         })?;
         let score: ArrayRef = Arc::new(Float32Array::from_iter_values(
