@@ -55,6 +55,8 @@ HIGH_PURITY = 5
 #: Barrel cluster length along z per unit |cotθ|, 1/8-pixel units (f32 as in Rust).
 SIZE_Y_PER_COT = F32(8.0) * F32(0.0285) / F32(0.015)
 F32_MAX = np.finfo(np.float32).max
+#: Largest |base score| and |leaf value| a model may hold (as the Rust ``MAX_VALUE``).
+MAX_VALUE = 1e6
 #: Where the built-in model lives in a source checkout.
 BUILTIN_PATH = Path(__file__).resolve().parents[3] / "reco" / "models" / "track-classifier.json"
 
@@ -257,8 +259,8 @@ class Model:
             raise ValueError(f"its features {m['features']} are not {FEATURES}")
         self.base_score = float(m["base_score"])
         self.working_point = float(m["working_point"])
-        if not np.isfinite(self.base_score) or not 0.0 <= self.working_point <= 1.0:
-            raise ValueError("base_score not finite or working_point outside [0, 1]")
+        if not abs(self.base_score) <= MAX_VALUE or not 0.0 <= self.working_point <= 1.0:
+            raise ValueError("base_score outside ±1e6 or working_point outside [0, 1]")
         self.trees = []
         for t, tree in enumerate(m["trees"]):
             feat = np.asarray(tree["feature"], dtype=np.int64)
@@ -274,7 +276,7 @@ class Model:
                 or np.any((left <= idx)[split] | (left >= k)[split])
                 or np.any((right <= idx)[split] | (right >= k)[split])
                 or not np.all(np.isfinite(arrays[0]))
-                or not np.all(np.isfinite(arrays[1]))
+                or not np.all(np.abs(arrays[1]) <= MAX_VALUE)
             ):
                 raise ValueError(f"tree {t}: bad feature index, child or value")
             self.trees.append((feat, arrays[0], left, right, arrays[1]))

@@ -149,6 +149,16 @@ mod tests {
                 "\"value\": [0, -2.0]",
                 "2 value entries for 3 nodes",
             ),
+            (
+                "\"value\": [0, -2.0, 1.5]",
+                "\"value\": [0, -2.0, 1e300]",
+                "value[2] = 1e300 is outside ±1e6",
+            ),
+            (
+                "\"base_score\": 0.5",
+                "\"base_score\": -2e6",
+                "base_score = -2e6 is outside ±1e6",
+            ),
             ("\"n_hits\"", "\"hits\"", "are not this build's"),
             (
                 "\"working_point\": 0.6",

@@ -29,6 +29,17 @@ pub enum ModelError {
 pub const MAX_TREES: usize = 10_000;
 /// See [`MAX_TREES`].
 pub const MAX_NODES: usize = 1 << 16;
+/// Largest |base score| and |leaf value|: sums of up to [`MAX_TREES`] of them stay finite
+/// (two infinite sums of opposite signs would make the score NaN).
+pub const MAX_VALUE: f64 = 1e6;
+
+fn bounded(x: f64, what: &str) -> Result<f64, ModelError> {
+    if x.abs() <= MAX_VALUE {
+        Ok(x)
+    } else {
+        Err(invalid(format!("{what} = {x:e} is outside ±{MAX_VALUE:e}")))
+    }
+}
 
 /// One tree, as parallel node arrays.
 #[derive(Clone, Debug, PartialEq)]
@@ -178,7 +189,10 @@ impl Model {
                 expected.join(", ")
             )));
         }
-        let base_score = number(field(&m, "base_score")?, "base_score")?;
+        let base_score = bounded(
+            number(field(&m, "base_score")?, "base_score")?,
+            "base_score",
+        )?;
         let working_point = number(field(&m, "working_point")?, "working_point")?;
         if !(0.0..=1.0).contains(&working_point) {
             return Err(invalid(format!(
@@ -299,6 +313,9 @@ impl Tree {
         let left = integers(get("left")?, "left").map_err(|e| e.to_string())?;
         let right = integers(get("right")?, "right").map_err(|e| e.to_string())?;
         let value = numbers(get("value")?, "value").map_err(|e| e.to_string())?;
+        for (k, &v) in value.iter().enumerate() {
+            bounded(v, &format!("value[{k}]")).map_err(|e| e.to_string())?;
+        }
         let n = feature.len();
         if n == 0 || n > MAX_NODES {
             return Err(format!("{n} nodes (1 to {MAX_NODES})"));
