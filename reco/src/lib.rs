@@ -3,6 +3,7 @@
 //! the step adapters that wire them into a plan are thin.
 
 pub mod capacity;
+pub mod classifier;
 pub mod local;
 pub mod steps;
 pub mod tracks;

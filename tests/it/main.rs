@@ -4,6 +4,7 @@
 
 mod atomic_outputs;
 mod capacity;
+mod classifier;
 mod cli;
 mod generate_atomic;
 mod interrupt;

@@ -30,6 +30,7 @@ pub mod types {
     pub const TRACKS: &str = "tracks";
     pub const VERTICES: &str = "vertices";
     pub const TRACK_VERTICES: &str = "track_vertices";
+    pub const TRACK_SCORES: &str = "track_scores";
 }
 use types::*;
 
@@ -152,6 +153,7 @@ pub fn fields(type_name: &str) -> Option<Vec<Field>> {
             f("tracks", list_of(UInt32)),
         ],
         TRACK_VERTICES => vec![f("vertex", Int16)],
+        TRACK_SCORES => vec![f("score", Float32), f("quality", UInt8)],
         _ => return None,
     };
     Some(fields)

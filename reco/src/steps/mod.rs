@@ -3,6 +3,7 @@
 //! events, results kept in event order) and publishes the result. Schemas are documented in
 //! `docs/products.md`.
 
+mod classifier;
 mod fits;
 mod local;
 mod tracks;
@@ -194,6 +195,7 @@ pub(crate) fn int_param(
 pub fn register(r: &mut Registry) {
     local::register(r);
     tracks::register(r);
+    classifier::register(r);
 }
 
 #[cfg(test)]

@@ -1,0 +1,400 @@
+//! A gradient-boosted-trees binary classifier: parsed from its JSON file, validated once,
+//! evaluated per track. Format (written by `scripts/train-classifier.py`):
+//!
+//! ```json
+//! {"format": "quiver-gbt", "version": 1, "features": ["n_hits", ...],
+//!  "base_score": -0.3, "working_point": 0.5,
+//!  "trees": [{"feature": [0, -1, -1], "threshold": [3.5, 0, 0],
+//!             "left": [1, -1, -1], "right": [2, -1, -1], "value": [0, -0.4, 0.7]}]}
+//! ```
+//!
+//! Node `k` of a tree is a leaf when `feature[k] < 0` (its `value[k]` is added to the raw
+//! score), else the track goes to `left[k]` when its feature `feature[k]` ≤ `threshold[k]`
+//! and to `right[k]` otherwise. The score is `1 / (1 + exp(−raw))` with `raw = base_score +
+//! Σ leaves` summed in f64 in tree order.
+
+use super::json::{self, Json};
+
+/// Why a model file cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ModelError {
+    #[error("{0}")]
+    Json(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Most trees and most nodes per tree a model may have (a damaged file cannot ask for
+/// unbounded work per track).
+pub const MAX_TREES: usize = 10_000;
+/// See [`MAX_TREES`].
+pub const MAX_NODES: usize = 1 << 16;
+/// Largest |base score| and |leaf value|: sums of up to [`MAX_TREES`] of them stay finite
+/// (two infinite sums of opposite signs would make the score NaN).
+pub const MAX_VALUE: f64 = 1e6;
+
+fn bounded(x: f64, what: &str) -> Result<f64, ModelError> {
+    if x.abs() <= MAX_VALUE {
+        Ok(x)
+    } else {
+        Err(invalid(format!("{what} = {x:e} is outside ±{MAX_VALUE:e}")))
+    }
+}
+
+/// One tree, as parallel node arrays.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tree {
+    /// Feature index of a split node, −1 for a leaf.
+    pub feature: Vec<i32>,
+    pub threshold: Vec<f64>,
+    pub left: Vec<u32>,
+    pub right: Vec<u32>,
+    pub value: Vec<f64>,
+}
+
+/// A node of the flattened forest: sends `x` to `left` when `x[feature]` ≤ `threshold`, else
+/// to `right`; a leaf points to itself, its value is in `Model::leaf_value`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Node {
+    feature: u32,
+    /// The largest f32 ≤ the file's f64 threshold: for an f32 feature `x`, `x ≤ it` exactly
+    /// when `x as f64 ≤ threshold`, so the comparison stays in f32 with the same result.
+    threshold: f32,
+    left: u32,
+    right: u32,
+}
+
+/// The largest f32 not above `t`.
+fn f32_at_most(t: f64) -> f32 {
+    let r = t as f32;
+    if (r as f64) <= t {
+        return r;
+    }
+    // Rounded up: step one f32 down (r is not −∞ here, and NaN was refused).
+    if r == 0.0 {
+        -f32::from_bits(1)
+    } else if r > 0.0 {
+        f32::from_bits(r.to_bits() - 1)
+    } else {
+        f32::from_bits(r.to_bits() + 1)
+    }
+}
+
+/// A validated gradient-boosted-trees model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    /// Feature names, in the order of the feature vector.
+    pub features: Vec<String>,
+    /// Raw score before the trees (log-odds).
+    pub base_score: f64,
+    /// The score threshold chosen at training.
+    pub working_point: f64,
+    pub trees: Vec<Tree>,
+    /// Every tree's nodes, one after the other (child indices absolute).
+    nodes: Vec<Node>,
+    /// Value of each leaf of `nodes` (0 for splits).
+    leaf_value: Vec<f64>,
+    /// First node and depth of each tree.
+    roots: Vec<(u32, u32)>,
+}
+
+fn invalid(msg: impl Into<String>) -> ModelError {
+    ModelError::Invalid(msg.into())
+}
+
+fn field<'a>(
+    m: &'a std::collections::BTreeMap<String, Json>,
+    k: &str,
+) -> Result<&'a Json, ModelError> {
+    m.get(k).ok_or_else(|| invalid(format!("no \"{k}\"")))
+}
+
+fn number(v: &Json, what: &str) -> Result<f64, ModelError> {
+    match v {
+        Json::Num(x) if x.is_finite() => Ok(*x),
+        Json::Num(x) => Err(invalid(format!("{what} is {x}, not a finite number"))),
+        _ => Err(invalid(format!("{what} is not a number"))),
+    }
+}
+
+fn numbers(v: &Json, what: &str) -> Result<Vec<f64>, ModelError> {
+    match v {
+        Json::Arr(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| number(x, &format!("{what}[{i}]")))
+            .collect(),
+        _ => Err(invalid(format!("{what} is not an array"))),
+    }
+}
+
+/// Integers of an array as i64 (exact: no fraction, within ±2⁵³).
+fn integers(v: &Json, what: &str) -> Result<Vec<i64>, ModelError> {
+    numbers(v, what)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| {
+            if x.fract() == 0.0 && x.abs() <= 9.0e15 {
+                Ok(x as i64)
+            } else {
+                Err(invalid(format!("{what}[{i}] = {x} is not an integer")))
+            }
+        })
+        .collect()
+}
+
+impl Model {
+    /// Parses and validates a model file's text against the feature names the caller
+    /// computes (`expected`, in order).
+    ///
+    /// ```
+    /// use quiver_reco::classifier::model::Model;
+    /// let text = r#"{"format": "quiver-gbt", "version": 1, "features": ["a", "b"],
+    ///   "base_score": 0.0, "working_point": 0.5,
+    ///   "trees": [{"feature": [1, -1, -1], "threshold": [2.0, 0, 0],
+    ///              "left": [1, 0, 0], "right": [2, 0, 0], "value": [0, -1.0, 1.0]}]}"#;
+    /// let m = Model::parse(text, &["a", "b"]).unwrap();
+    /// assert_eq!(m.raw(&[0.0, 2.0]), -1.0); // b ≤ 2: left
+    /// assert!(m.score(&[0.0, 3.0]) > 0.73);
+    /// assert!(Model::parse(text, &["b", "a"]).is_err());
+    /// ```
+    pub fn parse(text: &str, expected: &[&str]) -> Result<Model, ModelError> {
+        let Json::Obj(m) = json::parse(text).map_err(ModelError::Json)? else {
+            return Err(invalid("the document is not an object"));
+        };
+        match field(&m, "format")? {
+            Json::Str(s) if s == "quiver-gbt" => {}
+            _ => return Err(invalid("\"format\" is not \"quiver-gbt\"")),
+        }
+        let version = number(field(&m, "version")?, "version")?;
+        if version != 1.0 {
+            return Err(invalid(format!(
+                "version {version}; this build reads version 1"
+            )));
+        }
+        let features: Vec<String> = match field(&m, "features")? {
+            Json::Arr(a) => a
+                .iter()
+                .map(|x| match x {
+                    Json::Str(s) => Ok(s.clone()),
+                    _ => Err(invalid("\"features\" holds a non-string")),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(invalid("\"features\" is not an array")),
+        };
+        if features != expected {
+            return Err(invalid(format!(
+                "its features [{}] are not this build's [{}] (same names, same order)",
+                features.join(", "),
+                expected.join(", ")
+            )));
+        }
+        let base_score = bounded(
+            number(field(&m, "base_score")?, "base_score")?,
+            "base_score",
+        )?;
+        let working_point = number(field(&m, "working_point")?, "working_point")?;
+        if !(0.0..=1.0).contains(&working_point) {
+            return Err(invalid(format!(
+                "working_point {working_point} is outside [0, 1]"
+            )));
+        }
+        let Json::Arr(tree_list) = field(&m, "trees")? else {
+            return Err(invalid("\"trees\" is not an array"));
+        };
+        if tree_list.len() > MAX_TREES {
+            return Err(invalid(format!(
+                "{} trees, at most {MAX_TREES}",
+                tree_list.len()
+            )));
+        }
+        let trees: Vec<Tree> = tree_list
+            .iter()
+            .enumerate()
+            .map(|(t, j)| {
+                Tree::parse(j, features.len()).map_err(|e| invalid(format!("tree {t}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        let (mut nodes, mut leaf_value, mut roots) = (Vec::new(), Vec::new(), Vec::new());
+        for t in &trees {
+            let base = nodes.len() as u32;
+            let n = t.feature.len();
+            // Depth of each node (children come after their parent).
+            let mut depth = vec![0u32; n];
+            for k in 0..n {
+                if t.feature[k] >= 0 {
+                    depth[t.left[k] as usize] = depth[k] + 1;
+                    depth[t.right[k] as usize] = depth[k] + 1;
+                }
+            }
+            roots.push((base, depth.iter().copied().max().unwrap_or(0)));
+            for k in 0..n {
+                let leaf = t.feature[k] < 0;
+                let me = base + k as u32;
+                // A leaf points to itself: every walk can take the tree's depth in steps.
+                nodes.push(Node {
+                    feature: if leaf { 0 } else { t.feature[k] as u32 },
+                    threshold: if leaf {
+                        0.0
+                    } else {
+                        f32_at_most(t.threshold[k])
+                    },
+                    left: if leaf { me } else { base + t.left[k] },
+                    right: if leaf { me } else { base + t.right[k] },
+                });
+                leaf_value.push(if leaf { t.value[k] } else { 0.0 });
+            }
+        }
+        Ok(Model {
+            features,
+            base_score,
+            working_point,
+            trees,
+            nodes,
+            leaf_value,
+            roots,
+        })
+    }
+
+    /// Raw scores of the rows `rows` of a feature matrix (`features.len()` per row): the same
+    /// values as [`Model::raw`] of each row, trees outside, rows inside (each tree's nodes
+    /// stay in cache).
+    pub fn raw_rows(&self, x: &[f32], rows: &[usize]) -> Vec<f64> {
+        const LANES: usize = 8;
+        let nf = self.features.len();
+        let mut raw = vec![self.base_score; rows.len()];
+        for &(root, depth) in &self.roots {
+            // Eight walks at once, branch-free steps: they overlap in the pipeline.
+            for (raw, rows) in raw.chunks_mut(LANES).zip(rows.chunks(LANES)) {
+                let mut k = [root as usize; LANES];
+                for _ in 0..depth {
+                    for (k, &row) in k.iter_mut().zip(rows) {
+                        let n = self.nodes[*k];
+                        let v = x[row * nf + n.feature as usize];
+                        *k = if v <= n.threshold { n.left } else { n.right } as usize;
+                    }
+                }
+                for (r, &k) in raw.iter_mut().zip(&k) {
+                    *r += self.leaf_value[k];
+                }
+            }
+        }
+        raw
+    }
+
+    /// The raw score (log-odds) of one feature vector.
+    pub fn raw(&self, x: &[f32]) -> f64 {
+        let mut raw = self.base_score;
+        for t in &self.trees {
+            raw += t.leaf(x);
+        }
+        raw
+    }
+
+    /// The probability of being a genuine track, in [0, 1].
+    pub fn score(&self, x: &[f32]) -> f32 {
+        sigmoid(self.raw(x))
+    }
+}
+
+/// `1 / (1 + e^−raw)` as f32.
+pub fn sigmoid(raw: f64) -> f32 {
+    (1.0 / (1.0 + (-raw).exp())) as f32
+}
+
+impl Tree {
+    fn parse(j: &Json, n_features: usize) -> Result<Tree, String> {
+        let Json::Obj(m) = j else {
+            return Err("not an object".into());
+        };
+        let get = |k: &str| field(m, k).map_err(|e| e.to_string());
+        let feature = integers(get("feature")?, "feature").map_err(|e| e.to_string())?;
+        let threshold = numbers(get("threshold")?, "threshold").map_err(|e| e.to_string())?;
+        let left = integers(get("left")?, "left").map_err(|e| e.to_string())?;
+        let right = integers(get("right")?, "right").map_err(|e| e.to_string())?;
+        let value = numbers(get("value")?, "value").map_err(|e| e.to_string())?;
+        for (k, &v) in value.iter().enumerate() {
+            bounded(v, &format!("value[{k}]")).map_err(|e| e.to_string())?;
+        }
+        let n = feature.len();
+        if n == 0 || n > MAX_NODES {
+            return Err(format!("{n} nodes (1 to {MAX_NODES})"));
+        }
+        for (k, len) in [
+            ("threshold", threshold.len()),
+            ("left", left.len()),
+            ("right", right.len()),
+            ("value", value.len()),
+        ] {
+            if len != n {
+                return Err(format!("{len} {k} entries for {n} nodes"));
+            }
+        }
+        for i in 0..n {
+            if feature[i] < 0 {
+                continue;
+            }
+            if feature[i] as usize >= n_features {
+                return Err(format!(
+                    "node {i} splits on feature {} of {n_features}",
+                    feature[i]
+                ));
+            }
+            // Children after their parent: every walk ends, within n steps.
+            for (side, c) in [("left", left[i]), ("right", right[i])] {
+                if c <= i as i64 || c >= n as i64 {
+                    return Err(format!(
+                        "node {i}'s {side} child {c} is not a later node of the tree's {n}"
+                    ));
+                }
+            }
+        }
+        Ok(Tree {
+            feature: feature.iter().map(|&f| f.max(-1) as i32).collect(),
+            threshold,
+            left: left.iter().map(|&c| c.max(0) as u32).collect(),
+            right: right.iter().map(|&c| c.max(0) as u32).collect(),
+            value,
+        })
+    }
+
+    /// The value of the leaf `x` reaches.
+    pub fn leaf(&self, x: &[f32]) -> f64 {
+        let mut k = 0usize;
+        loop {
+            let f = self.feature[k];
+            if f < 0 {
+                return self.value[k];
+            }
+            k = if (x[f as usize] as f64) <= self.threshold[k] {
+                self.left[k]
+            } else {
+                self.right[k]
+            } as usize;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_thresholds_compare_as_the_f64_ones() {
+        for t in [
+            0.1f64, -0.1, 0.0, 1e-50, -1e-50, 3.5, 1e39, -1e39, 16777217.0,
+        ] {
+            let r = f32_at_most(t);
+            assert!((r as f64) <= t, "{t}");
+            // The next f32 up is above t.
+            let up = if r == 0.0 && r.is_sign_negative() {
+                0.0
+            } else if r >= 0.0 {
+                f32::from_bits(r.to_bits() + 1)
+            } else {
+                f32::from_bits(r.to_bits() - 1)
+            };
+            assert!(up as f64 > t || r == f32::MAX, "{t}: {r} {up}");
+        }
+    }
+}
