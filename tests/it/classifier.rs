@@ -145,7 +145,7 @@ fn a_bad_model_or_threshold_stops_the_plan_naming_step_and_file() {
         (
             "damaged.json",
             Some(good[..good.len() / 2].to_string()),
-            "invalid JSON at byte",
+            "invalid JSON or not a model",
         ),
         (
             "features.json",
@@ -155,7 +155,7 @@ fn a_bad_model_or_threshold_stops_the_plan_naming_step_and_file() {
         (
             "nan.json",
             Some(good.replacen("\"threshold\":[", "\"threshold\":[NaN,", 1)),
-            "threshold[0] is NaN",
+            "invalid JSON or not a model: expected value",
         ),
         (
             "child.json",

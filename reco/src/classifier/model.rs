@@ -13,8 +13,6 @@
 //! and to `right[k]` otherwise. The score is `1 / (1 + exp(−raw))` with `raw = base_score +
 //! Σ leaves` summed in f64 in tree order.
 
-use super::json::{self, Json};
-
 /// Why a model file cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ModelError {
@@ -102,45 +100,34 @@ fn invalid(msg: impl Into<String>) -> ModelError {
     ModelError::Invalid(msg.into())
 }
 
-fn field<'a>(
-    m: &'a std::collections::BTreeMap<String, Json>,
-    k: &str,
-) -> Result<&'a Json, ModelError> {
-    m.get(k).ok_or_else(|| invalid(format!("no \"{k}\"")))
+/// A model file as written, before validation.
+#[derive(serde::Deserialize)]
+struct ModelFile {
+    format: String,
+    version: u32,
+    features: Vec<String>,
+    base_score: f64,
+    working_point: f64,
+    trees: Vec<TreeFile>,
 }
 
-fn number(v: &Json, what: &str) -> Result<f64, ModelError> {
-    match v {
-        Json::Num(x) if x.is_finite() => Ok(*x),
-        Json::Num(x) => Err(invalid(format!("{what} is {x}, not a finite number"))),
-        _ => Err(invalid(format!("{what} is not a number"))),
+/// A tree as written: parallel node arrays.
+#[derive(serde::Deserialize)]
+struct TreeFile {
+    feature: Vec<i64>,
+    threshold: Vec<f64>,
+    left: Vec<i64>,
+    right: Vec<i64>,
+    value: Vec<f64>,
+}
+
+/// `v` when finite.
+fn finite(v: f64, what: &str) -> Result<f64, ModelError> {
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(invalid(format!("{what} is {v}, not a finite number")))
     }
-}
-
-fn numbers(v: &Json, what: &str) -> Result<Vec<f64>, ModelError> {
-    match v {
-        Json::Arr(a) => a
-            .iter()
-            .enumerate()
-            .map(|(i, x)| number(x, &format!("{what}[{i}]")))
-            .collect(),
-        _ => Err(invalid(format!("{what} is not an array"))),
-    }
-}
-
-/// Integers of an array as i64 (exact: no fraction, within ±2⁵³).
-fn integers(v: &Json, what: &str) -> Result<Vec<i64>, ModelError> {
-    numbers(v, what)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, x)| {
-            if x.fract() == 0.0 && x.abs() <= 9.0e15 {
-                Ok(x as i64)
-            } else {
-                Err(invalid(format!("{what}[{i}] = {x} is not an integer")))
-            }
-        })
-        .collect()
 }
 
 impl Model {
@@ -159,29 +146,18 @@ impl Model {
     /// assert!(Model::parse(text, &["b", "a"]).is_err());
     /// ```
     pub fn parse(text: &str, expected: &[&str]) -> Result<Model, ModelError> {
-        let Json::Obj(m) = json::parse(text).map_err(ModelError::Json)? else {
-            return Err(invalid("the document is not an object"));
-        };
-        match field(&m, "format")? {
-            Json::Str(s) if s == "quiver-gbt" => {}
-            _ => return Err(invalid("\"format\" is not \"quiver-gbt\"")),
+        let file: ModelFile = serde_json::from_str(text)
+            .map_err(|e| ModelError::Json(format!("invalid JSON or not a model: {e}")))?;
+        if file.format != "quiver-gbt" {
+            return Err(invalid("\"format\" is not \"quiver-gbt\""));
         }
-        let version = number(field(&m, "version")?, "version")?;
-        if version != 1.0 {
+        if file.version != 1 {
             return Err(invalid(format!(
-                "version {version}; this build reads version 1"
+                "version {}; this build reads version 1",
+                file.version
             )));
         }
-        let features: Vec<String> = match field(&m, "features")? {
-            Json::Arr(a) => a
-                .iter()
-                .map(|x| match x {
-                    Json::Str(s) => Ok(s.clone()),
-                    _ => Err(invalid("\"features\" holds a non-string")),
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err(invalid("\"features\" is not an array")),
-        };
+        let features = file.features;
         if features != expected {
             return Err(invalid(format!(
                 "its features [{}] are not this build's [{}] (same names, same order)",
@@ -189,19 +165,14 @@ impl Model {
                 expected.join(", ")
             )));
         }
-        let base_score = bounded(
-            number(field(&m, "base_score")?, "base_score")?,
-            "base_score",
-        )?;
-        let working_point = number(field(&m, "working_point")?, "working_point")?;
+        let base_score = bounded(finite(file.base_score, "base_score")?, "base_score")?;
+        let working_point = finite(file.working_point, "working_point")?;
         if !(0.0..=1.0).contains(&working_point) {
             return Err(invalid(format!(
                 "working_point {working_point} is outside [0, 1]"
             )));
         }
-        let Json::Arr(tree_list) = field(&m, "trees")? else {
-            return Err(invalid("\"trees\" is not an array"));
-        };
+        let tree_list = file.trees;
         if tree_list.len() > MAX_TREES {
             return Err(invalid(format!(
                 "{} trees, at most {MAX_TREES}",
@@ -303,16 +274,17 @@ pub fn sigmoid(raw: f64) -> f32 {
 }
 
 impl Tree {
-    fn parse(j: &Json, n_features: usize) -> Result<Tree, String> {
-        let Json::Obj(m) = j else {
-            return Err("not an object".into());
-        };
-        let get = |k: &str| field(m, k).map_err(|e| e.to_string());
-        let feature = integers(get("feature")?, "feature").map_err(|e| e.to_string())?;
-        let threshold = numbers(get("threshold")?, "threshold").map_err(|e| e.to_string())?;
-        let left = integers(get("left")?, "left").map_err(|e| e.to_string())?;
-        let right = integers(get("right")?, "right").map_err(|e| e.to_string())?;
-        let value = numbers(get("value")?, "value").map_err(|e| e.to_string())?;
+    fn parse(j: &TreeFile, n_features: usize) -> Result<Tree, String> {
+        let TreeFile {
+            feature,
+            threshold,
+            left,
+            right,
+            value,
+        } = j;
+        for (k, &v) in threshold.iter().enumerate() {
+            finite(v, &format!("threshold[{k}]")).map_err(|e| e.to_string())?;
+        }
         for (k, &v) in value.iter().enumerate() {
             bounded(v, &format!("value[{k}]")).map_err(|e| e.to_string())?;
         }
@@ -351,10 +323,10 @@ impl Tree {
         }
         Ok(Tree {
             feature: feature.iter().map(|&f| f.max(-1) as i32).collect(),
-            threshold,
+            threshold: threshold.clone(),
             left: left.iter().map(|&c| c.max(0) as u32).collect(),
             right: right.iter().map(|&c| c.max(0) as u32).collect(),
-            value,
+            value: value.clone(),
         })
     }
 
