@@ -1026,3 +1026,40 @@ fn annealing_parameters_are_checked_by_name() {
     }
     assert!(annealing().validate().is_ok());
 }
+
+#[test]
+fn annealing_survives_extreme_but_valid_tracks() {
+    // Finite values the selection accepts, far outside the detector, with tiny and huge
+    // errors, and without the vertex size that keeps weights bounded: no panic, no NaN.
+    // (σ² below f32's normal range would make the f32 fit's weight infinite, as with every
+    // clusterizer; 1e-30 cm² stays finite.)
+    let mut ev = Event::default();
+    for (z, s) in [
+        (1e30, 1e-15),
+        (-1e30, 1e-15),
+        (0.0, 1e-15),
+        (0.0, 1e-15),
+        (5.0, 1e10),
+        (5.0, 1e10),
+        (0.0, 1e-15),
+    ] {
+        ev.push(z, s, 1.0, 0);
+    }
+    for vertex_size in [0.0, 0.006] {
+        let cfg = VertexConfig {
+            annealing: AnnealingConfig {
+                vertex_size,
+                ..AnnealingConfig::default()
+            },
+            ..annealing()
+        };
+        let out = find_vertices(&ev.view(), &cfg).unwrap();
+        check_consistency(&ev.view(), &out);
+        assert!(out.zv.iter().all(|z| z.is_finite()), "{:?}", out.zv);
+        // The three tracks at 0 make the vertex; those at 5 cm with σ = 10¹⁰ cm are
+        // compatible with it (and weigh nothing in its fit); those at ±10³⁰ cm are alone.
+        assert_eq!(out.nv_final, 1, "{:?}", out.zv);
+        assert_eq!(out.tracks_of(0).unwrap(), &[2, 3, 4, 5, 6]);
+        assert_eq!(out.zv[0], 0.0);
+    }
+}
