@@ -2,6 +2,7 @@
 //! One binary links the crate and its dependencies once instead of once per file (link time and
 //! disk on a fresh machine: docs/decisions/0009-one-build.md).
 
+mod annealing;
 mod atomic_outputs;
 mod capacity;
 mod classifier;

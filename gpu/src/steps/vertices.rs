@@ -129,6 +129,8 @@ pub fn clustering_mode(c: Clusterizer) -> u32 {
         Clusterizer::Density => 0,
         Clusterizer::Dbscan => 1,
         Clusterizer::Iterative => 2,
+        // Refused by `VerticesGpu::new`: the kernel has no annealing.
+        Clusterizer::Annealing => u32::MAX,
     }
 }
 
@@ -142,6 +144,12 @@ pub(crate) struct VerticesGpu {
 
 impl VerticesGpu {
     pub fn new(cfg: &StepConfig, common: Common, vc: VertexConfig) -> Result<Self> {
+        if vc.clusterizer == Clusterizer::Annealing {
+            return Err(Error::plan(
+                &cfg.label,
+                "clusterizer = \"annealing\" has no GPU implementation (run this vertices step on the CPU)",
+            ));
+        }
         Ok(VerticesGpu {
             input: cfg.input("input")?,
             cfg: vc,

@@ -17,7 +17,8 @@ use super::types::*;
 use super::{per_event, product_batch, publish_columns};
 use crate::capacity::Capacities;
 use crate::vertices::{
-    find_vertices, select_tracks, Clusterizer, Selected, TracksView, VertexConfig, Vertices,
+    find_vertices, select_tracks, AnnealingConfig, Clusterizer, Selected, TracksView, VertexConfig,
+    Vertices,
 };
 
 struct VerticesStep {
@@ -176,15 +177,24 @@ impl Step for VerticesStep {
 pub(super) fn register(r: &mut Registry) {
     r.add(StepType {
         name: "vertices",
-        doc: "Primary vertices: density clustering of track z0, fit, split, refit, sort by Σ pT² (PixelVertexProducerCUDA)",
+        doc: "Primary vertices: density (or annealing) clustering of track z0, fit, split, refit, sort by Σ pT² (PixelVertexProducerCUDA)",
         params: vec![
-            ParamSpec::choice("clusterizer", &["density", "dbscan", "iterative"], "track clustering in z"),
+            ParamSpec::choice("clusterizer", &["density", "dbscan", "iterative", "annealing"], "track clustering in z"),
             ParamSpec::int("min_t", 2, "minimum neighbours for a seed (nn ≥ min_t)").within(0.0, 10_000.0),
             ParamSpec::float("eps", 0.07, "maximum |Δz| between neighbours, cm").above(0.0, 0.1),
             ParamSpec::float("errmax", 0.01, "maximum σ(z) of a track that seeds, cm").within(0.0, 100.0),
             ParamSpec::float("chi2max", 9.0, "maximum Δz²/σ² between neighbours").above(0.0, 1e6),
             ParamSpec::float("pt_min", 0.5, "minimum track pT, GeV").within(0.0, 1000.0),
             ParamSpec::int("min_hits", 4, "minimum hits of a track (tracks have 3 to 5)").within(0.0, 5.0),
+            ParamSpec::float("t_min", 4.0, "annealing: temperature where splitting stops and outliers are rejected").above(0.0, 1e4),
+            ParamSpec::float("t_purge", 4.0, "annealing: temperature of the purge of prototypes with < 2 unique tracks (≤ t_min)").above(0.0, 1e4),
+            ParamSpec::float("t_stop", 0.5, "annealing: temperature of the final track assignment (≤ t_purge)").above(0.0, 1e4),
+            ParamSpec::float("cooling_factor", 0.6, "annealing: temperature factor per cooling step, in (0, 1)").above(0.0, 0.99),
+            ParamSpec::float("z_cutoff", 3.0, "annealing: outlier cut in track z errors (0: no outlier rejection)").within(0.0, 100.0),
+            ParamSpec::float("vertex_size", 0.006, "annealing: added in quadrature to each track's z error, cm").within(0.0, 1.0),
+            ParamSpec::float("z_merge", 0.01, "annealing: prototypes closer than this may merge, cm").within(0.0, 1.0),
+            ParamSpec::float("unique_weight", 0.5, "annealing: fraction of the largest probability that makes a track unique to a prototype").above(0.0, 1.0),
+            ParamSpec::float("assign_weight", 0.5, "annealing: smallest probability that assigns a track to a vertex").above(0.0, 0.99),
             Capacities::param(),
         ],
         signature: Signature {
@@ -203,7 +213,19 @@ pub fn vertex_config(cfg: &StepConfig) -> Result<VertexConfig> {
     let clusterizer = match p.str("clusterizer") {
         "dbscan" => Clusterizer::Dbscan,
         "iterative" => Clusterizer::Iterative,
+        "annealing" => Clusterizer::Annealing,
         _ => Clusterizer::Density,
+    };
+    let annealing = AnnealingConfig {
+        t_min: p.float("t_min"),
+        t_purge: p.float("t_purge"),
+        t_stop: p.float("t_stop"),
+        cooling_factor: p.float("cooling_factor"),
+        z_cutoff: p.float("z_cutoff"),
+        vertex_size: p.float("vertex_size"),
+        z_merge: p.float("z_merge"),
+        unique_weight: p.float("unique_weight"),
+        assign_weight: p.float("assign_weight"),
     };
     let vc = VertexConfig {
         clusterizer,
@@ -219,6 +241,7 @@ pub fn vertex_config(cfg: &StepConfig) -> Result<VertexConfig> {
         } else {
             crate::vertices::MAX_TRACKS
         },
+        annealing,
         ..Default::default()
     };
     vc.validate()

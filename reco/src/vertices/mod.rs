@@ -36,6 +36,7 @@
 //! - a vertex with ≥ 512 ndof is not split (the reference asserts in debug builds and skips it
 //!   otherwise).
 
+mod cluster_annealing;
 mod cluster_common;
 mod cluster_dbscan;
 mod cluster_density;
@@ -82,7 +83,12 @@ pub enum Clusterizer {
     Dbscan,
     /// Iterative min-label propagation among core tracks (reference `useIterative`).
     Iterative,
+    /// Deterministic annealing in z with track errors (CMSSW's offline `DAClusterizerInZ`),
+    /// parameters in [`VertexConfig::annealing`]; not in the reference pixel vertexer.
+    Annealing,
 }
+
+pub use cluster_annealing::AnnealingConfig;
 
 /// Parameters of the vertex finder. Defaults are the reference producer's
 /// (`PixelVertexProducerCUDA.cc`) and the cuts hard-coded in its `make`.
@@ -115,6 +121,8 @@ pub struct VertexConfig {
     /// Track slots per event accepted (the reference's `MAX_TRACKS`, 32 768); more is an
     /// error. `usize::MAX` with sized capacities.
     pub max_tracks: usize,
+    /// Parameters of [`Clusterizer::Annealing`] (unused by the other clusterings).
+    pub annealing: AnnealingConfig,
 }
 
 impl Default for VertexConfig {
@@ -131,6 +139,7 @@ impl Default for VertexConfig {
             split_chi2_max: 9.0,
             fit_chi2_max_final: 5000.0,
             max_tracks: MAX_TRACKS,
+            annealing: AnnealingConfig::default(),
         }
     }
 }
@@ -172,7 +181,9 @@ impl VertexConfig {
                 return bad(format!("{name} = {v} must be finite and > 0"));
             }
         }
-        Ok(())
+        self.annealing
+            .validate()
+            .map_err(VertexError::InvalidConfig)
     }
 }
 
@@ -506,6 +517,7 @@ pub(crate) fn run_chain(
         Clusterizer::Density => cluster_density::cluster_by_density(zt, ezt2, &params)?,
         Clusterizer::Dbscan => cluster_dbscan::cluster_dbscan(zt, ezt2, &params)?,
         Clusterizer::Iterative => cluster_iterative::cluster_iterative(zt, ezt2, &params)?,
+        Clusterizer::Annealing => cluster_annealing::cluster_annealing(zt, ezt2, &cfg.annealing)?,
     };
     let mut iv = clusters.iv;
     let clusters_n = clusters.n_clusters;
@@ -519,14 +531,18 @@ pub(crate) fn run_chain(
         cfg.fit_chi2_max_first,
         &mut fitv,
     );
-    split::split_vertices(
-        zt,
-        ezt2,
-        &mut iv,
-        &fitv,
-        cfg.split_chi2_max,
-        &mut nv_intermediate,
-    )?;
+    // After annealing the split never fired on 60 ⟨PU⟩ 50 events (identical results): the
+    // annealing has already split everything the two-means would.
+    if cfg.clusterizer != Clusterizer::Annealing {
+        split::split_vertices(
+            zt,
+            ezt2,
+            &mut iv,
+            &fitv,
+            cfg.split_chi2_max,
+            &mut nv_intermediate,
+        )?;
+    }
     fit::fit_vertices(
         zt,
         ezt2,

@@ -653,6 +653,7 @@ fn matches_reference_harness() {
             Clusterizer::Density => 0,
             Clusterizer::Dbscan => 1,
             Clusterizer::Iterative => 2,
+            Clusterizer::Annealing => unreachable!("not in the reference"),
         };
         bytes.extend(a.to_le_bytes());
         bytes.extend((zt.len() as u32).to_le_bytes());
@@ -763,5 +764,302 @@ mod properties {
             // Deterministic.
             prop_assert_eq!(find_vertices(&view, &cfg).unwrap().idv, out.idv);
         }
+    }
+}
+
+// ---- Annealing clusterizer ----
+
+fn annealing() -> VertexConfig {
+    VertexConfig {
+        clusterizer: Clusterizer::Annealing,
+        ..VertexConfig::default()
+    }
+}
+
+/// Two vertices `dz` cm apart with `n` tracks each, σ(z) uniform in `sig` cm (deterministic).
+fn pair_event(seed: u64, dz: f64, n: usize, sig: (f64, f64)) -> Event {
+    let mut rng = Rng(seed);
+    let mut ev = Event {
+        zvert: vec![1.0, 1.0 + dz],
+        ..Event::default()
+    };
+    for k in 0..2 * n {
+        let v = k % 2;
+        let s = rng.range(sig.0, sig.1);
+        ev.push(ev.zvert[v] + s * rng.gauss(), s, 0.5 + rng.exp(), v);
+    }
+    ev
+}
+
+#[test]
+fn annealing_separates_a_pair_the_density_clustering_merges() {
+    // 0.5 mm apart, σ(z) 50–150 µm: the density clustering makes one vertex of both (at
+    // 1 mm with these errors it already separates them); annealing finds both.
+    let ev = pair_event(1, 0.05, 20, (0.005, 0.015));
+    let dens = find_vertices(&ev.view(), &VertexConfig::default()).unwrap();
+    assert_eq!(dens.nv_final, 1, "density: {:?}", dens.zv);
+    for (seed, dz) in (1..=5).map(|s| (s, 0.05)).chain([(2, 0.1)]) {
+        let ev = pair_event(seed, dz, 20, (0.005, 0.015));
+        let out = find_vertices(&ev.view(), &annealing()).unwrap();
+        check_consistency(&ev.view(), &out);
+        assert_eq!(out.nv_final, 2, "seed {seed}: {:?}", out.zv);
+        // Vertex 0 is the lower z; tracks alternate between the true vertices. Tracks on the
+        // far side of the midpoint may go to the other vertex: at most 2 of 40.
+        let wrong = (0..40).filter(|&k| out.idv[k] != (k % 2) as i16).count();
+        assert!(
+            wrong <= 2,
+            "seed {seed}: {wrong} misassigned, {:?}",
+            out.idv
+        );
+        for (v, z) in [(0, 1.0), (1, 1.0 + dz)] {
+            assert!((out.zv[v] as f64 - z).abs() < 0.01, "{:?}", out.zv);
+        }
+    }
+}
+
+#[test]
+fn annealing_finds_known_vertices() {
+    let mut rng = Rng(17);
+    for event in 0..10 {
+        let ev = generate(&mut rng, 5 + 2 * event, (8, 30), 0.3);
+        let out = find_vertices(&ev.view(), &annealing()).unwrap();
+        check_consistency(&ev.view(), &out);
+        check_found(&ev, &out);
+    }
+}
+
+#[test]
+fn annealing_one_vertex_and_no_tracks() {
+    let mut rng = Rng(5);
+    let mut ev = Event {
+        zvert: vec![-2.0],
+        ..Event::default()
+    };
+    for _ in 0..25 {
+        let s = rng.range(0.002, 0.008);
+        ev.push(-2.0 + s * rng.gauss(), s, 1.0, 0);
+    }
+    let out = find_vertices(&ev.view(), &annealing()).unwrap();
+    check_consistency(&ev.view(), &out);
+    check_found(&ev, &out);
+    assert_eq!(out.tracks_of(0).unwrap().len(), 25);
+
+    let empty = find_vertices(&Event::default().view(), &annealing()).unwrap();
+    assert_eq!((empty.nv_final, empty.track_offsets.clone()), (0, vec![0]));
+    // Tracks, none selected (pT below pt_min).
+    let mut low = Event::default();
+    low.push(0.1, 0.005, 0.2, 0);
+    low.push(0.1, 0.005, 0.2, 0);
+    let out = find_vertices(&low.view(), &annealing()).unwrap();
+    assert_eq!((out.nv_final, out.n_selected), (0, 0));
+    assert_eq!(out.idv, vec![IDV_UNASSIGNED; 2]);
+    // A single selected track makes no vertex.
+    let mut one = Event::default();
+    one.push(0.1, 0.005, 1.0, 0);
+    let out = find_vertices(&one.view(), &annealing()).unwrap();
+    assert_eq!(out.nv_final, 0);
+}
+
+#[test]
+fn annealing_leaves_outliers_unassigned() {
+    let mut rng = Rng(23);
+    let mut ev = Event {
+        zvert: vec![0.5],
+        ..Event::default()
+    };
+    for _ in 0..20 {
+        let s = rng.range(0.002, 0.008);
+        ev.push(0.5 + s * rng.gauss(), s, 1.0, 0);
+    }
+    // Far from the vertex (≥ 20σ) and from each other: no vertex of their own.
+    for (k, z) in [0.6, 1.7, -3.0, 4.2].into_iter().enumerate() {
+        ev.push(z, 0.004, 1.0, usize::MAX);
+        assert_eq!(ev.truth.len(), 21 + k);
+    }
+    let out = find_vertices(&ev.view(), &annealing()).unwrap();
+    check_consistency(&ev.view(), &out);
+    assert_eq!(out.nv_final, 1, "{:?}", out.zv);
+    assert_eq!(
+        out.tracks_of(0).unwrap(),
+        &(0..20).collect::<Vec<u32>>()[..]
+    );
+    assert!(
+        out.idv[20..].iter().all(|&v| v == IDV_NOISE),
+        "{:?}",
+        out.idv
+    );
+    assert!((out.zv[0] - 0.5).abs() < 0.003, "{}", out.zv[0]);
+}
+
+#[test]
+fn annealing_is_bit_identical_in_any_batch() {
+    let mut rng = Rng(31);
+    let events: Vec<Event> = (0..6)
+        .map(|_| generate(&mut rng, 30, (5, 30), 0.0))
+        .collect();
+    let views: Vec<TracksView> = events.iter().map(|e| e.view()).collect();
+    let cfg = annealing();
+    let alone: Vec<Vertices> = views
+        .iter()
+        .map(|v| find_vertices(v, &cfg).unwrap())
+        .collect();
+    let bits = |v: &Vertices| {
+        let f = |c: &[f32]| c.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        (
+            f(&v.zv),
+            f(&v.wv),
+            f(&v.chi2),
+            f(&v.ptv2),
+            v.idv.clone(),
+            v.sort_ind.clone(),
+        )
+    };
+    // Batches of 1, 2 and 6 events, each on 1 and 2 threads.
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for size in [1, 2, 6] {
+            let got: Vec<Vertices> = pool.install(|| {
+                views
+                    .chunks(size)
+                    .flat_map(|c| find_vertices_events(c, &cfg).unwrap())
+                    .collect()
+            });
+            for (a, b) in alone.iter().zip(&got) {
+                assert_eq!(bits(a), bits(b), "threads {threads}, batch {size}");
+            }
+        }
+    }
+    assert!(alone.iter().map(|v| v.nv_final).sum::<u32>() > 100);
+}
+
+#[test]
+fn annealing_parameters_are_checked_by_name() {
+    let a = AnnealingConfig::default();
+    for (bad, key) in [
+        (
+            AnnealingConfig {
+                t_min: f64::NAN,
+                ..a
+            },
+            "t_min",
+        ),
+        (AnnealingConfig { t_min: 0.0, ..a }, "t_min"),
+        (AnnealingConfig { t_purge: 5.0, ..a }, "t_purge"),
+        (AnnealingConfig { t_stop: -0.5, ..a }, "t_stop"),
+        (
+            AnnealingConfig {
+                t_stop: f64::INFINITY,
+                ..a
+            },
+            "t_stop",
+        ),
+        (
+            AnnealingConfig {
+                cooling_factor: 0.0,
+                ..a
+            },
+            "cooling_factor",
+        ),
+        (
+            AnnealingConfig {
+                cooling_factor: 1.0,
+                ..a
+            },
+            "cooling_factor",
+        ),
+        (
+            AnnealingConfig {
+                z_cutoff: -1.0,
+                ..a
+            },
+            "z_cutoff",
+        ),
+        (
+            AnnealingConfig {
+                vertex_size: f64::NAN,
+                ..a
+            },
+            "vertex_size",
+        ),
+        (
+            AnnealingConfig {
+                z_merge: -0.01,
+                ..a
+            },
+            "z_merge",
+        ),
+        (
+            AnnealingConfig {
+                unique_weight: 0.0,
+                ..a
+            },
+            "unique_weight",
+        ),
+        (
+            AnnealingConfig {
+                unique_weight: 1.5,
+                ..a
+            },
+            "unique_weight",
+        ),
+        (
+            AnnealingConfig {
+                assign_weight: 1.0,
+                ..a
+            },
+            "assign_weight",
+        ),
+    ] {
+        let cfg = VertexConfig {
+            annealing: bad,
+            ..annealing()
+        };
+        match find_vertices(&Event::default().view(), &cfg) {
+            Err(VertexError::InvalidConfig(msg)) => {
+                assert!(msg.starts_with(&format!("{key} = ")), "{key}: {msg}")
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    assert!(annealing().validate().is_ok());
+}
+
+#[test]
+fn annealing_survives_extreme_but_valid_tracks() {
+    // Finite values the selection accepts, far outside the detector, with tiny and huge
+    // errors, and without the vertex size that keeps weights bounded: no panic, no NaN.
+    // (σ² below f32's normal range would make the f32 fit's weight infinite, as with every
+    // clusterizer; 1e-30 cm² stays finite.)
+    let mut ev = Event::default();
+    for (z, s) in [
+        (1e30, 1e-15),
+        (-1e30, 1e-15),
+        (0.0, 1e-15),
+        (0.0, 1e-15),
+        (5.0, 1e10),
+        (5.0, 1e10),
+        (0.0, 1e-15),
+    ] {
+        ev.push(z, s, 1.0, 0);
+    }
+    for vertex_size in [0.0, 0.006] {
+        let cfg = VertexConfig {
+            annealing: AnnealingConfig {
+                vertex_size,
+                ..AnnealingConfig::default()
+            },
+            ..annealing()
+        };
+        let out = find_vertices(&ev.view(), &cfg).unwrap();
+        check_consistency(&ev.view(), &out);
+        assert!(out.zv.iter().all(|z| z.is_finite()), "{:?}", out.zv);
+        // The three tracks at 0 make the vertex; those at 5 cm with σ = 10¹⁰ cm are
+        // compatible with it (and weigh nothing in its fit); those at ±10³⁰ cm are alone.
+        assert_eq!(out.nv_final, 1, "{:?}", out.zv);
+        assert_eq!(out.tracks_of(0).unwrap(), &[2, 3, 4, 5, 6]);
+        assert_eq!(out.zv[0], 0.0);
     }
 }
