@@ -11,6 +11,7 @@ mod generate_atomic;
 mod interrupt;
 mod params;
 mod pixel;
+mod plus;
 mod registry;
 mod support;
 mod tmpfs;
