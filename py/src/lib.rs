@@ -585,6 +585,13 @@ fn names_label(v: &toml::Value, label: &str) -> bool {
 /// The run summary's note on the GIL (after the thread count) when the GIL is enabled.
 const GIL_NOTE: &str = "enabled: Python steps take turns, Rust steps run in parallel";
 
+/// The text of the track classifier's model built into the library
+/// (`reco/models/track-classifier.json`), for the Python twin's `model = "builtin"`.
+#[pyfunction]
+fn builtin_classifier_model() -> &'static str {
+    quiver_reco::classifier::BUILTIN_MODEL
+}
+
 /// Sets the allocator as the `quiver` command does (quiver_columnar::tune): with `always`,
 /// also when the environment holds allocator settings (a Dask worker's, from its nanny).
 /// Returns whether glibc took them.
@@ -734,6 +741,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     m.add_function(wrap_pyfunction!(verify_run, m)?)?;
     m.add_function(wrap_pyfunction!(tune_malloc, m)?)?;
+    m.add_function(wrap_pyfunction!(builtin_classifier_model, m)?)?;
     m.add_function(wrap_pyfunction!(describe_steps, m)?)?;
     m.add_function(wrap_pyfunction!(buffer_addresses, m)?)?;
     m.add_function(wrap_pyfunction!(conditions, m)?)?;

@@ -67,7 +67,7 @@ def test_python_twin_matches_rust(runs):
     assert np.all(s_rust[~loose] == 0) and np.all(s_py[~loose] == 0)
     assert s_rust[loose].min() < 0.1 and s_rust[loose].max() > 0.9
     q_rust, q_py = rust.column("quality").to_numpy(), py.column("quality").to_numpy()
-    threshold = json.loads(quiver.classifier.BUILTIN_PATH.read_text())["working_point"]
+    threshold = json.loads(quiver.classifier.builtin_model_text())["working_point"]
     near = np.abs(s_rust.astype(np.float64) - threshold) <= TOL
     assert np.array_equal(q_rust[~near], q_py[~near])
     hp = q_rust == 5
@@ -75,7 +75,7 @@ def test_python_twin_matches_rust(runs):
 
 
 def test_python_model_refuses_bad_files(tmp_path):
-    good = json.loads(quiver.classifier.BUILTIN_PATH.read_text())
+    good = json.loads(quiver.classifier.builtin_model_text())
     assert good["features"] == FEATURES
     cases = {
         "damaged": '{"format": ',

@@ -13,8 +13,6 @@ agree bit for bit; the scores agree within 1e-5 (``exp`` may differ in the last 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -57,8 +55,15 @@ SIZE_Y_PER_COT = F32(8.0) * F32(0.0285) / F32(0.015)
 F32_MAX = np.finfo(np.float32).max
 #: Largest |base score| and |leaf value| a model may hold (as the Rust ``MAX_VALUE``).
 MAX_VALUE = 1e6
+
+
 #: Where the built-in model lives in a source checkout.
-BUILTIN_PATH = Path(__file__).resolve().parents[3] / "reco" / "models" / "track-classifier.json"
+def builtin_model_text():
+    """The JSON text of the model built into the library (``model = "builtin"``)."""
+    from . import _quiver
+
+    return _quiver.builtin_classifier_model()
+
 
 SCORES_SCHEMA = pa.schema(
     [
@@ -240,11 +245,14 @@ class Model:
     """A gradient-boosted-trees model file (format ``quiver-gbt`` version 1), checked as the
     Rust ``Model::parse`` checks it."""
 
-    def __init__(self, path):
+    def __init__(self, path, text=None):
+        """The model in the file ``path``, or in ``text`` (then ``path`` only names it)."""
         self.path = str(path)
         try:
-            with open(path, encoding="utf-8") as f:
-                m = json.load(f)
+            if text is None:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
+            m = json.loads(text)
         except (OSError, ValueError) as e:
             raise ClassifierError(f"model file {path}: {e}") from None
         try:
@@ -321,8 +329,8 @@ def purity_quality(quality, scores, threshold):
 
 class TrackClassifier(Step):
     """The Rust ``track_classifier`` step in numpy: ``track_scores`` (score, quality) for
-    every track of ``tracks``. ``model = "builtin"`` reads the source checkout's
-    ``reco/models/track-classifier.json`` (or ``$QUIVER_CLASSIFIER_MODEL``)."""
+    every track of ``tracks``. ``model = "builtin"`` is the model built into the library
+    (the same text the Rust step compiles in)."""
 
     consumes = {"tracks": "tracks", "hits": "hits"}
     produces = {"track_scores": SCORES_SCHEMA}
@@ -335,8 +343,9 @@ class TrackClassifier(Step):
         super().__init__(params)
         path = self.params.get("model", "builtin")
         if path == "builtin":
-            path = os.environ.get("QUIVER_CLASSIFIER_MODEL", str(BUILTIN_PATH))
-        self.model = Model(path)
+            self.model = Model("builtin", text=builtin_model_text())
+        else:
+            self.model = Model(path)
         t = float(self.params.get("threshold", -1.0))
         if t == -1.0:
             t = self.model.working_point

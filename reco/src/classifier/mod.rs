@@ -243,4 +243,24 @@ mod tests {
         assert!(!m.trees.is_empty());
         assert!(m.trees.len() <= 200);
     }
+
+    /// Every threshold is the f64 nearest its decimal text (as Python wrote and reads it): a
+    /// threshold one ulp off sends a feature equal to it the other way (the Python twin's
+    /// scores differed by up to 0.076 with serde_json's fast float parser).
+    #[test]
+    fn the_builtin_model_parses_every_threshold_exactly() {
+        let m = Model::parse(BUILTIN_MODEL, &FEATURES).unwrap();
+        let mut texts = Vec::new();
+        for part in BUILTIN_MODEL.split("\"threshold\":[").skip(1) {
+            let list = &part[..part.find(']').unwrap()];
+            texts.extend(list.split(',').map(|t| t.trim().parse::<f64>().unwrap()));
+        }
+        let parsed: Vec<f64> = m.trees.iter().flat_map(|t| t.threshold.clone()).collect();
+        assert_eq!(texts.len(), parsed.len());
+        let off = texts
+            .iter()
+            .zip(&parsed)
+            .filter(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(off.count(), 0);
+    }
 }
