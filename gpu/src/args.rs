@@ -1,0 +1,317 @@
+//! Each kernel's argument list, written once: a struct per kernel whose fields are its
+//! parameters, named as in its `.cu` signature and pushed in that order ([`KernelArgs::push`])
+//! into a [`KernelSink`]. The GPU steps push them into a device launch (`steps::Launch`,
+//! cudarc's launch builder); the emulation tests push the same lists into a host launch
+//! that calls the kernel compiled for the host. Both check the names and C types against
+//! the signature (`kernels::check_launch`) before anything runs, so a misordered list fails
+//! on any machine, and the emulation runs exactly the order the device gets.
+//!
+//! The kernels of the tracking steps (`ca_*`, `cn_*`, `nt_*`, `track_fit`, `qx_quality`,
+//! `vx_find`) still list their arguments at the launch (`Launch::arg`), checked the same way
+//! at run time and by the `launches` test without a GPU.
+
+use crate::kernels::CType;
+
+/// Where a kernel's named arguments go, in the kernel's parameter order. `In<T>` and
+/// `Out<T>` are how that side holds a buffer of `T` that the kernel reads or writes: device
+/// views for a launch on the GPU, host slices for the emulation.
+pub trait KernelSink<'a> {
+    type In<T: CType + 'a>: ?Sized + 'a;
+    type Out<T: CType + 'a>: ?Sized + 'a;
+    /// A buffer the kernel only reads (`const T*`).
+    fn input<T: CType + 'a>(&mut self, name: &'static str, v: &'a Self::In<T>);
+    /// A buffer the kernel writes (`T*`).
+    fn output<T: CType + 'a>(&mut self, name: &'static str, v: &'a mut Self::Out<T>);
+    /// A scalar passed by value.
+    fn value<T: CType + cudarc::driver::DeviceRepr + 'a>(&mut self, name: &'static str, v: &'a T);
+}
+
+/// A kernel's argument list ([`kernel_args!`]): the kernel's name and the push of every
+/// argument, in order, into a sink.
+pub trait KernelArgs<'a, S: KernelSink<'a>> {
+    const KERNEL: &'static str;
+    fn push(self, sink: &mut S);
+}
+
+/// Declares one struct per kernel: `in name: T` a `const T*`, `out name: T` a `T*`,
+/// `val name: T` a scalar, in the order of the kernel's parameters. The same list gives
+/// [`lists`]: every kernel's (name, C type) pairs, checked against the sources without a
+/// device.
+macro_rules! kernel_args {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident = $kernel:literal { $($dir:ident $field:ident: $t:ty),* $(,)? }
+    )*) => {
+        $(
+            $(#[$doc])*
+            pub struct $name<'a, S: KernelSink<'a>> {
+                $(pub $field: kernel_args!(@ty $dir 'a S $t),)*
+            }
+            impl<'a, S: KernelSink<'a>> KernelArgs<'a, S> for $name<'a, S> {
+                const KERNEL: &'static str = $kernel;
+                fn push(self, sink: &mut S) {
+                    $(kernel_args!(@push $dir sink $field self.$field);)*
+                }
+            }
+        )*
+        /// Every kernel with an argument list here: its name and the (parameter, C type)
+        /// pairs its list passes.
+        pub fn lists() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
+            vec![$(($kernel, vec![$((stringify!($field), kernel_args!(@c $dir $t)),)*]),)*]
+        }
+    };
+    (@ty in $a:lifetime $s:ident $t:ty) => { &$a $s::In<$t> };
+    (@ty out $a:lifetime $s:ident $t:ty) => { &$a mut $s::Out<$t> };
+    (@ty val $a:lifetime $s:ident $t:ty) => { &$a $t };
+    (@push in $sink:ident $f:ident $v:expr) => { $sink.input(stringify!($f), $v) };
+    (@push out $sink:ident $f:ident $v:expr) => { $sink.output(stringify!($f), $v) };
+    (@push val $sink:ident $f:ident $v:expr) => { $sink.value(stringify!($f), $v) };
+    (@c val $t:ty) => { <$t as CType>::C.to_string() };
+    (@c $dir:ident $t:ty) => { format!("{}*", <$t as CType>::C) };
+}
+
+kernel_args! {
+    /// `raw_to_digis.cu`: one thread per payload word.
+    RawToDigis = "raw_to_digis" {
+        in words: u32,
+        val n_words: u32,
+        in seg_start: u32,
+        in seg_fed: u32,
+        val n_seg: u32,
+        in c_link: u32,
+        in c_roc: u32,
+        in c_raw_id: u32,
+        in c_roc_in_det: u32,
+        in c_module_id: u32,
+        in c_bad_rocs: u8,
+        in c_mod_to_unp: u8,
+        val c_size: u32,
+        val use_quality: u32,
+        out xx: u16,
+        out yy: u16,
+        out adc_out: u16,
+        out module_out: u16,
+        out raw_id_out: u32,
+        out pdigi_out: u32,
+        out err_count: u32,
+        out err_index: u32,
+        out err_type: u8,
+        out err_raw: u32,
+        out status: u32,
+    }
+
+    /// `calibrate.cu`: one thread per digi.
+    Calibrate = "calibrate" {
+        in module_in: u16,
+        in xx: u16,
+        in yy: u16,
+        in adc_in: u16,
+        val n: u32,
+        in range_first: u32,
+        in range_last: u32,
+        in range_cols: i32,
+        val n_ranges: u32,
+        in data: u8,
+        val data_len: u64,
+        val min_ped: f32,
+        val min_gain: f32,
+        val ped_precision: f32,
+        val gain_precision: f32,
+        val rows_averaged: u32,
+        val dead_flag: u32,
+        val noisy_flag: u32,
+        val is_run2: u32,
+        val l1_modules: u32,
+        val gain_l1: f32,
+        val offset_l1: f32,
+        val gain_other: f32,
+        val offset_other: f32,
+        val min_electrons: i32,
+        out module_out: u16,
+        out adc_out: u16,
+        out status: u32,
+    }
+
+    /// `clusterize.cu`: every digi's event-local index.
+    ClusInit = "clus_init" {
+        out clus: i32,
+        val n: u32,
+        in event_offsets: u32,
+        val n_events: u32,
+    }
+
+    /// `clusterize.cu`: one block per run slot.
+    Clusterize = "clusterize" {
+        in module: u16,
+        in xx: u16,
+        in yy: u16,
+        in run_first: u32,
+        in run_end: u32,
+        in run_base: u32,
+        out clus_all: i32,
+        out bins_all: u32,
+        out found_out: u32,
+    }
+
+    /// `module_runs.cu`: the run start flags, one thread per digi.
+    MrFlag = "mr_flag" {
+        in module: u16,
+        in xx: u16,
+        in yy: u16,
+        val n: u32,
+        in event_offsets: u32,
+        val n_events: u32,
+        out start: u32,
+        out status: u32,
+    }
+
+    /// `module_runs.cu`: each run start writes its run slot.
+    MrFill = "mr_fill" {
+        in module: u16,
+        val n: u32,
+        in event_offsets: u32,
+        val n_events: u32,
+        in start: u32,
+        in pos: u32,
+        val max_pix: u32,
+        out run_first: u32,
+        out run_end: u32,
+        out run_base: u32,
+        out run_module: u16,
+        out worst: u32,
+        out over: u32,
+        out cut: u64,
+    }
+
+    /// `module_runs.cu`: whether each table row's first digi is of its module.
+    RunCheck = "run_check" {
+        in module: u16,
+        val n_rows: u32,
+        in row_first: u32,
+        in row_module: u16,
+        out status: u32,
+    }
+
+    /// `module_runs.cu`: each host run's end.
+    RunEnds = "run_ends" {
+        in module: u16,
+        val n_runs: u32,
+        in run_first: u32,
+        in run_module: u16,
+        in run_limit: u32,
+        out run_end: u32,
+    }
+
+    /// `module_runs.cu`: each run slot's end.
+    SlotEnds = "slot_ends" {
+        in module: u16,
+        val n_slots: u32,
+        val slots_per_event: u32,
+        in slot_first: u32,
+        in slot_module: u16,
+        in slot_nclus: u32,
+        in event_offsets: u32,
+        out slot_end: u32,
+    }
+
+    /// `cluster_charge_cut.cu`: one block per run, modules and clusters cut in place.
+    ChargeCut = "charge_cut" {
+        out module: u16,
+        out clus: i32,
+        in adc: u16,
+        in run_first: u32,
+        in run_end: u32,
+        in run_nclus: u32,
+        in run_module: u16,
+        val max_per_module: u32,
+        val l1_modules: u32,
+        val min_charge_l1: i32,
+        val min_charge: i32,
+        out ncl_out: u32,
+    }
+
+    /// `rechits.cu`: one block per run.
+    RecHits = "rechits" {
+        in module: u16,
+        in clus: i32,
+        in xx: u16,
+        in yy: u16,
+        in adc: u16,
+        in run_first: u32,
+        in run_end: u32,
+        in run_nclus: u32,
+        in run_me: u16,
+        in run_hit: u32,
+        in beam: f32,
+        val beam_stride: u32,
+        val cap: u32,
+        in det: f32,
+        val thickness_b: f32,
+        val thickness_e: f32,
+        val pitch_x: f32,
+        val pitch_y: f32,
+        out x_local: f32,
+        out y_local: f32,
+        out xerr_local: f32,
+        out yerr_local: f32,
+        out x_global: f32,
+        out y_global: f32,
+        out z_global: f32,
+        out r_global: f32,
+        out iphi: i16,
+        out charge: i32,
+        out size_x: i16,
+        out size_y: i16,
+        out det_index: u16,
+        out status: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the segmented scan's tile sums.
+    SgTileSum = "sg_tile_sum" {
+        in value: u32,
+        in seg_off: u32,
+        val tiles: u32,
+        val tile: u32,
+        out tile_sum: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the segmented scan within each tile, offset by the tiles before.
+    SgTileScan = "sg_tile_scan" {
+        in value: u32,
+        in seg_off: u32,
+        val tiles: u32,
+        val tile: u32,
+        in tile_sum: u32,
+        out first: u32,
+        out total: u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::check_launch;
+
+    #[test]
+    fn every_argument_list_matches_its_kernel_signature() {
+        let lists = lists();
+        assert_eq!(lists.len(), 13);
+        for (kernel, args) in &lists {
+            check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    #[test]
+    fn a_list_with_two_same_typed_arguments_swapped_fails_the_check() {
+        let (_, mut args) = lists().into_iter().find(|(k, _)| *k == "rechits").unwrap();
+        // `x_global` and `y_global`, both float*: the types alone cannot tell them apart.
+        args.swap(22, 23);
+        let e = check_launch("rechits", &args).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "argument 23 is passed as 'y_global' but the kernel's parameter is 'x_global'"
+            ),
+            "{e}"
+        );
+    }
+}
