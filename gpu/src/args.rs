@@ -266,6 +266,41 @@ kernel_args! {
         out status: u32,
     }
 
+    /// `vertices.cu`: one block per event, the whole vertex finding.
+    VxFind = "vx_find" {
+        in sel_off: u32,
+        val n_events: u32,
+        in zt_all: f32,
+        in ezt2_all: f32,
+        in ptt2_all: f32,
+        val mode: u32,
+        val min_t: i32,
+        val eps: f32,
+        val errmax: f32,
+        val chi2max: f32,
+        val chi2_first: f32,
+        val chi2_split: f32,
+        val chi2_final: f32,
+        out izt_all: u32,
+        out bins_all: u32,
+        out off_all: u32,
+        out nn_all: i32,
+        out ptr_all: i32,
+        out iv_all: i32,
+        out s_it_all: u32,
+        out s_zz_all: f32,
+        out s_ww_all: f32,
+        out s_new_all: u8,
+        out zv_all: f32,
+        out wv_all: f32,
+        out chi2_all: f32,
+        out ndof_all: i32,
+        out ptv2_all: f32,
+        out sort_all: u16,
+        out nv_out: u32,
+        out err: u32,
+    }
+
     /// `ca_ntuplets.cu`: the segmented scan's tile sums.
     SgTileSum = "sg_tile_sum" {
         in value: u32,
@@ -295,7 +330,7 @@ mod tests {
     #[test]
     fn every_argument_list_matches_its_kernel_signature() {
         let lists = lists();
-        assert_eq!(lists.len(), 13);
+        assert_eq!(lists.len(), 14);
         for (kernel, args) in &lists {
             check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
         }

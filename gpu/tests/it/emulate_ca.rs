@@ -17,7 +17,8 @@
 //! (`kernels_vertices::VERTICES`) gives the CPU's vertices bit for bit, on the chain's tracks
 //! and on synthetic events made to split. Skips when no C++ compiler is found.
 
-use crate::emu_threads;
+use crate::emu_threads::{self, HostLaunch};
+use quiver_gpu::args;
 
 use std::sync::OnceLock;
 
@@ -2605,147 +2606,76 @@ fn run_vertex_kernel(
 ) -> (quiver_gpu::steps::VertexOutput, Vec<u32>) {
     use quiver_gpu::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
     let (n, n_ev) = (vb.zt.len(), vb.sel_off.len() - 1);
-    let (izt, bins, off) = (
-        Dev::new(0u32, n.max(1)),
-        Dev::new(0u32, n.max(1)),
-        Dev::new(0u32, n_ev * VX_BIN_OFFSETS),
+    let m = n.max(1);
+    let (mut izt, mut bins, mut off) = (
+        vec![0u32; m],
+        vec![0u32; m],
+        vec![0u32; n_ev * VX_BIN_OFFSETS],
     );
-    let (nn, ptr, iv) = (
-        Dev::new(0i32, n.max(1)),
-        Dev::new(0i32, n.max(1)),
-        Dev::new(-7i32, n.max(1)),
+    let (mut nn, mut ptr, mut iv) = (vec![0i32; m], vec![0i32; m], vec![-7i32; m]);
+    let (mut s_it, mut s_zz, mut s_ww, mut s_new) =
+        (vec![0u32; m], vec![0f32; m], vec![0f32; m], vec![0u8; m]);
+    let (mut zv, mut wv, mut chi2, mut ndof, mut ptv2, mut sort) = (
+        vec![f32::NAN; m],
+        vec![f32::NAN; m],
+        vec![f32::NAN; m],
+        vec![-7i32; m],
+        vec![f32::NAN; m],
+        vec![u16::MAX; m],
     );
-    let (s_it, s_zz, s_ww, s_new) = (
-        Dev::new(0u32, n.max(1)),
-        Dev::new(0f32, n.max(1)),
-        Dev::new(0f32, n.max(1)),
-        Dev::new(0u8, n.max(1)),
-    );
-    let (zv, wv, chi2, ndof, ptv2, sort) = (
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(-7i32, n.max(1)),
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(u16::MAX, n.max(1)),
-    );
-    let (nv, err) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
-    type Find = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const f32,
-        *const f32,
-        *const f32,
-        u32,
-        i32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut i32,
-        *mut i32,
-        *mut i32,
-        *mut u32,
-        *mut f32,
-        *mut f32,
-        *mut u8,
-        *mut f32,
-        *mut f32,
-        *mut f32,
-        *mut i32,
-        *mut f32,
-        *mut u16,
-        *mut u32,
-        *mut u32,
-    );
-    // SAFETY: kernel signature as in kernels_vertices::VERTICES; every per-track buffer
-    // holds the batch's selected tracks, off VX_BIN_OFFSETS entries per event.
-    unsafe {
-        let f: libloading::Symbol<Find> = lib.get(b"vx_find").unwrap();
-        let a = [
-            p(&vb.sel_off),
-            p(&vb.zt),
-            p(&vb.ezt2),
-            p(&vb.ptt2),
-            izt.ptr(),
-            bins.ptr(),
-            off.ptr(),
-            nn.ptr(),
-            ptr.ptr(),
-            iv.ptr(),
-            s_it.ptr(),
-            s_zz.ptr(),
-            s_ww.ptr(),
-            s_new.ptr(),
-            zv.ptr(),
-            wv.ptr(),
-            chi2.ptr(),
-            ndof.ptr(),
-            ptv2.ptr(),
-            sort.ptr(),
-            nv.ptr(),
-            err.ptr(),
-        ];
-        // Sequential: one thread per block (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential {
-            1
-        } else {
-            EMU_BLOCK
-        };
-        let mode_arg = quiver_gpu::steps::clustering_mode(cfg.clusterizer);
-        assert!(VX_BLOCK >= threads);
-        grid(lib, mode, n_ev as u32, threads, || {
-            f(
-                a[0] as _,
-                n_ev as u32,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                mode_arg,
-                cfg.min_t,
-                cfg.eps,
-                cfg.errmax,
-                cfg.chi2max,
-                cfg.fit_chi2_max_first,
-                cfg.split_chi2_max,
-                cfg.fit_chi2_max_final,
-                a[4] as _,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                a[8] as _,
-                a[9] as _,
-                a[10] as _,
-                a[11] as _,
-                a[12] as _,
-                a[13] as _,
-                a[14] as _,
-                a[15] as _,
-                a[16] as _,
-                a[17] as _,
-                a[18] as _,
-                a[19] as _,
-                a[20] as _,
-                a[21] as _,
-            )
-        });
-    }
-    let rows = quiver_reco::vertices::ChainResult {
-        iv: iv.get(),
-        zv: zv.get(),
-        wv: wv.get(),
-        chi2: chi2.get(),
-        ndof: ndof.get(),
-        ptv2: ptv2.get(),
-        sort_ind: sort.get(),
+    let (mut nv, mut err) = (vec![0u32; n_ev], vec![0u32; n_ev]);
+    // Sequential: one thread per block (the barriers need every thread of a block).
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
     };
-    let out = quiver_gpu::steps::VertexOutput { rows, nv: nv.get() };
-    (out, err.get())
+    assert!(VX_BLOCK >= threads);
+    HostLaunch::new(args::VxFind::<HostLaunch> {
+        sel_off: &vb.sel_off,
+        n_events: &(n_ev as u32),
+        zt_all: &vb.zt,
+        ezt2_all: &vb.ezt2,
+        ptt2_all: &vb.ptt2,
+        mode: &quiver_gpu::steps::clustering_mode(cfg.clusterizer),
+        min_t: &cfg.min_t,
+        eps: &cfg.eps,
+        errmax: &cfg.errmax,
+        chi2max: &cfg.chi2max,
+        chi2_first: &cfg.fit_chi2_max_first,
+        chi2_split: &cfg.split_chi2_max,
+        chi2_final: &cfg.fit_chi2_max_final,
+        izt_all: &mut izt,
+        bins_all: &mut bins,
+        off_all: &mut off,
+        nn_all: &mut nn,
+        ptr_all: &mut ptr,
+        iv_all: &mut iv,
+        s_it_all: &mut s_it,
+        s_zz_all: &mut s_zz,
+        s_ww_all: &mut s_ww,
+        s_new_all: &mut s_new,
+        zv_all: &mut zv,
+        wv_all: &mut wv,
+        chi2_all: &mut chi2,
+        ndof_all: &mut ndof,
+        ptv2_all: &mut ptv2,
+        sort_all: &mut sort,
+        nv_out: &mut nv,
+        err: &mut err,
+    })
+    .run(lib, n_ev as u32, threads, mode == Mode::Threaded);
+    let rows = quiver_reco::vertices::ChainResult {
+        iv,
+        zv,
+        wv,
+        chi2,
+        ndof,
+        ptv2,
+        sort_ind: sort,
+    };
+    let out = quiver_gpu::steps::VertexOutput { rows, nv };
+    (out, err)
 }
 
 /// The vertex kernel with the GPU step's host side equals `find_vertices` on every event:

@@ -353,13 +353,20 @@ impl<'a> HostLaunch<'a> {
         // each to a live value or pointer into a live buffer sized by the caller.
         let call = || unsafe { f(params as *const usize) };
         let _only = ONE_LAUNCH.lock().unwrap_or_else(|e| e.into_inner());
-        for b in 0..blocks {
-            if threaded {
-                run_threads(threads, |t, _| {
+        if threaded {
+            // Each OS thread runs its thread of every block, the blocks one after the other
+            // (`__shared__` memory is one per process): a barrier between blocks.
+            run_threads(threads, |t, between| {
+                for b in 0..blocks {
                     set_thread(lib, b, threads, t);
                     call();
-                });
-            } else {
+                    if !between.wait() {
+                        return;
+                    }
+                }
+            });
+        } else {
+            for b in 0..blocks {
                 for t in 0..threads {
                     set_thread(lib, b, threads, t);
                     call();
