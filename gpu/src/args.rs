@@ -301,6 +301,49 @@ kernel_args! {
         out err: u32,
     }
 
+    /// `track_fit.cu`: one thread per job, the Broken Line fit (`track_fit_riemann` takes
+    /// the same list: [`TrackFit::RIEMANN`]).
+    TrackFit = "track_fit_bl" {
+        val n_jobs: u32,
+        in job_hits: u32,
+        in job_n: u8,
+        in x: f32,
+        in y: f32,
+        in z: f32,
+        in xerr: f32,
+        in yerr: f32,
+        in det: u16,
+        in frames: f32,
+        val b_field: f32,
+        out out: f32,
+        val write_raw: u32,
+        out raw: f64,
+    }
+
+    /// `track_fit.cu`: each job's hits from the tuples' hit lists.
+    FitJobHits = "fit_job_hits" {
+        val n_jobs: u32,
+        in job_row: u32,
+        in job_n: u8,
+        val n_events: u32,
+        in tup_off: u32,
+        in hit_start: u32,
+        in list_off: u32,
+        in list_hits: u32,
+        out job_hits: u32,
+    }
+
+    /// `track_fit.cu`: each job's values into its tuple's row.
+    FitScatter = "fit_scatter" {
+        val n_jobs: u32,
+        in job_row: u32,
+        in vals: f32,
+        val inv_b: f32,
+        out state: f32,
+        out pt: f32,
+        out chi2: f32,
+    }
+
     /// `ca_ntuplets.cu`: the segmented scan's tile sums.
     SgTileSum = "sg_tile_sum" {
         in value: u32,
@@ -322,6 +365,22 @@ kernel_args! {
     }
 }
 
+/// Kernels launched with another kernel's list: (kernel, the kernel whose list it takes).
+pub const SHARED_LISTS: &[(&str, &str)] = &[("track_fit_riemann", "track_fit_bl")];
+
+impl<'a, S: KernelSink<'a>> TrackFit<'a, S> {
+    /// The Riemann fit's kernel: the same parameters as the Broken Line's.
+    pub const RIEMANN: &'static str = SHARED_LISTS[0].0;
+    /// The kernel of the fit `riemann` selects.
+    pub fn kernel(riemann: bool) -> &'static str {
+        if riemann {
+            Self::RIEMANN
+        } else {
+            <Self as KernelArgs<'a, S>>::KERNEL
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,8 +389,12 @@ mod tests {
     #[test]
     fn every_argument_list_matches_its_kernel_signature() {
         let lists = lists();
-        assert_eq!(lists.len(), 14);
+        assert_eq!(lists.len(), 17);
         for (kernel, args) in &lists {
+            check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
+        }
+        for (kernel, of) in SHARED_LISTS {
+            let args = &lists.iter().find(|l| l.0 == *of).unwrap().1;
             check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
         }
     }

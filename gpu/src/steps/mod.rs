@@ -569,7 +569,17 @@ pub(crate) fn launch<'a, A: KernelArgs<'a, Launch<'a>>>(
     args: A,
     cfg: LaunchConfig,
 ) -> Result<()> {
-    let mut l = Launch::new(run, A::KERNEL);
+    launch_as(run, A::KERNEL, args, cfg)
+}
+
+/// [`launch`] of kernel `kernel`, which takes `A`'s list (checked against its own signature).
+pub(crate) fn launch_as<'a, A: KernelArgs<'a, Launch<'a>>>(
+    run: &'a Run,
+    kernel: &'static str,
+    args: A,
+    cfg: LaunchConfig,
+) -> Result<()> {
+    let mut l = Launch::new(run, kernel);
     args.push(&mut l);
     l.launch(cfg)
 }

@@ -107,6 +107,12 @@ fn elements(lib: &libloading::Library, mode: Mode, n: usize, launch: impl Fn() +
     )
 }
 
+/// `launch` (its list checked) with one thread per element, `EMU_BLOCK` per block.
+fn run_elements(lib: &libloading::Library, mode: Mode, n: usize, launch: HostLaunch) {
+    let blocks = (n as u32).div_ceil(EMU_BLOCK).max(1);
+    launch.run(lib, blocks, EMU_BLOCK, mode == Mode::Threaded);
+}
+
 /// A batch of hits, event after event.
 #[derive(Default)]
 struct Batch {
@@ -2174,69 +2180,28 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         v
     };
     for &mode in modes {
-        let (out, raw_out) = (
-            Dev::new(f32::NAN, (nj * FIT_OUT).max(1)),
-            Dev::new(f64::NAN, (nj * FIT_OUT).max(1)),
+        let (mut values, mut raw) = (
+            vec![f32::NAN; (nj * FIT_OUT).max(1)],
+            vec![f64::NAN; (nj * FIT_OUT).max(1)],
         );
-        type Fit = unsafe extern "C" fn(
-            u32,
-            *const u32,
-            *const u8,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const u16,
-            *const f32,
-            f32,
-            *mut f32,
-            u32,
-            *mut f64,
-        );
-        // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; the job table holds FIT_HITS
-        // hit indices (below the batch's hits) per job, out FIT_OUT floats and raw FIT_OUT
-        // doubles per job.
-        unsafe {
-            let kernel: &[u8] = if cfg.fit.use_riemann_fit {
-                b"track_fit_riemann"
-            } else {
-                b"track_fit_bl"
-            };
-            let f: libloading::Symbol<Fit> = lib.get(kernel).unwrap();
-            let a = [
-                p(&fb.job_hits),
-                p(&fb.job_n),
-                p(&b.x),
-                p(&b.y),
-                p(&b.z),
-                p(&xerr),
-                p(&yerr),
-                p(&b.det),
-                p(&frames),
-                out.ptr(),
-                raw_out.ptr(),
-            ];
-            elements(lib, mode, nj, || {
-                f(
-                    nj as u32,
-                    a[0] as _,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    cfg.fit.b_field,
-                    a[9] as _,
-                    1,
-                    a[10] as _,
-                )
-            });
-        }
-        let (values, raw) = (out.get(), raw_out.get());
+        let kernel = args::TrackFit::<HostLaunch>::kernel(cfg.fit.use_riemann_fit);
+        let fit = args::TrackFit::<HostLaunch> {
+            n_jobs: &(nj as u32),
+            job_hits: &fb.job_hits,
+            job_n: &fb.job_n,
+            x: &b.x,
+            y: &b.y,
+            z: &b.z,
+            xerr: &xerr,
+            yerr: &yerr,
+            det: &b.det,
+            frames: &frames,
+            b_field: &cfg.fit.b_field,
+            out: &mut values,
+            write_raw: &1,
+            raw: &mut raw,
+        };
+        run_elements(lib, mode, nj, HostLaunch::of(kernel, fit));
         // The fits' doubles themselves (the f32 products round most last-bit differences
         // away): the CPU's `broken_line_fit` of the same hits, job by job.
         let mut k = 0;
@@ -2367,37 +2332,21 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                 base += input.tuples.len();
             }
             assert_eq!(base, rows);
-            let (state, pt, chi2) = (
-                Dev::new(0.0f32, 5 * rows),
-                Dev::new(0.0f32, rows),
-                Dev::new(0.0f32, rows),
+            let (mut state, mut pt, mut chi2) = (
+                vec![0.0f32; 5 * rows],
+                vec![0.0f32; rows],
+                vec![0.0f32; rows],
             );
-            type Scatter = unsafe extern "C" fn(
-                u32,
-                *const u32,
-                *const f32,
-                f32,
-                *mut f32,
-                *mut f32,
-                *mut f32,
-            );
-            // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds nj batch
-            // rows below `rows`, the values FIT_OUT floats per job.
-            unsafe {
-                let f: libloading::Symbol<Scatter> = lib.get(b"fit_scatter").unwrap();
-                let a = [p(&job_row), p(&values), state.ptr(), pt.ptr(), chi2.ptr()];
-                elements(lib, mode, nj, || {
-                    f(
-                        nj as u32,
-                        a[0] as _,
-                        a[1] as _,
-                        1.0f32 / cfg.fit.b_field,
-                        a[2] as _,
-                        a[3] as _,
-                        a[4] as _,
-                    )
-                });
-            }
+            let scatter = args::FitScatter::<HostLaunch> {
+                n_jobs: &(nj as u32),
+                job_row: &job_row,
+                vals: &values,
+                inv_b: &(1.0f32 / cfg.fit.b_field),
+                state: &mut state,
+                pt: &mut pt,
+                chi2: &mut chi2,
+            };
+            run_elements(lib, mode, nj, HostLaunch::new(scatter));
             // The job table from the tuples' lists as the GPU `ca_ntuplets` keeps them (batch
             // list offsets, event-local hits): the host's, slot for slot.
             let (mut tup_off, mut list_off, mut list_hits) = (vec![0u32], vec![0u32], Vec::new());
@@ -2411,63 +2360,36 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
             }
             let mut hit_start: Vec<u32> = starts.iter().map(|&x| x as u32).collect();
             hit_start.push(b.x.len() as u32);
-            let job_hits = Dev::new(0u32, nj * FIT_HITS);
-            type Jobs = unsafe extern "C" fn(
-                u32,
-                *const u32,
-                *const u8,
-                u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                *mut u32,
-            );
-            // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds batch tuple
-            // rows, tup_off and hit_start n_events + 1 offsets, list_off rows + 1.
-            unsafe {
-                let f: libloading::Symbol<Jobs> = lib.get(b"fit_job_hits").unwrap();
-                let a = [
-                    p(&job_row),
-                    p(&fb.job_n),
-                    p(&tup_off),
-                    p(&hit_start),
-                    p(&list_off),
-                    p(&list_hits),
-                    job_hits.ptr(),
-                ];
-                elements(lib, mode, nj, || {
-                    f(
-                        nj as u32,
-                        a[0] as _,
-                        a[1] as _,
-                        inputs.len() as u32,
-                        a[2] as _,
-                        a[3] as _,
-                        a[4] as _,
-                        a[5] as _,
-                        a[6] as _,
-                    )
-                });
-            }
+            let mut job_hits = vec![0u32; nj * FIT_HITS];
+            let jobs = args::FitJobHits::<HostLaunch> {
+                n_jobs: &(nj as u32),
+                job_row: &job_row,
+                job_n: &fb.job_n,
+                n_events: &(inputs.len() as u32),
+                tup_off: &tup_off,
+                hit_start: &hit_start,
+                list_off: &list_off,
+                list_hits: &list_hits,
+                job_hits: &mut job_hits,
+            };
+            run_elements(lib, mode, nj, HostLaunch::new(jobs));
             assert_eq!(
-                job_hits.get(),
-                fb.job_hits,
+                job_hits, fb.job_hits,
                 "{name} ({mode:?}): the job table from the device's lists"
             );
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
-                bits(&state.get()),
+                bits(&state),
                 bits(&want_state),
                 "{name} ({mode:?}): scattered state"
             );
             assert_eq!(
-                bits(&pt.get()),
+                bits(&pt),
                 bits(&col("pt")),
                 "{name} ({mode:?}): scattered pT"
             );
             assert_eq!(
-                bits(&chi2.get()),
+                bits(&chi2),
                 bits(&col("chi2")),
                 "{name} ({mode:?}): scattered chi2"
             );

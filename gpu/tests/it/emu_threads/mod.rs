@@ -284,8 +284,12 @@ impl<'a> KernelSink<'a> for HostLaunch<'a> {
 impl<'a> HostLaunch<'a> {
     /// The list `args` as a launch of its kernel.
     pub fn new<A: KernelArgs<'a, Self>>(args: A) -> Self {
+        Self::of(A::KERNEL, args)
+    }
+    /// The list `args` as a launch of `kernel`, which takes the same list (the Riemann fit).
+    pub fn of<A: KernelArgs<'a, Self>>(kernel: &'static str, args: A) -> Self {
         let mut l = HostLaunch {
-            kernel: A::KERNEL,
+            kernel,
             names: Vec::new(),
             args: Vec::new(),
             _life: std::marker::PhantomData,
