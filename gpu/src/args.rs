@@ -344,6 +344,36 @@ kernel_args! {
         out chi2: f32,
     }
 
+    /// `track_quality.cu`: one block per event, classification and cleaners.
+    QxQuality = "qx_quality" {
+        val n_events: u32,
+        in tup_off: u32,
+        in thit_off: u32,
+        in thits: u32,
+        in state: f32,
+        in pt: f32,
+        in chi2: f32,
+        in cuts: f32,
+        in cell_off: u32,
+        in ct_count: u32,
+        in ct_first: u32,
+        in ct_base: u32,
+        val per_list: u32,
+        in ct_vals: u32,
+        in dead: u8,
+        val late_fishbone: u32,
+        in hit_off: u32,
+        out h2t_off_all: u32,
+        out h2t_bins_all: u32,
+        out cl_all: u32,
+        out win_all: u32,
+        out killed_all: u32,
+        val sh_cap: u32,
+        val max_rounds: u32,
+        out rounds_all: u32,
+        out q_all: u8,
+    }
+
     /// `ca_ntuplets.cu`: the segmented scan's tile sums.
     SgTileSum = "sg_tile_sum" {
         in value: u32,
@@ -389,7 +419,7 @@ mod tests {
     #[test]
     fn every_argument_list_matches_its_kernel_signature() {
         let lists = lists();
-        assert_eq!(lists.len(), 17);
+        assert_eq!(lists.len(), 18);
         for (kernel, args) in &lists {
             check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
         }

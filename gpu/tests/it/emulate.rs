@@ -248,40 +248,8 @@ fn seg_scan(
     value: &[u32],
     seg_off: &[u32],
 ) -> (Vec<u32>, Vec<u32>) {
-    let n_ev = seg_off.len() - 1;
-    let tiles = seg_off
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or(0)
-        .div_ceil(EMU_TILE)
-        .max(1);
-    let n_tiles = n_ev as u32 * tiles;
-    let (mut sums, mut first, mut total) = (
-        vec![7u32; n_tiles as usize],
-        vec![7u32; value.len()],
-        vec![7u32; n_ev],
-    );
-    let t = if threaded { EMU_THREADS } else { 1 };
-    HostLaunch::new(args::SgTileSum::<HostLaunch> {
-        value,
-        seg_off,
-        tiles: &tiles,
-        tile: &EMU_TILE,
-        tile_sum: &mut sums,
-    })
-    .run(lib, n_tiles, t, threaded);
-    HostLaunch::new(args::SgTileScan::<HostLaunch> {
-        value,
-        seg_off,
-        tiles: &tiles,
-        tile: &EMU_TILE,
-        tile_sum: &sums,
-        first: &mut first,
-        total: &mut total,
-    })
-    .run(lib, n_tiles, t, threaded);
-    (first, total)
+    let threads = if threaded { EMU_THREADS } else { 1 };
+    emu_threads::seg_scan(lib, (threads, threaded), value, seg_off, EMU_TILE)
 }
 
 /// `run_check` over table rows (batch first digi, module): the status.

@@ -967,39 +967,12 @@ fn seg_scan_tiled(
     seg_off: &[u32],
     tile: u32,
 ) -> (Vec<u32>, Vec<u32>) {
-    let n_ev = seg_off.len() - 1;
-    let longest = seg_off.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let tiles = longest.div_ceil(tile).max(1);
-    let n_tiles = n_ev as u32 * tiles;
-    let (sums, first, total) = (
-        Dev::new(7u32, n_tiles as usize),
-        Dev::new(7u32, value.len().max(1)),
-        Dev::new(7u32, n_ev),
-    );
-    type Sum = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *mut u32);
-    type Scan =
-        unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
     let threads = if mode == Mode::Sequential {
         1
     } else {
         EMU_BLOCK
     };
-    // SAFETY: as in `index_by`.
-    unsafe {
-        let f: libloading::Symbol<Sum> = lib.get(b"sg_tile_sum").unwrap();
-        let a = [p(value), p(seg_off), sums.ptr()];
-        grid(lib, mode, n_tiles, threads, || {
-            f(a[0] as _, a[1] as _, tiles, tile, a[2] as _)
-        });
-        let f: libloading::Symbol<Scan> = lib.get(b"sg_tile_scan").unwrap();
-        let a = [p(value), p(seg_off), sums.ptr(), first.ptr(), total.ptr()];
-        grid(lib, mode, n_tiles, threads, || {
-            f(
-                a[0] as _, a[1] as _, tiles, tile, a[2] as _, a[3] as _, a[4] as _,
-            )
-        });
-    }
-    (first.get(), total.get())
+    emu_threads::seg_scan(lib, (threads, mode == Mode::Threaded), value, seg_off, tile)
 }
 
 /// Per event, the exclusive prefix sum of `value` over its cells, and its total.
@@ -2889,114 +2862,52 @@ fn check_quality(
         );
         let (counts, first, base, vals) = &dl.raw;
         let hoff_u: Vec<u32> = hoff.iter().map(|&x| x as u32).collect();
-        let q = Dev(quality
-            .iter()
-            .map(|&x| std::cell::UnsafeCell::new(x))
-            .collect());
-        let (h2o, h2b, cl) = (
-            Dev::new(0u32, n_hits + n_ev),
-            Dev::new(0u32, n_th.max(1)),
-            Dev::new(0u32, n_cells.max(1)),
+        let mut got = quality.clone();
+        let (mut h2o, mut h2b, mut cl) = (
+            vec![0u32; n_hits + n_ev],
+            vec![0u32; n_th.max(1)],
+            vec![0u32; n_cells.max(1)],
         );
-        let (win, killed, rounds) = (
-            Dev::new(0u32, n_cells.max(1)),
-            Dev::new(0u32, n_tup),
-            Dev::new(0u32, n_ev),
+        let (mut win, mut killed, mut r) = (
+            vec![0u32; n_cells.max(1)],
+            vec![0u32; n_tup],
+            vec![0u32; n_ev],
         );
-        type Quality = unsafe extern "C" fn(
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u8,
-            u32,
-            *const u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            u32,
-            u32,
-            *mut u32,
-            *mut u8,
-        );
-        // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
-        // own (`quality_tables`, the device lists), the scratch sized as the step sizes it.
-        unsafe {
-            let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
-            let a = [
-                p(&qt.tup_off),
-                p(&hoff_u),
-                p(&hv),
-                p(&state),
-                p(&pt),
-                p(&chi2),
-                p(&cuts),
-                p(&qt.cell_off),
-                p(counts),
-                p(first),
-                p(base),
-                p(vals),
-                p(&dead),
-                p(&qt.hit_off),
-                h2o.ptr(),
-                h2b.ptr(),
-                cl.ptr(),
-                win.ptr(),
-                killed.ptr(),
-                rounds.ptr(),
-                q.ptr(),
-            ];
-            let threads = if mode == Mode::Sequential {
-                1
-            } else {
-                EMU_BLOCK
-            };
-            assert!(QX_BLOCK >= threads);
-            grid(lib, mode, n_ev as u32, threads, || {
-                f(
-                    n_ev as u32,
-                    a[0] as _,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    a[9] as _,
-                    a[10] as _,
-                    per_list,
-                    a[11] as _,
-                    a[12] as _,
-                    late as u32,
-                    a[13] as _,
-                    a[14] as _,
-                    a[15] as _,
-                    a[16] as _,
-                    a[17] as _,
-                    a[18] as _,
-                    sh_cap,
-                    max_rounds,
-                    a[19] as _,
-                    a[20] as _,
-                )
-            });
-        }
-        let got = q.get();
-        let r = rounds.get();
+        let threads = if mode == Mode::Sequential {
+            1
+        } else {
+            EMU_BLOCK
+        };
+        assert!(QX_BLOCK >= threads);
+        HostLaunch::new(args::QxQuality::<HostLaunch> {
+            n_events: &(n_ev as u32),
+            tup_off: &qt.tup_off,
+            thit_off: &hoff_u,
+            thits: &hv,
+            state: &state,
+            pt: &pt,
+            chi2: &chi2,
+            cuts: &cuts,
+            cell_off: &qt.cell_off,
+            ct_count: counts,
+            ct_first: first,
+            ct_base: base,
+            per_list: &per_list,
+            ct_vals: vals,
+            dead: &dead,
+            late_fishbone: &(late as u32),
+            hit_off: &qt.hit_off,
+            h2t_off_all: &mut h2o,
+            h2t_bins_all: &mut h2b,
+            cl_all: &mut cl,
+            win_all: &mut win,
+            killed_all: &mut killed,
+            sh_cap: &sh_cap,
+            max_rounds: &max_rounds,
+            rounds_all: &mut r,
+            q_all: &mut got,
+        })
+        .run(lib, n_ev as u32, threads, mode == Mode::Threaded);
         if max_rounds == 0 {
             assert!(
                 r.iter().all(|&x| x == u32::MAX),

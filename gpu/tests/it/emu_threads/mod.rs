@@ -379,3 +379,45 @@ impl<'a> HostLaunch<'a> {
         }
     }
 }
+
+/// The segmented scan as `steps::seg_scan` launches it (`sg_tile_sum`, then `sg_tile_scan`,
+/// one block per tile of `tile` values, `threads` threads each): per segment of `seg_off`,
+/// the exclusive prefix sums of `value`, and the segment's total.
+pub fn seg_scan(
+    lib: &libloading::Library,
+    (threads, threaded): (u32, bool),
+    value: &[u32],
+    seg_off: &[u32],
+    tile: u32,
+) -> (Vec<u32>, Vec<u32>) {
+    use quiver_gpu::args::{SgTileScan, SgTileSum};
+    let n_seg = seg_off.len() - 1;
+    let longest = seg_off.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let tiles = longest.div_ceil(tile).max(1);
+    let n_tiles = n_seg as u32 * tiles;
+    let (mut sums, mut first, mut total) = (
+        vec![7u32; n_tiles as usize],
+        vec![7u32; value.len().max(1)],
+        vec![7u32; n_seg],
+    );
+    HostLaunch::new(SgTileSum::<HostLaunch> {
+        value,
+        seg_off,
+        tiles: &tiles,
+        tile: &tile,
+        tile_sum: &mut sums,
+    })
+    .run(lib, n_tiles, threads, threaded);
+    HostLaunch::new(SgTileScan::<HostLaunch> {
+        value,
+        seg_off,
+        tiles: &tiles,
+        tile: &tile,
+        tile_sum: &sums,
+        first: &mut first,
+        total: &mut total,
+    })
+    .run(lib, n_tiles, threads, threaded);
+    first.truncate(value.len());
+    (first, total)
+}
