@@ -374,6 +374,147 @@ kernel_args! {
         out q_all: u8,
     }
 
+    /// `ca_doublets.cu`: each layer's φ-bin counts, one thread per hit
+    CaBinCount = "ca_bin_count" {
+        in det: u16,
+        in iphi: i16,
+        val n_hits: u32,
+        in hit_off: u32,
+        in layer_start: u32,
+        val n_events: u32,
+        out bin_count: u32,
+    }
+
+    /// `ca_doublets.cu`: the bins' starts, one thread per event
+    CaBinScan = "ca_bin_scan" {
+        in bin_count: u32,
+        in hit_off: u32,
+        val n_events: u32,
+        out bin_start: u32,
+        out cursor: u32,
+    }
+
+    /// `ca_doublets.cu`: each hit into its bin
+    CaBinFill = "ca_bin_fill" {
+        in det: u16,
+        in iphi: i16,
+        val n_hits: u32,
+        in hit_off: u32,
+        in layer_start: u32,
+        val n_events: u32,
+        out cursor: u32,
+        out packed_idx: u32,
+    }
+
+    /// `ca_doublets.cu`: each bin sorted by descending hit index, its hits packed
+    CaBinSort = "ca_bin_sort" {
+        in bin_start: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        in z: f32,
+        in r: f32,
+        in iphi: i16,
+        in size_y: i16,
+        out packed_idx: u32,
+        out packed_z: f32,
+        out packed_r: f32,
+        out packed_iphi: i16,
+        out packed_sy: i16,
+    }
+
+    /// `ca_doublets.cu`: the candidate scan of every work item: count, or write at the scanned places
+    CaDoublets = "ca_doublets" {
+        val write: u32,
+        val n_items: u32,
+        in item_start: u32,
+        val n_pairs: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        in layer_start: u32,
+        in z: f32,
+        in r: f32,
+        in iphi: i16,
+        in size_y: i16,
+        in det: u16,
+        in bin_start: u32,
+        in packed_idx: u32,
+        in packed_z: f32,
+        in packed_r: f32,
+        in packed_iphi: i16,
+        in packed_sy: i16,
+        in pair_i: i32,
+        in pair_f: f32,
+        val flags: u32,
+        val z0_cut: f32,
+        val dzdr_fact: f32,
+        val min_radius2_t4: f32,
+        val i2p: f32,
+        val max_dy_pred: i32,
+        val max_doublets: u32,
+        out item_count: u32,
+        in item_first: u32,
+        in cell_off: u32,
+        out out_inner: u32,
+        out out_outer: u32,
+        out out_pair: u8,
+    }
+
+    /// `ca_doublets.cu`: the work items' first cells and the events' totals, one block per event
+    CaItemScan = "ca_item_scan" {
+        in item_count: u32,
+        in item_start: u32,
+        val n_pairs: u32,
+        out item_first: u32,
+        out event_total: u32,
+    }
+
+    /// `ca_doublets.cu`: the cells per outer hit
+    CaListedCount = "ca_listed_count" {
+        in outer: u32,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        out outer_count: u32,
+    }
+
+    /// `ca_doublets.cu`: the cells listed on their outer hits
+    CaListed = "ca_listed" {
+        in outer: u32,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        in outer_count: u32,
+        val max_cells_per_hit: u32,
+        out listed: u8,
+    }
+
+    /// `ca_doublets.cu`: the first cells of the overfull hits, one thread per hit
+    CaListedOverfull = "ca_listed_overfull" {
+        in outer: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        val n_hits: u32,
+        in outer_count: u32,
+        val max_cells_per_hit: u32,
+        out listed: u8,
+    }
+
+    /// `ca_doublets.cu`: per event, the cells not listed and the fullest hit
+    CaOverflowStats = "ca_overflow_stats" {
+        in outer_count: u32,
+        val n_hits: u32,
+        in hit_off: u32,
+        in listed: u8,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        out unlisted: u32,
+        out worst: u32,
+    }
+
     /// `ca_ntuplets.cu`: the segmented scan's tile sums.
     SgTileSum = "sg_tile_sum" {
         in value: u32,
@@ -419,7 +560,7 @@ mod tests {
     #[test]
     fn every_argument_list_matches_its_kernel_signature() {
         let lists = lists();
-        assert_eq!(lists.len(), 18);
+        assert_eq!(lists.len(), 28);
         for (kernel, args) in &lists {
             check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
         }

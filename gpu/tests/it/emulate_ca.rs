@@ -197,376 +197,187 @@ fn run_device(
     let cuts = d.cuts();
     let (pair_i, pair_f) = pair_tables(&cuts);
 
-    let bin_count = Dev::new(0u32, n_ev * N_LAYERS * PHI_BINS);
-    let (bin_start, cursor) = (
-        Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT),
-        Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT),
+    let (n_ev32, n_hits32) = (n_ev as u32, n_hits as u32);
+    let mut bin_count = vec![0u32; n_ev * N_LAYERS * PHI_BINS];
+    let (mut bin_start, mut cursor) = (
+        vec![0u32; n_ev * BIN_STARTS_PER_EVENT],
+        vec![0u32; n_ev * BIN_STARTS_PER_EVENT],
     );
-    let packed_idx = Dev::new(u32::MAX, n_hits.max(1));
-    let (pz, pr) = (Dev::new(0f32, n_hits.max(1)), Dev::new(0f32, n_hits.max(1)));
-    let (pphi, psy) = (Dev::new(0i16, n_hits.max(1)), Dev::new(0i16, n_hits.max(1)));
-    type Count =
-        unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32);
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
-    type Fill = unsafe extern "C" fn(
-        *const u16,
-        *const i16,
-        u32,
-        *const u32,
-        *const u32,
-        u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Sort = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const i16,
-        *const i16,
-        *mut u32,
-        *mut f32,
-        *mut f32,
-        *mut i16,
-        *mut i16,
-    );
-    // SAFETY: kernel signatures as in kernels_ca::CA_DOUBLETS; every buffer holds the elements the kernels index (sized from the same counts as in the GPU step).
-    unsafe {
-        let f: libloading::Symbol<Count> = lib.get(b"ca_bin_count").unwrap();
-        let a = [
-            p(&b.det),
-            p(&b.iphi),
-            p(&db.hit_off),
-            p(&db.layer_start),
-            bin_count.ptr(),
-        ];
-        elements(lib, mode, n_hits, || {
-            f(
-                a[0] as _,
-                a[1] as _,
-                n_hits as u32,
-                a[2] as _,
-                a[3] as _,
-                n_ev as u32,
-                a[4] as _,
-            )
-        });
-        let f: libloading::Symbol<Scan> = lib.get(b"ca_bin_scan").unwrap();
-        let a = [
-            bin_count.ptr(),
-            p(&db.hit_off),
-            bin_start.ptr(),
-            cursor.ptr(),
-        ];
-        elements(lib, mode, n_ev, || {
-            f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, a[3] as _)
-        });
-        let f: libloading::Symbol<Fill> = lib.get(b"ca_bin_fill").unwrap();
-        let a = [
-            p(&b.det),
-            p(&b.iphi),
-            p(&db.hit_off),
-            p(&db.layer_start),
-            cursor.ptr(),
-            packed_idx.ptr(),
-        ];
-        elements(lib, mode, n_hits, || {
-            f(
-                a[0] as _,
-                a[1] as _,
-                n_hits as u32,
-                a[2] as _,
-                a[3] as _,
-                n_ev as u32,
-                a[4] as _,
-                a[5] as _,
-            )
-        });
-        let f: libloading::Symbol<Sort> = lib.get(b"ca_bin_sort").unwrap();
-        let a = [
-            bin_start.ptr(),
-            p(&db.hit_off),
-            p(&b.z),
-            p(&b.r),
-            p(&b.iphi),
-            p(&b.size_y),
-            packed_idx.ptr(),
-            pz.ptr(),
-            pr.ptr(),
-            pphi.ptr(),
-            psy.ptr(),
-        ];
-        elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, || {
-            f(
-                a[0] as _,
-                n_ev as u32,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                a[4] as _,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                a[8] as _,
-                a[9] as _,
-                a[10] as _,
-            )
-        });
-    }
-
-    type Doublets = unsafe extern "C" fn(
-        u32,
-        u32,
-        *const u32,
-        u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const i16,
-        *const i16,
-        *const u16,
-        *const u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const i16,
-        *const i16,
-        *const i32,
-        *const f32,
-        u32,
-        f32,
-        f32,
-        f32,
-        f32,
-        i32,
-        u32,
-        *mut u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-        *mut u8,
-    );
-    let item_count = Dev::new(0u32, n_items.max(1));
-    let item_first = Dev::new(0u32, n_items.max(1));
-    let event_total = Dev::new(0u32, n_ev);
-    let flags = doublet_flags(d);
-    // SAFETY: as above.
-    let doublets = |write: u32, cell_off: &[u32], out: (&Dev<u32>, &Dev<u32>, &Dev<u8>)| unsafe {
-        let f: libloading::Symbol<Doublets> = lib.get(b"ca_doublets").unwrap();
-        let a = [
-            p(&db.item_start),
-            p(&db.hit_off),
-            p(&db.layer_start),
-            p(&b.z),
-            p(&b.r),
-            p(&b.iphi),
-            p(&b.size_y),
-            p(&b.det),
-            bin_start.ptr(),
-            packed_idx.ptr(),
-            pz.ptr(),
-            pr.ptr(),
-            pphi.ptr(),
-            psy.ptr(),
-            p(&pair_i),
-            p(&pair_f),
-            item_count.ptr(),
-            item_first.ptr(),
-            p(cell_off),
-            out.0.ptr(),
-            out.1.ptr(),
-            out.2.ptr(),
-        ];
-        elements(lib, mode, n_items, || {
-            f(
-                write,
-                n_items as u32,
-                a[0] as _,
-                db.n_pairs,
-                n_ev as u32,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                a[4] as _,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                a[8] as _,
-                a[9] as _,
-                a[10] as _,
-                a[11] as _,
-                a[12] as _,
-                a[13] as _,
-                a[14] as _,
-                a[15] as _,
-                flags,
-                d.z0_cut,
-                cuts.dzdr_fact,
-                cuts.min_radius2_t4,
-                cuts.i2p,
-                d.max_dy_pred,
-                d.max_number_of_doublets,
-                a[16] as _,
-                a[17] as _,
-                a[18] as _,
-                a[19] as _,
-                a[20] as _,
-                a[21] as _,
-            )
-        });
+    let mut packed_idx = vec![u32::MAX; n_hits.max(1)];
+    let (mut pz, mut pr) = (vec![0f32; n_hits.max(1)], vec![0f32; n_hits.max(1)]);
+    let (mut pphi, mut psy) = (vec![0i16; n_hits.max(1)], vec![0i16; n_hits.max(1)]);
+    let count = args::CaBinCount::<HostLaunch> {
+        det: &b.det,
+        iphi: &b.iphi,
+        n_hits: &n_hits32,
+        hit_off: &db.hit_off,
+        layer_start: &db.layer_start,
+        n_events: &n_ev32,
+        bin_count: &mut bin_count,
     };
-    let dummy = (Dev::new(0u32, 1), Dev::new(0u32, 1), Dev::new(0u8, 1));
-    doublets(0, &[0, 0], (&dummy.0, &dummy.1, &dummy.2));
-    // SAFETY: as above.
-    unsafe {
-        type ItemScan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
-        let f: libloading::Symbol<ItemScan> = lib.get(b"ca_item_scan").unwrap();
-        let a = [
-            item_count.ptr(),
-            p(&db.item_start),
-            item_first.ptr(),
-            event_total.ptr(),
-        ];
-        // Sequential: one thread per block (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential {
-            1
-        } else {
-            EMU_BLOCK
+    run_elements(lib, mode, n_hits, HostLaunch::new(count));
+    let scan = args::CaBinScan::<HostLaunch> {
+        bin_count: &bin_count,
+        hit_off: &db.hit_off,
+        n_events: &n_ev32,
+        bin_start: &mut bin_start,
+        cursor: &mut cursor,
+    };
+    run_elements(lib, mode, n_ev, HostLaunch::new(scan));
+    let fill = args::CaBinFill::<HostLaunch> {
+        det: &b.det,
+        iphi: &b.iphi,
+        n_hits: &n_hits32,
+        hit_off: &db.hit_off,
+        layer_start: &db.layer_start,
+        n_events: &n_ev32,
+        cursor: &mut cursor,
+        packed_idx: &mut packed_idx,
+    };
+    run_elements(lib, mode, n_hits, HostLaunch::new(fill));
+    let sort = args::CaBinSort::<HostLaunch> {
+        bin_start: &bin_start,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        z: &b.z,
+        r: &b.r,
+        iphi: &b.iphi,
+        size_y: &b.size_y,
+        packed_idx: &mut packed_idx,
+        packed_z: &mut pz,
+        packed_r: &mut pr,
+        packed_iphi: &mut pphi,
+        packed_sy: &mut psy,
+    };
+    run_elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, HostLaunch::new(sort));
+
+    let mut item_count = vec![0u32; n_items.max(1)];
+    let mut item_first = vec![0u32; n_items.max(1)];
+    let mut event_total = vec![0u32; n_ev];
+    let flags = doublet_flags(d);
+    // One pass of the candidate scan: count (`write` 0, into `item_count`), or write.
+    let doublets =
+        |write: u32,
+         (item_count, item_first): (&mut [u32], &[u32]),
+         cell_off: &[u32],
+         (out_inner, out_outer, out_pair): (&mut [u32], &mut [u32], &mut [u8])| {
+            let scan = args::CaDoublets::<HostLaunch> {
+                write: &write,
+                n_items: &(n_items as u32),
+                item_start: &db.item_start,
+                n_pairs: &db.n_pairs,
+                n_events: &n_ev32,
+                hit_off: &db.hit_off,
+                layer_start: &db.layer_start,
+                z: &b.z,
+                r: &b.r,
+                iphi: &b.iphi,
+                size_y: &b.size_y,
+                det: &b.det,
+                bin_start: &bin_start,
+                packed_idx: &packed_idx,
+                packed_z: &pz,
+                packed_r: &pr,
+                packed_iphi: &pphi,
+                packed_sy: &psy,
+                pair_i: &pair_i,
+                pair_f: &pair_f,
+                flags: &flags,
+                z0_cut: &d.z0_cut,
+                dzdr_fact: &cuts.dzdr_fact,
+                min_radius2_t4: &cuts.min_radius2_t4,
+                i2p: &cuts.i2p,
+                max_dy_pred: &d.max_dy_pred,
+                max_doublets: &d.max_number_of_doublets,
+                item_count,
+                item_first,
+                cell_off,
+                out_inner,
+                out_outer,
+                out_pair,
+            };
+            run_elements(lib, mode, n_items, HostLaunch::new(scan));
         };
-        grid(lib, mode, n_ev as u32, threads, || {
-            f(a[0] as _, a[1] as _, db.n_pairs, a[2] as _, a[3] as _)
-        });
-    }
-    let event_total = event_total.get();
+    let mut dummy = (vec![0u32; 1], vec![0u32; 1], vec![0u8; 1]);
+    let dummy_out = (&mut dummy.0[..], &mut dummy.1[..], &mut dummy.2[..]);
+    doublets(0, (&mut item_count, &item_first), &[0, 0], dummy_out);
+    // Sequential: one thread per block (the barriers need every thread of a block).
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
+    };
+    HostLaunch::new(args::CaItemScan::<HostLaunch> {
+        item_count: &item_count,
+        item_start: &db.item_start,
+        n_pairs: &db.n_pairs,
+        item_first: &mut item_first,
+        event_total: &mut event_total,
+    })
+    .run(lib, n_ev32, threads, mode == Mode::Threaded);
     let (cell_off, overflow) = cell_offsets(&event_total, d.max_number_of_doublets).unwrap();
     let n_cells = *cell_off.last().unwrap() as usize;
-    let (inner, outer, pair) = (
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(u8::MAX, n_cells.max(1)),
+    let (mut inner, mut outer, mut pair) = (
+        vec![u32::MAX; n_cells.max(1)],
+        vec![u32::MAX; n_cells.max(1)],
+        vec![u8::MAX; n_cells.max(1)],
     );
-    doublets(1, &cell_off, (&inner, &outer, &pair));
+    doublets(
+        1,
+        (&mut item_count, &item_first),
+        &cell_off,
+        (&mut inner, &mut outer, &mut pair),
+    );
 
-    let outer_count = Dev::new(0u32, n_hits.max(1));
-    let listed = Dev::new(7u8, n_cells.max(1));
-    // SAFETY: as above.
-    unsafe {
-        type LCount = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
-        type Listed = unsafe extern "C" fn(
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            u32,
-            *mut u8,
-        );
-        type Overfull = unsafe extern "C" fn(
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *mut u8,
-        );
-        let a = [
-            outer.ptr(),
-            p(&cell_off),
-            p(&db.hit_off),
-            outer_count.ptr(),
-            listed.ptr(),
-        ];
-        let m = d.max_cells_per_hit;
-        let f: libloading::Symbol<LCount> = lib.get(b"ca_listed_count").unwrap();
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _,
-                n_cells as u32,
-                a[1] as _,
-                n_ev as u32,
-                a[2] as _,
-                a[3] as _,
-            )
-        });
-        let f: libloading::Symbol<Listed> = lib.get(b"ca_listed").unwrap();
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _,
-                n_cells as u32,
-                a[1] as _,
-                n_ev as u32,
-                a[2] as _,
-                a[3] as _,
-                m,
-                a[4] as _,
-            )
-        });
-        let f: libloading::Symbol<Overfull> = lib.get(b"ca_listed_overfull").unwrap();
-        elements(lib, mode, n_hits, || {
-            f(
-                a[0] as _,
-                a[1] as _,
-                n_ev as u32,
-                a[2] as _,
-                n_hits as u32,
-                a[3] as _,
-                m,
-                a[4] as _,
-            )
-        });
-    }
+    let mut outer_count = vec![0u32; n_hits.max(1)];
+    let mut listed = vec![7u8; n_cells.max(1)];
+    let (m, n_cells32) = (d.max_cells_per_hit, n_cells as u32);
+    let count = args::CaListedCount::<HostLaunch> {
+        outer: &outer,
+        n_cells: &n_cells32,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        outer_count: &mut outer_count,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(count));
+    let list = args::CaListed::<HostLaunch> {
+        outer: &outer,
+        n_cells: &n_cells32,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        outer_count: &outer_count,
+        max_cells_per_hit: &m,
+        listed: &mut listed,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(list));
+    let overfull = args::CaListedOverfull::<HostLaunch> {
+        outer: &outer,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        n_hits: &n_hits32,
+        outer_count: &outer_count,
+        max_cells_per_hit: &m,
+        listed: &mut listed,
+    };
+    run_elements(lib, mode, n_hits, HostLaunch::new(overfull));
     // The overflow rows' counts, as the step counts them on the device.
-    let (unlisted, worst) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
-    // SAFETY: as above.
-    unsafe {
-        type Stats = unsafe extern "C" fn(
-            *const u32,
-            u32,
-            *const u32,
-            *const u8,
-            u32,
-            *const u32,
-            u32,
-            *mut u32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<Stats> = lib.get(b"ca_overflow_stats").unwrap();
-        let a = [
-            outer_count.ptr(),
-            p(&db.hit_off),
-            listed.ptr(),
-            p(&cell_off),
-            unlisted.ptr(),
-            worst.ptr(),
-        ];
-        elements(
-            lib,
-            mode,
-            n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
-            || {
-                f(
-                    a[0] as _,
-                    n_hits as u32,
-                    a[1] as _,
-                    a[2] as _,
-                    n_cells as u32,
-                    a[3] as _,
-                    n_ev as u32,
-                    a[4] as _,
-                    a[5] as _,
-                )
-            },
-        );
-    }
-    let (inner, outer, pair, listed) = (inner.get(), outer.get(), pair.get(), listed.get());
+    let (mut unlisted, mut worst) = (vec![0u32; n_ev], vec![0u32; n_ev]);
+    let stats = args::CaOverflowStats::<HostLaunch> {
+        outer_count: &outer_count,
+        n_hits: &n_hits32,
+        hit_off: &db.hit_off,
+        listed: &listed,
+        n_cells: &n_cells32,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        unlisted: &mut unlisted,
+        worst: &mut worst,
+    };
+    let stat_threads = n_hits.max(n_cells).div_ceil(STATS_RUN as usize);
+    run_elements(lib, mode, stat_threads, HostLaunch::new(stats));
     let trim = |n: usize| n_cells.min(n);
     let cells = Cells {
         inner: inner[..trim(inner.len())].to_vec(),
@@ -577,14 +388,7 @@ fn run_device(
         overflow,
     };
     // The GPU step's own assembly of the products from what the device wrote.
-    let products = doublet_products(
-        d,
-        &event_total,
-        &cells.cell_off,
-        &unlisted.get(),
-        &worst.get(),
-    )
-    .unwrap();
+    let products = doublet_products(d, &event_total, &cells.cell_off, &unlisted, &worst).unwrap();
     (cells, products)
 }
 

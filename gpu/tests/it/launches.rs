@@ -114,7 +114,7 @@ fn typed<'a>(kernel: &str, params: &'a [String]) -> Vec<(&'a str, String)> {
 #[test]
 fn every_launch_in_the_steps_names_the_kernels_parameters_in_order() {
     let launches = written_launches();
-    assert!(launches.len() >= 20, "{} launches found", launches.len());
+    assert!(launches.len() >= 10, "{} launches found", launches.len());
     // The kernels with a list in `args`, launched through it (`steps::launch`).
     let mut kernels_seen: std::collections::BTreeSet<String> = quiver_gpu::args::lists()
         .into_iter()
