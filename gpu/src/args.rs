@@ -5,10 +5,6 @@
 //! that calls the kernel compiled for the host. Both check the names and C types against
 //! the signature (`kernels::check_launch`) before anything runs, so a misordered list fails
 //! on any machine, and the emulation runs exactly the order the device gets.
-//!
-//! The kernels of the tracking steps (`ca_*`, `cn_*`, `nt_*`, `track_fit`, `qx_quality`,
-//! `vx_find`) still list their arguments at the launch (`Launch::arg`), checked the same way
-//! at run time and by the `launches` test without a GPU.
 
 use crate::kernels::CType;
 
@@ -515,6 +511,227 @@ kernel_args! {
         out worst: u32,
     }
 
+    /// `ca_ntuplets.cu`: whether every cell names existing hits of its event
+    CnCheckCells = "cn_check_cells" {
+        in inner: u32,
+        in outer: u32,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        out bad: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the cells per inner (or outer) hit
+    CnIndexCount = "cn_index_count" {
+        in key: u32,
+        val filter: u32,
+        in only: u8,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        out count: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the hits' first cells, one thread per event
+    CnIndexScan = "cn_index_scan" {
+        in count: u32,
+        in hit_off: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        out start: u32,
+        out cursor: u32,
+    }
+
+    /// `ca_ntuplets.cu`: each cell into its hit's list
+    CnIndexFill = "cn_index_fill" {
+        in key: u32,
+        val filter: u32,
+        in only: u8,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        out cursor: u32,
+        out index: u32,
+    }
+
+    /// `ca_ntuplets.cu`: each hit's cells in index order
+    CnIndexRank = "cn_index_rank" {
+        in start: u32,
+        val n_hits: u32,
+        in index: u32,
+        out sorted: u32,
+    }
+
+    /// `ca_ntuplets.cu`: each listed cell's neighbours: count, or write at the scanned places
+    CnConnect = "cn_connect" {
+        val write: u32,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in hit_off: u32,
+        in x: f32,
+        in y: f32,
+        in z: f32,
+        in r: f32,
+        in det: u16,
+        in inner: u32,
+        in outer: u32,
+        in listed: u8,
+        in start: u32,
+        in by_inner: u32,
+        val ptmin: f32,
+        val theta_barrel: f32,
+        val theta_forward: f32,
+        val dca_inner: f32,
+        val dca_outer: f32,
+        val hard_curv: f32,
+        out count: u32,
+        in first: u32,
+        in push_off: u32,
+        out out: u32,
+        out used: u8,
+        out kept: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the fishbone, one thread per hit
+    NtFishbone = "nt_fishbone" {
+        val n_hits: u32,
+        in hit_off: u32,
+        val n_events: u32,
+        in cell_off: u32,
+        in x: f32,
+        in y: f32,
+        in z: f32,
+        in det: u16,
+        in inner: u32,
+        in start: u32,
+        in by_outer: u32,
+        in used: u8,
+        val check_track: u32,
+        in has_track: u8,
+        out dead: u8,
+    }
+
+    /// `ca_ntuplets.cu`: the depth-first search from every starting cell: count, or write
+    NtSearch = "nt_search" {
+        val write: u32,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in inner: u32,
+        in outer: u32,
+        in pair: u8,
+        in dead: u8,
+        in ncount: u32,
+        in first: u32,
+        in push_off: u32,
+        in nbr: u32,
+        val per_list: u32,
+        val min_hits: u32,
+        val max_tuples: u32,
+        out n_tuples: u32,
+        out n_hits: u32,
+        in tuple_first: u32,
+        in hit_first: u32,
+        in tuple_off: u32,
+        in hit_off_out: u32,
+        out tuple_len: u32,
+        out tuple_cstart: u32,
+        out tuple_cend: u32,
+        out out_hits: u32,
+        out out_cells: u32,
+        out error: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the neighbour lists' statistics
+    NtListStats = "nt_list_stats" {
+        in count: u32,
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        val per_list: u32,
+        out non_empty: u32,
+        out dropped: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the early duplicate remover, one thread per cell
+    NtEarlyDup = "nt_early_dup" {
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in count: u32,
+        in first: u32,
+        in base: u32,
+        in vals: u32,
+        val per_list: u32,
+        in tup_off: u32,
+        in tuple_len: u32,
+        in found: u32,
+        val max_tuples: u32,
+        out q: u8,
+        out has_track: u8,
+    }
+
+    /// `ca_ntuplets.cu`: the tuples' hit-list offsets
+    NtListOffsets = "nt_list_offsets" {
+        val n: u32,
+        in first: u32,
+        in total: u32,
+        out hit_off: u32,
+        out cell_off: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the cells' alive flags packed into bits
+    NtAliveBits = "nt_alive_bits" {
+        in dead: u8,
+        val n_cells: u32,
+        out words: u32,
+    }
+
+    /// `ca_ntuplets.cu`: the tuples per cell
+    CtCount = "ct_count" {
+        val n_tuples: u32,
+        in tup_off: u32,
+        val n_events: u32,
+        val limit: u32,
+        in cstart: u32,
+        in cend: u32,
+        in cells: u32,
+        in cell_off: u32,
+        out count: u32,
+        out bad: u32,
+    }
+
+    /// `ca_ntuplets.cu`: each tuple into its cells' lists
+    CtFill = "ct_fill" {
+        val n_tuples: u32,
+        in tup_off: u32,
+        val n_events: u32,
+        val limit: u32,
+        in cstart: u32,
+        in cend: u32,
+        in cells: u32,
+        in cell_off: u32,
+        in first: u32,
+        in base: u32,
+        out cursor: u32,
+        out vals: u32,
+    }
+
+    /// `ca_ntuplets.cu`: each cell's list sorted by tuple index
+    CtSort = "ct_sort" {
+        val n_cells: u32,
+        in cell_off: u32,
+        val n_events: u32,
+        in count: u32,
+        in first: u32,
+        in base: u32,
+        out vals: u32,
+    }
+
     /// `ca_ntuplets.cu`: the segmented scan's tile sums.
     SgTileSum = "sg_tile_sum" {
         in value: u32,
@@ -560,7 +777,7 @@ mod tests {
     #[test]
     fn every_argument_list_matches_its_kernel_signature() {
         let lists = lists();
-        assert_eq!(lists.len(), 28);
+        assert_eq!(lists.len(), 43);
         for (kernel, args) in &lists {
             check_launch(kernel, args).unwrap_or_else(|e| panic!("{e}"));
         }

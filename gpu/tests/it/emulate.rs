@@ -6,13 +6,9 @@
 //! The per-module kernels are also run with real threads in each block (a barrier for
 //! `__syncthreads`, real atomics) and must give the same results. This checks the kernels'
 //! logic, their independence from thread interleaving, and the host preparation (framing,
-//! module runs, run tables) without a GPU. Skips when no C++ compiler is found.
-
-// Every `unsafe` here is a call into the emulation library this file compiles (`build_lib`)
-// with the signatures its shim declares, passing pointers into live Rust vectors sized from
-// the same counts the kernel indexes (the kernels' bounds are what the tests check); one
-// justification for all of them instead of one per call.
-#![allow(clippy::undocumented_unsafe_blocks)]
+//! module runs, run tables) without a GPU. Every kernel is called with the GPU step's own
+//! argument list (`quiver_gpu::args`, through `emu_threads::HostLaunch`), checked against
+//! its signature. Skips when no C++ compiler is found.
 
 use crate::emu_threads::{self, HostLaunch};
 

@@ -15,7 +15,9 @@
 //! cleaning kernel (`kernels_quality::QUALITY`) gives the CPU's `stage_quality`. The vertex
 //! finder kernel
 //! (`kernels_vertices::VERTICES`) gives the CPU's vertices bit for bit, on the chain's tracks
-//! and on synthetic events made to split. Skips when no C++ compiler is found.
+//! and on synthetic events made to split. Every kernel is called with the GPU step's own
+//! argument list (`quiver_gpu::args`, through `emu_threads::HostLaunch`), checked against
+//! its signature. Skips when no C++ compiler is found.
 
 use crate::emu_threads::{self, HostLaunch};
 use quiver_gpu::args;
@@ -57,56 +59,6 @@ enum Mode {
 /// threaded mode stays cheap while blocks still interleave).
 const EMU_BLOCK: u32 = 8;
 
-/// Runs `launch` over a grid of `blocks × threads`. Threaded: one OS thread per thread of
-/// a block, each running its thread of every block in turn, the blocks one after the other
-/// (a barrier between blocks: `__shared__` memory is one per process).
-///
-/// One launch at a time in the process: `__shared__` memory (and, before the per-launch
-/// barrier of `emu_threads`, the block barrier) are globals of the emulator library, so two
-/// tests launching at once (the harness runs tests on parallel threads) would share them;
-/// that is what made the connect test hang when it ran beside the doublet test.
-fn grid(
-    lib: &libloading::Library,
-    mode: Mode,
-    blocks: u32,
-    threads: u32,
-    launch: impl Fn() + Sync,
-) {
-    let _only = emu_threads::ONE_LAUNCH
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    match mode {
-        Mode::Sequential => {
-            for b in 0..blocks {
-                for t in 0..threads {
-                    emu_threads::set_thread(lib, b, threads, t);
-                    launch();
-                }
-            }
-        }
-        Mode::Threaded => emu_threads::run_threads(threads, |t, between| {
-            for b in 0..blocks {
-                emu_threads::set_thread(lib, b, threads, t);
-                launch();
-                if !between.wait() {
-                    return;
-                }
-            }
-        }),
-    }
-}
-
-/// One thread per element, `EMU_BLOCK` per block.
-fn elements(lib: &libloading::Library, mode: Mode, n: usize, launch: impl Fn() + Sync) {
-    grid(
-        lib,
-        mode,
-        (n as u32).div_ceil(EMU_BLOCK).max(1),
-        EMU_BLOCK,
-        launch,
-    )
-}
-
 /// `launch` (its list checked) with one thread per element, `EMU_BLOCK` per block.
 fn run_elements(lib: &libloading::Library, mode: Mode, n: usize, launch: HostLaunch) {
     let blocks = (n as u32).div_ceil(EMU_BLOCK).max(1);
@@ -136,32 +88,6 @@ struct Cells {
     outer: Vec<u32>,
     pair: Vec<u8>,
     listed: Vec<u8>,
-}
-
-/// Pointers as integers, so that the threads of a block can share them.
-fn p<T>(v: &[T]) -> usize {
-    v.as_ptr() as usize
-}
-
-/// A buffer the emulated kernels write, as device memory: its elements are `UnsafeCell`s,
-/// so the kernels may write through a pointer taken from a shared reference (a plain
-/// `Vec` read by the test after a kernel wrote through such a pointer would be undefined
-/// behaviour).
-struct Dev<T>(Vec<std::cell::UnsafeCell<T>>);
-
-impl<T: Copy> Dev<T> {
-    fn new(value: T, n: usize) -> Self {
-        Dev((0..n).map(|_| std::cell::UnsafeCell::new(value)).collect())
-    }
-    /// The address the kernels take (`UnsafeCell<T>` has `T`'s layout).
-    fn ptr(&self) -> usize {
-        self.0.as_ptr() as usize
-    }
-    /// The contents, once no kernel runs.
-    fn get(&self) -> Vec<T> {
-        // SAFETY: called between launches: no emulated thread writes the buffer now.
-        self.0.iter().map(|c| unsafe { *c.get() }).collect()
-    }
 }
 
 /// The kernel sequence of the GPU step, on the host.
@@ -667,94 +593,70 @@ fn index_by(
         *hit_off.last().unwrap() as usize,
     );
     let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
-    let (filter, flags) = match only {
-        Some(f) => (1u32, p(f)),
-        None => (0u32, p(&[0u8])),
+    let (filter, flags): (u32, &[u8]) = match only {
+        Some(f) => (1, f),
+        None => (0, &[0]),
     };
-    let count = Dev::new(0u32, n_hits.max(1));
-    let (start, cursor) = (Dev::new(0u32, n_hits + 1), Dev::new(0u32, n_hits.max(1)));
-    let index = Dev::new(u32::MAX, n_cells.max(1));
-    type CountFill = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const u8,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *mut u32,
-    );
-    type Fill = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const u8,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
-    type Rank = unsafe extern "C" fn(*const u32, u32, *const u32, *mut u32);
-    // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
-    // elements the kernels index (sized from the same counts).
-    unsafe {
-        let f: libloading::Symbol<CountFill> = lib.get(b"cn_index_count").unwrap();
-        let a = [p(key), flags, p(cell_off), p(hit_off), count.ptr()];
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _,
-            )
-        });
-        let f: libloading::Symbol<Scan> = lib.get(b"cn_index_scan").unwrap();
-        let a = [
-            count.ptr(),
-            p(hit_off),
-            p(cell_off),
-            start.ptr(),
-            cursor.ptr(),
-        ];
-        // One block per event (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential {
-            1
-        } else {
-            EMU_BLOCK
-        };
-        grid(lib, mode, ne, threads, || {
-            f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _)
-        });
-        let f: libloading::Symbol<Fill> = lib.get(b"cn_index_fill").unwrap();
-        let a = [
-            p(key),
-            flags,
-            p(cell_off),
-            p(hit_off),
-            cursor.ptr(),
-            index.ptr(),
-        ];
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _,
-            )
-        });
-    }
+    let mut count = vec![0u32; n_hits.max(1)];
+    let (mut start, mut cursor) = (vec![0u32; n_hits + 1], vec![0u32; n_hits.max(1)]);
+    let mut index = vec![u32::MAX; n_cells.max(1)];
+    let counts = args::CnIndexCount::<HostLaunch> {
+        key,
+        filter: &filter,
+        only: flags,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        hit_off,
+        count: &mut count,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(counts));
+    // One block per event (the barriers need every thread of a block).
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
+    };
+    HostLaunch::new(args::CnIndexScan::<HostLaunch> {
+        count: &count,
+        hit_off,
+        cell_off,
+        n_events: &ne,
+        start: &mut start,
+        cursor: &mut cursor,
+    })
+    .run(lib, ne, threads, mode == Mode::Threaded);
+    let fill = args::CnIndexFill::<HostLaunch> {
+        key,
+        filter: &filter,
+        only: flags,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        hit_off,
+        cursor: &mut cursor,
+        index: &mut index,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(fill));
     // The fill's order is the atomics' (ascending in the sequential emulation): each hit's
     // entries reversed, so that the rank kernel has an order to restore.
-    let (st, mut filled) = (start.get(), index.get());
-    for w in st.windows(2) {
-        filled[w[0] as usize..w[1] as usize].reverse();
+    for w in start.windows(2) {
+        index[w[0] as usize..w[1] as usize].reverse();
     }
-    let sorted = Dev::new(u32::MAX, n_cells.max(1));
-    // SAFETY: as above.
-    unsafe {
-        let f: libloading::Symbol<Rank> = lib.get(b"cn_index_rank").unwrap();
-        let a = [start.ptr(), p(&filled), sorted.ptr()];
-        elements(lib, mode, n_hits * RANK_LANES as usize, || {
-            f(a[0] as _, nh, a[1] as _, a[2] as _)
-        });
-    }
-    (st, sorted.get())
+    let mut sorted = vec![u32::MAX; n_cells.max(1)];
+    let rank = args::CnIndexRank::<HostLaunch> {
+        start: &start,
+        n_hits: &nh,
+        index: &index,
+        sorted: &mut sorted,
+    };
+    run_elements(
+        lib,
+        mode,
+        n_hits * RANK_LANES as usize,
+        HostLaunch::new(rank),
+    );
+    (start, sorted)
 }
 
 /// Values per tile of the emulated segmented scan: small and odd, so that the events'
@@ -868,102 +770,67 @@ fn cell_track_lists(
         *cell_off.last().unwrap() as usize,
     );
     let (ne, nt, nc) = (n_ev as u32, n_tuples as u32, n_cells as u32);
-    let (count, cursor, bad) = (
-        Dev::new(0u32, n_cells.max(1)),
-        Dev::new(0u32, n_cells.max(1)),
-        Dev::new(0u32, 1),
+    let (mut counts, mut cursor, mut bad) = (
+        vec![0u32; n_cells.max(1)],
+        vec![0u32; n_cells.max(1)],
+        vec![0u32; 1],
     );
-    let vals = Dev::new(u32::MAX, n_entries.max(1));
-    type Count = unsafe extern "C" fn(
-        u32,
-        *const u32,
-        u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Fill = unsafe extern "C" fn(
-        u32,
-        *const u32,
-        u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Sort =
-        unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *mut u32);
-    // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
-    // elements the kernels index (sized from the same counts).
-    unsafe {
-        let f: libloading::Symbol<Count> = lib.get(b"ct_count").unwrap();
-        let a = [
-            p(tup_off),
-            p(cstart),
-            p(cend),
-            p(cells),
-            p(cell_off),
-            count.ptr(),
-            bad.ptr(),
-        ];
-        elements(lib, mode, n_tuples, || {
-            f(
-                nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _,
-                a[6] as _,
-            )
-        });
-    }
-    let counts = count.get();
+    let mut v = vec![u32::MAX; n_entries.max(1)];
+    let count = args::CtCount::<HostLaunch> {
+        n_tuples: &nt,
+        tup_off,
+        n_events: &ne,
+        limit: &limit,
+        cstart,
+        cend,
+        cells,
+        cell_off,
+        count: &mut counts,
+        bad: &mut bad,
+    };
+    run_elements(lib, mode, n_tuples, HostLaunch::new(count));
     let (first, _) = event_scan(lib, mode, &counts, cell_off);
-    // SAFETY: as above.
-    unsafe {
-        let f: libloading::Symbol<Fill> = lib.get(b"ct_fill").unwrap();
-        let a = [
-            p(tup_off),
-            p(cstart),
-            p(cend),
-            p(cells),
-            p(cell_off),
-            p(&first),
-            p(base),
-            cursor.ptr(),
-            vals.ptr(),
-        ];
-        elements(lib, mode, n_tuples, || {
-            f(
-                nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _,
-                a[6] as _, a[7] as _, a[8] as _,
-            )
-        });
-        let f: libloading::Symbol<Sort> = lib.get(b"ct_sort").unwrap();
-        let a = [p(cell_off), p(&counts), p(&first), p(base), vals.ptr()];
-        elements(lib, mode, n_cells, || {
-            f(
-                nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _,
-            )
-        });
-    }
-    let (non_empty, dropped) = (Dev::new(0u32, n_ev.max(1)), Dev::new(0u32, n_ev.max(1)));
-    // SAFETY: as above.
-    unsafe {
-        type Stats =
-            unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
-        let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
-        let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || {
-            f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _)
-        });
-    }
-    let v = vals.get();
+    let fill = args::CtFill::<HostLaunch> {
+        n_tuples: &nt,
+        tup_off,
+        n_events: &ne,
+        limit: &limit,
+        cstart,
+        cend,
+        cells,
+        cell_off,
+        first: &first,
+        base,
+        cursor: &mut cursor,
+        vals: &mut v,
+    };
+    run_elements(lib, mode, n_tuples, HostLaunch::new(fill));
+    let sort = args::CtSort::<HostLaunch> {
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        count: &counts,
+        first: &first,
+        base,
+        vals: &mut v,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(sort));
+    let (mut non_empty, mut dropped) = (vec![0u32; n_ev.max(1)], vec![0u32; n_ev.max(1)]);
+    let stats = args::NtListStats::<HostLaunch> {
+        count: &counts,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        per_list: &per_list,
+        non_empty: &mut non_empty,
+        dropped: &mut dropped,
+    };
+    run_elements(
+        lib,
+        mode,
+        n_cells.div_ceil(STATS_RUN as usize),
+        HostLaunch::new(stats),
+    );
     let lists = (0..n_ev)
         .map(|e| {
             let mut csr = quiver_reco::tracks::doublets::Csr {
@@ -981,9 +848,9 @@ fn cell_track_lists(
         .collect();
     DeviceLists {
         lists,
-        non_empty: non_empty.get()[..n_ev].to_vec(),
-        dropped: dropped.get()[..n_ev].to_vec(),
-        bad: bad.get()[0] != 0,
+        non_empty: non_empty[..n_ev].to_vec(),
+        dropped: dropped[..n_ev].to_vec(),
+        bad: bad[0] != 0,
         raw: (counts, first, base.to_vec(), v),
     }
 }
@@ -1016,135 +883,77 @@ fn run_connect(
     let n_cells = cells.inner.len();
     let (cell_off, listed) = (&cells.cell_off, &cells.listed);
     let (start, by_inner) = index_by(lib, mode, &cells.inner, None, cell_off, &hit_off);
-    let ncount = Dev::new(u32::MAX, n_cells.max(1));
-    let first = Dev::new(0u32, n_cells.max(1));
-    type Connect = unsafe extern "C" fn(
-        u32,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const f32,
-        *const f32,
-        *const u16,
-        *const u32,
-        *const u32,
-        *const u8,
-        *const u32,
-        *const u32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        *mut u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u8,
-        *mut u32,
-    );
+    let mut counts = vec![u32::MAX; n_cells.max(1)];
     let (ne, nc) = (n_ev as u32, n_cells as u32);
     // The neighbours the count pass keeps for the write pass (stale values before it runs,
     // which the write pass must never read).
-    let kept = Dev::new(
-        0xdead_beefu32,
-        (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1),
-    );
-    let connect = |write: u32, push_off: &[u32], out: &Dev<u32>, used: &Dev<u8>| {
-        // SAFETY: as in `index_by`.
-        unsafe {
-            let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
-            let a = [
-                p(cell_off),
-                p(&hit_off),
-                p(&b.x),
-                p(&b.y),
-                p(&b.z),
-                p(&b.r),
-                p(&b.det),
-                p(&cells.inner),
-                p(&cells.outer),
-                p(listed),
-                p(&start),
-                p(&by_inner),
-                ncount.ptr(),
-                first.ptr(),
-                p(push_off),
-                out.ptr(),
-                used.ptr(),
-                kept.ptr(),
-            ];
-            elements(lib, mode, n_cells, || {
-                f(
-                    write,
-                    nc,
-                    a[0] as _,
-                    ne,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    a[9] as _,
-                    a[10] as _,
-                    a[11] as _,
-                    n.ptmin,
-                    n.ca_theta_cut_barrel,
-                    n.ca_theta_cut_forward,
-                    n.dca_cut_inner_triplet,
-                    n.dca_cut_outer_triplet,
-                    n.hard_curv_cut,
-                    a[12] as _,
-                    a[13] as _,
-                    a[14] as _,
-                    a[15] as _,
-                    a[16] as _,
-                    a[17] as _,
-                )
-            });
-        }
+    let mut kept = vec![0xdead_beefu32; (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1)];
+    // One pass: count (`write` 0, into `count`), or write at `first` and `push_off`.
+    let mut connect = |write: u32,
+                       (count, first): (&mut [u32], &[u32]),
+                       push_off: &[u32],
+                       (out, used): (&mut [u32], &mut [u8])| {
+        let pass = args::CnConnect::<HostLaunch> {
+            write: &write,
+            n_cells: &nc,
+            cell_off,
+            n_events: &ne,
+            hit_off: &hit_off,
+            x: &b.x,
+            y: &b.y,
+            z: &b.z,
+            r: &b.r,
+            det: &b.det,
+            inner: &cells.inner,
+            outer: &cells.outer,
+            listed,
+            start: &start,
+            by_inner: &by_inner,
+            ptmin: &n.ptmin,
+            theta_barrel: &n.ca_theta_cut_barrel,
+            theta_forward: &n.ca_theta_cut_forward,
+            dca_inner: &n.dca_cut_inner_triplet,
+            dca_outer: &n.dca_cut_outer_triplet,
+            hard_curv: &n.hard_curv_cut,
+            count,
+            first,
+            push_off,
+            out,
+            used,
+            kept: &mut kept,
+        };
+        run_elements(lib, mode, n_cells, HostLaunch::new(pass));
     };
-    connect(0, &[0], &Dev::new(0, 1), &Dev::new(0, 1));
-    let counts = ncount.get();
+    let no_first = vec![0u32; n_cells.max(1)];
+    connect(0, (&mut counts, &no_first), &[0], (&mut [0], &mut [0]));
     let (first_h, total) = event_scan(lib, mode, &counts, cell_off);
-    for (d, v) in first.0.iter().zip(&first_h) {
-        // SAFETY: between launches: no emulated thread reads or writes `first` now.
-        unsafe { *d.get() = *v };
-    }
-    let (non_empty, dropped) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
-    // SAFETY: as in `index_by`.
-    unsafe {
-        type Stats =
-            unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
-        let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
-        let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || {
-            f(
-                a[0] as _,
-                nc,
-                a[1] as _,
-                ne,
-                n.max_cell_neighbors,
-                a[2] as _,
-                a[3] as _,
-            )
-        });
-    }
+    let (mut non_empty, mut dropped) = (vec![0u32; n_ev], vec![0u32; n_ev]);
+    let stats = args::NtListStats::<HostLaunch> {
+        count: &counts,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        per_list: &n.max_cell_neighbors,
+        non_empty: &mut non_empty,
+        dropped: &mut dropped,
+    };
+    run_elements(
+        lib,
+        mode,
+        n_cells.div_ceil(STATS_RUN as usize),
+        HostLaunch::new(stats),
+    );
     let push_off = prefix(&total);
     let n_push = *push_off.last().unwrap() as usize;
-    let (out, used) = (
-        Dev::new(u32::MAX, n_push.max(1)),
-        Dev::new(0u8, n_cells.max(1)),
+    let (mut pushed, mut used) = (vec![u32::MAX; n_push.max(1)], vec![0u8; n_cells.max(1)]);
+    // The write pass's own copy of the counts, as the count pass left them.
+    let mut counts_w = counts.clone();
+    connect(
+        1,
+        (&mut counts_w, &first_h),
+        &push_off,
+        (&mut pushed, &mut used),
     );
-    connect(1, &push_off, &out, &used);
-    let (pushed, used) = (out.get(), used.get());
     let lists = (0..n_ev)
         .map(|e| {
             let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
@@ -1165,8 +974,8 @@ fn run_connect(
         first: first_h,
         push_off,
         pushed,
-        non_empty: non_empty.get(),
-        dropped: dropped.get(),
+        non_empty,
+        dropped,
     }
 }
 
@@ -1317,7 +1126,7 @@ fn run_ntuplets(
         *hit_off.last().unwrap() as usize,
     );
     let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
-    let dead = Dev::new(0u8, n_cells.max(1));
+    let mut dead = vec![0u8; n_cells.max(1)];
     let (start_o, by_outer) = index_by(
         lib,
         mode,
@@ -1326,173 +1135,93 @@ fn run_ntuplets(
         cell_off,
         hit_off,
     );
-    type Fishbone = unsafe extern "C" fn(
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const f32,
-        *const u16,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u8,
-        u32,
-        *const u8,
-        *mut u8,
-    );
-    let fishbone = |check_track: u32, has_track: &[u8]| {
-        // SAFETY: as in `index_by`.
-        unsafe {
-            let f: libloading::Symbol<Fishbone> = lib.get(b"nt_fishbone").unwrap();
-            let a = [
-                p(hit_off),
-                p(cell_off),
-                p(&b.x),
-                p(&b.y),
-                p(&b.z),
-                p(&b.det),
-                p(&cells.inner),
-                p(&start_o),
-                p(&by_outer),
-                p(&con.used),
-                p(has_track),
-                dead.ptr(),
-            ];
-            elements(lib, mode, n_hits, || {
-                f(
-                    nh,
-                    a[0] as _,
-                    ne,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    a[9] as _,
-                    check_track,
-                    a[10] as _,
-                    a[11] as _,
-                )
-            });
-        }
+    let fishbone = |check_track: u32, has_track: &[u8], dead: &mut [u8]| {
+        let pass = args::NtFishbone::<HostLaunch> {
+            n_hits: &nh,
+            hit_off,
+            n_events: &ne,
+            cell_off,
+            x: &b.x,
+            y: &b.y,
+            z: &b.z,
+            det: &b.det,
+            inner: &cells.inner,
+            start: &start_o,
+            by_outer: &by_outer,
+            used: &con.used,
+            check_track: &check_track,
+            has_track,
+            dead,
+        };
+        run_elements(lib, mode, n_hits, HostLaunch::new(pass));
     };
     if n.early_fishbone {
-        fishbone(0, &[0]);
+        fishbone(0, &[0], &mut dead);
     }
-    type Search = unsafe extern "C" fn(
-        u32,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const u8,
-        *const u8,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        u32,
-        u32,
-        u32,
-        *mut u32,
-        *mut u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
+    let (mut n_tup, mut n_hit, mut err) = (
+        vec![u32::MAX; n_cells.max(1)],
+        vec![u32::MAX; n_cells.max(1)],
+        vec![0u32; 1],
     );
-    let (n_tup, n_hit, err) = (
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(0u32, 1),
+    // One pass of the search: count (`write` 0, into `counts`), or write into `outs`.
+    type SearchOut<'o> = (
+        &'o mut [u32],
+        &'o mut [u32],
+        &'o mut [u32],
+        &'o mut [u32],
+        &'o mut [u32],
     );
     let search = |write: u32,
-                  firsts: (&[u32], &[u32]),
-                  offs: (&[u32], &[u32]),
-                  outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>)| {
-        // SAFETY: as in `index_by`.
-        unsafe {
-            let f: libloading::Symbol<Search> = lib.get(b"nt_search").unwrap();
-            let a = [
-                p(cell_off),
-                p(&cells.inner),
-                p(&cells.outer),
-                p(&cells.pair),
-                dead.ptr(),
-                p(&con.ncount),
-                p(&con.first),
-                p(&con.push_off),
-                p(&con.pushed),
-                n_tup.ptr(),
-                n_hit.ptr(),
-                p(firsts.0),
-                p(firsts.1),
-                p(offs.0),
-                p(offs.1),
-                outs.0.ptr(),
-                outs.1.ptr(),
-                outs.2.ptr(),
-                outs.3.ptr(),
-                outs.4.ptr(),
-                err.ptr(),
-            ];
-            elements(lib, mode, n_cells, || {
-                f(
-                    write,
-                    nc,
-                    a[0] as _,
-                    ne,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    n.max_cell_neighbors,
-                    n.min_hits_per_ntuplet,
-                    n.max_tuples,
-                    a[9] as _,
-                    a[10] as _,
-                    a[11] as _,
-                    a[12] as _,
-                    a[13] as _,
-                    a[14] as _,
-                    a[15] as _,
-                    a[16] as _,
-                    a[17] as _,
-                    a[18] as _,
-                    a[19] as _,
-                    a[20] as _,
-                )
-            });
-        }
+                  (n_tuples, n_hits): (&mut [u32], &mut [u32]),
+                  (tuple_first, hit_first): (&[u32], &[u32]),
+                  (tuple_off, hit_off_out): (&[u32], &[u32]),
+                  (tuple_len, tuple_cstart, tuple_cend, out_hits, out_cells): SearchOut,
+                  error: &mut [u32]| {
+        let pass = args::NtSearch::<HostLaunch> {
+            write: &write,
+            n_cells: &nc,
+            cell_off,
+            n_events: &ne,
+            inner: &cells.inner,
+            outer: &cells.outer,
+            pair: &cells.pair,
+            dead: &dead,
+            ncount: &con.ncount,
+            first: &con.first,
+            push_off: &con.push_off,
+            nbr: &con.pushed,
+            per_list: &n.max_cell_neighbors,
+            min_hits: &n.min_hits_per_ntuplet,
+            max_tuples: &n.max_tuples,
+            n_tuples,
+            n_hits,
+            tuple_first,
+            hit_first,
+            tuple_off,
+            hit_off_out,
+            tuple_len,
+            tuple_cstart,
+            tuple_cend,
+            out_hits,
+            out_cells,
+            error,
+        };
+        run_elements(lib, mode, n_cells, HostLaunch::new(pass));
     };
     let none = vec![0u32; n_cells.max(n_ev + 1)];
-    let one = Dev::new(0u32, 1);
+    let mut one = [[0u32; 1]; 5];
+    let [o0, o1, o2, o3, o4] = &mut one;
     search(
         0,
+        (&mut n_tup, &mut n_hit),
         (&none, &none),
         (&none, &none),
-        (&one, &one, &one, &one, &one),
+        (o0, o1, o2, o3, o4),
+        &mut err,
     );
-    let (tup_first, tup_total) = event_scan(lib, mode, &n_tup.get(), cell_off);
-    let (hit_first, hit_total) = event_scan(lib, mode, &n_hit.get(), cell_off);
-    if err.get()[0] != 0 {
+    let (tup_first, tup_total) = event_scan(lib, mode, &n_tup, cell_off);
+    let (hit_first, hit_total) = event_scan(lib, mode, &n_hit, cell_off);
+    if err[0] != 0 {
         return None;
     }
     let (tup_off, hit_pos) = (prefix(&tup_total), prefix(&hit_total));
@@ -1500,22 +1229,23 @@ fn run_ntuplets(
         *tup_off.last().unwrap() as usize,
         *hit_pos.last().unwrap() as usize,
     );
-    let (tlen, thits, tcells) = (
-        Dev::new(0u32, n_tuples.max(1)),
-        Dev::new(u32::MAX, n_tuple_hits.max(1)),
-        Dev::new(u32::MAX, (n_tuple_hits - n_tuples).max(1)),
+    let (mut tlen, mut thits, mut tcells) = (
+        vec![0u32; n_tuples.max(1)],
+        vec![u32::MAX; n_tuple_hits.max(1)],
+        vec![u32::MAX; (n_tuple_hits - n_tuples).max(1)],
     );
-    let (cstart, cend) = (
-        Dev::new(u32::MAX, n_tuples.max(1)),
-        Dev::new(u32::MAX, n_tuples.max(1)),
+    let (mut cstart, mut cend) = (
+        vec![u32::MAX; n_tuples.max(1)],
+        vec![u32::MAX; n_tuples.max(1)],
     );
     search(
         1,
+        (&mut n_tup, &mut n_hit),
         (&tup_first, &hit_first),
         (&tup_off, &hit_pos),
-        (&tlen, &cstart, &cend, &thits, &tcells),
+        (&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells),
+        &mut err,
     );
-    let (tlen, thits, tcells) = (tlen.get(), thits.get(), tcells.get());
     // The cells' tuple lists and the early duplicate remover on the device, as the step.
     let base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
     let dl = cell_track_lists(
@@ -1523,8 +1253,8 @@ fn run_ntuplets(
         mode,
         &tup_off,
         n.max_tuples,
-        &cstart.get(),
-        &cend.get(),
+        &cstart,
+        &cend,
         &tcells,
         cell_off,
         &base,
@@ -1536,62 +1266,25 @@ fn run_ntuplets(
         .non_empty
         .iter()
         .all(|&k| (k as u64) < n.max_active_doublets as u64);
-    let (q, has_track) = (
-        Dev::new(0u8, n_tuples.max(1)),
-        Dev::new(7u8, n_cells.max(1)),
-    );
-    // SAFETY: as in `index_by`.
-    unsafe {
-        type EarlyDup = unsafe extern "C" fn(
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            u32,
-            *mut u8,
-            *mut u8,
-        );
-        let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
-        let (counts, first, base, vals) = &dl.raw;
-        let a = [
-            p(cell_off),
-            p(counts),
-            p(first),
-            p(base),
-            p(vals),
-            p(&tup_off),
-            p(&tlen),
-            p(&tup_total),
-            q.ptr(),
-            has_track.ptr(),
-        ];
-        elements(lib, mode, n_cells, || {
-            f(
-                nc,
-                a[0] as _,
-                ne,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                a[4] as _,
-                n.max_cell_tracks,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                n.max_tuples,
-                a[8] as _,
-                a[9] as _,
-            )
-        });
-    }
-    let q = q.get();
+    let (mut q, mut has_track) = (vec![0u8; n_tuples.max(1)], vec![7u8; n_cells.max(1)]);
+    let (counts, first, base, vals) = &dl.raw;
+    let dup = args::NtEarlyDup::<HostLaunch> {
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        count: counts,
+        first,
+        base,
+        vals,
+        per_list: &n.max_cell_tracks,
+        tup_off: &tup_off,
+        tuple_len: &tlen,
+        found: &tup_total,
+        max_tuples: &n.max_tuples,
+        q: &mut q,
+        has_track: &mut has_track,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(dup));
     let mut out = Vec::new();
     for e in 0..n_ev {
         let (t0, stored) = (tup_off[e] as usize, tup_total[e].min(n.max_tuples) as usize);
@@ -1656,16 +1349,15 @@ fn run_ntuplets(
             &[0, n_tuples as u32],
             EMU_TILE,
         );
-        let (hoff, coff) = (Dev::new(7u32, n_tuples + 1), Dev::new(7u32, n_tuples + 1));
-        // SAFETY: as in `index_by`; first holds n_tuples values, total one.
-        unsafe {
-            type Offsets = unsafe extern "C" fn(u32, *const u32, *const u32, *mut u32, *mut u32);
-            let f: libloading::Symbol<Offsets> = lib.get(b"nt_list_offsets").unwrap();
-            let a = [p(&first), p(&total), hoff.ptr(), coff.ptr()];
-            elements(lib, mode, n_tuples + 1, || {
-                f(n_tuples as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _)
-            });
-        }
+        let (mut hoff, mut coff) = (vec![7u32; n_tuples + 1], vec![7u32; n_tuples + 1]);
+        let offsets = args::NtListOffsets::<HostLaunch> {
+            n: &(n_tuples as u32),
+            first: &first,
+            total: &total,
+            hit_off: &mut hoff,
+            cell_off: &mut coff,
+        };
+        run_elements(lib, mode, n_tuples + 1, HostLaunch::new(offsets));
         let mut hw = vec![0u32];
         let mut cw = vec![0u32];
         for (t, ca) in &out {
@@ -1676,8 +1368,8 @@ fn run_ntuplets(
                 cw.push(cw.last().unwrap() + w[1] - w[0]);
             }
         }
-        assert_eq!(hoff.get(), hw, "hit list offsets");
-        assert_eq!(coff.get(), cw, "cell list offsets");
+        assert_eq!(hoff, hw, "hit list offsets");
+        assert_eq!(coff, cw, "cell list offsets");
     }
     let has_tuple: Vec<u8> = out
         .iter()
@@ -1690,32 +1382,25 @@ fn run_ntuplets(
         .collect();
     if on_device {
         // The late fishbone reads the device's "carries a tuple" flags.
-        assert_eq!(has_track.get()[..n_cells], has_tuple[..], "has_track");
+        assert_eq!(has_track[..n_cells], has_tuple[..], "has_track");
     }
     if n.late_fishbone {
-        fishbone(1, &has_tuple);
+        fishbone(1, &has_tuple, &mut dead);
     }
     // The flags come back packed, as the step downloads them (`nt_alive_bits`).
     let n_words = n_cells.div_ceil(32);
-    let words = Dev::new(0xdead_beefu32, n_words.max(1));
-    // SAFETY: as in `index_by`.
-    unsafe {
-        type Pack = unsafe extern "C" fn(*const u8, u32, *mut u32);
-        let f: libloading::Symbol<Pack> = lib.get(b"nt_alive_bits").unwrap();
-        let a = [dead.ptr(), words.ptr()];
-        elements(lib, mode, n_words, || {
-            f(a[0] as _, n_cells as u32, a[1] as _)
-        });
-    }
-    let bits =
-        arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words.get()), 0, n_cells);
+    let mut words = vec![0xdead_beefu32; n_words.max(1)];
+    let pack = args::NtAliveBits::<HostLaunch> {
+        dead: &dead,
+        n_cells: &nc,
+        words: &mut words,
+    };
+    run_elements(lib, mode, n_words, HostLaunch::new(pack));
+    let bits = arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words), 0, n_cells);
     let alive: Vec<bool> = bits.iter().collect();
     assert_eq!(
         alive,
-        dead.get()[..n_cells]
-            .iter()
-            .map(|&d| d == 0)
-            .collect::<Vec<_>>(),
+        dead[..n_cells].iter().map(|&d| d == 0).collect::<Vec<_>>(),
         "nt_alive_bits"
     );
     Some((out, alive))
@@ -2825,40 +2510,18 @@ fn check_cells_kernel_flags_a_cell_past_its_event() {
         .collect();
     let n_ev = b.hits_per_event.len() as u32;
     let flag = |inner: &[u32], outer: &[u32]| -> u32 {
-        let bad = Dev::new(0u32, 1);
-        type Check = unsafe extern "C" fn(
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            *mut u32,
-        );
-        // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; the cells and offsets are
-        // the step's own.
-        unsafe {
-            let f: libloading::Symbol<Check> = lib.get(b"cn_check_cells").unwrap();
-            let a = [
-                p(inner),
-                p(outer),
-                p(&cells.cell_off),
-                p(&hit_off),
-                bad.ptr(),
-            ];
-            elements(lib, Mode::Threaded, inner.len(), || {
-                f(
-                    a[0] as _,
-                    a[1] as _,
-                    inner.len() as u32,
-                    a[2] as _,
-                    n_ev,
-                    a[3] as _,
-                    a[4] as _,
-                )
-            });
-        }
-        bad.get()[0]
+        let mut bad = [0u32; 1];
+        let check = args::CnCheckCells::<HostLaunch> {
+            inner,
+            outer,
+            n_cells: &(inner.len() as u32),
+            cell_off: &cells.cell_off,
+            n_events: &n_ev,
+            hit_off: &hit_off,
+            bad: &mut bad,
+        };
+        run_elements(lib, Mode::Threaded, inner.len(), HostLaunch::new(check));
+        bad[0]
     };
     assert!(cells.inner.len() > 1000);
     assert_eq!(flag(&cells.inner, &cells.outer), 0, "real cells flagged");
@@ -2960,59 +2623,25 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
             tcells.len(),
             n.max_cell_tracks,
         );
-        let (q, has_track) = (Dev::new(0u8, n_tuples), Dev::new(7u8, n_cells));
-        // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; buffers sized as the step sizes them.
-        unsafe {
-            type EarlyDup = unsafe extern "C" fn(
-                u32,
-                *const u32,
-                u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                u32,
-                *mut u8,
-                *mut u8,
-            );
-            let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
-            let (counts, first, base, vals) = &dl.raw;
-            let a = [
-                p(&cell_off),
-                p(counts),
-                p(first),
-                p(base),
-                p(vals),
-                p(&tup_off),
-                p(&tlen),
-                p(&found),
-                q.ptr(),
-                has_track.ptr(),
-            ];
-            elements(lib, mode, n_cells, || {
-                f(
-                    n_cells as u32,
-                    a[0] as _,
-                    n_ev as u32,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    n.max_cell_tracks,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    n.max_tuples,
-                    a[8] as _,
-                    a[9] as _,
-                )
-            });
-        }
-        let (q, has_track) = (q.get(), has_track.get());
+        let (mut q, mut has_track) = (vec![0u8; n_tuples], vec![7u8; n_cells]);
+        let (counts, first, base, vals) = &dl.raw;
+        let dup = args::NtEarlyDup::<HostLaunch> {
+            n_cells: &(n_cells as u32),
+            cell_off: &cell_off,
+            n_events: &(n_ev as u32),
+            count: counts,
+            first,
+            base,
+            vals,
+            per_list: &n.max_cell_tracks,
+            tup_off: &tup_off,
+            tuple_len: &tlen,
+            found: &found,
+            max_tuples: &n.max_tuples,
+            q: &mut q,
+            has_track: &mut has_track,
+        };
+        run_elements(lib, mode, n_cells, HostLaunch::new(dup));
         let (mut dups, mut emptied_dup) = (0, 0);
         for e in 0..n_ev {
             let (t0, stored) = (tup_off[e] as usize, found[e].min(n.max_tuples) as usize);
