@@ -14,7 +14,7 @@ use crate::emu_threads::{self, HostLaunch};
 
 use std::sync::OnceLock;
 
-use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_datasets::Dataset;
 use quiver_gpu::{args, kernels};
 use quiver_reco::local;
 
@@ -134,20 +134,7 @@ fn calibrate_launch<'a>(
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
     static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
-    DS.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = GenerateOptions {
-            events: 5,
-            pileup: 30.0,
-            seed: 11,
-            threads: Some(1),
-            output: dir.path().into(),
-            corrupt_fraction: 0.1,
-        };
-        generate(&opts).unwrap();
-        let ds = Dataset::open(dir.path()).unwrap();
-        (dir, ds)
-    })
+    DS.get_or_init(|| crate::generated(5, 30.0, 11, 0.1))
 }
 
 fn offsets(lengths: impl IntoIterator<Item = usize>) -> Vec<u32> {

@@ -25,7 +25,7 @@ use quiver_gpu::args;
 use std::sync::OnceLock;
 
 use quiver_datasets::conditions::CpeParams;
-use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_datasets::Dataset;
 use quiver_gpu::kernels_ca::{
     doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN,
 };
@@ -374,20 +374,7 @@ fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProduct
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
     static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
-    DS.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = GenerateOptions {
-            events: 3,
-            pileup: 50.0,
-            seed: 23,
-            threads: Some(1),
-            output: dir.path().into(),
-            corrupt_fraction: 0.0,
-        };
-        generate(&opts).unwrap();
-        let ds = Dataset::open(dir.path()).unwrap();
-        (dir, ds)
-    })
+    DS.get_or_init(|| crate::generated(3, 50.0, 23, 0.0))
 }
 
 /// The generated events' hits, with an empty event in the middle of the batch.
