@@ -26,6 +26,7 @@
 //! assert_eq!(r.get("beamspot").unwrap().backends, vec![Backend::Cpu]); // no device version
 //! ```
 
+pub mod args;
 pub mod device;
 mod error;
 

@@ -7,7 +7,9 @@
 //! Batches whose hits the CPU core rejects are handed to the CPU implementation, which
 //! reports its exact error.
 
+use crate::args;
 use crate::error::GpuError;
+use crate::steps::launch;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
@@ -26,9 +28,7 @@ use quiver_reco::tracks::{
 use crate::device::{upload_condition, DeviceBuf};
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, SCAN_BLOCK, STATS_RUN};
-use crate::steps::{
-    blocks, device_columns, fallback, publish_overflows, Common, HostDets, Launch, Run,
-};
+use crate::steps::{blocks, device_columns, fallback, publish_overflows, Common, HostDets, Run};
 use cudarc::driver::CudaView;
 use quiver_columnar::product::offsets_from_lengths;
 use quiver_reco::tracks::doublets::DoubletCuts;
@@ -366,15 +366,16 @@ impl DbBuffers {
         );
         {
             let mut vbc = self.bin_count.view_mut::<u32>(n_bins);
-            Launch::new(run, "ca_bin_count")
-                .arg("det", vdet)
-                .arg("iphi", vphi)
-                .arg("n_hits", &n_hits32)
-                .arg("hit_off", &vho)
-                .arg("layer_start", &vls)
-                .arg("n_events", &n_ev32)
-                .arg("bin_count", &mut vbc)
-                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            let args = args::CaBinCount {
+                det: vdet,
+                iphi: vphi,
+                n_hits: &n_hits32,
+                hit_off: &vho,
+                layer_start: &vls,
+                n_events: &n_ev32,
+                bin_count: &mut vbc,
+            };
+            launch(run, args, blocks(n_hits, ELEMENT_BLOCK))?;
         }
         {
             let vbc = self.bin_count.view::<u32>(n_bins);
@@ -382,29 +383,31 @@ impl DbBuffers {
                 self.bin_start.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
                 self.cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
             );
-            Launch::new(run, "ca_bin_scan")
-                .arg("bin_count", &vbc)
-                .arg("hit_off", &vho)
-                .arg("n_events", &n_ev32)
-                .arg("bin_start", &mut vbs)
-                .arg("cursor", &mut vcur)
-                .launch(blocks(n_ev, ELEMENT_BLOCK))?;
+            let args = args::CaBinScan {
+                bin_count: &vbc,
+                hit_off: &vho,
+                n_events: &n_ev32,
+                bin_start: &mut vbs,
+                cursor: &mut vcur,
+            };
+            launch(run, args, blocks(n_ev, ELEMENT_BLOCK))?;
         }
         {
             let (mut vcur, mut vpi) = (
                 self.cursor.view_mut::<u32>(n_ev * BIN_STARTS_PER_EVENT),
                 self.pidx.view_mut::<u32>(n_hits),
             );
-            Launch::new(run, "ca_bin_fill")
-                .arg("det", vdet)
-                .arg("iphi", vphi)
-                .arg("n_hits", &n_hits32)
-                .arg("hit_off", &vho)
-                .arg("layer_start", &vls)
-                .arg("n_events", &n_ev32)
-                .arg("cursor", &mut vcur)
-                .arg("packed_idx", &mut vpi)
-                .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+            let args = args::CaBinFill {
+                det: vdet,
+                iphi: vphi,
+                n_hits: &n_hits32,
+                hit_off: &vho,
+                layer_start: &vls,
+                n_events: &n_ev32,
+                cursor: &mut vcur,
+                packed_idx: &mut vpi,
+            };
+            launch(run, args, blocks(n_hits, ELEMENT_BLOCK))?;
         }
         {
             let vbs = self.bin_start.view::<u32>(n_ev * BIN_STARTS_PER_EVENT);
@@ -415,20 +418,21 @@ impl DbBuffers {
                 self.pphi.view_mut::<i16>(n_hits),
                 self.psy.view_mut::<i16>(n_hits),
             );
-            let mut l = Launch::new(run, "ca_bin_sort");
-            l.arg("bin_start", &vbs)
-                .arg("n_events", &n_ev32)
-                .arg("hit_off", &vho)
-                .arg("z", vz)
-                .arg("r", vr)
-                .arg("iphi", vphi)
-                .arg("size_y", vsy);
-            l.arg("packed_idx", &mut vpi)
-                .arg("packed_z", &mut vpz)
-                .arg("packed_r", &mut vpr)
-                .arg("packed_iphi", &mut vpp)
-                .arg("packed_sy", &mut vps)
-                .launch(blocks(n_bins, ELEMENT_BLOCK))?;
+            let args = args::CaBinSort {
+                bin_start: &vbs,
+                n_events: &n_ev32,
+                hit_off: &vho,
+                z: vz,
+                r: vr,
+                iphi: vphi,
+                size_y: vsy,
+                packed_idx: &mut vpi,
+                packed_z: &mut vpz,
+                packed_r: &mut vpr,
+                packed_iphi: &mut vpp,
+                packed_sy: &mut vps,
+            };
+            launch(run, args, blocks(n_bins, ELEMENT_BLOCK))?;
         }
         Ok(())
     }
@@ -448,13 +452,14 @@ impl DbBuffers {
             block_dim: (SCAN_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        Launch::new(run, "ca_item_scan")
-            .arg("item_count", &vic)
-            .arg("item_start", &vis)
-            .arg("n_pairs", &db.n_pairs)
-            .arg("item_first", &mut vif)
-            .arg("event_total", &mut vet)
-            .launch(cfg)?;
+        let args = args::CaItemScan {
+            item_count: &vic,
+            item_start: &vis,
+            n_pairs: &db.n_pairs,
+            item_first: &mut vif,
+            event_total: &mut vet,
+        };
+        launch(run, args, cfg)?;
         Ok(())
     }
 }
@@ -478,37 +483,42 @@ fn launch_listed(
     let (vo, vco) = (outer.view::<u32>(n_cells), dco.view::<u32>(n_ev + 1));
     {
         let mut voc = outer_count.view_mut::<u32>(n_hits);
-        Launch::new(run, "ca_listed_count")
-            .arg("outer", &vo)
-            .arg("n_cells", &n_cells32)
-            .arg("cell_off", &vco)
-            .arg("n_events", &n_ev32)
-            .arg("hit_off", &vho)
-            .arg("outer_count", &mut voc)
-            .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        let args = args::CaListedCount {
+            outer: &vo,
+            n_cells: &n_cells32,
+            cell_off: &vco,
+            n_events: &n_ev32,
+            hit_off: &vho,
+            outer_count: &mut voc,
+        };
+        launch(run, args, blocks(n_cells, ELEMENT_BLOCK))?;
     }
     let voc = outer_count.view::<u32>(n_hits);
     let mut vl = listed.view_mut::<u8>(n_cells);
-    Launch::new(run, "ca_listed")
-        .arg("outer", &vo)
-        .arg("n_cells", &n_cells32)
-        .arg("cell_off", &vco)
-        .arg("n_events", &n_ev32)
-        .arg("hit_off", &vho)
-        .arg("outer_count", &voc)
-        .arg("max_cells_per_hit", &m)
-        .arg("listed", &mut vl)
-        .launch(blocks(n_cells, ELEMENT_BLOCK))?;
-    Launch::new(run, "ca_listed_overfull")
-        .arg("outer", &vo)
-        .arg("cell_off", &vco)
-        .arg("n_events", &n_ev32)
-        .arg("hit_off", &vho)
-        .arg("n_hits", &n_hits32)
-        .arg("outer_count", &voc)
-        .arg("max_cells_per_hit", &m)
-        .arg("listed", &mut vl)
-        .launch(blocks(n_hits, ELEMENT_BLOCK))?;
+    // A view a launch writes is held for exactly that launch: one per launch.
+    let mut vl1 = vl.slice_mut(..);
+    let args = args::CaListed {
+        outer: &vo,
+        n_cells: &n_cells32,
+        cell_off: &vco,
+        n_events: &n_ev32,
+        hit_off: &vho,
+        outer_count: &voc,
+        max_cells_per_hit: &m,
+        listed: &mut vl1,
+    };
+    launch(run, args, blocks(n_cells, ELEMENT_BLOCK))?;
+    let args = args::CaListedOverfull {
+        outer: &vo,
+        cell_off: &vco,
+        n_events: &n_ev32,
+        hit_off: &vho,
+        n_hits: &n_hits32,
+        outer_count: &voc,
+        max_cells_per_hit: &m,
+        listed: &mut vl,
+    };
+    launch(run, args, blocks(n_hits, ELEMENT_BLOCK))?;
     Ok(())
 }
 
@@ -533,20 +543,25 @@ fn launch_overflow_stats(
         dco.view::<u32>(n_ev + 1),
     );
     let (mut vu, mut vw) = (unlisted.view_mut::<u32>(n_ev), worst.view_mut::<u32>(n_ev));
-    let mut l = Launch::new(run, "ca_overflow_stats");
-    l.arg("outer_count", &voc)
-        .arg("n_hits", &n_hits32)
-        .arg("hit_off", &vho)
-        .arg("listed", &vl)
-        .arg("n_cells", &n_cells32)
-        .arg("cell_off", &vco)
-        .arg("n_events", &n_ev32)
-        .arg("unlisted", &mut vu)
-        .arg("worst", &mut vw);
-    l.launch(blocks(
-        n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
-        ELEMENT_BLOCK,
-    ))?;
+    let args = args::CaOverflowStats {
+        outer_count: &voc,
+        n_hits: &n_hits32,
+        hit_off: &vho,
+        listed: &vl,
+        n_cells: &n_cells32,
+        cell_off: &vco,
+        n_events: &n_ev32,
+        unlisted: &mut vu,
+        worst: &mut vw,
+    };
+    launch(
+        run,
+        args,
+        blocks(
+            n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
+            ELEMENT_BLOCK,
+        ),
+    )?;
     Ok(())
 }
 
@@ -570,7 +585,7 @@ impl CaDoubletsGpu {
         let (n_ev, n_hits, n_items) = (s.n_ev, s.n_hits, s.n_items);
         let (n_ev32, n_items32) = (n_ev as u32, n_items as u32);
         let d = &self.cfg.doublets;
-        let (pi, pf) = (&self.pair_i, &self.pair_f);
+        let (pi, pf) = (self.pair_i.as_view(), self.pair_f.as_view());
         let (vz, vr, vphi, vsy, vdet) = (&h.z, &h.r, &h.iphi, &h.sy, &h.det);
         let (vho, vls, vis) = (
             b.hit_off.view::<u32>(n_ev + 1),
@@ -595,41 +610,42 @@ impl CaDoubletsGpu {
             outs.1.view_mut::<u32>(n_cells.max(1)),
             outs.2.view_mut::<u8>(n_cells.max(1)),
         );
-        let mut l = Launch::new(run, "ca_doublets");
-        l.arg("write", &write)
-            .arg("n_items", &n_items32)
-            .arg("item_start", &vis)
-            .arg("n_pairs", &db.n_pairs)
-            .arg("n_events", &n_ev32)
-            .arg("hit_off", &vho)
-            .arg("layer_start", &vls);
-        l.arg("z", vz)
-            .arg("r", vr)
-            .arg("iphi", vphi)
-            .arg("size_y", vsy)
-            .arg("det", vdet);
-        l.arg("bin_start", &vbs)
-            .arg("packed_idx", &vpi)
-            .arg("packed_z", &vpz)
-            .arg("packed_r", &vpr)
-            .arg("packed_iphi", &vpp)
-            .arg("packed_sy", &vps);
-        l.arg("pair_i", pi)
-            .arg("pair_f", pf)
-            .arg("flags", &flags)
-            .arg("z0_cut", &d.z0_cut)
-            .arg("dzdr_fact", &cuts.dzdr_fact)
-            .arg("min_radius2_t4", &cuts.min_radius2_t4);
-        l.arg("i2p", &cuts.i2p)
-            .arg("max_dy_pred", &d.max_dy_pred)
-            .arg("max_doublets", &d.max_number_of_doublets);
-        l.arg("item_count", &mut vic)
-            .arg("item_first", &vif)
-            .arg("cell_off", &vco)
-            .arg("out_inner", &mut oi)
-            .arg("out_outer", &mut oo)
-            .arg("out_pair", &mut op);
-        l.launch(blocks(n_items, ELEMENT_BLOCK))
+        let args = args::CaDoublets {
+            write: &write,
+            n_items: &n_items32,
+            item_start: &vis,
+            n_pairs: &db.n_pairs,
+            n_events: &n_ev32,
+            hit_off: &vho,
+            layer_start: &vls,
+            z: vz,
+            r: vr,
+            iphi: vphi,
+            size_y: vsy,
+            det: vdet,
+            bin_start: &vbs,
+            packed_idx: &vpi,
+            packed_z: &vpz,
+            packed_r: &vpr,
+            packed_iphi: &vpp,
+            packed_sy: &vps,
+            pair_i: &pi,
+            pair_f: &pf,
+            flags: &flags,
+            z0_cut: &d.z0_cut,
+            dzdr_fact: &cuts.dzdr_fact,
+            min_radius2_t4: &cuts.min_radius2_t4,
+            i2p: &cuts.i2p,
+            max_dy_pred: &d.max_dy_pred,
+            max_doublets: &d.max_number_of_doublets,
+            item_count: &mut vic,
+            item_first: &vif,
+            cell_off: &vco,
+            out_inner: &mut oi,
+            out_outer: &mut oo,
+            out_pair: &mut op,
+        };
+        launch(run, args, blocks(n_items, ELEMENT_BLOCK))
     }
 }
 

@@ -15,6 +15,7 @@ use quiver_reco::tracks::{layer_start_from_det_index, CaConfig};
 
 use cudarc::driver::CudaView;
 
+use crate::args;
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{RANK_LANES, STATS_RUN};
@@ -22,7 +23,7 @@ use crate::resident::CudaMirror;
 use crate::steps::ca_ntuplets_dev::{Listed, NtIn, Tuples};
 use crate::steps::ca_ntuplets_host::{ntuplet_event, ntuplet_event_listed};
 use crate::steps::{
-    batch_offsets, blocks, fallback, record_results, seg_scan, Common, HostDets, Launch, Run,
+    batch_offsets, blocks, fallback, launch, record_results, seg_scan, Common, HostDets, Run,
 };
 use quiver_reco::steps::types::{CA_CELLS, NTUPLETS};
 use std::sync::Arc;
@@ -116,18 +117,19 @@ impl CellTracks {
         );
         {
             let (mut vn, mut vbad) = (count.view_mut::<u32>(i.n_cells), bad.view_mut::<u32>(1));
-            let mut l = Launch::new(run, "ct_count");
-            l.arg("n_tuples", &nt)
-                .arg("tup_off", vto)
-                .arg("n_events", &ne)
-                .arg("limit", &i.limit)
-                .arg("cstart", vcs)
-                .arg("cend", vce)
-                .arg("cells", vcells)
-                .arg("cell_off", vco)
-                .arg("count", &mut vn)
-                .arg("bad", &mut vbad);
-            l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
+            let args = args::CtCount {
+                n_tuples: &nt,
+                tup_off: vto,
+                n_events: &ne,
+                limit: &i.limit,
+                cstart: vcs,
+                cend: vce,
+                cells: vcells,
+                cell_off: vco,
+                count: &mut vn,
+                bad: &mut vbad,
+            };
+            launch(run, args, blocks(i.n_tuples, ELEMENT_BLOCK))?;
         }
         {
             let (vn, mut vf, mut vt) = (
@@ -143,20 +145,21 @@ impl CellTracks {
                 cursor.view_mut::<u32>(i.n_cells),
                 vals.view_mut::<u32>(i.n_entries.max(1)),
             );
-            let mut l = Launch::new(run, "ct_fill");
-            l.arg("n_tuples", &nt)
-                .arg("tup_off", vto)
-                .arg("n_events", &ne)
-                .arg("limit", &i.limit)
-                .arg("cstart", vcs)
-                .arg("cend", vce)
-                .arg("cells", vcells)
-                .arg("cell_off", vco)
-                .arg("first", &vf)
-                .arg("base", &vb)
-                .arg("cursor", &mut vcu)
-                .arg("vals", &mut vv);
-            l.launch(blocks(i.n_tuples, ELEMENT_BLOCK))?;
+            let args = args::CtFill {
+                n_tuples: &nt,
+                tup_off: vto,
+                n_events: &ne,
+                limit: &i.limit,
+                cstart: vcs,
+                cend: vce,
+                cells: vcells,
+                cell_off: vco,
+                first: &vf,
+                base: &vb,
+                cursor: &mut vcu,
+                vals: &mut vv,
+            };
+            launch(run, args, blocks(i.n_tuples, ELEMENT_BLOCK))?;
         }
         {
             let (vn, vf, mut vv) = (
@@ -164,15 +167,16 @@ impl CellTracks {
                 first.view::<u32>(i.n_cells),
                 vals.view_mut::<u32>(i.n_entries.max(1)),
             );
-            let mut l = Launch::new(run, "ct_sort");
-            l.arg("n_cells", &nc)
-                .arg("cell_off", vco)
-                .arg("n_events", &ne)
-                .arg("count", &vn)
-                .arg("first", &vf)
-                .arg("base", &vb)
-                .arg("vals", &mut vv);
-            l.launch(blocks(i.n_cells, ELEMENT_BLOCK))?;
+            let args = args::CtSort {
+                n_cells: &nc,
+                cell_off: vco,
+                n_events: &ne,
+                count: &vn,
+                first: &vf,
+                base: &vb,
+                vals: &mut vv,
+            };
+            launch(run, args, blocks(i.n_cells, ELEMENT_BLOCK))?;
         }
         Ok(CellTracks {
             count,
@@ -202,18 +206,20 @@ impl CellTracks {
             non_empty.view_mut::<u32>(self.n_ev),
             dropped.view_mut::<u32>(self.n_ev),
         );
-        Launch::new(run, "nt_list_stats")
-            .arg("count", &vn)
-            .arg("n_cells", &nc)
-            .arg("cell_off", &vco)
-            .arg("n_events", &ne)
-            .arg("per_list", &per_list)
-            .arg("non_empty", &mut vne)
-            .arg("dropped", &mut vd)
-            .launch(blocks(
-                self.n_cells.div_ceil(STATS_RUN as usize),
-                ELEMENT_BLOCK,
-            ))
+        let args = args::NtListStats {
+            count: &vn,
+            n_cells: &nc,
+            cell_off: &vco,
+            n_events: &ne,
+            per_list: &per_list,
+            non_empty: &mut vne,
+            dropped: &mut vd,
+        };
+        launch(
+            run,
+            args,
+            blocks(self.n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK),
+        )
     }
 }
 
@@ -296,13 +302,14 @@ fn list_offsets(
             hoff.view_mut::<u32>(n_tuples + 1),
             coff.view_mut::<u32>(n_tuples + 1),
         );
-        Launch::new(run, "nt_list_offsets")
-            .arg("n", &nt)
-            .arg("first", &vf)
-            .arg("total", &vt)
-            .arg("hit_off", &mut vh)
-            .arg("cell_off", &mut vc)
-            .launch(blocks(n_tuples + 1, ELEMENT_BLOCK))?;
+        let args = args::NtListOffsets {
+            n: &nt,
+            first: &vf,
+            total: &vt,
+            hit_off: &mut vh,
+            cell_off: &mut vc,
+        };
+        launch(run, args, blocks(n_tuples + 1, ELEMENT_BLOCK))?;
     }
     Ok((hoff, coff))
 }
@@ -325,15 +332,16 @@ fn cells_bad(
             dho.view::<u32>(n_ev + 1),
             bad.view_mut::<u32>(1),
         );
-        Launch::new(run, "cn_check_cells")
-            .arg("inner", &vi)
-            .arg("outer", &vo)
-            .arg("n_cells", &nc)
-            .arg("cell_off", &vco)
-            .arg("n_events", &ne)
-            .arg("hit_off", &vho)
-            .arg("bad", &mut vb)
-            .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+        let args = args::CnCheckCells {
+            inner: &vi,
+            outer: &vo,
+            n_cells: &nc,
+            cell_off: &vco,
+            n_events: &ne,
+            hit_off: &vho,
+            bad: &mut vb,
+        };
+        launch(run, args, blocks(n_cells, ELEMENT_BLOCK))?;
     }
     Ok(run.down::<u32>(&bad, 1)?.as_slice()[0] != 0)
 }
@@ -388,11 +396,12 @@ fn alive_words(run: &mut Run, dead: &DeviceBuf, nc: u32, n_cells: usize) -> Resu
     let mut words = run.out::<u32>(n_words)?;
     {
         let (vd, mut vw) = (dead.view::<u8>(n_cells), words.view_mut::<u32>(n_words));
-        Launch::new(run, "nt_alive_bits")
-            .arg("dead", &vd)
-            .arg("n_cells", &nc)
-            .arg("words", &mut vw)
-            .launch(blocks(n_words, ELEMENT_BLOCK))?;
+        let args = args::NtAliveBits {
+            dead: &vd,
+            n_cells: &nc,
+            words: &mut vw,
+        };
+        launch(run, args, blocks(n_words, ELEMENT_BLOCK))?;
     }
     Ok(words)
 }

@@ -9,10 +9,11 @@ use super::ca_ntuplets::{prefix, CellTracks, CellTracksIn};
 use quiver_reco::steps::types::NTUPLETS;
 use quiver_reco::tracks::NtupletConfig;
 
+use crate::args;
 use crate::device::DeviceBuf;
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_ca::{CONNECT_KEPT, RANK_LANES, SCAN_BLOCK, STATS_RUN};
-use crate::steps::{blocks, seg_scan, Launch, Run};
+use crate::steps::{blocks, launch, seg_scan, Run};
 
 /// A batch's hits (x, y, z, r, detIndex) and cells (inner, outer, pair, listed) on the
 /// device, the events' hit and cell offsets, and the counts (also as u32: `ne`, `nc`,
@@ -57,16 +58,17 @@ impl NtIn<'_> {
         let mut sorted = run.out::<u32>(n_cells)?;
         {
             let mut v = count.view_mut::<u32>(n_hits);
-            Launch::new(run, "cn_index_count")
-                .arg("key", key)
-                .arg("filter", &filter)
-                .arg("only", &self.vl)
-                .arg("n_cells", &self.nc)
-                .arg("cell_off", &self.vco)
-                .arg("n_events", &self.ne)
-                .arg("hit_off", &self.vho)
-                .arg("count", &mut v)
-                .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            let args = args::CnIndexCount {
+                key,
+                filter: &filter,
+                only: &self.vl,
+                n_cells: &self.nc,
+                cell_off: &self.vco,
+                n_events: &self.ne,
+                hit_off: &self.vho,
+                count: &mut v,
+            };
+            launch(run, args, blocks(n_cells, ELEMENT_BLOCK))?;
         }
         {
             let v = count.view::<u32>(n_hits);
@@ -79,28 +81,30 @@ impl NtIn<'_> {
                 block_dim: (SCAN_BLOCK, 1, 1),
                 shared_mem_bytes: 0,
             };
-            Launch::new(run, "cn_index_scan")
-                .arg("count", &v)
-                .arg("hit_off", &self.vho)
-                .arg("cell_off", &self.vco)
-                .arg("n_events", &self.ne)
-                .arg("start", &mut s)
-                .arg("cursor", &mut cu)
-                .launch(cfg)?;
+            let args = args::CnIndexScan {
+                count: &v,
+                hit_off: &self.vho,
+                cell_off: &self.vco,
+                n_events: &self.ne,
+                start: &mut s,
+                cursor: &mut cu,
+            };
+            launch(run, args, cfg)?;
         }
         {
             let (mut cu, mut ix) = (cursor.view_mut::<u32>(n_hits), idx.view_mut::<u32>(n_cells));
-            Launch::new(run, "cn_index_fill")
-                .arg("key", key)
-                .arg("filter", &filter)
-                .arg("only", &self.vl)
-                .arg("n_cells", &self.nc)
-                .arg("cell_off", &self.vco)
-                .arg("n_events", &self.ne)
-                .arg("hit_off", &self.vho)
-                .arg("cursor", &mut cu)
-                .arg("index", &mut ix)
-                .launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            let args = args::CnIndexFill {
+                key,
+                filter: &filter,
+                only: &self.vl,
+                n_cells: &self.nc,
+                cell_off: &self.vco,
+                n_events: &self.ne,
+                hit_off: &self.vho,
+                cursor: &mut cu,
+                index: &mut ix,
+            };
+            launch(run, args, blocks(n_cells, ELEMENT_BLOCK))?;
         }
         {
             let (s, ix, mut so) = (
@@ -108,12 +112,17 @@ impl NtIn<'_> {
                 idx.view::<u32>(n_cells),
                 sorted.view_mut::<u32>(n_cells),
             );
-            Launch::new(run, "cn_index_rank")
-                .arg("start", &s)
-                .arg("n_hits", &self.nh)
-                .arg("index", &ix)
-                .arg("sorted", &mut so)
-                .launch(blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK))?;
+            let args = args::CnIndexRank {
+                start: &s,
+                n_hits: &self.nh,
+                index: &ix,
+                sorted: &mut so,
+            };
+            launch(
+                run,
+                args,
+                blocks(n_hits * RANK_LANES as usize, ELEMENT_BLOCK),
+            )?;
         }
         Ok((start, sorted))
     }
@@ -144,35 +153,36 @@ impl NtIn<'_> {
             used.view_mut::<u8>(n_cells),
         );
         let mut vk = kept.view_mut::<u32>(n_cells * CONNECT_KEPT);
-        let mut l = Launch::new(run, "cn_connect");
-        l.arg("write", &write)
-            .arg("n_cells", &self.nc)
-            .arg("cell_off", &self.vco)
-            .arg("n_events", &self.ne)
-            .arg("hit_off", &self.vho)
-            .arg("x", &self.vx)
-            .arg("y", &self.vy)
-            .arg("z", &self.vz)
-            .arg("r", &self.vr)
-            .arg("det", &self.vdet);
-        l.arg("inner", &self.vi)
-            .arg("outer", &self.vo)
-            .arg("listed", &self.vl)
-            .arg("start", vsi)
-            .arg("by_inner", vbi);
-        l.arg("ptmin", &n.ptmin)
-            .arg("theta_barrel", &n.ca_theta_cut_barrel)
-            .arg("theta_forward", &n.ca_theta_cut_forward)
-            .arg("dca_inner", &n.dca_cut_inner_triplet)
-            .arg("dca_outer", &n.dca_cut_outer_triplet)
-            .arg("hard_curv", &n.hard_curv_cut);
-        l.arg("count", &mut vn)
-            .arg("first", &vf)
-            .arg("push_off", &vpo)
-            .arg("out", &mut vout)
-            .arg("used", &mut vu)
-            .arg("kept", &mut vk);
-        l.launch(blocks(n_cells, ELEMENT_BLOCK))
+        let args = args::CnConnect {
+            write: &write,
+            n_cells: &self.nc,
+            cell_off: &self.vco,
+            n_events: &self.ne,
+            hit_off: &self.vho,
+            x: &self.vx,
+            y: &self.vy,
+            z: &self.vz,
+            r: &self.vr,
+            det: &self.vdet,
+            inner: &self.vi,
+            outer: &self.vo,
+            listed: &self.vl,
+            start: vsi,
+            by_inner: vbi,
+            ptmin: &n.ptmin,
+            theta_barrel: &n.ca_theta_cut_barrel,
+            theta_forward: &n.ca_theta_cut_forward,
+            dca_inner: &n.dca_cut_inner_triplet,
+            dca_outer: &n.dca_cut_outer_triplet,
+            hard_curv: &n.hard_curv_cut,
+            count: &mut vn,
+            first: &vf,
+            push_off: &vpo,
+            out: &mut vout,
+            used: &mut vu,
+            kept: &mut vk,
+        };
+        launch(run, args, blocks(n_cells, ELEMENT_BLOCK))
     }
 
     /// A per-event scan of a per-cell count: each cell's first place and the events' totals.
@@ -213,23 +223,24 @@ impl NtIn<'_> {
             has_track.view::<u8>(n_cells),
             dead.view_mut::<u8>(n_cells),
         );
-        let mut l = Launch::new(run, "nt_fishbone");
-        l.arg("n_hits", &self.nh)
-            .arg("hit_off", &self.vho)
-            .arg("n_events", &self.ne)
-            .arg("cell_off", &self.vco)
-            .arg("x", &self.vx)
-            .arg("y", &self.vy)
-            .arg("z", &self.vz)
-            .arg("det", &self.vdet)
-            .arg("inner", &self.vi);
-        l.arg("start", &vs)
-            .arg("by_outer", &vb)
-            .arg("used", &vu)
-            .arg("check_track", &check_track)
-            .arg("has_track", &vht)
-            .arg("dead", &mut vd);
-        l.launch(blocks(n_hits, ELEMENT_BLOCK))
+        let args = args::NtFishbone {
+            n_hits: &self.nh,
+            hit_off: &self.vho,
+            n_events: &self.ne,
+            cell_off: &self.vco,
+            x: &self.vx,
+            y: &self.vy,
+            z: &self.vz,
+            det: &self.vdet,
+            inner: &self.vi,
+            start: &vs,
+            by_outer: &vb,
+            used: &vu,
+            check_track: &check_track,
+            has_track: &vht,
+            dead: &mut vd,
+        };
+        launch(run, args, blocks(n_hits, ELEMENT_BLOCK))
     }
 
     /// One pass of `nt_search`: count (`write` = 0), or write the tuples at the scanned
@@ -279,35 +290,36 @@ impl NtIn<'_> {
             tcs.view_mut::<u32>(sizes[0].max(1)),
             tce.view_mut::<u32>(sizes[0].max(1)),
         );
-        let mut l = Launch::new(run, "nt_search");
-        l.arg("write", &write)
-            .arg("n_cells", &self.nc)
-            .arg("cell_off", &self.vco)
-            .arg("n_events", &self.ne)
-            .arg("inner", &self.vi)
-            .arg("outer", &self.vo)
-            .arg("pair", &self.vp)
-            .arg("dead", &vdd);
-        l.arg("ncount", &vn)
-            .arg("first", &vf)
-            .arg("push_off", &vpo)
-            .arg("nbr", &vnb)
-            .arg("per_list", &n.max_cell_neighbors)
-            .arg("min_hits", &n.min_hits_per_ntuplet)
-            .arg("max_tuples", &n.max_tuples);
-        l.arg("n_tuples", &mut vt)
-            .arg("n_hits", &mut vh)
-            .arg("tuple_first", &vtf)
-            .arg("hit_first", &vhf)
-            .arg("tuple_off", &vto)
-            .arg("hit_off_out", &vhoo)
-            .arg("tuple_len", &mut vtl)
-            .arg("tuple_cstart", &mut vcs)
-            .arg("tuple_cend", &mut vce)
-            .arg("out_hits", &mut voh)
-            .arg("out_cells", &mut voc)
-            .arg("error", &mut ve);
-        l.launch(blocks(n_cells, ELEMENT_BLOCK))
+        let args = args::NtSearch {
+            write: &write,
+            n_cells: &self.nc,
+            cell_off: &self.vco,
+            n_events: &self.ne,
+            inner: &self.vi,
+            outer: &self.vo,
+            pair: &self.vp,
+            dead: &vdd,
+            ncount: &vn,
+            first: &vf,
+            push_off: &vpo,
+            nbr: &vnb,
+            per_list: &n.max_cell_neighbors,
+            min_hits: &n.min_hits_per_ntuplet,
+            max_tuples: &n.max_tuples,
+            n_tuples: &mut vt,
+            n_hits: &mut vh,
+            tuple_first: &vtf,
+            hit_first: &vhf,
+            tuple_off: &vto,
+            hit_off_out: &vhoo,
+            tuple_len: &mut vtl,
+            tuple_cstart: &mut vcs,
+            tuple_cend: &mut vce,
+            out_hits: &mut voh,
+            out_cells: &mut voc,
+            error: &mut ve,
+        };
+        launch(run, args, blocks(n_cells, ELEMENT_BLOCK))
     }
 }
 
@@ -401,15 +413,20 @@ impl NtIn<'_> {
                 non_empty.view_mut::<u32>(n_ev),
                 dropped.view_mut::<u32>(n_ev),
             );
-            Launch::new(run, "nt_list_stats")
-                .arg("count", &vn)
-                .arg("n_cells", &self.nc)
-                .arg("cell_off", &self.vco)
-                .arg("n_events", &self.ne)
-                .arg("per_list", &n.max_cell_neighbors)
-                .arg("non_empty", &mut vne)
-                .arg("dropped", &mut vd)
-                .launch(blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK))?;
+            let args = args::NtListStats {
+                count: &vn,
+                n_cells: &self.nc,
+                cell_off: &self.vco,
+                n_events: &self.ne,
+                per_list: &n.max_cell_neighbors,
+                non_empty: &mut vne,
+                dropped: &mut vd,
+            };
+            launch(
+                run,
+                args,
+                blocks(n_cells.div_ceil(STATS_RUN as usize), ELEMENT_BLOCK),
+            )?;
         }
         let (h_total, h_non_empty, h_dropped) = (
             run.queue::<u32>(&ntotal, n_ev)?,
@@ -658,22 +675,23 @@ impl NtIn<'_> {
                 dq.view_mut::<u8>(tp.n_tuples.max(1)),
                 has_track.view_mut::<u8>(n_cells),
             );
-            let mut l = Launch::new(run, "nt_early_dup");
-            l.arg("n_cells", &self.nc)
-                .arg("cell_off", &self.vco)
-                .arg("n_events", &self.ne)
-                .arg("count", &vn)
-                .arg("first", &vf)
-                .arg("base", &vb)
-                .arg("vals", &vv)
-                .arg("per_list", &n.max_cell_tracks)
-                .arg("tup_off", &vto)
-                .arg("tuple_len", &vtl)
-                .arg("found", &vfound)
-                .arg("max_tuples", &n.max_tuples)
-                .arg("q", &mut vq)
-                .arg("has_track", &mut vht);
-            l.launch(blocks(n_cells, ELEMENT_BLOCK))?;
+            let args = args::NtEarlyDup {
+                n_cells: &self.nc,
+                cell_off: &self.vco,
+                n_events: &self.ne,
+                count: &vn,
+                first: &vf,
+                base: &vb,
+                vals: &vv,
+                per_list: &n.max_cell_tracks,
+                tup_off: &vto,
+                tuple_len: &vtl,
+                found: &vfound,
+                max_tuples: &n.max_tuples,
+                q: &mut vq,
+                has_track: &mut vht,
+            };
+            launch(run, args, blocks(n_cells, ELEMENT_BLOCK))?;
         }
         let (h_len, h_hits, h_cells) = (
             run.queue_of::<u32>(NTUPLETS, &tp.tlen, tp.n_tuples)?,

@@ -89,36 +89,43 @@ impl Step for CalibrateGpu {
                 oa.view_mut::<u16>(n),
                 status.view_mut::<u32>(1),
             );
-            let mut b = Launch::new(&run, "calibrate");
-            b.arg("module_in", &vm)
-                .arg("xx", &vx)
-                .arg("yy", &vy)
-                .arg("adc_in", &va)
-                .arg("n", &n32);
-            b.arg("range_first", &self.gains.first)
-                .arg("range_last", &self.gains.last)
-                .arg("range_cols", &self.gains.cols)
-                .arg("n_ranges", &n_ranges);
-            b.arg("data", &self.gains.data)
-                .arg("data_len", &data_len)
-                .arg("min_ped", &g.min_ped)
-                .arg("min_gain", &g.min_gain)
-                .arg("ped_precision", &g.ped_precision)
-                .arg("gain_precision", &g.gain_precision);
-            b.arg("rows_averaged", &g.rows_averaged)
-                .arg("dead_flag", &g.dead_flag)
-                .arg("noisy_flag", &g.noisy_flag);
-            b.arg("is_run2", &is_run2)
-                .arg("l1_modules", &l1)
-                .arg("gain_l1", &cf.vcal_to_electron_gain_l1)
-                .arg("offset_l1", &cf.vcal_to_electron_offset_l1);
-            b.arg("gain_other", &cf.vcal_to_electron_gain)
-                .arg("offset_other", &cf.vcal_to_electron_offset)
-                .arg("min_electrons", &cf.min_electrons);
-            b.arg("module_out", &mut vom)
-                .arg("adc_out", &mut voa)
-                .arg("status", &mut vst);
-            b.launch(blocks(n, ELEMENT_BLOCK))?;
+            let (first, last, cols, data) = (
+                self.gains.first.as_view(),
+                self.gains.last.as_view(),
+                self.gains.cols.as_view(),
+                self.gains.data.as_view(),
+            );
+            let args = args::Calibrate {
+                module_in: &vm,
+                xx: &vx,
+                yy: &vy,
+                adc_in: &va,
+                n: &n32,
+                range_first: &first,
+                range_last: &last,
+                range_cols: &cols,
+                n_ranges: &n_ranges,
+                data: &data,
+                data_len: &data_len,
+                min_ped: &g.min_ped,
+                min_gain: &g.min_gain,
+                ped_precision: &g.ped_precision,
+                gain_precision: &g.gain_precision,
+                rows_averaged: &g.rows_averaged,
+                dead_flag: &g.dead_flag,
+                noisy_flag: &g.noisy_flag,
+                is_run2: &is_run2,
+                l1_modules: &l1,
+                gain_l1: &cf.vcal_to_electron_gain_l1,
+                offset_l1: &cf.vcal_to_electron_offset_l1,
+                gain_other: &cf.vcal_to_electron_gain,
+                offset_other: &cf.vcal_to_electron_offset,
+                min_electrons: &cf.min_electrons,
+                module_out: &mut vom,
+                adc_out: &mut voa,
+                status: &mut vst,
+            };
+            launch(&run, args, blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;
         let st = run.down::<u32>(&status, 1)?;

@@ -77,14 +77,15 @@ pub(super) fn run_ends(
             limit.view::<u32>(n_runs),
             ends.view_mut::<u32>(n_runs),
         );
-        Launch::new(run, "run_ends")
-            .arg("module", module)
-            .arg("n_runs", &(n_runs as u32))
-            .arg("run_first", &vf)
-            .arg("run_module", &vm)
-            .arg("run_limit", &vl)
-            .arg("run_end", &mut ve)
-            .launch(blocks(n_runs, ELEMENT_BLOCK))?;
+        let args = args::RunEnds {
+            module,
+            n_runs: &(n_runs as u32),
+            run_first: &vf,
+            run_module: &vm,
+            run_limit: &vl,
+            run_end: &mut ve,
+        };
+        launch(run, args, blocks(n_runs, ELEMENT_BLOCK))?;
     }
     Ok(ends)
 }
@@ -227,25 +228,27 @@ impl ChargeCutGpu {
             module.view::<u16>(n_blocks),
         );
         let mut vncl = ncl.view_mut::<u32>(n_blocks);
-        let mut b = Launch::new(run, "charge_cut");
-        b.arg("module", &mut vm)
-            .arg("clus", &mut vc)
-            .arg("adc", &va)
-            .arg("run_first", &vf)
-            .arg("run_end", &ve)
-            .arg("run_nclus", &vn)
-            .arg("run_module", &vmod);
-        b.arg("max_per_module", &mx)
-            .arg("l1_modules", &l1)
-            .arg("min_charge_l1", &cf.min_charge_l1)
-            .arg("min_charge", &cf.min_charge)
-            .arg("ncl_out", &mut vncl);
+        let args = args::ChargeCut {
+            module: &mut vm,
+            clus: &mut vc,
+            adc: &va,
+            run_first: &vf,
+            run_end: &ve,
+            run_nclus: &vn,
+            run_module: &vmod,
+            max_per_module: &mx,
+            l1_modules: &l1,
+            min_charge_l1: &cf.min_charge_l1,
+            min_charge: &cf.min_charge,
+            ncl_out: &mut vncl,
+        };
         // One block per run or slot (disjoint spans), of CUT_BLOCK threads.
-        b.launch(LaunchConfig {
+        let cfg = LaunchConfig {
             grid_dim: (n_blocks as u32, 1, 1),
             block_dim: (crate::kernels::CUT_BLOCK, 1, 1),
             shared_mem_bytes: 0,
-        })?;
+        };
+        launch(run, args, cfg)?;
         Ok(())
     }
 }
@@ -276,13 +279,14 @@ fn host_runs(
             drow_m.view::<u16>(n_rows),
             status.view_mut::<u32>(1),
         );
-        Launch::new(run, "run_check")
-            .arg("module", vin)
-            .arg("n_rows", &(n_rows as u32))
-            .arg("row_first", &vf)
-            .arg("row_module", &vm)
-            .arg("status", &mut vst)
-            .launch(blocks(n_rows, ELEMENT_BLOCK))?;
+        let args = args::RunCheck {
+            module: vin,
+            n_rows: &(n_rows as u32),
+            row_first: &vf,
+            row_module: &vm,
+            status: &mut vst,
+        };
+        launch(run, args, blocks(n_rows, ELEMENT_BLOCK))?;
     }
     let ends = run_ends(run, vin, &drf, &drm, &drl, n_runs)?;
     Ok((

@@ -97,16 +97,17 @@ impl RunSlots<'_> {
                 ends.view_mut::<u32>(n),
             );
             let (ns, per) = (n as u32, MAX_NUM_MODULES as u32);
-            Launch::new(run, "slot_ends")
-                .arg("module", module)
-                .arg("n_slots", &ns)
-                .arg("slots_per_event", &per)
-                .arg("slot_first", &vf)
-                .arg("slot_module", &vm)
-                .arg("slot_nclus", &vn)
-                .arg("event_offsets", &vo)
-                .arg("slot_end", &mut ve)
-                .launch(blocks(n, ELEMENT_BLOCK))?;
+            let args = args::SlotEnds {
+                module,
+                n_slots: &ns,
+                slots_per_event: &per,
+                slot_first: &vf,
+                slot_module: &vm,
+                slot_nclus: &vn,
+                event_offsets: &vo,
+                slot_end: &mut ve,
+            };
+            launch(run, args, blocks(n, ELEMENT_BLOCK))?;
         }
         Ok(ends)
     }
@@ -249,16 +250,17 @@ impl ClBuffers {
                 self.start.view_mut::<u32>(n),
                 self.status.view_mut::<u32>(1),
             );
-            Launch::new(run, "mr_flag")
-                .arg("module", &vm)
-                .arg("xx", &vx)
-                .arg("yy", &vy)
-                .arg("n", &n32)
-                .arg("event_offsets", &vo)
-                .arg("n_events", &n_ev32)
-                .arg("start", &mut vs)
-                .arg("status", &mut vst)
-                .launch(blocks(n, ELEMENT_BLOCK))?;
+            let args = args::MrFlag {
+                module: &vm,
+                xx: &vx,
+                yy: &vy,
+                n: &n32,
+                event_offsets: &vo,
+                n_events: &n_ev32,
+                start: &mut vs,
+                status: &mut vst,
+            };
+            launch(run, args, blocks(n, ELEMENT_BLOCK))?;
         }
         let vs = self.start.view::<u32>(n);
         {
@@ -281,31 +283,33 @@ impl ClBuffers {
                 self.over.view_mut::<u32>(n_ev),
                 self.cut.view_mut::<u64>(n_ev),
             );
-            let mut b = Launch::new(run, "mr_fill");
-            b.arg("module", &vm)
-                .arg("n", &n32)
-                .arg("event_offsets", &vo)
-                .arg("n_events", &n_ev32)
-                .arg("start", &vs)
-                .arg("pos", &vp)
-                .arg("max_pix", &max_pix);
-            b.arg("run_first", &mut vf)
-                .arg("run_end", &mut ve)
-                .arg("run_base", &mut vb)
-                .arg("run_module", &mut vmod)
-                .arg("worst", &mut vw)
-                .arg("over", &mut vov)
-                .arg("cut", &mut vc);
-            b.launch(blocks(n, ELEMENT_BLOCK))?;
+            let args = args::MrFill {
+                module: &vm,
+                n: &n32,
+                event_offsets: &vo,
+                n_events: &n_ev32,
+                start: &vs,
+                pos: &vp,
+                max_pix: &max_pix,
+                run_first: &mut vf,
+                run_end: &mut ve,
+                run_base: &mut vb,
+                run_module: &mut vmod,
+                worst: &mut vw,
+                over: &mut vov,
+                cut: &mut vc,
+            };
+            launch(run, args, blocks(n, ELEMENT_BLOCK))?;
         }
         {
             let mut vc = self.clus.view_mut::<i32>(n);
-            Launch::new(run, "clus_init")
-                .arg("clus", &mut vc)
-                .arg("n", &n32)
-                .arg("event_offsets", &vo)
-                .arg("n_events", &n_ev32)
-                .launch(blocks(n, ELEMENT_BLOCK))?;
+            let args = args::ClusInit {
+                clus: &mut vc,
+                n: &n32,
+                event_offsets: &vo,
+                n_events: &n_ev32,
+            };
+            launch(run, args, blocks(n, ELEMENT_BLOCK))?;
         }
         let (vf, ve, vb) = (
             self.rf.view::<u32>(slots),
@@ -317,22 +321,24 @@ impl ClBuffers {
             self.bins.view_mut::<u32>(n),
             self.found.view_mut::<u32>(slots),
         );
-        let mut b = Launch::new(run, "clusterize");
-        b.arg("module", &vm)
-            .arg("xx", &vx)
-            .arg("yy", &vy)
-            .arg("run_first", &vf)
-            .arg("run_end", &ve)
-            .arg("run_base", &vb)
-            .arg("clus_all", &mut vc)
-            .arg("bins_all", &mut vbins)
-            .arg("found_out", &mut vfound);
+        let args = args::Clusterize {
+            module: &vm,
+            xx: &vx,
+            yy: &vy,
+            run_first: &vf,
+            run_end: &ve,
+            run_base: &vb,
+            clus_all: &mut vc,
+            bins_all: &mut vbins,
+            found_out: &mut vfound,
+        };
         // One block per slot (runs disjoint inside the batch), of CLUSTER_BLOCK threads.
-        b.launch(LaunchConfig {
+        let cfg = LaunchConfig {
             grid_dim: (slots as u32, 1, 1),
             block_dim: (crate::kernels::CLUSTER_BLOCK, 1, 1),
             shared_mem_bytes: 0,
-        })?;
+        };
+        launch(run, args, cfg)?;
         Ok(())
     }
 

@@ -64,8 +64,9 @@ use quiver_reco::local::{
 use quiver_reco::steps::schema;
 use quiver_reco::steps::types::*;
 
+use crate::args::{self, KernelArgs};
 use crate::device::{upload_condition, zeros, DeviceBuf, Gpu};
-use crate::kernels::{check_launch, KernelArg, ELEMENT_BLOCK};
+use crate::kernels::{check_launch, CType, KernelArg, ELEMENT_BLOCK};
 use crate::resident::{columns_on_device, cuda, CudaColumns};
 use crate::staging::Staging;
 use crate::transfer::{BatchTransfers, TransferStats};
@@ -545,6 +546,44 @@ impl<'a> Launch<'a> {
     }
 }
 
+/// The device side of [`crate::args`]: buffers are device views, pushed into cudarc's
+/// launch builder as [`Launch::arg`] pushes them (no copy, no allocation beyond the names).
+impl<'a> crate::args::KernelSink<'a> for Launch<'a> {
+    type In<T: CType + 'a> = CudaView<'a, T>;
+    type Out<T: CType + 'a> = CudaViewMut<'a, T>;
+    fn input<T: CType + 'a>(&mut self, name: &'static str, v: &'a CudaView<'a, T>) {
+        self.arg(name, v);
+    }
+    fn output<T: CType + 'a>(&mut self, name: &'static str, v: &'a mut CudaViewMut<'a, T>) {
+        self.arg(name, v);
+    }
+    fn value<T: CType + DeviceRepr + 'a>(&mut self, name: &'static str, v: &'a T) {
+        self.arg(name, v);
+    }
+}
+
+/// Launches kernel `A::KERNEL` with its argument list ([`crate::args`]), checked against
+/// its signature.
+pub(crate) fn launch<'a, A: KernelArgs<'a, Launch<'a>>>(
+    run: &'a Run,
+    args: A,
+    cfg: LaunchConfig,
+) -> Result<()> {
+    launch_as(run, A::KERNEL, args, cfg)
+}
+
+/// [`launch`] of kernel `kernel`, which takes `A`'s list (checked against its own signature).
+pub(crate) fn launch_as<'a, A: KernelArgs<'a, Launch<'a>>>(
+    run: &'a Run,
+    kernel: &'static str,
+    args: A,
+    cfg: LaunchConfig,
+) -> Result<()> {
+    let mut l = Launch::new(run, kernel);
+    args.push(&mut l);
+    l.launch(cfg)
+}
+
 /// Values per tile and threads per block of the segmented scan ([`seg_scan`]).
 pub(crate) const SEG_TILE: u32 = 4096;
 const SEG_BLOCK: u32 = 256;
@@ -588,24 +627,28 @@ pub(crate) fn seg_scan(
     };
     {
         let mut vs = sums.view_mut::<u32>(n_tiles);
-        Launch::new(run, "sg_tile_sum")
-            .arg("value", value)
-            .arg("seg_off", seg_off)
-            .arg("tiles", &tiles)
-            .arg("tile", &SEG_TILE)
-            .arg("tile_sum", &mut vs)
-            .launch(cfg)?;
+        let args = args::SgTileSum {
+            value,
+            seg_off,
+            tiles: &tiles,
+            tile: &SEG_TILE,
+            tile_sum: &mut vs,
+        };
+        launch(run, args, cfg)?;
     }
     let vs = sums.view::<u32>(n_tiles);
-    Launch::new(run, "sg_tile_scan")
-        .arg("value", value)
-        .arg("seg_off", seg_off)
-        .arg("tiles", &tiles)
-        .arg("tile", &SEG_TILE)
-        .arg("tile_sum", &vs)
-        .arg("first", first)
-        .arg("total", total)
-        .launch(cfg)
+    // Reborrowed: a view the launch holds must live exactly as long as the launch.
+    let (mut first, mut total) = (first.slice_mut(..), total.slice_mut(..));
+    let args = args::SgTileScan {
+        value,
+        seg_off,
+        tiles: &tiles,
+        tile: &SEG_TILE,
+        tile_sum: &vs,
+        first: &mut first,
+        total: &mut total,
+    };
+    launch(run, args, cfg)
 }
 
 fn u16_array(v: quiver_columnar::PoolVec<u16>) -> ArrayRef {

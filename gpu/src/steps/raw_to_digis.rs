@@ -259,33 +259,43 @@ impl Step for RawToDigisGpu {
                 e_raw.view_mut::<u32>(n),
                 status.view_mut::<u32>(1),
             );
-            let mut b = Launch::new(&run, "raw_to_digis");
-            b.arg("words", &w)
-                .arg("n_words", &n32)
-                .arg("seg_start", &ss)
-                .arg("seg_fed", &sf)
-                .arg("n_seg", &n_seg);
-            b.arg("c_link", &cab.link)
-                .arg("c_roc", &cab.roc)
-                .arg("c_raw_id", &cab.raw_id)
-                .arg("c_roc_in_det", &cab.roc_in_det)
-                .arg("c_module_id", &cab.module_id);
-            b.arg("c_bad_rocs", &cab.bad_rocs)
-                .arg("c_mod_to_unp", &cab.mod_to_unp)
-                .arg("c_size", &cab.size)
-                .arg("use_quality", &use_q);
-            b.arg("xx", &mut vx)
-                .arg("yy", &mut vy)
-                .arg("adc_out", &mut va)
-                .arg("module_out", &mut vm)
-                .arg("raw_id_out", &mut vr)
-                .arg("pdigi_out", &mut vp);
-            b.arg("err_count", &mut ec)
-                .arg("err_index", &mut ei)
-                .arg("err_type", &mut et)
-                .arg("err_raw", &mut er)
-                .arg("status", &mut st);
-            b.launch(blocks(n, ELEMENT_BLOCK))?;
+            let (link, roc, raw_id_map, roc_in_det, module_id, bad_rocs, mod_to_unp) = (
+                cab.link.as_view(),
+                cab.roc.as_view(),
+                cab.raw_id.as_view(),
+                cab.roc_in_det.as_view(),
+                cab.module_id.as_view(),
+                cab.bad_rocs.as_view(),
+                cab.mod_to_unp.as_view(),
+            );
+            let args = args::RawToDigis {
+                words: &w,
+                n_words: &n32,
+                seg_start: &ss,
+                seg_fed: &sf,
+                n_seg: &n_seg,
+                c_link: &link,
+                c_roc: &roc,
+                c_raw_id: &raw_id_map,
+                c_roc_in_det: &roc_in_det,
+                c_module_id: &module_id,
+                c_bad_rocs: &bad_rocs,
+                c_mod_to_unp: &mod_to_unp,
+                c_size: &cab.size,
+                use_quality: &use_q,
+                xx: &mut vx,
+                yy: &mut vy,
+                adc_out: &mut va,
+                module_out: &mut vm,
+                raw_id_out: &mut vr,
+                pdigi_out: &mut vp,
+                err_count: &mut ec,
+                err_index: &mut ei,
+                err_type: &mut et,
+                err_raw: &mut er,
+                status: &mut st,
+            };
+            launch(&run, args, blocks(n, ELEMENT_BLOCK))?;
         }
         run.mark()?;
         let (st, werr) = word_errors(

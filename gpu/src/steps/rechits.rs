@@ -371,6 +371,9 @@ impl RecHitsGpu {
             r.beam.view::<f32>(n_beam),
         );
         let mut outs: Vec<_> = o.f32s.iter_mut().map(|b| b.view_mut::<f32>(nh)).collect();
+        let [xl, yl, xe, ye, xg, yg, zg, rg] = &mut outs[..] else {
+            return Err(derr("rechits: eight float columns expected"));
+        };
         let (mut vi, mut vq, mut vsx, mut vsy, mut vd, mut vst) = (
             o.iphi.view_mut::<i16>(nh),
             o.chg.view_mut::<i32>(nh),
@@ -379,56 +382,54 @@ impl RecHitsGpu {
             o.det_index.view_mut::<u16>(nh),
             o.status.view_mut::<u32>(1),
         );
-        let mut bld = Launch::new(run, "rechits");
-        bld.arg("module", vm)
-            .arg("clus", &vc)
-            .arg("xx", &vx)
-            .arg("yy", &vy)
-            .arg("adc", &va);
         // Shared memory for the batch's largest run (a slot's count is a run's).
         let cap = plan.nclus.iter().copied().max().unwrap_or(0).max(1);
-        bld.arg("run_first", &vf)
-            .arg("run_end", &ve)
-            .arg("run_nclus", &vn)
-            .arg("run_me", &vme)
-            .arg("run_hit", &vh)
-            .arg("beam", &vbs)
-            .arg("beam_stride", &r.beam_stride)
-            .arg("cap", &cap)
-            .arg("det", &self.det);
-        bld.arg("thickness_b", &com.thickness_b)
-            .arg("thickness_e", &com.thickness_e)
-            .arg("pitch_x", &com.pitch_x)
-            .arg("pitch_y", &com.pitch_y);
-        let out_params = [
-            "x_local",
-            "y_local",
-            "xerr_local",
-            "yerr_local",
-            "x_global",
-            "y_global",
-            "z_global",
-            "r_global",
-        ];
-        for (o, param) in outs.iter_mut().zip(out_params) {
-            bld.arg(param, o);
-        }
-        bld.arg("iphi", &mut vi)
-            .arg("charge", &mut vq)
-            .arg("size_x", &mut vsx)
-            .arg("size_y", &mut vsy)
-            .arg("det_index", &mut vd)
-            .arg("status", &mut vst);
+        let det = self.det.as_view();
+        let args = args::RecHits {
+            module: vm,
+            clus: &vc,
+            xx: &vx,
+            yy: &vy,
+            adc: &va,
+            run_first: &vf,
+            run_end: &ve,
+            run_nclus: &vn,
+            run_me: &vme,
+            run_hit: &vh,
+            beam: &vbs,
+            beam_stride: &r.beam_stride,
+            cap: &cap,
+            det: &det,
+            thickness_b: &com.thickness_b,
+            thickness_e: &com.thickness_e,
+            pitch_x: &com.pitch_x,
+            pitch_y: &com.pitch_y,
+            x_local: xl,
+            y_local: yl,
+            xerr_local: xe,
+            yerr_local: ye,
+            x_global: xg,
+            y_global: yg,
+            z_global: zg,
+            r_global: rg,
+            iphi: &mut vi,
+            charge: &mut vq,
+            size_x: &mut vsx,
+            size_y: &mut vsy,
+            det_index: &mut vd,
+            status: &mut vst,
+        };
         // One block per run or slot (hit slots of runs are disjoint), of RECHITS_BLOCK threads.
         let (threads, per_cluster) = (
             crate::kernels::RECHITS_BLOCK,
             crate::kernels::RECHITS_SHARED_PER_CLUSTER,
         );
-        bld.launch(LaunchConfig {
+        let cfg = LaunchConfig {
             grid_dim: (r.n_blocks as u32, 1, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: per_cluster * cap,
-        })?;
+        };
+        launch(run, args, cfg)?;
         Ok(())
     }
 }

@@ -15,12 +15,14 @@ use quiver_reco::tracks::fit::FitJob;
 use quiver_reco::tracks::ntuplets::Tuples;
 use quiver_reco::tracks::{fit_jobs_of, CaConfig};
 
+use crate::args;
 use crate::device::{upload_condition, DeviceBuf};
 use crate::kernels::ELEMENT_BLOCK;
 use crate::kernels_fit::{frame_table, FIT_HITS, FIT_OUT};
 use crate::resident::CudaMirror;
 use crate::steps::{
-    batch_offsets, blocks, fallback, record_results, Common, HostDets, Launch, Run,
+    batch_offsets, blocks, fallback, launch, launch_as, record_results, Common, HostDets, Launch,
+    Run,
 };
 
 /// A batch's fits for the kernel: every event's jobs (the CPU's, in its order) and the job
@@ -182,17 +184,18 @@ fn launch_job_hits(
         lhits.view::<u32>(n_hits),
         djh.view_mut::<u32>(n_jobs * FIT_HITS),
     );
-    let mut l = Launch::new(run, "fit_job_hits");
-    l.arg("n_jobs", &nj)
-        .arg("job_row", &vjr)
-        .arg("job_n", &vjn)
-        .arg("n_events", &ne)
-        .arg("tup_off", &vto)
-        .arg("hit_start", &vhs)
-        .arg("list_off", &vlo)
-        .arg("list_hits", &vlh)
-        .arg("job_hits", &mut vjh);
-    l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+    let args = args::FitJobHits {
+        n_jobs: &nj,
+        job_row: &vjr,
+        job_n: &vjn,
+        n_events: &ne,
+        tup_off: &vto,
+        hit_start: &vhs,
+        list_off: &vlo,
+        list_hits: &vlh,
+        job_hits: &mut vjh,
+    };
+    launch(run, args, blocks(n_jobs, ELEMENT_BLOCK))?;
     Ok(())
 }
 
@@ -225,27 +228,25 @@ impl TrackFitGpu {
             0u32,
         );
         let nj = n_jobs as u32;
-        let kernel = if self.cfg.fit.use_riemann_fit {
-            "track_fit_riemann"
-        } else {
-            "track_fit_bl"
+        let frames = self.frames.as_view();
+        let args = args::TrackFit {
+            n_jobs: &nj,
+            job_hits: &vjh,
+            job_n: &vjn,
+            x: &vx,
+            y: &vy,
+            z: &vz,
+            xerr: &vxe,
+            yerr: &vye,
+            det: &vd,
+            frames: &frames,
+            b_field: &self.cfg.fit.b_field,
+            out: &mut vo,
+            write_raw: &no_raw,
+            raw: &mut vr,
         };
-        let mut l = Launch::new(run, kernel);
-        l.arg("n_jobs", &nj)
-            .arg("job_hits", &vjh)
-            .arg("job_n", &vjn)
-            .arg("x", &vx)
-            .arg("y", &vy)
-            .arg("z", &vz)
-            .arg("xerr", &vxe)
-            .arg("yerr", &vye)
-            .arg("det", &vd);
-        l.arg("frames", &self.frames)
-            .arg("b_field", &self.cfg.fit.b_field)
-            .arg("out", &mut vo)
-            .arg("write_raw", &no_raw)
-            .arg("raw", &mut vr);
-        l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+        let kernel = args::TrackFit::<Launch>::kernel(self.cfg.fit.use_riemann_fit);
+        launch_as(run, kernel, args, blocks(n_jobs, ELEMENT_BLOCK))?;
         Ok(())
     }
 
@@ -272,15 +273,16 @@ impl TrackFitGpu {
             dpt.view_mut::<f32>(rows),
             dchi2.view_mut::<f32>(rows),
         );
-        let mut l = Launch::new(run, "fit_scatter");
-        l.arg("n_jobs", &nj)
-            .arg("job_row", &vjr)
-            .arg("vals", &vo)
-            .arg("inv_b", &inv_b)
-            .arg("state", &mut vs)
-            .arg("pt", &mut vp)
-            .arg("chi2", &mut vc);
-        l.launch(blocks(n_jobs, ELEMENT_BLOCK))?;
+        let args = args::FitScatter {
+            n_jobs: &nj,
+            job_row: &vjr,
+            vals: &vo,
+            inv_b: &inv_b,
+            state: &mut vs,
+            pt: &mut vp,
+            chi2: &mut vc,
+        };
+        launch(run, args, blocks(n_jobs, ELEMENT_BLOCK))?;
         Ok(())
     }
 }

@@ -11,11 +11,12 @@ use quiver_reco::steps::{
 use quiver_reco::tracks::ntuplets::CaState;
 use quiver_reco::tracks::CaConfig;
 
+use crate::args;
 use crate::device::DeviceBuf;
 use crate::kernels_quality::{cuts_table, QX_BLOCK, QX_ROUNDS, QX_SH};
 use crate::resident::{mirror_of, CudaMirror};
 use crate::steps::ca_ntuplets::{CellTracks, CellTracksIn};
-use crate::steps::{fallback, record_results, Common, HostDets, Launch, Run};
+use crate::steps::{fallback, launch, record_results, Common, HostDets, Run};
 use cudarc::driver::DeviceRepr;
 use quiver_reco::steps::types::TRACKS;
 use std::sync::Arc;
@@ -316,38 +317,40 @@ impl TrackQualityGpu {
             b.drounds.view_mut::<u32>(s.n_ev),
         );
         let (ne, late, sh_cap) = (s.n_ev as u32, late as u32, QX_SH as u32);
-        let mut l = Launch::new(run, "qx_quality");
-        l.arg("n_events", &ne)
-            .arg("tup_off", &vto)
-            .arg("thit_off", &vtho)
-            .arg("thits", &vth)
-            .arg("state", &vst)
-            .arg("pt", &vpt)
-            .arg("chi2", &vchi)
-            .arg("cuts", &vcuts);
-        l.arg("cell_off", &vco)
-            .arg("ct_count", &vcount)
-            .arg("ct_first", &vfirst)
-            .arg("ct_base", &vbase)
-            .arg("per_list", &per_list)
-            .arg("ct_vals", &vvals)
-            .arg("dead", &vdead)
-            .arg("late_fishbone", &late);
-        l.arg("hit_off", &vho)
-            .arg("h2t_off_all", &mut v1)
-            .arg("h2t_bins_all", &mut v2)
-            .arg("cl_all", &mut vcl)
-            .arg("win_all", &mut vwin)
-            .arg("killed_all", &mut vkilled);
-        l.arg("sh_cap", &sh_cap)
-            .arg("max_rounds", &QX_ROUNDS)
-            .arg("rounds_all", &mut vrounds)
-            .arg("q_all", &mut vq);
-        l.launch(cudarc::driver::LaunchConfig {
+        let args = args::QxQuality {
+            n_events: &ne,
+            tup_off: &vto,
+            thit_off: &vtho,
+            thits: &vth,
+            state: &vst,
+            pt: &vpt,
+            chi2: &vchi,
+            cuts: &vcuts,
+            cell_off: &vco,
+            ct_count: &vcount,
+            ct_first: &vfirst,
+            ct_base: &vbase,
+            per_list: &per_list,
+            ct_vals: &vvals,
+            dead: &vdead,
+            late_fishbone: &late,
+            hit_off: &vho,
+            h2t_off_all: &mut v1,
+            h2t_bins_all: &mut v2,
+            cl_all: &mut vcl,
+            win_all: &mut vwin,
+            killed_all: &mut vkilled,
+            sh_cap: &sh_cap,
+            max_rounds: &QX_ROUNDS,
+            rounds_all: &mut vrounds,
+            q_all: &mut vq,
+        };
+        let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (ne, 1, 1),
             block_dim: (QX_BLOCK, 1, 1),
             shared_mem_bytes: 0,
-        })?;
+        };
+        launch(run, args, cfg)?;
         Ok(())
     }
 }

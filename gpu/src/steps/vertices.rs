@@ -10,9 +10,10 @@ use quiver_reco::vertices::{
     vertices_from, ChainResult, Clusterizer, Selected, VertexConfig, Vertices,
 };
 
+use crate::args;
 use crate::device::DeviceBuf;
 use crate::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
-use crate::steps::{fallback, record_results, Common, Launch, Run};
+use crate::steps::{fallback, record_results, Common, Run};
 use quiver_reco::steps::types::{TRACK_VERTICES, VERTICES};
 
 /// A batch's selected tracks, event after event, as the kernel reads them.
@@ -271,45 +272,46 @@ impl VxBuffers {
             self.err.view_mut::<u32>(n_ev),
         );
         let ne = n_ev as u32;
-        let mut l = Launch::new(run, "vx_find");
         let mode = clustering_mode(v.clusterizer);
-        l.arg("sel_off", &vso)
-            .arg("n_events", &ne)
-            .arg("zt_all", &vz)
-            .arg("ezt2_all", &ve)
-            .arg("ptt2_all", &vp)
-            .arg("mode", &mode);
-        l.arg("min_t", &v.min_t)
-            .arg("eps", &v.eps)
-            .arg("errmax", &v.errmax)
-            .arg("chi2max", &v.chi2max)
-            .arg("chi2_first", &v.fit_chi2_max_first)
-            .arg("chi2_split", &v.split_chi2_max)
-            .arg("chi2_final", &v.fit_chi2_max_final);
-        l.arg("izt_all", &mut a1)
-            .arg("bins_all", &mut a2)
-            .arg("off_all", &mut a3)
-            .arg("nn_all", &mut a4)
-            .arg("ptr_all", &mut a5)
-            .arg("iv_all", &mut a6);
-        l.arg("s_it_all", &mut a7)
-            .arg("s_zz_all", &mut a8)
-            .arg("s_ww_all", &mut a9)
-            .arg("s_new_all", &mut a10);
-        l.arg("zv_all", &mut o1)
-            .arg("wv_all", &mut o2)
-            .arg("chi2_all", &mut o3)
-            .arg("ndof_all", &mut o4)
-            .arg("ptv2_all", &mut o5)
-            .arg("sort_all", &mut o6)
-            .arg("nv_out", &mut o7)
-            .arg("err", &mut o8);
+        let args = args::VxFind {
+            sel_off: &vso,
+            n_events: &ne,
+            zt_all: &vz,
+            ezt2_all: &ve,
+            ptt2_all: &vp,
+            mode: &mode,
+            min_t: &v.min_t,
+            eps: &v.eps,
+            errmax: &v.errmax,
+            chi2max: &v.chi2max,
+            chi2_first: &v.fit_chi2_max_first,
+            chi2_split: &v.split_chi2_max,
+            chi2_final: &v.fit_chi2_max_final,
+            izt_all: &mut a1,
+            bins_all: &mut a2,
+            off_all: &mut a3,
+            nn_all: &mut a4,
+            ptr_all: &mut a5,
+            iv_all: &mut a6,
+            s_it_all: &mut a7,
+            s_zz_all: &mut a8,
+            s_ww_all: &mut a9,
+            s_new_all: &mut a10,
+            zv_all: &mut o1,
+            wv_all: &mut o2,
+            chi2_all: &mut o3,
+            ndof_all: &mut o4,
+            ptv2_all: &mut o5,
+            sort_all: &mut o6,
+            nv_out: &mut o7,
+            err: &mut o8,
+        };
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (ne, 1, 1),
             block_dim: (VX_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        l.launch(cfg)?;
+        crate::steps::launch(run, args, cfg)?;
         Ok(())
     }
 }

@@ -6,24 +6,11 @@
 use std::sync::{Arc, OnceLock};
 
 use quiver_columnar::{executor, plan, Backend, JobContext, Registry};
-use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_datasets::Dataset;
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
     static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
-    DS.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = GenerateOptions {
-            events: 6,
-            pileup: 10.0,
-            seed: 3,
-            threads: Some(1),
-            output: dir.path().into(),
-            corrupt_fraction: 0.05,
-        };
-        generate(&opts).unwrap();
-        let ds = Dataset::open(dir.path()).unwrap();
-        (dir, ds)
-    })
+    DS.get_or_init(|| crate::generated(6, 10.0, 3, 0.05))
 }
 
 fn job() -> Arc<JobContext> {

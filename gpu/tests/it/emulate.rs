@@ -6,24 +6,25 @@
 //! The per-module kernels are also run with real threads in each block (a barrier for
 //! `__syncthreads`, real atomics) and must give the same results. This checks the kernels'
 //! logic, their independence from thread interleaving, and the host preparation (framing,
-//! module runs, run tables) without a GPU. Skips when no C++ compiler is found.
+//! module runs, run tables) without a GPU. Every kernel is called with the GPU step's own
+//! argument list (`quiver_gpu::args`, through `emu_threads::HostLaunch`), checked against
+//! its signature. Skips when no C++ compiler is found.
 
-// Every `unsafe` here is a call into the emulation library this file compiles (`build_lib`)
-// with the signatures its shim declares, passing pointers into live Rust vectors sized from
-// the same counts the kernel indexes (the kernels' bounds are what the tests check); one
-// justification for all of them instead of one per call.
-#![allow(clippy::undocumented_unsafe_blocks)]
-
-use crate::emu_threads;
+use crate::emu_threads::{self, HostLaunch};
 
 use std::sync::OnceLock;
 
-use quiver_datasets::{generate, Dataset, GenerateOptions};
-use quiver_gpu::kernels;
+use quiver_datasets::Dataset;
+use quiver_gpu::{args, kernels};
 use quiver_reco::local;
 
-/// The emulator library with real threads per block (`emu_threads::kernels`: the same
-/// library runs a block's threads one after the other).
+/// The emulator library; [`HostLaunch::run`] runs a block's threads one after the other on
+/// this thread, or each on its own OS thread.
+fn emulator() -> Option<&'static libloading::Library> {
+    emu_threads::kernels()
+}
+
+/// The emulator library for runs with real threads in each block.
 fn threaded() -> Option<&'static libloading::Library> {
     emu_threads::kernels()
 }
@@ -31,54 +32,109 @@ fn threaded() -> Option<&'static libloading::Library> {
 /// Threads per block in the threaded emulation.
 const EMU_THREADS: u32 = 8;
 
-/// Runs a block kernel with `EMU_THREADS` real threads per block; `launch` gets raw
-/// pointers as integers so that it can be shared by the threads.
-fn grid_threaded(lib: &libloading::Library, blocks: u32, launch: impl Fn() + Sync) {
-    let _only = emu_threads::ONE_LAUNCH
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    for b in 0..blocks {
-        emu_threads::run_threads(EMU_THREADS, |t, _| {
-            emu_threads::set_thread(lib, b, EMU_THREADS, t);
-            launch();
-        });
-    }
+/// The threaded emulator, where [`threaded`] said there is one.
+fn threaded_lib() -> &'static libloading::Library {
+    threaded().expect("checked by the caller")
 }
 
-/// The emulator library, a block's threads run one after the other on this thread.
-fn emulator() -> Option<&'static libloading::Library> {
-    emu_threads::kernels()
+/// `rechits`' outputs: the eight float columns, `iphi`, charge, sizes, detIndex.
+type Hits = (
+    Vec<Vec<f32>>,
+    Vec<i16>,
+    Vec<i32>,
+    Vec<i16>,
+    Vec<i16>,
+    Vec<u16>,
+);
+
+/// Runs of `rechits`: first digi, end, clusters, module, first hit.
+type Runs<'r> = (&'r [u32], &'r [u32], &'r [u32], &'r [u16], &'r [u32]);
+
+/// Equal hits, the floats bit for bit.
+fn same_hits(a: &Hits, b: &Hits) -> bool {
+    let bits = |h: &Hits| -> Vec<Vec<u32>> {
+        h.0.iter()
+            .map(|c| c.iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    bits(a) == bits(b) && (&a.1, &a.2, &a.3, &a.4, &a.5) == (&b.1, &b.2, &b.3, &b.4, &b.5)
 }
 
-/// Runs `launch` for every (block, thread) of a grid, as the device would (sequentially).
-fn grid(lib: &libloading::Library, blocks: u32, threads: u32, mut launch: impl FnMut()) {
-    let _only = emu_threads::ONE_LAUNCH
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    for b in 0..blocks {
-        for t in 0..threads {
-            emu_threads::set_thread(lib, b, threads, t);
-            launch();
+/// The gains' range table as the GPU `calibrate` uploads it, and the scalars its launch
+/// passes by reference.
+struct Gains<'g> {
+    g: &'g quiver_formats::conditions::GainCalibration,
+    first: Vec<u32>,
+    last: Vec<u32>,
+    cols: Vec<i32>,
+    n_ranges: u32,
+    data_len: u64,
+    c: local::CalibConfig,
+    is_run2: u32,
+    l1: u32,
+}
+
+impl<'g> Gains<'g> {
+    fn of(g: &'g quiver_formats::conditions::GainCalibration) -> Self {
+        let c = local::CalibConfig::default();
+        Gains {
+            g,
+            first: g.range_and_cols.iter().map(|r| r.0).collect(),
+            last: g.range_and_cols.iter().map(|r| r.1).collect(),
+            cols: g.range_and_cols.iter().map(|r| r.2).collect(),
+            n_ranges: g.range_and_cols.len() as u32,
+            data_len: g.data.len() as u64,
+            is_run2: c.is_run2 as u32,
+            l1: c.l1_modules as u32,
+            c,
         }
     }
 }
 
+/// `calibrate`'s launch over digis `(module, xx, yy, adc)` of `n` rows, into `out`
+/// (module, adc, status).
+fn calibrate_launch<'a>(
+    (module, xx, yy, adc): (&'a [u16], &'a [u16], &'a [u16], &'a [u16]),
+    n: &'a u32,
+    gains: &'a Gains,
+    (module_out, adc_out, status): (&'a mut [u16], &'a mut [u16], &'a mut u32),
+) -> HostLaunch<'a> {
+    let (g, c) = (gains.g, &gains.c);
+    HostLaunch::new(args::Calibrate::<HostLaunch> {
+        module_in: module,
+        xx,
+        yy,
+        adc_in: adc,
+        n,
+        range_first: &gains.first,
+        range_last: &gains.last,
+        range_cols: &gains.cols,
+        n_ranges: &gains.n_ranges,
+        data: &g.data,
+        data_len: &gains.data_len,
+        min_ped: &g.min_ped,
+        min_gain: &g.min_gain,
+        ped_precision: &g.ped_precision,
+        gain_precision: &g.gain_precision,
+        rows_averaged: &g.rows_averaged,
+        dead_flag: &g.dead_flag,
+        noisy_flag: &g.noisy_flag,
+        is_run2: &gains.is_run2,
+        l1_modules: &gains.l1,
+        gain_l1: &c.vcal_to_electron_gain_l1,
+        offset_l1: &c.vcal_to_electron_offset_l1,
+        gain_other: &c.vcal_to_electron_gain,
+        offset_other: &c.vcal_to_electron_offset,
+        min_electrons: &c.min_electrons,
+        module_out,
+        adc_out,
+        status: std::slice::from_mut(status),
+    })
+}
+
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
     static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
-    DS.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = GenerateOptions {
-            events: 5,
-            pileup: 30.0,
-            seed: 11,
-            threads: Some(1),
-            output: dir.path().into(),
-            corrupt_fraction: 0.1,
-        };
-        generate(&opts).unwrap();
-        let ds = Dataset::open(dir.path()).unwrap();
-        (dir, ds)
-    })
+    DS.get_or_init(|| crate::generated(5, 30.0, 11, 0.1))
 }
 
 fn offsets(lengths: impl IntoIterator<Item = usize>) -> Vec<u32> {
@@ -131,65 +187,35 @@ fn device_module_runs(
     };
     let bs = kernels::ELEMENT_BLOCK;
     let blocks = (n as u32).div_ceil(bs);
-    type Flag = unsafe extern "C" fn(
-        *const u16,
-        *const u16,
-        *const u16,
-        u32,
-        *const u32,
-        u32,
-        *mut u32,
-        *mut u32,
-    );
-    let flag: libloading::Symbol<Flag> = unsafe { lib.get(b"mr_flag") }.unwrap();
-    grid(lib, blocks, bs, || unsafe {
-        flag(
-            module.as_ptr(),
-            xx.as_ptr(),
-            yy.as_ptr(),
-            n as u32,
-            ev_off.as_ptr(),
-            n_ev as u32,
-            r.start.as_mut_ptr(),
-            &mut r.status,
-        )
-    });
+    HostLaunch::new(args::MrFlag::<HostLaunch> {
+        module,
+        xx,
+        yy,
+        n: &(n as u32),
+        event_offsets: ev_off,
+        n_events: &(n_ev as u32),
+        start: &mut r.start,
+        status: std::slice::from_mut(&mut r.status),
+    })
+    .run(lib, blocks, bs, false);
     (r.pos, r.total) = seg_scan(lib, false, &r.start, ev_off);
-    type Fill = unsafe extern "C" fn(
-        *const u16,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const u32,
-        u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u16,
-        *mut u32,
-        *mut u32,
-        *mut u64,
-    );
-    let fill: libloading::Symbol<Fill> = unsafe { lib.get(b"mr_fill") }.unwrap();
-    grid(lib, blocks, bs, || unsafe {
-        fill(
-            module.as_ptr(),
-            n as u32,
-            ev_off.as_ptr(),
-            n_ev as u32,
-            r.start.as_ptr(),
-            r.pos.as_ptr(),
-            max_pix,
-            r.first.as_mut_ptr(),
-            r.end.as_mut_ptr(),
-            r.base.as_mut_ptr(),
-            r.module.as_mut_ptr(),
-            r.worst.as_mut_ptr(),
-            r.over.as_mut_ptr(),
-            r.cut.as_mut_ptr(),
-        )
-    });
+    HostLaunch::new(args::MrFill::<HostLaunch> {
+        module,
+        n: &(n as u32),
+        event_offsets: ev_off,
+        n_events: &(n_ev as u32),
+        start: &r.start,
+        pos: &r.pos,
+        max_pix: &max_pix,
+        run_first: &mut r.first,
+        run_end: &mut r.end,
+        run_base: &mut r.base,
+        run_module: &mut r.module,
+        worst: &mut r.worst,
+        over: &mut r.over,
+        cut: &mut r.cut,
+    })
+    .run(lib, blocks, bs, false);
     r
 }
 
@@ -205,46 +231,8 @@ fn seg_scan(
     value: &[u32],
     seg_off: &[u32],
 ) -> (Vec<u32>, Vec<u32>) {
-    let n_ev = seg_off.len() - 1;
-    let tiles = seg_off
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or(0)
-        .div_ceil(EMU_TILE)
-        .max(1);
-    let n_tiles = n_ev as u32 * tiles;
-    let (mut sums, mut first, mut total) = (
-        vec![7u32; n_tiles as usize],
-        vec![7u32; value.len()],
-        vec![7u32; n_ev],
-    );
-    type Sum = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *mut u32);
-    type Scan =
-        unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
-    let sum: libloading::Symbol<Sum> = unsafe { lib.get(b"sg_tile_sum") }.unwrap();
-    let scan: libloading::Symbol<Scan> = unsafe { lib.get(b"sg_tile_scan") }.unwrap();
-    let a = [
-        value.as_ptr() as usize,
-        seg_off.as_ptr() as usize,
-        sums.as_mut_ptr() as usize,
-        first.as_mut_ptr() as usize,
-        total.as_mut_ptr() as usize,
-    ];
-    let run_sum = || unsafe { sum(a[0] as _, a[1] as _, tiles, EMU_TILE, a[2] as _) };
-    let run_scan = || unsafe {
-        scan(
-            a[0] as _, a[1] as _, tiles, EMU_TILE, a[2] as _, a[3] as _, a[4] as _,
-        )
-    };
-    if threaded {
-        grid_threaded(lib, n_tiles, run_sum);
-        grid_threaded(lib, n_tiles, run_scan);
-    } else {
-        grid(lib, n_tiles, 1, run_sum);
-        grid(lib, n_tiles, 1, run_scan);
-    }
-    (first, total)
+    let threads = if threaded { EMU_THREADS } else { 1 };
+    emu_threads::seg_scan(lib, (threads, threaded), value, seg_off, EMU_TILE)
 }
 
 /// `run_check` over table rows (batch first digi, module): the status.
@@ -255,18 +243,15 @@ fn run_check(
     row_module: &[u16],
 ) -> u32 {
     let mut status = 0u32;
-    type F = unsafe extern "C" fn(*const u16, u32, *const u32, *const u16, *mut u32);
-    let f: libloading::Symbol<F> = unsafe { lib.get(b"run_check") }.unwrap();
     let bs = kernels::ELEMENT_BLOCK;
-    grid(lib, (row_first.len() as u32).div_ceil(bs), bs, || unsafe {
-        f(
-            module.as_ptr(),
-            row_first.len() as u32,
-            row_first.as_ptr(),
-            row_module.as_ptr(),
-            &mut status,
-        )
-    });
+    HostLaunch::new(args::RunCheck::<HostLaunch> {
+        module,
+        n_rows: &(row_first.len() as u32),
+        row_first,
+        row_module,
+        status: std::slice::from_mut(&mut status),
+    })
+    .run(lib, (row_first.len() as u32).div_ceil(bs), bs, false);
     status
 }
 
@@ -280,19 +265,16 @@ fn run_ends(
     limit: &[u32],
 ) -> Vec<u32> {
     let mut end = vec![7u32; first.len()];
-    type F = unsafe extern "C" fn(*const u16, u32, *const u32, *const u16, *const u32, *mut u32);
-    let f: libloading::Symbol<F> = unsafe { lib.get(b"run_ends") }.unwrap();
     let bs = kernels::ELEMENT_BLOCK;
-    grid(lib, (first.len() as u32).div_ceil(bs), bs, || unsafe {
-        f(
-            module.as_ptr(),
-            first.len() as u32,
-            first.as_ptr(),
-            run_module.as_ptr(),
-            limit.as_ptr(),
-            end.as_mut_ptr(),
-        )
-    });
+    HostLaunch::new(args::RunEnds::<HostLaunch> {
+        module,
+        n_runs: &(first.len() as u32),
+        run_first: first,
+        run_module,
+        run_limit: limit,
+        run_end: &mut end,
+    })
+    .run(lib, (first.len() as u32).div_ceil(bs), bs, false);
     for (r, &e) in end.iter().enumerate() {
         let (f, lim, m) = (first[r] as usize, limit[r] as usize, run_module[r]);
         let want = (f..lim)
@@ -315,31 +297,18 @@ fn slot_ends(
 ) -> Vec<u32> {
     let n = first.len();
     let mut end = vec![7u32; n];
-    type F = unsafe extern "C" fn(
-        *const u16,
-        u32,
-        u32,
-        *const u32,
-        *const u16,
-        *const u32,
-        *const u32,
-        *mut u32,
-    );
-    let f: libloading::Symbol<F> = unsafe { lib.get(b"slot_ends") }.unwrap();
     let bs = kernels::ELEMENT_BLOCK;
-    let per = local::MAX_NUM_MODULES as u32;
-    grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
-        f(
-            module.as_ptr(),
-            n as u32,
-            per,
-            first.as_ptr(),
-            slot_module.as_ptr(),
-            nclus.as_ptr(),
-            ev_off.as_ptr(),
-            end.as_mut_ptr(),
-        )
-    });
+    HostLaunch::new(args::SlotEnds::<HostLaunch> {
+        module,
+        n_slots: &(n as u32),
+        slots_per_event: &(local::MAX_NUM_MODULES as u32),
+        slot_first: first,
+        slot_module,
+        slot_nclus: nclus,
+        event_offsets: ev_off,
+        slot_end: &mut end,
+    })
+    .run(lib, (n as u32).div_ceil(bs), bs, false);
     let limit: Vec<u32> = (0..n)
         .map(|s| ev_off[s / local::MAX_NUM_MODULES + 1])
         .collect();
@@ -524,66 +493,35 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     );
     let (mut ecount, mut eidx, mut etype, mut eraw, mut status) =
         (0u32, vec![0u32; n], vec![0u8; n], vec![0u32; n], 0u32);
-    {
-        type F = unsafe extern "C" fn(
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u8,
-            *const u8,
-            u32,
-            u32,
-            *mut u16,
-            *mut u16,
-            *mut u16,
-            *mut u16,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            *mut u8,
-            *mut u32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { lib.get(b"raw_to_digis") }.unwrap();
-        let bs = kernels::ELEMENT_BLOCK;
-        grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
-            f(
-                framed.words.as_ptr(),
-                n as u32,
-                framed.seg_start.as_ptr(),
-                framed.seg_fed.as_ptr(),
-                framed.seg_fed.len() as u32,
-                cab.link.as_ptr(),
-                cab.roc.as_ptr(),
-                cab.raw_id.as_ptr(),
-                cab.roc_in_det.as_ptr(),
-                cab.module_id.as_ptr(),
-                cab.bad_rocs.as_ptr(),
-                cab.mod_to_unp.as_ptr(),
-                cab.size,
-                1,
-                xx.as_mut_ptr(),
-                yy.as_mut_ptr(),
-                adc.as_mut_ptr(),
-                module.as_mut_ptr(),
-                raw_id.as_mut_ptr(),
-                pdigi.as_mut_ptr(),
-                &mut ecount,
-                eidx.as_mut_ptr(),
-                etype.as_mut_ptr(),
-                eraw.as_mut_ptr(),
-                &mut status,
-            )
-        });
-    }
+    let bs = kernels::ELEMENT_BLOCK;
+    HostLaunch::new(args::RawToDigis::<HostLaunch> {
+        words: &framed.words,
+        n_words: &(n as u32),
+        seg_start: &framed.seg_start,
+        seg_fed: &framed.seg_fed,
+        n_seg: &(framed.seg_fed.len() as u32),
+        c_link: &cab.link,
+        c_roc: &cab.roc,
+        c_raw_id: &cab.raw_id,
+        c_roc_in_det: &cab.roc_in_det,
+        c_module_id: &cab.module_id,
+        c_bad_rocs: &cab.bad_rocs,
+        c_mod_to_unp: &cab.mod_to_unp,
+        c_size: &cab.size,
+        use_quality: &1,
+        xx: &mut xx,
+        yy: &mut yy,
+        adc_out: &mut adc,
+        module_out: &mut module,
+        raw_id_out: &mut raw_id,
+        pdigi_out: &mut pdigi,
+        err_count: std::slice::from_mut(&mut ecount),
+        err_index: &mut eidx,
+        err_type: &mut etype,
+        err_raw: &mut eraw,
+        status: std::slice::from_mut(&mut status),
+    })
+    .run(lib, (n as u32).div_ceil(bs), bs, false);
     assert_eq!(status, 0);
     let ev_off = offsets(framed.words_per_event.iter().copied());
     let errs: Vec<(u32, u8, u32)> = (0..ecount as usize)
@@ -617,76 +555,14 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     // --- calibrate: one thread per digi over the whole batch.
     let g = &cond.gains;
     let (mut cm, mut ca, mut cst) = (vec![0u16; n], vec![0u16; n], 0u32);
-    {
-        type F = unsafe extern "C" fn(
-            *const u16,
-            *const u16,
-            *const u16,
-            *const u16,
-            u32,
-            *const u32,
-            *const u32,
-            *const i32,
-            u32,
-            *const u8,
-            u64,
-            f32,
-            f32,
-            f32,
-            f32,
-            u32,
-            u32,
-            u32,
-            u32,
-            u32,
-            f32,
-            f32,
-            f32,
-            f32,
-            i32,
-            *mut u16,
-            *mut u16,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { lib.get(b"calibrate") }.unwrap();
-        let first: Vec<u32> = g.range_and_cols.iter().map(|r| r.0).collect();
-        let last: Vec<u32> = g.range_and_cols.iter().map(|r| r.1).collect();
-        let cols: Vec<i32> = g.range_and_cols.iter().map(|r| r.2).collect();
-        let c = local::CalibConfig::default();
-        let bs = kernels::ELEMENT_BLOCK;
-        grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
-            f(
-                module.as_ptr(),
-                xx.as_ptr(),
-                yy.as_ptr(),
-                adc.as_ptr(),
-                n as u32,
-                first.as_ptr(),
-                last.as_ptr(),
-                cols.as_ptr(),
-                first.len() as u32,
-                g.data.as_ptr(),
-                g.data.len() as u64,
-                g.min_ped,
-                g.min_gain,
-                g.ped_precision,
-                g.gain_precision,
-                g.rows_averaged,
-                g.dead_flag,
-                g.noisy_flag,
-                c.is_run2 as u32,
-                c.l1_modules as u32,
-                c.vcal_to_electron_gain_l1,
-                c.vcal_to_electron_offset_l1,
-                c.vcal_to_electron_gain,
-                c.vcal_to_electron_offset,
-                c.min_electrons,
-                cm.as_mut_ptr(),
-                ca.as_mut_ptr(),
-                &mut cst,
-            )
-        });
-    }
+    let (gains, n32, bs) = (Gains::of(g), n as u32, kernels::ELEMENT_BLOCK);
+    calibrate_launch(
+        (&module, &xx, &yy, &adc),
+        &n32,
+        &gains,
+        (&mut cm, &mut ca, &mut cst),
+    )
+    .run(lib, n32.div_ceil(bs), bs, false);
     assert_eq!(cst, 0);
     for (e, ev) in cpu.iter().enumerate() {
         let r = ev_off[e] as usize..ev_off[e + 1] as usize;
@@ -720,44 +596,26 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         );
     }
     let (mut clus, mut bins, mut found) = (vec![-5i32; n], vec![0u32; n], vec![0u32; rf.len()]);
-    {
-        type Init = unsafe extern "C" fn(*mut i32, u32, *const u32, u32);
-        let init: libloading::Symbol<Init> = unsafe { lib.get(b"clus_init") }.unwrap();
-        let bs = kernels::ELEMENT_BLOCK;
-        grid(lib, (n as u32).div_ceil(bs), bs, || unsafe {
-            init(
-                clus.as_mut_ptr(),
-                n as u32,
-                ev_off.as_ptr(),
-                events.len() as u32,
-            )
-        });
-        type F = unsafe extern "C" fn(
-            *const u16,
-            *const u16,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *mut i32,
-            *mut u32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { lib.get(b"clusterize") }.unwrap();
-        grid(lib, rf.len() as u32, 1, || unsafe {
-            f(
-                cm.as_ptr(),
-                xx.as_ptr(),
-                yy.as_ptr(),
-                rf.as_ptr(),
-                re.as_ptr(),
-                rb.as_ptr(),
-                clus.as_mut_ptr(),
-                bins.as_mut_ptr(),
-                found.as_mut_ptr(),
-            )
-        });
-    }
+    let bs = kernels::ELEMENT_BLOCK;
+    HostLaunch::new(args::ClusInit::<HostLaunch> {
+        clus: &mut clus,
+        n: &(n as u32),
+        event_offsets: &ev_off,
+        n_events: &(events.len() as u32),
+    })
+    .run(lib, (n as u32).div_ceil(bs), bs, false);
+    HostLaunch::new(args::Clusterize::<HostLaunch> {
+        module: &cm,
+        xx: &xx,
+        yy: &yy,
+        run_first: &rf,
+        run_end: &re,
+        run_base: &rb,
+        clus_all: &mut clus,
+        bins_all: &mut bins,
+        found_out: &mut found,
+    })
+    .run(lib, rf.len() as u32, 1, false);
     // The same with real threads in each block: the interleavings must not matter.
     if let Some(tl) = threaded() {
         let mut clus_t = vec![0i32; n];
@@ -768,35 +626,18 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
                 clus_t[i as usize] = (i - ev_off[e]) as i32; // what clus_init writes
             }
         }
-        type F = unsafe extern "C" fn(
-            *const u16,
-            *const u16,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *mut i32,
-            *mut u32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { tl.get(b"clusterize") }.unwrap();
-        let p = [
-            cm.as_ptr() as usize,
-            xx.as_ptr() as usize,
-            yy.as_ptr() as usize,
-            rf.as_ptr() as usize,
-            re.as_ptr() as usize,
-            rb.as_ptr() as usize,
-            clus_t.as_mut_ptr() as usize,
-            bins_t.as_mut_ptr() as usize,
-            found_t.as_mut_ptr() as usize,
-        ];
-        grid_threaded(tl, rf.len() as u32, || unsafe {
-            f(
-                p[0] as _, p[1] as _, p[2] as _, p[3] as _, p[4] as _, p[5] as _, p[6] as _,
-                p[7] as _, p[8] as _,
-            )
-        });
+        HostLaunch::new(args::Clusterize::<HostLaunch> {
+            module: &cm,
+            xx: &xx,
+            yy: &yy,
+            run_first: &rf,
+            run_end: &re,
+            run_base: &rb,
+            clus_all: &mut clus_t,
+            bins_all: &mut bins_t,
+            found_out: &mut found_t,
+        })
+        .run(tl, rf.len() as u32, EMU_THREADS, true);
         assert_eq!(clus_t, clus, "threaded clusterize");
         assert_eq!(found_t, found, "threaded clusterize: clusters per run");
     }
@@ -842,7 +683,6 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     }
 
     // --- cluster_charge_cut: one block per run with clusters.
-    let (mut qm, mut qc) = (cm.clone(), clus.clone());
     let rows: Vec<std::ops::Range<usize>> = (0..events.len())
         .map(|e| ev_off[e] as usize..ev_off[e + 1] as usize)
         .collect();
@@ -860,85 +700,39 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     );
     let re = run_ends(lib, &cm, &plan.first, &plan.module, &plan.limit);
     let (rf, rn, rm) = (plan.first.clone(), plan.nclus.clone(), plan.module.clone());
-    let mut ncl = vec![0u32; rf.len()];
-    {
-        type F = unsafe extern "C" fn(
-            *mut u16,
-            *mut i32,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u16,
-            u32,
-            u32,
-            i32,
-            i32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { lib.get(b"charge_cut") }.unwrap();
+    let (mut qm, mut qc) = (cm.clone(), clus.clone());
+    let cut = |threaded: bool,
+               qm: &mut [u16],
+               qc: &mut [i32],
+               runs: (&[u32], &[u32], &[u32], &[u16])|
+     -> Vec<u32> {
         let c = local::ChargeCutConfig::default();
-        grid(lib, rf.len() as u32, 1, || unsafe {
-            f(
-                qm.as_mut_ptr(),
-                qc.as_mut_ptr(),
-                ca.as_ptr(),
-                rf.as_ptr(),
-                re.as_ptr(),
-                rn.as_ptr(),
-                rm.as_ptr(),
-                c.max_clusters_per_module,
-                c.l1_modules as u32,
-                c.min_charge_l1,
-                c.min_charge,
-                ncl.as_mut_ptr(),
-            )
-        });
-    }
-    if let Some(tl) = threaded() {
-        let (mut qm_t, mut qc_t, mut ncl_t) = (cm.clone(), clus.clone(), vec![0u32; rf.len()]);
-        type F = unsafe extern "C" fn(
-            *mut u16,
-            *mut i32,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u16,
-            u32,
-            u32,
-            i32,
-            i32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { tl.get(b"charge_cut") }.unwrap();
-        let c = local::ChargeCutConfig::default();
-        let p = [
-            qm_t.as_mut_ptr() as usize,
-            qc_t.as_mut_ptr() as usize,
-            ca.as_ptr() as usize,
-            rf.as_ptr() as usize,
-            re.as_ptr() as usize,
-            rn.as_ptr() as usize,
-            rm.as_ptr() as usize,
-            ncl_t.as_mut_ptr() as usize,
-        ];
-        grid_threaded(tl, rf.len() as u32, || unsafe {
-            f(
-                p[0] as _,
-                p[1] as _,
-                p[2] as _,
-                p[3] as _,
-                p[4] as _,
-                p[5] as _,
-                p[6] as _,
-                c.max_clusters_per_module,
-                c.l1_modules as u32,
-                c.min_charge_l1,
-                c.min_charge,
-                p[7] as _,
-            )
-        });
+        let mut ncl = vec![7u32; runs.0.len()];
+        let (lib, threads) = match threaded {
+            true => (threaded_lib(), EMU_THREADS),
+            false => (lib, 1),
+        };
+        HostLaunch::new(args::ChargeCut::<HostLaunch> {
+            module: qm,
+            clus: qc,
+            adc: &ca,
+            run_first: runs.0,
+            run_end: runs.1,
+            run_nclus: runs.2,
+            run_module: runs.3,
+            max_per_module: &c.max_clusters_per_module,
+            l1_modules: &(c.l1_modules as u32),
+            min_charge_l1: &c.min_charge_l1,
+            min_charge: &c.min_charge,
+            ncl_out: &mut ncl,
+        })
+        .run(lib, runs.0.len() as u32, threads, threaded);
+        ncl
+    };
+    let ncl = cut(false, &mut qm, &mut qc, (&rf, &re, &rn, &rm));
+    if threaded().is_some() {
+        let (mut qm_t, mut qc_t) = (cm.clone(), clus.clone());
+        let ncl_t = cut(true, &mut qm_t, &mut qc_t, (&rf, &re, &rn, &rm));
         assert_eq!(
             (qm_t, qc_t, ncl_t),
             (qm.clone(), qc.clone(), ncl.clone()),
@@ -957,39 +751,9 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         "slot ends = the host runs' ends"
     );
     {
-        let (mut qm_s, mut qc_s, mut ncl_s) = (cm.clone(), clus.clone(), vec![7u32; n_slots]);
-        type F = unsafe extern "C" fn(
-            *mut u16,
-            *mut i32,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u16,
-            u32,
-            u32,
-            i32,
-            i32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<F> = unsafe { lib.get(b"charge_cut") }.unwrap();
-        let c = local::ChargeCutConfig::default();
-        grid(lib, n_slots as u32, 1, || unsafe {
-            f(
-                qm_s.as_mut_ptr(),
-                qc_s.as_mut_ptr(),
-                ca.as_ptr(),
-                runs.first.as_ptr(),
-                sre.as_ptr(),
-                found.as_ptr(),
-                runs.module.as_ptr(),
-                c.max_clusters_per_module,
-                c.l1_modules as u32,
-                c.min_charge_l1,
-                c.min_charge,
-                ncl_s.as_mut_ptr(),
-            )
-        });
+        let (mut qm_s, mut qc_s) = (cm.clone(), clus.clone());
+        let slots = (&runs.first[..], &sre[..], &found[..], &runs.module[..]);
+        let ncl_s = cut(false, &mut qm_s, &mut qc_s, slots);
         assert_eq!((&qm_s, &qc_s), (&qm, &qc), "charge cut over the slots");
         let kept: Vec<u32> = plan.slot.iter().map(|&s| ncl_s[s as usize]).collect();
         assert_eq!(kept, ncl, "charge cut over the slots: clusters kept");
@@ -1038,334 +802,78 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         cap > 1 && cap < local::MAX_CLUSTERS_PER_MODULE,
         "the events' largest run sets a capacity below the module's"
     );
-    let mut f = vec![vec![0f32; nh]; 8];
-    let (mut iphi, mut chg, mut sx, mut sy, mut di, mut hst) = (
-        vec![0i16; nh],
-        vec![0i32; nh],
-        vec![0i16; nh],
-        vec![0i16; nh],
-        vec![0u16; nh],
-        0u32,
-    );
-    {
-        type F = unsafe extern "C" fn(
-            *const u16,
-            *const i32,
-            *const u16,
-            *const u16,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u16,
-            *const u32,
-            *const f32,
-            u32,
-            u32,
-            *const f32,
-            f32,
-            f32,
-            f32,
-            f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut i16,
-            *mut i32,
-            *mut i16,
-            *mut i16,
-            *mut u16,
-            *mut u32,
-        );
-        let k: libloading::Symbol<F> = unsafe { lib.get(b"rechits") }.unwrap();
-        let com = &cond.cpe.common;
-        let p: Vec<*mut f32> = f.iter_mut().map(|v| v.as_mut_ptr()).collect();
-        grid(lib, rf.len() as u32, 1, || unsafe {
-            k(
-                qm.as_ptr(),
-                qc.as_ptr(),
-                xx.as_ptr(),
-                yy.as_ptr(),
-                ca.as_ptr(),
-                rf.as_ptr(),
-                re.as_ptr(),
-                rn.as_ptr(),
-                rme.as_ptr(),
-                rh.as_ptr(),
-                rbs.as_ptr(),
-                0,
-                cap,
-                det.as_ptr(),
-                com.thickness_b,
-                com.thickness_e,
-                com.pitch_x,
-                com.pitch_y,
-                p[0],
-                p[1],
-                p[2],
-                p[3],
-                p[4],
-                p[5],
-                p[6],
-                p[7],
-                iphi.as_mut_ptr(),
-                chg.as_mut_ptr(),
-                sx.as_mut_ptr(),
-                sy.as_mut_ptr(),
-                di.as_mut_ptr(),
-                &mut hst,
-            )
-        });
-    }
-    assert_eq!(hst, 0);
-    if let Some(tl) = threaded() {
-        let mut ft = vec![vec![0f32; nh]; 8];
-        let (mut iphi_t, mut chg_t, mut sx_t, mut sy_t, mut di_t, mut hst_t) = (
+    let com = &cond.cpe.common;
+    // Blocks of runs (first, end, clusters, module, first hit) with the beam spot per run
+    // (`stride` 0) or per event of `stride` slots.
+    let rechits_cap = |threaded: bool,
+                       (first, end, nclus, module, hit): Runs,
+                       beam: &[f32],
+                       stride: u32,
+                       cap: u32|
+     -> (Hits, u32) {
+        let mut h: Hits = (
+            vec![vec![0f32; nh]; 8],
             vec![0i16; nh],
             vec![0i32; nh],
             vec![0i16; nh],
             vec![0i16; nh],
             vec![0u16; nh],
-            0u32,
         );
-        type F = unsafe extern "C" fn(
-            *const u16,
-            *const i32,
-            *const u16,
-            *const u16,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u16,
-            *const u32,
-            *const f32,
-            u32,
-            u32,
-            *const f32,
-            f32,
-            f32,
-            f32,
-            f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut i16,
-            *mut i32,
-            *mut i16,
-            *mut i16,
-            *mut u16,
-            *mut u32,
-        );
-        let k: libloading::Symbol<F> = unsafe { tl.get(b"rechits") }.unwrap();
-        let com = &cond.cpe.common;
-        let fp: Vec<usize> = ft.iter_mut().map(|v| v.as_mut_ptr() as usize).collect();
-        let p = [
-            qm.as_ptr() as usize,
-            qc.as_ptr() as usize,
-            xx.as_ptr() as usize,
-            yy.as_ptr() as usize,
-            ca.as_ptr() as usize,
-            rf.as_ptr() as usize,
-            re.as_ptr() as usize,
-            rn.as_ptr() as usize,
-            rme.as_ptr() as usize,
-            rh.as_ptr() as usize,
-            rbs.as_ptr() as usize,
-            det.as_ptr() as usize,
-            iphi_t.as_mut_ptr() as usize,
-            chg_t.as_mut_ptr() as usize,
-            sx_t.as_mut_ptr() as usize,
-            sy_t.as_mut_ptr() as usize,
-            di_t.as_mut_ptr() as usize,
-            &mut hst_t as *mut u32 as usize,
-        ];
-        grid_threaded(tl, rf.len() as u32, || unsafe {
-            k(
-                p[0] as _,
-                p[1] as _,
-                p[2] as _,
-                p[3] as _,
-                p[4] as _,
-                p[5] as _,
-                p[6] as _,
-                p[7] as _,
-                p[8] as _,
-                p[9] as _,
-                p[10] as _,
-                0,
-                cap,
-                p[11] as _,
-                com.thickness_b,
-                com.thickness_e,
-                com.pitch_x,
-                com.pitch_y,
-                fp[0] as _,
-                fp[1] as _,
-                fp[2] as _,
-                fp[3] as _,
-                fp[4] as _,
-                fp[5] as _,
-                fp[6] as _,
-                fp[7] as _,
-                p[12] as _,
-                p[13] as _,
-                p[14] as _,
-                p[15] as _,
-                p[16] as _,
-                p[17] as _,
-            )
-        });
+        let mut st = 0u32;
+        let (lib, threads) = match threaded {
+            true => (threaded_lib(), EMU_THREADS),
+            false => (lib, 1),
+        };
+        let [xl, yl, xe, ye, xg, yg, zg, rg] = &mut h.0[..] else {
+            unreachable!()
+        };
+        HostLaunch::new(args::RecHits::<HostLaunch> {
+            module: &qm,
+            clus: &qc,
+            xx: &xx,
+            yy: &yy,
+            adc: &ca,
+            run_first: first,
+            run_end: end,
+            run_nclus: nclus,
+            run_me: module,
+            run_hit: hit,
+            beam,
+            beam_stride: &stride,
+            cap: &cap,
+            det: &det,
+            thickness_b: &com.thickness_b,
+            thickness_e: &com.thickness_e,
+            pitch_x: &com.pitch_x,
+            pitch_y: &com.pitch_y,
+            x_local: xl,
+            y_local: yl,
+            xerr_local: xe,
+            yerr_local: ye,
+            x_global: xg,
+            y_global: yg,
+            z_global: zg,
+            r_global: rg,
+            iphi: &mut h.1,
+            charge: &mut h.2,
+            size_x: &mut h.3,
+            size_y: &mut h.4,
+            det_index: &mut h.5,
+            status: std::slice::from_mut(&mut st),
+        })
+        .run(lib, first.len() as u32, threads, threaded);
+        (h, st)
+    };
+    let (hits, hst) = rechits_cap(false, (&rf, &re, &rn, &rme, &rh), &rbs, 0, cap);
+    assert_eq!(hst, 0);
+    if threaded().is_some() {
+        let (hits_t, hst_t) = rechits_cap(true, (&rf, &re, &rn, &rme, &rh), &rbs, 0, cap);
         assert_eq!(hst_t, 0);
-        for c in 0..8 {
-            assert!(
-                ft[c]
-                    .iter()
-                    .zip(&f[c])
-                    .all(|(a, b)| a.to_bits() == b.to_bits()),
-                "threaded rechits: float column {c}"
-            );
-        }
-        assert_eq!(
-            (iphi_t, chg_t, sx_t, sy_t, di_t),
-            (
-                iphi.clone(),
-                chg.clone(),
-                sx.clone(),
-                sy.clone(),
-                di.clone()
-            ),
-            "threaded rechits"
-        );
+        assert!(same_hits(&hits_t, &hits), "threaded rechits");
     }
     // The same over the run slots (`slot_ends`, one block per slot, the beam spot per event):
     // only each slot's clusters and first hit came from the host.
     {
-        type Hits = (
-            Vec<Vec<u32>>,
-            Vec<i16>,
-            Vec<i32>,
-            Vec<i16>,
-            Vec<i16>,
-            Vec<u16>,
-        );
-        type F = unsafe extern "C" fn(
-            *const u16,
-            *const i32,
-            *const u16,
-            *const u16,
-            *const u16,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u16,
-            *const u32,
-            *const f32,
-            u32,
-            u32,
-            *const f32,
-            f32,
-            f32,
-            f32,
-            f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut f32,
-            *mut i16,
-            *mut i32,
-            *mut i16,
-            *mut i16,
-            *mut u16,
-            *mut u32,
-        );
-        let k: libloading::Symbol<F> = unsafe { lib.get(b"rechits") }.unwrap();
-        let com = &cond.cpe.common;
-        // Blocks of runs (first, end, clusters, module, first hit) with the beam spot per run
-        // (`stride` 0) or per event of `stride` slots: the float columns as bits.
-        let rechits_cap = |first: &[u32],
-                           end: &[u32],
-                           nclus: &[u32],
-                           module: &[u16],
-                           hit: &[u32],
-                           beam: &[f32],
-                           stride: u32,
-                           cap: u32|
-         -> (Hits, u32) {
-            let mut fs = vec![vec![0f32; nh]; 8];
-            let (mut iphi, mut chg, mut sx, mut sy, mut di, mut st) = (
-                vec![0i16; nh],
-                vec![0i32; nh],
-                vec![0i16; nh],
-                vec![0i16; nh],
-                vec![0u16; nh],
-                0u32,
-            );
-            let p: Vec<*mut f32> = fs.iter_mut().map(|v| v.as_mut_ptr()).collect();
-            grid(lib, first.len() as u32, 1, || unsafe {
-                k(
-                    qm.as_ptr(),
-                    qc.as_ptr(),
-                    xx.as_ptr(),
-                    yy.as_ptr(),
-                    ca.as_ptr(),
-                    first.as_ptr(),
-                    end.as_ptr(),
-                    nclus.as_ptr(),
-                    module.as_ptr(),
-                    hit.as_ptr(),
-                    beam.as_ptr(),
-                    stride,
-                    cap,
-                    det.as_ptr(),
-                    com.thickness_b,
-                    com.thickness_e,
-                    com.pitch_x,
-                    com.pitch_y,
-                    p[0],
-                    p[1],
-                    p[2],
-                    p[3],
-                    p[4],
-                    p[5],
-                    p[6],
-                    p[7],
-                    iphi.as_mut_ptr(),
-                    chg.as_mut_ptr(),
-                    sx.as_mut_ptr(),
-                    sy.as_mut_ptr(),
-                    di.as_mut_ptr(),
-                    &mut st,
-                )
-            });
-            (
-                (
-                    fs.iter()
-                        .map(|c| c.iter().map(|x| x.to_bits()).collect())
-                        .collect(),
-                    iphi,
-                    chg,
-                    sx,
-                    sy,
-                    di,
-                ),
-                st,
-            )
-        };
         let rechits = |first: &[u32],
                        end: &[u32],
                        nclus: &[u32],
@@ -1374,7 +882,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
                        beam: &[f32],
                        stride: u32|
          -> Hits {
-            let (h, st) = rechits_cap(first, end, nclus, module, hit, beam, stride, cap);
+            let (h, st) = rechits_cap(false, (first, end, nclus, module, hit), beam, stride, cap);
             assert_eq!(st, 0);
             h
         };
@@ -1392,17 +900,11 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
             )
         };
         let beam_ev: Vec<f32> = beam.iter().flatten().copied().collect();
-        let host = (
-            f.iter()
-                .map(|c| c.iter().map(|x| x.to_bits()).collect())
-                .collect(),
-            iphi.clone(),
-            chg.clone(),
-            sx.clone(),
-            sy.clone(),
-            di.clone(),
+        let host = &hits;
+        assert!(
+            same_hits(&per_slot(&beam_ev), host),
+            "rechits over the slots"
         );
-        assert!(per_slot(&beam_ev) == host, "rechits over the slots");
         // Each event its own beam spot: the slots read their event's, as the runs read theirs.
         let moved: Vec<[f32; 3]> = (0..events.len())
             .map(|e| {
@@ -1424,22 +926,24 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
             &mplan.beam,
             0,
         );
-        assert!(by_run != host, "the beam spot moves the hits");
+        assert!(!same_hits(&by_run, host), "the beam spot moves the hits");
         assert!(
-            per_slot(&moved.iter().flatten().copied().collect::<Vec<f32>>()) == by_run,
+            same_hits(
+                &per_slot(&moved.iter().flatten().copied().collect::<Vec<f32>>()),
+                &by_run
+            ),
             "rechits over the slots, a beam spot per event"
         );
         // Shared memory sized below the largest run: refused (the status), never wrong hits.
-        let (_, st) = rechits_cap(
-            &hplan.first,
-            &re,
-            &hplan.nclus,
-            &hplan.module,
-            &hplan.hit,
-            &hplan.beam,
-            0,
-            cap - 1,
+        let h = &hplan;
+        let runs = (
+            &h.first[..],
+            &re[..],
+            &h.nclus[..],
+            &h.module[..],
+            &h.hit[..],
         );
+        let (_, st) = rechits_cap(false, runs, &h.beam, 0, cap - 1);
         assert_eq!(
             st,
             kernels::STATUS_BAD_INPUT,
@@ -1447,6 +951,7 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
         );
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let (f, iphi, chg, sx, sy, di) = &hits;
     let mut total_hits = 0;
     for (e, ev) in cpu.iter().enumerate() {
         let r = hit_off[e] as usize..hit_off[e + 1] as usize;
@@ -1482,4 +987,82 @@ fn kernels_on_the_host_equal_the_cpu_cores() {
     }
     println!("{total_hits} hits");
     assert!(total_hits > 100);
+}
+
+#[test]
+fn a_misordered_argument_list_fails_the_check_and_changes_the_emulated_result() {
+    let Some(lib) = emulator() else { return };
+    let (_, ds) = dataset();
+    let cond = ds.conditions();
+    let c = local::LocalConditions {
+        cabling: &cond.cabling,
+        gains: &cond.gains,
+        cpe: &cond.cpe,
+        beam_spot: &cond.beam_spot,
+    };
+    let cpu: Vec<_> = ds
+        .raw_events(0..ds.n_events())
+        .unwrap()
+        .iter()
+        .map(|feds| local::reconstruct_event(feds, &c, &Default::default()).unwrap())
+        .collect();
+    let cat = |f: &dyn Fn(&local::LocalEvent) -> &[u16]| -> Vec<u16> {
+        cpu.iter().flat_map(|e| f(e).iter().copied()).collect()
+    };
+    let (module, xx, yy, adc) = (
+        cat(&|e| &e.digis.module_ind),
+        cat(&|e| &e.digis.xx),
+        cat(&|e| &e.digis.yy),
+        cat(&|e| &e.digis.adc),
+    );
+    let want = (
+        cat(&|e| &e.calibrated.module_ind),
+        cat(&|e| &e.calibrated.adc),
+        0u32,
+    );
+    let (n, gains, bs) = (
+        module.len() as u32,
+        Gains::of(&cond.gains),
+        kernels::ELEMENT_BLOCK,
+    );
+    // `swap`: two arguments of the production list exchanged, as a step written with them
+    // in the wrong order would pass them. The check runs first; the kernel runs anyway.
+    let calibrate = |swap: Option<(&str, &str)>| {
+        let mut out = (vec![7u16; module.len()], vec![7u16; module.len()], 0u32);
+        let mut l = calibrate_launch(
+            (&module, &xx, &yy, &adc),
+            &n,
+            &gains,
+            (&mut out.0, &mut out.1, &mut out.2),
+        );
+        if let Some((a, b)) = swap {
+            let (i, j) = (l.position(a), l.position(b));
+            l.swap(i, j);
+        }
+        let checked = l.check().map_err(|e| e.to_string());
+        l.run_unchecked(lib, n.div_ceil(bs), bs, false);
+        drop(l);
+        (checked, out)
+    };
+    let (checked, out) = calibrate(None);
+    assert_eq!(checked, Ok(()));
+    assert_eq!(
+        out, want,
+        "the production list computes the CPU's calibrated digis"
+    );
+    // `xx` and `yy` are both u16*: the names tell them apart, and the values differ.
+    let (checked, out) = calibrate(Some(("xx", "yy")));
+    let e = checked.unwrap_err();
+    assert!(
+        e.contains("calibrate")
+            && e.contains("argument 2 is passed as 'yy' but the kernel's parameter is 'xx'"),
+        "{e}"
+    );
+    assert_ne!(out, want, "rows read as columns calibrate other digis");
+    // Two scalars of one type (the gains' floor values, both float).
+    let (checked, out) = calibrate(Some(("min_ped", "gain_precision")));
+    assert!(checked
+        .unwrap_err()
+        .contains("argument 12 is passed as 'gain_precision'"));
+    assert_ne!(out, want, "swapped float parameters calibrate otherwise");
 }

@@ -15,14 +15,17 @@
 //! cleaning kernel (`kernels_quality::QUALITY`) gives the CPU's `stage_quality`. The vertex
 //! finder kernel
 //! (`kernels_vertices::VERTICES`) gives the CPU's vertices bit for bit, on the chain's tracks
-//! and on synthetic events made to split. Skips when no C++ compiler is found.
+//! and on synthetic events made to split. Every kernel is called with the GPU step's own
+//! argument list (`quiver_gpu::args`, through `emu_threads::HostLaunch`), checked against
+//! its signature. Skips when no C++ compiler is found.
 
-use crate::emu_threads;
+use crate::emu_threads::{self, HostLaunch};
+use quiver_gpu::args;
 
 use std::sync::OnceLock;
 
 use quiver_datasets::conditions::CpeParams;
-use quiver_datasets::{generate, Dataset, GenerateOptions};
+use quiver_datasets::Dataset;
 use quiver_gpu::kernels_ca::{
     doublet_flags, pair_tables, BIN_STARTS_PER_EVENT, RANK_LANES, STATS_RUN,
 };
@@ -56,54 +59,10 @@ enum Mode {
 /// threaded mode stays cheap while blocks still interleave).
 const EMU_BLOCK: u32 = 8;
 
-/// Runs `launch` over a grid of `blocks × threads`. Threaded: one OS thread per thread of
-/// a block, each running its thread of every block in turn, the blocks one after the other
-/// (a barrier between blocks: `__shared__` memory is one per process).
-///
-/// One launch at a time in the process: `__shared__` memory (and, before the per-launch
-/// barrier of `emu_threads`, the block barrier) are globals of the emulator library, so two
-/// tests launching at once (the harness runs tests on parallel threads) would share them;
-/// that is what made the connect test hang when it ran beside the doublet test.
-fn grid(
-    lib: &libloading::Library,
-    mode: Mode,
-    blocks: u32,
-    threads: u32,
-    launch: impl Fn() + Sync,
-) {
-    let _only = emu_threads::ONE_LAUNCH
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    match mode {
-        Mode::Sequential => {
-            for b in 0..blocks {
-                for t in 0..threads {
-                    emu_threads::set_thread(lib, b, threads, t);
-                    launch();
-                }
-            }
-        }
-        Mode::Threaded => emu_threads::run_threads(threads, |t, between| {
-            for b in 0..blocks {
-                emu_threads::set_thread(lib, b, threads, t);
-                launch();
-                if !between.wait() {
-                    return;
-                }
-            }
-        }),
-    }
-}
-
-/// One thread per element, `EMU_BLOCK` per block.
-fn elements(lib: &libloading::Library, mode: Mode, n: usize, launch: impl Fn() + Sync) {
-    grid(
-        lib,
-        mode,
-        (n as u32).div_ceil(EMU_BLOCK).max(1),
-        EMU_BLOCK,
-        launch,
-    )
+/// `launch` (its list checked) with one thread per element, `EMU_BLOCK` per block.
+fn run_elements(lib: &libloading::Library, mode: Mode, n: usize, launch: HostLaunch) {
+    let blocks = (n as u32).div_ceil(EMU_BLOCK).max(1);
+    launch.run(lib, blocks, EMU_BLOCK, mode == Mode::Threaded);
 }
 
 /// A batch of hits, event after event.
@@ -129,32 +88,6 @@ struct Cells {
     outer: Vec<u32>,
     pair: Vec<u8>,
     listed: Vec<u8>,
-}
-
-/// Pointers as integers, so that the threads of a block can share them.
-fn p<T>(v: &[T]) -> usize {
-    v.as_ptr() as usize
-}
-
-/// A buffer the emulated kernels write, as device memory: its elements are `UnsafeCell`s,
-/// so the kernels may write through a pointer taken from a shared reference (a plain
-/// `Vec` read by the test after a kernel wrote through such a pointer would be undefined
-/// behaviour).
-struct Dev<T>(Vec<std::cell::UnsafeCell<T>>);
-
-impl<T: Copy> Dev<T> {
-    fn new(value: T, n: usize) -> Self {
-        Dev((0..n).map(|_| std::cell::UnsafeCell::new(value)).collect())
-    }
-    /// The address the kernels take (`UnsafeCell<T>` has `T`'s layout).
-    fn ptr(&self) -> usize {
-        self.0.as_ptr() as usize
-    }
-    /// The contents, once no kernel runs.
-    fn get(&self) -> Vec<T> {
-        // SAFETY: called between launches: no emulated thread writes the buffer now.
-        self.0.iter().map(|c| unsafe { *c.get() }).collect()
-    }
 }
 
 /// The kernel sequence of the GPU step, on the host.
@@ -190,376 +123,187 @@ fn run_device(
     let cuts = d.cuts();
     let (pair_i, pair_f) = pair_tables(&cuts);
 
-    let bin_count = Dev::new(0u32, n_ev * N_LAYERS * PHI_BINS);
-    let (bin_start, cursor) = (
-        Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT),
-        Dev::new(0u32, n_ev * BIN_STARTS_PER_EVENT),
+    let (n_ev32, n_hits32) = (n_ev as u32, n_hits as u32);
+    let mut bin_count = vec![0u32; n_ev * N_LAYERS * PHI_BINS];
+    let (mut bin_start, mut cursor) = (
+        vec![0u32; n_ev * BIN_STARTS_PER_EVENT],
+        vec![0u32; n_ev * BIN_STARTS_PER_EVENT],
     );
-    let packed_idx = Dev::new(u32::MAX, n_hits.max(1));
-    let (pz, pr) = (Dev::new(0f32, n_hits.max(1)), Dev::new(0f32, n_hits.max(1)));
-    let (pphi, psy) = (Dev::new(0i16, n_hits.max(1)), Dev::new(0i16, n_hits.max(1)));
-    type Count =
-        unsafe extern "C" fn(*const u16, *const i16, u32, *const u32, *const u32, u32, *mut u32);
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
-    type Fill = unsafe extern "C" fn(
-        *const u16,
-        *const i16,
-        u32,
-        *const u32,
-        *const u32,
-        u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Sort = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const i16,
-        *const i16,
-        *mut u32,
-        *mut f32,
-        *mut f32,
-        *mut i16,
-        *mut i16,
-    );
-    // SAFETY: kernel signatures as in kernels_ca::CA_DOUBLETS; every buffer holds the elements the kernels index (sized from the same counts as in the GPU step).
-    unsafe {
-        let f: libloading::Symbol<Count> = lib.get(b"ca_bin_count").unwrap();
-        let a = [
-            p(&b.det),
-            p(&b.iphi),
-            p(&db.hit_off),
-            p(&db.layer_start),
-            bin_count.ptr(),
-        ];
-        elements(lib, mode, n_hits, || {
-            f(
-                a[0] as _,
-                a[1] as _,
-                n_hits as u32,
-                a[2] as _,
-                a[3] as _,
-                n_ev as u32,
-                a[4] as _,
-            )
-        });
-        let f: libloading::Symbol<Scan> = lib.get(b"ca_bin_scan").unwrap();
-        let a = [
-            bin_count.ptr(),
-            p(&db.hit_off),
-            bin_start.ptr(),
-            cursor.ptr(),
-        ];
-        elements(lib, mode, n_ev, || {
-            f(a[0] as _, a[1] as _, n_ev as u32, a[2] as _, a[3] as _)
-        });
-        let f: libloading::Symbol<Fill> = lib.get(b"ca_bin_fill").unwrap();
-        let a = [
-            p(&b.det),
-            p(&b.iphi),
-            p(&db.hit_off),
-            p(&db.layer_start),
-            cursor.ptr(),
-            packed_idx.ptr(),
-        ];
-        elements(lib, mode, n_hits, || {
-            f(
-                a[0] as _,
-                a[1] as _,
-                n_hits as u32,
-                a[2] as _,
-                a[3] as _,
-                n_ev as u32,
-                a[4] as _,
-                a[5] as _,
-            )
-        });
-        let f: libloading::Symbol<Sort> = lib.get(b"ca_bin_sort").unwrap();
-        let a = [
-            bin_start.ptr(),
-            p(&db.hit_off),
-            p(&b.z),
-            p(&b.r),
-            p(&b.iphi),
-            p(&b.size_y),
-            packed_idx.ptr(),
-            pz.ptr(),
-            pr.ptr(),
-            pphi.ptr(),
-            psy.ptr(),
-        ];
-        elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, || {
-            f(
-                a[0] as _,
-                n_ev as u32,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                a[4] as _,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                a[8] as _,
-                a[9] as _,
-                a[10] as _,
-            )
-        });
-    }
-
-    type Doublets = unsafe extern "C" fn(
-        u32,
-        u32,
-        *const u32,
-        u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const i16,
-        *const i16,
-        *const u16,
-        *const u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const i16,
-        *const i16,
-        *const i32,
-        *const f32,
-        u32,
-        f32,
-        f32,
-        f32,
-        f32,
-        i32,
-        u32,
-        *mut u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-        *mut u8,
-    );
-    let item_count = Dev::new(0u32, n_items.max(1));
-    let item_first = Dev::new(0u32, n_items.max(1));
-    let event_total = Dev::new(0u32, n_ev);
-    let flags = doublet_flags(d);
-    // SAFETY: as above.
-    let doublets = |write: u32, cell_off: &[u32], out: (&Dev<u32>, &Dev<u32>, &Dev<u8>)| unsafe {
-        let f: libloading::Symbol<Doublets> = lib.get(b"ca_doublets").unwrap();
-        let a = [
-            p(&db.item_start),
-            p(&db.hit_off),
-            p(&db.layer_start),
-            p(&b.z),
-            p(&b.r),
-            p(&b.iphi),
-            p(&b.size_y),
-            p(&b.det),
-            bin_start.ptr(),
-            packed_idx.ptr(),
-            pz.ptr(),
-            pr.ptr(),
-            pphi.ptr(),
-            psy.ptr(),
-            p(&pair_i),
-            p(&pair_f),
-            item_count.ptr(),
-            item_first.ptr(),
-            p(cell_off),
-            out.0.ptr(),
-            out.1.ptr(),
-            out.2.ptr(),
-        ];
-        elements(lib, mode, n_items, || {
-            f(
-                write,
-                n_items as u32,
-                a[0] as _,
-                db.n_pairs,
-                n_ev as u32,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                a[4] as _,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                a[8] as _,
-                a[9] as _,
-                a[10] as _,
-                a[11] as _,
-                a[12] as _,
-                a[13] as _,
-                a[14] as _,
-                a[15] as _,
-                flags,
-                d.z0_cut,
-                cuts.dzdr_fact,
-                cuts.min_radius2_t4,
-                cuts.i2p,
-                d.max_dy_pred,
-                d.max_number_of_doublets,
-                a[16] as _,
-                a[17] as _,
-                a[18] as _,
-                a[19] as _,
-                a[20] as _,
-                a[21] as _,
-            )
-        });
+    let mut packed_idx = vec![u32::MAX; n_hits.max(1)];
+    let (mut pz, mut pr) = (vec![0f32; n_hits.max(1)], vec![0f32; n_hits.max(1)]);
+    let (mut pphi, mut psy) = (vec![0i16; n_hits.max(1)], vec![0i16; n_hits.max(1)]);
+    let count = args::CaBinCount::<HostLaunch> {
+        det: &b.det,
+        iphi: &b.iphi,
+        n_hits: &n_hits32,
+        hit_off: &db.hit_off,
+        layer_start: &db.layer_start,
+        n_events: &n_ev32,
+        bin_count: &mut bin_count,
     };
-    let dummy = (Dev::new(0u32, 1), Dev::new(0u32, 1), Dev::new(0u8, 1));
-    doublets(0, &[0, 0], (&dummy.0, &dummy.1, &dummy.2));
-    // SAFETY: as above.
-    unsafe {
-        type ItemScan = unsafe extern "C" fn(*const u32, *const u32, u32, *mut u32, *mut u32);
-        let f: libloading::Symbol<ItemScan> = lib.get(b"ca_item_scan").unwrap();
-        let a = [
-            item_count.ptr(),
-            p(&db.item_start),
-            item_first.ptr(),
-            event_total.ptr(),
-        ];
-        // Sequential: one thread per block (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential {
-            1
-        } else {
-            EMU_BLOCK
+    run_elements(lib, mode, n_hits, HostLaunch::new(count));
+    let scan = args::CaBinScan::<HostLaunch> {
+        bin_count: &bin_count,
+        hit_off: &db.hit_off,
+        n_events: &n_ev32,
+        bin_start: &mut bin_start,
+        cursor: &mut cursor,
+    };
+    run_elements(lib, mode, n_ev, HostLaunch::new(scan));
+    let fill = args::CaBinFill::<HostLaunch> {
+        det: &b.det,
+        iphi: &b.iphi,
+        n_hits: &n_hits32,
+        hit_off: &db.hit_off,
+        layer_start: &db.layer_start,
+        n_events: &n_ev32,
+        cursor: &mut cursor,
+        packed_idx: &mut packed_idx,
+    };
+    run_elements(lib, mode, n_hits, HostLaunch::new(fill));
+    let sort = args::CaBinSort::<HostLaunch> {
+        bin_start: &bin_start,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        z: &b.z,
+        r: &b.r,
+        iphi: &b.iphi,
+        size_y: &b.size_y,
+        packed_idx: &mut packed_idx,
+        packed_z: &mut pz,
+        packed_r: &mut pr,
+        packed_iphi: &mut pphi,
+        packed_sy: &mut psy,
+    };
+    run_elements(lib, mode, n_ev * N_LAYERS * PHI_BINS, HostLaunch::new(sort));
+
+    let mut item_count = vec![0u32; n_items.max(1)];
+    let mut item_first = vec![0u32; n_items.max(1)];
+    let mut event_total = vec![0u32; n_ev];
+    let flags = doublet_flags(d);
+    // One pass of the candidate scan: count (`write` 0, into `item_count`), or write.
+    let doublets =
+        |write: u32,
+         (item_count, item_first): (&mut [u32], &[u32]),
+         cell_off: &[u32],
+         (out_inner, out_outer, out_pair): (&mut [u32], &mut [u32], &mut [u8])| {
+            let scan = args::CaDoublets::<HostLaunch> {
+                write: &write,
+                n_items: &(n_items as u32),
+                item_start: &db.item_start,
+                n_pairs: &db.n_pairs,
+                n_events: &n_ev32,
+                hit_off: &db.hit_off,
+                layer_start: &db.layer_start,
+                z: &b.z,
+                r: &b.r,
+                iphi: &b.iphi,
+                size_y: &b.size_y,
+                det: &b.det,
+                bin_start: &bin_start,
+                packed_idx: &packed_idx,
+                packed_z: &pz,
+                packed_r: &pr,
+                packed_iphi: &pphi,
+                packed_sy: &psy,
+                pair_i: &pair_i,
+                pair_f: &pair_f,
+                flags: &flags,
+                z0_cut: &d.z0_cut,
+                dzdr_fact: &cuts.dzdr_fact,
+                min_radius2_t4: &cuts.min_radius2_t4,
+                i2p: &cuts.i2p,
+                max_dy_pred: &d.max_dy_pred,
+                max_doublets: &d.max_number_of_doublets,
+                item_count,
+                item_first,
+                cell_off,
+                out_inner,
+                out_outer,
+                out_pair,
+            };
+            run_elements(lib, mode, n_items, HostLaunch::new(scan));
         };
-        grid(lib, mode, n_ev as u32, threads, || {
-            f(a[0] as _, a[1] as _, db.n_pairs, a[2] as _, a[3] as _)
-        });
-    }
-    let event_total = event_total.get();
+    let mut dummy = (vec![0u32; 1], vec![0u32; 1], vec![0u8; 1]);
+    let dummy_out = (&mut dummy.0[..], &mut dummy.1[..], &mut dummy.2[..]);
+    doublets(0, (&mut item_count, &item_first), &[0, 0], dummy_out);
+    // Sequential: one thread per block (the barriers need every thread of a block).
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
+    };
+    HostLaunch::new(args::CaItemScan::<HostLaunch> {
+        item_count: &item_count,
+        item_start: &db.item_start,
+        n_pairs: &db.n_pairs,
+        item_first: &mut item_first,
+        event_total: &mut event_total,
+    })
+    .run(lib, n_ev32, threads, mode == Mode::Threaded);
     let (cell_off, overflow) = cell_offsets(&event_total, d.max_number_of_doublets).unwrap();
     let n_cells = *cell_off.last().unwrap() as usize;
-    let (inner, outer, pair) = (
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(u8::MAX, n_cells.max(1)),
+    let (mut inner, mut outer, mut pair) = (
+        vec![u32::MAX; n_cells.max(1)],
+        vec![u32::MAX; n_cells.max(1)],
+        vec![u8::MAX; n_cells.max(1)],
     );
-    doublets(1, &cell_off, (&inner, &outer, &pair));
+    doublets(
+        1,
+        (&mut item_count, &item_first),
+        &cell_off,
+        (&mut inner, &mut outer, &mut pair),
+    );
 
-    let outer_count = Dev::new(0u32, n_hits.max(1));
-    let listed = Dev::new(7u8, n_cells.max(1));
-    // SAFETY: as above.
-    unsafe {
-        type LCount = unsafe extern "C" fn(*const u32, u32, *const u32, u32, *const u32, *mut u32);
-        type Listed = unsafe extern "C" fn(
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            u32,
-            *mut u8,
-        );
-        type Overfull = unsafe extern "C" fn(
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *mut u8,
-        );
-        let a = [
-            outer.ptr(),
-            p(&cell_off),
-            p(&db.hit_off),
-            outer_count.ptr(),
-            listed.ptr(),
-        ];
-        let m = d.max_cells_per_hit;
-        let f: libloading::Symbol<LCount> = lib.get(b"ca_listed_count").unwrap();
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _,
-                n_cells as u32,
-                a[1] as _,
-                n_ev as u32,
-                a[2] as _,
-                a[3] as _,
-            )
-        });
-        let f: libloading::Symbol<Listed> = lib.get(b"ca_listed").unwrap();
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _,
-                n_cells as u32,
-                a[1] as _,
-                n_ev as u32,
-                a[2] as _,
-                a[3] as _,
-                m,
-                a[4] as _,
-            )
-        });
-        let f: libloading::Symbol<Overfull> = lib.get(b"ca_listed_overfull").unwrap();
-        elements(lib, mode, n_hits, || {
-            f(
-                a[0] as _,
-                a[1] as _,
-                n_ev as u32,
-                a[2] as _,
-                n_hits as u32,
-                a[3] as _,
-                m,
-                a[4] as _,
-            )
-        });
-    }
+    let mut outer_count = vec![0u32; n_hits.max(1)];
+    let mut listed = vec![7u8; n_cells.max(1)];
+    let (m, n_cells32) = (d.max_cells_per_hit, n_cells as u32);
+    let count = args::CaListedCount::<HostLaunch> {
+        outer: &outer,
+        n_cells: &n_cells32,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        outer_count: &mut outer_count,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(count));
+    let list = args::CaListed::<HostLaunch> {
+        outer: &outer,
+        n_cells: &n_cells32,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        outer_count: &outer_count,
+        max_cells_per_hit: &m,
+        listed: &mut listed,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(list));
+    let overfull = args::CaListedOverfull::<HostLaunch> {
+        outer: &outer,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        hit_off: &db.hit_off,
+        n_hits: &n_hits32,
+        outer_count: &outer_count,
+        max_cells_per_hit: &m,
+        listed: &mut listed,
+    };
+    run_elements(lib, mode, n_hits, HostLaunch::new(overfull));
     // The overflow rows' counts, as the step counts them on the device.
-    let (unlisted, worst) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
-    // SAFETY: as above.
-    unsafe {
-        type Stats = unsafe extern "C" fn(
-            *const u32,
-            u32,
-            *const u32,
-            *const u8,
-            u32,
-            *const u32,
-            u32,
-            *mut u32,
-            *mut u32,
-        );
-        let f: libloading::Symbol<Stats> = lib.get(b"ca_overflow_stats").unwrap();
-        let a = [
-            outer_count.ptr(),
-            p(&db.hit_off),
-            listed.ptr(),
-            p(&cell_off),
-            unlisted.ptr(),
-            worst.ptr(),
-        ];
-        elements(
-            lib,
-            mode,
-            n_hits.max(n_cells).div_ceil(STATS_RUN as usize),
-            || {
-                f(
-                    a[0] as _,
-                    n_hits as u32,
-                    a[1] as _,
-                    a[2] as _,
-                    n_cells as u32,
-                    a[3] as _,
-                    n_ev as u32,
-                    a[4] as _,
-                    a[5] as _,
-                )
-            },
-        );
-    }
-    let (inner, outer, pair, listed) = (inner.get(), outer.get(), pair.get(), listed.get());
+    let (mut unlisted, mut worst) = (vec![0u32; n_ev], vec![0u32; n_ev]);
+    let stats = args::CaOverflowStats::<HostLaunch> {
+        outer_count: &outer_count,
+        n_hits: &n_hits32,
+        hit_off: &db.hit_off,
+        listed: &listed,
+        n_cells: &n_cells32,
+        cell_off: &cell_off,
+        n_events: &n_ev32,
+        unlisted: &mut unlisted,
+        worst: &mut worst,
+    };
+    let stat_threads = n_hits.max(n_cells).div_ceil(STATS_RUN as usize);
+    run_elements(lib, mode, stat_threads, HostLaunch::new(stats));
     let trim = |n: usize| n_cells.min(n);
     let cells = Cells {
         inner: inner[..trim(inner.len())].to_vec(),
@@ -570,14 +314,7 @@ fn run_device(
         overflow,
     };
     // The GPU step's own assembly of the products from what the device wrote.
-    let products = doublet_products(
-        d,
-        &event_total,
-        &cells.cell_off,
-        &unlisted.get(),
-        &worst.get(),
-    )
-    .unwrap();
+    let products = doublet_products(d, &event_total, &cells.cell_off, &unlisted, &worst).unwrap();
     (cells, products)
 }
 
@@ -637,20 +374,7 @@ fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProduct
 
 fn dataset() -> &'static (tempfile::TempDir, Dataset) {
     static DS: OnceLock<(tempfile::TempDir, Dataset)> = OnceLock::new();
-    DS.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let opts = GenerateOptions {
-            events: 3,
-            pileup: 50.0,
-            seed: 23,
-            threads: Some(1),
-            output: dir.path().into(),
-            corrupt_fraction: 0.0,
-        };
-        generate(&opts).unwrap();
-        let ds = Dataset::open(dir.path()).unwrap();
-        (dir, ds)
-    })
+    DS.get_or_init(|| crate::generated(3, 50.0, 23, 0.0))
 }
 
 /// The generated events' hits, with an empty event in the middle of the batch.
@@ -856,94 +580,70 @@ fn index_by(
         *hit_off.last().unwrap() as usize,
     );
     let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
-    let (filter, flags) = match only {
-        Some(f) => (1u32, p(f)),
-        None => (0u32, p(&[0u8])),
+    let (filter, flags): (u32, &[u8]) = match only {
+        Some(f) => (1, f),
+        None => (0, &[0]),
     };
-    let count = Dev::new(0u32, n_hits.max(1));
-    let (start, cursor) = (Dev::new(0u32, n_hits + 1), Dev::new(0u32, n_hits.max(1)));
-    let index = Dev::new(u32::MAX, n_cells.max(1));
-    type CountFill = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const u8,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *mut u32,
-    );
-    type Fill = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const u8,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Scan = unsafe extern "C" fn(*const u32, *const u32, *const u32, u32, *mut u32, *mut u32);
-    type Rank = unsafe extern "C" fn(*const u32, u32, *const u32, *mut u32);
-    // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
-    // elements the kernels index (sized from the same counts).
-    unsafe {
-        let f: libloading::Symbol<CountFill> = lib.get(b"cn_index_count").unwrap();
-        let a = [p(key), flags, p(cell_off), p(hit_off), count.ptr()];
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _,
-            )
-        });
-        let f: libloading::Symbol<Scan> = lib.get(b"cn_index_scan").unwrap();
-        let a = [
-            count.ptr(),
-            p(hit_off),
-            p(cell_off),
-            start.ptr(),
-            cursor.ptr(),
-        ];
-        // One block per event (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential {
-            1
-        } else {
-            EMU_BLOCK
-        };
-        grid(lib, mode, ne, threads, || {
-            f(a[0] as _, a[1] as _, a[2] as _, ne, a[3] as _, a[4] as _)
-        });
-        let f: libloading::Symbol<Fill> = lib.get(b"cn_index_fill").unwrap();
-        let a = [
-            p(key),
-            flags,
-            p(cell_off),
-            p(hit_off),
-            cursor.ptr(),
-            index.ptr(),
-        ];
-        elements(lib, mode, n_cells, || {
-            f(
-                a[0] as _, filter, a[1] as _, nc, a[2] as _, ne, a[3] as _, a[4] as _, a[5] as _,
-            )
-        });
-    }
+    let mut count = vec![0u32; n_hits.max(1)];
+    let (mut start, mut cursor) = (vec![0u32; n_hits + 1], vec![0u32; n_hits.max(1)]);
+    let mut index = vec![u32::MAX; n_cells.max(1)];
+    let counts = args::CnIndexCount::<HostLaunch> {
+        key,
+        filter: &filter,
+        only: flags,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        hit_off,
+        count: &mut count,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(counts));
+    // One block per event (the barriers need every thread of a block).
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
+    };
+    HostLaunch::new(args::CnIndexScan::<HostLaunch> {
+        count: &count,
+        hit_off,
+        cell_off,
+        n_events: &ne,
+        start: &mut start,
+        cursor: &mut cursor,
+    })
+    .run(lib, ne, threads, mode == Mode::Threaded);
+    let fill = args::CnIndexFill::<HostLaunch> {
+        key,
+        filter: &filter,
+        only: flags,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        hit_off,
+        cursor: &mut cursor,
+        index: &mut index,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(fill));
     // The fill's order is the atomics' (ascending in the sequential emulation): each hit's
     // entries reversed, so that the rank kernel has an order to restore.
-    let (st, mut filled) = (start.get(), index.get());
-    for w in st.windows(2) {
-        filled[w[0] as usize..w[1] as usize].reverse();
+    for w in start.windows(2) {
+        index[w[0] as usize..w[1] as usize].reverse();
     }
-    let sorted = Dev::new(u32::MAX, n_cells.max(1));
-    // SAFETY: as above.
-    unsafe {
-        let f: libloading::Symbol<Rank> = lib.get(b"cn_index_rank").unwrap();
-        let a = [start.ptr(), p(&filled), sorted.ptr()];
-        elements(lib, mode, n_hits * RANK_LANES as usize, || {
-            f(a[0] as _, nh, a[1] as _, a[2] as _)
-        });
-    }
-    (st, sorted.get())
+    let mut sorted = vec![u32::MAX; n_cells.max(1)];
+    let rank = args::CnIndexRank::<HostLaunch> {
+        start: &start,
+        n_hits: &nh,
+        index: &index,
+        sorted: &mut sorted,
+    };
+    run_elements(
+        lib,
+        mode,
+        n_hits * RANK_LANES as usize,
+        HostLaunch::new(rank),
+    );
+    (start, sorted)
 }
 
 /// Values per tile of the emulated segmented scan: small and odd, so that the events'
@@ -960,39 +660,12 @@ fn seg_scan_tiled(
     seg_off: &[u32],
     tile: u32,
 ) -> (Vec<u32>, Vec<u32>) {
-    let n_ev = seg_off.len() - 1;
-    let longest = seg_off.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let tiles = longest.div_ceil(tile).max(1);
-    let n_tiles = n_ev as u32 * tiles;
-    let (sums, first, total) = (
-        Dev::new(7u32, n_tiles as usize),
-        Dev::new(7u32, value.len().max(1)),
-        Dev::new(7u32, n_ev),
-    );
-    type Sum = unsafe extern "C" fn(*const u32, *const u32, u32, u32, *mut u32);
-    type Scan =
-        unsafe extern "C" fn(*const u32, *const u32, u32, u32, *const u32, *mut u32, *mut u32);
     let threads = if mode == Mode::Sequential {
         1
     } else {
         EMU_BLOCK
     };
-    // SAFETY: as in `index_by`.
-    unsafe {
-        let f: libloading::Symbol<Sum> = lib.get(b"sg_tile_sum").unwrap();
-        let a = [p(value), p(seg_off), sums.ptr()];
-        grid(lib, mode, n_tiles, threads, || {
-            f(a[0] as _, a[1] as _, tiles, tile, a[2] as _)
-        });
-        let f: libloading::Symbol<Scan> = lib.get(b"sg_tile_scan").unwrap();
-        let a = [p(value), p(seg_off), sums.ptr(), first.ptr(), total.ptr()];
-        grid(lib, mode, n_tiles, threads, || {
-            f(
-                a[0] as _, a[1] as _, tiles, tile, a[2] as _, a[3] as _, a[4] as _,
-            )
-        });
-    }
-    (first.get(), total.get())
+    emu_threads::seg_scan(lib, (threads, mode == Mode::Threaded), value, seg_off, tile)
 }
 
 /// Per event, the exclusive prefix sum of `value` over its cells, and its total.
@@ -1084,102 +757,67 @@ fn cell_track_lists(
         *cell_off.last().unwrap() as usize,
     );
     let (ne, nt, nc) = (n_ev as u32, n_tuples as u32, n_cells as u32);
-    let (count, cursor, bad) = (
-        Dev::new(0u32, n_cells.max(1)),
-        Dev::new(0u32, n_cells.max(1)),
-        Dev::new(0u32, 1),
+    let (mut counts, mut cursor, mut bad) = (
+        vec![0u32; n_cells.max(1)],
+        vec![0u32; n_cells.max(1)],
+        vec![0u32; 1],
     );
-    let vals = Dev::new(u32::MAX, n_entries.max(1));
-    type Count = unsafe extern "C" fn(
-        u32,
-        *const u32,
-        u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Fill = unsafe extern "C" fn(
-        u32,
-        *const u32,
-        u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-    );
-    type Sort =
-        unsafe extern "C" fn(u32, *const u32, u32, *const u32, *const u32, *const u32, *mut u32);
-    // SAFETY: kernel signatures as in kernels_ca::CA_NTUPLETS; every buffer holds the
-    // elements the kernels index (sized from the same counts).
-    unsafe {
-        let f: libloading::Symbol<Count> = lib.get(b"ct_count").unwrap();
-        let a = [
-            p(tup_off),
-            p(cstart),
-            p(cend),
-            p(cells),
-            p(cell_off),
-            count.ptr(),
-            bad.ptr(),
-        ];
-        elements(lib, mode, n_tuples, || {
-            f(
-                nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _,
-                a[6] as _,
-            )
-        });
-    }
-    let counts = count.get();
+    let mut v = vec![u32::MAX; n_entries.max(1)];
+    let count = args::CtCount::<HostLaunch> {
+        n_tuples: &nt,
+        tup_off,
+        n_events: &ne,
+        limit: &limit,
+        cstart,
+        cend,
+        cells,
+        cell_off,
+        count: &mut counts,
+        bad: &mut bad,
+    };
+    run_elements(lib, mode, n_tuples, HostLaunch::new(count));
     let (first, _) = event_scan(lib, mode, &counts, cell_off);
-    // SAFETY: as above.
-    unsafe {
-        let f: libloading::Symbol<Fill> = lib.get(b"ct_fill").unwrap();
-        let a = [
-            p(tup_off),
-            p(cstart),
-            p(cend),
-            p(cells),
-            p(cell_off),
-            p(&first),
-            p(base),
-            cursor.ptr(),
-            vals.ptr(),
-        ];
-        elements(lib, mode, n_tuples, || {
-            f(
-                nt, a[0] as _, ne, limit, a[1] as _, a[2] as _, a[3] as _, a[4] as _, a[5] as _,
-                a[6] as _, a[7] as _, a[8] as _,
-            )
-        });
-        let f: libloading::Symbol<Sort> = lib.get(b"ct_sort").unwrap();
-        let a = [p(cell_off), p(&counts), p(&first), p(base), vals.ptr()];
-        elements(lib, mode, n_cells, || {
-            f(
-                nc, a[0] as _, ne, a[1] as _, a[2] as _, a[3] as _, a[4] as _,
-            )
-        });
-    }
-    let (non_empty, dropped) = (Dev::new(0u32, n_ev.max(1)), Dev::new(0u32, n_ev.max(1)));
-    // SAFETY: as above.
-    unsafe {
-        type Stats =
-            unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
-        let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
-        let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || {
-            f(a[0] as _, nc, a[1] as _, ne, per_list, a[2] as _, a[3] as _)
-        });
-    }
-    let v = vals.get();
+    let fill = args::CtFill::<HostLaunch> {
+        n_tuples: &nt,
+        tup_off,
+        n_events: &ne,
+        limit: &limit,
+        cstart,
+        cend,
+        cells,
+        cell_off,
+        first: &first,
+        base,
+        cursor: &mut cursor,
+        vals: &mut v,
+    };
+    run_elements(lib, mode, n_tuples, HostLaunch::new(fill));
+    let sort = args::CtSort::<HostLaunch> {
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        count: &counts,
+        first: &first,
+        base,
+        vals: &mut v,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(sort));
+    let (mut non_empty, mut dropped) = (vec![0u32; n_ev.max(1)], vec![0u32; n_ev.max(1)]);
+    let stats = args::NtListStats::<HostLaunch> {
+        count: &counts,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        per_list: &per_list,
+        non_empty: &mut non_empty,
+        dropped: &mut dropped,
+    };
+    run_elements(
+        lib,
+        mode,
+        n_cells.div_ceil(STATS_RUN as usize),
+        HostLaunch::new(stats),
+    );
     let lists = (0..n_ev)
         .map(|e| {
             let mut csr = quiver_reco::tracks::doublets::Csr {
@@ -1197,9 +835,9 @@ fn cell_track_lists(
         .collect();
     DeviceLists {
         lists,
-        non_empty: non_empty.get()[..n_ev].to_vec(),
-        dropped: dropped.get()[..n_ev].to_vec(),
-        bad: bad.get()[0] != 0,
+        non_empty: non_empty[..n_ev].to_vec(),
+        dropped: dropped[..n_ev].to_vec(),
+        bad: bad[0] != 0,
         raw: (counts, first, base.to_vec(), v),
     }
 }
@@ -1232,135 +870,77 @@ fn run_connect(
     let n_cells = cells.inner.len();
     let (cell_off, listed) = (&cells.cell_off, &cells.listed);
     let (start, by_inner) = index_by(lib, mode, &cells.inner, None, cell_off, &hit_off);
-    let ncount = Dev::new(u32::MAX, n_cells.max(1));
-    let first = Dev::new(0u32, n_cells.max(1));
-    type Connect = unsafe extern "C" fn(
-        u32,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const f32,
-        *const f32,
-        *const u16,
-        *const u32,
-        *const u32,
-        *const u8,
-        *const u32,
-        *const u32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        *mut u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u8,
-        *mut u32,
-    );
+    let mut counts = vec![u32::MAX; n_cells.max(1)];
     let (ne, nc) = (n_ev as u32, n_cells as u32);
     // The neighbours the count pass keeps for the write pass (stale values before it runs,
     // which the write pass must never read).
-    let kept = Dev::new(
-        0xdead_beefu32,
-        (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1),
-    );
-    let connect = |write: u32, push_off: &[u32], out: &Dev<u32>, used: &Dev<u8>| {
-        // SAFETY: as in `index_by`.
-        unsafe {
-            let f: libloading::Symbol<Connect> = lib.get(b"cn_connect").unwrap();
-            let a = [
-                p(cell_off),
-                p(&hit_off),
-                p(&b.x),
-                p(&b.y),
-                p(&b.z),
-                p(&b.r),
-                p(&b.det),
-                p(&cells.inner),
-                p(&cells.outer),
-                p(listed),
-                p(&start),
-                p(&by_inner),
-                ncount.ptr(),
-                first.ptr(),
-                p(push_off),
-                out.ptr(),
-                used.ptr(),
-                kept.ptr(),
-            ];
-            elements(lib, mode, n_cells, || {
-                f(
-                    write,
-                    nc,
-                    a[0] as _,
-                    ne,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    a[9] as _,
-                    a[10] as _,
-                    a[11] as _,
-                    n.ptmin,
-                    n.ca_theta_cut_barrel,
-                    n.ca_theta_cut_forward,
-                    n.dca_cut_inner_triplet,
-                    n.dca_cut_outer_triplet,
-                    n.hard_curv_cut,
-                    a[12] as _,
-                    a[13] as _,
-                    a[14] as _,
-                    a[15] as _,
-                    a[16] as _,
-                    a[17] as _,
-                )
-            });
-        }
+    let mut kept = vec![0xdead_beefu32; (n_cells * quiver_gpu::kernels_ca::CONNECT_KEPT).max(1)];
+    // One pass: count (`write` 0, into `count`), or write at `first` and `push_off`.
+    let mut connect = |write: u32,
+                       (count, first): (&mut [u32], &[u32]),
+                       push_off: &[u32],
+                       (out, used): (&mut [u32], &mut [u8])| {
+        let pass = args::CnConnect::<HostLaunch> {
+            write: &write,
+            n_cells: &nc,
+            cell_off,
+            n_events: &ne,
+            hit_off: &hit_off,
+            x: &b.x,
+            y: &b.y,
+            z: &b.z,
+            r: &b.r,
+            det: &b.det,
+            inner: &cells.inner,
+            outer: &cells.outer,
+            listed,
+            start: &start,
+            by_inner: &by_inner,
+            ptmin: &n.ptmin,
+            theta_barrel: &n.ca_theta_cut_barrel,
+            theta_forward: &n.ca_theta_cut_forward,
+            dca_inner: &n.dca_cut_inner_triplet,
+            dca_outer: &n.dca_cut_outer_triplet,
+            hard_curv: &n.hard_curv_cut,
+            count,
+            first,
+            push_off,
+            out,
+            used,
+            kept: &mut kept,
+        };
+        run_elements(lib, mode, n_cells, HostLaunch::new(pass));
     };
-    connect(0, &[0], &Dev::new(0, 1), &Dev::new(0, 1));
-    let counts = ncount.get();
+    let no_first = vec![0u32; n_cells.max(1)];
+    connect(0, (&mut counts, &no_first), &[0], (&mut [0], &mut [0]));
     let (first_h, total) = event_scan(lib, mode, &counts, cell_off);
-    for (d, v) in first.0.iter().zip(&first_h) {
-        // SAFETY: between launches: no emulated thread reads or writes `first` now.
-        unsafe { *d.get() = *v };
-    }
-    let (non_empty, dropped) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
-    // SAFETY: as in `index_by`.
-    unsafe {
-        type Stats =
-            unsafe extern "C" fn(*const u32, u32, *const u32, u32, u32, *mut u32, *mut u32);
-        let f: libloading::Symbol<Stats> = lib.get(b"nt_list_stats").unwrap();
-        let a = [p(&counts), p(cell_off), non_empty.ptr(), dropped.ptr()];
-        elements(lib, mode, n_cells.div_ceil(STATS_RUN as usize), || {
-            f(
-                a[0] as _,
-                nc,
-                a[1] as _,
-                ne,
-                n.max_cell_neighbors,
-                a[2] as _,
-                a[3] as _,
-            )
-        });
-    }
+    let (mut non_empty, mut dropped) = (vec![0u32; n_ev], vec![0u32; n_ev]);
+    let stats = args::NtListStats::<HostLaunch> {
+        count: &counts,
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        per_list: &n.max_cell_neighbors,
+        non_empty: &mut non_empty,
+        dropped: &mut dropped,
+    };
+    run_elements(
+        lib,
+        mode,
+        n_cells.div_ceil(STATS_RUN as usize),
+        HostLaunch::new(stats),
+    );
     let push_off = prefix(&total);
     let n_push = *push_off.last().unwrap() as usize;
-    let (out, used) = (
-        Dev::new(u32::MAX, n_push.max(1)),
-        Dev::new(0u8, n_cells.max(1)),
+    let (mut pushed, mut used) = (vec![u32::MAX; n_push.max(1)], vec![0u8; n_cells.max(1)]);
+    // The write pass's own copy of the counts, as the count pass left them.
+    let mut counts_w = counts.clone();
+    connect(
+        1,
+        (&mut counts_w, &first_h),
+        &push_off,
+        (&mut pushed, &mut used),
     );
-    connect(1, &push_off, &out, &used);
-    let (pushed, used) = (out.get(), used.get());
     let lists = (0..n_ev)
         .map(|e| {
             let (c0, c1) = (cell_off[e] as usize, cell_off[e + 1] as usize);
@@ -1381,8 +961,8 @@ fn run_connect(
         first: first_h,
         push_off,
         pushed,
-        non_empty: non_empty.get(),
-        dropped: dropped.get(),
+        non_empty,
+        dropped,
     }
 }
 
@@ -1533,7 +1113,7 @@ fn run_ntuplets(
         *hit_off.last().unwrap() as usize,
     );
     let (ne, nc, nh) = (n_ev as u32, n_cells as u32, n_hits as u32);
-    let dead = Dev::new(0u8, n_cells.max(1));
+    let mut dead = vec![0u8; n_cells.max(1)];
     let (start_o, by_outer) = index_by(
         lib,
         mode,
@@ -1542,173 +1122,93 @@ fn run_ntuplets(
         cell_off,
         hit_off,
     );
-    type Fishbone = unsafe extern "C" fn(
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const f32,
-        *const f32,
-        *const f32,
-        *const u16,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u8,
-        u32,
-        *const u8,
-        *mut u8,
-    );
-    let fishbone = |check_track: u32, has_track: &[u8]| {
-        // SAFETY: as in `index_by`.
-        unsafe {
-            let f: libloading::Symbol<Fishbone> = lib.get(b"nt_fishbone").unwrap();
-            let a = [
-                p(hit_off),
-                p(cell_off),
-                p(&b.x),
-                p(&b.y),
-                p(&b.z),
-                p(&b.det),
-                p(&cells.inner),
-                p(&start_o),
-                p(&by_outer),
-                p(&con.used),
-                p(has_track),
-                dead.ptr(),
-            ];
-            elements(lib, mode, n_hits, || {
-                f(
-                    nh,
-                    a[0] as _,
-                    ne,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    a[9] as _,
-                    check_track,
-                    a[10] as _,
-                    a[11] as _,
-                )
-            });
-        }
+    let fishbone = |check_track: u32, has_track: &[u8], dead: &mut [u8]| {
+        let pass = args::NtFishbone::<HostLaunch> {
+            n_hits: &nh,
+            hit_off,
+            n_events: &ne,
+            cell_off,
+            x: &b.x,
+            y: &b.y,
+            z: &b.z,
+            det: &b.det,
+            inner: &cells.inner,
+            start: &start_o,
+            by_outer: &by_outer,
+            used: &con.used,
+            check_track: &check_track,
+            has_track,
+            dead,
+        };
+        run_elements(lib, mode, n_hits, HostLaunch::new(pass));
     };
     if n.early_fishbone {
-        fishbone(0, &[0]);
+        fishbone(0, &[0], &mut dead);
     }
-    type Search = unsafe extern "C" fn(
-        u32,
-        u32,
-        *const u32,
-        u32,
-        *const u32,
-        *const u32,
-        *const u8,
-        *const u8,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        u32,
-        u32,
-        u32,
-        *mut u32,
-        *mut u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *const u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
+    let (mut n_tup, mut n_hit, mut err) = (
+        vec![u32::MAX; n_cells.max(1)],
+        vec![u32::MAX; n_cells.max(1)],
+        vec![0u32; 1],
     );
-    let (n_tup, n_hit, err) = (
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(u32::MAX, n_cells.max(1)),
-        Dev::new(0u32, 1),
+    // One pass of the search: count (`write` 0, into `counts`), or write into `outs`.
+    type SearchOut<'o> = (
+        &'o mut [u32],
+        &'o mut [u32],
+        &'o mut [u32],
+        &'o mut [u32],
+        &'o mut [u32],
     );
     let search = |write: u32,
-                  firsts: (&[u32], &[u32]),
-                  offs: (&[u32], &[u32]),
-                  outs: (&Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>, &Dev<u32>)| {
-        // SAFETY: as in `index_by`.
-        unsafe {
-            let f: libloading::Symbol<Search> = lib.get(b"nt_search").unwrap();
-            let a = [
-                p(cell_off),
-                p(&cells.inner),
-                p(&cells.outer),
-                p(&cells.pair),
-                dead.ptr(),
-                p(&con.ncount),
-                p(&con.first),
-                p(&con.push_off),
-                p(&con.pushed),
-                n_tup.ptr(),
-                n_hit.ptr(),
-                p(firsts.0),
-                p(firsts.1),
-                p(offs.0),
-                p(offs.1),
-                outs.0.ptr(),
-                outs.1.ptr(),
-                outs.2.ptr(),
-                outs.3.ptr(),
-                outs.4.ptr(),
-                err.ptr(),
-            ];
-            elements(lib, mode, n_cells, || {
-                f(
-                    write,
-                    nc,
-                    a[0] as _,
-                    ne,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    n.max_cell_neighbors,
-                    n.min_hits_per_ntuplet,
-                    n.max_tuples,
-                    a[9] as _,
-                    a[10] as _,
-                    a[11] as _,
-                    a[12] as _,
-                    a[13] as _,
-                    a[14] as _,
-                    a[15] as _,
-                    a[16] as _,
-                    a[17] as _,
-                    a[18] as _,
-                    a[19] as _,
-                    a[20] as _,
-                )
-            });
-        }
+                  (n_tuples, n_hits): (&mut [u32], &mut [u32]),
+                  (tuple_first, hit_first): (&[u32], &[u32]),
+                  (tuple_off, hit_off_out): (&[u32], &[u32]),
+                  (tuple_len, tuple_cstart, tuple_cend, out_hits, out_cells): SearchOut,
+                  error: &mut [u32]| {
+        let pass = args::NtSearch::<HostLaunch> {
+            write: &write,
+            n_cells: &nc,
+            cell_off,
+            n_events: &ne,
+            inner: &cells.inner,
+            outer: &cells.outer,
+            pair: &cells.pair,
+            dead: &dead,
+            ncount: &con.ncount,
+            first: &con.first,
+            push_off: &con.push_off,
+            nbr: &con.pushed,
+            per_list: &n.max_cell_neighbors,
+            min_hits: &n.min_hits_per_ntuplet,
+            max_tuples: &n.max_tuples,
+            n_tuples,
+            n_hits,
+            tuple_first,
+            hit_first,
+            tuple_off,
+            hit_off_out,
+            tuple_len,
+            tuple_cstart,
+            tuple_cend,
+            out_hits,
+            out_cells,
+            error,
+        };
+        run_elements(lib, mode, n_cells, HostLaunch::new(pass));
     };
     let none = vec![0u32; n_cells.max(n_ev + 1)];
-    let one = Dev::new(0u32, 1);
+    let mut one = [[0u32; 1]; 5];
+    let [o0, o1, o2, o3, o4] = &mut one;
     search(
         0,
+        (&mut n_tup, &mut n_hit),
         (&none, &none),
         (&none, &none),
-        (&one, &one, &one, &one, &one),
+        (o0, o1, o2, o3, o4),
+        &mut err,
     );
-    let (tup_first, tup_total) = event_scan(lib, mode, &n_tup.get(), cell_off);
-    let (hit_first, hit_total) = event_scan(lib, mode, &n_hit.get(), cell_off);
-    if err.get()[0] != 0 {
+    let (tup_first, tup_total) = event_scan(lib, mode, &n_tup, cell_off);
+    let (hit_first, hit_total) = event_scan(lib, mode, &n_hit, cell_off);
+    if err[0] != 0 {
         return None;
     }
     let (tup_off, hit_pos) = (prefix(&tup_total), prefix(&hit_total));
@@ -1716,22 +1216,23 @@ fn run_ntuplets(
         *tup_off.last().unwrap() as usize,
         *hit_pos.last().unwrap() as usize,
     );
-    let (tlen, thits, tcells) = (
-        Dev::new(0u32, n_tuples.max(1)),
-        Dev::new(u32::MAX, n_tuple_hits.max(1)),
-        Dev::new(u32::MAX, (n_tuple_hits - n_tuples).max(1)),
+    let (mut tlen, mut thits, mut tcells) = (
+        vec![0u32; n_tuples.max(1)],
+        vec![u32::MAX; n_tuple_hits.max(1)],
+        vec![u32::MAX; (n_tuple_hits - n_tuples).max(1)],
     );
-    let (cstart, cend) = (
-        Dev::new(u32::MAX, n_tuples.max(1)),
-        Dev::new(u32::MAX, n_tuples.max(1)),
+    let (mut cstart, mut cend) = (
+        vec![u32::MAX; n_tuples.max(1)],
+        vec![u32::MAX; n_tuples.max(1)],
     );
     search(
         1,
+        (&mut n_tup, &mut n_hit),
         (&tup_first, &hit_first),
         (&tup_off, &hit_pos),
-        (&tlen, &cstart, &cend, &thits, &tcells),
+        (&mut tlen, &mut cstart, &mut cend, &mut thits, &mut tcells),
+        &mut err,
     );
-    let (tlen, thits, tcells) = (tlen.get(), thits.get(), tcells.get());
     // The cells' tuple lists and the early duplicate remover on the device, as the step.
     let base: Vec<u32> = (0..n_ev).map(|e| hit_pos[e] - tup_off[e]).collect();
     let dl = cell_track_lists(
@@ -1739,8 +1240,8 @@ fn run_ntuplets(
         mode,
         &tup_off,
         n.max_tuples,
-        &cstart.get(),
-        &cend.get(),
+        &cstart,
+        &cend,
         &tcells,
         cell_off,
         &base,
@@ -1752,62 +1253,25 @@ fn run_ntuplets(
         .non_empty
         .iter()
         .all(|&k| (k as u64) < n.max_active_doublets as u64);
-    let (q, has_track) = (
-        Dev::new(0u8, n_tuples.max(1)),
-        Dev::new(7u8, n_cells.max(1)),
-    );
-    // SAFETY: as in `index_by`.
-    unsafe {
-        type EarlyDup = unsafe extern "C" fn(
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            u32,
-            *mut u8,
-            *mut u8,
-        );
-        let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
-        let (counts, first, base, vals) = &dl.raw;
-        let a = [
-            p(cell_off),
-            p(counts),
-            p(first),
-            p(base),
-            p(vals),
-            p(&tup_off),
-            p(&tlen),
-            p(&tup_total),
-            q.ptr(),
-            has_track.ptr(),
-        ];
-        elements(lib, mode, n_cells, || {
-            f(
-                nc,
-                a[0] as _,
-                ne,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                a[4] as _,
-                n.max_cell_tracks,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                n.max_tuples,
-                a[8] as _,
-                a[9] as _,
-            )
-        });
-    }
-    let q = q.get();
+    let (mut q, mut has_track) = (vec![0u8; n_tuples.max(1)], vec![7u8; n_cells.max(1)]);
+    let (counts, first, base, vals) = &dl.raw;
+    let dup = args::NtEarlyDup::<HostLaunch> {
+        n_cells: &nc,
+        cell_off,
+        n_events: &ne,
+        count: counts,
+        first,
+        base,
+        vals,
+        per_list: &n.max_cell_tracks,
+        tup_off: &tup_off,
+        tuple_len: &tlen,
+        found: &tup_total,
+        max_tuples: &n.max_tuples,
+        q: &mut q,
+        has_track: &mut has_track,
+    };
+    run_elements(lib, mode, n_cells, HostLaunch::new(dup));
     let mut out = Vec::new();
     for e in 0..n_ev {
         let (t0, stored) = (tup_off[e] as usize, tup_total[e].min(n.max_tuples) as usize);
@@ -1872,16 +1336,15 @@ fn run_ntuplets(
             &[0, n_tuples as u32],
             EMU_TILE,
         );
-        let (hoff, coff) = (Dev::new(7u32, n_tuples + 1), Dev::new(7u32, n_tuples + 1));
-        // SAFETY: as in `index_by`; first holds n_tuples values, total one.
-        unsafe {
-            type Offsets = unsafe extern "C" fn(u32, *const u32, *const u32, *mut u32, *mut u32);
-            let f: libloading::Symbol<Offsets> = lib.get(b"nt_list_offsets").unwrap();
-            let a = [p(&first), p(&total), hoff.ptr(), coff.ptr()];
-            elements(lib, mode, n_tuples + 1, || {
-                f(n_tuples as u32, a[0] as _, a[1] as _, a[2] as _, a[3] as _)
-            });
-        }
+        let (mut hoff, mut coff) = (vec![7u32; n_tuples + 1], vec![7u32; n_tuples + 1]);
+        let offsets = args::NtListOffsets::<HostLaunch> {
+            n: &(n_tuples as u32),
+            first: &first,
+            total: &total,
+            hit_off: &mut hoff,
+            cell_off: &mut coff,
+        };
+        run_elements(lib, mode, n_tuples + 1, HostLaunch::new(offsets));
         let mut hw = vec![0u32];
         let mut cw = vec![0u32];
         for (t, ca) in &out {
@@ -1892,8 +1355,8 @@ fn run_ntuplets(
                 cw.push(cw.last().unwrap() + w[1] - w[0]);
             }
         }
-        assert_eq!(hoff.get(), hw, "hit list offsets");
-        assert_eq!(coff.get(), cw, "cell list offsets");
+        assert_eq!(hoff, hw, "hit list offsets");
+        assert_eq!(coff, cw, "cell list offsets");
     }
     let has_tuple: Vec<u8> = out
         .iter()
@@ -1906,32 +1369,25 @@ fn run_ntuplets(
         .collect();
     if on_device {
         // The late fishbone reads the device's "carries a tuple" flags.
-        assert_eq!(has_track.get()[..n_cells], has_tuple[..], "has_track");
+        assert_eq!(has_track[..n_cells], has_tuple[..], "has_track");
     }
     if n.late_fishbone {
-        fishbone(1, &has_tuple);
+        fishbone(1, &has_tuple, &mut dead);
     }
     // The flags come back packed, as the step downloads them (`nt_alive_bits`).
     let n_words = n_cells.div_ceil(32);
-    let words = Dev::new(0xdead_beefu32, n_words.max(1));
-    // SAFETY: as in `index_by`.
-    unsafe {
-        type Pack = unsafe extern "C" fn(*const u8, u32, *mut u32);
-        let f: libloading::Symbol<Pack> = lib.get(b"nt_alive_bits").unwrap();
-        let a = [dead.ptr(), words.ptr()];
-        elements(lib, mode, n_words, || {
-            f(a[0] as _, n_cells as u32, a[1] as _)
-        });
-    }
-    let bits =
-        arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words.get()), 0, n_cells);
+    let mut words = vec![0xdead_beefu32; n_words.max(1)];
+    let pack = args::NtAliveBits::<HostLaunch> {
+        dead: &dead,
+        n_cells: &nc,
+        words: &mut words,
+    };
+    run_elements(lib, mode, n_words, HostLaunch::new(pack));
+    let bits = arrow_buffer::BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words), 0, n_cells);
     let alive: Vec<bool> = bits.iter().collect();
     assert_eq!(
         alive,
-        dead.get()[..n_cells]
-            .iter()
-            .map(|&d| d == 0)
-            .collect::<Vec<_>>(),
+        dead[..n_cells].iter().map(|&d| d == 0).collect::<Vec<_>>(),
         "nt_alive_bits"
     );
     Some((out, alive))
@@ -2173,69 +1629,28 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
         v
     };
     for &mode in modes {
-        let (out, raw_out) = (
-            Dev::new(f32::NAN, (nj * FIT_OUT).max(1)),
-            Dev::new(f64::NAN, (nj * FIT_OUT).max(1)),
+        let (mut values, mut raw) = (
+            vec![f32::NAN; (nj * FIT_OUT).max(1)],
+            vec![f64::NAN; (nj * FIT_OUT).max(1)],
         );
-        type Fit = unsafe extern "C" fn(
-            u32,
-            *const u32,
-            *const u8,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const u16,
-            *const f32,
-            f32,
-            *mut f32,
-            u32,
-            *mut f64,
-        );
-        // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; the job table holds FIT_HITS
-        // hit indices (below the batch's hits) per job, out FIT_OUT floats and raw FIT_OUT
-        // doubles per job.
-        unsafe {
-            let kernel: &[u8] = if cfg.fit.use_riemann_fit {
-                b"track_fit_riemann"
-            } else {
-                b"track_fit_bl"
-            };
-            let f: libloading::Symbol<Fit> = lib.get(kernel).unwrap();
-            let a = [
-                p(&fb.job_hits),
-                p(&fb.job_n),
-                p(&b.x),
-                p(&b.y),
-                p(&b.z),
-                p(&xerr),
-                p(&yerr),
-                p(&b.det),
-                p(&frames),
-                out.ptr(),
-                raw_out.ptr(),
-            ];
-            elements(lib, mode, nj, || {
-                f(
-                    nj as u32,
-                    a[0] as _,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    cfg.fit.b_field,
-                    a[9] as _,
-                    1,
-                    a[10] as _,
-                )
-            });
-        }
-        let (values, raw) = (out.get(), raw_out.get());
+        let kernel = args::TrackFit::<HostLaunch>::kernel(cfg.fit.use_riemann_fit);
+        let fit = args::TrackFit::<HostLaunch> {
+            n_jobs: &(nj as u32),
+            job_hits: &fb.job_hits,
+            job_n: &fb.job_n,
+            x: &b.x,
+            y: &b.y,
+            z: &b.z,
+            xerr: &xerr,
+            yerr: &yerr,
+            det: &b.det,
+            frames: &frames,
+            b_field: &cfg.fit.b_field,
+            out: &mut values,
+            write_raw: &1,
+            raw: &mut raw,
+        };
+        run_elements(lib, mode, nj, HostLaunch::of(kernel, fit));
         // The fits' doubles themselves (the f32 products round most last-bit differences
         // away): the CPU's `broken_line_fit` of the same hits, job by job.
         let mut k = 0;
@@ -2366,37 +1781,21 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
                 base += input.tuples.len();
             }
             assert_eq!(base, rows);
-            let (state, pt, chi2) = (
-                Dev::new(0.0f32, 5 * rows),
-                Dev::new(0.0f32, rows),
-                Dev::new(0.0f32, rows),
+            let (mut state, mut pt, mut chi2) = (
+                vec![0.0f32; 5 * rows],
+                vec![0.0f32; rows],
+                vec![0.0f32; rows],
             );
-            type Scatter = unsafe extern "C" fn(
-                u32,
-                *const u32,
-                *const f32,
-                f32,
-                *mut f32,
-                *mut f32,
-                *mut f32,
-            );
-            // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds nj batch
-            // rows below `rows`, the values FIT_OUT floats per job.
-            unsafe {
-                let f: libloading::Symbol<Scatter> = lib.get(b"fit_scatter").unwrap();
-                let a = [p(&job_row), p(&values), state.ptr(), pt.ptr(), chi2.ptr()];
-                elements(lib, mode, nj, || {
-                    f(
-                        nj as u32,
-                        a[0] as _,
-                        a[1] as _,
-                        1.0f32 / cfg.fit.b_field,
-                        a[2] as _,
-                        a[3] as _,
-                        a[4] as _,
-                    )
-                });
-            }
+            let scatter = args::FitScatter::<HostLaunch> {
+                n_jobs: &(nj as u32),
+                job_row: &job_row,
+                vals: &values,
+                inv_b: &(1.0f32 / cfg.fit.b_field),
+                state: &mut state,
+                pt: &mut pt,
+                chi2: &mut chi2,
+            };
+            run_elements(lib, mode, nj, HostLaunch::new(scatter));
             // The job table from the tuples' lists as the GPU `ca_ntuplets` keeps them (batch
             // list offsets, event-local hits): the host's, slot for slot.
             let (mut tup_off, mut list_off, mut list_hits) = (vec![0u32], vec![0u32], Vec::new());
@@ -2410,63 +1809,36 @@ fn check_fit(name: &str, cfg: &CaConfig, modes: &[Mode]) -> usize {
             }
             let mut hit_start: Vec<u32> = starts.iter().map(|&x| x as u32).collect();
             hit_start.push(b.x.len() as u32);
-            let job_hits = Dev::new(0u32, nj * FIT_HITS);
-            type Jobs = unsafe extern "C" fn(
-                u32,
-                *const u32,
-                *const u8,
-                u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                *mut u32,
-            );
-            // SAFETY: kernel signature as in kernels_fit::TRACK_FIT; job_row holds batch tuple
-            // rows, tup_off and hit_start n_events + 1 offsets, list_off rows + 1.
-            unsafe {
-                let f: libloading::Symbol<Jobs> = lib.get(b"fit_job_hits").unwrap();
-                let a = [
-                    p(&job_row),
-                    p(&fb.job_n),
-                    p(&tup_off),
-                    p(&hit_start),
-                    p(&list_off),
-                    p(&list_hits),
-                    job_hits.ptr(),
-                ];
-                elements(lib, mode, nj, || {
-                    f(
-                        nj as u32,
-                        a[0] as _,
-                        a[1] as _,
-                        inputs.len() as u32,
-                        a[2] as _,
-                        a[3] as _,
-                        a[4] as _,
-                        a[5] as _,
-                        a[6] as _,
-                    )
-                });
-            }
+            let mut job_hits = vec![0u32; nj * FIT_HITS];
+            let jobs = args::FitJobHits::<HostLaunch> {
+                n_jobs: &(nj as u32),
+                job_row: &job_row,
+                job_n: &fb.job_n,
+                n_events: &(inputs.len() as u32),
+                tup_off: &tup_off,
+                hit_start: &hit_start,
+                list_off: &list_off,
+                list_hits: &list_hits,
+                job_hits: &mut job_hits,
+            };
+            run_elements(lib, mode, nj, HostLaunch::new(jobs));
             assert_eq!(
-                job_hits.get(),
-                fb.job_hits,
+                job_hits, fb.job_hits,
                 "{name} ({mode:?}): the job table from the device's lists"
             );
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(
-                bits(&state.get()),
+                bits(&state),
                 bits(&want_state),
                 "{name} ({mode:?}): scattered state"
             );
             assert_eq!(
-                bits(&pt.get()),
+                bits(&pt),
                 bits(&col("pt")),
                 "{name} ({mode:?}): scattered pT"
             );
             assert_eq!(
-                bits(&chi2.get()),
+                bits(&chi2),
                 bits(&col("chi2")),
                 "{name} ({mode:?}): scattered chi2"
             );
@@ -2605,147 +1977,76 @@ fn run_vertex_kernel(
 ) -> (quiver_gpu::steps::VertexOutput, Vec<u32>) {
     use quiver_gpu::kernels_vertices::{VX_BIN_OFFSETS, VX_BLOCK};
     let (n, n_ev) = (vb.zt.len(), vb.sel_off.len() - 1);
-    let (izt, bins, off) = (
-        Dev::new(0u32, n.max(1)),
-        Dev::new(0u32, n.max(1)),
-        Dev::new(0u32, n_ev * VX_BIN_OFFSETS),
+    let m = n.max(1);
+    let (mut izt, mut bins, mut off) = (
+        vec![0u32; m],
+        vec![0u32; m],
+        vec![0u32; n_ev * VX_BIN_OFFSETS],
     );
-    let (nn, ptr, iv) = (
-        Dev::new(0i32, n.max(1)),
-        Dev::new(0i32, n.max(1)),
-        Dev::new(-7i32, n.max(1)),
+    let (mut nn, mut ptr, mut iv) = (vec![0i32; m], vec![0i32; m], vec![-7i32; m]);
+    let (mut s_it, mut s_zz, mut s_ww, mut s_new) =
+        (vec![0u32; m], vec![0f32; m], vec![0f32; m], vec![0u8; m]);
+    let (mut zv, mut wv, mut chi2, mut ndof, mut ptv2, mut sort) = (
+        vec![f32::NAN; m],
+        vec![f32::NAN; m],
+        vec![f32::NAN; m],
+        vec![-7i32; m],
+        vec![f32::NAN; m],
+        vec![u16::MAX; m],
     );
-    let (s_it, s_zz, s_ww, s_new) = (
-        Dev::new(0u32, n.max(1)),
-        Dev::new(0f32, n.max(1)),
-        Dev::new(0f32, n.max(1)),
-        Dev::new(0u8, n.max(1)),
-    );
-    let (zv, wv, chi2, ndof, ptv2, sort) = (
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(-7i32, n.max(1)),
-        Dev::new(f32::NAN, n.max(1)),
-        Dev::new(u16::MAX, n.max(1)),
-    );
-    let (nv, err) = (Dev::new(0u32, n_ev), Dev::new(0u32, n_ev));
-    type Find = unsafe extern "C" fn(
-        *const u32,
-        u32,
-        *const f32,
-        *const f32,
-        *const f32,
-        u32,
-        i32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        f32,
-        *mut u32,
-        *mut u32,
-        *mut u32,
-        *mut i32,
-        *mut i32,
-        *mut i32,
-        *mut u32,
-        *mut f32,
-        *mut f32,
-        *mut u8,
-        *mut f32,
-        *mut f32,
-        *mut f32,
-        *mut i32,
-        *mut f32,
-        *mut u16,
-        *mut u32,
-        *mut u32,
-    );
-    // SAFETY: kernel signature as in kernels_vertices::VERTICES; every per-track buffer
-    // holds the batch's selected tracks, off VX_BIN_OFFSETS entries per event.
-    unsafe {
-        let f: libloading::Symbol<Find> = lib.get(b"vx_find").unwrap();
-        let a = [
-            p(&vb.sel_off),
-            p(&vb.zt),
-            p(&vb.ezt2),
-            p(&vb.ptt2),
-            izt.ptr(),
-            bins.ptr(),
-            off.ptr(),
-            nn.ptr(),
-            ptr.ptr(),
-            iv.ptr(),
-            s_it.ptr(),
-            s_zz.ptr(),
-            s_ww.ptr(),
-            s_new.ptr(),
-            zv.ptr(),
-            wv.ptr(),
-            chi2.ptr(),
-            ndof.ptr(),
-            ptv2.ptr(),
-            sort.ptr(),
-            nv.ptr(),
-            err.ptr(),
-        ];
-        // Sequential: one thread per block (the barriers need every thread of a block).
-        let threads = if mode == Mode::Sequential {
-            1
-        } else {
-            EMU_BLOCK
-        };
-        let mode_arg = quiver_gpu::steps::clustering_mode(cfg.clusterizer);
-        assert!(VX_BLOCK >= threads);
-        grid(lib, mode, n_ev as u32, threads, || {
-            f(
-                a[0] as _,
-                n_ev as u32,
-                a[1] as _,
-                a[2] as _,
-                a[3] as _,
-                mode_arg,
-                cfg.min_t,
-                cfg.eps,
-                cfg.errmax,
-                cfg.chi2max,
-                cfg.fit_chi2_max_first,
-                cfg.split_chi2_max,
-                cfg.fit_chi2_max_final,
-                a[4] as _,
-                a[5] as _,
-                a[6] as _,
-                a[7] as _,
-                a[8] as _,
-                a[9] as _,
-                a[10] as _,
-                a[11] as _,
-                a[12] as _,
-                a[13] as _,
-                a[14] as _,
-                a[15] as _,
-                a[16] as _,
-                a[17] as _,
-                a[18] as _,
-                a[19] as _,
-                a[20] as _,
-                a[21] as _,
-            )
-        });
-    }
-    let rows = quiver_reco::vertices::ChainResult {
-        iv: iv.get(),
-        zv: zv.get(),
-        wv: wv.get(),
-        chi2: chi2.get(),
-        ndof: ndof.get(),
-        ptv2: ptv2.get(),
-        sort_ind: sort.get(),
+    let (mut nv, mut err) = (vec![0u32; n_ev], vec![0u32; n_ev]);
+    // Sequential: one thread per block (the barriers need every thread of a block).
+    let threads = if mode == Mode::Sequential {
+        1
+    } else {
+        EMU_BLOCK
     };
-    let out = quiver_gpu::steps::VertexOutput { rows, nv: nv.get() };
-    (out, err.get())
+    assert!(VX_BLOCK >= threads);
+    HostLaunch::new(args::VxFind::<HostLaunch> {
+        sel_off: &vb.sel_off,
+        n_events: &(n_ev as u32),
+        zt_all: &vb.zt,
+        ezt2_all: &vb.ezt2,
+        ptt2_all: &vb.ptt2,
+        mode: &quiver_gpu::steps::clustering_mode(cfg.clusterizer),
+        min_t: &cfg.min_t,
+        eps: &cfg.eps,
+        errmax: &cfg.errmax,
+        chi2max: &cfg.chi2max,
+        chi2_first: &cfg.fit_chi2_max_first,
+        chi2_split: &cfg.split_chi2_max,
+        chi2_final: &cfg.fit_chi2_max_final,
+        izt_all: &mut izt,
+        bins_all: &mut bins,
+        off_all: &mut off,
+        nn_all: &mut nn,
+        ptr_all: &mut ptr,
+        iv_all: &mut iv,
+        s_it_all: &mut s_it,
+        s_zz_all: &mut s_zz,
+        s_ww_all: &mut s_ww,
+        s_new_all: &mut s_new,
+        zv_all: &mut zv,
+        wv_all: &mut wv,
+        chi2_all: &mut chi2,
+        ndof_all: &mut ndof,
+        ptv2_all: &mut ptv2,
+        sort_all: &mut sort,
+        nv_out: &mut nv,
+        err: &mut err,
+    })
+    .run(lib, n_ev as u32, threads, mode == Mode::Threaded);
+    let rows = quiver_reco::vertices::ChainResult {
+        iv,
+        zv,
+        wv,
+        chi2,
+        ndof,
+        ptv2,
+        sort_ind: sort,
+    };
+    let out = quiver_gpu::steps::VertexOutput { rows, nv };
+    (out, err)
 }
 
 /// The vertex kernel with the GPU step's host side equals `find_vertices` on every event:
@@ -3037,114 +2338,52 @@ fn check_quality(
         );
         let (counts, first, base, vals) = &dl.raw;
         let hoff_u: Vec<u32> = hoff.iter().map(|&x| x as u32).collect();
-        let q = Dev(quality
-            .iter()
-            .map(|&x| std::cell::UnsafeCell::new(x))
-            .collect());
-        let (h2o, h2b, cl) = (
-            Dev::new(0u32, n_hits + n_ev),
-            Dev::new(0u32, n_th.max(1)),
-            Dev::new(0u32, n_cells.max(1)),
+        let mut got = quality.clone();
+        let (mut h2o, mut h2b, mut cl) = (
+            vec![0u32; n_hits + n_ev],
+            vec![0u32; n_th.max(1)],
+            vec![0u32; n_cells.max(1)],
         );
-        let (win, killed, rounds) = (
-            Dev::new(0u32, n_cells.max(1)),
-            Dev::new(0u32, n_tup),
-            Dev::new(0u32, n_ev),
+        let (mut win, mut killed, mut r) = (
+            vec![0u32; n_cells.max(1)],
+            vec![0u32; n_tup],
+            vec![0u32; n_ev],
         );
-        type Quality = unsafe extern "C" fn(
-            u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const f32,
-            *const u32,
-            *const u32,
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            *const u8,
-            u32,
-            *const u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            *mut u32,
-            u32,
-            u32,
-            *mut u32,
-            *mut u8,
-        );
-        // SAFETY: kernel signature as in kernels_quality::QUALITY; the tables are the step's
-        // own (`quality_tables`, the device lists), the scratch sized as the step sizes it.
-        unsafe {
-            let f: libloading::Symbol<Quality> = lib.get(b"qx_quality").unwrap();
-            let a = [
-                p(&qt.tup_off),
-                p(&hoff_u),
-                p(&hv),
-                p(&state),
-                p(&pt),
-                p(&chi2),
-                p(&cuts),
-                p(&qt.cell_off),
-                p(counts),
-                p(first),
-                p(base),
-                p(vals),
-                p(&dead),
-                p(&qt.hit_off),
-                h2o.ptr(),
-                h2b.ptr(),
-                cl.ptr(),
-                win.ptr(),
-                killed.ptr(),
-                rounds.ptr(),
-                q.ptr(),
-            ];
-            let threads = if mode == Mode::Sequential {
-                1
-            } else {
-                EMU_BLOCK
-            };
-            assert!(QX_BLOCK >= threads);
-            grid(lib, mode, n_ev as u32, threads, || {
-                f(
-                    n_ev as u32,
-                    a[0] as _,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    a[8] as _,
-                    a[9] as _,
-                    a[10] as _,
-                    per_list,
-                    a[11] as _,
-                    a[12] as _,
-                    late as u32,
-                    a[13] as _,
-                    a[14] as _,
-                    a[15] as _,
-                    a[16] as _,
-                    a[17] as _,
-                    a[18] as _,
-                    sh_cap,
-                    max_rounds,
-                    a[19] as _,
-                    a[20] as _,
-                )
-            });
-        }
-        let got = q.get();
-        let r = rounds.get();
+        let threads = if mode == Mode::Sequential {
+            1
+        } else {
+            EMU_BLOCK
+        };
+        assert!(QX_BLOCK >= threads);
+        HostLaunch::new(args::QxQuality::<HostLaunch> {
+            n_events: &(n_ev as u32),
+            tup_off: &qt.tup_off,
+            thit_off: &hoff_u,
+            thits: &hv,
+            state: &state,
+            pt: &pt,
+            chi2: &chi2,
+            cuts: &cuts,
+            cell_off: &qt.cell_off,
+            ct_count: counts,
+            ct_first: first,
+            ct_base: base,
+            per_list: &per_list,
+            ct_vals: vals,
+            dead: &dead,
+            late_fishbone: &(late as u32),
+            hit_off: &qt.hit_off,
+            h2t_off_all: &mut h2o,
+            h2t_bins_all: &mut h2b,
+            cl_all: &mut cl,
+            win_all: &mut win,
+            killed_all: &mut killed,
+            sh_cap: &sh_cap,
+            max_rounds: &max_rounds,
+            rounds_all: &mut r,
+            q_all: &mut got,
+        })
+        .run(lib, n_ev as u32, threads, mode == Mode::Threaded);
         if max_rounds == 0 {
             assert!(
                 r.iter().all(|&x| x == u32::MAX),
@@ -3258,40 +2497,18 @@ fn check_cells_kernel_flags_a_cell_past_its_event() {
         .collect();
     let n_ev = b.hits_per_event.len() as u32;
     let flag = |inner: &[u32], outer: &[u32]| -> u32 {
-        let bad = Dev::new(0u32, 1);
-        type Check = unsafe extern "C" fn(
-            *const u32,
-            *const u32,
-            u32,
-            *const u32,
-            u32,
-            *const u32,
-            *mut u32,
-        );
-        // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; the cells and offsets are
-        // the step's own.
-        unsafe {
-            let f: libloading::Symbol<Check> = lib.get(b"cn_check_cells").unwrap();
-            let a = [
-                p(inner),
-                p(outer),
-                p(&cells.cell_off),
-                p(&hit_off),
-                bad.ptr(),
-            ];
-            elements(lib, Mode::Threaded, inner.len(), || {
-                f(
-                    a[0] as _,
-                    a[1] as _,
-                    inner.len() as u32,
-                    a[2] as _,
-                    n_ev,
-                    a[3] as _,
-                    a[4] as _,
-                )
-            });
-        }
-        bad.get()[0]
+        let mut bad = [0u32; 1];
+        let check = args::CnCheckCells::<HostLaunch> {
+            inner,
+            outer,
+            n_cells: &(inner.len() as u32),
+            cell_off: &cells.cell_off,
+            n_events: &n_ev,
+            hit_off: &hit_off,
+            bad: &mut bad,
+        };
+        run_elements(lib, Mode::Threaded, inner.len(), HostLaunch::new(check));
+        bad[0]
     };
     assert!(cells.inner.len() > 1000);
     assert_eq!(flag(&cells.inner, &cells.outer), 0, "real cells flagged");
@@ -3393,59 +2610,25 @@ fn tuple_list_kernels_equal_the_cpu_replay_on_random_tuples() {
             tcells.len(),
             n.max_cell_tracks,
         );
-        let (q, has_track) = (Dev::new(0u8, n_tuples), Dev::new(7u8, n_cells));
-        // SAFETY: kernel signature as in kernels_ca::CA_NTUPLETS; buffers sized as the step sizes them.
-        unsafe {
-            type EarlyDup = unsafe extern "C" fn(
-                u32,
-                *const u32,
-                u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                u32,
-                *const u32,
-                *const u32,
-                *const u32,
-                u32,
-                *mut u8,
-                *mut u8,
-            );
-            let f: libloading::Symbol<EarlyDup> = lib.get(b"nt_early_dup").unwrap();
-            let (counts, first, base, vals) = &dl.raw;
-            let a = [
-                p(&cell_off),
-                p(counts),
-                p(first),
-                p(base),
-                p(vals),
-                p(&tup_off),
-                p(&tlen),
-                p(&found),
-                q.ptr(),
-                has_track.ptr(),
-            ];
-            elements(lib, mode, n_cells, || {
-                f(
-                    n_cells as u32,
-                    a[0] as _,
-                    n_ev as u32,
-                    a[1] as _,
-                    a[2] as _,
-                    a[3] as _,
-                    a[4] as _,
-                    n.max_cell_tracks,
-                    a[5] as _,
-                    a[6] as _,
-                    a[7] as _,
-                    n.max_tuples,
-                    a[8] as _,
-                    a[9] as _,
-                )
-            });
-        }
-        let (q, has_track) = (q.get(), has_track.get());
+        let (mut q, mut has_track) = (vec![0u8; n_tuples], vec![7u8; n_cells]);
+        let (counts, first, base, vals) = &dl.raw;
+        let dup = args::NtEarlyDup::<HostLaunch> {
+            n_cells: &(n_cells as u32),
+            cell_off: &cell_off,
+            n_events: &(n_ev as u32),
+            count: counts,
+            first,
+            base,
+            vals,
+            per_list: &n.max_cell_tracks,
+            tup_off: &tup_off,
+            tuple_len: &tlen,
+            found: &found,
+            max_tuples: &n.max_tuples,
+            q: &mut q,
+            has_track: &mut has_track,
+        };
+        run_elements(lib, mode, n_cells, HostLaunch::new(dup));
         let (mut dups, mut emptied_dup) = (0, 0);
         for e in 0..n_ev {
             let (t0, stored) = (tup_off[e] as usize, found[e].min(n.max_tuples) as usize);

@@ -29,3 +29,24 @@ fn job_on(
         conditions: store,
     })
 }
+
+/// A dataset generated (on one thread) into a temporary folder, which holds it.
+fn generated(
+    events: u32,
+    pileup: f64,
+    seed: u64,
+    corrupt_fraction: f64,
+) -> (tempfile::TempDir, quiver_datasets::Dataset) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = quiver_datasets::GenerateOptions {
+        events,
+        pileup,
+        seed,
+        threads: Some(1),
+        output: dir.path().into(),
+        corrupt_fraction,
+    };
+    quiver_datasets::generate(&opts).unwrap();
+    let ds = quiver_datasets::Dataset::open(dir.path()).unwrap();
+    (dir, ds)
+}
