@@ -600,3 +600,32 @@ pub(crate) fn write_table(path: &Path, cols: Vec<(&str, Col)>) -> Result<()> {
     w.close()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_second_selections_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let touch = |n: &str| std::fs::write(dir.path().join(n), b"").unwrap();
+        touch("vertices.vertices.parquet");
+        assert_eq!(
+            only_file(dir.path(), "vertices.", Some("vertices.vertices")).unwrap(),
+            None
+        );
+        touch("track_scores.a.parquet");
+        assert_eq!(
+            only_file(dir.path(), "track_scores.", None).unwrap(),
+            Some("track_scores.a".to_string())
+        );
+        touch("track_scores.b.parquet");
+        let e = only_file(dir.path(), "track_scores.", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2 files track_scores.a.parquet, track_scores.b.parquet"),
+            "{e}"
+        );
+    }
+}
