@@ -589,7 +589,7 @@ const GIL_NOTE: &str = "enabled: Python steps take turns, Rust steps run in para
 /// (`reco/models/track-classifier.json`), for the Python twin's `model = "builtin"`.
 #[pyfunction]
 fn builtin_classifier_model() -> &'static str {
-    quiver_reco::classifier::BUILTIN_MODEL
+    quiver::reco::classifier::BUILTIN_MODEL
 }
 
 /// Sets the allocator as the `quiver` command does (quiver_columnar::tune): with `always`,
