@@ -232,6 +232,83 @@ struct Annealer<'c> {
 }
 
 impl<'c> Annealer<'c> {
+    /// The selected tracks sorted in z (ties in input order, so that windows move
+    /// monotonically) and one prototype at their weighted mean; also the sorting order.
+    fn new(cfg: &'c AnnealingConfig, zt: &[f32], ezt2: &[f32]) -> (Self, Vec<u32>) {
+        let nt = zt.len();
+        let vs2 = cfg.vertex_size * cfg.vertex_size;
+        let mut order: Vec<u32> = (0..nt as u32).collect();
+        order.sort_by(|&a, &b| zt[a as usize].total_cmp(&zt[b as usize]));
+        let z: Vec<f64> = order.iter().map(|&i| zt[i as usize] as f64).collect();
+        let w: Vec<f64> = order
+            .iter()
+            .map(|&i| 1.0 / (ezt2[i as usize] as f64 + vs2))
+            .collect();
+        let sqw: Vec<f64> = w.iter().map(|w| w.sqrt()).collect();
+        let sqw_min = sqw.iter().fold(f64::INFINITY, |m, &v| m.min(v));
+        let sig = sqw.iter().map(|&v| 1.0 / v).collect();
+        let (mut sw, mut swz) = (0.0f64, 0.0f64);
+        for (&zi, &wi) in z.iter().zip(&w) {
+            sw += wi;
+            swz += wi * zi;
+        }
+        let z0 = swz / sw;
+        let mut swe = 0.0f64;
+        for (&zi, &wi) in z.iter().zip(&w) {
+            swe += wi * wi * (zi - z0) * (zi - z0);
+        }
+        let a = Annealer {
+            cfg,
+            z,
+            w,
+            sqw,
+            zsum: vec![0.0; nt],
+            pz: vec![z0],
+            rho: vec![1.0],
+            sw: vec![sw],
+            swe: vec![swe],
+            tc: vec![2.0 * swe / sw],
+            lo: Vec::new(),
+            hi: Vec::new(),
+            win_valid: false,
+            win_beta: 0.0,
+            sigma: (nt as f64 / sw).sqrt(),
+            sqw_min,
+            sig,
+            moved: 0.0,
+            acc: Default::default(),
+            terms: Vec::new(),
+        };
+        (a, order)
+    }
+
+    /// Per track (in z order) its most probable prototype when that probability exceeds
+    /// `assign_weight`, else `u32::MAX`; and the tracks per prototype.
+    fn assign(&self, beta: f64, rho0: f64, zc2: f64) -> (Vec<u32>, Vec<u32>) {
+        let z_init = rho0 * (-beta * zc2).exp();
+        let sqrt_beta = beta.sqrt();
+        let mut proto = vec![u32::MAX; self.z.len()];
+        let mut count = vec![0u32; self.pz.len()];
+        for (i, pr) in proto.iter_mut().enumerate() {
+            let bw = beta * self.w[i];
+            let mut zs = z_init;
+            let (mut best, mut best_a) = (usize::MAX, 0.0f64);
+            for k in self.window(i, sqrt_beta) {
+                let d = self.z[i] - self.pz[k];
+                let term = self.rho[k] * (-bw * d * d).exp();
+                zs += term;
+                if term > best_a {
+                    (best, best_a) = (k, term);
+                }
+            }
+            if best != usize::MAX && zs > TINY && best_a / zs > self.cfg.assign_weight {
+                *pr = best as u32;
+                count[best] += 1;
+            }
+        }
+        (proto, count)
+    }
+
     /// The prototypes within `ZRANGE` of track `i` at inverse temperature `beta`.
     fn window(&self, i: usize, sqrt_beta: f64) -> std::ops::Range<usize> {
         let r = ZRANGE / (sqrt_beta * self.sqw[i]);
@@ -617,31 +694,8 @@ pub(crate) fn cluster_annealing(
         beta_stop: 1.0 / cfg.t_stop,
         zc2: cfg.z_cutoff * cfg.z_cutoff,
     };
-    let vs2 = cfg.vertex_size * cfg.vertex_size;
-    // Sorted in z (ties in input order), so that windows move monotonically.
-    let mut order: Vec<u32> = (0..nt as u32).collect();
-    order.sort_by(|&a, &b| zt[a as usize].total_cmp(&zt[b as usize]));
-    let z: Vec<f64> = order.iter().map(|&i| zt[i as usize] as f64).collect();
-    let w: Vec<f64> = order
-        .iter()
-        .map(|&i| 1.0 / (ezt2[i as usize] as f64 + vs2))
-        .collect();
-    let sqw: Vec<f64> = w.iter().map(|w| w.sqrt()).collect();
-    let sqw_min = sqw.iter().fold(f64::INFINITY, |m, &v| m.min(v));
-    let sig = sqw.iter().map(|&v| 1.0 / v).collect();
-
-    // One prototype at the weighted mean; its critical temperature sets the start.
-    let (mut sw, mut swz) = (0.0f64, 0.0f64);
-    for (&zi, &wi) in z.iter().zip(&w) {
-        sw += wi;
-        swz += wi * zi;
-    }
-    let z0 = swz / sw;
-    let mut swe = 0.0f64;
-    for (&zi, &wi) in z.iter().zip(&w) {
-        swe += wi * wi * (zi - z0) * (zi - z0);
-    }
-    let t0 = 2.0 * swe / sw;
+    let (mut a, order) = Annealer::new(cfg, zt, ezt2);
+    let t0 = a.tc[0];
     let ln_cool = cfg.cooling_factor.ln();
     // Start above T0 at a temperature from which whole cooling steps reach t_min exactly.
     let mut beta = if t0 * s.beta_max > 1.0 {
@@ -651,28 +705,6 @@ pub(crate) fn cluster_annealing(
         s.beta_max * cfg.cooling_factor
     };
 
-    let mut a = Annealer {
-        cfg,
-        z,
-        w,
-        sqw,
-        zsum: vec![0.0; nt],
-        pz: vec![z0],
-        rho: vec![1.0],
-        sw: vec![sw],
-        swe: vec![swe],
-        tc: vec![t0],
-        lo: Vec::new(),
-        hi: Vec::new(),
-        win_valid: false,
-        win_beta: 0.0,
-        sigma: (nt as f64 / sw).sqrt(),
-        sqw_min,
-        sig,
-        moved: 0.0,
-        acc: Default::default(),
-        terms: Vec::new(),
-    };
     let zc2 = s.zc2;
     a.thermalize(beta, DELTA_HIGH_T, 0.0, zc2);
 
@@ -718,28 +750,7 @@ pub(crate) fn cluster_annealing(
         a.thermalize(beta, DELTA_LOW_T, rho0, zc2);
     }
 
-    // Each track to its most probable prototype, when probable enough.
-    let z_init = rho0 * (-beta * zc2).exp();
-    let sqrt_beta = beta.sqrt();
-    let mut proto = vec![u32::MAX; nt];
-    let mut count = vec![0u32; a.pz.len()];
-    for (i, pr) in proto.iter_mut().enumerate() {
-        let bw = beta * a.w[i];
-        let mut zs = z_init;
-        let (mut best, mut best_a) = (usize::MAX, 0.0f64);
-        for k in a.window(i, sqrt_beta) {
-            let d = a.z[i] - a.pz[k];
-            let term = a.rho[k] * (-bw * d * d).exp();
-            zs += term;
-            if term > best_a {
-                (best, best_a) = (k, term);
-            }
-        }
-        if best != usize::MAX && zs > TINY && best_a / zs > cfg.assign_weight {
-            *pr = best as u32;
-            count[best] += 1;
-        }
-    }
+    let (proto, count) = a.assign(beta, rho0, zc2);
     // Prototypes with enough tracks become vertices, numbered in z order.
     let mut number = vec![u32::MAX; count.len()];
     let mut n = 0u32;
@@ -762,4 +773,32 @@ pub(crate) fn cluster_annealing(
     }
     clusters.n_clusters = n;
     Ok(clusters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Above `t_min` a track between two far prototypes still has a probability (it pulls
+    /// them): with a plain cut at a few √T σ it had none and was left out of the update.
+    #[test]
+    fn annealing_track_in_a_gap_still_counts_above_t_min() {
+        let cfg = AnnealingConfig::default();
+        let zt = [-1.0f32, -1.0, -1.0, 0.0, 1.0, 1.0, 1.0];
+        let ezt2 = [1e-4f32; 7];
+        let (mut a, _) = Annealer::new(&cfg, &zt, &ezt2);
+        a.pz = vec![-1.0, 1.0];
+        a.rho = vec![0.5, 0.5];
+        a.sw = vec![0.0; 2];
+        a.swe = vec![0.0; 2];
+        a.tc = vec![0.0; 2];
+        // T = 100: √T σ ≈ 1.2 mm, the gap track is 1 cm from both prototypes.
+        let beta = 0.01;
+        assert!(beta * cfg.t_min < 0.99);
+        a.update(beta, 0.0, 9.0);
+        assert!(a.zsum[3] > TINY, "gap track Z = {}", a.zsum[3]);
+        // It pulls both prototypes towards it, symmetrically.
+        assert!(a.pz[0] > -1.0 && a.pz[1] < 1.0, "{:?}", a.pz);
+        assert!((a.pz[0] + a.pz[1]).abs() < 1e-12, "{:?}", a.pz);
+    }
 }
