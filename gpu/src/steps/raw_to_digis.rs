@@ -203,20 +203,27 @@ impl RawToDigisGpu {
     }
 }
 
+impl RawToDigisGpu {
+    /// The batch's FED payloads framed for the decoding kernel.
+    fn frame(&self, batch: &EventBatch) -> Result<Framed> {
+        let raw = batch.get(&self.input)?;
+        let fed = values::<UInt32Type>(&raw, "fed")?;
+        let data = quiver_columnar::columns::binary(&raw, "data")?;
+        Ok(frame_batch(
+            (0..batch.n_events())
+                .map(|e| raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect()),
+            self.cfg.max_words,
+        ))
+    }
+}
+
 impl Step for RawToDigisGpu {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let c = &self.common;
         let Some(cab) = &self.cabling else {
             return fallback(c.cpu.as_ref(), &c.stats, batch);
         };
-        let raw = batch.get(&self.input)?;
-        let fed = values::<UInt32Type>(&raw, "fed")?;
-        let data = quiver_columnar::columns::binary(&raw, "data")?;
-        let framed = frame_batch(
-            (0..batch.n_events())
-                .map(|e| raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect()),
-            self.cfg.max_words,
-        );
+        let framed = self.frame(batch)?;
         let n = framed.words.len();
         if n == 0 || n > u32::MAX as usize {
             return c.cpu.process(batch); // nothing to decode (or too much for one launch)
