@@ -403,7 +403,20 @@ pub fn analyze_event_plus(
         matched: &matched,
         by_id: &by_id,
     };
-    let faithful = ev.analyze(&loose, &reco.vertices);
+    let clusters = {
+        let mut c: Vec<(u16, i32)> = reco
+            .digis
+            .iter()
+            .filter(|d| d.module != 9999 && d.cluster >= 0 && d.cluster != 9999)
+            .map(|d| (d.module, d.cluster))
+            .collect();
+        c.sort_unstable();
+        c.dedup();
+        c.len()
+    };
+    let mut faithful = ev.analyze(&loose, &reco.vertices, clusters);
+    // The hits are the same for both selections: their residuals are the faithful result's.
+    faithful.residuals = residuals::hit_residuals(reco, truth, &hp);
     let Some(plus) = &reco.plus else {
         return Ok((faithful, None));
     };
@@ -423,6 +436,7 @@ pub fn analyze_event_plus(
     let mut r = ev.analyze(
         &selection,
         plus.vertices.as_deref().unwrap_or(&reco.vertices),
+        clusters,
     );
     if let Some(s) = &plus.scores {
         r.roc = roc_entries(&faithful, s, &matched, &loose);
@@ -441,7 +455,9 @@ struct Matched<'a> {
 }
 
 impl Matched<'_> {
-    fn analyze(&self, selected: &[bool], vertices: &[RecoVertex]) -> EventResult {
+    /// The tracks of `selected` and `vertices` against the truth; `clusters` is the event's
+    /// count (the same for every selection).
+    fn analyze(&self, selected: &[bool], vertices: &[RecoVertex], clusters: usize) -> EventResult {
         let (reco, truth, cfg) = (self.reco, self.truth, self.cfg);
         let mut r = EventResult {
             n_pileup: truth.vertices.iter().filter(|v| !v.is_hard).count(),
@@ -458,18 +474,6 @@ impl Matched<'_> {
             &mut r,
         );
         vertices::analyze(reco, vertices, truth, cfg, self.matched, self.by_id, &mut r);
-        r.residuals = residuals::hit_residuals(reco, truth, self.hp);
-        let clusters = {
-            let mut c: Vec<(u16, i32)> = reco
-                .digis
-                .iter()
-                .filter(|d| d.module != 9999 && d.cluster >= 0 && d.cluster != 9999)
-                .map(|d| (d.module, d.cluster))
-                .collect();
-            c.sort_unstable();
-            c.dedup();
-            c.len()
-        };
         r.counts = Counts {
             digis: reco.digis.len(),
             clusters,

@@ -39,9 +39,10 @@ pub(super) fn analyze(
     r.hits_with_particle = hp.iter().filter(|p| p.is_some()).count();
     r.hits = hp.len();
     for ((t, m), &sel) in reco.tracks.iter().zip(matched).zip(selected) {
+        // The first selected track of a particle matches it, later ones are duplicates.
         let kind = match m {
             None => TrackKind::Fake,
-            Some(pid) if sel && seen.contains(pid) => TrackKind::Duplicate,
+            Some(pid) if sel && !seen.insert(*pid) => TrackKind::Duplicate,
             Some(_) => TrackKind::Matched,
         };
         r.track_truth.push(TrackTruth {
@@ -53,25 +54,20 @@ pub(super) fn analyze(
             continue;
         }
         r.loose += 1;
-        let share = best_share(&t.hits, hp).map_or(0, |b| b.1);
-        let loose = |kind| LooseTrack {
+        r.loose_tracks.push(LooseTrack {
             hits: t.hits.len(),
             pt: t.pt,
             eta: t.eta,
             kind,
-            best_share: share,
-        };
+            best_share: best_share(&t.hits, hp).map_or(0, |b| b.1),
+        });
         let Some(pid) = m else {
             r.fake += 1;
-            r.loose_tracks.push(loose(TrackKind::Fake));
             continue;
         };
-        if !seen.insert(*pid) {
+        if kind == TrackKind::Duplicate {
             r.duplicate += 1;
             r.duplicate_double_hits += double.contains(pid) as usize;
-            r.loose_tracks.push(loose(TrackKind::Duplicate));
-        } else {
-            r.loose_tracks.push(loose(TrackKind::Matched));
         }
         let Some(p) = by_id.get(pid) else { continue };
         r.charge_compared += 1;
