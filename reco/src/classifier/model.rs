@@ -121,15 +121,6 @@ struct TreeFile {
     value: Vec<f64>,
 }
 
-/// `v` when finite.
-fn finite(v: f64, what: &str) -> Result<f64, ModelError> {
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(invalid(format!("{what} is {v}, not a finite number")))
-    }
-}
-
 impl Model {
     /// Parses and validates a model file's text against the feature names the caller
     /// computes (`expected`, in order).
@@ -165,8 +156,10 @@ impl Model {
                 expected.join(", ")
             )));
         }
-        let base_score = bounded(finite(file.base_score, "base_score")?, "base_score")?;
-        let working_point = finite(file.working_point, "working_point")?;
+        // JSON has no NaN or ∞ (serde_json refuses them and numbers beyond f64's range), so
+        // every number here is finite; only the ranges are checked.
+        let base_score = bounded(file.base_score, "base_score")?;
+        let working_point = file.working_point;
         if !(0.0..=1.0).contains(&working_point) {
             return Err(invalid(format!(
                 "working_point {working_point} is outside [0, 1]"
@@ -180,7 +173,7 @@ impl Model {
             )));
         }
         let trees: Vec<Tree> = tree_list
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(t, j)| {
                 Tree::parse(j, features.len()).map_err(|e| invalid(format!("tree {t}: {e}")))
@@ -274,7 +267,7 @@ pub fn sigmoid(raw: f64) -> f32 {
 }
 
 impl Tree {
-    fn parse(j: &TreeFile, n_features: usize) -> Result<Tree, String> {
+    fn parse(j: TreeFile, n_features: usize) -> Result<Tree, String> {
         let TreeFile {
             feature,
             threshold,
@@ -282,9 +275,6 @@ impl Tree {
             right,
             value,
         } = j;
-        for (k, &v) in threshold.iter().enumerate() {
-            finite(v, &format!("threshold[{k}]")).map_err(|e| e.to_string())?;
-        }
         for (k, &v) in value.iter().enumerate() {
             bounded(v, &format!("value[{k}]")).map_err(|e| e.to_string())?;
         }
@@ -323,10 +313,10 @@ impl Tree {
         }
         Ok(Tree {
             feature: feature.iter().map(|&f| f.max(-1) as i32).collect(),
-            threshold: threshold.clone(),
+            threshold,
             left: left.iter().map(|&c| c.max(0) as u32).collect(),
             right: right.iter().map(|&c| c.max(0) as u32).collect(),
-            value: value.clone(),
+            value,
         })
     }
 
