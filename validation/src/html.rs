@@ -138,6 +138,7 @@ pub fn render(dir: &Path, s: &Summary) -> Result<String> {
         &table("vertex_efficiency")?,
         &table("vertex_neighbours")?,
     )?;
+    separation_section(&mut h, s, &table("vertex_separation")?)?;
     residual_section(&mut h, &table("hit_residuals")?)?;
     h.push_str("<p>The docs/ links point into Quiver's source tree (docs/physics.md there).</p>\n");
     h.push_str("</body></html>\n");
@@ -347,6 +348,52 @@ fn vertex_section(h: &mut String, v: &RecordBatch, nb: &RecordBatch) -> Result<(
         true,
         0.90,
     )?));
+    Ok(())
+}
+
+/// Merges against the separation of a true vertex from its least separated neighbour.
+fn separation_section(h: &mut String, s: &Summary, t: &RecordBatch) -> Result<()> {
+    let _ = writeln!(h, "<h3 id=\"separation\">Merges and the vertices' separation</h3>\n<p>σ: the \
+        pair's combined z resolution from its reconstructable tracks' errors, scaled by the zip pull \
+        width ({}). A pair closer than {} σ cannot be told from one vertex by its tracks' z alone: \
+        {} of the reconstructable vertices are the smaller of such a pair (the merge floor), and \
+        {} were merged although farther than that from every other vertex{} \
+        (vertex_separation.parquet).</p>",
+        num(s.zip_pull_width), crate::truth::RESOLVABLE_SIGMA, pct(s.vertex_merge_floor),
+        pct(s.vertex_merge_rate_resolvable),
+        s.plus.as_ref().map_or(String::new(), |p| format!(" ({} with the plus selection's vertices)",
+            pct(p.vertex_merge_rate_resolvable))));
+    let plus = t.schema().index_of("plus_n_merged").is_ok();
+    let (lo, hi) = (col_f64(t, "min_sigma")?, col_f64(t, "max_sigma")?);
+    let names = [
+        "n_true",
+        "n_smaller_partner",
+        "n_found",
+        "n_merged",
+        "n_split",
+    ];
+    let mut cols = names
+        .iter()
+        .map(|n| col_u64(t, n))
+        .collect::<Result<Vec<_>>>()?;
+    h.push_str("<table><tr><th>Separation</th><th>True</th><th>Smaller of the pair</th><th>Found</th><th>Merged</th><th>Split</th>");
+    if plus {
+        for n in ["plus_n_found", "plus_n_merged", "plus_n_split"] {
+            cols.push(col_u64(t, n)?);
+        }
+        h.push_str("<th>Plus found</th><th>Plus merged</th><th>Plus split</th>");
+    }
+    h.push_str("</tr>\n");
+    for i in 0..lo.len() {
+        let range = if hi[i].is_finite() {
+            format!("{}–{} σ", lo[i], hi[i])
+        } else {
+            format!("≥ {} σ", lo[i])
+        };
+        let cells: String = cols.iter().map(|c| format!("<td>{}</td>", c[i])).collect();
+        let _ = writeln!(h, "<tr><td>{range}</td>{cells}</tr>");
+    }
+    h.push_str("</table>\n");
     Ok(())
 }
 

@@ -24,7 +24,7 @@ type PlusTarget = (f64, f64, fn(f64, f64) -> bool);
 const AT_LEAST: fn(f64, f64) -> bool = |v, t| v >= t;
 const AT_MOST: fn(f64, f64) -> bool = |v, t| v <= t;
 
-const ROWS: [Row; 10] = [
+const ROWS: [Row; 12] = [
     Row {
         label: "Track efficiency",
         value: |s| s.track_efficiency,
@@ -66,6 +66,18 @@ const ROWS: [Row; 10] = [
         value: |s| s.vertex_merge_rate,
         percent: true,
         target: Some((0.05, f64::INFINITY, AT_MOST)),
+    },
+    Row {
+        label: "of which ≥ 3σ from every other vertex",
+        value: |s| s.vertex_merge_rate_resolvable,
+        percent: true,
+        target: None,
+    },
+    Row {
+        label: "Merge floor: the smaller of a pair < 3σ apart",
+        value: |s| s.vertex_merge_floor,
+        percent: true,
+        target: None,
     },
     Row {
         label: "Vertex split rate",

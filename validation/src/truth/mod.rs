@@ -42,7 +42,7 @@ use crate::error::{Result, ValidationError};
 pub(crate) use io::read_parquet;
 pub use matching::{best_share, hit_particles, match_track};
 pub use plus::{roc, RocPoint, PLUS_KEYS, ROC_STEPS};
-pub use summary::{half_width_68, summarize, Summary, MIN_FOR_WIDTH};
+pub use summary::{half_width_68, summarize, Summary, MIN_FOR_WIDTH, RESOLVABLE_SIGMA};
 pub use tracks::truth_track_params;
 
 /// The layer (0..9) of a module, or `None` past the last module.
@@ -298,6 +298,14 @@ pub struct VertexResult {
     pub pull: f64,
     /// |Δz| to the nearest other reconstructable true vertex, cm (∞ if none).
     pub nearest_dz: f64,
+    /// The smallest |Δz| to another reconstructable true vertex in units of the pair's
+    /// combined z resolution, √(1/W₁ + 1/W₂) with W = Σ 1/σ²(zip) of the vertex's
+    /// reconstructable tracks, with the tracks' own errors (∞ if none). The summary
+    /// rescales it by the run's zip pull width.
+    pub separation: f64,
+    /// This vertex has fewer reconstructable tracks than that least separated neighbour (ties:
+    /// the higher id): the one of the pair that a merge loses.
+    pub smaller_partner: bool,
 }
 
 /// A rec hit's residual against the nearest sim hit of its particle on its module.
@@ -557,8 +565,23 @@ pub fn report_with(
     let ids: Vec<u32> = events.iter().map(|e| e.0).collect();
     plus::write_track_truth(output, &ids, &results)?;
     let has_plus = events.iter().any(|e| e.1.plus.is_some());
-    if let (true, Some(plus)) = (has_plus, plus.into_iter().collect::<Option<Vec<_>>>()) {
-        s.plus = Some(Box::new(summarize(&plus, cfg, None)?));
+    let plus = plus
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .filter(|_| has_plus);
+    if let Some(plus) = plus {
+        // The faithful table again, with the second selection's columns.
+        let vertices = |r: &[EventResult]| -> Vec<VertexResult> {
+            r.iter().flat_map(|r| r.vertices.iter().copied()).collect()
+        };
+        summary::write_vertex_separation(
+            output,
+            &vertices(&results),
+            Some(&vertices(&plus)),
+            s.zip_pull_width,
+        )?;
+        let ps = summary::summarize_with(&plus, cfg, None, Some(s.zip_pull_width))?;
+        s.plus = Some(Box::new(ps));
         if events
             .iter()
             .any(|e| e.1.plus.as_ref().is_some_and(|p| p.scores.is_some()))

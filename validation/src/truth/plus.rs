@@ -133,7 +133,7 @@ pub(crate) fn write_track_truth(out: &Path, events: &[u32], results: &[EventResu
 }
 
 /// The keys of the second selection in summary.json (each prefixed `plus_`).
-pub const PLUS_KEYS: [&str; 10] = [
+pub const PLUS_KEYS: [&str; 11] = [
     "track_efficiency",
     "track_fake_rate",
     "track_duplicate_rate",
@@ -141,6 +141,7 @@ pub const PLUS_KEYS: [&str; 10] = [
     "loose_tracks",
     "vertex_efficiency",
     "vertex_merge_rate",
+    "vertex_merge_rate_resolvable",
     "vertex_split_rate",
     "vertex_fake_rate",
     "vertex_z_resolution_um",

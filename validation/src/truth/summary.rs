@@ -24,6 +24,16 @@ pub struct Summary {
     pub vertex_fake_rate: f64,
     /// 68 % half-width of reco − true vertex z of found vertices, µm.
     pub vertex_z_resolution_um: f64,
+    /// 68 % half-width of the zip pulls of matched loose tracks: how much wider than their
+    /// errors the tracks' z residuals are; vertex separations are measured in errors × this.
+    pub zip_pull_width: f64,
+    /// Reconstructable vertices that are the smaller of a pair less than
+    /// [`RESOLVABLE_SIGMA`] apart / reconstructable vertices: the merges to expect from any
+    /// vertex finder that does not split single vertices as often.
+    pub vertex_merge_floor: f64,
+    /// Merged vertices at least [`RESOLVABLE_SIGMA`] from every other reconstructable
+    /// vertex / reconstructable vertices.
+    pub vertex_merge_rate_resolvable: f64,
     /// RMS of barrel non-edge hit residuals, µm.
     pub hit_residual_rms_x_um: f64,
     pub hit_residual_rms_y_um: f64,
@@ -92,6 +102,12 @@ impl Summary {
             ("vertex_split_rate", f(self.vertex_split_rate)),
             ("vertex_fake_rate", f(self.vertex_fake_rate)),
             ("vertex_z_resolution_um", f(self.vertex_z_resolution_um)),
+            ("zip_pull_width", f(self.zip_pull_width)),
+            ("vertex_merge_floor", f(self.vertex_merge_floor)),
+            (
+                "vertex_merge_rate_resolvable",
+                f(self.vertex_merge_rate_resolvable),
+            ),
             ("hit_residual_rms_x_um", f(self.hit_residual_rms_x_um)),
             ("hit_residual_rms_y_um", f(self.hit_residual_rms_y_um)),
             ("hit_residual_w68_x_um", f(self.hit_residual_w68_x_um)),
@@ -219,6 +235,18 @@ fn mean_rms(v: &[f64]) -> (f64, f64) {
 /// Combines event results into the summary and the result tables; writes the tables into
 /// `output` when given.
 pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -> Result<Summary> {
+    summarize_with(results, cfg, output, None)
+}
+
+/// [`summarize`], measuring vertex separations with `zip_pull_width` instead of the zip pull
+/// width of `results`' own tracks (the report's second selection uses the faithful one, so
+/// that both are binned alike).
+pub(crate) fn summarize_with(
+    results: &[EventResult],
+    cfg: &Config,
+    output: Option<&Path>,
+    zip_pull_width: Option<f64>,
+) -> Result<Summary> {
     let n = results.len();
     let sum = |f: &dyn Fn(&EventResult) -> usize| results.iter().map(f).sum::<usize>();
     let sel: Vec<Selected> = results
@@ -263,6 +291,9 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
         .map(|v| v.dz * 1e4)
         .collect();
     let count = |f: &dyn Fn(&VertexResult) -> bool| verts.iter().filter(|v| f(v)).count();
+    let zip_pull_width = zip_pull_width
+        .unwrap_or_else(|| half_width_68(&res.iter().map(|r| r.pulls[4]).collect::<Vec<_>>()));
+    let (merge_floor, merged_resolvable) = merge_floor(&verts, zip_pull_width);
     let s = Summary {
         events: n,
         track_efficiency: ratio(sel.iter().filter(|s| s.p.found).count(), sel.len()),
@@ -273,6 +304,9 @@ pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -
         vertex_split_rate: ratio(count(&|v| v.split), verts.len()),
         vertex_fake_rate: ratio(sum(&|r| r.fake_vertices), reco_vertices),
         vertex_z_resolution_um: half_width_68(&found_dz),
+        zip_pull_width,
+        vertex_merge_floor: merge_floor,
+        vertex_merge_rate_resolvable: merged_resolvable,
         hit_residual_rms_x_um: mean_rms(&bnx).1,
         hit_residual_rms_y_um: mean_rms(&bny).1,
         hit_residual_w68_x_um: half_width_68(&bnx),
@@ -365,6 +399,7 @@ fn write_tables(
         .collect();
     write_track_composition(out, &lt)?;
     write_vertex_neighbours(out, t.verts)?;
+    write_vertex_separation(out, t.verts, None, s.zip_pull_width)?;
     write_hit_residuals(out, t.resid)?;
     let p = out.join("summary.json");
     std::fs::write(&p, s.to_json()).map_err(|source| ValidationError::Io { path: p, source })
@@ -582,6 +617,70 @@ fn write_track_composition(out: &Path, lt: &[LooseTrack]) -> Result<()> {
     )
 }
 
+/// Separation, in σ, below which two true vertices count as unresolvable: their tracks' z
+/// overlap so much that a vertex finder splitting such pairs also splits single vertices
+/// (the faithful and the annealing vertex finders both merge about one vertex of every such
+/// pair, docs/physics.md).
+pub const RESOLVABLE_SIGMA: f64 = 3.0;
+
+/// Bin edges of `vertex_separation.parquet`, σ.
+const SEPARATION_EDGES: [f64; 7] = [0.0, 1.0, 2.0, 3.0, 5.0, 10.0, f64::INFINITY];
+
+/// [`Summary::vertex_merge_floor`] and [`Summary::vertex_merge_rate_resolvable`] of
+/// `verts`, their separations divided by `zip_pull_width` (both NaN when it is not finite and
+/// positive, or without vertices).
+fn merge_floor(verts: &[VertexResult], zip_pull_width: f64) -> (f64, f64) {
+    if !(zip_pull_width.is_finite() && zip_pull_width > 0.0) {
+        return (f64::NAN, f64::NAN);
+    }
+    let close = |v: &VertexResult| v.separation / zip_pull_width < RESOLVABLE_SIGMA;
+    let floor = verts.iter().filter(|v| v.smaller_partner && close(v));
+    let resolvable = verts.iter().filter(|v| v.merged && !close(v));
+    (
+        ratio(floor.count(), verts.len()),
+        ratio(resolvable.count(), verts.len()),
+    )
+}
+
+/// Vertices vs their separation from the least separated other reconstructable vertex, in
+/// σ (`vertex_separation.parquet`): found, merged, split for the faithful vertices and, when
+/// the run has them, the second ones (`plus_` columns).
+pub(crate) fn write_vertex_separation(
+    out: &Path,
+    faithful: &[VertexResult],
+    plus: Option<&[VertexResult]>,
+    zip_pull_width: f64,
+) -> Result<()> {
+    let bins: Vec<[f64; 2]> = SEPARATION_EDGES.windows(2).map(|w| [w[0], w[1]]).collect();
+    let in_bin = |v: &VertexResult, b: &[f64; 2]| {
+        let s = v.separation / zip_pull_width;
+        s >= b[0] && s < b[1]
+    };
+    let counts = |verts: &[VertexResult], f: fn(&VertexResult) -> bool| -> Vec<u64> {
+        bins.iter()
+            .map(|b| verts.iter().filter(|v| in_bin(v, b) && f(v)).count() as u64)
+            .collect()
+    };
+    let mut cols = vec![
+        ("min_sigma", Col::F64(bins.iter().map(|b| b[0]).collect())),
+        ("max_sigma", Col::F64(bins.iter().map(|b| b[1]).collect())),
+        ("n_true", Col::U64(counts(faithful, |_| true))),
+        (
+            "n_smaller_partner",
+            Col::U64(counts(faithful, |v| v.smaller_partner)),
+        ),
+        ("n_found", Col::U64(counts(faithful, |v| v.found))),
+        ("n_merged", Col::U64(counts(faithful, |v| v.merged))),
+        ("n_split", Col::U64(counts(faithful, |v| v.split))),
+    ];
+    if let Some(p) = plus {
+        cols.push(("plus_n_found", Col::U64(counts(p, |v| v.found))));
+        cols.push(("plus_n_merged", Col::U64(counts(p, |v| v.merged))));
+        cols.push(("plus_n_split", Col::U64(counts(p, |v| v.split))));
+    }
+    io::write_table(&out.join("vertex_separation.parquet"), cols)
+}
+
 /// Vertices vs the distance to the nearest other reconstructable true vertex
 /// (`vertex_neighbours.parquet`).
 fn write_vertex_neighbours(out: &Path, verts: &[VertexResult]) -> Result<()> {
@@ -653,4 +752,42 @@ fn write_hit_residuals(out: &Path, resid: &[HitResidual]) -> Result<()> {
             ("w68_y_um", Col::F64(h5)),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(separation: f64, smaller_partner: bool, merged: bool) -> VertexResult {
+        VertexResult {
+            tracks: 5,
+            found: !merged,
+            merged,
+            split: false,
+            dz: f64::NAN,
+            pull: f64::NAN,
+            nearest_dz: 1.0,
+            separation,
+            smaller_partner,
+        }
+    }
+
+    #[test]
+    fn the_merge_floor_counts_smaller_partners_below_three_sigma_after_the_pull_scale() {
+        let verts = [
+            v(5.0, true, true),   // 2.5 σ after the scale: the floor, not resolvable
+            v(5.0, false, false), // its partner
+            v(7.0, true, true),   // 3.5 σ: a resolvable merge
+            v(7.0, true, false),  // 3.5 σ, found: neither
+            v(f64::INFINITY, false, false),
+        ];
+        assert_eq!(merge_floor(&verts, 2.0), (0.2, 0.2));
+        // Without the scale (1) both are ≥ 3 σ.
+        assert_eq!(merge_floor(&verts, 1.0), (0.0, 0.4));
+        for bad in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            let (f, r) = merge_floor(&verts, bad);
+            assert!(f.is_nan() && r.is_nan(), "{bad}");
+        }
+        assert!(merge_floor(&[], 1.5).0.is_nan());
+    }
 }

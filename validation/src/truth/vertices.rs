@@ -65,6 +65,14 @@ pub(super) fn analyze(
         .iter()
         .filter(|v| n_reco_tracks.get(&v.id).copied().unwrap_or(0) >= cfg.vertex_min_tracks)
         .collect();
+    // Σ 1/σ²(zip) of each true vertex's reconstructable tracks: its z resolution with the
+    // tracks' own errors is 1/√W.
+    let mut weight: BTreeMap<u32, f64> = BTreeMap::new();
+    for (t, v) in reco.tracks.iter().zip(&true_vertex_of_track) {
+        if let Some(v) = v {
+            *weight.entry(*v).or_default() += 1.0 / t.cov[14] as f64;
+        }
+    }
     for tv in &reconstructable {
         let n = n_reco_tracks[&tv.id];
         let nearest = reconstructable
@@ -72,6 +80,21 @@ pub(super) fn analyze(
             .filter(|o| o.id != tv.id)
             .map(|o| (o.z - tv.z).abs() as f64)
             .fold(f64::INFINITY, f64::min);
+        // The least separated other vertex: |Δz| in units of the two vertices' combined
+        // resolution; this vertex is the one a merge would lose when it has fewer tracks
+        // (ties: the higher id, as `main` picks the lower).
+        let (separation, smaller_partner) = reconstructable
+            .iter()
+            .filter(|o| o.id != tv.id)
+            .map(|o| {
+                let s2 = 1.0 / weight[&tv.id] + 1.0 / weight[&o.id];
+                let sep = (o.z - tv.z).abs() as f64 / s2.sqrt();
+                let smaller =
+                    (n, std::cmp::Reverse(tv.id)) < (n_reco_tracks[&o.id], std::cmp::Reverse(o.id));
+                (sep, smaller)
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .unwrap_or((f64::INFINITY, false));
         let zt = (tv.z - cfg.beam_spot[2]) as f64;
         let mine: Vec<usize> = (0..vertices.len())
             .filter(|&i| main[i] == Some(tv.id))
@@ -109,6 +132,8 @@ pub(super) fn analyze(
             dz,
             pull,
             nearest_dz: nearest,
+            separation,
+            smaller_partner,
         });
     }
 }

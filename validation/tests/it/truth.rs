@@ -427,6 +427,41 @@ fn a_merged_vertex_is_not_found() {
 }
 
 #[test]
+fn vertex_separation_is_in_the_pairs_combined_resolution() {
+    let (mut reco, mut truth) = event();
+    for h in [(1100u16, 1u16), (1101, 1)] {
+        reco.digis.push(digi(h.0, h.1, 1, 0));
+        reco.hits.push(hit(h.0, 0.0, 0.0));
+        truth.pixels.push(px(h.0, h.1, 1, 2, 9000.0));
+    }
+    // Vertex 1's two tracks have σ(zip) = 0.5 cm: W = 8 against vertex 0's 2 × 10⁴.
+    for _ in 0..2 {
+        let mut t = track(2, &[1, 5, 8, 9], 1.5);
+        t.cov[14] = 0.25;
+        reco.tracks.push(t);
+    }
+    let r = analyze_event(&reco, &truth, &cfg()).unwrap();
+    let (v0, v1) = (r.vertices[0], r.vertices[1]);
+    let expected = 3.5 / (1.0 / 2e4 + 1.0 / 8.0f64).sqrt();
+    assert!((v0.separation - expected).abs() < 1e-4, "{}", v0.separation);
+    assert!((v1.separation - expected).abs() < 1e-4, "{}", v1.separation);
+    // Two tracks each: the tie goes to the lower id, so vertex 1 is the one a merge loses.
+    assert!(v1.smaller_partner && !v0.smaller_partner);
+    // A vertex alone in its event has nothing to be merged with.
+    let lone = analyze_event(
+        &RecoEvent {
+            tracks: reco.tracks[..4].to_vec(),
+            ..reco.clone()
+        },
+        &truth,
+        &cfg(),
+    )
+    .unwrap();
+    assert_eq!(lone.vertices.len(), 1);
+    assert!(lone.vertices[0].separation.is_infinite() && !lone.vertices[0].smaller_partner);
+}
+
+#[test]
 fn truth_tip_follows_the_reference_sign_and_the_beam_spot() {
     use std::f32::consts::FRAC_PI_2;
     let p = TruthParticle {
