@@ -277,18 +277,12 @@ fn cluster_sums(
                                       // i32 sums wrap like the reference's atomics (only reachable with > 32k pixels).
         let s = &mut sums[c];
         s.charge = s.charge.wrapping_add(ch);
-        if s.min_row == x {
-            s.q_f_x = s.q_f_x.wrapping_add(ch);
-        }
-        if s.max_row == x {
-            s.q_l_x = s.q_l_x.wrapping_add(ch);
-        }
-        if s.min_col == y {
-            s.q_f_y = s.q_f_y.wrapping_add(ch);
-        }
-        if s.max_col == y {
-            s.q_l_y = s.q_l_y.wrapping_add(ch);
-        }
+        // Without branches: whether a pixel is on an edge is data, and mispredicted often.
+        let on = |edge: u32, at: u32| ch & -((edge == at) as i32);
+        s.q_f_x = s.q_f_x.wrapping_add(on(s.min_row, x));
+        s.q_l_x = s.q_l_x.wrapping_add(on(s.max_row, x));
+        s.q_f_y = s.q_f_y.wrapping_add(on(s.min_col, y));
+        s.q_l_y = s.q_l_y.wrapping_add(on(s.max_col, y));
     }
     Ok(())
 }
