@@ -1,19 +1,21 @@
 //! The model's trees laid out for evaluating [`LANES`] tracks at once.
 //!
 //! A tree of at most 64 leaves is evaluated as bit masks (the "QuickScorer" scheme): its
-//! leaves are numbered left to right, every split whose comparison sends the track right
-//! removes the leaves of its left subtree from the track's mask, and the track's leaf is
-//! the lowest one left. So every split of the tree is compared for all lanes with the same
-//! feature and threshold — no walk, no data-dependent loads, and the loop vectorizes — and
-//! the leaf is the one the walk of [`super::model::Tree::leaf`] reaches: that leaf is in
-//! no removed subtree (the walk went left at each split above it whose left subtree holds
-//! it), and every leaf left of it is in the left subtree of a split on its path where the
-//! walk went right. Larger trees (only a hand-made file has them) are walked node by node.
+//! leaves are numbered left to right (leaf `i` is bit `63 − i`), every split whose
+//! comparison sends the track right removes the leaves of its left subtree from the track's
+//! mask, and the track's leaf is the leftmost one left (the mask's leading zeros). So every
+//! split of the tree is compared for all lanes with the same feature and threshold — no
+//! walk, no data-dependent loads, and the loop vectorizes — and the leaf is the one the
+//! walk of [`super::model::Tree::leaf`] reaches: that leaf is in no removed subtree (the
+//! walk went left at each split above it whose left subtree holds it), and every leaf left
+//! of it is in the left subtree of a split on its path where the walk went right. Larger
+//! trees (only a hand-made file has them) are walked node by node.
 
 use super::model::Tree;
 
-/// Tracks evaluated together (a chunk): one AVX-512 register of f32 features.
-pub const LANES: usize = 16;
+/// Tracks evaluated together (a chunk): a split's threshold and mask are loaded once for
+/// four AVX-512 registers of features.
+pub const LANES: usize = 64;
 
 /// Most leaves of a tree evaluated as bit masks (one u64 per track).
 const MAX_MASK_LEAVES: usize = 64;
@@ -163,8 +165,10 @@ impl Forest {
     pub fn add_chunk(&self, chunk: &[f32], raw: &mut [f64; LANES]) {
         assert_eq!(chunk.len(), self.chunk_len, "a chunk of every feature");
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F.
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512cd")
+        {
+            // SAFETY: the CPU has AVX-512F and CD.
             return unsafe { self.add_chunk_avx512(chunk, raw) };
         } else if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2.
@@ -173,11 +177,12 @@ impl Forest {
         self.add_chunk_any(chunk, raw)
     }
 
-    /// [`Forest::add_chunk`] compiled for AVX-512: a split is one compare of the chunk's 16
-    /// values into a mask register and two masked ANDs. Integer and compare operations
-    /// only (the f64 sums stay scalar, in tree order), so the same bits.
+    /// [`Forest::add_chunk`] compiled for AVX-512: a split is a compare of 16 values into a
+    /// mask register and two masked ANDs per register of features, a leaf a leading-zero
+    /// count (CD). Integer and compare operations only, and each track's f64 sum still in
+    /// tree order, so the same bits.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512cd")]
     unsafe fn add_chunk_avx512(&self, chunk: &[f32], raw: &mut [f64; LANES]) {
         self.add_chunk_any(chunk, raw)
     }
@@ -206,7 +211,7 @@ impl Forest {
                     }
                     let values = &self.leaves[leaf as usize];
                     for (r, b) in raw.iter_mut().zip(bits) {
-                        *r += values[b.trailing_zeros() as usize % MAX_MASK_LEAVES];
+                        *r += values[b.leading_zeros() as usize % MAX_MASK_LEAVES];
                     }
                 }
                 Layout::Walked { depth, root } => {
@@ -244,9 +249,9 @@ fn number(t: &Tree, k: usize, next: &mut usize, splits: &mut Vec<Split>, leaves:
     });
     let first = *next;
     number(t, t.left[k] as usize, next, splits, leaves);
-    // Bits first..*next are the left subtree's leaves: at most 63, the right has one.
+    // Leaves first..*next are the left subtree's: at most 63, the right has one.
     let n = *next - first;
-    splits[at].mask = !(((1u64 << n) - 1) << first);
+    splits[at].mask = !((((1u64 << n) - 1) << first).reverse_bits());
     number(t, t.right[k] as usize, next, splits, leaves);
 }
 
