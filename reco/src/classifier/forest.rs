@@ -23,13 +23,63 @@ const MAX_MASK_LEAVES: usize = 64;
 /// A split of a masked tree: a track with `!(x[feature] ≤ threshold)` goes right, so its
 /// leaf is none of the left subtree's, whose bits `mask` lacks.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Split {
+struct Split<B> {
     /// `feature · LANES`: where the feature's values start in a chunk.
     offset: u32,
     /// The largest f32 ≤ the file's f64 threshold: for an f32 feature `x`, `x ≤ it` exactly
     /// when `x as f64 ≤ threshold`, so the comparison stays in f32 with the same result.
     threshold: f32,
-    mask: u64,
+    mask: B,
+}
+
+/// A track's leaf mask: u64, or u32 for trees of at most 32 leaves (twice the tracks per
+/// register; leaf `i` is then bit `31 − i`).
+trait Bits: Copy {
+    const ALL: Self;
+    /// `self & mask`, unless `left`: arithmetic, not a branch, so that it vectorizes.
+    fn and_unless(self, mask: Self, left: bool) -> Self;
+    /// The leftmost leaf left.
+    fn leaf(self) -> usize;
+}
+
+impl Bits for u64 {
+    const ALL: u64 = u64::MAX;
+    #[inline(always)]
+    fn and_unless(self, mask: u64, left: bool) -> u64 {
+        self & (mask | (left as u64).wrapping_neg())
+    }
+    #[inline(always)]
+    fn leaf(self) -> usize {
+        self.leading_zeros() as usize % MAX_MASK_LEAVES
+    }
+}
+
+impl Bits for u32 {
+    const ALL: u32 = u32::MAX;
+    #[inline(always)]
+    fn and_unless(self, mask: u32, left: bool) -> u32 {
+        self & (mask | (left as u32).wrapping_neg())
+    }
+    #[inline(always)]
+    fn leaf(self) -> usize {
+        self.leading_zeros() as usize % 32
+    }
+}
+
+/// Adds the leaf value of a masked tree (`splits`, leaf values `values`) to `raw[l]` for
+/// every lane `l` of `chunk`.
+#[inline(always)]
+fn add_masked<B: Bits>(splits: &[Split<B>], values: &[f64], chunk: &[f32], raw: &mut [f64]) {
+    let mut bits = [B::ALL; LANES];
+    for s in splits {
+        let x: &[f32; LANES] = chunk[s.offset as usize..][..LANES].try_into().unwrap();
+        for (b, &x) in bits.iter_mut().zip(x) {
+            *b = b.and_unless(s.mask, x <= s.threshold);
+        }
+    }
+    for (r, b) in raw.iter_mut().zip(bits) {
+        *r += values[b.leaf()];
+    }
 }
 
 /// A node of a walked tree: left when `x[feature] ≤ threshold`; a leaf points to itself
@@ -46,6 +96,8 @@ struct Node {
 enum Layout {
     /// Splits `split..end` of `Forest::splits`, leaf values `Forest::leaves[leaf]`.
     Masked { split: u32, end: u32, leaf: u32 },
+    /// The same, of `Forest::splits32`.
+    Masked32 { split: u32, end: u32, leaf: u32 },
     /// Nodes from `root` of `Forest::nodes`, walked `depth` steps.
     Walked { depth: u32, root: u32 },
 }
@@ -54,7 +106,8 @@ enum Layout {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Forest {
     layouts: Vec<Layout>,
-    splits: Vec<Split>,
+    splits: Vec<Split<u64>>,
+    splits32: Vec<Split<u32>>,
     leaves: Vec<[f64; MAX_MASK_LEAVES]>,
     nodes: Vec<Node>,
     value: Vec<f64>,
@@ -115,16 +168,28 @@ impl Forest {
             ..Forest::default()
         };
         for t in trees {
-            if leaves_under_root(t) <= MAX_MASK_LEAVES {
-                let split = f.splits.len() as u32;
-                let mut leaves = [0.0; MAX_MASK_LEAVES];
-                number(t, 0, &mut 0, &mut f.splits, &mut leaves);
-                f.layouts.push(Layout::Masked {
-                    split,
-                    end: f.splits.len() as u32,
-                    leaf: f.leaves.len() as u32,
-                });
+            let n_leaves = leaves_under_root(t);
+            if n_leaves <= MAX_MASK_LEAVES {
+                let (mut splits, mut leaves) = (Vec::new(), [0.0; MAX_MASK_LEAVES]);
+                number(t, 0, &mut 0, &mut splits, &mut leaves);
+                let leaf = f.leaves.len() as u32;
                 f.leaves.push(leaves);
+                f.layouts.push(if n_leaves <= 32 {
+                    // Leaves 0..32 are bits 63..32: the upper half.
+                    let split = f.splits32.len() as u32;
+                    f.splits32.extend(splits.iter().map(|s| Split {
+                        offset: s.offset,
+                        threshold: s.threshold,
+                        mask: (s.mask >> 32) as u32,
+                    }));
+                    let end = f.splits32.len() as u32;
+                    Layout::Masked32 { split, end, leaf }
+                } else {
+                    let split = f.splits.len() as u32;
+                    f.splits.extend(splits);
+                    let end = f.splits.len() as u32;
+                    Layout::Masked { split, end, leaf }
+                });
             } else {
                 f.push_walked(t);
             }
@@ -199,20 +264,12 @@ impl Forest {
         for layout in &self.layouts {
             match *layout {
                 Layout::Masked { split, end, leaf } => {
-                    let mut bits = [u64::MAX; LANES];
-                    for s in &self.splits[split as usize..end as usize] {
-                        let x: &[f32; LANES] =
-                            chunk[s.offset as usize..][..LANES].try_into().unwrap();
-                        for (b, &x) in bits.iter_mut().zip(x) {
-                            // All ones when the track goes left (arithmetic, not a branch:
-                            // it vectorizes).
-                            *b &= s.mask | ((x <= s.threshold) as u64).wrapping_neg();
-                        }
-                    }
-                    let values = &self.leaves[leaf as usize];
-                    for (r, b) in raw.iter_mut().zip(bits) {
-                        *r += values[b.leading_zeros() as usize % MAX_MASK_LEAVES];
-                    }
+                    let splits = &self.splits[split as usize..end as usize];
+                    add_masked(splits, &self.leaves[leaf as usize], chunk, raw);
+                }
+                Layout::Masked32 { split, end, leaf } => {
+                    let splits = &self.splits32[split as usize..end as usize];
+                    add_masked(splits, &self.leaves[leaf as usize], chunk, raw);
                 }
                 Layout::Walked { depth, root } => {
                     let mut k = [root as usize; LANES];
@@ -235,7 +292,7 @@ impl Forest {
 /// Numbers the leaves under node `k` from `*next` on, left to right, writing their values
 /// into `leaves` and the splits (with the masks of their left subtrees) into `splits`. The
 /// tree has at most [`MAX_MASK_LEAVES`] leaves, so at most as many levels of recursion.
-fn number(t: &Tree, k: usize, next: &mut usize, splits: &mut Vec<Split>, leaves: &mut [f64]) {
+fn number(t: &Tree, k: usize, next: &mut usize, splits: &mut Vec<Split<u64>>, leaves: &mut [f64]) {
     if t.feature[k] < 0 {
         leaves[*next] = t.value[k];
         *next += 1;
@@ -383,13 +440,18 @@ mod tests {
     fn chunks_score_as_the_walks() {
         let mut rng = Rng(7);
         let x = rows(&mut rng, 300);
-        let trees: Vec<Tree> = [1, 2, 3, 17, 31, 63, 64, 65, 200]
+        let trees: Vec<Tree> = [1, 2, 3, 17, 32, 33, 64, 65, 200]
             .iter()
             .map(|&n| grown(&mut rng, n))
             .collect();
         let f = Forest::new(&trees, NF);
-        let masked = |l: &Layout| matches!(l, Layout::Masked { .. });
-        assert_eq!(f.layouts.iter().filter(|l| masked(l)).count(), 7);
+        let kind = |l: &Layout| match l {
+            Layout::Masked32 { .. } => 32,
+            Layout::Masked { .. } => 64,
+            Layout::Walked { .. } => 0,
+        };
+        let kinds: Vec<i32> = f.layouts.iter().map(kind).collect();
+        assert_eq!(kinds, [32, 32, 32, 32, 32, 64, 64, 0, 0]);
         check(&trees, &x);
     }
 
