@@ -207,6 +207,36 @@ pub fn loose_track_features(
     features_of(t, h, |q| q >= LOOSE)
 }
 
+/// Every track's hit list, checked: the offsets and hit indices of the whole event at once
+/// (vectorized), and on a failure track by track for the first error.
+fn check_lists(t: &TracksIn, n_hits: usize) -> Result<(), FeatureError> {
+    let o = t.hit_offsets;
+    let base = o[0];
+    let end = o[o.len() - 1];
+    let ordered = o.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1]));
+    if ordered && end as i64 - base as i64 <= t.hits.len() as i64 {
+        let list = &t.hits[..(end - base) as usize];
+        if list.iter().fold(0, |m, &h| m.max(h)) < n_hits as u32 || list.is_empty() {
+            return Ok(());
+        }
+    }
+    for tr in 0..t.quality.len() {
+        t.hits_of(tr, n_hits)?;
+    }
+    Ok(())
+}
+
+/// What the features need of one hit of a track, gathered into a compact list.
+#[derive(Clone, Copy, Default)]
+struct Hit {
+    charge: i32,
+    size_x: i16,
+    size_y: i16,
+    layer: u8,
+    /// Loose (or better) tracks using the hit, saturating at 255.
+    users: u8,
+}
+
 fn features_of(
     t: &TracksIn,
     h: &HitsIn,
@@ -217,88 +247,117 @@ fn features_of(
     if [h.size_x.len(), h.size_y.len(), h.charge.len()] != [n_hits; 3] {
         return Err(FeatureError::HitLength);
     }
-    let mut layer = Vec::with_capacity(n_hits);
-    for (hit, &det) in h.det_index.iter().enumerate() {
-        if det >= NUMBER_OF_MODULES {
-            return Err(FeatureError::BadModule { hit, det });
-        }
-        layer.push(layer_of(det));
+    if h.det_index.iter().fold(0, |m, &d| m.max(d)) >= NUMBER_OF_MODULES {
+        let hit = h.det_index.iter().position(|&d| d >= NUMBER_OF_MODULES);
+        let hit = hit.expect("a module beyond the last");
+        let det = h.det_index[hit];
+        return Err(FeatureError::BadModule { hit, det });
     }
-    // Loose (or better) tracks using each hit.
-    let mut users = vec![0u32; n_hits];
-    let mut lists = Vec::with_capacity(n);
-    for tr in 0..n {
-        let hits = t.hits_of(tr, n_hits)?;
-        if t.quality[tr] >= LOOSE {
-            for &k in hits {
-                users[k as usize] += 1;
-            }
+    check_lists(t, n_hits)?;
+    let base = t.hit_offsets[0];
+    let hits_of = |tr: usize| {
+        let o = &t.hit_offsets[tr..tr + 2];
+        &t.hits[(o[0] - base) as usize..(o[1] - base) as usize]
+    };
+    // Only "more than one" matters.
+    let mut users = vec![0u8; n_hits];
+    for tr in (0..n).filter(|&tr| t.quality[tr] >= LOOSE) {
+        for &k in hits_of(tr) {
+            users[k as usize] = users[k as usize].saturating_add(1);
         }
-        lists.push(hits);
     }
     let rows: Vec<usize> = (0..n).filter(|&tr| keep(t.quality[tr])).collect();
-    let mut out = Vec::with_capacity(rows.len() * N_FEATURES);
+    // In passes over all rows, each a loop of independent loads (the rows' data is
+    // scattered over the event's tracks and hits: many loads in flight at once).
+    let mut out = vec![0f32; rows.len() * N_FEATURES];
+    for (&tr, x) in rows.iter().zip(out.chunks_exact_mut(N_FEATURES)) {
+        track_part(t, tr, hits_of(tr).len() as f32, x);
+    }
+    let mut list = Vec::with_capacity(rows.iter().map(|&tr| hits_of(tr).len()).sum());
     for &tr in &rows {
-        let hits = lists[tr];
-        let nh = hits.len() as f32;
-        let mut gaps = 0u32;
-        for w in hits.windows(2) {
-            gaps += gap(layer[w[0] as usize], layer[w[1] as usize]);
-        }
-        let cot = t.state[tr * 5 + 3];
-        let abs_cot = cot.abs();
-        let s = (1.0 + cot * cot).sqrt();
-        let own = (t.quality[tr] >= LOOSE) as u32;
-        let (mut n_barrel, mut excess_sum, mut excess_max) = (0u32, 0f32, 0f32);
-        let (mut sx_sum, mut q_sum, mut q_min) = (0f32, 0f32, f32::MAX);
-        let (mut edges, mut shared) = (0u32, 0u32);
-        for &k in hits {
+        list.extend(hits_of(tr).iter().map(|&k| {
             let k = k as usize;
-            let (sx, sy) = (h.size_x[k], h.size_y[k]);
-            edges += (sx < 0 || sy < 0) as u32;
-            shared += (users[k] > own) as u32;
-            sx_sum += (sx as f32).abs();
-            let barrel = layer[k] < 4;
-            let q = h.charge[k] as f32 * if barrel { 1.0 / s } else { abs_cot / s };
-            q_sum += q;
-            q_min = q_min.min(q);
-            if barrel {
-                n_barrel += 1;
-                let excess = (sy as f32).abs() - SIZE_Y_PER_COT * abs_cot;
-                excess_sum += excess;
-                excess_max = excess_max.max(excess.abs());
+            Hit {
+                charge: h.charge[k],
+                size_x: h.size_x[k],
+                size_y: h.size_y[k],
+                layer: layer_of(h.det_index[k]),
+                users: users[k],
             }
-        }
-        let mean = |sum: f32, count: f32| if count > 0.0 { sum / count } else { 0.0 };
-        let c = &t.covariance[tr * 15..tr * 15 + 15];
-        let ndof = (2.0 * nh - 5.0).max(1.0);
-        let row = [
-            nh,
-            gaps as f32,
-            hits.first().map_or(-1.0, |&k| layer[k as usize] as f32),
-            n_barrel as f32,
-            t.chi2[tr],
-            t.chi2[tr] / ndof,
-            t.pt[tr],
-            t.eta[tr].abs(),
-            t.tip[tr].abs(),
-            t.zip[tr],
-            c[0].abs().sqrt(),
-            c[5].abs().sqrt(),
-            c[9].abs().sqrt() * t.pt[tr],
-            c[12].abs().sqrt(),
-            c[14].abs().sqrt(),
-            mean(excess_sum, n_barrel as f32),
-            excess_max,
-            mean(sx_sum, nh),
-            mean(q_sum, nh),
-            if hits.is_empty() { 0.0 } else { q_min },
-            edges as f32,
-            shared as f32,
-        ];
-        out.extend(row.map(finite));
+        }));
+    }
+    let mut at = 0;
+    for (&tr, x) in rows.iter().zip(out.chunks_exact_mut(N_FEATURES)) {
+        let hits = &list[at..at + hits_of(tr).len()];
+        at += hits.len();
+        hit_part(t, tr, hits, x);
+    }
+    for v in &mut out {
+        *v = finite(*v);
     }
     Ok((rows, out))
+}
+
+/// The features of track `tr` from its own columns (`nh` hits) into its row `x`.
+fn track_part(t: &TracksIn, tr: usize, nh: f32, x: &mut [f32]) {
+    let c = &t.covariance[tr * 15..tr * 15 + 15];
+    let ndof = (2.0 * nh - 5.0).max(1.0);
+    x[0] = nh;
+    x[4] = t.chi2[tr];
+    x[5] = t.chi2[tr] / ndof;
+    x[6] = t.pt[tr];
+    x[7] = t.eta[tr].abs();
+    x[8] = t.tip[tr].abs();
+    x[9] = t.zip[tr];
+    x[10] = c[0].abs().sqrt();
+    x[11] = c[5].abs().sqrt();
+    x[12] = c[9].abs().sqrt() * t.pt[tr];
+    x[13] = c[12].abs().sqrt();
+    x[14] = c[14].abs().sqrt();
+}
+
+/// The features of track `tr` from its hits into its row `x`.
+fn hit_part(t: &TracksIn, tr: usize, hits: &[Hit], x: &mut [f32]) {
+    let nh = hits.len() as f32;
+    let mut gaps = 0u32;
+    for w in hits.windows(2) {
+        gaps += gap(w[0].layer, w[1].layer);
+    }
+    let cot = t.state[tr * 5 + 3];
+    let abs_cot = cot.abs();
+    let s = (1.0 + cot * cot).sqrt();
+    let (barrel_scale, disk_scale) = (1.0 / s, abs_cot / s);
+    let own = (t.quality[tr] >= LOOSE) as u8;
+    let (mut n_barrel, mut excess_sum, mut excess_max) = (0u32, 0f32, 0f32);
+    let (mut sx_sum, mut q_sum, mut q_min) = (0f32, 0f32, f32::MAX);
+    let (mut edges, mut shared) = (0u32, 0u32);
+    for hit in hits {
+        let (sx, sy) = (hit.size_x, hit.size_y);
+        edges += (sx < 0 || sy < 0) as u32;
+        shared += (hit.users > own) as u32;
+        sx_sum += (sx as f32).abs();
+        let barrel = hit.layer < 4;
+        let q = hit.charge as f32 * if barrel { barrel_scale } else { disk_scale };
+        q_sum += q;
+        q_min = q_min.min(q);
+        if barrel {
+            n_barrel += 1;
+            let excess = (sy as f32).abs() - SIZE_Y_PER_COT * abs_cot;
+            excess_sum += excess;
+            excess_max = excess_max.max(excess.abs());
+        }
+    }
+    let mean = |sum: f32, count: f32| if count > 0.0 { sum / count } else { 0.0 };
+    x[1] = gaps as f32;
+    x[2] = hits.first().map_or(-1.0, |h| h.layer as f32);
+    x[3] = n_barrel as f32;
+    x[15] = mean(excess_sum, n_barrel as f32);
+    x[16] = excess_max;
+    x[17] = mean(sx_sum, nh);
+    x[18] = mean(q_sum, nh);
+    x[19] = if hits.is_empty() { 0.0 } else { q_min };
+    x[20] = edges as f32;
+    x[21] = shared as f32;
 }
 
 #[cfg(test)]
@@ -433,5 +492,82 @@ mod tests {
             track_features(&mk(&[0, 1], &[0]), &hits).unwrap_err(),
             FeatureError::BadModule { hit: 4, det: 2000 }
         );
+    }
+
+    /// The first bad track in order is reported, whatever its quality, also when the
+    /// event's lists fail the whole-event check for another reason too.
+    #[test]
+    fn the_first_bad_list_is_reported() {
+        let (det, sx, sy, q) = event();
+        let hits = HitsIn {
+            det_index: &det,
+            size_x: &sx,
+            size_y: &sy,
+            charge: &q,
+        };
+        let cov = [0f32; 45];
+        let mk = |quality: &'static [u8], offsets: &'static [i32], list: &'static [u32]| TracksIn {
+            quality,
+            pt: &[1.0; 3],
+            eta: &[0.0; 3],
+            tip: &[0.0; 3],
+            zip: &[0.0; 3],
+            chi2: &[0.0; 3],
+            state: &[0.0; 15],
+            covariance: &cov,
+            hit_offsets: offsets,
+            hits: list,
+        };
+        // Track 1 (a dup) uses hit 9, track 2's list ends before it starts.
+        let t = mk(&[2, 1, 2], &[0, 2, 4, 3], &[0, 1, 2, 9]);
+        assert_eq!(
+            loose_track_features(&t, &hits).unwrap_err(),
+            FeatureError::HitOutOfRange {
+                track: 1,
+                hit: 9,
+                n_hits: 5
+            }
+        );
+        let t = mk(&[2, 1, 2], &[0, 2, 1, 4], &[0, 1, 2, 9]);
+        assert!(matches!(
+            loose_track_features(&t, &hits).unwrap_err(),
+            FeatureError::Offsets { track: 1, .. }
+        ));
+        // Hits after the last list are no track's: not checked.
+        let t = mk(&[2, 1, 2], &[0, 1, 2, 3], &[0, 1, 2, 9]);
+        assert_eq!(loose_track_features(&t, &hits).unwrap().0, vec![0, 2]);
+    }
+
+    /// A hit of 257 loose tracks is shared for each of them (a wrapping 8-bit count would
+    /// say 1 user).
+    #[test]
+    fn hits_of_many_tracks_are_shared() {
+        let (det, sx, sy, q) = event();
+        let hits = HitsIn {
+            det_index: &det,
+            size_x: &sx,
+            size_y: &sy,
+            charge: &q,
+        };
+        let n = 257;
+        let cov = vec![0f32; 15 * n];
+        let offsets: Vec<i32> = (0..=n as i32).map(|i| 2 * i).collect();
+        let list: Vec<u32> = (0..n as u32).flat_map(|i| [0, 1 + i % 4]).collect();
+        let (one, zero) = (vec![1f32; n], vec![0f32; n]);
+        let tracks = TracksIn {
+            quality: &vec![2; n],
+            pt: &one,
+            eta: &zero,
+            tip: &zero,
+            zip: &zero,
+            chi2: &zero,
+            state: &vec![0.0; 5 * n],
+            covariance: &cov,
+            hit_offsets: &offsets,
+            hits: &list,
+        };
+        let x = track_features(&tracks, &hits).unwrap();
+        let shared = FEATURES.iter().position(|&f| f == "shared_hits").unwrap();
+        assert!(x.chunks(N_FEATURES).all(|row| row[shared] == 2.0));
     }
 }

@@ -3,6 +3,7 @@
 //! model ([`model`]), and the purity selection it gives (`highPurity`).
 
 pub mod features;
+mod forest;
 pub mod model;
 
 pub use features::{
@@ -201,6 +202,38 @@ mod tests {
         for r in rows {
             assert_eq!(
                 flat[r],
+                m.raw(&x[r * N_FEATURES..(r + 1) * N_FEATURES]),
+                "row {r}"
+            );
+        }
+    }
+
+    /// Node 5 is reached from node 2 (depth 2) and from node 4 (depth 1): a walk takes 4
+    /// steps to leaf 6. Taking the depth of the last parent written (3) stopped the batch
+    /// walk at split 5, whose value is 0.
+    #[test]
+    fn a_shared_subtree_scores_as_its_walk() {
+        let text = tiny().replacen(
+            r#"{"feature": [0, -1, -1], "threshold": [3.5, 0, 0], "left": [1, -1, -1],
+                "right": [2, -1, -1], "value": [0, -2.0, 1.5]}"#,
+            r#"{"feature": [0, 0, 0, -1, 0, 0, -1, -1],
+                "threshold": [0.5, 0.25, 0.1, 0, 0.75, 0.05, 0, 0],
+                "left": [1, 2, 5, -1, 5, 6, -1, -1], "right": [4, 3, 6, -1, 7, 7, -1, -1],
+                "value": [0, 0, 0, 1.0, 0, 0, 2.0, 3.0]}"#,
+            1,
+        );
+        let m = Model::parse(&text, &FEATURES).unwrap();
+        assert_eq!(m.trees[0].feature.len(), 8);
+        let x: Vec<f32> = [0.0, 0.07, 0.2, 0.3, 0.6, 0.9]
+            .iter()
+            .flat_map(|&v| row(v, 0.0, 0.0))
+            .collect();
+        let raw = m.raw_rows(&x, &[0, 1, 2, 3, 4, 5]);
+        // 0 → 1 → 2 → 5 → 6, then tree 1: shared 0 ≤ 0.5, first layer 0 ≤ 0.5: 0.25.
+        assert_eq!(raw[0], 0.5 + 2.0 + 0.25);
+        for (r, raw) in raw.iter().enumerate() {
+            assert_eq!(
+                *raw,
                 m.raw(&x[r * N_FEATURES..(r + 1) * N_FEATURES]),
                 "row {r}"
             );

@@ -13,6 +13,8 @@
 //! and to `right[k]` otherwise. The score is `1 / (1 + exp(−raw))` with `raw = base_score +
 //! Σ leaves` summed in f64 in tree order.
 
+use super::forest::{Forest, LANES};
+
 /// Why a model file cannot be used.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ModelError {
@@ -50,34 +52,6 @@ pub struct Tree {
     pub value: Vec<f64>,
 }
 
-/// A node of the flattened forest: sends `x` to `left` when `x[feature]` ≤ `threshold`, else
-/// to `right`; a leaf points to itself, its value is in `Model::leaf_value`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Node {
-    feature: u32,
-    /// The largest f32 ≤ the file's f64 threshold: for an f32 feature `x`, `x ≤ it` exactly
-    /// when `x as f64 ≤ threshold`, so the comparison stays in f32 with the same result.
-    threshold: f32,
-    left: u32,
-    right: u32,
-}
-
-/// The largest f32 not above `t`.
-fn f32_at_most(t: f64) -> f32 {
-    let r = t as f32;
-    if (r as f64) <= t {
-        return r;
-    }
-    // Rounded up: step one f32 down (r is not −∞ here, and NaN was refused).
-    if r == 0.0 {
-        -f32::from_bits(1)
-    } else if r > 0.0 {
-        f32::from_bits(r.to_bits() - 1)
-    } else {
-        f32::from_bits(r.to_bits() + 1)
-    }
-}
-
 /// A validated gradient-boosted-trees model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Model {
@@ -88,12 +62,8 @@ pub struct Model {
     /// The score threshold chosen at training.
     pub working_point: f64,
     pub trees: Vec<Tree>,
-    /// Every tree's nodes, one after the other (child indices absolute).
-    nodes: Vec<Node>,
-    /// Value of each leaf of `nodes` (0 for splits).
-    leaf_value: Vec<f64>,
-    /// First node and depth of each tree.
-    roots: Vec<(u32, u32)>,
+    /// The trees laid out for evaluating many tracks at once.
+    forest: Forest,
 }
 
 fn invalid(msg: impl Into<String>) -> ModelError {
@@ -179,69 +149,31 @@ impl Model {
                 Tree::parse(j, features.len()).map_err(|e| invalid(format!("tree {t}: {e}")))
             })
             .collect::<Result<_, _>>()?;
-        let (mut nodes, mut leaf_value, mut roots) = (Vec::new(), Vec::new(), Vec::new());
-        for t in &trees {
-            let base = nodes.len() as u32;
-            let n = t.feature.len();
-            // Depth of each node (children come after their parent).
-            let mut depth = vec![0u32; n];
-            for k in 0..n {
-                if t.feature[k] >= 0 {
-                    depth[t.left[k] as usize] = depth[k] + 1;
-                    depth[t.right[k] as usize] = depth[k] + 1;
-                }
-            }
-            roots.push((base, depth.iter().copied().max().unwrap_or(0)));
-            for k in 0..n {
-                let leaf = t.feature[k] < 0;
-                let me = base + k as u32;
-                // A leaf points to itself: every walk can take the tree's depth in steps.
-                nodes.push(Node {
-                    feature: if leaf { 0 } else { t.feature[k] as u32 },
-                    threshold: if leaf {
-                        0.0
-                    } else {
-                        f32_at_most(t.threshold[k])
-                    },
-                    left: if leaf { me } else { base + t.left[k] },
-                    right: if leaf { me } else { base + t.right[k] },
-                });
-                leaf_value.push(if leaf { t.value[k] } else { 0.0 });
-            }
-        }
+        let forest = Forest::new(&trees, features.len());
         Ok(Model {
             features,
             base_score,
             working_point,
             trees,
-            nodes,
-            leaf_value,
-            roots,
+            forest,
         })
     }
 
     /// Raw scores of the rows `rows` of a feature matrix (`features.len()` per row): the same
-    /// values as [`Model::raw`] of each row, trees outside, rows inside (each tree's nodes
-    /// stay in cache).
+    /// values as [`Model::raw`] of each row.
     pub fn raw_rows(&self, x: &[f32], rows: &[usize]) -> Vec<f64> {
-        const LANES: usize = 8;
         let nf = self.features.len();
-        let mut raw = vec![self.base_score; rows.len()];
-        for &(root, depth) in &self.roots {
-            // Eight walks at once, branch-free steps: they overlap in the pipeline.
-            for (raw, rows) in raw.chunks_mut(LANES).zip(rows.chunks(LANES)) {
-                let mut k = [root as usize; LANES];
-                for _ in 0..depth {
-                    for (k, &row) in k.iter_mut().zip(rows) {
-                        let n = self.nodes[*k];
-                        let v = x[row * nf + n.feature as usize];
-                        *k = if v <= n.threshold { n.left } else { n.right } as usize;
-                    }
-                }
-                for (r, &k) in raw.iter_mut().zip(&k) {
-                    *r += self.leaf_value[k];
+        let mut raw = Vec::with_capacity(rows.len());
+        let mut chunk = vec![0f32; nf * LANES];
+        for rows in rows.chunks(LANES) {
+            for (l, &row) in rows.iter().enumerate() {
+                for (f, &v) in x[row * nf..(row + 1) * nf].iter().enumerate() {
+                    chunk[f * LANES + l] = v;
                 }
             }
+            let mut sums = [self.base_score; LANES];
+            self.forest.add_chunk(&chunk, &mut sums);
+            raw.extend_from_slice(&sums[..rows.len()]);
         }
         raw
     }
@@ -333,30 +265,6 @@ impl Tree {
             } else {
                 self.right[k]
             } as usize;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f32_thresholds_compare_as_the_f64_ones() {
-        for t in [
-            0.1f64, -0.1, 0.0, 1e-50, -1e-50, 3.5, 1e39, -1e39, 16777217.0,
-        ] {
-            let r = f32_at_most(t);
-            assert!((r as f64) <= t, "{t}");
-            // The next f32 up is above t.
-            let up = if r == 0.0 && r.is_sign_negative() {
-                0.0
-            } else if r >= 0.0 {
-                f32::from_bits(r.to_bits() + 1)
-            } else {
-                f32::from_bits(r.to_bits() - 1)
-            };
-            assert!(up as f64 > t || r == f32::MAX, "{t}: {r} {up}");
         }
     }
 }
