@@ -317,16 +317,7 @@ pub(crate) fn summarize_with(
         tip_resolution_um: q(3) * 1e4,
         zip_resolution_um: q(4) * 1e4,
         charge_agreement: ratio(sum(&|r| r.charge_agrees), sum(&|r| r.charge_compared)),
-        track_fake_rate_4hits: {
-            let l4 = results
-                .iter()
-                .flat_map(|r| r.loose_tracks.iter())
-                .filter(|t| t.hits >= 4);
-            let (f4, n4) = l4.fold((0, 0), |(f, n), t| {
-                (f + (t.kind == TrackKind::Fake) as usize, n + 1)
-            });
-            ratio(f4, n4)
-        },
+        track_fake_rate_4hits: fake_rate_4hits(results),
         efficiency_particles_with_rechits: ratio(
             sel.iter()
                 .filter(|s| s.p.rechit_layers >= cfg.min_layers)
@@ -615,6 +606,18 @@ fn write_track_composition(out: &Path, lt: &[LooseTrack]) -> Result<()> {
             ("n_fake_one_foreign_hit", Col::U64(f1)),
         ],
     )
+}
+
+/// Fakes among the loose tracks with ≥ 4 hits.
+fn fake_rate_4hits(results: &[EventResult]) -> f64 {
+    let l4 = results
+        .iter()
+        .flat_map(|r| r.loose_tracks.iter())
+        .filter(|t| t.hits >= 4);
+    let (f4, n4) = l4.fold((0, 0), |(f, n), t| {
+        (f + (t.kind == TrackKind::Fake) as usize, n + 1)
+    });
+    ratio(f4, n4)
 }
 
 /// Separation, in σ, below which two true vertices count as unresolvable: their tracks' z

@@ -65,14 +65,12 @@ pub(super) fn analyze(
         .iter()
         .filter(|v| n_reco_tracks.get(&v.id).copied().unwrap_or(0) >= cfg.vertex_min_tracks)
         .collect();
-    // Σ 1/σ²(zip) of each true vertex's reconstructable tracks: its z resolution with the
-    // tracks' own errors is 1/√W.
-    let mut weight: BTreeMap<u32, f64> = BTreeMap::new();
-    for (t, v) in reco.tracks.iter().zip(&true_vertex_of_track) {
-        if let Some(v) = v {
-            *weight.entry(*v).or_default() += 1.0 / t.cov[14] as f64;
-        }
-    }
+    let separations = separations(
+        reco,
+        &true_vertex_of_track,
+        &reconstructable,
+        &n_reco_tracks,
+    );
     for tv in &reconstructable {
         let n = n_reco_tracks[&tv.id];
         let nearest = reconstructable
@@ -80,21 +78,7 @@ pub(super) fn analyze(
             .filter(|o| o.id != tv.id)
             .map(|o| (o.z - tv.z).abs() as f64)
             .fold(f64::INFINITY, f64::min);
-        // The least separated other vertex: |Δz| in units of the two vertices' combined
-        // resolution; this vertex is the one a merge would lose when it has fewer tracks
-        // (ties: the higher id, as `main` picks the lower).
-        let (separation, smaller_partner) = reconstructable
-            .iter()
-            .filter(|o| o.id != tv.id)
-            .map(|o| {
-                let s2 = 1.0 / weight[&tv.id] + 1.0 / weight[&o.id];
-                let sep = (o.z - tv.z).abs() as f64 / s2.sqrt();
-                let smaller =
-                    (n, std::cmp::Reverse(tv.id)) < (n_reco_tracks[&o.id], std::cmp::Reverse(o.id));
-                (sep, smaller)
-            })
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .unwrap_or((f64::INFINITY, false));
+        let (separation, smaller_partner) = separations[&tv.id];
         let zt = (tv.z - cfg.beam_spot[2]) as f64;
         let mine: Vec<usize> = (0..vertices.len())
             .filter(|&i| main[i] == Some(tv.id))
@@ -136,4 +120,42 @@ pub(super) fn analyze(
             smaller_partner,
         });
     }
+}
+
+/// Per reconstructable vertex, its separation from the least separated other one and whether
+/// it has fewer tracks ([`VertexResult::separation`], [`VertexResult::smaller_partner`]).
+fn separations(
+    reco: &RecoEvent,
+    true_vertex_of_track: &[Option<u32>],
+    reconstructable: &[&TruthVertex],
+    n_reco_tracks: &BTreeMap<u32, usize>,
+) -> BTreeMap<u32, (f64, bool)> {
+    // Σ 1/σ²(zip) of each true vertex's reconstructable tracks: its z resolution with the
+    // tracks' own errors is 1/√W.
+    let mut weight: BTreeMap<u32, f64> = BTreeMap::new();
+    for (t, v) in reco.tracks.iter().zip(true_vertex_of_track) {
+        if let Some(v) = v {
+            *weight.entry(*v).or_default() += 1.0 / t.cov[14] as f64;
+        }
+    }
+    let key = |v: &TruthVertex| (n_reco_tracks[&v.id], std::cmp::Reverse(v.id));
+    reconstructable
+        .iter()
+        .map(|tv| {
+            // |Δz| in units of the two vertices' combined resolution; this vertex is the one
+            // a merge would lose when it has fewer tracks (ties: the higher id, as `main`
+            // picks the lower).
+            let least = reconstructable
+                .iter()
+                .filter(|o| o.id != tv.id)
+                .map(|o| {
+                    let s2 = 1.0 / weight[&tv.id] + 1.0 / weight[&o.id];
+                    let sep = (o.z - tv.z).abs() as f64 / s2.sqrt();
+                    (sep, key(tv) < key(o))
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .unwrap_or((f64::INFINITY, false));
+            (tv.id, least)
+        })
+        .collect()
 }
