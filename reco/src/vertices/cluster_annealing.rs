@@ -223,10 +223,14 @@ struct Annealer<'c> {
     sw: Vec<f64>,
     swe: Vec<f64>,
     tc: Vec<f64>,
-    /// Per track the prototypes `lo..hi` of its window, valid while `win_valid`, for
-    /// `win_beta`, and until the prototypes have moved `WINDOW_SLACK` in all.
-    lo: Vec<u32>,
-    hi: Vec<u32>,
+    /// The track–prototype pairs of the windows, valid while `win_valid`, for `win_beta`,
+    /// and until the prototypes have moved `WINDOW_SLACK` in all: track i's pairs are
+    /// `off[i]..off[i + 1]`, in z order of their prototypes `pk`; `pi` is the pair's track.
+    off: Vec<u32>,
+    pk: Vec<u32>,
+    pi: Vec<u32>,
+    /// β w of the pair's track.
+    pbw: Vec<f64>,
     win_valid: bool,
     win_beta: f64,
     /// Typical track z error (1/√ mean weight), cm.
@@ -236,9 +240,10 @@ struct Annealer<'c> {
     /// Smallest √weight: the widest reach of a track.
     sqw_min: f64,
     moved: f64,
-    /// Scratch: Σ p, Σ p w, Σ p w z, Σ p w² d² per prototype, and one track's terms.
-    acc: [Vec<f64>; 4],
-    terms: Vec<f64>,
+    /// Scratch: per pair the distance and term; per prototype Σ p, Σ p w, Σ p w z, Σ p w² d².
+    dist: Vec<f64>,
+    term: Vec<f64>,
+    acc: Vec<[f64; 4]>,
 }
 
 impl<'c> Annealer<'c> {
@@ -278,16 +283,19 @@ impl<'c> Annealer<'c> {
             sw: vec![sw],
             swe: vec![swe],
             tc: vec![2.0 * swe / sw],
-            lo: Vec::new(),
-            hi: Vec::new(),
+            off: Vec::new(),
+            pk: Vec::new(),
+            pi: Vec::new(),
+            pbw: Vec::new(),
             win_valid: false,
             win_beta: 0.0,
             sigma: (nt as f64 / sw).sqrt(),
             sqw_min,
             sig,
             moved: 0.0,
-            acc: Default::default(),
-            terms: Vec::new(),
+            dist: Vec::new(),
+            term: Vec::new(),
+            acc: Vec::new(),
         };
         (a, order)
     }
@@ -333,8 +341,11 @@ impl<'c> Annealer<'c> {
         let zr = if high_t { ZRANGE_HIGH_T } else { ZRANGE };
         let inv_sqrt_beta = 1.0 / beta.sqrt();
         let n = self.z.len();
-        self.lo.resize(n, 0);
-        self.hi.resize(n, 0);
+        self.off.clear();
+        self.off.push(0);
+        self.pk.clear();
+        self.pi.clear();
+        self.pbw.clear();
         let pz = &self.pz[..];
         let nv = pz.len();
         // The tracks are sorted in z: each window starts from the previous one's bounds.
@@ -364,8 +375,11 @@ impl<'c> Annealer<'c> {
                 l = l.min(c.saturating_sub(1));
                 h = h.max((c + 1).min(nv));
             }
-            self.lo[i] = l as u32;
-            self.hi[i] = h as u32;
+            self.pk.extend(l as u32..h as u32);
+            self.pi.extend(std::iter::repeat_n(i as u32, h - l));
+            self.pbw
+                .extend(std::iter::repeat_n(beta * self.w[i], h - l));
+            self.off.push(self.pk.len() as u32);
         }
         self.win_valid = true;
         self.win_beta = beta;
@@ -378,62 +392,90 @@ impl<'c> Annealer<'c> {
         if !self.win_valid || beta != self.win_beta || self.moved > WINDOW_SLACK {
             self.set_windows(beta);
         }
-        let nv = self.pz.len();
-        for v in self.acc.iter_mut() {
-            v.clear();
-            v.resize(nv, 0.0);
-        }
-        self.terms.resize(nv, 0.0);
-        let [se, sw, swz, swe] = &mut self.acc;
-        let terms = &mut self.terms[..];
-        let (pz, rho) = (&self.pz[..], &self.rho[..]);
         let z_init = rho0 * (-beta * zc2).exp();
-        for i in 0..self.z.len() {
-            let (lo, hi) = (self.lo[i] as usize, self.hi[i] as usize);
-            let (zi, wi) = (self.z[i], self.w[i]);
-            let bw = beta * wi;
-            let terms = &mut terms[..hi - lo];
-            // Separate loops: the terms vectorise, the sum keeps its order.
-            for (t, (&zk, &rk)) in terms.iter_mut().zip(pz[lo..hi].iter().zip(&rho[lo..hi])) {
-                let d = zi - zk;
-                *t = rk * exp_neg(-bw * d * d);
-            }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            unsafe { self.sums_avx2(z_init) };
+            return self.finish_update();
+        }
+        self.sums(z_init);
+        self.finish_update()
+    }
+
+    /// [`Self::sums`] compiled for AVX2: the same IEEE operations in the same order (no FMA
+    /// is enabled, and Rust never contracts a multiply and an add), so the same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn sums_avx2(&mut self, z_init: f64) {
+        self.sums(z_init)
+    }
+
+    /// The sums of an update per prototype, into `acc`. The terms of all pairs are computed
+    /// in one loop (a track's window holds two or three prototypes, too few to vectorise
+    /// alone); each prototype still adds its tracks' terms in track order.
+    #[inline(always)]
+    fn sums(&mut self, z_init: f64) {
+        let np = self.pk.len();
+        self.dist.resize(np, 0.0);
+        self.term.resize(np, 0.0);
+        let (pz, rho) = (&self.pz[..], &self.rho[..]);
+        let (z, w) = (&self.z[..], &self.w[..]);
+        let (pk, pi) = (&self.pk[..], &self.pi[..]);
+        let (dist, term) = (&mut self.dist[..np], &mut self.term[..np]);
+        for (q, (&k, &i)) in pk.iter().zip(pi).enumerate() {
+            let (k, i) = (k as usize, i as usize);
+            dist[q] = z[i] - pz[k];
+            term[q] = rho[k];
+        }
+        for ((t, &d), &bw) in term.iter_mut().zip(&*dist).zip(&self.pbw) {
+            *t *= exp_neg(-bw * d * d);
+        }
+        self.acc.clear();
+        self.acc.resize(pz.len(), [0.0; 4]);
+        for (i, win) in self.off.windows(2).enumerate() {
+            let (a, b) = (win[0] as usize, win[1] as usize);
             let mut zs = z_init;
-            for &t in terms.iter() {
+            for &t in &term[a..b] {
                 zs += t;
             }
             self.zsum[i] = zs;
             if zs > TINY {
                 let inv = 1.0 / zs;
-                let wz = wi * zi;
-                let ww = wi * wi;
-                let (se, sw) = (&mut se[lo..hi], &mut sw[lo..hi]);
-                let (swz, swe) = (&mut swz[lo..hi], &mut swe[lo..hi]);
-                for k in 0..terms.len() {
-                    let p = terms[k] * inv;
-                    let d = zi - pz[lo + k];
-                    se[k] += p;
-                    sw[k] += p * wi;
-                    swz[k] += p * wz;
-                    swe[k] += p * ww * d * d;
+                let (zi, wi) = (z[i], w[i]);
+                let c = [1.0, wi, wi * zi, wi * wi];
+                for q in a..b {
+                    let p = term[q] * inv;
+                    let d = dist[q];
+                    let mut s = [p * c[0], p * c[1], p * c[2], p * c[3]];
+                    s[3] = s[3] * d * d;
+                    let acc = &mut self.acc[pk[q] as usize];
+                    for (a, s) in acc.iter_mut().zip(s) {
+                        *a += s;
+                    }
                 }
             }
         }
+    }
+
+    /// The new prototypes from the sums in `acc`; the largest move, cm.
+    fn finish_update(&mut self) -> f64 {
+        let nv = self.pz.len();
         let inv_n = 1.0 / self.z.len() as f64;
         let mut delta = 0.0f64;
         for k in 0..nv {
-            let (sum_w, sum_we) = (sw[k], swe[k]);
+            let [se, sum_w, swz, sum_we] = self.acc[k];
             self.sw[k] = sum_w;
             self.swe[k] = sum_we;
             if sum_w > 0.0 {
-                let znew = swz[k] / sum_w;
+                let znew = swz / sum_w;
                 delta = delta.max((znew - self.pz[k]).abs());
                 self.pz[k] = znew;
                 self.tc[k] = 2.0 * sum_we / sum_w;
             } else {
                 self.tc[k] = 0.0;
             }
-            self.rho[k] = se[k] * inv_n;
+            self.rho[k] = se * inv_n;
         }
         if self.pz.windows(2).any(|p| p[0] > p[1]) {
             self.reorder();
