@@ -948,7 +948,7 @@ mod tests {
         let nv = a.pz.len();
         let [mut se, mut sw, mut swz, mut swe] = [(); 4].map(|_| vec![0.0f64; nv]);
         let mut zsum = vec![0.0f64; a.z.len()];
-        for i in 0..a.z.len() {
+        for (i, zsum_i) in zsum.iter_mut().enumerate() {
             let ks = a.pk[a.off[i] as usize..a.off[i + 1] as usize].to_vec();
             let (zi, wi) = (a.z[i], a.w[i]);
             let bw = beta * wi;
@@ -963,7 +963,7 @@ mod tests {
             for &t in &terms {
                 zs += t;
             }
-            zsum[i] = zs;
+            *zsum_i = zs;
             if zs > TINY {
                 let inv = 1.0 / zs;
                 let (wz, ww) = (wi * zi, wi * wi);
