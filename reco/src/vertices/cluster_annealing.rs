@@ -17,14 +17,14 @@
 //! selected tracks (bit-identical for any thread count or batch size).
 //!
 //! Cost: about 40 updates and 20 split rounds per ⟨PU⟩ 50 event, 70 % of it above `t_min`.
-//! An update computes the terms of all track–prototype pairs in one vectorised loop and the
+//! An update computes the terms of many tracks' window pairs in one vectorised loop and the
 //! split picks its tracks without branches (both compiled for AVX2 where the CPU has it, same
 //! bits). Tried without gain (thread CPU time, ⟨PU⟩ 50 and 100): window bounds without
 //! branches or from monotonic lower bounds (the walks are well predicted, and a branch-free
-//! step chains each track's bound to the previous one: 8 % slower); windows as per-track
-//! ranges instead of pair lists; the split's soft share from `exp_neg` (slower, the libm call
-//! is cheap there); and, changing results, `DELTA_LOW_T` 1e-3 or one update at `t_stop`
-//! (time unchanged: updates below `t_min` are cheap, few prototypes per track).
+//! step chains each track's bound to the previous one: 8 % slower); the split's soft share
+//! from `exp_neg` (slower, the libm call is cheap there); and, changing results,
+//! `DELTA_LOW_T` 1e-3 or one update at `t_stop` (time unchanged: updates below `t_min` are
+//! cheap, few prototypes per track).
 
 use super::cluster_common::{check_capacity, Clusters};
 use super::{VertexError, IDV_NOISE, MAX_VERTICES};
@@ -151,6 +151,9 @@ const ZRANGE: f64 = 4.0;
 /// them). Above `t_min` only the splitting pattern matters: 1.5 instead of 4.0 changed the
 /// rates by < 0.1 % (⟨PU⟩ 50 and 100) for 2.5× fewer track–prototype pairs.
 const ZRANGE_HIGH_T: f64 = 1.5;
+/// Most window pairs an update computes at once (unless one track has more): bounds the
+/// scratch memory (16 000 tracks × 1 023 prototypes would be half a GB) at no measurable cost.
+const PAIR_BLOCK: usize = 4096;
 /// Margin of the cached windows, cm.
 const WINDOW_SLACK: f64 = 0.02;
 /// Convergence of a fixed-point iteration: the largest move of a prototype, cm, above and
@@ -233,14 +236,10 @@ struct Annealer<'c> {
     sw: Vec<f64>,
     swe: Vec<f64>,
     tc: Vec<f64>,
-    /// The track–prototype pairs of the windows, valid while `win_valid`, for `win_beta`,
-    /// and until the prototypes have moved `WINDOW_SLACK` in all: track i's pairs are
-    /// `off[i]..off[i + 1]`, in z order of their prototypes `pk`; `pi` is the pair's track.
-    off: Vec<u32>,
-    pk: Vec<u32>,
-    pi: Vec<u32>,
-    /// β w of the pair's track.
-    pbw: Vec<f64>,
+    /// Per track the prototypes `lo..hi` of its window, valid while `win_valid`, for
+    /// `win_beta`, and until the prototypes have moved `WINDOW_SLACK` in all.
+    lo: Vec<u32>,
+    hi: Vec<u32>,
     win_valid: bool,
     win_beta: f64,
     /// Typical track z error (1/√ mean weight), cm.
@@ -250,9 +249,11 @@ struct Annealer<'c> {
     /// Smallest √weight: the widest reach of a track.
     sqw_min: f64,
     moved: f64,
-    /// Scratch: per pair the distance and term; per prototype Σ p, Σ p w, Σ p w z, Σ p w² d².
+    /// Scratch: per window pair the distance, term and β w; per prototype Σ p, Σ p w, Σ p w z,
+    /// Σ p w² d².
     dist: Vec<f64>,
     term: Vec<f64>,
+    bw: Vec<f64>,
     acc: Vec<[f64; 4]>,
     /// Scratch of [`Self::halves`]: the tracks near the prototype.
     sel: Vec<u32>,
@@ -295,10 +296,8 @@ impl<'c> Annealer<'c> {
             sw: vec![sw],
             swe: vec![swe],
             tc: vec![2.0 * swe / sw],
-            off: Vec::new(),
-            pk: Vec::new(),
-            pi: Vec::new(),
-            pbw: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
             win_valid: false,
             win_beta: 0.0,
             sigma: (nt as f64 / sw).sqrt(),
@@ -307,6 +306,7 @@ impl<'c> Annealer<'c> {
             moved: 0.0,
             dist: Vec::new(),
             term: Vec::new(),
+            bw: Vec::new(),
             acc: Vec::new(),
             sel: Vec::new(),
         };
@@ -354,11 +354,8 @@ impl<'c> Annealer<'c> {
         let zr = if high_t { ZRANGE_HIGH_T } else { ZRANGE };
         let inv_sqrt_beta = 1.0 / beta.sqrt();
         let n = self.z.len();
-        self.off.clear();
-        self.off.push(0);
-        self.pk.clear();
-        self.pi.clear();
-        self.pbw.clear();
+        self.lo.resize(n, 0);
+        self.hi.resize(n, 0);
         let pz = &self.pz[..];
         let nv = pz.len();
         // The tracks are sorted in z: each window starts from the previous one's bounds.
@@ -388,11 +385,8 @@ impl<'c> Annealer<'c> {
                 l = l.min(c.saturating_sub(1));
                 h = h.max((c + 1).min(nv));
             }
-            self.pk.extend(l as u32..h as u32);
-            self.pi.extend(std::iter::repeat_n(i as u32, h - l));
-            self.pbw
-                .extend(std::iter::repeat_n(beta * self.w[i], h - l));
-            self.off.push(self.pk.len() as u32);
+            self.lo[i] = l as u32;
+            self.hi[i] = h as u32;
         }
         self.win_valid = true;
         self.win_beta = beta;
@@ -409,10 +403,10 @@ impl<'c> Annealer<'c> {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2.
-            unsafe { self.sums_avx2(z_init) };
+            unsafe { self.sums_avx2(beta, z_init) };
             return self.finish_update();
         }
-        self.sums(z_init);
+        self.sums(beta, z_init);
         self.finish_update()
     }
 
@@ -420,36 +414,73 @@ impl<'c> Annealer<'c> {
     /// is enabled, and Rust never contracts a multiply and an add), so the same bits.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn sums_avx2(&mut self, z_init: f64) {
-        self.sums(z_init)
+    unsafe fn sums_avx2(&mut self, beta: f64, z_init: f64) {
+        self.sums(beta, z_init)
     }
 
-    /// The sums of an update per prototype, into `acc`. The terms of all pairs are computed
-    /// in one loop (a track's window holds two or three prototypes, too few to vectorise
-    /// alone); each prototype still adds its tracks' terms in track order.
+    /// The sums of an update per prototype, into `acc`. The terms of many tracks' window
+    /// pairs are computed in one loop (a window holds two or three prototypes, too few to
+    /// vectorise alone); each prototype still adds its tracks' terms in track order. Blocks
+    /// of at most `PAIR_BLOCK` pairs (or one track) bound the scratch memory.
     #[inline(always)]
-    fn sums(&mut self, z_init: f64) {
-        let np = self.pk.len();
+    fn sums(&mut self, beta: f64, z_init: f64) {
+        let n = self.z.len();
+        self.acc.clear();
+        self.acc.resize(self.pz.len(), [0.0; 4]);
+        let mut i0 = 0;
+        while i0 < n {
+            let (mut i1, mut np) = (i0, 0usize);
+            while i1 < n {
+                let m = (self.hi[i1] - self.lo[i1]) as usize;
+                if np > 0 && np + m > PAIR_BLOCK {
+                    break;
+                }
+                np += m;
+                i1 += 1;
+            }
+            self.block_sums(i0..i1, np, beta, z_init);
+            i0 = i1;
+        }
+    }
+
+    /// [`Self::sums`] of tracks `tracks`, which have `np` window pairs in all.
+    #[inline(always)]
+    fn block_sums(&mut self, tracks: std::ops::Range<usize>, np: usize, beta: f64, z_init: f64) {
         self.dist.resize(np, 0.0);
         self.term.resize(np, 0.0);
+        self.bw.resize(np, 0.0);
         let (pz, rho) = (&self.pz[..], &self.rho[..]);
         let (z, w) = (&self.z[..], &self.w[..]);
-        let (pk, pi) = (&self.pk[..], &self.pi[..]);
         let (dist, term) = (&mut self.dist[..np], &mut self.term[..np]);
-        for (q, (&k, &i)) in pk.iter().zip(pi).enumerate() {
-            let (k, i) = (k as usize, i as usize);
-            dist[q] = z[i] - pz[k];
-            term[q] = rho[k];
+        let bwp = &mut self.bw[..np];
+        let mut q = 0;
+        for i in tracks.clone() {
+            let (l, h) = (self.lo[i] as usize, self.hi[i] as usize);
+            let (zi, bw) = (z[i], beta * w[i]);
+            let m = h - l;
+            for (((d, t), b), (&zk, &rk)) in dist[q..q + m]
+                .iter_mut()
+                .zip(&mut term[q..q + m])
+                .zip(&mut bwp[q..q + m])
+                .zip(pz[l..h].iter().zip(&rho[l..h]))
+            {
+                *d = zi - zk;
+                *t = rk;
+                *b = bw;
+            }
+            q += m;
         }
-        for ((t, &d), &bw) in term.iter_mut().zip(&*dist).zip(&self.pbw) {
+        for ((t, &d), &bw) in term.iter_mut().zip(&*dist).zip(&*bwp) {
             *t *= exp_neg(-bw * d * d);
         }
-        self.acc.clear();
-        self.acc.resize(pz.len(), [0.0; 4]);
-        for (i, win) in self.off.windows(2).enumerate() {
-            let (a, b) = (win[0] as usize, win[1] as usize);
+        let mut q = 0;
+        for i in tracks {
+            let (l, h) = (self.lo[i] as usize, self.hi[i] as usize);
+            let m = h - l;
+            let (term, dist) = (&term[q..q + m], &dist[q..q + m]);
+            q += m;
             let mut zs = z_init;
-            for &t in &term[a..b] {
+            for &t in term {
                 zs += t;
             }
             self.zsum[i] = zs;
@@ -457,12 +488,10 @@ impl<'c> Annealer<'c> {
                 let inv = 1.0 / zs;
                 let (zi, wi) = (z[i], w[i]);
                 let c = [1.0, wi, wi * zi, wi * wi];
-                for q in a..b {
-                    let p = term[q] * inv;
-                    let d = dist[q];
+                for ((acc, &t), &d) in self.acc[l..h].iter_mut().zip(term).zip(dist) {
+                    let p = t * inv;
                     let mut s = [p * c[0], p * c[1], p * c[2], p * c[3]];
                     s[3] = s[3] * d * d;
-                    let acc = &mut self.acc[pk[q] as usize];
                     for (a, s) in acc.iter_mut().zip(s) {
                         *a += s;
                     }
@@ -959,7 +988,7 @@ mod tests {
         let [mut se, mut sw, mut swz, mut swe] = [(); 4].map(|_| vec![0.0f64; nv]);
         let mut zsum = vec![0.0f64; a.z.len()];
         for (i, zsum_i) in zsum.iter_mut().enumerate() {
-            let ks = a.pk[a.off[i] as usize..a.off[i + 1] as usize].to_vec();
+            let ks: Vec<u32> = (a.lo[i]..a.hi[i]).collect();
             let (zi, wi) = (a.z[i], a.w[i]);
             let bw = beta * wi;
             let terms: Vec<f64> = ks
@@ -1085,6 +1114,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Many wide tracks over many prototypes: the update works in blocks of window pairs, so
+    /// its scratch stays near `PAIR_BLOCK` pairs (not tracks × prototypes), with the same bits
+    /// as one track at a time across the block boundaries.
+    #[test]
+    fn annealing_update_scratch_is_bounded_by_the_pair_block() {
+        let cfg = AnnealingConfig::default();
+        let n = 3000;
+        let zt: Vec<f32> = (0..n).map(|i| -5.0 + 10.0 * i as f32 / n as f32).collect();
+        let ezt2 = vec![4.0f32; n];
+        let (mut a, _) = Annealer::new(&cfg, &zt, &ezt2);
+        let nv = 200;
+        a.pz = (0..nv)
+            .map(|k| -5.0 + 10.0 * k as f64 / nv as f64)
+            .collect();
+        a.rho = vec![1.0 / nv as f64; nv];
+        a.sw = vec![0.0; nv];
+        a.swe = vec![0.0; nv];
+        a.tc = vec![0.0; nv];
+        let beta = 1.0 / cfg.t_min;
+        a.set_windows(beta);
+        let pairs: usize = (0..n).map(|i| (a.hi[i] - a.lo[i]) as usize).sum();
+        assert_eq!(pairs, n * nv, "every track sees every prototype");
+        let want = update_one_track_at_a_time(&a, beta, 0.0);
+        a.update(beta, 0.0, 9.0);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a.zsum), bits(&want[5]));
+        assert_eq!(bits(&a.sw), bits(&want[2]));
+        assert_eq!(bits(&a.swe), bits(&want[3]));
+        assert!(a.dist.capacity() < n * nv / 10, "{}", a.dist.capacity());
     }
 
     /// The cooling lands on `t_min` exactly, starts above the first critical temperature, and
