@@ -12,24 +12,24 @@ use super::lanes::{c, Real};
 pub(crate) const MX: usize = 6;
 pub(crate) type Mat<T = f64> = [[T; MX]; MX];
 
-#[inline]
+#[inline(always)]
 pub(crate) fn sqr<T: Real>(x: T) -> T {
     x * x
 }
-#[inline]
+#[inline(always)]
 pub(crate) fn cross2<T: Real>(a: [T; 2], b: [T; 2]) -> T {
     a[0] * b[1] - a[1] * b[0]
 }
-#[inline]
+#[inline(always)]
 pub(crate) fn dot2<T: Real>(a: [T; 2], b: [T; 2]) -> T {
     a[0] * b[0] + a[1] * b[1]
 }
-#[inline]
+#[inline(always)]
 pub(crate) fn sub2<T: Real>(a: [T; 2], b: [T; 2]) -> [T; 2] {
     [a[0] - b[0], a[1] - b[1]]
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn mul<T: Real, const R: usize, const K: usize, const C: usize>(
     a: &[[T; K]; R],
     b: &[[T; C]; K],
@@ -51,7 +51,7 @@ pub(crate) fn mul<T: Real, const R: usize, const K: usize, const C: usize>(
     o
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn transpose<T: Real, const R: usize, const C: usize>(a: &[[T; C]; R]) -> [[T; R]; C] {
     let mut o = [[c(0.0); R]; C];
     for i in 0..R {
@@ -295,7 +295,7 @@ fn invert_6<T: Real>(src: &Mat<T>, l: [T; 15], li: [T; 10], d: &mut Mat<T>) {
 }
 
 /// Sum grouped as Eigen's unrolled reduction does: halves, recursively.
-#[inline]
+#[inline(always)]
 pub(crate) fn tree_sum<T: Real>(t: &[T]) -> T {
     // The short lengths spelled out (same grouping) so that the sums inline.
     match t.len() {
@@ -324,7 +324,7 @@ pub(crate) fn mat_vec<T: Real>(m: &Mat<T>, v: &[T; MX], n: usize) -> [T; MX] {
     o
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn seq_sum<T: Real>(t: &[T]) -> T {
     let mut s = t[0];
     for x in &t[1..] {
