@@ -207,6 +207,8 @@ impl Real for F64x4 {
 mod tests {
     use super::*;
 
+    type Scalar = fn(f64, f64) -> f64;
+
     /// Every lane operation gives the bits of the f64 one, NaN and signed zeros included.
     #[test]
     fn lanes_give_the_scalar_bits() {
@@ -230,7 +232,7 @@ mod tests {
                     F64x4([w[0], w[1], w[2], w[3]]),
                     F64x4([v[0], v[1], v[2], v[3]]),
                 );
-                let ops: [(F64x4, fn(f64, f64) -> f64); 9] = [
+                let ops: [(F64x4, Scalar); 9] = [
                     (a + b, |x, y| x + y),
                     (a - b, |x, y| x - y),
                     (a * b, |x, y| x * y),
