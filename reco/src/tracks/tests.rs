@@ -1188,7 +1188,8 @@ fn fit_lanes_store_the_scalar_bits() {
 }
 
 /// A hit whose module the conditions lack fails the fits in lanes with the error of the
-/// scalar fits: that of the first failing job, whatever group it is in.
+/// scalar fits: that of the first failing job, also when the lanes meet another failing
+/// job first (a full group of 4-hit jobs is fitted before the 3-hit job ahead of it).
 #[test]
 fn fit_lanes_report_the_scalar_error() {
     let mut cpe = HitBuilder::cpe_params();
@@ -1196,20 +1197,20 @@ fn fit_lanes_report_the_scalar_error() {
     let cfg = CaConfig::default();
     let hits = cols.view(&cpe);
     let (tuples, _) = stage_ntuplets(&hits, stage_doublets(&hits, &cfg).unwrap(), &cfg).unwrap();
-    let jobs = fit::fit_selection(&tuples, &cfg.fit);
-    assert!(jobs.len() > 20, "{} jobs", jobs.len());
-    // Drop the module of a hit of the 10th job onwards (the 4-hit jobs are grouped apart
-    // from the 3-hit ones, so the lanes meet the jobs in another order).
-    let h = tuples.hits_of(jobs[9].row as usize)[1] as usize;
-    let det = cols.view(&cpe).det_index[h] as usize;
-    cpe.det.truncate(det);
+    let all = fit::fit_selection(&tuples, &cfg.fit);
+    let of = |n: u8| all.iter().filter(move |j| j.n_fit == n).copied();
+    let jobs: Vec<_> = of(3).take(1).chain(of(4).take(4)).collect();
+    assert_eq!(jobs.len(), 5, "{} jobs", all.len());
+    // No module at all: every job fails, each on its first hit.
+    cpe.det.clear();
     let hits = cols.view(&cpe);
     let mut a = Tracks::zeroed(&tuples, hits.det_index);
     let mut b = Tracks::zeroed(&tuples, hits.det_index);
     let scalar = fit::fit_jobs(&hits, &tuples, &jobs, &cfg.fit, &mut a).unwrap_err();
     let lanes = fit::fit_jobs_lanes(&hits, &tuples, &jobs, &cfg.fit, &mut b).unwrap_err();
+    let first = tuples.hits_of(jobs[0].row as usize)[0] as usize;
     assert!(
-        matches!(scalar, TrackError::MissingModule { .. }),
+        matches!(scalar, TrackError::MissingModule { hit, .. } if hit == first),
         "{scalar}"
     );
     assert_eq!(scalar.to_string(), lanes.to_string());
