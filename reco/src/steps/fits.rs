@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::types::{Float32Type, Int8Type, UInt32Type, UInt8Type};
 use arrow_array::{ArrayRef, BooleanArray, FixedSizeListArray, Float32Array};
+use arrow_buffer::ScalarBuffer;
 use arrow_schema::Field;
 use quiver_columnar::columns::{concat, concat_ref, values};
 use quiver_columnar::{
@@ -16,7 +17,7 @@ use quiver_formats::conditions::CpeParams;
 
 use super::tracks::{
     booleans, ca_config, fixed_values, late_fishbone, list_column, list_rows, list_u32,
-    ntuplet_overflows, tracking, HitColumns, HitDets,
+    ntuplet_overflows, take_column, tracking, HitColumns, HitDets,
 };
 use super::types::*;
 use super::{cond, per_event, product_batch, publish_columns, publish_overflows};
@@ -28,25 +29,28 @@ use crate::tracks::{
 use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
 
 /// Publishes per-tuple tracks (fitted, with or without the final quality) as `type_name`.
-fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Result<()> {
+/// The events' columns are taken out of `out`.
+fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &mut [Tracks]) -> Result<()> {
     // Each column under the name of its field of the tracks.
     macro_rules! cat {
         ($t:ty, $f:ident) => {
-            (
-                stringify!($f),
-                concat_ref::<$t, _>(out.iter().map(|t| t.$f.as_slice())),
-            )
+            (stringify!($f), take_column::<$t, _>(out, |t| &mut t.$f))
         };
     }
+    let rows: Vec<usize> = out.iter().map(|t| t.quality.len()).collect();
     let n_hits: Vec<Vec<u8>> = out
         .iter()
         .map(|t| t.n_hits.iter().map(|&n| n.min(255) as u8).collect())
         .collect();
-    let state = concat::<Float32Type, _>(out.iter().map(|t| t.state.as_flattened()));
-    let cov = concat::<Float32Type, _>(out.iter().map(|t| t.covariance.as_flattened()));
+    let state = take_flat(out, |t| &mut t.state);
+    let cov = take_flat(out, |t| &mut t.covariance);
     let hit_lengths = out
         .iter()
         .flat_map(|t| t.hit_offsets.windows(2).map(|w| (w[1] - w[0]) as usize));
+    let hits = list_column(
+        hit_lengths,
+        concat::<UInt32Type, _>(out.iter().map(|t| t.hit_indices.as_slice())),
+    )?;
     let cols = [
         cat!(UInt8Type, quality),
         cat!(Float32Type, pt),
@@ -62,15 +66,23 @@ fn publish_tracks(batch: &mut EventBatch, type_name: &str, out: &[Tracks]) -> Re
         ),
         ("state", fixed_list(state, 5)?),
         ("covariance", fixed_list(cov, 15)?),
-        (
-            "hits",
-            list_column(
-                hit_lengths,
-                concat::<UInt32Type, _>(out.iter().map(|t| t.hit_indices.as_slice())),
-            )?,
-        ),
+        ("hits", hits),
     ];
-    publish_columns(batch, type_name, cols, out.iter().map(|t| t.quality.len()))
+    publish_columns(batch, type_name, cols, rows)
+}
+
+/// The f32 rows of `field` of every event as one array, taken out of `out` (one event's
+/// without a copy).
+fn take_flat<const N: usize>(
+    out: &mut [Tracks],
+    field: impl Fn(&mut Tracks) -> &mut Vec<[f32; N]>,
+) -> Float32Array {
+    if let [one] = out {
+        let v = std::mem::take(field(one)).into_flattened();
+        return Float32Array::new(ScalarBuffer::from(v), None);
+    }
+    let slices: Vec<&[f32]> = out.iter_mut().map(|t| field(t).as_flattened()).collect();
+    concat::<Float32Type, _>(slices.iter().copied())
 }
 
 /// A fixed-size-list column of `n` f32 per row.
@@ -182,8 +194,8 @@ pub fn fit_overflows(tuples: &Tuples, n_fitted: u32, cfg: &CaConfig) -> EventOve
 /// Publishes `track_fit`'s products (`track_fits` and its overflow rows) from every event's
 /// tracks and overflows.
 pub fn publish_fits(batch: &mut EventBatch, out: Vec<(Tracks, EventOverflows)>) -> Result<()> {
-    let (out, overflows): (Vec<Tracks>, Vec<EventOverflows>) = out.into_iter().unzip();
-    publish_tracks(batch, TRACK_FITS, &out)?;
+    let (mut out, overflows): (Vec<Tracks>, Vec<EventOverflows>) = out.into_iter().unzip();
+    publish_tracks(batch, TRACK_FITS, &mut out)?;
     publish_overflows(batch, overflows)
 }
 

@@ -15,6 +15,7 @@ use quiver_formats::calibration;
 use quiver_formats::conditions::{BeamSpot, CablingMap, CpeParams, GainCalibration};
 use quiver_formats::raw::RawData;
 
+use super::tracks::take_column;
 use super::types::*;
 use super::{
     cond, ev, int_param, local, per_event, product_batch, publish_columns, publish_overflows,
@@ -27,9 +28,9 @@ use crate::local::{
 };
 use quiver_columnar::overflow::CAPACITY_OVERFLOWS;
 
-/// One `u16` column of every event's `field`.
-fn cat_u16<T>(per_event: &[T], field: impl Fn(&T) -> &Vec<u16>) -> ArrayRef {
-    concat_ref::<UInt16Type, _>(per_event.iter().map(|t| field(t).as_slice()))
+/// One `u16` column of every event's `field`, taken out of the events' results.
+fn cat_u16<T>(per_event: &mut [T], field: impl Fn(&mut T) -> &mut Vec<u16>) -> ArrayRef {
+    take_column::<UInt16Type, _>(per_event, field)
 }
 
 // --- read_raw -------------------------------------------------------------------------
@@ -134,27 +135,28 @@ impl Step for RawToDigisStep {
         let raw = batch.get(&self.input)?;
         let fed = values::<UInt32Type>(&raw, "fed")?;
         let data = binary(&raw, "data")?;
-        let out = per_event(batch, |e| {
+        let mut out = per_event(batch, |e| {
             let feds: Vec<(u32, &[u8])> =
                 raw.event_rows(e).map(|r| (fed[r], data.value(r))).collect();
             raw_to_digis(&feds, &self.cabling, &self.cfg).map_err(local)
         })?;
+        let rows: Vec<usize> = out.iter().map(|d| d.xx.len()).collect();
         // The reference's `xx, yy` are the schema's `row, col`.
         let digis = [
-            ("row", cat_u16(&out, |d| &d.xx)),
-            ("col", cat_u16(&out, |d| &d.yy)),
-            ("adc", cat_u16(&out, |d| &d.adc)),
-            ("module", cat_u16(&out, |d| &d.module_ind)),
+            ("row", cat_u16(&mut out, |d| &mut d.xx)),
+            ("col", cat_u16(&mut out, |d| &mut d.yy)),
+            ("adc", cat_u16(&mut out, |d| &mut d.adc)),
+            ("module", cat_u16(&mut out, |d| &mut d.module_ind)),
             (
                 "raw_id",
-                concat_ref::<UInt32Type, _>(out.iter().map(|d| d.raw_id.as_slice())),
+                take_column::<UInt32Type, _>(&mut out, |d| &mut d.raw_id),
             ),
             (
                 "pdigi",
-                concat_ref::<UInt32Type, _>(out.iter().map(|d| d.pdigi.as_slice())),
+                take_column::<UInt32Type, _>(&mut out, |d| &mut d.pdigi),
             ),
         ];
-        publish_columns(batch, DIGIS, digis, out.iter().map(|d| d.xx.len()))?;
+        publish_columns(batch, DIGIS, digis, rows)?;
         let errs: Vec<_> = out.iter().map(|d| &d.errors).collect();
         let cols = |g: &dyn Fn(&crate::local::PixelError) -> u64| {
             errs.iter()
@@ -213,7 +215,7 @@ impl Step for CalibrateStep {
             values::<UInt16Type>(&d, "adc")?,
             values::<UInt16Type>(&d, "module")?,
         );
-        let out = per_event(batch, |e| {
+        let mut out = per_event(batch, |e| {
             calibrate_digis(
                 ev(module, &d, e),
                 ev(row, &d, e),
@@ -228,8 +230,8 @@ impl Step for CalibrateStep {
         let cols = [
             ("row", column(&d, "row")?),
             ("col", column(&d, "col")?),
-            ("charge", cat_u16(&out, |c| &c.adc)),
-            ("module", cat_u16(&out, |c| &c.module_ind)),
+            ("charge", cat_u16(&mut out, |c| &mut c.adc)),
+            ("module", cat_u16(&mut out, |c| &mut c.module_ind)),
         ];
         batch.put(Product::new(
             product_batch(CALIBRATED_DIGIS, cols)?,
@@ -261,7 +263,10 @@ fn publish_modules(
     tables: &[(Vec<u16>, Vec<u32>, Vec<u32>)],
 ) -> Result<()> {
     let cols = [
-        ("module", cat_u16(tables, |t| &t.0)),
+        (
+            "module",
+            concat_ref::<UInt16Type, _>(tables.iter().map(|t| t.0.as_slice())),
+        ),
         (
             "first_digi",
             concat_ref::<UInt32Type, _>(tables.iter().map(|t| t.1.as_slice())),
@@ -310,14 +315,14 @@ impl Step for ClusterizeStep {
             values::<UInt16Type>(&d, "col")?,
             values::<UInt16Type>(&d, "module")?,
         );
-        let out = per_event(batch, |e| {
+        let mut out = per_event(batch, |e| {
             clusterize(ev(module, &d, e), ev(row, &d, e), ev(col, &d, e), &self.cfg).map_err(local)
         })?;
         let cols = [
             ("module", column(&d, "module")?),
             (
                 "cluster",
-                concat_ref::<Int32Type, _>(out.iter().map(|c| c.clus.as_slice())),
+                take_column::<Int32Type, _>(&mut out, |c| &mut c.clus),
             ),
         ];
         batch.put(Product::new(
@@ -369,7 +374,7 @@ impl Step for ChargeCutStep {
                 self.clusters, self.digis
             )));
         }
-        let out = per_event(batch, |e| {
+        let mut out = per_event(batch, |e| {
             let (module_start, module_id, n_in_module) = module_arrays(&m, e)?;
             let r = charge_cut(
                 ev(module, &d, e),
@@ -392,10 +397,10 @@ impl Step for ChargeCutStep {
             })
             .collect();
         let cols = [
-            ("module", cat_u16(&out, |(r, _)| &r.module_ind)),
+            ("module", cat_u16(&mut out, |(r, _)| &mut r.module_ind)),
             (
                 "cluster",
-                concat_ref::<Int32Type, _>(out.iter().map(|(r, _)| r.clus.as_slice())),
+                take_column::<Int32Type, _>(&mut out, |(r, _)| &mut r.clus),
             ),
         ];
         batch.put(Product::new(
@@ -470,16 +475,17 @@ impl Step for RecHitsStep {
                 overflow,
             ))
         })?;
-        let (out, overflows): (Vec<_>, Vec<_>) = out
+        let (mut out, overflows): (Vec<_>, Vec<_>) = out
             .into_iter()
             .map(|(h, o)| (h, o.into_iter().collect()))
             .unzip();
+        let rows: Vec<usize> = out.iter().map(|h| h.x_local.len()).collect();
         // Each column under the name of its field of the rec hits.
         macro_rules! cat {
             ($t:ty, $f:ident) => {
                 (
                     stringify!($f),
-                    concat_ref::<$t, _>(out.iter().map(|h| h.$f.as_slice())),
+                    take_column::<$t, _>(&mut out, |h| &mut h.$f),
                 )
             };
         }
@@ -498,7 +504,7 @@ impl Step for RecHitsStep {
             cat!(Int16Type, size_y),
             cat!(UInt16Type, det_index),
         ];
-        publish_columns(batch, HITS, cols, out.iter().map(|h| h.x_local.len()))?;
+        publish_columns(batch, HITS, cols, rows)?;
         let starts: Vec<[u32; 11]> = out.iter().map(|h| h.hits_layer_start).collect();
         super::publish_hit_layers(batch, &starts)?;
         publish_overflows(batch, overflows)

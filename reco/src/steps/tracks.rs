@@ -3,7 +3,11 @@
 use std::sync::Arc;
 
 use arrow_array::types::{Float32Type, Int16Type, UInt16Type, UInt32Type, UInt8Type};
-use arrow_array::{Array, ArrayRef, BooleanArray, FixedSizeListArray, Float32Array, ListArray};
+use arrow_array::{
+    Array, ArrayRef, ArrowPrimitiveType, BooleanArray, FixedSizeListArray, Float32Array, ListArray,
+    PrimitiveArray,
+};
+use arrow_buffer::ScalarBuffer;
 use arrow_schema::Field;
 use quiver_columnar::columns::{concat, concat_ref, values};
 use quiver_columnar::{
@@ -221,10 +225,11 @@ impl Step for DoubletsStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let h = batch.get(&self.hits)?;
         let cols = HitColumns::new(&h)?;
-        let out = per_event(batch, |e| {
+        let mut out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
+        let rows: Vec<usize> = out.iter().map(|(c, _)| c.inner.len()).collect();
         let d = &self.cfg.doublets;
         let overflows: Vec<EventOverflows> = out
             .iter()
@@ -233,15 +238,15 @@ impl Step for DoubletsStep {
         let cols = [
             (
                 "inner",
-                concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.inner.as_slice())),
+                take_column::<UInt32Type, _>(&mut out, |(c, _)| &mut c.inner),
             ),
             (
                 "outer",
-                concat_ref::<UInt32Type, _>(out.iter().map(|(c, _)| c.outer.as_slice())),
+                take_column::<UInt32Type, _>(&mut out, |(c, _)| &mut c.outer),
             ),
             (
                 "pair",
-                concat_ref::<UInt8Type, _>(out.iter().map(|(c, _)| c.pair.as_slice())),
+                take_column::<UInt8Type, _>(&mut out, |(c, _)| &mut c.pair),
             ),
             (
                 "listed",
@@ -253,14 +258,24 @@ impl Step for DoubletsStep {
                 ),
             ),
         ];
-        publish_columns(
-            batch,
-            DOUBLETS,
-            cols,
-            out.iter().map(|(c, _)| c.inner.len()),
-        )?;
+        publish_columns(batch, DOUBLETS, cols, rows)?;
         publish_overflows(batch, overflows)
     }
+}
+
+/// Every event's vector `field` of `parts` as one column, taken out of `parts` (left empty):
+/// one event's vector (the default batch) becomes the column's buffer without a copy;
+/// several are concatenated.
+pub(super) fn take_column<T: ArrowPrimitiveType, E>(
+    parts: &mut [E],
+    field: impl Fn(&mut E) -> &mut Vec<T::Native>,
+) -> ArrayRef {
+    if let [one] = parts {
+        let v = std::mem::take(field(one));
+        return Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(v), None));
+    }
+    let slices: Vec<&[T::Native]> = parts.iter_mut().map(|p| &field(p)[..]).collect();
+    concat_ref::<T, _>(slices.iter().copied())
 }
 
 /// The `capacity_overflows` rows of one event of `ca_doublets` (also those of its GPU

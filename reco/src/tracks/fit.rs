@@ -10,9 +10,8 @@ use super::ntuplets::Tuples;
 use super::{HitsView, Quality, TrackError, Tracks};
 use quiver_formats::conditions::Frame;
 
-use super::linalg::{
-    cholesky_invert, cross2, dot2, mat_vec, mul, sandwich, sqr, sub2, transpose, Mat, MX,
-};
+use super::broken_line::{self, Fit};
+use super::lanes::{F64x4, Real};
 
 /// Parameters of the fit. Defaults are the reference's.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,13 +53,6 @@ impl FitConfig {
     }
 }
 
-/// Rotation that maps the line y = slope·x onto y = 0.
-fn rotation(slope: f64) -> [[f64; 2]; 2] {
-    let r00 = 1.0 / (1.0 + sqr(slope)).sqrt();
-    let r01 = slope * r00;
-    [[r00, r01], [-r01, r00]]
-}
-
 /// Multiple-scattering variance of the planar angle over `length` cm of the pixel material
 /// (0.06 X0 per 16 cm, geometry factor 0.7, pT capped at 20 GeV).
 ///
@@ -73,14 +65,7 @@ fn rotation(slope: f64) -> [[f64; 2]; 2] {
 /// assert!((v - expect).abs() < 1e-12);
 /// ```
 pub fn mult_scatt(length: f64, b: f64, r: f64, slope: f64) -> f64 {
-    let mut pt2 = (b * r).min(20.0);
-    pt2 *= pt2;
-    const XXI_0: f64 = 0.06 / 16.0;
-    const GEOMETRY_FACTOR: f64 = 0.7;
-    const FACT: f64 = GEOMETRY_FACTOR * ((13.6 / 1000.0) * (13.6 / 1000.0));
-    FACT / (pt2 * (1.0 + sqr(slope)))
-        * (length.abs() * XXI_0)
-        * sqr(1.0 + 0.038 * (length.abs() * XXI_0).ln())
+    broken_line::mult_scatt(length, b, r, slope)
 }
 
 /// Global covariance (xx, xy, yy, xz, yz, zz) of a hit with local variances (cxx, cyy),
@@ -118,105 +103,7 @@ pub fn hit_global_cov(frame: &Frame, cxx: f32, cyy: f32) -> [f32; 6] {
 /// ```
 #[inline(always)]
 pub fn broken_line_fast_fit(hits: &[[f64; 3]]) -> [f64; 4] {
-    let n = hits.len();
-    let xy = |i: usize| [hits[i][0], hits[i][1]];
-    let a = sub2(xy(n / 2), xy(0));
-    let b = sub2(xy(n - 1), xy(n / 2));
-    let c = sub2(xy(0), xy(n - 1));
-    let (a2, b2, c2) = (dot2(a, a), dot2(b, b), dot2(c, c));
-    let tmp = 0.5 / cross2(c, a);
-    let r0 = hits[0][0] - (a[1] * c2 + c[1] * a2) * tmp;
-    let r1 = hits[0][1] + (a[0] * c2 + c[0] * a2) * tmp;
-    let r2 = (a2 * b2 * c2).sqrt() / (2.0 * cross2(b, a).abs());
-    let d = sub2(xy(0), [r0, r1]);
-    let e = sub2(xy(n - 1), [r0, r1]);
-    let r3 = r2 * cross2(d, e).atan2(dot2(d, e)) / (hits[n - 1][2] - hits[0][2]);
-    [r0, r1, r2, r3]
-}
-
-/// Quantities shared by the circle and line fits (`PreparedBrokenLineData`).
-#[derive(Clone, Debug)]
-struct Prepared {
-    q: i32,
-    radii: [[f64; 2]; MX],
-    s: [f64; MX],
-    big_s: [f64; MX],
-    big_z: [f64; MX],
-    var_beta: [f64; MX],
-}
-
-#[inline(always)]
-fn prepare(hits: &[[f64; 3]], ff: &[f64; 4], b: f64) -> Prepared {
-    let n = hits.len();
-    let xy = |i: usize| [hits[i][0], hits[i][1]];
-    let d = sub2(xy(1), xy(0));
-    let e = sub2(xy(n - 1), xy(n - 2));
-    let q: i32 = if cross2(d, e) > 0.0 { -1 } else { 1 };
-    let slope = (-q) as f64 / ff[3];
-    let rot = rotation(slope);
-    let mut p = Prepared {
-        q,
-        radii: [[0.0; 2]; MX],
-        s: [0.0; MX],
-        big_s: [0.0; MX],
-        big_z: [0.0; MX],
-        var_beta: [0.0; MX],
-    };
-    for i in 0..n {
-        p.radii[i] = [hits[i][0] - ff[0], hits[i][1] - ff[1]];
-    }
-    let norm = (ff[0] * ff[0] + ff[1] * ff[1]).sqrt();
-    let e = [-ff[2] * ff[0] / norm, -ff[2] * ff[1] / norm];
-    for i in 0..n {
-        let d = p.radii[i];
-        p.s[i] = q as f64 * ff[2] * cross2(d, e).atan2(dot2(d, e));
-    }
-    for i in 0..n {
-        let (s, z) = (p.s[i], hits[i][2]);
-        p.big_s[i] = rot[0][0] * s + rot[0][1] * z;
-        p.big_z[i] = rot[1][0] * s + rot[1][1] * z;
-    }
-    for i in 1..n - 1 {
-        p.var_beta[i] = mult_scatt(p.big_s[i + 1] - p.big_s[i], b, ff[2], slope)
-            + mult_scatt(p.big_s[i] - p.big_s[i - 1], b, ff[2], slope);
-    }
-    p
-}
-
-/// The n×n band matrix of the Broken Line cost function in the offsets u.
-#[inline(always)]
-fn matrix_c_u(w: &[f64; MX], s: &[f64; MX], vb: &[f64; MX], n: usize) -> Mat {
-    let mut c = [[0.0f64; MX]; MX];
-    for i in 0..n {
-        c[i][i] = w[i];
-        if i > 1 {
-            c[i][i] += 1.0 / (vb[i - 1] * sqr(s[i] - s[i - 1]));
-        }
-        if i > 0 && i < n - 1 {
-            c[i][i] += (1.0 / vb[i])
-                * sqr((s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1])));
-        }
-        if i + 2 < n {
-            c[i][i] += 1.0 / (vb[i + 1] * sqr(s[i + 1] - s[i]));
-        }
-        if i > 0 && i < n - 1 {
-            c[i][i + 1] = 1.0 / (vb[i] * (s[i + 1] - s[i]))
-                * (-(s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1])));
-        }
-        if i + 2 < n {
-            c[i][i + 1] += 1.0 / (vb[i + 1] * (s[i + 1] - s[i]))
-                * (-(s[i + 2] - s[i]) / ((s[i + 2] - s[i + 1]) * (s[i + 1] - s[i])));
-            c[i][i + 2] = 1.0 / (vb[i + 1] * (s[i + 2] - s[i + 1]) * (s[i + 1] - s[i]));
-        }
-        c[i][i] *= 0.5;
-    }
-    let mut o = [[0.0f64; MX]; MX];
-    for i in 0..n {
-        for j in 0..n {
-            o[i][j] = c[i][j] + c[j][i];
-        }
-    }
-    o
+    broken_line::fast_fit(hits)
 }
 
 /// Circle fit result: Karimäki parameters (φ, d, κ) at the origin, covariance, χ², charge.
@@ -234,218 +121,6 @@ pub struct LineFit {
     pub par: [f64; 2],
     pub cov: [[f64; 2]; 2],
     pub chi2: f64,
-}
-
-#[inline(always)]
-fn translate_karimaki(c: &mut CircleFit, x0: f64, y0: f64) {
-    let (p0, p1, p2) = (c.par[0], c.par[1], c.par[2]);
-    let dp = x0 * p0.cos() + y0 * p0.sin();
-    let do_ = x0 * p0.sin() - y0 * p0.cos() + p1;
-    let uu = 1.0 + p2 * p1;
-    let cc = -p2 * y0 + uu * p0.cos();
-    let bb = p2 * x0 + uu * p0.sin();
-    let a = 2.0 * do_ + p2 * (sqr(do_) + sqr(dp));
-    let u = (1.0 + p2 * a).sqrt();
-    let xi = 1.0 / (sqr(bb) + sqr(cc));
-    let v = 1.0 + p2 * do_;
-    let lambda = (0.5 * a) / (u * sqr(1.0 + u));
-    let mu = 1.0 / (u * (1.0 + u)) + p2 * lambda;
-    let zeta = sqr(do_) + sqr(dp);
-    let j = [
-        [xi * uu * v, -xi * sqr(p2) * dp, xi * dp],
-        [2.0 * mu * uu * dp, 2.0 * mu * v, mu * zeta - lambda * a],
-        [0.0, 0.0, 1.0],
-    ];
-    c.par[0] = bb.atan2(cc);
-    c.par[1] = a / (1.0 + u);
-    c.cov = sandwich(&j, &c.cov);
-}
-
-#[inline(always)]
-fn line_fit(ge: &[[f32; 6]], ff: &[f64; 4], b: f64, p: &Prepared) -> LineFit {
-    let n = ge.len();
-    let slope = (-p.q) as f64 / ff[3];
-    let rot = rotation(slope);
-    let mut w = [0.0f64; MX];
-    for i in 0..n {
-        let g = ge[i].map(|x| x as f64);
-        let v = [[g[0], g[1], g[3]], [g[1], g[2], g[4]], [g[3], g[4], g[5]]];
-        let r = p.radii[i];
-        let tmp = 1.0 / (r[0] * r[0] + r[1] * r[1]).sqrt();
-        let jac = [[r[1] * tmp, -r[0] * tmp, 0.0], [0.0, 0.0, 1.0]];
-        let t = mul(
-            &mul(&mul(&mul(&rot, &jac), &v), &transpose(&jac)),
-            &transpose(&rot),
-        );
-        w[i] = 1.0 / t[1][1];
-    }
-    let mut r_u = [0.0f64; MX];
-    for i in 0..n {
-        r_u[i] = w[i] * p.big_z[i];
-    }
-    let s = &p.big_s;
-    let inv = cholesky_invert(&matrix_c_u(&w, s, &p.var_beta, n), n);
-    let u = mat_vec(&inv, &r_u, n);
-
-    let mut par = [(u[1] - u[0]) / (s[1] - s[0]), u[0]];
-    let idiff = 1.0 / (s[1] - s[0]);
-    let c01 = (inv[0][1] - inv[0][0]) * idiff;
-    let mut cov = [
-        [
-            (inv[0][0] - 2.0 * inv[0][1] + inv[1][1]) * sqr(idiff)
-                + mult_scatt(s[1] - s[0], b, ff[2], slope),
-            c01,
-        ],
-        [c01, inv[0][0]],
-    ];
-    // Back to the SZ frame whose origin is not the first hit.
-    let j = [[1.0, 0.0], [-s[0], 1.0]];
-    par[1] += -par[0] * s[0];
-    cov = sandwich(&j, &cov);
-    // Undo the rotation of the SZ plane.
-    let tmp = rot[0][0] - par[0] * rot[0][1];
-    let j11 = 1.0 / tmp;
-    let j00 = j11 * j11;
-    let j10 = par[1] * rot[0][1] * j00;
-    let j = [[j00, 0.0], [j10, j11]];
-    par[1] *= j11;
-    par[0] = (rot[0][1] + par[0] * rot[0][0]) * j11;
-    cov = sandwich(&j, &cov);
-
-    let zz = &p.big_z;
-    let vb = &p.var_beta;
-    let mut chi2 = 0.0f64;
-    for i in 0..n {
-        chi2 += w[i] * sqr(zz[i] - u[i]);
-        if i > 0 && i < n - 1 {
-            chi2 += sqr(u[i - 1] / (s[i] - s[i - 1])
-                - u[i] * (s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1]))
-                + u[i + 1] / (s[i + 1] - s[i]))
-                / vb[i];
-        }
-    }
-    LineFit { par, cov, chi2 }
-}
-
-#[inline(always)]
-fn circle_fit(
-    hits: &[[f64; 3]],
-    ge: &[[f32; 6]],
-    ff: &[f64; 4],
-    b: f64,
-    p: &mut Prepared,
-) -> CircleFit {
-    let n = hits.len();
-    let q = p.q;
-    let slope = (-q) as f64 / ff[3];
-    let k = 1.0 + sqr(slope);
-    for i in 0..n {
-        p.var_beta[i] *= k; // kink angles are projected onto the transverse plane
-    }
-    for i in 0..n {
-        let r = p.radii[i];
-        p.big_z[i] = (r[0] * r[0] + r[1] * r[1]).sqrt() - ff[2];
-    }
-    let mut w = [0.0f64; MX];
-    for i in 0..n {
-        let g = ge[i];
-        let v = [[g[0] as f64, g[1] as f64], [g[1] as f64, g[2] as f64]];
-        let rr = rotation(-p.radii[i][0] / p.radii[i][1]);
-        let t = mul(&mul(&rr, &v), &transpose(&rr));
-        w[i] = 1.0 / t[1][1];
-    }
-    let mut r_u = [0.0f64; MX];
-    for i in 0..n {
-        r_u[i] = w[i] * p.big_z[i];
-    }
-    let s = &p.s;
-    let vb = &p.var_beta;
-    let mut cu = matrix_c_u(&w, s, vb, n);
-    cu[n][n] = 0.0;
-    for i in 0..n {
-        cu[i][n] = 0.0;
-        if i > 0 && i < n - 1 {
-            cu[i][n] += -(s[i + 1] - s[i - 1]) * (s[i + 1] - s[i - 1])
-                / (2.0 * vb[i] * (s[i + 1] - s[i]) * (s[i] - s[i - 1]));
-        }
-        if i > 1 {
-            cu[i][n] += (s[i] - s[i - 2]) / (2.0 * vb[i - 1] * (s[i] - s[i - 1]));
-        }
-        if i + 2 < n {
-            cu[i][n] += (s[i + 2] - s[i]) / (2.0 * vb[i + 1] * (s[i + 1] - s[i]));
-        }
-        cu[n][i] = cu[i][n];
-        if i > 0 && i < n - 1 {
-            cu[n][n] += sqr(s[i + 1] - s[i - 1]) / (4.0 * vb[i]);
-        }
-    }
-    let inv = cholesky_invert(&cu, n + 1);
-    let u = mat_vec(&inv, &r_u, n + 1);
-
-    let mut radii = p.radii;
-    for r in radii.iter_mut().take(2) {
-        let norm = (r[0] * r[0] + r[1] * r[1]).sqrt();
-        *r = [r[0] / norm, r[1] / norm];
-    }
-    let zz = &p.big_z;
-    let f0 = -zz[0] + u[0];
-    let f1 = -zz[1] + u[1];
-    let d = [hits[0][0] + f0 * radii[0][0], hits[0][1] + f0 * radii[0][1]];
-    let e = [hits[1][0] + f1 * radii[1][0], hits[1][1] + f1 * radii[1][1]];
-    let emd = sub2(e, d);
-    let tmp1 = dot2(emd, emd);
-    let qf = q as f64;
-    let mut c = CircleFit {
-        par: [
-            emd[1].atan2(emd[0]),
-            (-q) as f64 * (ff[2] - (sqr(ff[2]) - 0.25 * tmp1).sqrt()),
-            qf * (1.0 / ff[2] + u[n]),
-        ],
-        cov: [[0.0; 3]; 3],
-        chi2: 0.0,
-        q,
-    };
-    // The reference multiplies by the integer q/2, which is 0 for |q| = 1.
-    let half_q = (q / 2) as f64;
-    let sq = (sqr(2.0 * ff[2]) - tmp1).sqrt();
-    let j = [
-        [
-            (radii[0][1] * emd[0] - emd[1] * radii[0][0]) / tmp1,
-            (radii[1][1] * emd[0] - emd[1] * radii[1][0]) / tmp1,
-            0.0,
-        ],
-        [
-            half_q * (emd[0] * radii[0][0] + emd[1] * radii[0][1]) / sq,
-            half_q * (emd[0] * radii[1][0] + emd[1] * radii[1][1]) / sq,
-            0.0,
-        ],
-        [0.0, 0.0, qf],
-    ];
-    let cov = [
-        [inv[0][0], inv[0][1], inv[0][n]],
-        [inv[1][0], inv[1][1], inv[1][n]],
-        [inv[n][0], inv[n][1], inv[n][n]],
-    ];
-    c.cov = sandwich(&j, &cov);
-    // To the frame of the first corrected hit, add its multiple scattering, then back.
-    translate_karimaki(&mut c, 0.5 * emd[0], 0.5 * emd[1]);
-    c.cov[0][0] += (1.0 + sqr(slope)) * mult_scatt(p.big_s[1] - p.big_s[0], b, ff[2], slope);
-    translate_karimaki(&mut c, d[0], d[1]);
-
-    let mut chi2 = 0.0f32;
-    for i in 0..n {
-        chi2 = (chi2 as f64 + w[i] * sqr(zz[i] - u[i])) as f32;
-        if i > 0 && i < n - 1 {
-            let t = sqr(u[i - 1] / (s[i] - s[i - 1])
-                - u[i] * (s[i + 1] - s[i - 1]) / ((s[i + 1] - s[i]) * (s[i] - s[i - 1]))
-                + u[i + 1] / (s[i + 1] - s[i])
-                + (s[i + 1] - s[i - 1]) * u[n] / 2.0)
-                / vb[i];
-            chi2 = (chi2 as f64 + t) as f32;
-        }
-    }
-    c.chi2 = chi2;
-    c
 }
 
 /// Result of one Broken Line fit.
@@ -479,10 +154,7 @@ pub fn broken_line_fit(
 ) -> Result<BrokenLineFit, TrackError> {
     let n = hits.len();
     if !(3..=5).contains(&n) || ge.len() != n {
-        return Err(TrackError::Config(format!(
-            "broken_line_fit needs 3..=5 hits with one covariance each, got {n} hits and {} covariances",
-            ge.len()
-        )));
+        return Err(bad_hit_count(n, ge.len()));
     }
     // One instance per hit count: with n a constant the loops unroll and the Cholesky
     // branches fold (the same operations in the same order, so the same bits).
@@ -493,19 +165,38 @@ pub fn broken_line_fit(
     })
 }
 
+fn bad_hit_count(n: usize, n_cov: usize) -> TrackError {
+    TrackError::Config(format!(
+        "broken_line_fit needs 3..=5 hits with one covariance each, got {n} hits and {n_cov} covariances"
+    ))
+}
+
+/// The fit of `N` hits (the first `N` of `hits` and `ge`) as [`broken_line_fit`] returns it.
 #[inline(always)]
 fn fit_n<const N: usize>(hits: &[[f64; 3]], ge: &[[f32; 6]], b: f64) -> BrokenLineFit {
-    let (hits, ge) = (&hits[..N], &ge[..N]);
-    let ff = broken_line_fast_fit(hits);
-    let mut p = prepare(hits, &ff, b);
-    // The line fit must run first: the circle fit rescales the kink variances and
-    // overwrites Z.
-    let line = line_fit(ge, &ff, b, &p);
-    let circle = circle_fit(hits, ge, &ff, b, &mut p);
+    let pos: &[[f64; 3]; N] = hits[..N].try_into().expect("N hits");
+    let ge: [[f64; 6]; N] = std::array::from_fn(|i| ge[i].map(|x| x as f64));
+    results(&broken_line::fit_n(pos, &ge, b), 0)
+}
+
+/// The results of the fit in lane `l` of `f`.
+#[inline(always)]
+fn results<T: Real>(f: &Fit<T>, l: usize) -> BrokenLineFit {
+    let x = |v: T| v.lane(l);
+    let (c, line) = (&f.circle, &f.line);
     BrokenLineFit {
-        fast: ff,
-        circle,
-        line,
+        fast: f.fast.map(&x),
+        circle: CircleFit {
+            par: c.par.map(&x),
+            cov: c.cov.map(|r| r.map(&x)),
+            chi2: x(c.chi2) as f32,
+            q: if x(c.q) > 0.0 { 1 } else { -1 },
+        },
+        line: LineFit {
+            par: line.par.map(&x),
+            cov: line.cov.map(|r| r.map(&x)),
+            chi2: x(line.chi2),
+        },
     }
 }
 
@@ -769,10 +460,9 @@ pub fn fit_tuples(
     Ok(jobs.len() as u32)
 }
 
-/// [`fit_jobs`] compiled for AVX2: the fits are chains of dependent scalar f64 operations,
-/// and the three-operand VEX forms spare the register copies of the baseline encoding. The
-/// same IEEE operations in the same order (no FMA is enabled, and Rust never contracts a
-/// multiply and an add), so the same bits.
+/// The fits of `jobs` four at a time, compiled for AVX2: [`fit_jobs_lanes`]' four
+/// independent fits per vector. No FMA is enabled (and Rust never contracts a multiply and
+/// an add), so each lane is the scalar fit's IEEE operations in its order: the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn fit_jobs_avx2(
@@ -782,7 +472,48 @@ unsafe fn fit_jobs_avx2(
     cfg: &FitConfig,
     tracks: &mut Tracks,
 ) -> Result<(), TrackError> {
-    fit_jobs(hits, tuples, jobs, cfg, tracks)
+    if cfg.use_riemann_fit {
+        return fit_jobs(hits, tuples, jobs, cfg, tracks);
+    }
+    fit_jobs_lanes(hits, tuples, jobs, cfg, tracks)
+}
+
+/// The positions and global covariances of the first `job.n_fit` hits of a job.
+#[inline(always)]
+fn job_hits(
+    hits: &HitsView,
+    tuples: &Tuples,
+    job: FitJob,
+    pos: &mut [[f64; 3]; 5],
+    ge: &mut [[f32; 6]; 5],
+) -> Result<(), TrackError> {
+    let n_fit = job.n_fit as usize;
+    for (k, &h) in tuples
+        .hits_of(job.row as usize)
+        .iter()
+        .take(n_fit.min(5))
+        .enumerate()
+    {
+        let h = h as usize;
+        let det = hits.det_index[h] as usize;
+        let frame = &hits
+            .cpe
+            .det
+            .get(det)
+            .ok_or(TrackError::MissingModule {
+                hit: h,
+                det: det as u16,
+                n_modules: hits.cpe.det.len(),
+            })?
+            .frame;
+        ge[k] = hit_global_cov(frame, hits.xerr_local[h], hits.yerr_local[h]);
+        pos[k] = [
+            hits.x_global[h] as f64,
+            hits.y_global[h] as f64,
+            hits.z_global[h] as f64,
+        ];
+    }
+    Ok(())
 }
 
 /// The fits of `jobs` into `tracks` (what a CPU without AVX2 runs).
@@ -799,31 +530,7 @@ pub(crate) fn fit_jobs(
     let mut ge = [[0f32; 6]; 5];
     for &job in jobs {
         let n_fit = job.n_fit as usize;
-        for (k, &h) in tuples
-            .hits_of(job.row as usize)
-            .iter()
-            .take(n_fit)
-            .enumerate()
-        {
-            let h = h as usize;
-            let det = hits.det_index[h] as usize;
-            let frame = &hits
-                .cpe
-                .det
-                .get(det)
-                .ok_or(TrackError::MissingModule {
-                    hit: h,
-                    det: det as u16,
-                    n_modules: hits.cpe.det.len(),
-                })?
-                .frame;
-            ge[k] = hit_global_cov(frame, hits.xerr_local[h], hits.yerr_local[h]);
-            pos[k] = [
-                hits.x_global[h] as f64,
-                hits.y_global[h] as f64,
-                hits.z_global[h] as f64,
-            ];
-        }
+        job_hits(hits, tuples, job, &mut pos, &mut ge)?;
         let f = if cfg.use_riemann_fit {
             super::riemann::riemann_fit(&pos[..n_fit], &ge[..n_fit], b)?
         } else {
@@ -831,10 +538,109 @@ pub(crate) fn fit_jobs(
                 3 => fit_n::<3>(&pos, &ge, b),
                 4 => fit_n::<4>(&pos, &ge, b),
                 5 => fit_n::<5>(&pos, &ge, b),
-                _ => broken_line_fit(&pos[..n_fit], &ge[..n_fit], b)?,
+                _ => return Err(bad_hit_count(n_fit, n_fit)),
             }
         };
         store_fit(tracks, job, &f, cfg);
+    }
+    Ok(())
+}
+
+/// The Broken Line fits of `jobs` into `tracks`, four jobs of one hit count at a time in
+/// [`F64x4`] lanes (a last group of fewer repeats its last job in the spare lanes). On an
+/// error it returns the one [`fit_jobs`] returns: that of the first failing job.
+#[inline(always)]
+pub(crate) fn fit_jobs_lanes(
+    hits: &HitsView,
+    tuples: &Tuples,
+    jobs: &[FitJob],
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<(), TrackError> {
+    let Err(e) = fit_groups(hits, tuples, jobs, cfg, tracks) else {
+        return Ok(());
+    };
+    let (mut pos, mut ge) = ([[0f64; 3]; 5], [[0f32; 6]; 5]);
+    for &job in jobs {
+        job_hits(hits, tuples, job, &mut pos, &mut ge)?;
+    }
+    Err(e)
+}
+
+/// [`fit_jobs_lanes`]' groups: the jobs of each hit count (3, 4, 5: what [`fit_selection`]
+/// takes) gathered four at a time. (Functions, not closures: a closure would not be
+/// compiled for the AVX2 caller.)
+#[inline(always)]
+fn fit_groups(
+    hits: &HitsView,
+    tuples: &Tuples,
+    jobs: &[FitJob],
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<(), TrackError> {
+    let mut pending = [[FitJob { row: 0, n_fit: 0 }; 4]; 3];
+    let mut count = [0usize; 3];
+    for &job in jobs {
+        let n = job.n_fit as usize;
+        if !(3..=5).contains(&n) {
+            return Err(bad_hit_count(n, n));
+        }
+        pending[n - 3][count[n - 3]] = job;
+        count[n - 3] += 1;
+        if count[n - 3] == 4 {
+            fit_group(hits, tuples, &pending[n - 3], cfg, tracks)?;
+            count[n - 3] = 0;
+        }
+    }
+    for (g, &k) in pending.iter().zip(&count) {
+        if k > 0 {
+            fit_group(hits, tuples, &g[..k], cfg, tracks)?;
+        }
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn fit_group(
+    hits: &HitsView,
+    tuples: &Tuples,
+    group: &[FitJob],
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<(), TrackError> {
+    match group[0].n_fit {
+        3 => fit_lanes::<3>(hits, tuples, group, cfg, tracks),
+        4 => fit_lanes::<4>(hits, tuples, group, cfg, tracks),
+        _ => fit_lanes::<5>(hits, tuples, group, cfg, tracks),
+    }
+}
+
+/// Fits 1 to 4 jobs of `N` hits side by side and stores them.
+#[inline(always)]
+fn fit_lanes<const N: usize>(
+    hits: &HitsView,
+    tuples: &Tuples,
+    group: &[FitJob],
+    cfg: &FitConfig,
+    tracks: &mut Tracks,
+) -> Result<(), TrackError> {
+    let mut pos = [[F64x4::splat(0.0); 3]; N];
+    let mut ge = [[F64x4::splat(0.0); 6]; N];
+    let (mut p, mut g) = ([[0f64; 3]; 5], [[0f32; 6]; 5]);
+    for l in 0..4 {
+        job_hits(hits, tuples, group[l.min(group.len() - 1)], &mut p, &mut g)?;
+        for k in 0..N {
+            for d in 0..3 {
+                pos[k][d].0[l] = p[k][d];
+            }
+            for d in 0..6 {
+                ge[k][d].0[l] = g[k][d] as f64;
+            }
+        }
+    }
+    let f = broken_line::fit_n(&pos, &ge, F64x4::splat(cfg.b_field as f64));
+    for (l, &job) in group.iter().enumerate() {
+        store_fit(tracks, job, &results(&f, l), cfg);
     }
     Ok(())
 }

@@ -6,34 +6,36 @@
 
 use std::ops::{Index, IndexMut};
 
+use super::lanes::{c, Real};
+
 /// Largest matrix handled (5 hits + the curvature correction).
 pub(crate) const MX: usize = 6;
-pub(crate) type Mat = [[f64; MX]; MX];
+pub(crate) type Mat<T = f64> = [[T; MX]; MX];
 
-#[inline]
-pub(crate) fn sqr(x: f64) -> f64 {
+#[inline(always)]
+pub(crate) fn sqr<T: Real>(x: T) -> T {
     x * x
 }
-#[inline]
-pub(crate) fn cross2(a: [f64; 2], b: [f64; 2]) -> f64 {
+#[inline(always)]
+pub(crate) fn cross2<T: Real>(a: [T; 2], b: [T; 2]) -> T {
     a[0] * b[1] - a[1] * b[0]
 }
-#[inline]
-pub(crate) fn dot2(a: [f64; 2], b: [f64; 2]) -> f64 {
+#[inline(always)]
+pub(crate) fn dot2<T: Real>(a: [T; 2], b: [T; 2]) -> T {
     a[0] * b[0] + a[1] * b[1]
 }
-#[inline]
-pub(crate) fn sub2(a: [f64; 2], b: [f64; 2]) -> [f64; 2] {
+#[inline(always)]
+pub(crate) fn sub2<T: Real>(a: [T; 2], b: [T; 2]) -> [T; 2] {
     [a[0] - b[0], a[1] - b[1]]
 }
 
-#[inline]
-pub(crate) fn mul<const R: usize, const K: usize, const C: usize>(
-    a: &[[f64; K]; R],
-    b: &[[f64; C]; K],
-) -> [[f64; C]; R] {
-    let mut o = [[0.0; C]; R];
-    let mut t = [0.0; K];
+#[inline(always)]
+pub(crate) fn mul<T: Real, const R: usize, const K: usize, const C: usize>(
+    a: &[[T; K]; R],
+    b: &[[T; C]; K],
+) -> [[T; C]; R] {
+    let mut o = [[c(0.0); C]; R];
+    let mut t = [c(0.0); K];
     for i in 0..R {
         for j in 0..C {
             for k in 0..K {
@@ -49,9 +51,9 @@ pub(crate) fn mul<const R: usize, const K: usize, const C: usize>(
     o
 }
 
-#[inline]
-pub(crate) fn transpose<const R: usize, const C: usize>(a: &[[f64; C]; R]) -> [[f64; R]; C] {
-    let mut o = [[0.0; R]; C];
+#[inline(always)]
+pub(crate) fn transpose<T: Real, const R: usize, const C: usize>(a: &[[T; C]; R]) -> [[T; R]; C] {
+    let mut o = [[c(0.0); R]; C];
     for i in 0..R {
         for j in 0..C {
             o[j][i] = a[i][j];
@@ -62,8 +64,8 @@ pub(crate) fn transpose<const R: usize, const C: usize>(a: &[[f64; C]; R]) -> [[
 
 /// J·C·Jᵀ (inlined: in the fit compiled for AVX2 it takes that encoding too).
 #[inline(always)]
-pub(crate) fn sandwich<const N: usize>(j: &[[f64; N]; N], c: &[[f64; N]; N]) -> [[f64; N]; N] {
-    mul(&mul(j, c), &transpose(j))
+pub(crate) fn sandwich<T: Real, const N: usize>(j: &[[T; N]; N], m: &[[T; N]; N]) -> [[T; N]; N] {
+    mul(&mul(j, m), &transpose(j))
 }
 
 /// Inverse of a symmetric positive-definite `n`×`n` matrix (n = 3..6) by the reference's
@@ -71,18 +73,18 @@ pub(crate) fn sandwich<const N: usize>(j: &[[f64; N]; N], c: &[[f64; N]; N]) -> 
 /// phases below follow the reference's size cascade: the terms of the first rows, then one
 /// more row of the factor per size.
 #[inline(always)]
-pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
+pub(crate) fn cholesky_invert<T: Real>(src: &Mat<T>, n: usize) -> Mat<T> {
     let s = |i: usize, j: usize| src[i][j];
-    let mut d = [[0.0f64; MX]; MX];
-    let luc0 = 1.0 / s(0, 0);
+    let mut d = [[c(0.0); MX]; MX];
+    let luc0 = c::<T>(1.0) / s(0, 0);
     let luc1 = s(1, 0);
     let mut luc2 = s(1, 1) - luc0 * luc1 * luc1;
-    luc2 = 1.0 / luc2;
+    luc2 = c::<T>(1.0) / luc2;
     let luc3 = s(2, 0);
     let luc4 = s(2, 1) - luc0 * luc1 * luc3;
     if n == 3 {
         let mut luc5 = s(2, 2) - (luc0 * luc3 * luc3 + (luc2 * luc4) * luc4);
-        luc5 = 1.0 / luc5;
+        luc5 = c::<T>(1.0) / luc5;
         let li21 = -luc0 * luc1;
         let li32 = -(luc2 * luc4);
         let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
@@ -106,16 +108,16 @@ pub(crate) fn cholesky_invert(src: &Mat, n: usize) -> Mat {
 /// [`cholesky_invert`] for n = 4..6 from the terms of the first three rows; fills the
 /// lower triangle of `d`.
 #[inline(always)]
-fn invert_4_to_6(src: &Mat, n: usize, l: [f64; 5], d: &mut Mat) {
+fn invert_4_to_6<T: Real>(src: &Mat<T>, n: usize, l: [T; 5], d: &mut Mat<T>) {
     let s = |i: usize, j: usize| src[i][j];
     let [luc0, luc1, luc2, luc3, luc4] = l;
     let mut luc5 = s(2, 2) - (luc0 * luc3 * luc3 + luc2 * luc4 * luc4);
-    luc5 = 1.0 / luc5;
+    luc5 = c::<T>(1.0) / luc5;
     let luc6 = s(3, 0);
     let luc7 = s(3, 1) - luc0 * luc1 * luc6;
     let luc8 = s(3, 2) - luc0 * luc3 * luc6 - luc2 * luc4 * luc7;
     let mut luc9 = s(3, 3) - (luc0 * luc6 * luc6 + luc2 * luc7 * luc7 + luc8 * (luc8 * luc5));
-    luc9 = 1.0 / luc9;
+    luc9 = c::<T>(1.0) / luc9;
     let li21 = -luc1 * luc0;
     let li32 = -luc2 * luc4;
     let li31 = (luc1 * (luc2 * luc4) - luc3) * luc0;
@@ -145,7 +147,7 @@ fn invert_4_to_6(src: &Mat, n: usize, l: [f64; 5], d: &mut Mat) {
 /// [`cholesky_invert`] for n = 5, 6 from the terms (`l`) and inverse factor (`li`: 21, 31,
 /// 32, 41, 42, 43) of the first four rows.
 #[inline(always)]
-fn invert_5_or_6(src: &Mat, n: usize, l: [f64; 10], li: [f64; 6], d: &mut Mat) {
+fn invert_5_or_6<T: Real>(src: &Mat<T>, n: usize, l: [T; 10], li: [T; 6], d: &mut Mat<T>) {
     let s = |i: usize, j: usize| src[i][j];
     let [luc0, luc1, luc2, luc3, luc4, luc5, luc6, luc7, luc8, luc9] = l;
     let [li21, li31, li32, li41, li42, li43] = li;
@@ -158,7 +160,7 @@ fn invert_5_or_6(src: &Mat, n: usize, l: [f64; 10], li: [f64; 6], d: &mut Mat) {
             + luc2 * luc11 * luc11
             + luc5 * luc12 * luc12
             + luc9 * luc13 * luc13);
-    luc14 = 1.0 / luc14;
+    luc14 = c::<T>(1.0) / luc14;
     let li54 = -luc13 * luc9;
     let li53 = (luc13 * luc8 * luc9 - luc12) * luc5;
     let li52 = (-luc4 * luc8 * luc13 * luc5 * luc9 + luc4 * luc12 * luc5 + luc7 * luc13 * luc9
@@ -206,7 +208,7 @@ fn invert_5_or_6(src: &Mat, n: usize, l: [f64; 10], li: [f64; 6], d: &mut Mat) {
 /// [`cholesky_invert`] for n = 6 from the terms (`l`) and inverse factor (`li`: 21, 31, 32,
 /// 41, 42, 43, 51, 52, 53, 54) of the first five rows.
 #[inline(always)]
-fn invert_6(src: &Mat, l: [f64; 15], li: [f64; 10], d: &mut Mat) {
+fn invert_6<T: Real>(src: &Mat<T>, l: [T; 15], li: [T; 10], d: &mut Mat<T>) {
     let s = |i: usize, j: usize| src[i][j];
     let [luc0, luc1, luc2, luc3, luc4, luc5, luc6, luc7, luc8, luc9, luc10, luc11, luc12, luc13, luc14] =
         l;
@@ -226,7 +228,7 @@ fn invert_6(src: &Mat, l: [f64; 15], li: [f64; 10], d: &mut Mat) {
             + luc5 * luc17 * luc17
             + luc9 * luc18 * luc18
             + luc14 * luc19 * luc19);
-    luc20 = 1.0 / luc20;
+    luc20 = c::<T>(1.0) / luc20;
     let li65 = -luc19 * luc14;
     let li64 = (luc19 * luc14 * luc13 - luc18) * luc9;
     let li63 =
@@ -293,8 +295,8 @@ fn invert_6(src: &Mat, l: [f64; 15], li: [f64; 10], d: &mut Mat) {
 }
 
 /// Sum grouped as Eigen's unrolled reduction does: halves, recursively.
-#[inline]
-pub(crate) fn tree_sum(t: &[f64]) -> f64 {
+#[inline(always)]
+pub(crate) fn tree_sum<T: Real>(t: &[T]) -> T {
     // The short lengths spelled out (same grouping) so that the sums inline.
     match t.len() {
         1 => t[0],
@@ -304,15 +306,15 @@ pub(crate) fn tree_sum(t: &[f64]) -> f64 {
     }
 }
 
-pub(crate) fn tree_sum_split(t: &[f64]) -> f64 {
+pub(crate) fn tree_sum_split<T: Real>(t: &[T]) -> T {
     let h = t.len() / 2;
     tree_sum(&t[..h]) + tree_sum(&t[h..])
 }
 
 #[inline(always)]
-pub(crate) fn mat_vec(m: &Mat, v: &[f64; MX], n: usize) -> [f64; MX] {
-    let mut o = [0.0; MX];
-    let mut t = [0.0; MX];
+pub(crate) fn mat_vec<T: Real>(m: &Mat<T>, v: &[T; MX], n: usize) -> [T; MX] {
+    let mut o = [c(0.0); MX];
+    let mut t = [c(0.0); MX];
     for i in 0..n {
         for k in 0..n {
             t[k] = m[i][k] * v[k];
@@ -322,11 +324,11 @@ pub(crate) fn mat_vec(m: &Mat, v: &[f64; MX], n: usize) -> [f64; MX] {
     o
 }
 
-#[inline]
-pub(crate) fn seq_sum(t: &[f64]) -> f64 {
+#[inline(always)]
+pub(crate) fn seq_sum<T: Real>(t: &[T]) -> T {
     let mut s = t[0];
     for x in &t[1..] {
-        s += x;
+        s += *x;
     }
     s
 }

@@ -30,8 +30,10 @@
     clippy::excessive_precision
 )]
 
+mod broken_line;
 pub mod doublets;
 pub mod fit;
+mod lanes;
 mod linalg;
 pub mod ntuplets;
 pub mod quality;

@@ -1145,6 +1145,77 @@ fn fit_is_the_same_on_every_path() {
     assert_eq!(bits(&dispatched), bits(&portable));
 }
 
+/// Every stored value of the fits, as bits.
+fn fit_bits(t: &Tracks) -> Vec<u32> {
+    let flat = [
+        t.state.as_flattened(),
+        t.covariance.as_flattened(),
+        &t.pt,
+        &t.eta,
+        &t.chi2,
+        &t.phi,
+        &t.tip,
+        &t.zip,
+    ];
+    let mut v: Vec<u32> = flat.concat().iter().map(|x| x.to_bits()).collect();
+    v.extend(t.charge.iter().map(|&c| c as u32));
+    v
+}
+
+/// Fits run four at a time in lanes store the scalar fit's bits, for 3, 4 and 5 hits and
+/// for every size (1 to 4) of each hit count's last, partial group.
+#[test]
+fn fit_lanes_store_the_scalar_bits() {
+    let cpe = HitBuilder::cpe_params();
+    let cols = synthetic_event(800, 2000, 5);
+    let hits = cols.view(&cpe);
+    let mut cfg = CaConfig::default();
+    cfg.fit.fit5as4 = false;
+    let (tuples, _) = stage_ntuplets(&hits, stage_doublets(&hits, &cfg).unwrap(), &cfg).unwrap();
+    let all = fit::fit_selection(&tuples, &cfg.fit);
+    for n in 3..=5 {
+        let k = all.iter().filter(|j| j.n_fit == n).count();
+        assert!(k >= 20, "{k} fits of {n} hits");
+    }
+    for take in (all.len() - 12..=all.len()).chain([1, 2, 3, 5]) {
+        let jobs = &all[..take];
+        let mut scalar = Tracks::zeroed(&tuples, hits.det_index);
+        let mut lanes = Tracks::zeroed(&tuples, hits.det_index);
+        fit::fit_jobs(&hits, &tuples, jobs, &cfg.fit, &mut scalar).unwrap();
+        fit::fit_jobs_lanes(&hits, &tuples, jobs, &cfg.fit, &mut lanes).unwrap();
+        assert_eq!(fit_bits(&scalar), fit_bits(&lanes), "first {take} jobs");
+    }
+}
+
+/// A hit whose module the conditions lack fails the fits in lanes with the error of the
+/// scalar fits: that of the first failing job, also when the lanes meet another failing
+/// job first (a full group of 4-hit jobs is fitted before the 3-hit job ahead of it).
+#[test]
+fn fit_lanes_report_the_scalar_error() {
+    let mut cpe = HitBuilder::cpe_params();
+    let cols = synthetic_event(200, 200, 3);
+    let cfg = CaConfig::default();
+    let hits = cols.view(&cpe);
+    let (tuples, _) = stage_ntuplets(&hits, stage_doublets(&hits, &cfg).unwrap(), &cfg).unwrap();
+    let all = fit::fit_selection(&tuples, &cfg.fit);
+    let of = |n: u8| all.iter().filter(move |j| j.n_fit == n).copied();
+    let jobs: Vec<_> = of(3).take(1).chain(of(4).take(4)).collect();
+    assert_eq!(jobs.len(), 5, "{} jobs", all.len());
+    // No module at all: every job fails, each on its first hit.
+    cpe.det.clear();
+    let hits = cols.view(&cpe);
+    let mut a = Tracks::zeroed(&tuples, hits.det_index);
+    let mut b = Tracks::zeroed(&tuples, hits.det_index);
+    let scalar = fit::fit_jobs(&hits, &tuples, &jobs, &cfg.fit, &mut a).unwrap_err();
+    let lanes = fit::fit_jobs_lanes(&hits, &tuples, &jobs, &cfg.fit, &mut b).unwrap_err();
+    let first = tuples.hits_of(jobs[0].row as usize)[0] as usize;
+    assert!(
+        matches!(scalar, TrackError::MissingModule { hit, .. } if hit == first),
+        "{scalar}"
+    );
+    assert_eq!(scalar.to_string(), lanes.to_string());
+}
+
 /// The step's path (cells, then `listed` from counters) gives the cells and listed flags of
 /// the per-hit lists, also when the lists are full.
 #[test]
