@@ -560,9 +560,14 @@ pub(crate) fn fit_jobs_lanes(
     let Err(e) = fit_groups(hits, tuples, jobs, cfg, tracks) else {
         return Ok(());
     };
+    // The checks of `fit_jobs`, in its order: a job's hits, then its hit count.
     let (mut pos, mut ge) = ([[0f64; 3]; 5], [[0f32; 6]; 5]);
     for &job in jobs {
         job_hits(hits, tuples, job, &mut pos, &mut ge)?;
+        let n = job.n_fit as usize;
+        if !(3..=5).contains(&n) {
+            return Err(bad_hit_count(n, n));
+        }
     }
     Err(e)
 }

@@ -1214,6 +1214,35 @@ fn fit_lanes_report_the_scalar_error() {
         "{scalar}"
     );
     assert_eq!(scalar.to_string(), lanes.to_string());
+
+    // A bad hit count before a job with a missing module: the count's error comes first, as
+    // one job at a time.
+    let mut cpe = HitBuilder::cpe_params();
+    let all_hits = cols.view(&cpe);
+    // The highest module among a job's first `n` hits (a job reads its first `n_fit`, at
+    // most 5).
+    let top = |j: &fit::FitJob, n: usize| {
+        let t = tuples.hits_of(j.row as usize);
+        t.iter()
+            .take(n)
+            .map(|&h| all_hits.det_index[h as usize])
+            .max()
+            .unwrap()
+    };
+    let cut = all.iter().map(|j| top(j, j.n_fit as usize)).max().unwrap();
+    let (ok, bad) = (
+        all.iter().find(|j| top(j, 5) < cut).unwrap(),
+        all.iter()
+            .find(|j| top(j, j.n_fit as usize) == cut)
+            .unwrap(),
+    );
+    cpe.det.truncate(cut as usize);
+    let hits = cols.view(&cpe);
+    let jobs = [fit::FitJob { n_fit: 6, ..*ok }, *bad];
+    let scalar = fit::fit_jobs(&hits, &tuples, &jobs, &cfg.fit, &mut a).unwrap_err();
+    let lanes = fit::fit_jobs_lanes(&hits, &tuples, &jobs, &cfg.fit, &mut b).unwrap_err();
+    assert!(matches!(scalar, TrackError::Config(_)), "{scalar}");
+    assert_eq!(scalar.to_string(), lanes.to_string());
 }
 
 /// The step's path (cells, then `listed` from counters) gives the cells and listed flags of
