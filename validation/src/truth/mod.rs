@@ -561,26 +561,20 @@ pub fn report_with(
         .collect::<Result<Vec<_>>>()?
         .into_iter()
         .unzip();
-    let mut s = summarize(&results, cfg, Some(output))?;
-    let ids: Vec<u32> = events.iter().map(|e| e.0).collect();
-    plus::write_track_truth(output, &ids, &results)?;
     let has_plus = events.iter().any(|e| e.1.plus.is_some());
     let plus = plus
         .into_iter()
         .collect::<Option<Vec<_>>>()
         .filter(|_| has_plus);
+    let plus_vertices: Option<Vec<VertexResult>> = plus
+        .as_ref()
+        .map(|p| p.iter().flat_map(|r| r.vertices.iter().copied()).collect());
+    let mut s =
+        summary::summarize_with(&results, cfg, Some(output), None, plus_vertices.as_deref())?;
+    let ids: Vec<u32> = events.iter().map(|e| e.0).collect();
+    plus::write_track_truth(output, &ids, &results)?;
     if let Some(plus) = plus {
-        // The faithful table again, with the second selection's columns.
-        let vertices = |r: &[EventResult]| -> Vec<VertexResult> {
-            r.iter().flat_map(|r| r.vertices.iter().copied()).collect()
-        };
-        summary::write_vertex_separation(
-            output,
-            &vertices(&results),
-            Some(&vertices(&plus)),
-            s.zip_pull_width,
-        )?;
-        let ps = summary::summarize_with(&plus, cfg, None, Some(s.zip_pull_width))?;
+        let ps = summary::summarize_with(&plus, cfg, None, Some(s.zip_pull_width), None)?;
         s.plus = Some(Box::new(ps));
         if events
             .iter()

@@ -235,17 +235,19 @@ fn mean_rms(v: &[f64]) -> (f64, f64) {
 /// Combines event results into the summary and the result tables; writes the tables into
 /// `output` when given.
 pub fn summarize(results: &[EventResult], cfg: &Config, output: Option<&Path>) -> Result<Summary> {
-    summarize_with(results, cfg, output, None)
+    summarize_with(results, cfg, output, None, None)
 }
 
 /// [`summarize`], measuring vertex separations with `zip_pull_width` instead of the zip pull
 /// width of `results`' own tracks (the report's second selection uses the faithful one, so
-/// that both are binned alike).
+/// that both are binned alike), and with the second selection's vertices (`plus_vertices`)
+/// beside the first in `vertex_separation.parquet`.
 pub(crate) fn summarize_with(
     results: &[EventResult],
     cfg: &Config,
     output: Option<&Path>,
     zip_pull_width: Option<f64>,
+    plus_vertices: Option<&[VertexResult]>,
 ) -> Result<Summary> {
     let n = results.len();
     let sum = |f: &dyn Fn(&EventResult) -> usize| results.iter().map(f).sum::<usize>();
@@ -354,6 +356,7 @@ pub(crate) fn summarize_with(
             sel: &sel,
             res: &res,
             verts: &verts,
+            plus_verts: plus_vertices,
             resid: &resid,
         };
         write_tables(out, results, &tables, cfg, &s)?;
@@ -366,6 +369,8 @@ struct Tables<'a> {
     sel: &'a [Selected<'a>],
     res: &'a [TrackResolution],
     verts: &'a [VertexResult],
+    /// The second selection's, when the report has one.
+    plus_verts: Option<&'a [VertexResult]>,
     resid: &'a [HitResidual],
 }
 
@@ -390,7 +395,7 @@ fn write_tables(
         .collect();
     write_track_composition(out, &lt)?;
     write_vertex_neighbours(out, t.verts)?;
-    write_vertex_separation(out, t.verts, None, s.zip_pull_width)?;
+    write_vertex_separation(out, t.verts, t.plus_verts, s.zip_pull_width)?;
     write_hit_residuals(out, t.resid)?;
     let p = out.join("summary.json");
     std::fs::write(&p, s.to_json()).map_err(|source| ValidationError::Io { path: p, source })
@@ -648,7 +653,7 @@ fn merge_floor(verts: &[VertexResult], zip_pull_width: f64) -> (f64, f64) {
 /// Vertices vs their separation from the least separated other reconstructable vertex, in
 /// σ (`vertex_separation.parquet`): found, merged, split for the faithful vertices and, when
 /// the run has them, the second ones (`plus_` columns).
-pub(crate) fn write_vertex_separation(
+fn write_vertex_separation(
     out: &Path,
     faithful: &[VertexResult],
     plus: Option<&[VertexResult]>,
