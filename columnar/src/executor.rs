@@ -156,7 +156,11 @@ pub struct StepTiming {
     pub label: String,
     pub type_name: String,
     pub backend: String,
+    /// Wall time of its calls, without `one_off`.
     pub time: Duration,
+    /// One-off work inside its calls ([`crate::Step::one_off_time`]): reported apart, so that
+    /// the time per event is what more events would cost.
+    pub one_off: Duration,
 }
 
 /// What a job did.
@@ -232,6 +236,14 @@ impl Summary {
                 t.backend,
                 1e3 * secs / self.events.max(1) as f64,
                 100.0 * secs / total.max(1e-12)
+            );
+        }
+        for t in self.steps.iter().filter(|t| !t.one_off.is_zero()) {
+            let _ = writeln!(
+                s,
+                "{:<20} one-off work in its first calls, not in ms/event: {:.1} ms",
+                t.label,
+                1e3 * t.one_off.as_secs_f64()
             );
         }
         let _ = writeln!(
@@ -668,11 +680,17 @@ impl<'a> Job<'a> {
                 .steps
                 .iter()
                 .zip(&self.step_ns)
-                .map(|(st, ns)| StepTiming {
-                    label: st.label.clone(),
-                    type_name: st.type_name.clone(),
-                    backend: st.backend.to_string(),
-                    time: Duration::from_nanos(ns.load(Ordering::Relaxed)),
+                .zip(self.steps)
+                .map(|((st, ns), step)| {
+                    let all = Duration::from_nanos(ns.load(Ordering::Relaxed));
+                    let one_off = step.one_off_time().min(all);
+                    StepTiming {
+                        label: st.label.clone(),
+                        type_name: st.type_name.clone(),
+                        backend: st.backend.to_string(),
+                        time: all - one_off,
+                        one_off,
+                    }
                 })
                 .collect(),
             product_bytes: keys

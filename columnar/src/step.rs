@@ -533,6 +533,12 @@ pub trait Step: Send + Sync {
     fn end_job(&self, _success: bool) -> Result<Option<String>> {
         Ok(None)
     }
+    /// Time spent inside `process` on one-off work, summed over workers: what a step does
+    /// once per worker on its first batch (a Python step's `__init__`). The step table
+    /// reports it apart ([`crate::StepTiming::one_off`]), not in the step's time per event.
+    fn one_off_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// Signature and parameters of a step type whose consumes/produces depend on the step as

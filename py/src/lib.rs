@@ -507,12 +507,18 @@ fn summary_numbers<'py>(
     numbers.set_item("gil_released", true)?;
     numbers.set_item("temporary_output", temporary_output)?;
     numbers.set_item("output", output)?;
-    // Seconds spent in each step's calls, summed over workers.
+    // Seconds spent in each step's calls, summed over workers, without one-off work.
     let step_s = PyDict::new(py);
     for st in &summary.steps {
         step_s.set_item(&st.label, st.time.as_secs_f64())?;
     }
     numbers.set_item("step_s", step_s)?;
+    // One-off work inside the steps' calls (a Python step's __init__), not in step_s.
+    let one_off = PyDict::new(py);
+    for st in &summary.steps {
+        one_off.set_item(&st.label, st.one_off.as_secs_f64())?;
+    }
+    numbers.set_item("step_one_off_s", one_off)?;
     Ok(numbers)
 }
 

@@ -325,6 +325,7 @@ fn build_python_step(cfg: &StepConfig) -> Result<Box<dyn Step>> {
             calls: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
             held_ns: AtomicU64::new(0),
+            init_ns: AtomicU64::new(0),
         }))
     })
 }
@@ -347,6 +348,8 @@ struct PythonStep {
     calls: AtomicU64,
     wait_ns: AtomicU64,
     held_ns: AtomicU64,
+    /// The workers' `__init__` calls, in `process` but one-off (`Step::one_off_time`).
+    init_ns: AtomicU64,
 }
 
 impl PythonStep {
@@ -360,8 +363,12 @@ impl PythonStep {
         {
             return Ok(i.clone_ref(py));
         }
+        let t0 = Instant::now();
         let params = self.params.bind(py).copy()?;
-        let inst = self.class.bind(py).call1((params,))?.unbind();
+        let inst = self.class.bind(py).call1((params,));
+        self.init_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let inst = inst?.unbind();
         self.instances
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -445,6 +452,10 @@ impl Step for PythonStep {
         Ok(())
     }
 
+    fn one_off_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.init_ns.load(Ordering::Relaxed))
+    }
+
     fn end_job(&self, success: bool) -> Result<Option<String>> {
         Python::attach(|py| {
             let instances: Vec<(ThreadId, Py<PyAny>)> = self
@@ -472,6 +483,7 @@ impl Step for PythonStep {
                     }
                 }
             }
+            let n_init = instances.len();
             drop(instances);
             if let Some(e) = error {
                 return Err(e);
@@ -481,13 +493,14 @@ impl Step for PythonStep {
                 // Time inside produce(), not GIL-held time: numpy, pyarrow and Polars release
                 // the GIL inside, so calls of several workers overlap and the sum can exceed
                 // the wall time.
-                "python step {} ({}): {} batches; {:.1} ms in Python summed over worker threads (libraries may release the GIL inside), {:.1} ms waiting for the GIL; the framework and Rust steps ran without the GIL\nsetup, once per job and not in the step's time: {:.1} ms (pyarrow, the conditions for batch.conditions)",
+                "python step {} ({}): {} batches; {:.1} ms in Python summed over worker threads (libraries may release the GIL inside), {:.1} ms waiting for the GIL; the framework and Rust steps ran without the GIL\nsetup, once per job and not in the step's time: {:.1} ms (pyarrow, the conditions for batch.conditions); __init__ on {n_init} worker(s): {:.1} ms, not in the step's time either",
                 self.label,
                 self.what,
                 self.calls.load(Ordering::Relaxed),
-                ms(&self.held_ns),
+                (ms(&self.held_ns) - ms(&self.init_ns)).max(0.0),
                 ms(&self.wait_ns),
-                self.setup.as_secs_f64() * 1e3
+                self.setup.as_secs_f64() * 1e3,
+                ms(&self.init_ns)
             );
             for r in reports {
                 s.push('\n');

@@ -193,11 +193,14 @@ def test_temporary_output_goes_when_python_exits(tmp_path):
 
 
 TOUCH = """
-import json, sys
+import json, sys, time
 import quiver
 
 class Touch(quiver.Step):
     consumes = {"hits": "hits"}
+    def __init__(self, params):
+        super().__init__(params)
+        time.sleep(0.3)  # a model loaded once per worker
     def produce(self, batch):
         assert "BeamSpot" in batch.conditions
         batch.conditions.clear()  # a copy: the next batch still sees every condition
@@ -205,13 +208,15 @@ class Touch(quiver.Step):
 assert "pyarrow" not in sys.modules
 plan = quiver.Plan.load(sys.argv[1]).add("touch", Touch, hits="hits")
 r = plan.run(input=sys.argv[2], threads=2, batch_size=1, collect=[], output=sys.argv[3])
-print(json.dumps({"step_s": r.numbers["step_s"]["touch"], "summary": r.summary}))
+step_s, one_off = r.numbers["step_s"]["touch"], r.numbers["step_one_off_s"]["touch"]
+print(json.dumps({"step_s": step_s, "one_off_s": one_off, "summary": r.summary}))
 """
 
 
 def test_python_step_is_not_charged_for_one_off_setup(small_dataset, tmp_path):
     """pyarrow's import and the conditions as pyarrow (a few hundred ms, once) were counted
-    in the first batch of each worker: a trivial step read as 15 ms/event."""
+    in the first batch of each worker: a trivial step read as 15 ms/event. So was each
+    worker's ``__init__`` (here 0.3 s, as a model loaded once per worker would take)."""
     script = tmp_path / "touch.py"
     script.write_text(TOUCH)
     p = subprocess.run(
@@ -231,3 +236,12 @@ def test_python_step_is_not_charged_for_one_off_setup(small_dataset, tmp_path):
     assert m, got["summary"]
     setup_s = float(m.group(1)) / 1e3
     assert got["step_s"] < setup_s / 2, (got["step_s"], setup_s)
+    # __init__: at least one worker slept 0.3 s in it; reported apart, not in step_s.
+    m = re.search(r"__init__ on ([12]) worker\(s\): ([0-9.]+) ms", got["summary"])
+    assert m, got["summary"]
+    n_init, init_s = int(m.group(1)), float(m.group(2)) / 1e3
+    assert 0.3 * n_init <= init_s < 0.3 * n_init + 0.5, (n_init, init_s)
+    assert abs(got["one_off_s"] - init_s) < 0.01, (got["one_off_s"], init_s)
+    assert got["step_s"] < 0.15, got["step_s"]
+    one_off_line = r"touch +one-off work in its first calls, not in ms/event: [0-9.]+ ms"
+    assert re.search(one_off_line, got["summary"]), got["summary"]

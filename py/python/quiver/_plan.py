@@ -183,8 +183,9 @@ class Result:
         self.summary = summary
         """The run summary, as ``quiver run`` prints it."""
         self.numbers = dict(numbers)
-        """events, batches, threads, batch_size, wall_s, gil_released, and step_s: seconds
-        spent in each step (by label), summed over workers."""
+        """events, batches, threads, batch_size, wall_s, gil_released, step_s: seconds
+        spent in each step (by label), summed over workers, and step_one_off_s: one-off work
+        inside those calls (a Python step's ``__init__`` on each worker), not in step_s."""
         self._tables = {(label, ty): (obj, addrs) for label, ty, obj, addrs in tables}
         self._pa = {}
         self.first_event = first_event
