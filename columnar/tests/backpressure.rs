@@ -4,13 +4,12 @@
 //! `batches_ahead(threads)` of the lowest unfinished batch.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_columnar::executor::{batches_ahead, RunOptions};
-use quiver_columnar::{
-    EventBatch, InputSpec, JobContext, PlanSpec, Registry, Result, Signature, Step, StepType,
-};
+use quiver_columnar::executor::batches_ahead;
+use quiver_columnar::{EventBatch, Registry, Result, Step};
+
+mod support;
 
 static FIRST_DONE: AtomicBool = AtomicBool::new(false);
 /// The highest batch started while the first batch was still running.
@@ -33,36 +32,13 @@ impl Step for Stall {
 #[test]
 fn a_stalled_batch_holds_back_at_most_the_window() {
     let mut r = Registry::with_builtin();
-    r.add(StepType {
-        name: "stall_first",
-        doc: "sleeps in the first batch",
-        params: vec![],
-        signature: Signature {
-            inputs: vec![InputSpec::one("input", "floats", "anything")],
-            outputs: vec![],
-        },
-        backends: vec![quiver_columnar::Backend::Cpu],
-        build: |_| Ok(Box::new(Stall)),
-    });
-    let text = "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = 10\n\
-                [[step]]\nlabel = \"stall\"\ntype = \"stall_first\"\ninput = \"numbers\"\n";
-    let plan = quiver_columnar::validate(&PlanSpec::from_toml(text, "test").unwrap(), &r).unwrap();
-    let job = Arc::new(JobContext {
-        input: None,
-        output: std::env::temp_dir(),
-        conditions: Default::default(),
-    });
-    let steps = plan.build(&r, job).unwrap();
+    r.add(support::floats_sink(
+        "stall_first",
+        "sleeps in the first batch",
+        |_| Ok(Box::new(Stall)),
+    ));
     let threads = 4;
-    let opts = RunOptions {
-        threads,
-        batch_size: 1,
-        first_event: 0,
-        events: Some(2000),
-        progress: false,
-        cycle_input: false,
-    };
-    let summary = quiver_columnar::run(&plan, &steps, &opts).unwrap();
+    let summary = support::run_after_floats(&r, "stall_first", "stall", threads, 2000).unwrap();
     assert_eq!(summary.events, 2000);
     let ahead = AHEAD.load(Ordering::SeqCst);
     // Without the bound the three other workers run through the ~2000 cheap batches while

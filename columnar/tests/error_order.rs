@@ -1,13 +1,11 @@
 //! The error of a failed job is the earliest failed batch's, whatever the thread count: a
 //! later batch that fails first must not win, or the message would depend on timing.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_columnar::executor::RunOptions;
-use quiver_columnar::{
-    Error, EventBatch, InputSpec, JobContext, PlanSpec, Registry, Result, Signature, Step, StepType,
-};
+use quiver_columnar::{Error, EventBatch, Registry, Result, Step};
+
+mod support;
 
 /// Batch 0 fails after a while, as does any batch of `PANICS`; batch 5 fails at once.
 struct FailTwice;
@@ -60,45 +58,21 @@ impl Step for InterruptedLater {
 
 fn registry() -> Registry {
     let mut r = Registry::with_builtin();
-    let ty = |name, build: fn(&quiver_columnar::StepConfig) -> Result<Box<dyn Step>>| StepType {
-        name,
-        doc: "fails in batches 0 and 5",
-        params: vec![],
-        signature: Signature {
-            inputs: vec![InputSpec::one("input", "floats", "anything")],
-            outputs: vec![],
-        },
-        backends: vec![quiver_columnar::Backend::Cpu],
-        build,
-    };
-    r.add(ty("fail_twice", |_| Ok(Box::new(FailTwice))));
-    r.add(ty("panic_late", |_| Ok(Box::new(PanicLate))));
-    r.add(ty("interrupted_later", |_| Ok(Box::new(InterruptedLater))));
+    let doc = "fails in batches 0 and 5";
+    r.add(support::floats_sink("fail_twice", doc, |_| {
+        Ok(Box::new(FailTwice))
+    }));
+    r.add(support::floats_sink("panic_late", doc, |_| {
+        Ok(Box::new(PanicLate))
+    }));
+    r.add(support::floats_sink("interrupted_later", doc, |_| {
+        Ok(Box::new(InterruptedLater))
+    }));
     r
 }
 
 fn run(step_type: &str, threads: usize) -> Error {
-    let r = registry();
-    let text = format!(
-        "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = 3\n\
-         [[step]]\nlabel = \"bad\"\ntype = \"{step_type}\"\ninput = \"numbers\"\n"
-    );
-    let plan = quiver_columnar::validate(&PlanSpec::from_toml(&text, "test").unwrap(), &r).unwrap();
-    let job = Arc::new(JobContext {
-        input: None,
-        output: std::env::temp_dir(),
-        conditions: Default::default(),
-    });
-    let steps = plan.build(&r, job).unwrap();
-    let opts = RunOptions {
-        threads,
-        batch_size: 1,
-        first_event: 0,
-        events: Some(64),
-        progress: false,
-        cycle_input: false,
-    };
-    quiver_columnar::run(&plan, &steps, &opts).unwrap_err()
+    support::run_after_floats(&registry(), step_type, "bad", threads, 64).unwrap_err()
 }
 
 #[test]

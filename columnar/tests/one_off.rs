@@ -3,13 +3,11 @@
 //! model loaded once per worker must not read as a slow step.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_columnar::executor::RunOptions;
-use quiver_columnar::{
-    EventBatch, InputSpec, JobContext, PlanSpec, Registry, Result, Signature, Step, StepType,
-};
+use quiver_columnar::{EventBatch, Registry, Result, Step};
+
+mod support;
 
 /// Sleeps 200 ms in its first call (one-off) and 1 ms in every call.
 struct Warm {
@@ -34,39 +32,12 @@ impl Step for Warm {
 #[test]
 fn one_off_work_is_reported_apart_from_the_time_per_event() {
     let mut r = Registry::with_builtin();
-    r.add(StepType {
-        name: "warm",
-        doc: "slow first call",
-        params: vec![],
-        signature: Signature {
-            inputs: vec![InputSpec::one("input", "floats", "anything")],
-            outputs: vec![],
-        },
-        backends: vec![quiver_columnar::Backend::Cpu],
-        build: |_| {
-            Ok(Box::new(Warm {
-                calls: AtomicU64::new(0),
-            }))
-        },
-    });
-    let text = "[[step]]\nlabel = \"numbers\"\ntype = \"random_floats\"\ncount = 10\n\
-                [[step]]\nlabel = \"warm\"\ntype = \"warm\"\ninput = \"numbers\"\n";
-    let plan = quiver_columnar::validate(&PlanSpec::from_toml(text, "test").unwrap(), &r).unwrap();
-    let job = Arc::new(JobContext {
-        input: None,
-        output: std::env::temp_dir(),
-        conditions: Default::default(),
-    });
-    let steps = plan.build(&r, job).unwrap();
-    let opts = RunOptions {
-        threads: 1,
-        batch_size: 1,
-        first_event: 0,
-        events: Some(20),
-        progress: false,
-        cycle_input: false,
-    };
-    let s = quiver_columnar::run(&plan, &steps, &opts).unwrap();
+    r.add(support::floats_sink("warm", "slow first call", |_| {
+        Ok(Box::new(Warm {
+            calls: AtomicU64::new(0),
+        }))
+    }));
+    let s = support::run_after_floats(&r, "warm", "warm", 1, 20).unwrap();
     let warm = s.steps.iter().find(|t| t.label == "warm").unwrap();
     assert_eq!(warm.one_off, ONE_OFF);
     // 20 calls of ≥ 1 ms, without the 200 ms of the first.
