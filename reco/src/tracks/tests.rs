@@ -1132,17 +1132,7 @@ fn fit_is_the_same_on_every_path() {
         let k = jobs.iter().filter(|j| j.n_fit == n).count();
         assert!(k > 100, "{k} fits of {n} hits");
     }
-    let bits = |t: &Tracks| -> Vec<u32> {
-        let flat = [
-            t.state.as_flattened(),
-            t.covariance.as_flattened(),
-            &t.pt,
-            &t.eta,
-            &t.chi2,
-        ];
-        flat.concat().iter().map(|x| x.to_bits()).collect()
-    };
-    assert_eq!(bits(&dispatched), bits(&portable));
+    assert_eq!(fit_bits(&dispatched), fit_bits(&portable));
 }
 
 /// Every stored value of the fits, as bits.
