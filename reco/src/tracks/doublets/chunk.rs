@@ -182,7 +182,7 @@ const PACK_LUT: [u32; 256] = {
 /// table and stored whole (the lanes past the kept ones are overwritten by the next half
 /// or left past the length).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,popcnt")]
 #[inline]
 pub(super) fn pack_outer_avx2(outer: &[u32; CHUNK], bits: u32, dst: &mut [MaybeUninit<u32>]) {
     use std::arch::x86_64::*;
@@ -322,9 +322,11 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{bits:#x}");
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("popcnt")
+            {
                 let mut dst = [MaybeUninit::new(0u32); CHUNK];
-                // SAFETY: the CPU has AVX2.
+                // SAFETY: the CPU has AVX2 and POPCNT.
                 unsafe { pack_outer_avx2(&outer, bits, &mut dst) };
                 // SAFETY: every entry was initialised above.
                 let got: Vec<u32> = dst[..want.len()]
