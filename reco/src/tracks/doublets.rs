@@ -490,12 +490,28 @@ pub fn build_doublet_cells(
     n_pairs: usize,
 ) -> Result<Doublets, TrackError> {
     let c = build_doublet_columns(hits, cfg, n_pairs)?;
+    let cells = cells_from_columns(hits, &c.inner, &c.outer, &c.pair);
+    Ok(Doublets {
+        cells,
+        cells_overflow: c.cells_overflow,
+        cells_missed: c.cells_missed,
+        ..Default::default()
+    })
+}
+
+/// Cells from their columns (creation order: a cell's id is its index), with the inner
+/// hit's z and r cached from `hits`. The hit indices must be below `hits.n_hits()`.
+pub(crate) fn cells_from_columns(
+    hits: &HitsView,
+    inner: &[u32],
+    outer: &[u32],
+    pair: &[u8],
+) -> Vec<Cell> {
     let (z, r) = (hits.z_global, hits.r_global);
-    let cells = c
-        .inner
+    inner
         .iter()
-        .zip(&c.outer)
-        .zip(&c.pair)
+        .zip(outer)
+        .zip(pair)
         .enumerate()
         .map(|(k, ((&inner, &outer), &pair))| Cell {
             inner,
@@ -506,13 +522,7 @@ pub fn build_doublet_cells(
             inner_z: z[inner as usize],
             inner_r: r[inner as usize],
         })
-        .collect();
-    Ok(Doublets {
-        cells,
-        cells_overflow: c.cells_overflow,
-        cells_missed: c.cells_missed,
-        ..Default::default()
-    })
+        .collect()
 }
 
 /// The cells of one event as columns, in creation order: what the `ca_doublets` step

@@ -450,22 +450,7 @@ pub fn doublets_from_columns(
             inner[c], outer[c]
         )));
     }
-    let (z, r) = (hits.z_global, hits.r_global);
-    let cells = inner
-        .iter()
-        .zip(outer)
-        .zip(pair)
-        .enumerate()
-        .map(|(c, ((&i, &o), &p))| doublets::Cell {
-            inner: i,
-            outer: o,
-            pair: p,
-            doublet_id: c as i32,
-            used: 0,
-            inner_z: z[i as usize],
-            inner_r: r[i as usize],
-        })
-        .collect();
+    let cells = doublets::cells_from_columns(hits, inner, outer, pair);
     // The listed cells of each outer hit, in cell order (one counting sort).
     let mut offsets = vec![0u32; n_hits + 1];
     for (&o, &l) in outer.iter().zip(listed) {
