@@ -728,6 +728,7 @@ fn search_impl(
                     // the chunk's last ones go).
                     let found = bits.count_ones() as usize;
                     let room = max_doublets - len;
+                    let n = found.min(room);
                     if found > room {
                         missed += (found - room) as u64;
                         for _ in room..found {
@@ -750,7 +751,6 @@ fn search_impl(
                     for x in &mut pair_col.spare_capacity_mut()[..CHUNK] {
                         x.write(pair_id as u8);
                     }
-                    let n = bits.count_ones() as usize;
                     // SAFETY: `pack` wrote the first n ≤ CHUNK spare entries of
                     // `outer_col`, the loops above all CHUNK of the other two.
                     unsafe {

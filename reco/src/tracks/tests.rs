@@ -247,18 +247,18 @@ fn doublet_capacities() {
     for k in 0..40 {
         b.add_barrel_hit(1, 6.8, 0.3, -2.0 + 0.1 * k as f64);
     }
-    let cols = b.build();
-    let full = build_doublets(&cols.view(&cpe), &only("none"), N_PAIRS).unwrap();
+    let fan = b.build();
+    let full = build_doublets(&fan.view(&cpe), &only("none"), N_PAIRS).unwrap();
     assert_eq!(full.cells.len(), 40);
     for max in [0, 1, 15, 16, 17, 25, 32, 39, 40] {
         let cfg = DoubletConfig {
             max_number_of_doublets: max,
             ..only("none")
         };
-        let d = build_doublets(&cols.view(&cpe), &cfg, N_PAIRS).unwrap();
+        let d = build_doublets(&fan.view(&cpe), &cfg, N_PAIRS).unwrap();
         assert_eq!(d.cells, full.cells[..max as usize], "max {max}");
         assert_eq!(d.cells_missed, 40 - max as u64, "max {max}");
-        let c = build_doublet_columns(&cols.view(&cpe), &cfg, N_PAIRS).unwrap();
+        let c = build_doublet_columns(&fan.view(&cpe), &cfg, N_PAIRS).unwrap();
         let outer: Vec<u32> = full.cells[..max as usize].iter().map(|c| c.outer).collect();
         assert_eq!(
             (c.outer, c.cells_missed),
@@ -266,14 +266,6 @@ fn doublet_capacities() {
             "max {max}"
         );
     }
-    let (cols, cpe) = {
-        let mut b = HitBuilder::new();
-        for k in 0..130 {
-            b.add_barrel_hit(0, 2.9, 0.3, -6.0 + 0.05 * k as f64);
-        }
-        b.add_barrel_hit(1, 6.8, 0.3, 0.0);
-        (b.build(), HitBuilder::cpe_params())
-    };
     // A hit capacity below the event's hits is an error naming both; sized lifts it.
     let n = cols.view(&cpe).n_hits();
     let small = DoubletConfig {
