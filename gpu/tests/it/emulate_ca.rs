@@ -1010,7 +1010,7 @@ fn check_connect(name: &str, cfg: &CaConfig) -> usize {
         let dev = run_connect(lib, mode, &b, cfg, &cells);
         fallbacks = 0;
         for (e, ca) in cpu.iter().enumerate() {
-            let used: Vec<u8> = ca.cells.iter().map(|c| (c.used & 1) as u8).collect();
+            let used: Vec<u8> = ca.used.iter().map(|&u| u as u8).collect();
             let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
             assert!(
                 dev.used[r] == used[..],

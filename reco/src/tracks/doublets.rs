@@ -404,8 +404,6 @@ pub struct Cell {
     pub pair: u8,
     /// The cell's own index, or −1 once killed by the fishbone.
     pub doublet_id: i32,
-    /// Bit 0: connected to another cell by `connect`.
-    pub used: u16,
     /// Cached inner-hit z and r (cm).
     pub inner_z: f32,
     pub inner_r: f32,
@@ -518,7 +516,6 @@ pub(crate) fn cells_from_columns(
             outer,
             pair,
             doublet_id: k as i32,
-            used: 0,
             inner_z: z[inner as usize],
             inner_r: r[inner as usize],
         })

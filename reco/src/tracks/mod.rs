@@ -440,11 +440,15 @@ pub fn doublets_from_columns(
         )));
     }
     let n_hits = hits.n_hits();
-    if let Some(c) = inner
-        .iter()
-        .zip(outer)
-        .position(|(&i, &o)| i as usize >= n_hits || o as usize >= n_hits)
-    {
+    // The largest index first (a reduction that vectorises), the culprit only when it is
+    // out of range: a search that stops at the first bad cell cannot be vectorised.
+    let max = |v: &[u32]| v.iter().fold(0, |m, &x| m.max(x)) as usize;
+    if n > 0 && (max(inner) >= n_hits || max(outer) >= n_hits) {
+        let c = inner
+            .iter()
+            .zip(outer)
+            .position(|(&i, &o)| i as usize >= n_hits || o as usize >= n_hits)
+            .unwrap_or_default();
         return Err(TrackError::Invalid(format!(
             "cell {c}: hits {}, {} of {n_hits}",
             inner[c], outer[c]
@@ -659,7 +663,6 @@ pub fn ca_state_for_quality(
             outer: 0,
             pair: 0,
             doublet_id: if a { c as i32 } else { -1 },
-            used: 0,
             inner_z: 0.0,
             inner_r: 0.0,
         })

@@ -93,6 +93,11 @@ pub struct CaState {
     pub outer_hit_of_cell: Csr,
     /// Outer neighbours of each cell, in connection order (filled by [`connect`]).
     pub neighbors: Csr,
+    /// Whether each cell was connected to another by [`connect`] (the reference's "used"
+    /// bit); empty before. Kept here rather than in the cells: a byte per cell stays in cache
+    /// for the fishbone, which visits the cells out of order, and setting it in the cells
+    /// rewrote all of them.
+    pub used: Vec<bool>,
     /// Tuples through each cell, in creation order (filled by [`find_ntuplets`] or
     /// [`CaState::replay_tracks`]).
     pub cell_tracks: Csr,
@@ -162,14 +167,16 @@ impl CappedLists {
     /// The lists (every pair was accepted, so no capacity applies here) and the overflows.
     pub(crate) fn finish(self) -> (Csr, u32) {
         let n = self.count.len();
-        // A scan into a sized vector rather than a `push` per cell: the loop then keeps no
-        // length to check and store (a third of the cost of `finish`).
-        let mut offsets = vec![0u32; n + 1];
+        // Extended from a map over the counts (an exact-size iterator: no length to check
+        // and store per cell, as a `push` would) rather than zeroed and overwritten: the
+        // zeroing was a fifth of `finish`.
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0u32);
         let mut acc = 0u32;
-        for (o, &c) in offsets[1..].iter_mut().zip(&self.count) {
+        offsets.extend(self.count.iter().map(|&c| {
             acc += c;
-            *o = acc;
-        }
+            acc
+        }));
         let mut values = vec![0u32; acc as usize];
         // The counts are spent: reuse them as the insertion cursors.
         let mut cursor = self.count;
@@ -206,6 +213,7 @@ impl CaState {
             outer_hit_of_cell: d.outer_hit_of_cell,
             listed_inner_hits: d.listed_inner_hits,
             neighbors: Csr::empty(n),
+            used: Vec::new(),
             cell_tracks: Csr::empty(n),
             cells_overflow: d.cells_overflow,
             outer_hit_overflows: d.outer_hit_overflows,
@@ -594,9 +602,7 @@ fn connect_impl(
             used_flags[idx] = true;
         }
     }
-    for (c, &u) in ca.cells.iter_mut().zip(&used_flags) {
-        c.used |= u as u16;
-    }
+    ca.used = used_flags;
     let (l, o) = lists.finish();
     ca.neighbors = l;
     ca.neighbor_overflows += o;
@@ -633,9 +639,14 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
     let mut n = vec![0f32; cap];
     let mut d = vec![0u16; cap];
     let mut cc = vec![0u32; cap];
-    // The cells' `used` flags, read in one pass: the lists visit the cells out of order, and
-    // a byte per cell stays in cache where the cells do not.
-    let used: Vec<bool> = ca.cells.iter().map(|c| c.used != 0).collect();
+    // Before `connect`, no cell is used.
+    let unconnected;
+    let used: &[bool] = if ca.used.len() == ca.cells.len() {
+        &ca.used
+    } else {
+        unconnected = vec![false; ca.cells.len()];
+        &unconnected
+    };
     // The inner hit of every listed cell, next to the lists, so that the cells themselves
     // are not visited.
     let ohc = &ca.outer_hit_of_cell;

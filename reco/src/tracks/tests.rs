@@ -1101,6 +1101,26 @@ fn stages_through_columns_equal_the_whole_chain() {
     assert!(ca_state_for_quality(&[true], &[5], &[0, 1], &CaConfig::default()).is_err());
 }
 
+/// Doublet columns naming a hit the event lacks are refused, naming the first such cell
+/// (the check finds the largest index first, then the culprit).
+#[test]
+fn doublet_columns_with_a_hit_out_of_range_name_the_first_bad_cell() {
+    let cpe = HitBuilder::cpe_params();
+    let cols = synthetic_event(50, 100, 3);
+    let hits = cols.view(&cpe);
+    let n = hits.n_hits() as u32;
+    let inner = [0, 1, 2, n - 1];
+    let pair = [0u8; 4];
+    let listed = [true; 4];
+    assert!(doublets_from_columns(&hits, &inner, &[1, 2, 3, 0], &pair, &listed).is_ok());
+    for (outer, bad) in [([1, 2, n, n + 7], 2), ([1, 2, 3, u32::MAX], 3)] {
+        let e = doublets_from_columns(&hits, &inner, &outer, &pair, &listed).unwrap_err();
+        assert!(e.to_string().contains(&format!("cell {bad}: hits")), "{e}");
+    }
+    let e = doublets_from_columns(&hits, &[n, 0, 0, 0], &[1, 2, 3, 0], &pair, &listed).unwrap_err();
+    assert!(e.to_string().contains("cell 0: hits"), "{e}");
+}
+
 /// `connect` decides alike with and without AVX2, and whether the candidates' hits come from
 /// the doublet columns or from the cells.
 #[test]
@@ -1128,8 +1148,7 @@ fn connect_is_the_same_on_every_path() {
             } else {
                 ntuplets::connect(&hits, &mut ca, &cfg.ntuplets);
             }
-            let used: Vec<u16> = ca.cells.iter().map(|c| c.used).collect();
-            results.push((ca.neighbors, used));
+            results.push((ca.neighbors, ca.used));
         }
     }
     assert!(
