@@ -352,7 +352,9 @@ fn run_cpu(b: &Batch, cfg: &CaConfig, cpe: &CpeParams) -> (Cells, DoubletProduct
     let (mut lengths, mut overflows, mut flags) = (vec![], vec![], Vec::<bool>::new());
     for view in views(b, cpe) {
         // What the CPU step does for each event.
-        let (cols, listed) = stage_doublet_cells(&view, cfg).unwrap();
+        let (cols, bits, unlisted) = stage_doublet_cells(&view, cfg).unwrap();
+        let listed: Vec<bool> = bits.iter().collect();
+        assert_eq!(unlisted, listed.iter().filter(|&&l| !l).count() as u64);
         overflows.push(doublet_overflows(
             &cfg.doublets,
             &cols.outer,
@@ -979,7 +981,8 @@ fn on_cpu_cells<R>(
     let mut out = Vec::new();
     for (e, view) in views(&b, cpe).iter().enumerate() {
         let r = cells.cell_off[e] as usize..cells.cell_off[e + 1] as usize;
-        let listed: Vec<bool> = cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
+        let listed: arrow_buffer::BooleanBuffer =
+            cells.listed[r.clone()].iter().map(|&l| l == 1).collect();
         let d = doublets_from_columns(
             view,
             &cells.inner[r.clone()],

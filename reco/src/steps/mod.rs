@@ -15,8 +15,8 @@ pub use fits::{
 };
 pub use local::{calib_config, charge_cut_config, clusterize_config, raw_to_digi_config};
 pub use tracks::{
-    ca_config, check_hit_columns, doublet_overflow_rows, doublet_overflows, ntuplet_overflows,
-    publish_ntuplets, HitDets,
+    ca_config, check_hit_columns, doublet_overflow_rows, doublet_overflows,
+    doublet_overflows_counted, ntuplet_overflows, publish_ntuplets, HitDets,
 };
 pub use vertices::{publish_vertices, vertex_config, vertex_selection, VertexTally};
 

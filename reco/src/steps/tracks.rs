@@ -205,14 +205,6 @@ pub(super) fn booleans(p: &Product, name: &str) -> Result<BooleanArray> {
         })
 }
 
-/// One Arrow boolean column from the flags of a batch, packed 64 to a word, not bit by bit.
-pub(super) fn bool_column(flags: &[bool]) -> ArrayRef {
-    Arc::new(BooleanArray::new(
-        arrow_buffer::BooleanBuffer::collect_bool(flags.len(), |i| flags[i]),
-        None,
-    ))
-}
-
 // --- ca_doublets -----------------------------------------------------------------------
 
 struct DoubletsStep {
@@ -229,33 +221,39 @@ impl Step for DoubletsStep {
             let hits = cols.event(e, &self.cpe)?;
             stage_doublet_cells(&hits, &self.cfg).map_err(tracking)
         })?;
-        let rows: Vec<usize> = out.iter().map(|(c, _)| c.inner.len()).collect();
+        let rows: Vec<usize> = out.iter().map(|(c, ..)| c.inner.len()).collect();
         let d = &self.cfg.doublets;
         let overflows: Vec<EventOverflows> = out
             .iter()
-            .map(|(c, listed)| doublet_overflows(d, &c.outer, listed, c.cells_missed))
+            .map(|(c, _, unlisted)| {
+                doublet_overflows_counted(d, &c.outer, *unlisted, c.cells_missed)
+            })
             .collect();
+        // The events' packed flags one after the other (one event: its buffer as it is).
+        let listed = match &out[..] {
+            [(_, bits, _)] => bits.clone(),
+            _ => {
+                let mut b = arrow_buffer::BooleanBufferBuilder::new(rows.iter().sum());
+                out.iter().for_each(|(_, bits, _)| b.append_buffer(bits));
+                b.finish()
+            }
+        };
         let cols = [
             (
                 "inner",
-                take_column::<UInt32Type, _>(&mut out, |(c, _)| &mut c.inner),
+                take_column::<UInt32Type, _>(&mut out, |(c, ..)| &mut c.inner),
             ),
             (
                 "outer",
-                take_column::<UInt32Type, _>(&mut out, |(c, _)| &mut c.outer),
+                take_column::<UInt32Type, _>(&mut out, |(c, ..)| &mut c.outer),
             ),
             (
                 "pair",
-                take_column::<UInt8Type, _>(&mut out, |(c, _)| &mut c.pair),
+                take_column::<UInt8Type, _>(&mut out, |(c, ..)| &mut c.pair),
             ),
             (
                 "listed",
-                bool_column(
-                    &out.iter()
-                        .map(|(_, l)| l.as_slice())
-                        .collect::<Vec<_>>()
-                        .concat(),
-                ),
+                Arc::new(BooleanArray::new(listed, None)) as ArrayRef,
             ),
         ];
         publish_columns(batch, DOUBLETS, cols, rows)?;
@@ -296,6 +294,28 @@ pub fn doublet_overflows(
     cells_missed: u64,
 ) -> EventOverflows {
     let unlisted = listed.iter().filter(|&&l| !l).count() as u64;
+    doublet_overflows_counted(d, outer, unlisted, cells_missed)
+}
+
+/// [`doublet_overflows`] with the cells not listed already counted (as
+/// [`listed_bits`](crate::tracks::doublets::listed_bits) counts them): the cells are only
+/// visited again, for the most cells of one hit, when some were left out.
+///
+/// ```
+/// use quiver_reco::steps::{doublet_overflows, doublet_overflows_counted};
+/// use quiver_reco::tracks::DoubletConfig;
+/// let d = DoubletConfig { max_cells_per_hit: 1, ..Default::default() };
+/// let outer = [4, 4, 5];
+/// let o = doublet_overflows_counted(&d, &outer, 1, 0);
+/// assert_eq!(o, doublet_overflows(&d, &outer, &[true, false, true], 0));
+/// assert!(doublet_overflows_counted(&d, &[4, 5], 0, 0).is_empty());
+/// ```
+pub fn doublet_overflows_counted(
+    d: &crate::tracks::DoubletConfig,
+    outer: &[u32],
+    unlisted: u64,
+    cells_missed: u64,
+) -> EventOverflows {
     let worst = if unlisted > 0 {
         let mut per_hit = std::collections::HashMap::<u32, u64>::new();
         for &h in outer {
@@ -369,13 +389,7 @@ impl Step for NtupletsStep {
         let out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
             let r = d.event_rows(e);
-            let bits = listed.values().slice(r.start, r.len());
-            // Usually every cell is listed: skip the bit-by-bit unpacking then.
-            let l: Vec<bool> = if bits.count_set_bits() == r.len() {
-                vec![true; r.len()]
-            } else {
-                bits.iter().collect()
-            };
+            let l = listed.values().slice(r.start, r.len());
             let dd =
                 doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l)
                     .map_err(tracking)?;

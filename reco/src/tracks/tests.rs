@@ -1064,7 +1064,7 @@ fn stages_through_columns_equal_the_whole_chain() {
         let inner: Vec<u32> = d.cells.iter().map(|c| c.inner).collect();
         let outer: Vec<u32> = d.cells.iter().map(|c| c.outer).collect();
         let pair: Vec<u8> = d.cells.iter().map(|c| c.pair).collect();
-        let d2 = doublets_from_columns(&hits, &inner, &outer, &pair, &listed).unwrap();
+        let d2 = doublets_from_columns(&hits, &inner, &outer, &pair, &listed[..].into()).unwrap();
         let (tuples, ca) = stage_ntuplets(&hits, d2, &cfg).unwrap();
         let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
         let q: Vec<u8> = tuples.quality.iter().map(|&x| x as u8).collect();
@@ -1111,7 +1111,7 @@ fn doublet_columns_with_a_hit_out_of_range_name_the_first_bad_cell() {
     let n = hits.n_hits() as u32;
     let inner = [0, 1, 2, n - 1];
     let pair = [0u8; 4];
-    let listed = [true; 4];
+    let listed = arrow_buffer::BooleanBuffer::new_set(4);
     assert!(doublets_from_columns(&hits, &inner, &[1, 2, 3, 0], &pair, &listed).is_ok());
     for (outer, bad) in [([1, 2, n, n + 7], 2), ([1, 2, 3, u32::MAX], 3)] {
         let e = doublets_from_columns(&hits, &inner, &outer, &pair, &listed).unwrap_err();
@@ -1134,7 +1134,8 @@ fn connect_is_the_same_on_every_path() {
     let inner: Vec<u32> = d.cells.iter().map(|c| c.inner).collect();
     let outer: Vec<u32> = d.cells.iter().map(|c| c.outer).collect();
     let pair: Vec<u8> = d.cells.iter().map(|c| c.pair).collect();
-    let d2 = doublets_from_columns(&hits, &inner, &outer, &pair, &listed_cells(&d)).unwrap();
+    let d2 =
+        doublets_from_columns(&hits, &inner, &outer, &pair, &listed_cells(&d)[..].into()).unwrap();
     assert_eq!(
         d2.listed_inner_hits.len(),
         d2.outer_hit_of_cell.values.len()
@@ -1291,7 +1292,13 @@ fn doublet_cells_and_listed_flags_match_the_lists() {
         let mut cfg = CaConfig::default();
         cfg.doublets.max_cells_per_hit = cap;
         let d = stage_doublets(&hits, &cfg).unwrap();
-        let (cols, listed) = stage_doublet_cells(&hits, &cfg).unwrap();
+        let (cols, bits, unlisted) = stage_doublet_cells(&hits, &cfg).unwrap();
+        let listed: Vec<bool> = bits.iter().collect();
+        assert_eq!(unlisted, listed.iter().filter(|&&l| !l).count() as u64);
+        assert_eq!(
+            listed,
+            super::doublets::listed_flags(&cols.outer, hits.n_hits(), cap)
+        );
         assert_eq!(
             cols.inner,
             d.cells.iter().map(|c| c.inner).collect::<Vec<_>>()
