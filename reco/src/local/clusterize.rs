@@ -182,52 +182,73 @@ pub fn module_runs(
     let n = module_ind.len();
     check_len("xx", xx.len(), n)?;
     check_len("yy", yy.len(), n)?;
-    for i in 0..n {
-        let m = module_ind[i];
-        if m == INVALID_MODULE {
-            continue;
-        }
-        if m as usize >= MAX_NUM_MODULES {
-            return Err(LocalError::ModuleOutOfRange {
-                digi: i,
-                module: m as u32,
-                limit: MAX_NUM_MODULES,
-            });
-        }
-        if xx[i] >= NUM_ROWS_IN_MODULE || yy[i] >= NUM_COLS_IN_MODULE {
-            return Err(LocalError::PixelOutOfRange {
-                digi: i,
-                row: xx[i],
-                col: yy[i],
-            });
+    // Whether any valid digi is out of range first (a reduction that vectorises), which is
+    // the first only then.
+    let bad = module_ind
+        .iter()
+        .zip(xx)
+        .zip(yy)
+        .fold(false, |bad, ((&m, &x), &y)| {
+            // `&`, `|`: no branch per digi.
+            bad | ((m != INVALID_MODULE)
+                & ((m as usize >= MAX_NUM_MODULES)
+                    | (x >= NUM_ROWS_IN_MODULE)
+                    | (y >= NUM_COLS_IN_MODULE)))
+        });
+    if bad {
+        for i in 0..n {
+            let m = module_ind[i];
+            if m == INVALID_MODULE {
+                continue;
+            }
+            if m as usize >= MAX_NUM_MODULES {
+                return Err(LocalError::ModuleOutOfRange {
+                    digi: i,
+                    module: m as u32,
+                    limit: MAX_NUM_MODULES,
+                });
+            }
+            if xx[i] >= NUM_ROWS_IN_MODULE || yy[i] >= NUM_COLS_IN_MODULE {
+                return Err(LocalError::PixelOutOfRange {
+                    digi: i,
+                    row: xx[i],
+                    col: yy[i],
+                });
+            }
         }
     }
-    let mut firsts = Vec::new();
+    // One pass: a run ends where the next begins (the first valid digi of another module),
+    // also when that one is past the cap on runs and not kept.
+    let mut runs: Vec<ModuleRun> = Vec::new();
+    let mut open = false;
     let mut prev: Option<u16> = None;
+    let close = |r: &mut ModuleRun, at: usize| {
+        r.full_end = at;
+        r.end = at.min(r.first + max_pix_in_module);
+    };
     for (i, &m) in module_ind.iter().enumerate() {
-        if m == INVALID_MODULE {
+        if m == INVALID_MODULE || prev == Some(m) {
             continue;
-        }
-        if prev != Some(m) && firsts.len() < MAX_NUM_MODULES {
-            firsts.push(i);
         }
         prev = Some(m);
+        if open {
+            close(runs.last_mut().expect("an open run"), i);
+            open = false;
+        }
+        if runs.len() < MAX_NUM_MODULES {
+            runs.push(ModuleRun {
+                first: i,
+                end: n,
+                full_end: n,
+                module: m,
+            });
+            open = true;
+        }
     }
-    Ok(firsts
-        .into_iter()
-        .map(|first| {
-            let module = module_ind[first];
-            let full_end = (first..n)
-                .find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != module)
-                .unwrap_or(n);
-            ModuleRun {
-                first,
-                end: full_end.min(first + max_pix_in_module),
-                full_end,
-                module,
-            }
-        })
-        .collect())
+    if open {
+        close(runs.last_mut().expect("an open run"), n);
+    }
+    Ok(runs)
 }
 
 struct Span<'a> {
@@ -454,6 +475,84 @@ impl UnionFind {
 mod tests {
     use super::*;
     use crate::local::test_support::SplitMix;
+
+    /// `module_runs` as it was first written: the runs' starts, then each run's end by a
+    /// search from its start.
+    fn module_runs_by_search(module_ind: &[u16], max_pix: usize) -> Vec<ModuleRun> {
+        let n = module_ind.len();
+        let mut firsts = Vec::new();
+        let mut prev: Option<u16> = None;
+        for (i, &m) in module_ind.iter().enumerate() {
+            if m == INVALID_MODULE {
+                continue;
+            }
+            if prev != Some(m) && firsts.len() < MAX_NUM_MODULES {
+                firsts.push(i);
+            }
+            prev = Some(m);
+        }
+        firsts
+            .into_iter()
+            .map(|first| {
+                let module = module_ind[first];
+                let full_end = (first..n)
+                    .find(|&i| module_ind[i] != INVALID_MODULE && module_ind[i] != module)
+                    .unwrap_or(n);
+                ModuleRun {
+                    first,
+                    end: full_end.min(first + max_pix),
+                    full_end,
+                    module,
+                }
+            })
+            .collect()
+    }
+
+    /// The one-pass runs equal the searched ones: invalid words inside and between runs, a
+    /// module seen again later, the cap on runs reached (the last kept run still ends where
+    /// the first dropped one begins), and the first bad digi named.
+    #[test]
+    fn module_runs_in_one_pass_match_the_search() {
+        let mut g = SplitMix(5);
+        for (len, modules, runs_wanted) in
+            [(0, 3, 0), (40, 3, 10), (3000, 40, 400), (9000, 5, 2500)]
+        {
+            let mut ids = Vec::with_capacity(len);
+            let mut m = 0u16;
+            while ids.len() < len {
+                if g.below(len as u64 / runs_wanted.max(1) + 1) == 0 {
+                    m = g.below(modules) as u16;
+                }
+                ids.push(if g.below(7) == 0 { INVALID_MODULE } else { m });
+            }
+            let (xx, yy) = (vec![3u16; len], vec![5u16; len]);
+            for max_pix in [1, 4, 10_000] {
+                let runs = module_runs(&ids, &xx, &yy, max_pix).unwrap();
+                assert_eq!(runs, module_runs_by_search(&ids, max_pix), "{len} digis");
+            }
+        }
+        // More runs than the cap: every other digi another module.
+        let ids: Vec<u16> = (0..2 * MAX_NUM_MODULES + 5)
+            .map(|i| (i % 2) as u16)
+            .collect();
+        let z = vec![0u16; ids.len()];
+        let runs = module_runs(&ids, &z, &z, 8).unwrap();
+        assert_eq!(runs.len(), MAX_NUM_MODULES);
+        assert_eq!(runs, module_runs_by_search(&ids, 8));
+        assert_eq!(runs.last().unwrap().full_end, MAX_NUM_MODULES);
+        // The first bad digi, not a later one.
+        let e = module_runs(&[1, 1, 4000, 2], &[0, 200, 0, 0], &[0; 4], 8).unwrap_err();
+        assert!(
+            matches!(e, LocalError::PixelOutOfRange { digi: 1, .. }),
+            "{e}"
+        );
+        let e =
+            module_runs(&[1, INVALID_MODULE, 4000, 2], &[0, 900, 0, 0], &[0; 4], 8).unwrap_err();
+        assert!(
+            matches!(e, LocalError::ModuleOutOfRange { digi: 2, .. }),
+            "{e}"
+        );
+    }
 
     fn both(ids: &[u16], xx: &[u16], yy: &[u16]) -> Clusters {
         let f = clusterize(ids, xx, yy, &ClusterizeConfig::default()).unwrap();
