@@ -170,19 +170,20 @@ impl CappedLists {
         // Extended from a map over the counts (an exact-size iterator: no length to check
         // and store per cell, as a `push` would) rather than zeroed and overwritten: the
         // zeroing was a fifth of `finish`.
+        // `offsets[c + 1]` starts as the start of list c and serves as its insertion cursor:
+        // once every pair is placed it is the list's end, which is what it must hold (no
+        // cursor array copied from the offsets, 0.55 MB per list at <PU> 50).
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0u32);
         let mut acc = 0u32;
         offsets.extend(self.count.iter().map(|&c| {
+            let start = acc;
             acc += c;
-            acc
+            start
         }));
         let mut values = vec![0u32; acc as usize];
-        // The counts are spent: reuse them as the insertion cursors.
-        let mut cursor = self.count;
-        cursor.copy_from_slice(&offsets[..n]);
         for &(c, v) in &self.pairs {
-            let k = &mut cursor[c as usize];
+            let k = &mut offsets[c as usize + 1];
             values[*k as usize] = v;
             *k += 1;
         }
