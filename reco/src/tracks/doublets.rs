@@ -350,6 +350,40 @@ impl Csr {
         &self.values[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
 
+    /// The rows holding at least `min` values, in ascending order. The row lengths are
+    /// compared 64 rows at a time without a branch and only the rows found are visited: the
+    /// per-cell lists are mostly empty, and a branch per row is often mispredicted.
+    ///
+    /// ```
+    /// use quiver_reco::tracks::doublets::Csr;
+    /// let mut lists = vec![vec![]; 130];
+    /// lists[3] = vec![1, 2];
+    /// lists[64] = vec![7];
+    /// lists[129] = vec![4, 5, 6];
+    /// let c = Csr::from_lists(&lists);
+    /// assert_eq!(c.rows_with_at_least(2).collect::<Vec<_>>(), vec![3, 129]);
+    /// assert_eq!(c.rows_with_at_least(1).collect::<Vec<_>>(), vec![3, 64, 129]);
+    /// assert_eq!(Csr::default().rows_with_at_least(1).count(), 0);
+    /// ```
+    pub fn rows_with_at_least(&self, min: u32) -> impl Iterator<Item = usize> + '_ {
+        let n = self.rows();
+        (0..n.div_ceil(64)).flat_map(move |w| {
+            let base = w * 64;
+            let off = &self.offsets[base..=(base + 64).min(n)];
+            let mut mask = 0u64;
+            for (j, (&end, &start)) in off[1..].iter().zip(off).enumerate() {
+                mask |= ((end.saturating_sub(start) >= min) as u64) << j;
+            }
+            std::iter::from_fn(move || {
+                (mask != 0).then(|| {
+                    let j = mask.trailing_zeros() as usize;
+                    mask &= mask - 1;
+                    base + j
+                })
+            })
+        })
+    }
+
     /// Iterator over the rows' lists.
     pub fn iter(&self) -> impl Iterator<Item = &[u32]> + '_ {
         self.offsets

@@ -177,10 +177,9 @@ pub fn fishbone_cleaner(ca: &CaState, quality: &mut [Quality]) {
 /// assert_eq!(q, vec![Quality::Dup, Quality::Loose]);
 /// ```
 pub fn fast_duplicate_remover(ca: &CaState, tracks: &Tracks, quality: &mut [Quality]) {
-    for tr in ca.cell_tracks.iter() {
-        if tr.len() < 2 {
-            continue;
-        }
+    // Only the cells shared by tuples, in cell order (most cells carry none).
+    for c in ca.cell_tracks.rows_with_at_least(2) {
+        let tr = ca.cell_tracks.of(c);
         let mut mc = 10000.0f32;
         let mut im: u32 = u32::MAX; // "none" (the reference uses 60000 with 16-bit ids)
         for &it in tr {
