@@ -182,8 +182,8 @@ pub fn module_runs(
     let n = module_ind.len();
     check_len("xx", xx.len(), n)?;
     check_len("yy", yy.len(), n)?;
-    // Whether any valid digi is out of range first (a reduction that vectorises), which is
-    // the first only then.
+    // Whether any valid digi is out of range first (a reduction that vectorises); which one
+    // is the first, only then.
     let bad = module_ind
         .iter()
         .zip(xx)

@@ -557,7 +557,7 @@ pub(crate) fn cells_from_columns(
 }
 
 /// The cells of one event as columns, in creation order: what the `ca_doublets` step
-/// publishes (with [`listed_flags`]), written without going through [`Cell`]s.
+/// publishes (with [`listed_bits`]), written without going through [`Cell`]s.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CellColumns {
     /// Inner hit index per cell.
@@ -602,14 +602,9 @@ pub fn build_doublet_columns(
 /// assert_eq!(listed_flags(&[1, 2, 1, 1], 3, 2), vec![true, true, true, false]);
 /// ```
 pub fn listed_flags(outer: &[u32], n_hits: usize, max_cells_per_hit: u32) -> Vec<bool> {
-    let mut count = vec![0u32; n_hits];
-    outer
+    listed_bits(outer, n_hits, max_cells_per_hit)
+        .0
         .iter()
-        .map(|&o| {
-            let k = &mut count[o as usize];
-            *k += 1;
-            *k <= max_cells_per_hit
-        })
         .collect()
 }
 

@@ -167,12 +167,10 @@ impl CappedLists {
     /// The lists (every pair was accepted, so no capacity applies here) and the overflows.
     pub(crate) fn finish(self) -> (Csr, u32) {
         let n = self.count.len();
-        // Extended from a map over the counts (an exact-size iterator: no length to check
-        // and store per cell, as a `push` would) rather than zeroed and overwritten: the
-        // zeroing was a fifth of `finish`.
         // `offsets[c + 1]` starts as the start of list c and serves as its insertion cursor:
-        // once every pair is placed it is the list's end, which is what it must hold (no
-        // cursor array copied from the offsets, 0.55 MB per list at <PU> 50).
+        // once every pair is placed it is the list's end, as it must be (no cursor array
+        // copied from the offsets: 0.55 MB per list at <PU> 50). Extended from an exact-size
+        // map over the counts, not zeroed and overwritten (the zeroing was a fifth of `finish`).
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0u32);
         let mut acc = 0u32;
