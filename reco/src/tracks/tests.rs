@@ -1119,6 +1119,14 @@ fn doublet_columns_with_a_hit_out_of_range_name_the_first_bad_cell() {
     }
     let e = doublets_from_columns(&hits, &[n, 0, 0, 0], &[1, 2, 3, 0], &pair, &listed).unwrap_err();
     assert!(e.to_string().contains("cell 0: hits"), "{e}");
+    // Columns of different lengths, the packed `listed` flags included, name every length.
+    let short = arrow_buffer::BooleanBuffer::new_set(3);
+    let e = doublets_from_columns(&hits, &inner, &[1, 2, 3, 0], &pair, &short).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("doublet columns of 4, 4, 4, 3 entries"),
+        "{e}"
+    );
 }
 
 /// `connect` decides alike with and without AVX2, and whether the candidates' hits come from
