@@ -297,6 +297,82 @@ impl PhiBinner {
     }
 }
 
+/// The rows of a [`Csr`] holding at least `min` values ([`Csr::rows_with_at_least`]).
+pub struct RowsWithAtLeast<'a> {
+    offsets: &'a [u32],
+    min: u32,
+    /// The first row of `mask`.
+    base: usize,
+    /// The first row of the next word.
+    next_base: usize,
+    /// Rows `base + j` still to yield, one bit `j` each.
+    mask: u64,
+    #[cfg(target_arch = "x86_64")]
+    avx2: bool,
+}
+
+impl Iterator for RowsWithAtLeast<'_> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.mask == 0 {
+            let n = self.offsets.len().saturating_sub(1);
+            if self.next_base >= n {
+                return None;
+            }
+            self.base = self.next_base;
+            self.next_base = (self.base + 64).min(n);
+            self.mask = self.word();
+        }
+        let j = self.mask.trailing_zeros() as usize;
+        self.mask &= self.mask - 1;
+        Some(self.base + j)
+    }
+}
+
+impl RowsWithAtLeast<'_> {
+    /// The mask of rows `base..next_base`.
+    fn word(&self) -> u64 {
+        let off = &self.offsets[self.base..=self.next_base];
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 && (1..=1 << 31).contains(&self.min) {
+            if let Ok(off) = <&[u32; 65]>::try_from(off) {
+                // SAFETY: AVX2 was detected when the iterator was made.
+                return unsafe { full_word_avx2(off, self.min) };
+            }
+        }
+        let mut mask = 0u64;
+        for (j, w) in off.windows(2).enumerate() {
+            mask |= ((w[1].saturating_sub(w[0]) >= self.min) as u64) << j;
+        }
+        mask
+    }
+}
+
+/// The mask of 64 rows of at least `min` values (1 ≤ `min` ≤ 2³¹) from their 65 offsets,
+/// eight rows per comparison. A row's length is below 2³¹ (the offsets are `u32` and
+/// ascending), so the signed comparison with `min − 1` is the unsigned one with `min`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn full_word_avx2(off: &[u32; 65], min: u32) -> u64 {
+    use std::arch::x86_64::*;
+    let below = _mm256_set1_epi32((min - 1) as i32);
+    let mut mask = 0u64;
+    for k in 0..8 {
+        // SAFETY: 8k + 1 + 8 ≤ 65 entries read.
+        let (start, end) = unsafe {
+            (
+                _mm256_loadu_si256(off.as_ptr().add(8 * k).cast()),
+                _mm256_loadu_si256(off.as_ptr().add(8 * k + 1).cast()),
+            )
+        };
+        let long = _mm256_cmpgt_epi32(_mm256_sub_epi32(end, start), below);
+        mask |= (_mm256_movemask_ps(_mm256_castsi256_ps(long)) as u8 as u64) << (8 * k);
+    }
+    mask
+}
+
 /// Lists of `u32` per row, stored flat (compressed rows): row `i` is
 /// `values[offsets[i]..offsets[i+1]]`. Replaces one heap list per hit or per cell.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -365,23 +441,16 @@ impl Csr {
     /// assert_eq!(c.rows_with_at_least(1).collect::<Vec<_>>(), vec![3, 64, 129]);
     /// assert_eq!(Csr::default().rows_with_at_least(1).count(), 0);
     /// ```
-    pub fn rows_with_at_least(&self, min: u32) -> impl Iterator<Item = usize> + '_ {
-        let n = self.rows();
-        (0..n.div_ceil(64)).flat_map(move |w| {
-            let base = w * 64;
-            let off = &self.offsets[base..=(base + 64).min(n)];
-            let mut mask = 0u64;
-            for (j, (&end, &start)) in off[1..].iter().zip(off).enumerate() {
-                mask |= ((end.saturating_sub(start) >= min) as u64) << j;
-            }
-            std::iter::from_fn(move || {
-                (mask != 0).then(|| {
-                    let j = mask.trailing_zeros() as usize;
-                    mask &= mask - 1;
-                    base + j
-                })
-            })
-        })
+    pub fn rows_with_at_least(&self, min: u32) -> RowsWithAtLeast<'_> {
+        RowsWithAtLeast {
+            offsets: &self.offsets,
+            min,
+            base: 0,
+            next_base: 0,
+            mask: 0,
+            #[cfg(target_arch = "x86_64")]
+            avx2: std::arch::is_x86_feature_detected!("avx2"),
+        }
     }
 
     /// Iterator over the rows' lists.

@@ -743,12 +743,9 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     // Most cells have no outer neighbour: their search would end at once with a two-hit
     // path, which is no tuple unless two hits are enough. So unless it is, only the cells
     // with a neighbour are visited (in cell order, as all would be).
-    let starts: Box<dyn Iterator<Item = usize>> = if cfg.min_hits_per_ntuplet <= 2 {
-        Box::new(0..ca.cells.len())
-    } else {
-        Box::new(ca.neighbors.rows_with_at_least(1))
-    };
-    for idx in starts {
+    debug_assert_eq!(ca.neighbors.rows(), ca.cells.len());
+    let min_neighbors = (cfg.min_hits_per_ntuplet > 2) as u32;
+    for idx in ca.neighbors.rows_with_at_least(min_neighbors) {
         let c = &ca.cells[idx];
         if c.doublet_id < 0 {
             continue;

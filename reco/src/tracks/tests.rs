@@ -1386,6 +1386,46 @@ fn csr_group_capped_keeps_first_values() {
     assert_eq!(overflows, 0);
 }
 
+/// The rows of at least `min` values, found 64 at a time (AVX2 where the machine has it,
+/// the scalar loop for the last, partial word), are those a plain filter finds, for row
+/// counts around the word size and lengths up to past 64.
+#[test]
+fn csr_rows_with_at_least_equals_a_filter() {
+    use super::doublets::Csr;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for n in [0usize, 1, 63, 64, 65, 127, 128, 129, 1000] {
+        let lists: Vec<Vec<u32>> = (0..n)
+            .map(|_| {
+                let r = next();
+                // Mostly empty or short, some long rows.
+                let len = if r % 7 == 0 {
+                    (r >> 8) % 70
+                } else {
+                    (r >> 8) % 3
+                };
+                (0..len as u32).collect()
+            })
+            .collect();
+        let c = Csr::from_lists(&lists);
+        for min in [0u32, 1, 2, 3, 65, u32::MAX] {
+            let want: Vec<usize> = (0..n)
+                .filter(|&i| lists[i].len() as u64 >= min as u64)
+                .collect();
+            assert_eq!(
+                c.rows_with_at_least(min).collect::<Vec<_>>(),
+                want,
+                "{n} rows, min {min}"
+            );
+        }
+    }
+}
+
 // A low-|η| looper captured from a generated event (event 0 of `quiver generate --events 10`,
 // antiproton, true pT 1.32 GeV, η −0.0087, φ0 0.286, z0 1.43 cm). With R ≈ 115 cm and
 // |cotθ| < 0.01 the generator transports it around its full circle, so it crosses the pixel
