@@ -23,8 +23,8 @@ use super::types::*;
 use super::{cond, per_event, product_batch, publish_columns, publish_overflows};
 use crate::capacity::{names, Capacities};
 use crate::tracks::{
-    ca_state_for_quality, check_tuple_hits, layer_start_from_det_index, ntuplets::Tuples,
-    stage_fit, stage_quality, tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
+    ca_lists_for_quality, check_tuple_hits, layer_start_from_det_index, ntuplets::Tuples,
+    stage_fit, stage_quality_with, tuples_from_columns, CaConfig, HitsView, TrackError, Tracks,
 };
 use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
 
@@ -386,7 +386,10 @@ fn fit_values_from_product(p: &Product, e: usize) -> Result<Tracks> {
 pub struct QualityInput<'a> {
     pub hits: HitsView<'a>,
     pub tuples: Tuples,
+    /// The cells' tuple lists (no cells: [`ca_lists_for_quality`]).
     pub ca: crate::tracks::ntuplets::CaState,
+    /// Whether each cell of the event is alive (the `ca_cells` product's column, sliced).
+    pub alive: arrow_buffer::BooleanBuffer,
     pub tracks: Tracks,
 }
 
@@ -429,18 +432,11 @@ impl<'a> QualityColumns<'a> {
         check_tuple_hits(&tuples, hits.n_hits()).map_err(tracking)?;
         let (tc_off, tc) = list_rows(self.coff, self.cvals, r);
         let cr = self.c.event_rows(e);
-        // Only the late fishbone reads the alive flags; without it the replay needs the
-        // number of cells alone (a bit-by-bit collect was a fifth of the GPU step's host time).
-        let a: Vec<bool> = if cfg.ntuplets.late_fishbone {
-            self.alive
-                .values()
-                .slice(cr.start, cr.len())
-                .iter()
-                .collect()
-        } else {
-            vec![true; cr.len()]
-        };
-        let ca = ca_state_for_quality(&a, &tc, &tc_off, cfg).map_err(tracking)?;
+        // The alive flags stay packed in the product (the late fishbone cleaner reads those of
+        // the cells carrying a tuple); the replay needs the number of cells alone. Before:
+        // every flag unpacked into bytes, and a cell built per flag (3.3 MB at ⟨PU⟩ 50).
+        let alive = self.alive.values().slice(cr.start, cr.len());
+        let ca = ca_lists_for_quality(cr.len(), &tc, &tc_off, cfg).map_err(tracking)?;
         let tracks = fit_values_from_product(self.f, e)?;
         if tracks.pt.len() != tuples.len() {
             return Err(Error::data(format!(
@@ -453,6 +449,7 @@ impl<'a> QualityColumns<'a> {
             hits,
             tuples,
             ca,
+            alive,
             tracks,
         })
     }
@@ -630,10 +627,12 @@ impl Step for QualityStep {
         let cols = QualityColumns::new(&h, &n, &c, &f)?;
         let out = per_event(batch, |e| {
             let mut input = cols.event(e, &self.cpe, &self.cfg)?;
-            stage_quality(
+            let alive = &input.alive;
+            stage_quality_with(
                 &input.hits,
                 &input.tuples,
                 &input.ca,
+                |c| alive.value(c),
                 &mut input.tracks,
                 &self.cfg,
             );

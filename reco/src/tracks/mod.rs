@@ -677,10 +677,31 @@ pub fn stage_quality(
     tracks: &mut Tracks,
     cfg: &CaConfig,
 ) {
+    let cells = &ca.cells;
+    stage_quality_with(
+        hits,
+        tuples,
+        ca,
+        |c| cells.get(c).is_none_or(|x| x.doublet_id >= 0),
+        tracks,
+        cfg,
+    );
+}
+
+/// [`stage_quality`] with the cells' alive flags given by `alive` instead of read from
+/// `ca.cells` (which may then be empty: [`ca_lists_for_quality`]).
+pub fn stage_quality_with(
+    hits: &HitsView,
+    tuples: &ntuplets::Tuples,
+    ca: &ntuplets::CaState,
+    alive: impl Fn(usize) -> bool,
+    tracks: &mut Tracks,
+    cfg: &CaConfig,
+) {
     let mut q = tuples.quality.clone();
     quality::classify_tracks(tuples, tracks, &cfg.quality, &mut q);
     if cfg.ntuplets.late_fishbone {
-        quality::fishbone_cleaner(ca, &mut q);
+        quality::fishbone_cleaner_with(ca, alive, &mut q);
     }
     quality::fast_duplicate_remover(ca, tracks, &mut q);
     quality::triplet_cleaner(tuples, tracks, hits.n_hits(), &mut q);
@@ -698,12 +719,7 @@ pub fn ca_state_for_quality(
     cfg: &CaConfig,
 ) -> Result<ntuplets::CaState, TrackError> {
     if !cfg.ntuplets.late_fishbone {
-        let mut ca = ntuplets::CaState {
-            tuple_cell_offsets: vec![0],
-            ..Default::default()
-        };
-        ca.replay_tracks_of(alive.len(), tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
-        return Ok(ca);
+        return ca_lists_for_quality(alive.len(), tuple_cells, tuple_cell_offsets, cfg);
     }
     let cells = alive
         .iter()
@@ -722,6 +738,22 @@ pub fn ca_state_for_quality(
         ..Default::default()
     });
     ca.replay_tracks(tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
+    Ok(ca)
+}
+
+/// The cells' tuple lists of `n_cells` cells, replayed from the cells of every tuple, in a
+/// CA state without cells: what [`stage_quality_with`] needs besides the alive flags.
+pub fn ca_lists_for_quality(
+    n_cells: usize,
+    tuple_cells: &[u32],
+    tuple_cell_offsets: &[u32],
+    cfg: &CaConfig,
+) -> Result<ntuplets::CaState, TrackError> {
+    let mut ca = ntuplets::CaState {
+        tuple_cell_offsets: vec![0],
+        ..Default::default()
+    };
+    ca.replay_tracks_of(n_cells, tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
     Ok(ca)
 }
 

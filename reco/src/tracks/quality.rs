@@ -154,11 +154,23 @@ pub fn classify_tracks(
 /// assert_eq!(q, vec![Quality::Loose, Quality::Bad]);
 /// ```
 pub fn fishbone_cleaner(ca: &CaState, quality: &mut [Quality]) {
-    for (c, tr) in ca.cells.iter().zip(ca.cell_tracks.iter()) {
-        if c.doublet_id >= 0 {
+    let cells = &ca.cells;
+    fishbone_cleaner_with(
+        ca,
+        |c| cells.get(c).is_none_or(|x| x.doublet_id >= 0),
+        quality,
+    );
+}
+
+/// [`fishbone_cleaner`] with the cells' alive flags given by `alive` (the cells of `ca` are
+/// not read): `track_quality` reads them from the `ca_cells` product's packed column. Only
+/// the cells carrying a tuple are looked at.
+pub fn fishbone_cleaner_with(ca: &CaState, alive: impl Fn(usize) -> bool, quality: &mut [Quality]) {
+    for c in ca.cell_tracks.rows_with_at_least(1) {
+        if alive(c) {
             continue;
         }
-        for &it in tr {
+        for &it in ca.cell_tracks.of(c) {
             quality[it as usize] = Quality::Bad;
         }
     }

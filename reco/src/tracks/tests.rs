@@ -1073,7 +1073,18 @@ fn stages_through_columns_equal_the_whole_chain() {
         let ca2 =
             ca_state_for_quality(&alive, &ca.tuple_cells, &ca.tuple_cell_offsets, &cfg).unwrap();
         assert_eq!(ca2.cell_tracks, ca.cell_tracks);
+        // The step's way: no cells, the alive flags looked up (packed in the product).
+        let ca3 = ca_lists_for_quality(alive.len(), &ca.tuple_cells, &ca.tuple_cell_offsets, &cfg)
+            .unwrap();
+        assert!(ca3.cells.is_empty() && ca3.cell_tracks == ca.cell_tracks);
+        let mut tracks3 = tracks.clone();
+        stage_quality_with(&hits, &tuples2, &ca3, |c| alive[c], &mut tracks3, &cfg);
         stage_quality(&hits, &tuples2, &ca2, &mut tracks, &cfg);
+        assert_eq!(tracks3.quality, tracks.quality);
+        assert!(
+            alive.iter().any(|&a| !a),
+            "no cell killed: the cleaner untested"
+        );
 
         assert!(whole.quality.len() > 100, "{} tuples", whole.quality.len());
         assert_eq!(tracks.quality, whole.quality);
