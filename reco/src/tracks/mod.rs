@@ -677,15 +677,7 @@ pub fn stage_quality(
     tracks: &mut Tracks,
     cfg: &CaConfig,
 ) {
-    let cells = &ca.cells;
-    stage_quality_with(
-        hits,
-        tuples,
-        ca,
-        |c| cells.get(c).is_none_or(|x| x.doublet_id >= 0),
-        tracks,
-        cfg,
-    );
+    stage_quality_with(hits, tuples, ca, |c| ca.is_alive(c), tracks, cfg);
 }
 
 /// [`stage_quality`] with the cells' alive flags given by `alive` instead of read from

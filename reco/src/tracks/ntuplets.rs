@@ -190,6 +190,12 @@ impl CappedLists {
 }
 
 impl CaState {
+    /// Whether cell `c` is alive (not killed by the fishbone); a cell the state does not hold
+    /// counts as alive, as the cleaners that walk the cells and their lists together treat it.
+    pub fn is_alive(&self, c: usize) -> bool {
+        self.cells.get(c).is_none_or(|x| x.doublet_id >= 0)
+    }
+
     /// The inner hit of every listed cell, in `outer_hit_of_cell` order: the column the
     /// doublets carry, or (for doublets built without it) gathered from the cells.
     fn listed_inner_hits_or_gathered(&self) -> std::borrow::Cow<'_, [u32]> {
@@ -743,7 +749,15 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     // Most cells have no outer neighbour: their search would end at once with a two-hit
     // path, which is no tuple unless two hits are enough. So unless it is, only the cells
     // with a neighbour are visited (in cell order, as all would be).
-    debug_assert_eq!(ca.neighbors.rows(), ca.cells.len());
+    // The starts are found among the neighbour lists' rows, one per cell: a state whose lists
+    // do not match its cells (not made by `CaState::new` or `connect`) would visit none.
+    if ca.neighbors.rows() != ca.cells.len() {
+        return Err(TrackError::Invalid(format!(
+            "{} cells but neighbour lists for {}: connect the cells first",
+            ca.cells.len(),
+            ca.neighbors.rows()
+        )));
+    }
     let min_neighbors = (cfg.min_hits_per_ntuplet > 2) as u32;
     for idx in ca.neighbors.rows_with_at_least(min_neighbors) {
         let c = &ca.cells[idx];

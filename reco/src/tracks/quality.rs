@@ -154,12 +154,7 @@ pub fn classify_tracks(
 /// assert_eq!(q, vec![Quality::Loose, Quality::Bad]);
 /// ```
 pub fn fishbone_cleaner(ca: &CaState, quality: &mut [Quality]) {
-    let cells = &ca.cells;
-    fishbone_cleaner_with(
-        ca,
-        |c| cells.get(c).is_none_or(|x| x.doublet_id >= 0),
-        quality,
-    );
+    fishbone_cleaner_with(ca, |c| ca.is_alive(c), quality);
 }
 
 /// [`fishbone_cleaner`] with the cells' alive flags given by `alive` (the cells of `ca` are

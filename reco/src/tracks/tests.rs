@@ -1437,6 +1437,35 @@ fn csr_rows_with_at_least_equals_a_filter() {
     }
 }
 
+/// A CA state whose neighbour lists do not match its cells (lists left empty, as a state
+/// built field by field without `connect`) is refused, whatever the tuple length: the search
+/// finds its starts among the lists' rows and would otherwise visit none, silently.
+#[test]
+fn find_ntuplets_refuses_lists_that_miss_cells() {
+    let mut b = HitBuilder::new();
+    b.add_helix_barrel(&Helix::default(), &[0, 1, 2]);
+    let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+    let hits = cols.view(&cpe);
+    let d = build_doublets(&hits, &DoubletConfig::default(), 19).unwrap();
+    assert!(!d.cells.is_empty());
+    for min_hits in [2, 3] {
+        let cfg = ntuplets::NtupletConfig {
+            min_hits_per_ntuplet: min_hits,
+            ..Default::default()
+        };
+        let mut ca = CaState {
+            cells: d.cells.clone(),
+            ..CaState::default()
+        };
+        let e = ntuplets::find_ntuplets(&mut ca, &cfg).unwrap_err();
+        assert!(e.to_string().contains("connect the cells first"), "{e}");
+        // Made by `CaState::new`, the same cells are searched.
+        let mut ca = CaState::new(d.clone());
+        ntuplets::connect(&hits, &mut ca, &cfg);
+        assert!(ntuplets::find_ntuplets(&mut ca, &cfg).is_ok());
+    }
+}
+
 // A low-|η| looper captured from a generated event (event 0 of `quiver generate --events 10`,
 // antiproton, true pT 1.32 GeV, η −0.0087, φ0 0.286, z0 1.43 cm). With R ≈ 115 cm and
 // |cotθ| < 0.01 the generator transports it around its full circle, so it crosses the pixel
