@@ -164,6 +164,23 @@ impl CappedLists {
         }
     }
 
+    /// Asks the CPU to bring the counter of `cell`'s list into cache (a hint: no effect on
+    /// the lists).
+    #[inline]
+    pub(crate) fn prefetch(&self, cell: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(c) = self.count.get(cell) {
+            // SAFETY: a prefetch reads nothing and the address is in the array.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (c as *const u32).cast(),
+                )
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = cell;
+    }
+
     /// The lists (every pair was accepted, so no capacity applies here) and the overflows.
     pub(crate) fn finish(self) -> (Csr, u32) {
         let n = self.count.len();
@@ -436,21 +453,31 @@ pub fn connect(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
         // SAFETY: the CPU has AVX2.
         return unsafe { connect_avx2(hits, ca, cfg) };
     }
-    connect_impl(hits, ca, cfg, rz_block)
+    connect_impl(hits, ca, cfg, rz_block, circle_block)
 }
 
-/// [`connect`] with the alignment test of eight candidates as one AVX2 operation.
+/// [`connect`] with the alignment test and the circle test of eight candidates each as one
+/// AVX2 operation.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn connect_avx2(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
-    connect_impl(hits, ca, cfg, |r1, z1, t| rz_block_avx2(r1, z1, t))
+    connect_impl(
+        hits,
+        ca,
+        cfg,
+        |r1, z1, t| rz_block_avx2(r1, z1, t),
+        |c| circle_block_avx2(c),
+    )
 }
 
 /// [`connect`] without SIMD dispatch (what a CPU without AVX2 runs).
 #[cfg(test)]
 pub(crate) fn connect_portable(hits: &HitsView, ca: &mut CaState, cfg: &NtupletConfig) {
-    connect_impl(hits, ca, cfg, rz_block)
+    connect_impl(hits, ca, cfg, rz_block, circle_block)
 }
+
+/// Pairs between a list counter's prefetch and its use.
+const PREFETCH_AHEAD: usize = 8;
 
 /// Candidates whose RZ alignment is tested together.
 const LANES: usize = 8;
@@ -516,12 +543,103 @@ fn rz_block_avx2(r1: &[f32; LANES], z1: &[f32; LANES], t: &RzCell) -> u32 {
     _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LE_OQ>(lhs, rhs)) as u32
 }
 
+/// The circle tests of eight triplets: candidate inner hit (1), the cell's inner (2) and
+/// outer (3) hits, the DCA cut of each and the curvature cut.
+#[derive(Clone, Copy, Default)]
+struct CircleLanes {
+    x1: [f32; LANES],
+    y1: [f32; LANES],
+    x2: [f32; LANES],
+    y2: [f32; LANES],
+    x3: [f32; LANES],
+    y3: [f32; LANES],
+    max_dca: [f32; LANES],
+    max_curv: f32,
+}
+
+/// Bit j set when triplet j passes [`dca_cut`].
+#[inline]
+fn circle_block(c: &CircleLanes) -> u32 {
+    let mut pass = [false; LANES];
+    for j in 0..LANES {
+        pass[j] = dca_cut(
+            c.x1[j],
+            c.y1[j],
+            c.x2[j],
+            c.y2[j],
+            c.x3[j],
+            c.y3[j],
+            c.max_dca[j],
+            c.max_curv,
+        );
+    }
+    super::doublets::mask8(&pass)
+}
+
+/// [`circle_block`] in AVX2: [`CircleEq::new`] and [`dca_cut`] lane by lane, the same IEEE
+/// operations in the same order (no FMA; the axis swap as a select), so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn circle_block_avx2(c: &CircleLanes) -> u32 {
+    use std::arch::x86_64::*;
+    // SAFETY: every array holds 8 f32.
+    let ld = |a: &[f32; LANES]| unsafe { _mm256_loadu_ps(a.as_ptr()) };
+    let (x1, y1, x2, y2, x3, y3) = (
+        ld(&c.x1),
+        ld(&c.y1),
+        ld(&c.x2),
+        ld(&c.y2),
+        ld(&c.x3),
+        ld(&c.y3),
+    );
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let neg = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+    let sel = |noflip: __m256, a: __m256, b: __m256| _mm256_blendv_ps(b, a, noflip);
+    let noflip = _mm256_cmp_ps::<_CMP_LT_OQ>(
+        _mm256_and_ps(_mm256_sub_ps(x3, x1), abs),
+        _mm256_and_ps(_mm256_sub_ps(y3, y1), abs),
+    );
+    let (dx1, dy1) = (_mm256_sub_ps(x1, x2), _mm256_sub_ps(y1, y2));
+    let (dx3, dy3) = (_mm256_sub_ps(x3, x2), _mm256_sub_ps(y3, y2));
+    let x1p = sel(noflip, dx1, dy1);
+    let y1p = sel(noflip, dy1, dx1);
+    let d12 = _mm256_add_ps(_mm256_mul_ps(x1p, x1p), _mm256_mul_ps(y1p, y1p));
+    let x3p = sel(noflip, dx3, dy3);
+    let y3p = sel(noflip, dy3, dx3);
+    let d32 = _mm256_add_ps(_mm256_mul_ps(x3p, x3p), _mm256_mul_ps(y3p, y3p));
+    let num = _mm256_sub_ps(_mm256_mul_ps(x1p, y3p), _mm256_mul_ps(y1p, x3p));
+    let det = _mm256_sub_ps(_mm256_mul_ps(d12, y3p), _mm256_mul_ps(d32, y1p));
+    let st2 = _mm256_sub_ps(_mm256_mul_ps(d12, x3p), _mm256_mul_ps(d32, x1p));
+    let seq = _mm256_add_ps(_mm256_mul_ps(det, det), _mm256_mul_ps(st2, st2));
+    let al2 = _mm256_div_ps(_mm256_set1_ps(1.0), _mm256_sqrt_ps(seq));
+    let be2 = _mm256_mul_ps(_mm256_xor_ps(st2, neg), al2);
+    let ct = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0), num), al2);
+    let al2 = _mm256_mul_ps(al2, det);
+    let cv = sel(noflip, ct, _mm256_xor_ps(ct, neg));
+    let alpha = sel(noflip, al2, _mm256_xor_ps(be2, neg));
+    let beta = sel(noflip, be2, _mm256_xor_ps(al2, neg));
+    let x = _mm256_add_ps(_mm256_mul_ps(cv, x2), alpha);
+    let y = _mm256_add_ps(_mm256_mul_ps(cv, y2), beta);
+    let dca0 = _mm256_sub_ps(
+        _mm256_sqrt_ps(_mm256_add_ps(_mm256_mul_ps(x, x), _mm256_mul_ps(y, y))),
+        _mm256_set1_ps(1.0),
+    );
+    let too_curved = _mm256_cmp_ps::<_CMP_GT_OQ>(cv, _mm256_set1_ps(c.max_curv));
+    let close = _mm256_cmp_ps::<_CMP_LT_OQ>(
+        _mm256_and_ps(dca0, abs),
+        _mm256_mul_ps(ld(&c.max_dca), _mm256_and_ps(cv, abs)),
+    );
+    _mm256_movemask_ps(_mm256_andnot_ps(too_curved, close)) as u32
+}
+
 #[inline(always)]
 fn connect_impl(
     hits: &HitsView,
     ca: &mut CaState,
     cfg: &NtupletConfig,
     block: impl Fn(&[f32; LANES], &[f32; LANES], &RzCell) -> u32,
+    circles: impl Fn(&CircleLanes) -> u32,
 ) {
     let n_cells = ca.cells.len();
     let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_neighbors);
@@ -556,6 +674,10 @@ fn connect_impl(
     // out of order; a byte array stays in cache where the 24-byte cells do not).
     let mut used_flags = vec![false; n_cells];
     let cells = &ca.cells;
+    // (cell, candidate) pairs aligned in RZ, in the order the cells test them.
+    let mut aligned: Vec<(u32, u32)> = Vec::new();
+    // (outer neighbour's cell, cell) pairs passing both tests, in the same order.
+    let mut connected: Vec<(u32, u32)> = Vec::new();
     for idx in 0..n_cells {
         let this = cells[idx];
         let inner = this.inner as usize;
@@ -580,38 +702,67 @@ fn connect_impl(
                 cfg.ca_theta_cut_forward
             },
         };
-        let (xi, yi, xo, yo) = (xg[inner], yg[inner], xg[outer], yg[outer]);
-        let mut used = false;
-        let mut k = k0;
-        while k < k1 {
-            let mut bits = block(
-                r1s[k..k + LANES].try_into().unwrap(),
-                z1s[k..k + LANES].try_into().unwrap(),
-                &t,
-            );
-            if k1 - k < LANES {
-                bits &= (1u32 << (k1 - k)) - 1;
-            }
-            while bits != 0 {
-                let kk = k + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let (other, oi) = (ohc.values[kk] as usize, h1s[kk] as usize);
-                let max_dca = if det[oi] < LAST_BPIX1_DET_INDEX {
-                    cfg.dca_cut_inner_triplet
-                } else {
-                    cfg.dca_cut_outer_triplet
-                };
-                if dca_cut(xg[oi], yg[oi], xi, yi, xo, yo, max_dca, cfg.hard_curv_cut) {
-                    lists.push(other, idx as u32);
-                    used = true;
-                    used_flags[other] = true;
+        // Whole blocks over the list and the padding after it (the columns hold a block
+        // more than the lists): no bounds check and no lane mask per block; the last
+        // block's lanes past the list are masked only when some lane passed.
+        let end = k0 + (k1 - k0).next_multiple_of(LANES);
+        let blocks = r1s[k0..end]
+            .chunks_exact(LANES)
+            .zip(z1s[k0..end].chunks_exact(LANES));
+        for (b, (r1, z1)) in blocks.enumerate() {
+            let mut bits = block(r1.try_into().unwrap(), z1.try_into().unwrap(), &t);
+            if bits != 0 {
+                let k = k0 + b * LANES;
+                if k1 - k < LANES {
+                    bits &= (1u32 << (k1 - k)) - 1;
+                }
+                while bits != 0 {
+                    aligned.push((idx as u32, (k + bits.trailing_zeros() as usize) as u32));
+                    bits &= bits - 1;
                 }
             }
-            k += LANES;
         }
-        if used {
-            used_flags[idx] = true;
+    }
+    // The circle test of the aligned triplets, eight at a time, then the neighbour lists in
+    // the order of the cells and of their candidates, as one loop testing each in turn
+    // would fill them.
+    let mut lanes = CircleLanes {
+        max_curv: cfg.hard_curv_cut,
+        ..Default::default()
+    };
+    for group in aligned.chunks(LANES) {
+        for (j, &(idx, kk)) in group.iter().enumerate() {
+            let this = &cells[idx as usize];
+            let (inner, outer) = (this.inner as usize, this.outer as usize);
+            let oi = h1s[kk as usize] as usize;
+            lanes.x1[j] = xg[oi];
+            lanes.y1[j] = yg[oi];
+            lanes.x2[j] = xg[inner];
+            lanes.y2[j] = yg[inner];
+            lanes.x3[j] = xg[outer];
+            lanes.y3[j] = yg[outer];
+            lanes.max_dca[j] = if det[oi] < LAST_BPIX1_DET_INDEX {
+                cfg.dca_cut_inner_triplet
+            } else {
+                cfg.dca_cut_outer_triplet
+            };
         }
+        let mut bits = circles(&lanes) & ((1u32 << group.len()) - 1);
+        while bits != 0 {
+            let (idx, kk) = group[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+            connected.push((ohc.values[kk as usize], idx));
+        }
+    }
+    // The lists' counters of the cells are read in no order (1.8 MB at ⟨PU⟩ 100): each is
+    // asked for a few pairs ahead.
+    for (i, &(other, idx)) in connected.iter().enumerate() {
+        if let Some(&(ahead, _)) = connected.get(i + PREFETCH_AHEAD) {
+            lists.prefetch(ahead as usize);
+        }
+        lists.push(other as usize, idx);
+        used_flags[other as usize] = true;
+        used_flags[idx as usize] = true;
     }
     ca.used = used_flags;
     let (l, o) = lists.finish();
@@ -889,6 +1040,84 @@ mod tests {
 
     fn uniform(rng: &mut SplitMix, lo: f32, hi: f32) -> f32 {
         lo + (hi - lo) * ((rng.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+
+    /// The AVX2 circle test decides every triplet as [`dca_cut`] does, also at the
+    /// boundaries of both cuts (set a few ulps around each triplet's own DCA and curvature)
+    /// and for degenerate triplets (coincident or collinear hits, zeros).
+    #[test]
+    fn circle_test_is_the_same_on_every_path() {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let mut st = SplitMix(11);
+            let (mut n, mut near) = (0usize, 0usize);
+            for round in 0..40_000 {
+                let mut c = CircleLanes {
+                    max_curv: 0.0328,
+                    ..Default::default()
+                };
+                for j in 0..LANES {
+                    c.x1[j] = uniform(&mut st, -5.0, 5.0);
+                    c.y1[j] = uniform(&mut st, -5.0, 5.0);
+                    c.x2[j] = uniform(&mut st, -10.0, 10.0);
+                    c.y2[j] = uniform(&mut st, -10.0, 10.0);
+                    c.x3[j] = uniform(&mut st, -16.0, 16.0);
+                    c.y3[j] = uniform(&mut st, -16.0, 16.0);
+                    c.max_dca[j] = if j % 2 == 0 { 0.15 } else { 0.25 };
+                    match (round + j) % 11 {
+                        0 => (c.x1[j], c.y1[j]) = (c.x2[j], c.y2[j]), // coincident
+                        1 => (c.x3[j], c.y3[j]) = (2.0 * c.x2[j], 2.0 * c.y2[j]), // on a line with 0
+                        2 => (c.x1[j], c.y1[j], c.x2[j], c.y2[j]) = (0.0, 0.0, 0.0, 0.0),
+                        3 => (c.x1[j], c.y1[j]) = (0.5 * c.x2[j], 0.5 * c.y2[j]), // tiny DCA
+                        _ => {}
+                    }
+                }
+                // One lane's cuts at its own boundary, nudged by -3..=3 ulps.
+                let j = round % LANES;
+                let eq = CircleEq::new(c.x1[j], c.y1[j], c.x2[j], c.y2[j], c.x3[j], c.y3[j]);
+                let nudge = |v: f32| {
+                    let d = (round / LANES) as i64 % 7 - 3;
+                    f32::from_bits((v.to_bits() as i64 + d) as u32)
+                };
+                let mut variants = vec![c];
+                let dca = eq.dca0().abs() / eq.curvature().abs();
+                if dca.is_finite() && dca > 0.0 && eq.curvature() <= c.max_curv {
+                    let mut v = c;
+                    v.max_dca[j] = nudge(dca);
+                    variants.push(v);
+                    near += 1;
+                }
+                if eq.curvature().is_finite() && eq.curvature() > 0.0 {
+                    let mut v = c;
+                    v.max_curv = nudge(eq.curvature());
+                    v.max_dca = [f32::INFINITY; LANES];
+                    variants.push(v);
+                    near += 1;
+                }
+                for v in &variants {
+                    // SAFETY: the CPU has AVX2.
+                    let fast = unsafe { circle_block_avx2(v) };
+                    assert_eq!(
+                        fast,
+                        circle_block(v),
+                        "round {round}: {:?} {:?} {:?} {:?} {:?} {:?} {:?} {}",
+                        v.x1,
+                        v.y1,
+                        v.x2,
+                        v.y2,
+                        v.x3,
+                        v.y3,
+                        v.max_dca,
+                        v.max_curv
+                    );
+                    n += 1;
+                }
+            }
+            assert!(
+                n > 70_000 && near > 30_000,
+                "{n} blocks, {near} at a boundary"
+            );
+        }
     }
 
     /// The AVX2 block decides every candidate as the scalar test does, also at the boundary
