@@ -376,6 +376,9 @@ struct UnionFind {
     /// (u16 keeps the grid in 133 kB; runs are capped well below 65535 words).
     grid: Vec<u16>,
     parent: Vec<u32>,
+    /// Cluster number of each root (reused: a module's allocation cost as much as its
+    /// numbering at ⟨PU⟩ 50, 31 digis per module).
+    number: Vec<i32>,
 }
 
 impl UnionFind {
@@ -448,7 +451,9 @@ impl UnionFind {
         }
         // Roots numbered in ascending index; every pixel takes its root's number.
         let mut found = 0u32;
-        let mut number = vec![0i32; len];
+        let number = &mut self.number;
+        number.clear();
+        number.resize(len, 0);
         for p in 0..len {
             let i = s.first + p;
             if s.valid(i) {
