@@ -114,14 +114,9 @@ pub fn calibrate_digis(
     /// Digis between a prefetch and its read.
     const AHEAD: usize = 24;
     for i in 0..n {
-        #[cfg(target_arch = "x86_64")]
         if let Some(&pf) = at.get(i + AHEAD) {
             if pf != NONE {
-                // SAFETY: a prefetch never faults; `pf` is inside the payload (checked above).
-                unsafe {
-                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                    _mm_prefetch::<_MM_HINT_T0>(gains.data.as_ptr().add(pf as usize) as *const i8);
-                }
+                crate::prefetch(&gains.data, pf as usize);
             }
         }
         if at[i] == NONE {

@@ -168,17 +168,7 @@ impl CappedLists {
     /// the lists).
     #[inline]
     pub(crate) fn prefetch(&self, cell: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(c) = self.count.get(cell) {
-            // SAFETY: a prefetch reads nothing and the address is in the array.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    (c as *const u32).cast(),
-                )
-            };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = cell;
+        crate::prefetch(&self.count, cell);
     }
 
     /// The lists (every pair was accepted, so no capacity applies here) and the overflows.
@@ -918,7 +908,7 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     for slot in ring.iter_mut() {
         let Some(i) = ahead.next() else { break };
         *slot = i;
-        prefetch_cell(&ca.cells, i);
+        crate::prefetch(&ca.cells, i);
         n_ring += 1;
     }
     let mut head = 0;
@@ -927,7 +917,7 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
         match ahead.next() {
             Some(i) => {
                 ring[head] = i;
-                prefetch_cell(&ca.cells, i);
+                crate::prefetch(&ca.cells, i);
             }
             None => n_ring -= 1,
         }
@@ -966,22 +956,6 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
 
 /// Starts between a cell's prefetch and its search.
 const START_AHEAD: usize = 8;
-
-/// Asks the CPU to bring cell `i` into cache (a hint).
-#[inline]
-fn prefetch_cell(cells: &[Cell], i: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(c) = cells.get(i) {
-        // SAFETY: a prefetch reads nothing and the address is in the array.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                (c as *const Cell).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (cells, i);
-}
 
 /// State of the depth-first search: the graph (read only), the path so far and what the
 /// leaves produce.
