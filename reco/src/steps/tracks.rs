@@ -732,8 +732,6 @@ mod tests {
                             outer: 1,
                             pair: 0,
                             doublet_id: if alive { i as i32 } else { -1 },
-                            inner_z: 0.0,
-                            inner_r: 0.0,
                         }
                     })
                     .collect();

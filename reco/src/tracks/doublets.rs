@@ -507,9 +507,6 @@ pub struct Cell {
     pub pair: u8,
     /// The cell's own index, or −1 once killed by the fishbone.
     pub doublet_id: i32,
-    /// Cached inner-hit z and r (cm).
-    pub inner_z: f32,
-    pub inner_r: f32,
 }
 
 /// Output of the doublet search.
@@ -591,7 +588,7 @@ pub fn build_doublet_cells(
     n_pairs: usize,
 ) -> Result<Doublets, TrackError> {
     let c = build_doublet_columns(hits, cfg, n_pairs)?;
-    let cells = cells_from_columns(hits, &c.inner, &c.outer, &c.pair);
+    let cells = cells_from_columns(&c.inner, &c.outer, &c.pair);
     Ok(Doublets {
         cells,
         cells_overflow: c.cells_overflow,
@@ -600,15 +597,8 @@ pub fn build_doublet_cells(
     })
 }
 
-/// Cells from their columns (creation order: a cell's id is its index), with the inner
-/// hit's z and r cached from `hits`. The hit indices must be below `hits.n_hits()`.
-pub(crate) fn cells_from_columns(
-    hits: &HitsView,
-    inner: &[u32],
-    outer: &[u32],
-    pair: &[u8],
-) -> Vec<Cell> {
-    let (z, r) = (hits.z_global, hits.r_global);
+/// Cells from their columns (creation order: a cell's id is its index).
+pub(crate) fn cells_from_columns(inner: &[u32], outer: &[u32], pair: &[u8]) -> Vec<Cell> {
     inner
         .iter()
         .zip(outer)
@@ -619,8 +609,6 @@ pub(crate) fn cells_from_columns(
             outer,
             pair,
             doublet_id: k as i32,
-            inner_z: z[inner as usize],
-            inner_r: r[inner as usize],
         })
         .collect()
 }

@@ -434,7 +434,6 @@ pub fn stage_doublet_cells(
 
 /// Cells from their columns (as `ca_doublets` publishes them): bit `c` of `listed` says
 /// whether cell `c` made it into its outer hit's cell list (at most `max_cells_per_hit` do).
-/// The cached inner-hit z and r come from the hits, as `build_doublets` takes them.
 ///
 /// ```
 /// use arrow_buffer::BooleanBuffer;
@@ -485,31 +484,47 @@ pub fn doublets_from_columns(
             inner[c], outer[c]
         )));
     }
-    let cells = doublets::cells_from_columns(hits, inner, outer, pair);
     // Usually every cell is listed: then the flags are not read one by one.
     let all_listed = listed.count_set_bits() == n;
-    // The listed cells of each outer hit, in cell order (one counting sort).
+    // One pass makes the cells and counts the listed cells of each outer hit (a counting
+    // sort: the lists keep cell order).
     let mut offsets = vec![0u32; n_hits + 1];
-    if all_listed {
-        for &o in outer {
-            offsets[o as usize + 1] += 1;
-        }
+    let cell = |k: usize, i: u32, o: u32, p: u8| doublets::Cell {
+        inner: i,
+        outer: o,
+        pair: p,
+        doublet_id: k as i32,
+    };
+    let triples = inner.iter().zip(outer).zip(pair).enumerate();
+    let cells: Vec<doublets::Cell> = if all_listed {
+        triples
+            .map(|(k, ((&i, &o), &p))| {
+                offsets[o as usize + 1] += 1;
+                cell(k, i, o, p)
+            })
+            .collect()
     } else {
-        for (&o, l) in outer.iter().zip(listed.iter()) {
-            offsets[o as usize + 1] += l as u32;
-        }
-    }
+        triples
+            .zip(listed.iter())
+            .map(|((k, ((&i, &o), &p)), l)| {
+                offsets[o as usize + 1] += l as u32;
+                cell(k, i, o, p)
+            })
+            .collect()
+    };
     for h in 0..n_hits {
         offsets[h + 1] += offsets[h];
     }
-    // Scatter (cell, inner hit) together: one random store per cell instead of two. Into
-    // zeroed memory: written first in order, its lines are in cache for the random stores
-    // (into uninitialised memory the scatter took 1.7 times as long).
-    let mut entries = vec![(0u32, 0u32); offsets[n_hits] as usize];
+    // The cell and its inner hit scattered into zeroed memory: written first in order, its
+    // lines are in cache for the random stores (into uninitialised memory the scatter took
+    // 1.7 times as long).
+    let m = offsets[n_hits] as usize;
+    let (mut values, mut listed_inner_hits) = (vec![0u32; m], vec![0u32; m]);
     let mut cursor = offsets[..n_hits].to_vec();
     let mut put = |c: usize, o: u32, i: u32| {
         let k = &mut cursor[o as usize];
-        entries[*k as usize] = (c as u32, i);
+        values[*k as usize] = c as u32;
+        listed_inner_hits[*k as usize] = i;
         *k += 1;
     };
     if all_listed {
@@ -523,8 +538,6 @@ pub fn doublets_from_columns(
             }
         }
     }
-    let values = entries.iter().map(|e| e.0).collect();
-    let listed_inner_hits = entries.iter().map(|e| e.1).collect();
     Ok(doublets::Doublets {
         cells,
         outer_hit_of_cell: doublets::Csr { offsets, values },
@@ -721,8 +734,6 @@ pub fn ca_state_for_quality(
             outer: 0,
             pair: 0,
             doublet_id: if a { c as i32 } else { -1 },
-            inner_z: 0.0,
-            inner_r: 0.0,
         })
         .collect();
     let mut ca = ntuplets::CaState::new(doublets::Doublets {

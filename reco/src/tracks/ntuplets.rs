@@ -643,25 +643,19 @@ fn connect_impl(
     let ohc = &ca.outer_hit_of_cell;
     // The r and z of the inner hit of every listed cell, in list order, column by column and
     // padded by a block: each list is scanned by every cell starting on its hit, eight
-    // candidates at a time (only 1.6 % pass the alignment test). From the inner hits when
-    // the doublets carry them (a hit array is small, the cells are not), else from the cells.
+    // candidates at a time (only 1.6 % pass the alignment test).
     let n_listed = ohc.values.len();
     let h1s = ca.listed_inner_hits_or_gathered();
     let (mut r1s, mut z1s) = (
         Vec::with_capacity(n_listed + LANES),
         Vec::with_capacity(n_listed + LANES),
     );
-    if ca.listed_inner_hits.len() == n_listed {
-        r1s.extend(h1s.iter().map(|&h| rg[h as usize]));
-        z1s.extend(h1s.iter().map(|&h| zg[h as usize]));
-    } else {
-        r1s.extend(ohc.values.iter().map(|&c| ca.cells[c as usize].inner_r));
-        z1s.extend(ohc.values.iter().map(|&c| ca.cells[c as usize].inner_z));
-    }
+    r1s.extend(h1s.iter().map(|&h| rg[h as usize]));
+    z1s.extend(h1s.iter().map(|&h| zg[h as usize]));
     r1s.resize(n_listed + LANES, 0.0);
     z1s.resize(n_listed + LANES, 0.0);
     // `used` flags in a byte per cell while connecting (the candidates' cells are visited
-    // out of order; a byte array stays in cache where the 24-byte cells do not).
+    // out of order; a byte array stays in cache where the 16-byte cells do not).
     let mut used_flags = vec![false; n_cells];
     let cells = &ca.cells;
     // (cell, candidate) pairs aligned in RZ, in the order the cells test them.
@@ -681,8 +675,8 @@ fn connect_impl(
         let outer = this.outer as usize;
         let is_barrel = det[inner] < LAST_BARREL_DET_INDEX;
         let t = RzCell {
-            ri: this.inner_r,
-            zi: this.inner_z,
+            ri: rg[inner],
+            zi: zg[inner],
             ro: rg[outer],
             zo: zg[outer],
             ptmin: cfg.ptmin,
@@ -822,7 +816,6 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
             d[sg] = hits.det_index[inn];
             x[sg] = hits.x_global[inn] - xo;
             y[sg] = hits.y_global[inn] - yo;
-            // A cell's inner_z is its inner hit's z.
             z[sg] = hits.z_global[inn] - zo;
             n[sg] = x[sg] * x[sg] + y[sg] * y[sg] + z[sg] * z[sg];
             sg += 1;

@@ -146,7 +146,7 @@ pub fn classify_tracks(
 ///
 /// ```
 /// use quiver_reco::tracks::{doublets::*, ntuplets::CaState, quality::fishbone_cleaner, Quality};
-/// let cell = Cell { inner: 0, outer: 1, pair: 0, doublet_id: -1, inner_z: 0.0, inner_r: 2.9 };
+/// let cell = Cell { inner: 0, outer: 1, pair: 0, doublet_id: -1 };
 /// let mut ca = CaState::new(Doublets { cells: vec![cell], ..Doublets::default() });
 /// ca.cell_tracks = Csr::from_lists(&[vec![1]]);
 /// let mut q = vec![Quality::Loose; 2];
