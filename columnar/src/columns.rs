@@ -28,6 +28,34 @@ pub fn values<'a, T: ArrowPrimitiveType>(
     product: &'a Product,
     name: &str,
 ) -> Result<&'a [T::Native]> {
+    Ok(primitive::<T>(product, name)?.values())
+}
+
+/// [`values`] as a shared buffer: a step keeps (a slice of) it in what it makes without
+/// copying the column.
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_array::{Float32Array, RecordBatch, types::Float32Type};
+/// use quiver_columnar::{columns::values_buffer, product::Product, toy::floats_schema};
+/// let rb = RecordBatch::try_new(floats_schema(), vec![Arc::new(Float32Array::from(vec![1.0, 2.0]))]).unwrap();
+/// let p = Product::from_lengths(rb, [2]).unwrap();
+/// let b = values_buffer::<Float32Type>(&p, "value").unwrap();
+/// assert_eq!(&b.slice(1, 1)[..], &[2.0]);
+/// assert!(values_buffer::<Float32Type>(&p, "nope").is_err());
+/// ```
+pub fn values_buffer<T: ArrowPrimitiveType>(
+    product: &Product,
+    name: &str,
+) -> Result<arrow_buffer::ScalarBuffer<T::Native>> {
+    Ok(primitive::<T>(product, name)?.values().clone())
+}
+
+/// Column `name` of `product` as a primitive array of type `T` without nulls.
+fn primitive<'a, T: ArrowPrimitiveType>(
+    product: &'a Product,
+    name: &str,
+) -> Result<&'a PrimitiveArray<T>> {
     let batch = product.batch();
     let col = batch
         .column_by_name(name)
@@ -45,7 +73,7 @@ pub fn values<'a, T: ArrowPrimitiveType>(
             nulls: arr.null_count(),
         });
     }
-    Ok(arr.values())
+    Ok(arr)
 }
 
 /// The binary column `name` of `product` (raw data buffers).

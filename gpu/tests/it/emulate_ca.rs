@@ -1420,12 +1420,7 @@ fn check_ntuplets(name: &str, cfg: &CaConfig, threaded: bool) -> Option<usize> {
         };
         let cpu_alive: Vec<bool> = cpu
             .iter()
-            .flat_map(|(_, ca)| {
-                ca.cells
-                    .iter()
-                    .map(|c| c.doublet_id >= 0)
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|(_, ca)| ca.alive.iter().copied())
             .collect();
         assert!(
             alive == cpu_alive,
@@ -2271,7 +2266,7 @@ fn check_quality(
         state.extend_from_slice(tracks.state.as_flattened());
         pt.extend_from_slice(&tracks.pt);
         chi2.extend_from_slice(&tracks.chi2);
-        alive.extend(ca.cells.iter().map(|c| c.doublet_id >= 0));
+        alive.extend_from_slice(&ca.alive);
         tuple_ev.push(quality.len() as i32);
         hit_ev.push(hit_ev[e] + b.hits_per_event[e] as i32);
         cell_ev.push(alive.len() as i32);

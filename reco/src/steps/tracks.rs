@@ -9,7 +9,7 @@ use arrow_array::{
 };
 use arrow_buffer::ScalarBuffer;
 use arrow_schema::Field;
-use quiver_columnar::columns::{concat, concat_ref, values};
+use quiver_columnar::columns::{concat, concat_ref, values, values_buffer};
 use quiver_columnar::{
     Backend, Error, EventBatch, InputSpec, ParamSpec, Product, ProductKey, Registry, Result,
     Signature, Step, StepConfig, StepType,
@@ -20,7 +20,7 @@ use super::types::*;
 use super::{cond, per_event, product_batch, publish_columns, publish_overflows};
 use crate::capacity::{names, Capacities};
 use crate::tracks::{
-    doublets_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_ntuplets,
+    ca_state_from_columns, layer_start_from_det_index, stage_doublet_cells, stage_ntuplets_on,
     CaConfig, HitsView, TrackError,
 };
 use quiver_columnar::overflow::{EventOverflows, Overflow, CAPACITY_OVERFLOWS};
@@ -380,27 +380,33 @@ impl Step for NtupletsStep {
     fn process(&self, batch: &mut EventBatch) -> Result<()> {
         let (h, d) = (batch.get(&self.hits)?, batch.get(&self.doublets)?);
         let cols = HitColumns::new(&h)?;
+        // The cells' columns are shared with the CA state, not copied.
         let (inner, outer, pair) = (
-            values::<UInt32Type>(&d, "inner")?,
-            values::<UInt32Type>(&d, "outer")?,
-            values::<UInt8Type>(&d, "pair")?,
+            values_buffer::<UInt32Type>(&d, "inner")?,
+            values_buffer::<UInt32Type>(&d, "outer")?,
+            values_buffer::<UInt8Type>(&d, "pair")?,
         );
         let listed = booleans(&d, "listed")?;
         let out = per_event(batch, |e| {
             let hits = cols.event(e, &self.cpe)?;
             let r = d.event_rows(e);
-            let l = listed.values().slice(r.start, r.len());
-            let dd =
-                doublets_from_columns(&hits, &inner[r.clone()], &outer[r.clone()], &pair[r], &l)
-                    .map_err(tracking)?;
-            stage_ntuplets(&hits, dd, &self.cfg).map_err(tracking)
+            let (at, n) = (r.start, r.len());
+            let ca = ca_state_from_columns(
+                &hits,
+                inner.slice(at, n),
+                outer.slice(at, n),
+                pair.slice(at, n),
+                &listed.values().slice(at, n),
+            )
+            .map_err(tracking)?;
+            stage_ntuplets_on(&hits, ca, &self.cfg).map_err(tracking)
         })?;
         let alive = alive_bits(&out, d.num_rows());
         publish_ntuplets(batch, d.offsets(), &out, alive, &self.cfg.ntuplets)
     }
 }
 
-/// Whether each cell is alive (`doublet_id >= 0`), the events' cells one after the other.
+/// Whether each cell is alive, the events' cells one after the other.
 /// Packed 64 cells at a time per event and appended whole: one `append` per cell cost
 /// 0.26 ms per event at ⟨PU⟩ 50.
 fn alive_bits(
@@ -412,11 +418,10 @@ fn alive_bits(
 ) -> arrow_buffer::BooleanBuffer {
     let mut alive = arrow_buffer::BooleanBufferBuilder::new(n_cells);
     for (_, ca) in out {
-        let cells = &ca.cells;
-        alive.append_buffer(&arrow_buffer::BooleanBuffer::collect_bool(
-            cells.len(),
-            |i| cells[i].doublet_id >= 0,
-        ));
+        let a = &ca.alive;
+        alive.append_buffer(&arrow_buffer::BooleanBuffer::collect_bool(a.len(), |i| {
+            a[i]
+        }));
     }
     alive.finish()
 }
@@ -711,7 +716,6 @@ pub(super) fn late_fishbone() -> ParamSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracks::doublets::Cell;
     use crate::tracks::ntuplets::{CaState, Tuples};
 
     /// The packed flags are the cells' own, across events whose cell counts are not
@@ -723,20 +727,10 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(e, &n)| {
-                let cells: Vec<Cell> = (0..n)
-                    .map(|i| {
-                        let alive = (i * 7 + e * 3) % 5 != 0;
-                        expected.push(alive);
-                        Cell {
-                            inner: 0,
-                            outer: 1,
-                            pair: 0,
-                            doublet_id: if alive { i as i32 } else { -1 },
-                        }
-                    })
-                    .collect();
+                let alive: Vec<bool> = (0..n).map(|i| (i * 7 + e * 3) % 5 != 0).collect();
+                expected.extend_from_slice(&alive);
                 let ca = CaState {
-                    cells,
+                    alive,
                     ..CaState::default()
                 };
                 (Tuples::default(), ca)

@@ -399,8 +399,8 @@ pub fn reconstruct_tracks(hits: &HitsView, cfg: &CaConfig) -> Result<Tracks, Tra
     let (tuples, ca) = stage_ntuplets(hits, d, cfg)?;
     let mut tracks = stage_fit(hits, &tuples, cfg)?;
     stage_quality(hits, &tuples, &ca, &mut tracks, cfg);
-    tracks.stats.n_cells = ca.cells.len() as u32;
-    tracks.stats.n_killed_cells = ca.cells.iter().filter(|c| c.doublet_id < 0).count() as u32;
+    tracks.stats.n_cells = ca.n_cells() as u32;
+    tracks.stats.n_killed_cells = ca.alive.iter().filter(|&&a| !a).count() as u32;
     tracks.stats.n_tuples = tuples.len() as u32;
     tracks.stats.cells_overflow = ca.cells_overflow;
     tracks.stats.outer_hit_overflows = ca.outer_hit_overflows;
@@ -460,16 +460,75 @@ pub fn doublets_from_columns(
     pair: &[u8],
     listed: &arrow_buffer::BooleanBuffer,
 ) -> Result<doublets::Doublets, TrackError> {
+    let (outer_hit_of_cell, listed_inner_hits) =
+        outer_hit_lists(hits.n_hits(), inner, outer, pair.len(), listed)?;
+    Ok(doublets::Doublets {
+        cells: doublets::cells_from_columns(inner, outer, pair),
+        outer_hit_of_cell,
+        listed_inner_hits,
+        ..Default::default()
+    })
+}
+
+/// [`doublets_from_columns`] as the `ca_ntuplets` step runs it: the CA state on the cells'
+/// columns themselves (shared, not copied), every cell alive and none connected yet.
+///
+/// ```
+/// use arrow_buffer::{BooleanBuffer, ScalarBuffer};
+/// use quiver_reco::tracks::{ca_state_from_columns, testing::HitBuilder};
+/// let mut b = HitBuilder::new();
+/// for (layer, r) in [(0, 2.9), (1, 6.8), (2, 10.9)] {
+///     b.add_barrel_hit(layer, r, 0.1, 0.0);
+/// }
+/// let (cols, cpe) = (b.build(), HitBuilder::cpe_params());
+/// let hits = cols.view(&cpe);
+/// let inner = ScalarBuffer::from(vec![0u32, 1]);
+/// let (outer, pair) = (ScalarBuffer::from(vec![1u32, 2]), ScalarBuffer::from(vec![0u8, 1]));
+/// let listed = BooleanBuffer::from(&[true, true][..]);
+/// let ca = ca_state_from_columns(&hits, inner, outer, pair, &listed).unwrap();
+/// assert_eq!((ca.n_cells(), ca.outer_hit_of_cell.of(2)), (2, &[1][..]));
+/// assert!(ca.alive.iter().all(|&a| a));
+/// ```
+pub fn ca_state_from_columns(
+    hits: &HitsView,
+    inner: arrow_buffer::ScalarBuffer<u32>,
+    outer: arrow_buffer::ScalarBuffer<u32>,
+    pair: arrow_buffer::ScalarBuffer<u8>,
+    listed: &arrow_buffer::BooleanBuffer,
+) -> Result<ntuplets::CaState, TrackError> {
+    let (outer_hit_of_cell, listed_inner_hits) =
+        outer_hit_lists(hits.n_hits(), &inner, &outer, pair.len(), listed)?;
+    // `connect` and `find_ntuplets` set the neighbour and tuple lists: they start empty
+    // rather than with a row per cell (`CaState::new`).
+    Ok(ntuplets::CaState {
+        alive: vec![true; inner.len()],
+        inner,
+        outer,
+        pair,
+        outer_hit_of_cell,
+        listed_inner_hits,
+        tuple_cell_offsets: vec![0],
+        ..Default::default()
+    })
+}
+
+/// The listed cells of every outer hit, in cell order, and the inner hit of each entry:
+/// after checking the columns' lengths and hit indices.
+fn outer_hit_lists(
+    n_hits: usize,
+    inner: &[u32],
+    outer: &[u32],
+    n_pairs: usize,
+    listed: &arrow_buffer::BooleanBuffer,
+) -> Result<(doublets::Csr, Vec<u32>), TrackError> {
     let n = inner.len();
-    if outer.len() != n || pair.len() != n || listed.len() != n {
+    if outer.len() != n || n_pairs != n || listed.len() != n {
         return Err(TrackError::Invalid(format!(
-            "doublet columns of {n}, {}, {}, {} entries",
+            "doublet columns of {n}, {}, {n_pairs}, {} entries",
             outer.len(),
-            pair.len(),
             listed.len()
         )));
     }
-    let n_hits = hits.n_hits();
     // The largest index first (a reduction that vectorises), the culprit only when it is
     // out of range: a search that stops at the first bad cell cannot be vectorised.
     let max = |v: &[u32]| v.iter().fold(0, |m, &x| m.max(x)) as usize;
@@ -486,32 +545,17 @@ pub fn doublets_from_columns(
     }
     // Usually every cell is listed: then the flags are not read one by one.
     let all_listed = listed.count_set_bits() == n;
-    // One pass makes the cells and counts the listed cells of each outer hit (a counting
-    // sort: the lists keep cell order).
+    // The listed cells of each outer hit, in cell order (one counting sort).
     let mut offsets = vec![0u32; n_hits + 1];
-    let cell = |k: usize, i: u32, o: u32, p: u8| doublets::Cell {
-        inner: i,
-        outer: o,
-        pair: p,
-        doublet_id: k as i32,
-    };
-    let triples = inner.iter().zip(outer).zip(pair).enumerate();
-    let cells: Vec<doublets::Cell> = if all_listed {
-        triples
-            .map(|(k, ((&i, &o), &p))| {
-                offsets[o as usize + 1] += 1;
-                cell(k, i, o, p)
-            })
-            .collect()
+    if all_listed {
+        for &o in outer {
+            offsets[o as usize + 1] += 1;
+        }
     } else {
-        triples
-            .zip(listed.iter())
-            .map(|((k, ((&i, &o), &p)), l)| {
-                offsets[o as usize + 1] += l as u32;
-                cell(k, i, o, p)
-            })
-            .collect()
-    };
+        for (&o, l) in outer.iter().zip(listed.iter()) {
+            offsets[o as usize + 1] += l as u32;
+        }
+    }
     for h in 0..n_hits {
         offsets[h + 1] += offsets[h];
     }
@@ -538,12 +582,7 @@ pub fn doublets_from_columns(
             }
         }
     }
-    Ok(doublets::Doublets {
-        cells,
-        outer_hit_of_cell: doublets::Csr { offsets, values },
-        listed_inner_hits,
-        ..Default::default()
-    })
+    Ok((doublets::Csr { offsets, values }, listed_inner_hits))
 }
 
 /// Whether each cell is in its outer hit's cell list (the `listed` column of the doublets).
@@ -565,15 +604,16 @@ pub fn stage_ntuplets(
 ) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
     // `connect` and `find_ntuplets` set the neighbour and tuple lists: start them empty
     // rather than with a row per cell (`CaState::new`).
-    let mut ca = ntuplets::CaState {
-        cells: d.cells,
-        outer_hit_of_cell: d.outer_hit_of_cell,
-        cells_overflow: d.cells_overflow,
-        outer_hit_overflows: d.outer_hit_overflows,
-        listed_inner_hits: d.listed_inner_hits,
-        tuple_cell_offsets: vec![0],
-        ..Default::default()
-    };
+    stage_ntuplets_on(hits, ntuplets::CaState::unconnected(d), cfg)
+}
+
+/// [`stage_ntuplets`] on a CA state whose cells are not connected yet (as
+/// [`ca_state_from_columns`] makes it).
+pub fn stage_ntuplets_on(
+    hits: &HitsView,
+    mut ca: ntuplets::CaState,
+    cfg: &CaConfig,
+) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
     ntuplets::connect(hits, &mut ca, &cfg.ntuplets);
     if hits.n_hits() > 1 && cfg.ntuplets.early_fishbone {
         ntuplets::fishbone(hits, &mut ca, false);
@@ -694,7 +734,7 @@ pub fn stage_quality(
 }
 
 /// [`stage_quality`] with the cells' alive flags given by `alive` instead of read from
-/// `ca.cells` (which may then be empty: [`ca_lists_for_quality`]).
+/// `ca.alive` (which may then be empty: [`ca_lists_for_quality`]).
 pub fn stage_quality_with(
     hits: &HitsView,
     tuples: &ntuplets::Tuples,
@@ -726,20 +766,11 @@ pub fn ca_state_for_quality(
     if !cfg.ntuplets.late_fishbone {
         return ca_lists_for_quality(alive.len(), tuple_cells, tuple_cell_offsets, cfg);
     }
-    let cells = alive
-        .iter()
-        .enumerate()
-        .map(|(c, &a)| doublets::Cell {
-            inner: 0,
-            outer: 0,
-            pair: 0,
-            doublet_id: if a { c as i32 } else { -1 },
-        })
-        .collect();
-    let mut ca = ntuplets::CaState::new(doublets::Doublets {
-        cells,
+    let mut ca = ntuplets::CaState {
+        alive: alive.to_vec(),
+        tuple_cell_offsets: vec![0],
         ..Default::default()
-    });
+    };
     ca.replay_tracks(tuple_cells, tuple_cell_offsets, &cfg.ntuplets)?;
     Ok(ca)
 }

@@ -3,7 +3,9 @@
 //! `gpuPixelDoublets::fishbone`, `kernel_find_ntuplets`/`GPUCACell::find_ntuplets` and
 //! `kernel_earlyDuplicateRemover`, serial loop order, f32 arithmetic as in the reference).
 
-use super::doublets::{Cell, Csr, Doublets};
+use arrow_buffer::ScalarBuffer;
+
+use super::doublets::{Csr, Doublets};
 use super::{HitsView, Quality, TrackError};
 
 /// Last detIndex (exclusive) of BPix layer 1.
@@ -87,8 +89,17 @@ impl NtupletConfig {
 /// and tuples, and the list-capacity bookkeeping of the reference.
 #[derive(Clone, Debug, Default)]
 pub struct CaState {
-    /// Cells in creation order.
-    pub cells: Vec<Cell>,
+    /// Inner hit of each cell, in creation order (a cell's index is its doublet id): the
+    /// doublets' column, shared, not copied.
+    pub inner: ScalarBuffer<u32>,
+    /// Outer hit of each cell.
+    pub outer: ScalarBuffer<u32>,
+    /// Layer pair of each cell (row of [`super::doublets::LAYER_PAIRS`]).
+    pub pair: ScalarBuffer<u8>,
+    /// Whether each cell is alive: false once the fishbone killed it (the reference's doublet
+    /// id −1). One per cell, so its length is the number of cells; the hit columns may be
+    /// empty in a state that only the quality cleaners read.
+    pub alive: Vec<bool>,
     /// Cells ending on each hit.
     pub outer_hit_of_cell: Csr,
     /// Outer neighbours of each cell, in connection order (filled by [`connect`]).
@@ -200,7 +211,7 @@ impl CaState {
     /// Whether cell `c` is alive (not killed by the fishbone); a cell the state does not hold
     /// counts as alive, as the cleaners that walk the cells and their lists together treat it.
     pub fn is_alive(&self, c: usize) -> bool {
-        self.cells.get(c).is_none_or(|x| x.doublet_id >= 0)
+        self.alive.get(c).is_none_or(|&a| a)
     }
 
     /// The inner hit of every listed cell, in `outer_hit_of_cell` order: the column the
@@ -212,28 +223,40 @@ impl CaState {
             self.outer_hit_of_cell
                 .values
                 .iter()
-                .map(|&c| self.cells[c as usize].inner)
+                .map(|&c| self.inner[c as usize])
                 .collect()
         }
     }
 
-    /// Wraps the doublets.
+    /// The number of cells.
+    pub fn n_cells(&self) -> usize {
+        self.alive.len()
+    }
+
+    /// Wraps the doublets (their cells as columns), with an empty neighbour and tuple list
+    /// per cell.
     pub fn new(d: Doublets) -> Self {
         let n = d.cells.len();
         Self {
-            cells: d.cells,
+            neighbors: Csr::empty(n),
+            cell_tracks: Csr::empty(n),
+            ..Self::unconnected(d)
+        }
+    }
+
+    /// [`CaState::new`] without the lists, which `connect` and `find_ntuplets` make.
+    pub(crate) fn unconnected(d: Doublets) -> Self {
+        Self {
+            inner: d.cells.iter().map(|c| c.inner).collect(),
+            outer: d.cells.iter().map(|c| c.outer).collect(),
+            pair: d.cells.iter().map(|c| c.pair).collect(),
+            alive: d.cells.iter().map(|c| c.doublet_id >= 0).collect(),
             outer_hit_of_cell: d.outer_hit_of_cell,
             listed_inner_hits: d.listed_inner_hits,
-            neighbors: Csr::empty(n),
-            used: Vec::new(),
-            cell_tracks: Csr::empty(n),
             cells_overflow: d.cells_overflow,
             outer_hit_overflows: d.outer_hit_overflows,
-            neighbor_overflows: 0,
-            track_overflows: 0,
-            tuple_overflows: 0,
-            tuple_cells: Vec::new(),
             tuple_cell_offsets: vec![0],
+            ..Default::default()
         }
     }
 
@@ -246,7 +269,7 @@ impl CaState {
         tuple_cell_offsets: &[u32],
         cfg: &NtupletConfig,
     ) -> Result<(), TrackError> {
-        self.replay_tracks_of(self.cells.len(), tuple_cells, tuple_cell_offsets, cfg)
+        self.replay_tracks_of(self.n_cells(), tuple_cells, tuple_cell_offsets, cfg)
     }
 
     /// [`CaState::replay_tracks`] for `n_cells` cells (which `cells` may leave out).
@@ -631,7 +654,7 @@ fn connect_impl(
     block: impl Fn(&[f32; LANES], &[f32; LANES], &RzCell) -> u32,
     circles: impl Fn(&CircleLanes) -> u32,
 ) {
-    let n_cells = ca.cells.len();
+    let n_cells = ca.inner.len();
     let mut lists = CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_neighbors);
     let (xg, yg, rg, zg, det) = (
         hits.x_global,
@@ -657,14 +680,14 @@ fn connect_impl(
     // `used` flags in a byte per cell while connecting (the candidates' cells are visited
     // out of order; a byte array stays in cache where the 16-byte cells do not).
     let mut used_flags = vec![false; n_cells];
-    let cells = &ca.cells;
+    // The hits of every cell (columns of one entry per cell, as `CaState` holds them).
+    let (inner_of, outer_of) = (&ca.inner[..], &ca.outer[..]);
     // (cell, candidate) pairs aligned in RZ, in the order the cells test them.
     let mut aligned: Vec<(u32, u32)> = Vec::new();
     // (outer neighbour's cell, cell) pairs passing both tests, in the same order.
     let mut connected: Vec<(u32, u32)> = Vec::new();
-    for idx in 0..n_cells {
-        let this = cells[idx];
-        let inner = this.inner as usize;
+    for (idx, (&inner, &outer)) in inner_of.iter().zip(outer_of).enumerate() {
+        let inner = inner as usize;
         let (k0, k1) = (ohc.offsets[inner] as usize, ohc.offsets[inner + 1] as usize);
         if k0 == k1 {
             // No cell ends on the inner hit (58 % of the cells at ⟨PU⟩ 50): nothing to load.
@@ -672,7 +695,7 @@ fn connect_impl(
             // one inner hit are consecutive, so the branch is well predicted.)
             continue;
         }
-        let outer = this.outer as usize;
+        let outer = outer as usize;
         let is_barrel = det[inner] < LAST_BARREL_DET_INDEX;
         let t = RzCell {
             ri: rg[inner],
@@ -716,8 +739,10 @@ fn connect_impl(
     };
     for group in aligned.chunks(LANES) {
         for (j, &(idx, kk)) in group.iter().enumerate() {
-            let this = &cells[idx as usize];
-            let (inner, outer) = (this.inner as usize, this.outer as usize);
+            let (inner, outer) = (
+                inner_of[idx as usize] as usize,
+                outer_of[idx as usize] as usize,
+            );
             let oi = h1s[kk as usize] as usize;
             lanes.x1[j] = xg[oi];
             lanes.y1[j] = yg[oi];
@@ -769,7 +794,7 @@ fn connect_impl(
 /// let mut ca = CaState::new(build_doublets(&hits, &DoubletConfig::default(), 19).unwrap());
 /// connect(&hits, &mut ca, &NtupletConfig::default());
 /// fishbone(&hits, &mut ca, false);
-/// let killed: Vec<u8> = ca.cells.iter().filter(|c| c.doublet_id < 0).map(|c| c.pair).collect();
+/// let killed: Vec<u8> = (0..ca.n_cells()).filter(|&c| !ca.alive[c]).map(|c| ca.pair[c]).collect();
 /// assert_eq!(killed, vec![13, 14]);
 /// ```
 pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
@@ -787,10 +812,10 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
     let mut cc = vec![0u32; cap];
     // Before `connect`, no cell is used.
     let unconnected;
-    let used: &[bool] = if ca.used.len() == ca.cells.len() {
+    let used: &[bool] = if ca.used.len() == ca.n_cells() {
         &ca.used
     } else {
-        unconnected = vec![false; ca.cells.len()];
+        unconnected = vec![false; ca.n_cells()];
         &unconnected
     };
     // The inner hit of every listed cell, next to the lists, so that the cells themselves
@@ -838,7 +863,7 @@ pub fn fishbone(hits: &HitsView, ca: &mut CaState, check_track: bool) {
         }
     }
     for c in killed {
-        ca.cells[c as usize].doublet_id = -1;
+        ca.alive[c as usize] = false;
     }
 }
 
@@ -866,15 +891,33 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
         quality: Vec::new(),
         overflow: false,
     };
-    // Alive flags in one pass (see `fishbone`): the search visits neighbours out of order.
-    let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
+    let n_cells = ca.n_cells();
+    if [ca.inner.len(), ca.outer.len(), ca.pair.len()] != [n_cells; 3] {
+        return Err(TrackError::Invalid(format!(
+            "{n_cells} cells but {} inner hits, {} outer hits and {} layer pairs",
+            ca.inner.len(),
+            ca.outer.len(),
+            ca.pair.len()
+        )));
+    }
+    // The starts are found among the neighbour lists' rows, one per cell: a state whose lists
+    // do not match its cells (not made by `CaState::new` or `connect`) would visit none.
+    if ca.neighbors.rows() != n_cells {
+        return Err(TrackError::Invalid(format!(
+            "{n_cells} cells but neighbour lists for {}: connect the cells first",
+            ca.neighbors.rows()
+        )));
+    }
+    let tuple_cells = std::mem::take(&mut ca.tuple_cells);
+    let tuple_cell_offsets = std::mem::take(&mut ca.tuple_cell_offsets);
     let mut search = Search {
-        cells: &ca.cells,
-        alive: &alive,
+        inner: &ca.inner,
+        outer: &ca.outer,
+        alive: &ca.alive,
         neighbors: &ca.neighbors,
-        tracks: CappedLists::new(ca.cells.len(), cfg.max_active_doublets, cfg.max_cell_tracks),
-        tuple_cells: std::mem::take(&mut ca.tuple_cells),
-        tuple_cell_offsets: std::mem::take(&mut ca.tuple_cell_offsets),
+        tracks: CappedLists::new(n_cells, cfg.max_active_doublets, cfg.max_cell_tracks),
+        tuple_cells,
+        tuple_cell_offsets,
         stack: [0; MAX_DEPTH],
         depth: 0,
         missed_tuples: 0,
@@ -883,43 +926,12 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     // Most cells have no outer neighbour: their search would end at once with a two-hit
     // path, which is no tuple unless two hits are enough. So unless it is, only the cells
     // with a neighbour are visited (in cell order, as all would be).
-    // The starts are found among the neighbour lists' rows, one per cell: a state whose lists
-    // do not match its cells (not made by `CaState::new` or `connect`) would visit none.
-    if ca.neighbors.rows() != ca.cells.len() {
-        return Err(TrackError::Invalid(format!(
-            "{} cells but neighbour lists for {}: connect the cells first",
-            ca.cells.len(),
-            ca.neighbors.rows()
-        )));
-    }
     let min_neighbors = (cfg.min_hits_per_ntuplet > 2) as u32;
-    // The starts are sparse among the cells (11 MB at ⟨PU⟩ 100): each start's cell is asked
-    // for a few starts ahead.
-    let mut ahead = ca.neighbors.rows_with_at_least(min_neighbors);
-    let mut ring = [0usize; START_AHEAD];
-    let mut n_ring = 0;
-    for slot in ring.iter_mut() {
-        let Some(i) = ahead.next() else { break };
-        *slot = i;
-        crate::prefetch(&ca.cells, i);
-        n_ring += 1;
-    }
-    let mut head = 0;
-    while n_ring > 0 {
-        let idx = ring[head];
-        match ahead.next() {
-            Some(i) => {
-                ring[head] = i;
-                crate::prefetch(&ca.cells, i);
-            }
-            None => n_ring -= 1,
-        }
-        head = (head + 1) % START_AHEAD;
-        let c = &ca.cells[idx];
-        if c.doublet_id < 0 {
+    for idx in ca.neighbors.rows_with_at_least(min_neighbors) {
+        if !ca.alive[idx] {
             continue;
         }
-        let pid = c.pair;
+        let pid = ca.pair[idx];
         let doit = if cfg.min_hits_per_ntuplet > 3 {
             pid < 3
         } else {
@@ -947,14 +959,11 @@ pub fn find_ntuplets(ca: &mut CaState, cfg: &NtupletConfig) -> Result<Tuples, Tr
     Ok(t)
 }
 
-/// Starts between a cell's prefetch and its search.
-const START_AHEAD: usize = 8;
-
 /// State of the depth-first search: the graph (read only), the path so far and what the
 /// leaves produce.
 struct Search<'a> {
-    cells: &'a [Cell],
-    /// `doublet_id >= 0` of every cell (a live cell's id is its index).
+    inner: &'a [u32],
+    outer: &'a [u32],
     alive: &'a [bool],
     neighbors: &'a Csr,
     tracks: CappedLists,
@@ -973,7 +982,7 @@ impl Search<'_> {
         if self.depth == MAX_DEPTH {
             return Err(TrackError::PathTooLong(MAX_DEPTH));
         }
-        debug_assert_eq!(self.cells[cell].doublet_id, cell as i32);
+        debug_assert!(self.alive[cell]);
         self.stack[self.depth] = cell as u32;
         self.depth += 1;
         let mut last = true;
@@ -994,9 +1003,9 @@ impl Search<'_> {
                 let it = t.len() as u32;
                 let path = &self.stack[..self.depth];
                 for &c in path {
-                    t.hits.push(self.cells[c as usize].inner);
+                    t.hits.push(self.inner[c as usize]);
                 }
-                t.hits.push(self.cells[cell].outer);
+                t.hits.push(self.outer[cell]);
                 t.offsets.push(t.hits.len() as u32);
                 t.quality.push(Quality::Bad);
                 for &c in path {

@@ -1066,7 +1066,22 @@ fn stages_through_columns_equal_the_whole_chain() {
         let pair: Vec<u8> = d.cells.iter().map(|c| c.pair).collect();
         let d2 = doublets_from_columns(&hits, &inner, &outer, &pair, &listed[..].into()).unwrap();
         let (tuples, ca) = stage_ntuplets(&hits, d2, &cfg).unwrap();
-        let alive: Vec<bool> = ca.cells.iter().map(|c| c.doublet_id >= 0).collect();
+        // The step's way: the CA state on the columns themselves gives the same.
+        let on_columns = ca_state_from_columns(
+            &hits,
+            inner.clone().into(),
+            outer.clone().into(),
+            pair.clone().into(),
+            &listed[..].into(),
+        )
+        .unwrap();
+        let (tuples_c, ca_c) = stage_ntuplets_on(&hits, on_columns, &cfg).unwrap();
+        assert_eq!(
+            (&tuples_c.hits, &tuples_c.offsets),
+            (&tuples.hits, &tuples.offsets)
+        );
+        assert_eq!((&ca_c.alive, &ca_c.neighbors), (&ca.alive, &ca.neighbors));
+        let alive = ca.alive.clone();
         let q: Vec<u8> = tuples.quality.iter().map(|&x| x as u8).collect();
         let tuples2 = tuples_from_columns(&tuples.offsets, &tuples.hits, &q).unwrap();
         let mut tracks = stage_fit(&hits, &tuples2, &cfg).unwrap();
@@ -1076,7 +1091,8 @@ fn stages_through_columns_equal_the_whole_chain() {
         // The step's way: no cells, the alive flags looked up (packed in the product).
         let ca3 = ca_lists_for_quality(alive.len(), &ca.tuple_cells, &ca.tuple_cell_offsets, &cfg)
             .unwrap();
-        assert!(ca3.cells.is_empty() && ca3.cell_tracks == ca.cell_tracks);
+        assert!(ca3.inner.is_empty() && ca3.alive.is_empty());
+        assert_eq!(ca3.cell_tracks, ca.cell_tracks);
         let mut tracks3 = tracks.clone();
         stage_quality_with(&hits, &tuples2, &ca3, |c| alive[c], &mut tracks3, &cfg);
         stage_quality(&hits, &tuples2, &ca2, &mut tracks, &cfg);
@@ -1454,11 +1470,17 @@ fn find_ntuplets_refuses_lists_that_miss_cells() {
             ..Default::default()
         };
         let mut ca = CaState {
-            cells: d.cells.clone(),
-            ..CaState::default()
+            neighbors: doublets::Csr::default(),
+            ..CaState::new(d.clone())
         };
         let e = ntuplets::find_ntuplets(&mut ca, &cfg).unwrap_err();
         assert!(e.to_string().contains("connect the cells first"), "{e}");
+        // Columns of other lengths than the cells' flags are refused too.
+        let mut ca = CaState::new(d.clone());
+        ntuplets::connect(&hits, &mut ca, &cfg);
+        ca.outer = ca.outer.slice(1, ca.outer.len() - 1);
+        let e = ntuplets::find_ntuplets(&mut ca, &cfg).unwrap_err();
+        assert!(e.to_string().contains("outer hits"), "{e}");
         // Made by `CaState::new`, the same cells are searched.
         let mut ca = CaState::new(d.clone());
         ntuplets::connect(&hits, &mut ca, &cfg);
