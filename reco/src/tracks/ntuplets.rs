@@ -678,7 +678,7 @@ fn connect_impl(
     r1s.resize(n_listed + LANES, 0.0);
     z1s.resize(n_listed + LANES, 0.0);
     // `used` flags in a byte per cell while connecting (the candidates' cells are visited
-    // out of order; a byte array stays in cache where the 16-byte cells do not).
+    // out of order: a byte array stays in cache).
     let mut used_flags = vec![false; n_cells];
     // The hits of every cell (columns of one entry per cell, as `CaState` holds them).
     let (inner_of, outer_of) = (&ca.inner[..], &ca.outer[..]);
