@@ -602,8 +602,6 @@ pub fn stage_ntuplets(
     d: doublets::Doublets,
     cfg: &CaConfig,
 ) -> Result<(ntuplets::Tuples, ntuplets::CaState), TrackError> {
-    // `connect` and `find_ntuplets` set the neighbour and tuple lists: start them empty
-    // rather than with a row per cell (`CaState::new`).
     stage_ntuplets_on(hits, ntuplets::CaState::unconnected(d), cfg)
 }
 
